@@ -1,0 +1,1 @@
+//! Batched UDP I/O for the data plane (being written).
