@@ -1,1 +1,59 @@
-fn main() {}
+//! `vlbiflow`: one binary, git-style subcommands. Each subcommand lives in `cmd/<name>.rs` as a clap `Args`
+//! struct and a `run` function; the work itself is done by the library crates.
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+mod cmd;
+mod units;
+
+#[derive(Parser)]
+#[command(name = "vlbiflow", version, about = "Simulate, record, check and move VLBI (VDIF/Mark5B) data streams")]
+#[command(propagate_version = true, arg_required_else_help = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a whole chain on built-in defaults over loopback into a temporary directory
+    Demo(cmd::demo::Args),
+    /// Simulated VDIF backend: send time-stamped frames to UDP destinations or write them to a file
+    Gen(cmd::gen::Args),
+    /// Null receiver: count (and discard) datagrams on a UDP port, with per-second rates and PSN loss
+    Sink(cmd::sink::Args),
+    /// Record VDIF/Mark5B UDP streams to Mark6 scatter-gather or FlexBuff scans across disks
+    Record(cmd::record::Args),
+    /// Check a recorded scan or frame files: continuity, loss, headers, time range, statistics
+    Check(cmd::check::Args),
+    /// Reassemble a scatter-gather or FlexBuff scan into one frame file or standard output
+    Gather(cmd::gather::Args),
+    /// List the scans found on disks
+    Ls(cmd::ls::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Demo(a) => cmd::demo::run(a),
+        Command::Gen(a) => cmd::gen::run(a),
+        Command::Sink(a) => cmd::sink::run(a),
+        Command::Record(a) => cmd::record::run(a),
+        Command::Check(a) => cmd::check::run(a),
+        Command::Gather(a) => cmd::gather::run(a),
+        Command::Ls(a) => cmd::ls::run(a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            // One line, naming what went wrong; usage errors exit with 2 like clap's own.
+            eprintln!("vlbiflow: error: {e:#}");
+            if e.downcast_ref::<cmd::UsageError>().is_some() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+    }
+}

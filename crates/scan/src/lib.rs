@@ -1,0 +1,289 @@
+//! What a recorded scan looks like on disk, shared by everything that writes or reads one.
+//!
+//! Layout per disk (a "disk" is a directory, usually a mount point):
+//! - Mark6 scatter-gather: `<disk>/<scan>.vdif` (or `.m5b`), one file per disk, same name on each
+//!   (Haystack d-plane names its files `<exp>_<stn>_<scan>.vdif`; a vlbiflow scan name is that whole stem).
+//! - FlexBuff: `<disk>/<scan>/<scan>.%08u` chunk files (jive5ab's vbs layout).
+//! - Metadata: `<disk>/<scan>.vlbiflow.json` beside the data on every disk used, so a module moved to another
+//!   machine describes itself. It is rewritten atomically (temporary file + rename) while recording, and its
+//!   `complete` flag only becomes true after every block of the scan is flushed; a scan whose recorder died
+//!   keeps `complete: false`.
+
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Version of the metadata layout; bump on incompatible change.
+pub const METADATA_VERSION: u32 = 1;
+/// Suffix of the metadata file beside the data: `<scan>.vlbiflow.json`.
+pub const METADATA_SUFFIX: &str = ".vlbiflow.json";
+
+/// On-disk layout of a scan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ScanFormat {
+    /// Mark6 scatter-gather, version 2 block headers.
+    Mark6,
+    /// jive5ab FlexBuff (vbs) chunks.
+    Flexbuff,
+}
+
+/// Frame format carried by a stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FrameKind {
+    Vdif,
+    M5b,
+}
+
+impl FrameKind {
+    /// File extension used for Mark6 scatter-gather files of this kind.
+    pub fn extension(self) -> &'static str {
+        match self {
+            FrameKind::Vdif => "vdif",
+            FrameKind::M5b => "m5b",
+        }
+    }
+}
+
+/// Counters of one stream (or one VDIF thread of it). "lost" follows the seeds/003 tables: frames the sender
+/// sent that are not in the recording, as inferred from sequence numbers; `loss_fraction = lost / (received + lost)`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamCounters {
+    /// Datagrams accepted and stored.
+    pub packets: u64,
+    /// Frame bytes stored (PSN prefixes excluded).
+    pub bytes: u64,
+    /// Frames missing from the sequence (PSN or VDIF time), including those dropped below.
+    pub lost: u64,
+    /// Frames that arrived after a later one.
+    pub out_of_order: u64,
+    /// Frames seen twice (same PSN or time stamp).
+    pub duplicates: u64,
+    /// Stored frames whose VDIF invalid bit was set.
+    pub invalid_frames: u64,
+    /// Datagrams of the wrong size or not a frame of the stream's format: dropped, never fatal.
+    pub rejected: u64,
+    /// Frames of VDIF threads the stream was not asked to record: dropped.
+    pub filtered: u64,
+    /// Frames dropped by the recorder because no block buffer was free (writers behind).
+    pub dropped_no_buffer: u64,
+    /// Datagrams the kernel dropped on the socket (SO_RXQ_OVFL).
+    pub kernel_drops: u64,
+}
+
+impl StreamCounters {
+    /// Loss fraction as in the seeds/003 tables: lost / (stored + lost).
+    pub fn loss_fraction(&self) -> f64 {
+        let expected = self.packets + self.lost;
+        if expected == 0 {
+            0.0
+        } else {
+            self.lost as f64 / expected as f64
+        }
+    }
+}
+
+/// One input stream of a scan.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StreamMeta {
+    pub label: String,
+    pub kind: FrameKind,
+    /// Address the stream was received on, e.g. "127.0.0.1:4001".
+    pub address: String,
+    /// Whether datagrams carried an 8-byte packet sequence number prefix (stripped before storing).
+    pub psn: bool,
+    /// Bytes per frame, header included.
+    pub frame_size: u32,
+    /// Frames per second per thread, configured or learned; None if unknown.
+    pub frame_rate: Option<u32>,
+    /// VDIF threads recorded (empty = all).
+    pub threads: Vec<u16>,
+    /// VDIF time of the first and last stored frame, ISO-8601 UTC, if known.
+    pub first_frame_utc: Option<String>,
+    pub last_frame_utc: Option<String>,
+    pub counters: StreamCounters,
+}
+
+/// One disk of a scan.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DiskMeta {
+    /// Directory as given to the recorder.
+    pub path: String,
+    /// Data bytes written to this disk (file headers and block headers included).
+    pub bytes: u64,
+    /// Blocks written to this disk.
+    pub blocks: u64,
+    /// Why the disk left the scan, if it did.
+    pub failed: Option<String>,
+}
+
+/// The metadata written beside a scan's data on every disk.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScanMetadata {
+    pub metadata_version: u32,
+    /// Writer, e.g. "vlbiflow 0.1.0".
+    pub writer: String,
+    pub scan: String,
+    pub experiment: Option<String>,
+    pub station: Option<String>,
+    pub format: ScanFormat,
+    /// Nominal block size in bytes, block header included (Mark6) or chunk size (FlexBuff).
+    pub block_size: u64,
+    /// Wall-clock start and end of the recording, ISO-8601 UTC.
+    pub start_utc: String,
+    pub end_utc: Option<String>,
+    /// Blocks (Mark6) or chunks (FlexBuff) in the scan, over all disks.
+    pub blocks: u64,
+    /// True only once every block is flushed to disk and the recorder finished cleanly.
+    pub complete: bool,
+    pub streams: Vec<StreamMeta>,
+    pub disks: Vec<DiskMeta>,
+}
+
+/// Errors reading or writing scan metadata.
+#[derive(Debug, thiserror::Error)]
+pub enum MetaError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{path}: not vlbiflow scan metadata: {source}")]
+    Parse { path: PathBuf, source: serde_json::Error },
+    #[error("{path}: metadata version {found} is newer than this vlbiflow understands ({METADATA_VERSION})")]
+    Version { path: PathBuf, found: u32 },
+}
+
+/// Path of the metadata file of `scan` on `disk`.
+pub fn metadata_path(disk: &Path, scan: &str) -> PathBuf {
+    disk.join(format!("{scan}{METADATA_SUFFIX}"))
+}
+
+/// Path of the Mark6 scatter-gather file of `scan` on `disk`.
+pub fn mark6_path(disk: &Path, scan: &str, kind: FrameKind) -> PathBuf {
+    disk.join(format!("{scan}.{}", kind.extension()))
+}
+
+/// Directory of the FlexBuff chunks of `scan` on `disk`.
+pub fn flexbuff_dir(disk: &Path, scan: &str) -> PathBuf {
+    disk.join(scan)
+}
+
+impl ScanMetadata {
+    /// Writes the metadata to `path` atomically: a reader sees the old or the new file, never a torn one.
+    pub fn write_atomic(&self, path: &Path) -> Result<(), MetaError> {
+        let io = |source| MetaError::Io { path: path.to_owned(), source };
+        let tmp = path.with_extension("json.tmp");
+        let mut text = serde_json::to_vec_pretty(self).expect("metadata serialises");
+        text.push(b'\n');
+        let mut f = std::fs::File::create(&tmp).map_err(io)?;
+        f.write_all(&text).map_err(io)?;
+        f.sync_data().map_err(io)?;
+        drop(f);
+        std::fs::rename(&tmp, path).map_err(io)
+    }
+
+    /// Reads and validates a metadata file.
+    pub fn read(path: &Path) -> Result<Self, MetaError> {
+        let bytes = std::fs::read(path).map_err(|source| MetaError::Io { path: path.to_owned(), source })?;
+        let meta: ScanMetadata =
+            serde_json::from_slice(&bytes).map_err(|source| MetaError::Parse { path: path.to_owned(), source })?;
+        if meta.metadata_version > METADATA_VERSION {
+            return Err(MetaError::Version { path: path.to_owned(), found: meta.metadata_version });
+        }
+        Ok(meta)
+    }
+
+    /// Total counters over all streams.
+    pub fn totals(&self) -> StreamCounters {
+        let mut t = StreamCounters::default();
+        for s in &self.streams {
+            let c = &s.counters;
+            t.packets += c.packets;
+            t.bytes += c.bytes;
+            t.lost += c.lost;
+            t.out_of_order += c.out_of_order;
+            t.duplicates += c.duplicates;
+            t.invalid_frames += c.invalid_frames;
+            t.rejected += c.rejected;
+            t.filtered += c.filtered;
+            t.dropped_no_buffer += c.dropped_no_buffer;
+            t.kernel_drops += c.kernel_drops;
+        }
+        t
+    }
+}
+
+/// Scans found on a set of disks: every `*.vlbiflow.json` directly in each directory, grouped by scan name.
+/// Unreadable metadata is returned as an error entry rather than hiding the scan.
+pub fn find_scans(disks: &[PathBuf]) -> Vec<(String, Vec<(PathBuf, Result<ScanMetadata, MetaError>)>)> {
+    let mut scans: std::collections::BTreeMap<String, Vec<(PathBuf, Result<ScanMetadata, MetaError>)>> =
+        Default::default();
+    for disk in disks {
+        let Ok(entries) = std::fs::read_dir(disk) else { continue };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if let Some(scan) = name.strip_suffix(METADATA_SUFFIX) {
+                let path = entry.path();
+                let meta = ScanMetadata::read(&path);
+                scans.entry(scan.to_owned()).or_default().push((path, meta));
+            }
+        }
+    }
+    scans.into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> ScanMetadata {
+        ScanMetadata {
+            metadata_version: METADATA_VERSION,
+            writer: "vlbiflow test".into(),
+            scan: "exp_st_001".into(),
+            experiment: Some("exp".into()),
+            station: Some("st".into()),
+            format: ScanFormat::Mark6,
+            block_size: 10_000_000,
+            start_utc: "2026-01-01T00:00:00Z".into(),
+            end_utc: None,
+            blocks: 3,
+            complete: false,
+            streams: vec![StreamMeta {
+                label: "a".into(),
+                kind: FrameKind::Vdif,
+                address: "127.0.0.1:4001".into(),
+                psn: true,
+                frame_size: 8224,
+                frame_rate: Some(125000),
+                threads: vec![0, 1],
+                first_frame_utc: None,
+                last_frame_utc: None,
+                counters: StreamCounters { packets: 99, lost: 1, ..Default::default() },
+            }],
+            disks: vec![DiskMeta { path: "/tmp/d0".into(), bytes: 1, blocks: 1, failed: None }],
+        }
+    }
+
+    #[test]
+    fn round_trips_through_disk_and_is_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let meta = sample();
+        let path = metadata_path(dir.path(), &meta.scan);
+        meta.write_atomic(&path).unwrap();
+        assert_eq!(ScanMetadata::read(&path).unwrap(), meta);
+        let found = find_scans(&[dir.path().to_owned()]);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].0, "exp_st_001");
+        assert!((meta.totals().loss_fraction() - 0.01).abs() < 1e-12);
+    }
+
+    #[test]
+    fn garbage_metadata_is_an_error_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = metadata_path(dir.path(), "x");
+        std::fs::write(&path, b"{not json").unwrap();
+        let e = ScanMetadata::read(&path).unwrap_err().to_string();
+        assert!(e.contains("x.vlbiflow.json"), "{e}");
+    }
+}
