@@ -51,8 +51,13 @@ impl UtcTime {
 
     /// The current wall-clock time.
     pub fn now() -> Self {
-        let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        UtcTime { unix_seconds: d.as_secs() as i64, nanos: d.subsec_nanos() }
+        let d = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        UtcTime {
+            unix_seconds: d.as_secs() as i64,
+            nanos: d.subsec_nanos(),
+        }
     }
 
     /// Seconds as a float, for display and deltas.
@@ -63,7 +68,10 @@ impl UtcTime {
     /// Modified Julian Date (day number) and seconds of that day.
     pub fn mjd(&self) -> (i64, u32) {
         let days = self.unix_seconds.div_euclid(86400);
-        ((days + MJD_UNIX_EPOCH), self.unix_seconds.rem_euclid(86400) as u32)
+        (
+            (days + MJD_UNIX_EPOCH),
+            self.unix_seconds.rem_euclid(86400) as u32,
+        )
     }
 
     /// ISO-8601 with nanosecond precision trimmed to what is non-zero, e.g. `2024-01-01T00:00:05.5Z`.
@@ -71,7 +79,12 @@ impl UtcTime {
         let days = self.unix_seconds.div_euclid(86400);
         let sod = self.unix_seconds.rem_euclid(86400);
         let (y, m, d) = civil_from_days(days);
-        let mut s = format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}", sod / 3600, (sod / 60) % 60, sod % 60);
+        let mut s = format!(
+            "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}",
+            sod / 3600,
+            (sod / 60) % 60,
+            sod % 60
+        );
         if self.nanos != 0 {
             let frac = format!("{:09}", self.nanos);
             s.push('.');
@@ -133,7 +146,11 @@ impl VdifTime {
     pub fn from_unix_second(unix_seconds: i64) -> Result<Self> {
         let epoch = epoch_for_unix(unix_seconds)?;
         let seconds = unix_seconds - epoch_start_unix(epoch);
-        Ok(VdifTime { epoch, seconds: seconds as u32, frame: 0 })
+        Ok(VdifTime {
+            epoch,
+            seconds: seconds as u32,
+            frame: 0,
+        })
     }
 
     /// POSIX second of this time stamp (the frame number is not included).
@@ -152,7 +169,10 @@ impl VdifTime {
             });
         }
         let nanos = (u64::from(self.frame) * 1_000_000_000 / u64::from(frame_rate)) as u32;
-        Ok(UtcTime { unix_seconds: self.unix_second(), nanos })
+        Ok(UtcTime {
+            unix_seconds: self.unix_second(),
+            nanos,
+        })
     }
 }
 
@@ -210,7 +230,11 @@ impl FrameClock {
                 allowed: "0..=2^30-1 in the given epoch",
             });
         }
-        Ok(VdifTime { epoch, seconds: seconds as u32, frame })
+        Ok(VdifTime {
+            epoch,
+            seconds: seconds as u32,
+            frame,
+        })
     }
 
     /// UTC instant of the start of a global index.
@@ -249,10 +273,17 @@ mod tests {
     #[test]
     fn baseband_example_time() {
         // REFERENCE.md: epoch 48, second 5227200 -> 2024-03-01T12:00:00 (60.5 days after 2024-01-01).
-        let t = VdifTime { epoch: 48, seconds: 5227200, frame: 0 };
+        let t = VdifTime {
+            epoch: 48,
+            seconds: 5227200,
+            frame: 0,
+        };
         assert_eq!(t.to_utc(125000).unwrap().to_iso8601(), "2024-03-01T12:00:00Z");
         let half = VdifTime { frame: 62500, ..t };
-        assert_eq!(half.to_utc(125000).unwrap().to_iso8601(), "2024-03-01T12:00:00.5Z");
+        assert_eq!(
+            half.to_utc(125000).unwrap().to_iso8601(),
+            "2024-03-01T12:00:00.5Z"
+        );
     }
 
     #[test]

@@ -72,11 +72,19 @@ impl<T: AsRef<[u8]>> VdifHeader<T> {
     pub fn check(&self) -> Result<()> {
         let got = self.buffer.as_ref().len();
         if got < LEGACY_HEADER_LEN {
-            return Err(Error::Truncated { what: "VDIF header", need: LEGACY_HEADER_LEN, got });
+            return Err(Error::Truncated {
+                what: "VDIF header",
+                need: LEGACY_HEADER_LEN,
+                got,
+            });
         }
         let need = self.header_len();
         if got < need {
-            return Err(Error::Truncated { what: "VDIF header", need, got });
+            return Err(Error::Truncated {
+                what: "VDIF header",
+                need,
+                got,
+            });
         }
         let len = self.frame_len();
         if len < need {
@@ -91,7 +99,11 @@ impl<T: AsRef<[u8]>> VdifHeader<T> {
                 1 | 3 => {
                     let sync = self.word(5);
                     if sync != EDV_SYNC_WORD {
-                        return Err(Error::BadSync { what: "VDIF EDV", found: sync, expected: EDV_SYNC_WORD });
+                        return Err(Error::BadSync {
+                            what: "VDIF EDV",
+                            found: sync,
+                            expected: EDV_SYNC_WORD,
+                        });
                     }
                     if self.edv() == 3 && len != EDV3_FRAME_LEN {
                         return Err(Error::LengthMismatch {
@@ -101,13 +113,11 @@ impl<T: AsRef<[u8]>> VdifHeader<T> {
                         });
                     }
                 }
-                0 => {
-                    if (4..8).any(|w| self.word(w) != 0) {
-                        return Err(Error::Invalid {
-                            field: "VDIF EDV 0 extended words",
-                            reason: "words 4..7 must be zero when EDV is 0",
-                        });
-                    }
+                0 if (4..8).any(|w| self.word(w) != 0) => {
+                    return Err(Error::Invalid {
+                        field: "VDIF EDV 0 extended words",
+                        reason: "words 4..7 must be zero when EDV is 0",
+                    });
                 }
                 _ => {}
             }
@@ -231,7 +241,11 @@ impl<T: AsRef<[u8]>> VdifHeader<T> {
         match self.edv() {
             1 | 3 => {
                 let w = self.word(4);
-                let unit = if w & field::W4_RATE_MHZ != 0 { 1_000_000 } else { 1_000 };
+                let unit = if w & field::W4_RATE_MHZ != 0 {
+                    1_000_000
+                } else {
+                    1_000
+                };
                 Some(u64::from(w & field::W4_RATE) * unit)
             }
             _ => None,
@@ -294,7 +308,12 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> VdifHeader<T> {
     }
     /// Sets bits per sample (1..=32).
     pub fn set_bits_per_sample(&mut self, bits: u8) {
-        self.update(3, field::W3_BITS_MASK, field::W3_BITS_SHIFT, u32::from(bits.saturating_sub(1)))
+        self.update(
+            3,
+            field::W3_BITS_MASK,
+            field::W3_BITS_SHIFT,
+            u32::from(bits.saturating_sub(1)),
+        )
     }
     pub fn set_thread_id(&mut self, value: u16) {
         self.update(3, field::W3_THREAD_MASK, field::W3_THREAD_SHIFT, value as u32)
@@ -323,7 +342,11 @@ impl<T: AsRef<[u8]>> VdifFrame<T> {
     pub fn new_checked(buffer: T) -> Result<Self> {
         let len = buffer.as_ref().len();
         if len % 8 != 0 {
-            return Err(Error::NotMultiple { field: "VDIF frame length", value: len as u64, unit: 8 });
+            return Err(Error::NotMultiple {
+                field: "VDIF frame length",
+                value: len as u64,
+                unit: 8,
+            });
         }
         let header = VdifHeader::new_checked(buffer.as_ref())?;
         if header.frame_len() != len {
@@ -379,9 +402,15 @@ impl EdvSampleRate {
     pub fn from_hz(hz: u64) -> Result<Self> {
         let max = u64::from(field::W4_RATE);
         if hz % 1_000_000 == 0 && hz / 1_000_000 <= max {
-            Ok(EdvSampleRate { value: (hz / 1_000_000) as u32, mhz: true })
+            Ok(EdvSampleRate {
+                value: (hz / 1_000_000) as u32,
+                mhz: true,
+            })
         } else if hz % 1_000 == 0 && hz / 1_000 <= max {
-            Ok(EdvSampleRate { value: (hz / 1_000) as u32, mhz: false })
+            Ok(EdvSampleRate {
+                value: (hz / 1_000) as u32,
+                mhz: false,
+            })
         } else {
             Err(Error::OutOfRange {
                 field: "VDIF EDV sample rate",
@@ -482,7 +511,10 @@ impl VdifHeaderRepr {
     pub fn station_from_str(s: &str) -> Result<u16> {
         let b = s.as_bytes();
         if b.len() != 2 || !b.iter().all(|c| c.is_ascii_graphic()) {
-            return Err(Error::Invalid { field: "VDIF station ID", reason: "must be two printable ASCII characters" });
+            return Err(Error::Invalid {
+                field: "VDIF station ID",
+                reason: "must be two printable ASCII characters",
+            });
         }
         Ok(u16::from_be_bytes([b[0], b[1]]))
     }
@@ -510,17 +542,41 @@ impl VdifHeaderRepr {
     pub fn validate(&self) -> Result<()> {
         fn range(field: &'static str, value: u64, max: u64, allowed: &'static str) -> Result<()> {
             if value > max {
-                Err(Error::OutOfRange { field, value, allowed })
+                Err(Error::OutOfRange {
+                    field,
+                    value,
+                    allowed,
+                })
             } else {
                 Ok(())
             }
         }
-        range("VDIF seconds from epoch", self.seconds.into(), MAX_SECONDS.into(), "0..=2^30-1")?;
-        range("VDIF reference epoch", self.epoch.into(), MAX_EPOCH.into(), "0..=63")?;
-        range("VDIF frame number", self.frame_number.into(), MAX_FRAME_NUMBER.into(), "0..=2^24-1")?;
+        range(
+            "VDIF seconds from epoch",
+            self.seconds.into(),
+            MAX_SECONDS.into(),
+            "0..=2^30-1",
+        )?;
+        range(
+            "VDIF reference epoch",
+            self.epoch.into(),
+            MAX_EPOCH.into(),
+            "0..=63",
+        )?;
+        range(
+            "VDIF frame number",
+            self.frame_number.into(),
+            MAX_FRAME_NUMBER.into(),
+            "0..=2^24-1",
+        )?;
         range("VDIF version", self.version.into(), 7, "0..=7")?;
         range("VDIF log2(channels)", self.log2_channels.into(), 31, "0..=31")?;
-        range("VDIF thread ID", self.thread_id.into(), MAX_THREAD_ID.into(), "0..=1023")?;
+        range(
+            "VDIF thread ID",
+            self.thread_id.into(),
+            MAX_THREAD_ID.into(),
+            "0..=1023",
+        )?;
         if self.bits_per_sample == 0 || self.bits_per_sample > 32 {
             return Err(Error::OutOfRange {
                 field: "VDIF bits per sample",
@@ -529,7 +585,11 @@ impl VdifHeaderRepr {
             });
         }
         if self.frame_len % 8 != 0 {
-            return Err(Error::NotMultiple { field: "VDIF frame length", value: self.frame_len as u64, unit: 8 });
+            return Err(Error::NotMultiple {
+                field: "VDIF frame length",
+                value: self.frame_len as u64,
+                unit: 8,
+            });
         }
         if self.frame_len < self.header_len() || self.frame_len > MAX_FRAME_LEN {
             return Err(Error::OutOfRange {
@@ -578,7 +638,11 @@ impl VdifHeaderRepr {
         self.validate()?;
         let need = self.header_len();
         if buffer.len() < need {
-            return Err(Error::Truncated { what: "VDIF header", need, got: buffer.len() });
+            return Err(Error::Truncated {
+                what: "VDIF header",
+                need,
+                got: buffer.len(),
+            });
         }
         let w0 = (u32::from(self.invalid) << 31) | (u32::from(self.legacy) << 30) | self.seconds;
         let w1 = (u32::from(self.epoch) << 24) | self.frame_number;
@@ -609,7 +673,12 @@ impl VdifHeaderRepr {
 
     /// Samples carried by one frame: payload bits / (bits x channels x (2 if complex)).
     pub fn samples_per_frame(&self) -> Result<u64> {
-        samples_per_frame(self.payload_len(), self.bits_per_sample, self.channels(), self.complex)
+        samples_per_frame(
+            self.payload_len(),
+            self.bits_per_sample,
+            self.channels(),
+            self.complex,
+        )
     }
 }
 
@@ -618,24 +687,44 @@ impl VdifHeaderRepr {
 pub fn samples_per_frame(payload_len: usize, bits: u8, channels: u32, complex: bool) -> Result<u64> {
     let bits_per_time = u64::from(bits) * u64::from(channels) * if complex { 2 } else { 1 };
     if bits_per_time == 0 {
-        return Err(Error::Invalid { field: "VDIF sample size", reason: "bits and channels must be non-zero" });
+        return Err(Error::Invalid {
+            field: "VDIF sample size",
+            reason: "bits and channels must be non-zero",
+        });
     }
     let payload_bits = payload_len as u64 * 8;
     if payload_bits % bits_per_time != 0 {
-        return Err(Error::NotMultiple { field: "VDIF payload bits", value: payload_bits, unit: bits_per_time });
+        return Err(Error::NotMultiple {
+            field: "VDIF payload bits",
+            value: payload_bits,
+            unit: bits_per_time,
+        });
     }
     Ok(payload_bits / bits_per_time)
 }
 
 /// Frames per second per thread for a sample rate (complex samples per second for complex data).
 /// Errors unless a second holds a whole number of frames, as VDIF requires.
-pub fn frame_rate(sample_rate_hz: u64, bits: u8, channels: u32, complex: bool, payload_len: usize) -> Result<u32> {
+pub fn frame_rate(
+    sample_rate_hz: u64,
+    bits: u8,
+    channels: u32,
+    complex: bool,
+    payload_len: usize,
+) -> Result<u32> {
     let spf = samples_per_frame(payload_len, bits, channels, complex)?;
     if spf == 0 {
-        return Err(Error::Invalid { field: "VDIF payload length", reason: "payload holds no sample" });
+        return Err(Error::Invalid {
+            field: "VDIF payload length",
+            reason: "payload holds no sample",
+        });
     }
     if sample_rate_hz % spf != 0 {
-        return Err(Error::NotMultiple { field: "VDIF sample rate (Hz)", value: sample_rate_hz, unit: spf });
+        return Err(Error::NotMultiple {
+            field: "VDIF sample rate (Hz)",
+            value: sample_rate_hz,
+            unit: spf,
+        });
     }
     let rate = sample_rate_hz / spf;
     if rate == 0 || rate > u64::from(MAX_FRAME_NUMBER) + 1 {
@@ -698,11 +787,21 @@ mod tests {
     #[test]
     fn errors_name_the_field() {
         let base = VdifHeaderRepr::default();
-        let e = VdifHeaderRepr { thread_id: 1024, ..base }.validate().unwrap_err();
+        let e = VdifHeaderRepr {
+            thread_id: 1024,
+            ..base
+        }
+        .validate()
+        .unwrap_err();
         assert!(e.to_string().contains("thread ID"), "{e}");
         let e = VdifHeaderRepr { epoch: 64, ..base }.validate().unwrap_err();
         assert!(e.to_string().contains("epoch"), "{e}");
-        let e = VdifHeaderRepr { frame_len: 8228, ..base }.validate().unwrap_err();
+        let e = VdifHeaderRepr {
+            frame_len: 8228,
+            ..base
+        }
+        .validate()
+        .unwrap_err();
         assert!(e.to_string().contains("multiple of 8"), "{e}");
         let e = VdifHeaderRepr { edv: 1, ..base }.validate().unwrap_err();
         assert!(matches!(e, Error::BadSync { .. }), "{e}");
@@ -721,7 +820,11 @@ mod tests {
 
     #[test]
     fn legacy_header_is_16_bytes() {
-        let repr = VdifHeaderRepr { legacy: true, frame_len: 1016, ..Default::default() };
+        let repr = VdifHeaderRepr {
+            legacy: true,
+            frame_len: 1016,
+            ..Default::default()
+        };
         let mut frame = vec![0xaau8; 1016];
         repr.emit(&mut frame).unwrap();
         assert_eq!(frame[16], 0xaa, "legacy emit must not touch words 4..7");
@@ -738,58 +841,85 @@ mod tests {
 
     #[test]
     fn edv3_needs_5032_bytes_and_sync() {
-        let ok = VdifHeaderRepr { frame_len: 5032, ..Default::default() }
-            .with_sample_rate(3, EdvSampleRate::from_hz(64_000_000).unwrap());
+        let ok = VdifHeaderRepr {
+            frame_len: 5032,
+            ..Default::default()
+        }
+        .with_sample_rate(3, EdvSampleRate::from_hz(64_000_000).unwrap());
         let bytes = ok.to_bytes().unwrap();
         let h = VdifHeader::new_checked(&bytes[..]).unwrap();
         assert_eq!(h.sample_rate_hz(), Some(64_000_000));
-        let bad = VdifHeaderRepr { frame_len: 8224, ..ok };
+        let bad = VdifHeaderRepr {
+            frame_len: 8224,
+            ..ok
+        };
         assert!(bad.validate().is_err());
     }
 
     fn arb_repr() -> impl Strategy<Value = VdifHeaderRepr> {
         (
-            (any::<bool>(), any::<bool>(), 0..=MAX_SECONDS, 0..=MAX_EPOCH, 0..=MAX_FRAME_NUMBER, 0u8..8),
-            (0u8..32, 2usize..=(MAX_FRAME_LEN / 8), any::<bool>(), 1u8..=32, 0..=MAX_THREAD_ID, any::<u16>()),
-            (prop_oneof![Just(0u8), Just(1u8), Just(3u8), 4u8..=255], 0u32..(1 << 23), any::<bool>(), any::<[u32; 2]>()),
+            (
+                any::<bool>(),
+                any::<bool>(),
+                0..=MAX_SECONDS,
+                0..=MAX_EPOCH,
+                0..=MAX_FRAME_NUMBER,
+                0u8..8,
+            ),
+            (
+                0u8..32,
+                2usize..=(MAX_FRAME_LEN / 8),
+                any::<bool>(),
+                1u8..=32,
+                0..=MAX_THREAD_ID,
+                any::<u16>(),
+            ),
+            (
+                prop_oneof![Just(0u8), Just(1u8), Just(3u8), 4u8..=255],
+                0u32..(1 << 23),
+                any::<bool>(),
+                any::<[u32; 2]>(),
+            ),
         )
-            .prop_map(|((inv, legacy, s, ep, fr, ver), (l2, len8, cx, bits, th, st), (edv, rate, mhz, w67))| {
-                let mut r = VdifHeaderRepr {
-                    invalid: inv,
-                    legacy,
-                    seconds: s,
-                    epoch: ep,
-                    frame_number: fr,
-                    version: ver,
-                    log2_channels: l2,
-                    frame_len: len8 * 8,
-                    complex: cx,
-                    bits_per_sample: bits,
-                    thread_id: th,
-                    station_id: st,
-                    edv: 0,
-                    edv_words: [0; 4],
-                };
-                if legacy {
-                    return r;
-                }
-                match edv {
-                    0 => {}
-                    1 | 3 => {
-                        r = r.with_sample_rate(edv, EdvSampleRate { value: rate, mhz });
-                        r.edv_words[2] = w67[0];
-                        r.edv_words[3] = w67[1];
-                        if edv == 3 {
-                            r.frame_len = EDV3_FRAME_LEN;
+            .prop_map(
+                |((inv, legacy, s, ep, fr, ver), (l2, len8, cx, bits, th, st), (edv, rate, mhz, w67))| {
+                    let mut r = VdifHeaderRepr {
+                        invalid: inv,
+                        legacy,
+                        seconds: s,
+                        epoch: ep,
+                        frame_number: fr,
+                        version: ver,
+                        log2_channels: l2,
+                        frame_len: len8 * 8,
+                        complex: cx,
+                        bits_per_sample: bits,
+                        thread_id: th,
+                        station_id: st,
+                        edv: 0,
+                        edv_words: [0; 4],
+                    };
+                    if legacy {
+                        return r;
+                    }
+                    match edv {
+                        0 => {}
+                        1 | 3 => {
+                            r = r.with_sample_rate(edv, EdvSampleRate { value: rate, mhz });
+                            r.edv_words[2] = w67[0];
+                            r.edv_words[3] = w67[1];
+                            if edv == 3 {
+                                r.frame_len = EDV3_FRAME_LEN;
+                            }
+                        }
+                        other => {
+                            r.edv = other;
+                            r.edv_words = [rate, w67[0], w67[1], w67[0] ^ w67[1]];
                         }
                     }
-                    other => {
-                        r.edv = other;
-                        r.edv_words = [rate, w67[0], w67[1], w67[0] ^ w67[1]];
-                    }
-                }
-                r
-            })
+                    r
+                },
+            )
     }
 
     proptest! {
