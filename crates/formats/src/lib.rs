@@ -12,8 +12,10 @@ pub mod error;
 pub mod flexbuff;
 pub mod mark5b;
 pub mod mark6;
+pub mod names;
 pub mod samples;
 pub mod time;
 pub mod vdif;
 
 pub use error::{Error, Result};
+pub use names::validate_scan_name;
