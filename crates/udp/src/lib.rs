@@ -1,1 +1,30 @@
-//! Batched UDP I/O for the data plane (being written).
+//! Batched UDP I/O for the vlbiflow data plane (Linux only).
+//!
+//! - [`socket`]: open sockets with forced buffer sizes, GRO and the kernel drop counter, reporting what
+//!   the kernel granted and which sysctl to raise otherwise.
+//! - [`send`]: `sendmmsg` batches of up-to-two-part messages and UDP GSO super-datagrams.
+//! - [`recv`]: `recvmmsg` into caller-provided buffers, with per-message length, truncation, GRO segment
+//!   size and source, and the cumulative kernel drop count.
+//! - [`pace`]: absolute-schedule rate pacing and a per-second rate meter.
+//! - [`snmp`]: the kernel's UDP counters from `/proc/net/snmp`.
+//! - [`sink`]: a discarding receiver with per-second counts and sequence-number loss accounting.
+//!
+//! Everything allocates at construction only; the send and receive paths do not allocate.
+
+#[cfg(not(target_os = "linux"))]
+compile_error!("vlbiflow-udp uses Linux-only socket features (sendmmsg, recvmmsg, UDP GSO/GRO)");
+
+pub mod pace;
+pub mod recv;
+pub mod send;
+pub mod sink;
+pub mod snmp;
+pub mod socket;
+mod sys;
+
+pub use pace::{Pacer, RateMeter, WindowStats};
+pub use recv::{BatchReceiver, RecvBatch, RecvMeta};
+pub use send::{Batch, BatchSender, GsoError, RetryPolicy, SendError, SendStats, Sent};
+pub use sink::{run_sink, PsnTracker, SinkConfig, SinkReport, SinkSecond};
+pub use snmp::{SnmpError, UdpCounters};
+pub use socket::{open_udp, BufferKind, BufferReport, Feature, SocketError, SocketReport, UdpConfig};

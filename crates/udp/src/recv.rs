@@ -1,0 +1,351 @@
+//! Batched receiving with `recvmmsg` straight into caller-provided buffers (e.g. frame slots of a
+//! recorder's block buffer), reporting per message its length, truncation, GRO segment size and source,
+//! plus the socket's cumulative kernel drop count (SO_RXQ_OVFL).
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::ptr;
+use std::time::{Duration, Instant};
+
+use crate::sys::{self, CmsgSpace, RawArray};
+
+/// One received message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RecvMeta {
+    /// Bytes written into the buffer.
+    pub len: usize,
+    /// The datagram was longer than the buffer and was cut (MSG_TRUNC).
+    pub truncated: bool,
+    /// With GRO: the kernel coalesced several datagrams of this size (the last may be shorter) into this
+    /// message. None for an ordinary single datagram.
+    pub gro_segment: Option<u16>,
+    /// Sender address, when the receiver was asked to collect it.
+    pub source: Option<SocketAddr>,
+}
+
+impl RecvMeta {
+    /// Size of the datagrams this message holds (its whole length when not coalesced).
+    pub fn segment_size(&self) -> usize {
+        match self.gro_segment {
+            Some(s) if s > 0 => s as usize,
+            _ => self.len,
+        }
+    }
+
+    /// Number of wire datagrams this message holds.
+    pub fn datagrams(&self) -> usize {
+        if self.len == 0 {
+            // A zero-length datagram is still one datagram.
+            return 1;
+        }
+        self.len.div_ceil(self.segment_size())
+    }
+
+    /// The wire datagrams inside `buf` (the buffer this message was received into).
+    pub fn segments<'a>(&self, buf: &'a [u8]) -> impl Iterator<Item = &'a [u8]> + 'a {
+        let data = &buf[..self.len.min(buf.len())];
+        let step = self.segment_size().max(1);
+        let empty = data.is_empty();
+        data.chunks(step).chain(empty.then_some(data))
+    }
+}
+
+/// Counters kept across receives.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RecvStats {
+    /// `recvmmsg` calls that returned messages.
+    pub syscalls: u64,
+    /// Messages received (a GRO message counts once).
+    pub messages: u64,
+    /// Wire datagrams received (GRO messages count their segments).
+    pub datagrams: u64,
+    /// Bytes received.
+    pub bytes: u64,
+    /// Messages cut short because the buffer was too small.
+    pub truncated: u64,
+    /// Receives that ended with nothing after the timeout.
+    pub timeouts: u64,
+}
+
+/// The messages of one [`BatchReceiver::recv`]: entry `i` landed in the `i`-th buffer given.
+#[derive(Debug)]
+pub struct RecvBatch<'a> {
+    metas: &'a [RecvMeta],
+    kernel_drops: u64,
+}
+
+impl<'a> RecvBatch<'a> {
+    /// Messages received (0 after a timeout).
+    pub fn len(&self) -> usize {
+        self.metas.len()
+    }
+
+    /// True after a timeout.
+    pub fn is_empty(&self) -> bool {
+        self.metas.is_empty()
+    }
+
+    /// Per-message results, in buffer order.
+    pub fn messages(&self) -> &'a [RecvMeta] {
+        self.metas
+    }
+
+    /// Wire datagrams in this batch (counting GRO segments).
+    pub fn datagrams(&self) -> usize {
+        self.metas.iter().map(RecvMeta::datagrams).sum()
+    }
+
+    /// Bytes in this batch.
+    pub fn bytes(&self) -> usize {
+        self.metas.iter().map(|m| m.len).sum()
+    }
+
+    /// Datagrams the kernel dropped on this socket so far (needs SO_RXQ_OVFL; see
+    /// [`BatchReceiver::kernel_drops`]).
+    pub fn kernel_drops(&self) -> u64 {
+        self.kernel_drops
+    }
+}
+
+/// Preallocated storage for receiving up to `capacity` messages per `recvmmsg`.
+pub struct BatchReceiver {
+    capacity: usize,
+    want_source: bool,
+    hdrs: RawArray<libc::mmsghdr>,
+    iovs: RawArray<libc::iovec>,
+    cmsgs: RawArray<CmsgSpace>,
+    addrs: RawArray<libc::sockaddr_storage>,
+    metas: Box<[RecvMeta]>,
+    last_drop_counter: u32,
+    kernel_drops: u64,
+    stats: RecvStats,
+}
+
+// SAFETY: the headers point only into storage this value owns; caller buffers are referenced only
+// during a recv call, which borrows them.
+unsafe impl Send for BatchReceiver {}
+
+impl BatchReceiver {
+    /// A receiver for at most `capacity` messages per call (at least 1; the kernel caps one call at 1024).
+    pub fn new(capacity: usize) -> Self {
+        let capacity = capacity.max(1);
+        BatchReceiver {
+            capacity,
+            want_source: false,
+            hdrs: RawArray::new(capacity, sys::zeroed),
+            iovs: RawArray::new(capacity, sys::zeroed),
+            cmsgs: RawArray::new(capacity, || [0u64; 8]),
+            addrs: RawArray::new(capacity, sys::zeroed),
+            metas: vec![RecvMeta::default(); capacity].into_boxed_slice(),
+            last_drop_counter: 0,
+            kernel_drops: 0,
+            stats: RecvStats::default(),
+        }
+    }
+
+    /// Also collect each message's source address.
+    pub fn with_source(mut self, want_source: bool) -> Self {
+        self.want_source = want_source;
+        self
+    }
+
+    /// Messages per call.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Counters since construction.
+    pub fn stats(&self) -> RecvStats {
+        self.stats
+    }
+
+    /// Datagrams the kernel dropped for this socket (receive queue full, etc.) as last reported by
+    /// SO_RXQ_OVFL, counted from when the option was enabled. Stays 0 without the option.
+    pub fn kernel_drops(&self) -> u64 {
+        self.kernel_drops
+    }
+
+    /// Receives up to `capacity` messages, one into each buffer `bufs` yields (buffers beyond capacity
+    /// are not taken from the iterator, so pass `iter.by_ref()` to keep the rest). Waits at most
+    /// `timeout` for the first message (zero: just look), then takes whatever is queued without waiting.
+    /// An empty batch means the timeout passed.
+    pub fn recv<'b, I>(
+        &mut self,
+        sock: &impl AsRawFd,
+        bufs: I,
+        timeout: Duration,
+    ) -> io::Result<RecvBatch<'_>>
+    where
+        I: IntoIterator<Item = &'b mut [u8]>,
+    {
+        let fd = sock.as_raw_fd();
+        let mut n = 0;
+        for buf in bufs.into_iter().take(self.capacity) {
+            // SAFETY: n < capacity; the buffer is exclusively borrowed for this call.
+            unsafe {
+                *self.iovs.at(n) = libc::iovec {
+                    iov_base: buf.as_mut_ptr() as *mut libc::c_void,
+                    iov_len: buf.len(),
+                };
+            }
+            n += 1;
+        }
+        if n == 0 {
+            return Ok(RecvBatch {
+                metas: &self.metas[..0],
+                kernel_drops: self.kernel_drops,
+            });
+        }
+        let mut deadline: Option<Instant> = None;
+        let got = loop {
+            self.prepare(n);
+            // SAFETY: entries 0..n point at live buffers and owned control/address storage.
+            let rc = unsafe {
+                libc::recvmmsg(
+                    fd,
+                    self.hdrs.at(0),
+                    n as libc::c_uint,
+                    libc::MSG_DONTWAIT,
+                    ptr::null_mut(),
+                )
+            };
+            if rc >= 0 {
+                break rc as usize;
+            }
+            let err = io::Error::last_os_error();
+            match err.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::EAGAIN) => {
+                    let now = Instant::now();
+                    let end = *deadline.get_or_insert(now + timeout);
+                    if now >= end || !sys::poll_fd(fd, libc::POLLIN, end - now)? && Instant::now() >= end {
+                        self.stats.timeouts += 1;
+                        return Ok(RecvBatch {
+                            metas: &self.metas[..0],
+                            kernel_drops: self.kernel_drops,
+                        });
+                    }
+                }
+                _ => return Err(err),
+            }
+        };
+        for i in 0..got {
+            self.metas[i] = self.read_meta(i);
+            let m = self.metas[i];
+            self.stats.bytes += m.len as u64;
+            self.stats.datagrams += m.datagrams() as u64;
+            self.stats.truncated += m.truncated as u64;
+        }
+        self.stats.syscalls += 1;
+        self.stats.messages += got as u64;
+        Ok(RecvBatch {
+            metas: &self.metas[..got],
+            kernel_drops: self.kernel_drops,
+        })
+    }
+
+    /// Receives one message into `buf`; None when `timeout` passed first. Split a GRO message into its
+    /// datagrams with [`RecvMeta::segments`].
+    pub fn recv_into(
+        &mut self,
+        sock: &impl AsRawFd,
+        buf: &mut [u8],
+        timeout: Duration,
+    ) -> io::Result<Option<RecvMeta>> {
+        let batch = self.recv(sock, std::iter::once(buf), timeout)?;
+        Ok(batch.messages().first().copied())
+    }
+
+    /// Points entries 0..n at their iovec and storage and resets the in/out fields the kernel rewrites.
+    fn prepare(&mut self, n: usize) {
+        for i in 0..n {
+            // SAFETY: i < n <= capacity.
+            unsafe {
+                let entry = &mut *self.hdrs.at(i);
+                entry.msg_len = 0;
+                let hdr = &mut entry.msg_hdr;
+                hdr.msg_iov = self.iovs.at(i);
+                hdr.msg_iovlen = 1;
+                hdr.msg_control = self.cmsgs.at(i) as *mut libc::c_void;
+                hdr.msg_controllen = std::mem::size_of::<CmsgSpace>() as _;
+                hdr.msg_flags = 0;
+                if self.want_source {
+                    hdr.msg_name = self.addrs.at(i) as *mut libc::c_void;
+                    hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+                } else {
+                    hdr.msg_name = ptr::null_mut();
+                    hdr.msg_namelen = 0;
+                }
+            }
+        }
+    }
+
+    fn read_meta(&mut self, i: usize) -> RecvMeta {
+        // SAFETY: i < the count recvmmsg returned; the kernel filled this entry.
+        unsafe {
+            let entry = &*self.hdrs.at(i);
+            let hdr = &entry.msg_hdr;
+            let mut meta = RecvMeta {
+                len: entry.msg_len as usize,
+                truncated: hdr.msg_flags & libc::MSG_TRUNC != 0,
+                gro_segment: None,
+                source: None,
+            };
+            if self.want_source {
+                meta.source = sys::read_sockaddr(&*self.addrs.at(i), hdr.msg_namelen);
+            }
+            let mut cmsg = libc::CMSG_FIRSTHDR(hdr);
+            while !cmsg.is_null() {
+                let c = &*cmsg;
+                let data = libc::CMSG_DATA(cmsg);
+                if c.cmsg_level == sys::SOL_UDP && c.cmsg_type == sys::UDP_GRO {
+                    let size = ptr::read_unaligned(data as *const libc::c_int);
+                    meta.gro_segment = u16::try_from(size).ok().filter(|&s| s > 0);
+                } else if c.cmsg_level == libc::SOL_SOCKET && c.cmsg_type == sys::SO_RXQ_OVFL {
+                    let counter = ptr::read_unaligned(data as *const u32);
+                    // The counter is the socket's cumulative drop count when this datagram was queued;
+                    // it wraps at 2^32, so accumulate differences.
+                    let delta = counter.wrapping_sub(self.last_drop_counter);
+                    if delta < u32::MAX / 2 {
+                        self.kernel_drops += delta as u64;
+                        self.last_drop_counter = counter;
+                    }
+                }
+                cmsg = libc::CMSG_NXTHDR(hdr, cmsg);
+            }
+            meta
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segments_split_gro_messages() {
+        let buf: Vec<u8> = (0..=255u8).cycle().take(1000).collect();
+        let meta = RecvMeta {
+            len: 250,
+            truncated: false,
+            gro_segment: Some(100),
+            source: None,
+        };
+        let parts: Vec<&[u8]> = meta.segments(&buf).collect();
+        assert_eq!(parts.len(), 3);
+        assert_eq!(meta.datagrams(), 3);
+        assert_eq!(parts[0], &buf[..100]);
+        assert_eq!(parts[2], &buf[200..250]);
+
+        let single = RecvMeta {
+            len: 40,
+            ..RecvMeta::default()
+        };
+        assert_eq!(single.segments(&buf).count(), 1);
+        assert_eq!(single.datagrams(), 1);
+        let empty = RecvMeta::default();
+        assert_eq!(empty.segments(&buf).collect::<Vec<_>>(), vec![&[][..]]);
+        assert_eq!(empty.datagrams(), 1);
+    }
+}

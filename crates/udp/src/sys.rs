@@ -1,0 +1,173 @@
+//! Thin helpers over libc shared by the socket, send and receive modules: option constants (defined here so
+//! we do not depend on which libc target module happens to export them), a fixed heap array addressed only
+//! through raw pointers (so pointers handed to the kernel stay valid however the owner is moved), `poll`
+//! with a timeout, and socket-address conversion.
+
+use std::io;
+use std::mem;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+pub(crate) const SOL_UDP: libc::c_int = 17;
+/// `setsockopt`/cmsg: segment size for UDP generic segmentation offload (send side).
+pub(crate) const UDP_SEGMENT: libc::c_int = 103;
+/// `setsockopt`/cmsg: enable UDP generic receive offload; the cmsg carries the segment size.
+pub(crate) const UDP_GRO: libc::c_int = 104;
+pub(crate) const SO_SNDBUFFORCE: libc::c_int = 32;
+pub(crate) const SO_RCVBUFFORCE: libc::c_int = 33;
+/// Socket option and cmsg type carrying the cumulative count of datagrams dropped for this socket.
+pub(crate) const SO_RXQ_OVFL: libc::c_int = 40;
+
+/// Control-message storage for one message: room for two 4-byte cmsgs (GRO segment size and the drop
+/// counter) with their headers, 8-byte aligned as `cmsghdr` requires.
+pub(crate) type CmsgSpace = [u64; 8];
+
+/// A fixed-length heap array that is only ever accessed through the raw pointer taken at allocation, so
+/// pointers into it that were given to `msghdr`/`mmsghdr` never get invalidated by later reborrows.
+pub(crate) struct RawArray<T> {
+    ptr: *mut T,
+    len: usize,
+}
+
+impl<T> RawArray<T> {
+    /// Allocates `len` elements each set to `init()`.
+    pub(crate) fn new(len: usize, mut init: impl FnMut() -> T) -> Self {
+        let boxed: Box<[T]> = (0..len).map(|_| init()).collect();
+        let len = boxed.len();
+        let ptr = Box::into_raw(boxed) as *mut T;
+        RawArray { ptr, len }
+    }
+
+    /// Pointer to element `i`. Panics when `i > len` (one past the end is allowed, for `add` arithmetic).
+    #[inline]
+    pub(crate) fn at(&self, i: usize) -> *mut T {
+        assert!(i <= self.len, "RawArray index {i} out of bounds {}", self.len);
+        // SAFETY: i <= len keeps the pointer within (or one past) the allocation.
+        unsafe { self.ptr.add(i) }
+    }
+}
+
+impl<T> Drop for RawArray<T> {
+    fn drop(&mut self) {
+        // SAFETY: ptr/len came from Box::into_raw of a boxed slice of exactly this length.
+        unsafe {
+            drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+                self.ptr, self.len,
+            )))
+        }
+    }
+}
+
+// SAFETY: RawArray owns its elements exclusively, like a Box<[T]>.
+unsafe impl<T: Send> Send for RawArray<T> {}
+
+/// The errno of the last failed libc call.
+#[inline]
+pub(crate) fn errno() -> i32 {
+    io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// Waits until `fd` has any of `events`, for at most `timeout` (rounded up to whole milliseconds so a
+/// short positive timeout never becomes a busy poll). Returns false on timeout. EINTR counts as "not
+/// ready yet" and returns false, so callers re-check their own deadline and stop flags.
+pub(crate) fn poll_fd(fd: RawFd, events: libc::c_short, timeout: Duration) -> io::Result<bool> {
+    let mut ms = timeout.as_millis();
+    if Duration::from_millis(ms as u64) < timeout {
+        ms += 1;
+    }
+    let ms = ms.min(i32::MAX as u128) as libc::c_int;
+    let mut pfd = libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
+    if rc < 0 {
+        let err = io::Error::last_os_error();
+        return if err.kind() == io::ErrorKind::Interrupted {
+            Ok(false)
+        } else {
+            Err(err)
+        };
+    }
+    Ok(rc > 0)
+}
+
+/// Writes `addr` into `storage` and returns the length to pass as `msg_namelen`.
+pub(crate) fn write_sockaddr(addr: &SocketAddr, storage: &mut libc::sockaddr_storage) -> libc::socklen_t {
+    match addr {
+        SocketAddr::V4(a) => {
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
+            let sin = unsafe { &mut *(storage as *mut _ as *mut libc::sockaddr_in) };
+            sin.sin_family = libc::AF_INET as libc::sa_family_t;
+            sin.sin_port = a.port().to_be();
+            sin.sin_addr = libc::in_addr {
+                s_addr: u32::from_ne_bytes(a.ip().octets()),
+            };
+            sin.sin_zero = [0; 8];
+            mem::size_of::<libc::sockaddr_in>() as libc::socklen_t
+        }
+        SocketAddr::V6(a) => {
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
+            let sin6 = unsafe { &mut *(storage as *mut _ as *mut libc::sockaddr_in6) };
+            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            sin6.sin6_port = a.port().to_be();
+            sin6.sin6_flowinfo = a.flowinfo();
+            sin6.sin6_addr = libc::in6_addr {
+                s6_addr: a.ip().octets(),
+            };
+            sin6.sin6_scope_id = a.scope_id();
+            mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t
+        }
+    }
+}
+
+/// Reads an IPv4/IPv6 address the kernel wrote into `storage`; None for other families or short lengths.
+pub(crate) fn read_sockaddr(storage: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
+    let len = len as usize;
+    match storage.ss_family as libc::c_int {
+        libc::AF_INET if len >= mem::size_of::<libc::sockaddr_in>() => {
+            // SAFETY: family and length say the storage holds a sockaddr_in.
+            let sin = unsafe { &*(storage as *const _ as *const libc::sockaddr_in) };
+            let ip = Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes());
+            Some(SocketAddr::V4(SocketAddrV4::new(ip, u16::from_be(sin.sin_port))))
+        }
+        libc::AF_INET6 if len >= mem::size_of::<libc::sockaddr_in6>() => {
+            // SAFETY: family and length say the storage holds a sockaddr_in6.
+            let sin6 = unsafe { &*(storage as *const _ as *const libc::sockaddr_in6) };
+            let ip = Ipv6Addr::from(sin6.sin6_addr.s6_addr);
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                ip,
+                u16::from_be(sin6.sin6_port),
+                sin6.sin6_flowinfo,
+                sin6.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
+/// An all-zero value of a plain C struct.
+#[inline]
+pub(crate) fn zeroed<T: Copy>() -> T {
+    // SAFETY: only used for libc POD structs (mmsghdr, iovec, sockaddr_storage) where all-zero is valid.
+    unsafe { mem::zeroed() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sockaddr_round_trip() {
+        for addr in ["127.0.0.1:4660", "[::1]:17", "[fe80::1%3]:9"] {
+            let addr: SocketAddr = addr.parse().unwrap();
+            let mut storage = zeroed::<libc::sockaddr_storage>();
+            let len = write_sockaddr(&addr, &mut storage);
+            assert_eq!(read_sockaddr(&storage, len), Some(addr));
+            assert_eq!(read_sockaddr(&storage, len - 1), None);
+        }
+    }
+}

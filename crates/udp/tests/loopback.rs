@@ -1,0 +1,411 @@
+//! Real loopback sockets: batched sends and receives, GSO with and without GRO, buffer forcing, kernel
+//! drop counting, error paths and the sink.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use vlbiflow_udp::recv::BatchReceiver;
+use vlbiflow_udp::send::{BatchSender, GsoError};
+use vlbiflow_udp::sink::{Sink, SinkConfig, StopReason};
+use vlbiflow_udp::socket::{open_udp, BufferKind, Feature, UdpConfig};
+use vlbiflow_udp::UdpCounters;
+
+const FRAME: usize = 8224;
+const WAIT: Duration = Duration::from_secs(5);
+
+fn localhost() -> SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+/// A receiver with a forced 32 MiB buffer.
+fn receiver(gro: bool) -> (UdpSocket, SocketAddr) {
+    let mut cfg = UdpConfig::receiver(localhost());
+    cfg.recv_buffer = Some(32 << 20);
+    cfg.gro = gro;
+    cfg.rxq_ovfl = true;
+    let (sock, report) = open_udp(&cfg).unwrap();
+    if gro {
+        assert_eq!(report.gro, Feature::Enabled);
+    }
+    (sock, report.local)
+}
+
+fn sender(dest: SocketAddr) -> UdpSocket {
+    open_udp(&UdpConfig::sender(dest)).unwrap().0
+}
+
+/// Frame `i`: bytes that depend on the frame number and position.
+fn frame(i: u64, len: usize) -> Vec<u8> {
+    (0..len).map(|k| (i as usize * 7 + k * 13) as u8).collect()
+}
+
+/// Receives exactly `n` messages into `slot`-sized slots of `region`, batch after batch.
+fn recv_n(
+    rx: &mut BatchReceiver,
+    sock: &UdpSocket,
+    region: &mut [u8],
+    slot: usize,
+    n: usize,
+) -> Vec<(usize, vlbiflow_udp::RecvMeta)> {
+    let mut out = Vec::new();
+    let mut next = 0;
+    while out.len() < n {
+        let batch = rx
+            .recv(sock, region[next * slot..].chunks_exact_mut(slot), WAIT)
+            .unwrap();
+        assert!(!batch.is_empty(), "timed out after {} of {n} messages", out.len());
+        for m in batch.messages() {
+            out.push((next, *m));
+            next += 1;
+        }
+    }
+    out
+}
+
+#[test]
+fn two_part_messages_round_trip() {
+    let (rx_sock, dest) = receiver(false);
+    let tx_sock = sender(dest);
+    let tx_local = tx_sock.local_addr().unwrap();
+    let frames: Vec<Vec<u8>> = (0..256)
+        .map(|i| frame(i, FRAME - (i as usize % 3) * 100))
+        .collect();
+    let psns: Vec<[u8; 8]> = (0..256u64).map(|i| (1_000_000 + i).to_le_bytes()).collect();
+
+    let mut tx = BatchSender::new(64);
+    let mut rx = BatchReceiver::new(32).with_source(true);
+    let slot = 9000;
+    let mut region = vec![0u8; 64 * slot];
+    for chunk in 0..4 {
+        let range = chunk * 64..(chunk + 1) * 64;
+        let mut batch = tx.batch();
+        for i in range.clone() {
+            assert!(batch.push(&[&psns[i], &frames[i]]));
+        }
+        assert!(!batch.push(&[&psns[0]]), "batch must report full");
+        let sent = batch.flush(&tx_sock).unwrap();
+        assert_eq!(sent.messages, 64);
+        assert_eq!(
+            sent.bytes,
+            range.clone().map(|i| 8 + frames[i].len()).sum::<usize>()
+        );
+        drop(batch);
+
+        for (slot_no, meta) in recv_n(&mut rx, &rx_sock, &mut region, slot, 64) {
+            let i = range.start + slot_no;
+            let got = &region[slot_no * slot..][..meta.len];
+            assert_eq!(meta.len, 8 + frames[i].len());
+            assert!(!meta.truncated);
+            assert_eq!(meta.gro_segment, None);
+            assert_eq!(meta.source, Some(tx_local));
+            assert_eq!(&got[..8], &psns[i]);
+            assert_eq!(&got[8..], &frames[i][..]);
+        }
+    }
+    let stats = tx.stats();
+    assert_eq!(stats.messages, 256);
+    assert_eq!(stats.datagrams, 256);
+    assert_eq!(rx.stats().messages, 256);
+    assert_eq!(rx.kernel_drops(), 0);
+}
+
+#[test]
+fn send_all_to_unconnected_destination() {
+    let (rx_sock, dest) = receiver(false);
+    let tx_sock = UdpSocket::bind(localhost()).unwrap();
+    let frames: Vec<Vec<u8>> = (0..50).map(|i| frame(i, 1000)).collect();
+    let mut tx = BatchSender::new(16);
+    {
+        let mut batch = tx.batch();
+        for f in &frames[..10] {
+            assert!(batch.push_to(&[f], &dest));
+        }
+        assert_eq!(batch.flush(&tx_sock).unwrap().messages, 10);
+    }
+    let mut rx = BatchReceiver::new(64);
+    let mut region = vec![0u8; 64 * 2048];
+    let got = recv_n(&mut rx, &rx_sock, &mut region, 2048, 10);
+    assert_eq!(got.len(), 10);
+
+    // send_all on a connected socket splits into capacity-sized batches.
+    let tx_sock = sender(dest);
+    let sent = tx
+        .send_all(&tx_sock, frames.iter().map(|f| [&f[..500], &f[500..]]))
+        .unwrap();
+    assert_eq!(sent.messages, 50);
+    assert_eq!(sent.bytes, 50_000);
+    let got = recv_n(&mut rx, &rx_sock, &mut region, 2048, 50);
+    for (slot_no, meta) in got {
+        assert_eq!(&region[slot_no * 2048..][..meta.len], &frames[slot_no][..]);
+    }
+}
+
+/// `k` PSN-prefixed frames laid out back to back, as a GSO sender would.
+fn gso_buffer(first: u64, k: usize, seg: usize) -> Vec<u8> {
+    let mut buf = Vec::with_capacity(k * seg);
+    for i in 0..k as u64 {
+        buf.extend_from_slice(&(first + i).to_le_bytes());
+        buf.extend_from_slice(&frame(first + i, seg - 8));
+    }
+    buf
+}
+
+#[test]
+fn gso_without_gro_arrives_as_single_datagrams() {
+    let (rx_sock, dest) = receiver(false);
+    let tx_sock = sender(dest);
+    let buf = gso_buffer(0, 7, FRAME);
+    let mut tx = BatchSender::new(4);
+    let sent = tx.send_gso(&tx_sock, &buf, FRAME as u16).unwrap();
+    assert_eq!((sent.messages, sent.datagrams, sent.bytes), (1, 7, 7 * FRAME));
+
+    let mut rx = BatchReceiver::new(16);
+    let mut region = vec![0u8; 16 * 65536];
+    let got = recv_n(&mut rx, &rx_sock, &mut region, 65536, 7);
+    for (slot_no, meta) in got {
+        assert_eq!(meta.len, FRAME);
+        assert_eq!(meta.gro_segment, None);
+        assert_eq!(
+            &region[slot_no * 65536..][..FRAME],
+            &buf[slot_no * FRAME..][..FRAME]
+        );
+    }
+}
+
+#[test]
+fn gso_batch_with_gro_arrives_as_super_datagrams() {
+    let (rx_sock, dest) = receiver(true);
+    let tx_sock = sender(dest);
+    // Three GSO messages in one sendmmsg: 7 full segments, 3 segments with a short last one, 1 segment.
+    let a = gso_buffer(0, 7, FRAME);
+    let mut b = gso_buffer(7, 3, FRAME);
+    b.truncate(2 * FRAME + 1000);
+    let c = gso_buffer(10, 1, FRAME);
+    let mut tx = BatchSender::new(4);
+    let mut batch = tx.batch();
+    assert!(batch.push_gso(&[&a], FRAME as u16).unwrap());
+    assert!(batch.push_gso(&[&b[..8], &b[8..]], FRAME as u16).unwrap());
+    assert!(batch.push_gso(&[&c], FRAME as u16).unwrap());
+    let sent = batch.flush(&tx_sock).unwrap();
+    assert_eq!((sent.messages, sent.datagrams), (3, 11));
+    drop(batch);
+
+    let mut rx = BatchReceiver::new(8);
+    let mut region = vec![0u8; 8 * 65536];
+    // Coalescing is up to the kernel, so compare the datagram stream after splitting.
+    let mut datagrams: Vec<Vec<u8>> = Vec::new();
+    let mut saw_super = false;
+    while datagrams.len() < 11 {
+        let batch = rx.recv(&rx_sock, region.chunks_exact_mut(65536), WAIT).unwrap();
+        assert!(!batch.is_empty(), "timed out after {} datagrams", datagrams.len());
+        let metas = batch.messages().to_vec();
+        for (i, meta) in metas.iter().enumerate() {
+            assert!(!meta.truncated);
+            if let Some(seg) = meta.gro_segment {
+                assert_eq!(seg as usize, FRAME);
+                saw_super |= meta.datagrams() > 1;
+            }
+            for d in meta.segments(&region[i * 65536..(i + 1) * 65536]) {
+                datagrams.push(d.to_vec());
+            }
+        }
+    }
+    assert!(saw_super, "GRO socket received no coalesced message");
+    let expected: Vec<&[u8]> = a
+        .chunks(FRAME)
+        .chain(b.chunks(FRAME))
+        .chain(c.chunks(FRAME))
+        .collect();
+    assert_eq!(datagrams.len(), expected.len());
+    for (got, want) in datagrams.iter().zip(&expected) {
+        assert_eq!(&got[..], *want);
+    }
+    assert_eq!(rx.stats().datagrams, 11);
+}
+
+#[test]
+fn gso_limits_are_reported_before_sending() {
+    let (_rx_sock, dest) = receiver(false);
+    let tx_sock = sender(dest);
+    let mut tx = BatchSender::new(2);
+    let too_many = vec![0u8; 65 * 100];
+    let e = tx.send_gso(&tx_sock, &too_many, 100).unwrap_err();
+    assert!(e.to_string().contains("65 segments"), "{e}");
+    let too_big = vec![0u8; 8 * FRAME];
+    let mut batch = tx.batch();
+    assert!(matches!(
+        batch.push_gso(&[&too_big], FRAME as u16),
+        Err(GsoError::TooLarge { .. })
+    ));
+    assert!(batch.is_empty());
+}
+
+#[test]
+fn oversized_datagram_fails_with_count_of_those_sent() {
+    let (rx_sock, dest) = receiver(false);
+    let tx_sock = sender(dest);
+    let small = [1u8; 100];
+    let huge = vec![2u8; 70_000];
+    let mut tx = BatchSender::new(8);
+    let mut batch = tx.batch();
+    batch.push(&[&small]);
+    batch.push(&[&small]);
+    batch.push(&[&huge[..40_000], &huge[40_000..]]);
+    batch.push(&[&small]);
+    let e = batch.flush(&tx_sock).unwrap_err();
+    assert_eq!(e.sent.messages, 2);
+    assert_eq!(e.source.raw_os_error(), Some(libc::EMSGSIZE));
+    assert!(batch.is_empty(), "a failed flush discards the rest");
+    drop(batch);
+    let mut rx = BatchReceiver::new(8);
+    let mut region = vec![0u8; 8 * 200];
+    assert_eq!(recv_n(&mut rx, &rx_sock, &mut region, 200, 2).len(), 2);
+}
+
+#[test]
+fn truncation_and_timeout_are_reported() {
+    let (rx_sock, dest) = receiver(false);
+    let tx_sock = sender(dest);
+    tx_sock.send(&[7u8; 500]).unwrap();
+    let mut rx = BatchReceiver::new(4);
+    let mut small = [0u8; 100];
+    let meta = rx.recv_into(&rx_sock, &mut small, WAIT).unwrap().unwrap();
+    assert!(meta.truncated);
+    assert_eq!(meta.len, 100);
+    assert_eq!(rx.stats().truncated, 1);
+    // Nothing more queued: a short timeout returns no message.
+    assert_eq!(
+        rx.recv_into(&rx_sock, &mut small, Duration::from_millis(20))
+            .unwrap(),
+        None
+    );
+    assert_eq!(rx.recv_into(&rx_sock, &mut small, Duration::ZERO).unwrap(), None);
+    assert_eq!(rx.stats().timeouts, 2);
+}
+
+#[test]
+fn forced_buffers_exceed_sysctl_limits() {
+    // Running as root, the *FORCE options bypass net.core.rmem_max / wmem_max.
+    let rmem_max: usize = std::fs::read_to_string("/proc/sys/net/core/rmem_max")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let want = rmem_max * 4;
+    let mut cfg = UdpConfig::receiver(localhost());
+    cfg.recv_buffer = Some(want);
+    cfg.send_buffer = Some(want);
+    let (sock, report) = open_udp(&cfg).unwrap();
+    let r = report.recv_buffer.unwrap();
+    assert_eq!(r.kind, BufferKind::Receive);
+    assert_eq!(r.requested, want);
+    if r.forced {
+        assert_eq!(r.granted, 2 * want);
+        assert!(!r.capped && r.hint.is_none());
+    } else {
+        // Without CAP_NET_ADMIN the sysctl caps the request and the report says what to raise.
+        assert!(r.capped);
+        assert!(r.hint.as_deref().unwrap().contains("net.core.rmem_max"));
+    }
+    assert_eq!(vlbiflow_udp::socket::recv_buffer_size(&sock).unwrap(), r.granted);
+    let s = report.send_buffer.unwrap();
+    assert_eq!(s.forced, r.forced);
+    assert_eq!(vlbiflow_udp::socket::send_buffer_size(&sock).unwrap(), s.granted);
+}
+
+#[test]
+fn kernel_drops_are_counted() {
+    let mut cfg = UdpConfig::receiver(localhost());
+    cfg.recv_buffer = Some(1); // the kernel raises this to its minimum: a few datagrams
+    cfg.rxq_ovfl = true;
+    let (rx_sock, report) = open_udp(&cfg).unwrap();
+    assert_eq!(report.rxq_ovfl, Feature::Enabled);
+    let tx_sock = sender(report.local);
+    let before = UdpCounters::read().unwrap();
+    let payload = [3u8; 1000];
+    for _ in 0..200 {
+        tx_sock.send(&payload).unwrap();
+    }
+    let mut rx = BatchReceiver::new(64);
+    let mut region = vec![0u8; 64 * 2048];
+    // Drain what was queued before the drops (those carry no drop count) ...
+    while !rx
+        .recv(&rx_sock, region.chunks_exact_mut(2048), Duration::ZERO)
+        .unwrap()
+        .is_empty()
+    {}
+    let queued = rx.stats().messages;
+    assert!(queued < 200, "a minimum-size buffer held all {queued} datagrams");
+    // ... then one datagram queued after the drops carries the socket's drop counter.
+    tx_sock.send(&payload).unwrap();
+    let batch = rx.recv(&rx_sock, region.chunks_exact_mut(2048), WAIT).unwrap();
+    assert_eq!(batch.len(), 1);
+    assert_eq!(batch.kernel_drops(), 200 - queued);
+    let delta = UdpCounters::read().unwrap().delta(&before);
+    assert!(delta.rcvbuf_errors >= 200 - queued, "{delta:?}");
+}
+
+#[test]
+fn refused_destination_is_counted_not_fatal() {
+    let port = UdpSocket::bind(localhost()).unwrap().local_addr().unwrap();
+    let tx_sock = sender(port); // nobody listens there any more
+    let mut tx = BatchSender::new(8);
+    let data = [0u8; 64];
+    for _ in 0..5 {
+        let sent = tx.send_all(&tx_sock, (0..8).map(|_| [&data[..]])).unwrap();
+        assert_eq!(sent.messages, 8);
+    }
+    assert!(tx.stats().refused > 0, "{:?}", tx.stats());
+}
+
+#[test]
+fn sink_accounts_sequence_numbers() {
+    let mut cfg = SinkConfig::new(localhost());
+    cfg.psn = true;
+    cfg.idle_timeout = Some(Duration::from_millis(300));
+    cfg.max_duration = Some(Duration::from_secs(8));
+    let sink = Sink::open(cfg).unwrap();
+    let dest = sink.local_addr();
+    let stop = AtomicBool::new(false);
+    let mut seconds = Vec::new();
+    let report = std::thread::scope(|s| {
+        let handle = s.spawn(|| sink.run(&stop, |sec| seconds.push(*sec)).unwrap());
+        let tx_sock = sender(dest);
+        let body = vec![5u8; 1000];
+        // 0..3000 with 100..110 missing, 2000 repeated, 2500 and 2501 swapped, and one runt.
+        let mut order: Vec<u64> = (0..3000).filter(|p| !(100..110).contains(p)).collect();
+        order.insert(2000, 2000);
+        let pos = order.iter().position(|&p| p == 2500).unwrap();
+        order.swap(pos, pos + 1);
+        let psns: Vec<[u8; 8]> = order.iter().map(|p| p.to_le_bytes()).collect();
+        let mut tx = BatchSender::new(32);
+        tx.send_all(&tx_sock, psns.iter().map(|p| [&p[..], &body[..]]))
+            .unwrap();
+        tx_sock.send(&[1, 2, 3]).unwrap();
+        handle.join().unwrap()
+    });
+    assert_eq!(report.stop_reason, StopReason::Idle);
+    let psn = report.psn.unwrap();
+    // Datagrams the kernel dropped show up as extra loss; on loopback there should be none.
+    assert_eq!(report.kernel_drops, 0);
+    assert_eq!(report.datagrams, 3000 - 10 + 1 + 1);
+    assert_eq!(report.short, 1);
+    assert_eq!(psn.received, 2991);
+    assert_eq!(psn.lost, 10);
+    assert_eq!(psn.duplicate, 1);
+    assert_eq!(psn.out_of_order, 1);
+    assert_eq!(seconds.iter().map(|s| s.datagrams).sum::<u64>(), report.datagrams);
+    assert_eq!(seconds.iter().map(|s| s.lost).sum::<i64>(), 10);
+    assert!(!seconds.last().unwrap().complete);
+}
+
+#[test]
+fn sink_stops_on_flag() {
+    let stop = AtomicBool::new(true);
+    let cfg = SinkConfig::new(localhost());
+    let report = vlbiflow_udp::run_sink(cfg, &stop, |_| {}).unwrap();
+    assert_eq!(report.stop_reason, StopReason::Stopped);
+    assert_eq!(report.datagrams, 0);
+    stop.store(false, Ordering::Relaxed);
+}
