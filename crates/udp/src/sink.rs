@@ -152,6 +152,8 @@ pub struct SinkConfig {
     pub idle_timeout: Option<Duration>,
     /// Stop after this long in total.
     pub max_duration: Option<Duration>,
+    /// Spin this long on an empty queue before sleeping (see [`BatchReceiver::with_busy_wait`]).
+    pub busy_wait: Duration,
 }
 
 impl SinkConfig {
@@ -168,6 +170,7 @@ impl SinkConfig {
             psn: false,
             idle_timeout: Some(Duration::from_secs(2)),
             max_duration: None,
+            busy_wait: Duration::ZERO,
         }
     }
 }
@@ -222,6 +225,8 @@ pub struct SinkReport {
     pub bytes: u64,
     /// `recvmmsg` messages (fewer than datagrams with GRO).
     pub messages: u64,
+    /// `recvmmsg` calls that returned messages.
+    pub syscalls: u64,
     /// Messages cut short by a too-small buffer.
     pub truncated: u64,
     /// Datagrams too short to hold a PSN (with PSN accounting on).
@@ -284,7 +289,7 @@ impl Sink {
         };
         let batch = cfg.batch.max(1);
         let mut storage = vec![0u8; batch * buf_size];
-        let mut rx = BatchReceiver::new(batch);
+        let mut rx = BatchReceiver::new(batch).with_busy_wait(cfg.busy_wait);
         let mut tracker = PsnTracker::new();
         let mut short = 0u64;
 
@@ -375,6 +380,7 @@ impl Sink {
             datagrams: stats.datagrams,
             bytes: stats.bytes,
             messages: stats.messages,
+            syscalls: stats.syscalls,
             truncated: stats.truncated,
             short,
             psn: cfg.psn.then_some(psn),

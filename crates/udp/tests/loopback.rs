@@ -282,6 +282,15 @@ fn truncation_and_timeout_are_reported() {
     );
     assert_eq!(rx.recv_into(&rx_sock, &mut small, Duration::ZERO).unwrap(), None);
     assert_eq!(rx.stats().timeouts, 2);
+    let mut rx = BatchReceiver::new(4).with_busy_wait(Duration::from_millis(1));
+    assert_eq!(
+        rx.recv_into(&rx_sock, &mut small, Duration::from_millis(5))
+            .unwrap(),
+        None
+    );
+    tx_sock.send(&[8u8; 10]).unwrap();
+    let meta = rx.recv_into(&rx_sock, &mut small, WAIT).unwrap().unwrap();
+    assert_eq!((meta.len, small[0]), (10, 8));
 }
 
 #[test]
@@ -292,7 +301,8 @@ fn forced_buffers_exceed_sysctl_limits() {
         .trim()
         .parse()
         .unwrap();
-    let want = rmem_max * 4;
+    // Above the cap, yet small enough that the doubled value fits the kernel's int.
+    let want = (rmem_max * 2).min(1 << 29);
     let mut cfg = UdpConfig::receiver(localhost());
     cfg.recv_buffer = Some(want);
     cfg.send_buffer = Some(want);
