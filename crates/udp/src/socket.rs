@@ -26,7 +26,8 @@ pub struct UdpConfig {
     /// Set SO_REUSEPORT so several sockets (threads) can share one port.
     pub reuse_port: bool,
     /// Enable UDP generic receive offload: the kernel may deliver several equal-size datagrams of one
-    /// flow as one super-datagram plus its segment size.
+    /// flow as one super-datagram plus its segment size. Receive buffers must then hold 64 KiB, so
+    /// leave it off when receiving straight into frame-sized slots.
     pub gro: bool,
     /// Enable SO_RXQ_OVFL: every received message carries the socket's cumulative kernel drop count.
     pub rxq_ovfl: bool,

@@ -419,3 +419,20 @@ fn sink_stops_on_flag() {
     assert_eq!(report.datagrams, 0);
     stop.store(false, Ordering::Relaxed);
 }
+
+#[test]
+fn bind_conflict_names_address_and_step() {
+    let (_taken, addr) = receiver(false);
+    let e = open_udp(&UdpConfig::receiver(addr)).unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.contains(&addr.to_string()) && text.contains("bind"),
+        "{text}"
+    );
+    // With SO_REUSEPORT on both, two sockets can share the port.
+    let mut cfg = UdpConfig::receiver(localhost());
+    cfg.reuse_port = true;
+    let (_a, report) = open_udp(&cfg).unwrap();
+    cfg.bind = report.local;
+    assert!(open_udp(&cfg).is_ok());
+}
