@@ -1,0 +1,597 @@
+//! Capture threads: each serves any number of stream sockets through epoll, receiving batches with
+//! `recvmmsg` straight into the stream's current block, validating every datagram and compacting the block
+//! over the slots of rejected ones. Counters are kept locally and published once per batch.
+
+use std::io;
+use std::net::UdpSocket;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering::{AcqRel, Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use vlbiflow_formats::time::{epoch_start_unix, VdifTime};
+use vlbiflow_formats::vdif::VdifHeader;
+use vlbiflow_scan::{FrameKind, StreamCounters};
+
+use crate::config::StreamSpec;
+use crate::engine::{RecorderEvent, Shared};
+use crate::loss::{FrameIndexer, SequenceTracker};
+use crate::pool::Block;
+use crate::recv::{BatchRecv, DropCounter};
+use crate::status::{pack_time, ThreadStatus};
+
+/// Mark5B sync word (word 0 of every frame).
+pub const MARK5B_SYNC: u32 = 0xABAD_DEED;
+
+/// Batches taken from one ready socket before looking at the others (fairness between streams).
+const BATCHES_PER_TURN: usize = 16;
+/// How often per-thread detail is published.
+const DETAIL_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Why a datagram was not stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// A frame to store; for VDIF its thread, time and invalid bit.
+    Frame {
+        thread: u16,
+        time: Option<VdifTime>,
+        invalid: bool,
+        m5b_index: Option<(i64, u32)>,
+    },
+    /// Not a frame of this stream: wrong size, or header check failed.
+    Rejected(&'static str),
+}
+
+/// Checks one datagram's frame part (`frame` holds at most `frame_size` bytes; `len` is the real frame
+/// length received, PSN excluded). Pure function: the heart of "bad input is counted, never fatal".
+#[inline]
+pub fn classify(kind: FrameKind, frame_size: usize, frame: &[u8], len: usize) -> Verdict {
+    if len != frame_size {
+        return Verdict::Rejected(if len > frame_size {
+            "datagram too long"
+        } else {
+            "datagram too short"
+        });
+    }
+    match kind {
+        FrameKind::Vdif => {
+            let h = VdifHeader::new_unchecked(frame);
+            if h.check().is_err() {
+                return Verdict::Rejected("not a VDIF header");
+            }
+            if h.frame_len() != frame_size {
+                return Verdict::Rejected("VDIF frame length field does not match the datagram");
+            }
+            Verdict::Frame {
+                thread: h.thread_id(),
+                time: Some(VdifTime {
+                    epoch: h.epoch(),
+                    seconds: h.seconds(),
+                    frame: h.frame_number(),
+                }),
+                invalid: h.invalid(),
+                m5b_index: None,
+            }
+        }
+        FrameKind::M5b => {
+            let w = |i: usize| {
+                u32::from_le_bytes([frame[4 * i], frame[4 * i + 1], frame[4 * i + 2], frame[4 * i + 3]])
+            };
+            if w(0) != MARK5B_SYNC {
+                return Verdict::Rejected("no Mark5B sync word");
+            }
+            let frame_number = w(1) & 0x7fff;
+            // BCD JJJSSSSS: MJD mod 1000 and second of day; a bad digit just means no time index.
+            let bcd = w(2);
+            let mut v: i64 = 0;
+            let mut ok = true;
+            for shift in (0..8).rev() {
+                let d = (bcd >> (shift * 4)) & 0xf;
+                ok &= d <= 9;
+                v = v * 10 + i64::from(d);
+            }
+            let jjj = v / 100_000;
+            let sssss = v % 100_000;
+            let second = jjj * 86_400 + sssss;
+            Verdict::Frame {
+                thread: 0,
+                time: None,
+                invalid: false,
+                m5b_index: if ok { Some((second, frame_number)) } else { None },
+            }
+        }
+    }
+}
+
+/// Loss and counters of one VDIF thread (or the single sequence of a Mark5B stream).
+struct ThreadState {
+    status: ThreadStatus,
+    indexer: FrameIndexer,
+    tracker: SequenceTracker,
+}
+
+/// Capture state of one stream on its capture thread.
+pub(crate) struct StreamCapture {
+    pub index: usize,
+    pub spec: StreamSpec,
+    pub socket: UdpSocket,
+    current: Option<Block>,
+    frames_per_block: usize,
+    data_offset: usize,
+    wanted: Option<Box<[bool; 1024]>>,
+    psn: Option<SequenceTracker>,
+    threads: Vec<Option<Box<ThreadState>>>,
+    counters: StreamCounters,
+    drops: DropCounter,
+    epoch_cache: (u8, i64),
+    first_time: bool,
+    said_rejecting: bool,
+    starving_since: Option<u64>,
+    failed: bool,
+}
+
+impl StreamCapture {
+    pub fn new(
+        index: usize,
+        spec: StreamSpec,
+        socket: UdpSocket,
+        frames_per_block: usize,
+        data_offset: usize,
+    ) -> Self {
+        let wanted = if spec.threads.is_empty() {
+            None
+        } else {
+            let mut w = Box::new([false; 1024]);
+            for &t in &spec.threads {
+                w[usize::from(t)] = true;
+            }
+            Some(w)
+        };
+        StreamCapture {
+            index,
+            psn: spec.psn.then(SequenceTracker::default),
+            spec,
+            socket,
+            current: None,
+            frames_per_block,
+            data_offset,
+            wanted,
+            threads: (0..1024).map(|_| None).collect(),
+            counters: StreamCounters::default(),
+            drops: DropCounter::default(),
+            epoch_cache: (u8::MAX, 0),
+            first_time: true,
+            said_rejecting: false,
+            starving_since: None,
+            failed: false,
+        }
+    }
+
+    fn epoch_start(&mut self, epoch: u8) -> i64 {
+        if self.epoch_cache.0 != epoch {
+            self.epoch_cache = (epoch, epoch_start_unix(epoch));
+        }
+        self.epoch_cache.1
+    }
+
+    /// Sum of loss counters over threads (streams without PSN).
+    fn thread_loss(&self) -> (u64, u64, u64, u64) {
+        let mut t = (0, 0, 0, 0);
+        for s in self.threads.iter().flatten() {
+            let c = s.tracker.counters();
+            t.0 += c.lost;
+            t.1 += c.out_of_order;
+            t.2 += c.duplicates;
+            t.3 += c.restarts;
+        }
+        t
+    }
+
+    fn publish(&mut self, shared: &Shared) {
+        let restarts = if let Some(p) = &self.psn {
+            let c = p.counters();
+            self.counters.lost = c.lost;
+            self.counters.out_of_order = c.out_of_order;
+            self.counters.duplicates = c.duplicates;
+            c.restarts
+        } else {
+            let (lost, ooo, dup, restarts) = self.thread_loss();
+            self.counters.lost = lost;
+            self.counters.out_of_order = ooo;
+            self.counters.duplicates = dup;
+            restarts
+        };
+        self.counters.kernel_drops = self.drops.total();
+        shared.streams[self.index].publish(&self.counters, restarts);
+    }
+
+    fn publish_detail(&self, shared: &Shared) {
+        let detail: Vec<ThreadStatus> = self
+            .threads
+            .iter()
+            .flatten()
+            .map(|t| {
+                let c = t.tracker.counters();
+                let mut s = t.status;
+                if self.psn.is_none() {
+                    s.lost = c.lost;
+                    s.out_of_order = c.out_of_order;
+                    s.duplicates = c.duplicates;
+                }
+                s.frame_rate = t.indexer.rate();
+                s
+            })
+            .collect();
+        *shared.streams[self.index]
+            .threads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = detail;
+    }
+
+    /// Seals the current block (if it holds frames) and queues it for the writers.
+    fn seal(&mut self, shared: &Shared) {
+        let Some(mut block) = self.current.take() else {
+            return;
+        };
+        if block.frames == 0 {
+            let _ = shared.free_tx.send(block);
+            return;
+        }
+        block.len = block.frames as usize * self.spec.frame_size as usize;
+        block.stream = self.index;
+        block.number = shared.next_block.fetch_add(1, Relaxed);
+        shared.in_flight.fetch_add(1, AcqRel);
+        let _ = shared.queue_tx.send(block);
+    }
+
+    /// Makes sure a block with free slots is current; false if the pool is empty.
+    fn ensure_block(&mut self, shared: &Shared) -> bool {
+        if let Some(b) = &self.current {
+            if (b.frames as usize) < self.frames_per_block {
+                return true;
+            }
+            self.seal(shared);
+        }
+        match shared.free_rx.try_recv() {
+            Ok(mut b) => {
+                b.reset();
+                b.data_offset = self.data_offset;
+                self.current = Some(b);
+                if let Some(since) = self.starving_since.take() {
+                    shared.event(RecorderEvent::BlocksAvailable {
+                        stream: self.spec.label.clone(),
+                        dropped: self.counters.dropped_no_buffer - since,
+                    });
+                }
+                true
+            }
+            Err(_) => {
+                if self.starving_since.is_none() {
+                    self.starving_since = Some(self.counters.dropped_no_buffer);
+                    shared.event(RecorderEvent::NoFreeBlocks {
+                        stream: self.spec.label.clone(),
+                    });
+                }
+                false
+            }
+        }
+    }
+
+    /// Receives and processes up to `BATCHES_PER_TURN` batches, returning early once the socket is drained.
+    fn service(&mut self, shared: &Shared, rx: &mut BatchRecv, scratch: &mut [u8]) -> io::Result<()> {
+        let slot = self.spec.frame_size as usize;
+        let fd = self.socket.as_raw_fd();
+        for _ in 0..BATCHES_PER_TURN {
+            let have_block = self.ensure_block(shared);
+            // Take the block out while processing so its frames and our counters can be borrowed apart.
+            let mut block = if have_block { self.current.take() } else { None };
+            let (n, drop_counter, requested) = {
+                let area: &mut [u8] = match block.as_mut() {
+                    Some(b) => {
+                        let used = b.frames as usize;
+                        &mut b.frame_area_mut()[used * slot..self.frames_per_block * slot]
+                    }
+                    None => &mut scratch[..rx.capacity() * slot],
+                };
+                let requested = (area.len() / slot).min(rx.capacity());
+                let r = rx.recv(fd, area, slot, self.spec.psn);
+                match r {
+                    Ok((n, d)) => (n, d, requested),
+                    Err(e) => {
+                        self.current = block;
+                        return Err(e);
+                    }
+                }
+            };
+            if let Some(c) = drop_counter {
+                self.drops.update(c);
+            }
+            let stored = match block.as_mut() {
+                Some(b) => {
+                    let used = b.frames as usize;
+                    let area = &mut b.frame_area_mut()[used * slot..self.frames_per_block * slot];
+                    self.process_batch(shared, &rx.results()[..n], area, true)
+                }
+                None => self.process_batch(shared, &rx.results()[..n], &mut scratch[..n * slot], false),
+            };
+            if let Some(mut b) = block {
+                b.frames += stored as u32;
+                self.current = Some(b);
+            }
+            if n > 0 {
+                self.publish(shared);
+            }
+            if n < requested {
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    /// Validates, accounts and compacts one received batch in `area` (slot `i` holds message `i`). Returns
+    /// how many frames were kept at the front of `area` (none when `store` is false: no block to keep them).
+    fn process_batch(
+        &mut self,
+        shared: &Shared,
+        msgs: &[crate::recv::Received],
+        area: &mut [u8],
+        store: bool,
+    ) -> usize {
+        let slot = self.spec.frame_size as usize;
+        let prefix = if self.spec.psn { 8 } else { 0 };
+        let mut kept = 0;
+        let mut last_time = None;
+        for (i, m) in msgs.iter().enumerate() {
+            let frame_len = m.len.saturating_sub(prefix);
+            let bytes = &area[i * slot..(i + 1) * slot];
+            let (thread, time, invalid, m5b_index) = match classify(self.spec.kind, slot, bytes, frame_len) {
+                Verdict::Frame {
+                    thread,
+                    time,
+                    invalid,
+                    m5b_index,
+                } => (thread, time, invalid, m5b_index),
+                Verdict::Rejected(reason) => {
+                    self.counters.rejected += 1;
+                    if !self.said_rejecting {
+                        self.said_rejecting = true;
+                        shared.event(RecorderEvent::Rejecting {
+                            stream: self.spec.label.clone(),
+                            datagram_len: m.len,
+                            expected: slot + prefix,
+                            reason: reason.to_owned(),
+                        });
+                    }
+                    continue;
+                }
+            };
+            if let Some(w) = &self.wanted {
+                if !w[usize::from(thread)] {
+                    self.counters.filtered += 1;
+                    if let Some(p) = &mut self.psn {
+                        p.observe(m.psn);
+                    }
+                    continue;
+                }
+            }
+            if !store {
+                // Not fed to the trackers: the gap it leaves is counted as lost when the next frame is stored.
+                self.counters.dropped_no_buffer += 1;
+                continue;
+            }
+            if let Some(p) = &mut self.psn {
+                p.observe(m.psn);
+            }
+            if i != kept {
+                area.copy_within(i * slot..(i + 1) * slot, kept * slot);
+            }
+            kept += 1;
+            self.counters.packets += 1;
+            self.counters.bytes += slot as u64;
+            self.counters.invalid_frames += u64::from(invalid);
+            let seq = match (time, m5b_index) {
+                (Some(t), _) => Some((self.epoch_start(t.epoch) + i64::from(t.seconds), t.frame)),
+                (None, idx) => idx,
+            };
+            let track = self.psn.is_none();
+            let label = &self.spec.label;
+            let th = self.threads[usize::from(thread)].get_or_insert_with(|| {
+                Box::new(ThreadState {
+                    status: ThreadStatus {
+                        thread,
+                        frame_rate: self.spec.frame_rate,
+                        ..Default::default()
+                    },
+                    indexer: FrameIndexer::new(self.spec.frame_rate),
+                    tracker: SequenceTracker::default(),
+                })
+            });
+            th.status.packets += 1;
+            th.status.bytes += slot as u64;
+            th.status.invalid_frames += u64::from(invalid);
+            th.status.last_time = time;
+            if let Some((second, frame)) = seq {
+                let (index, learned) = th.indexer.index(second, frame);
+                if track {
+                    th.tracker.observe(index);
+                }
+                if let Some(rate) = learned {
+                    shared.streams[self.index].frame_rate.store(rate, Relaxed);
+                    shared.event(RecorderEvent::RateLearned {
+                        stream: label.clone(),
+                        thread,
+                        rate,
+                    });
+                }
+            }
+            if time.is_some() {
+                last_time = time;
+            }
+        }
+        if let Some(t) = last_time {
+            let s = &shared.streams[self.index];
+            if self.first_time {
+                self.first_time = false;
+                s.first_time.store(pack_time(t), Relaxed);
+            }
+            s.last_time.store(pack_time(t), Relaxed);
+        }
+        kept
+    }
+}
+
+/// Runs one capture thread over `streams` until the recorder stops, then seals every partial block.
+pub(crate) fn run_capture(shared: Arc<Shared>, mut streams: Vec<StreamCapture>) {
+    let result = capture_loop(&shared, &mut streams);
+    if let Err(e) = result {
+        for s in &streams {
+            shared.event(RecorderEvent::CaptureFailed {
+                stream: s.spec.label.clone(),
+                error: format!("epoll: {e}"),
+            });
+        }
+    }
+    for s in &mut streams {
+        s.seal(&shared);
+        s.publish(&shared);
+        s.publish_detail(&shared);
+    }
+    shared.captures_running.fetch_sub(1, AcqRel);
+}
+
+fn capture_loop(shared: &Shared, streams: &mut [StreamCapture]) -> io::Result<()> {
+    // SAFETY: plain syscalls; the epoll descriptor is closed by the guard below.
+    let epfd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    if epfd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    struct Guard(i32);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            // SAFETY: closing the descriptor this guard owns.
+            unsafe { libc::close(self.0) };
+        }
+    }
+    let _guard = Guard(epfd);
+    for (i, s) in streams.iter().enumerate() {
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: i as u64,
+        };
+        // SAFETY: registering an open socket descriptor.
+        if unsafe { libc::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, s.socket.as_raw_fd(), &mut ev) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    let mut rx = BatchRecv::new(shared.config.batch);
+    let max_slot = streams
+        .iter()
+        .map(|s| s.spec.frame_size as usize)
+        .max()
+        .unwrap_or(0);
+    let mut scratch = vec![0u8; rx.capacity() * max_slot];
+    let mut ready = vec![libc::epoll_event { events: 0, u64: 0 }; streams.len().max(1)];
+    let mut last_detail = Instant::now();
+    while !shared.stopping() {
+        // SAFETY: `ready` has room for its length in events.
+        let n = unsafe { libc::epoll_wait(epfd, ready.as_mut_ptr(), ready.len() as i32, 100) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(e);
+        }
+        for ev in &ready[..n as usize] {
+            let s = &mut streams[ev.u64 as usize];
+            if let Err(e) = s.service(shared, &mut rx, &mut scratch) {
+                s.failed = true;
+                shared.event(RecorderEvent::CaptureFailed {
+                    stream: s.spec.label.clone(),
+                    error: e.to_string(),
+                });
+                // SAFETY: deregistering a registered descriptor.
+                unsafe {
+                    libc::epoll_ctl(
+                        epfd,
+                        libc::EPOLL_CTL_DEL,
+                        s.socket.as_raw_fd(),
+                        std::ptr::null_mut(),
+                    )
+                };
+            }
+        }
+        if last_detail.elapsed() >= DETAIL_INTERVAL {
+            last_detail = Instant::now();
+            for s in streams.iter() {
+                s.publish_detail(shared);
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vlbiflow_formats::vdif::VdifHeaderRepr;
+
+    fn vdif_frame(size: usize, thread: u16) -> Vec<u8> {
+        let mut f = vec![0u8; size];
+        let repr = VdifHeaderRepr {
+            frame_len: size,
+            thread_id: thread,
+            ..Default::default()
+        };
+        repr.emit(&mut f).unwrap();
+        f
+    }
+
+    #[test]
+    fn classifies_vdif() {
+        let f = vdif_frame(1032, 3);
+        match classify(FrameKind::Vdif, 1032, &f, 1032) {
+            Verdict::Frame { thread, invalid, .. } => assert_eq!((thread, invalid), (3, false)),
+            v => panic!("{v:?}"),
+        }
+        assert!(matches!(
+            classify(FrameKind::Vdif, 1032, &f, 1031),
+            Verdict::Rejected(_)
+        ));
+        assert!(matches!(
+            classify(FrameKind::Vdif, 1032, &f, 5000),
+            Verdict::Rejected(_)
+        ));
+        // Length field disagreeing with the datagram.
+        let g = vdif_frame(1024, 0);
+        let mut padded = g.clone();
+        padded.resize(1032, 0);
+        assert!(matches!(
+            classify(FrameKind::Vdif, 1032, &padded, 1032),
+            Verdict::Rejected(_)
+        ));
+        // Garbage.
+        let junk = vec![0xffu8; 1032];
+        assert!(matches!(
+            classify(FrameKind::Vdif, 1032, &junk, 1032),
+            Verdict::Rejected(_)
+        ));
+    }
+
+    #[test]
+    fn classifies_mark5b() {
+        let mut f = vec![0u8; 10016];
+        f[..4].copy_from_slice(&MARK5B_SYNC.to_le_bytes());
+        f[4..8].copy_from_slice(&7u32.to_le_bytes());
+        f[8..12].copy_from_slice(&0x1234_5678u32.to_le_bytes());
+        match classify(FrameKind::M5b, 10016, &f, 10016) {
+            Verdict::Frame { m5b_index, .. } => assert_eq!(m5b_index, Some((123 * 86400 + 45678, 7))),
+            v => panic!("{v:?}"),
+        }
+        f[0] = 0;
+        assert!(matches!(
+            classify(FrameKind::M5b, 10016, &f, 10016),
+            Verdict::Rejected(_)
+        ));
+    }
+}

@@ -1,0 +1,408 @@
+//! What to record: streams, disks, scan name and the knobs of the engine.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use vlbiflow_scan::{FrameKind, ScanFormat};
+
+/// Default VDIF frame size (R2DBE/EHT: 8192-byte payload + 32-byte header).
+pub const DEFAULT_VDIF_FRAME_SIZE: u32 = 8224;
+/// Mark5B frame size: 16-byte header + 10000-byte payload.
+pub const MARK5B_FRAME_SIZE: u32 = 10016;
+/// Default nominal block size (d-plane's 10 MB), block header included.
+pub const DEFAULT_BLOCK_SIZE: u64 = 10_000_000;
+/// Default socket receive buffer request per stream.
+pub const DEFAULT_RECV_BUFFER: usize = 256 << 20;
+
+/// An error in a stream specification or recorder configuration, naming the field at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("stream spec {spec:?}: {field}: {reason}")]
+    Stream {
+        spec: String,
+        field: &'static str,
+        reason: String,
+    },
+    #[error("{field}: {reason}")]
+    Invalid { field: &'static str, reason: String },
+}
+
+/// One input stream: `LABEL=vdif@ADDR:PORT[,threads=0,1][,psn][,frame-size=8224][,frame-rate=N]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamSpec {
+    /// Name of the stream in status, summary and metadata.
+    pub label: String,
+    pub kind: FrameKind,
+    /// Local address to bind and receive on.
+    pub address: SocketAddr,
+    /// VDIF threads to record; empty records every thread.
+    pub threads: Vec<u16>,
+    /// Datagrams start with an 8-byte packet sequence number (host order), stripped before storing.
+    pub psn: bool,
+    /// Bytes per frame, header included (the datagram is this plus 8 with `psn`).
+    pub frame_size: u32,
+    /// Frames per second per thread; learned from the data when `None`.
+    pub frame_rate: Option<u32>,
+}
+
+impl StreamSpec {
+    /// Parses the command-line form. Errors name the field at fault.
+    pub fn parse(spec: &str) -> Result<Self, ConfigError> {
+        let err = |field: &'static str, reason: String| ConfigError::Stream {
+            spec: spec.to_owned(),
+            field,
+            reason,
+        };
+        let (label, rest) = spec
+            .split_once('=')
+            .ok_or_else(|| err("label", "expected LABEL=vdif@HOST:PORT[,options]".into()))?;
+        let label = label.trim();
+        if label.is_empty()
+            || !label
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.'))
+        {
+            return Err(err(
+                "label",
+                "must be non-empty and use only A-Z a-z 0-9 _ - .".into(),
+            ));
+        }
+        let mut parts = rest.split(',');
+        let head = parts.next().unwrap_or_default();
+        let (kind, addr) = head
+            .split_once('@')
+            .ok_or_else(|| err("format", "expected vdif@HOST:PORT or m5b@HOST:PORT".into()))?;
+        let kind = match kind.trim().to_ascii_lowercase().as_str() {
+            "vdif" => FrameKind::Vdif,
+            "m5b" | "mark5b" => FrameKind::M5b,
+            other => return Err(err("format", format!("{other:?} is not vdif or m5b"))),
+        };
+        let address: SocketAddr = addr
+            .trim()
+            .parse()
+            .map_err(|e| err("address", format!("{addr:?} is not IP:PORT ({e})")))?;
+        let mut s = StreamSpec {
+            label: label.to_owned(),
+            kind,
+            address,
+            threads: Vec::new(),
+            psn: false,
+            frame_size: match kind {
+                FrameKind::Vdif => DEFAULT_VDIF_FRAME_SIZE,
+                FrameKind::M5b => MARK5B_FRAME_SIZE,
+            },
+            frame_rate: None,
+        };
+        // `threads=0,1` continues over commas: bare numbers after a threads= option belong to it.
+        let mut in_threads = false;
+        for part in parts {
+            let part = part.trim();
+            if part.is_empty() {
+                continue;
+            }
+            let (key, value) = match part.split_once('=') {
+                Some((k, v)) => (k.trim(), Some(v.trim())),
+                None => (part, None),
+            };
+            if value.is_none() && in_threads && key.bytes().all(|c| c.is_ascii_digit()) {
+                s.threads.push(parse_thread(key).map_err(|r| err("threads", r))?);
+                continue;
+            }
+            in_threads = false;
+            match (key, value) {
+                ("psn", None) => s.psn = true,
+                ("threads", Some(v)) => {
+                    if kind != FrameKind::Vdif {
+                        return Err(err("threads", "only VDIF streams have threads".into()));
+                    }
+                    for t in v.split(['+', ':']).filter(|t| !t.is_empty()) {
+                        s.threads.push(parse_thread(t).map_err(|r| err("threads", r))?);
+                    }
+                    in_threads = true;
+                }
+                ("frame-size", Some(v)) => {
+                    s.frame_size = v
+                        .parse()
+                        .map_err(|_| err("frame-size", format!("{v:?} is not a byte count")))?;
+                }
+                ("frame-rate", Some(v)) => {
+                    let r: u32 = v
+                        .parse()
+                        .map_err(|_| err("frame-rate", format!("{v:?} is not frames per second")))?;
+                    if r == 0 || r > 1 << 24 {
+                        return Err(err("frame-rate", format!("{r} is outside 1..=16777216")));
+                    }
+                    s.frame_rate = Some(r);
+                }
+                (k, _) => {
+                    return Err(err(
+                        "option",
+                        format!("unknown option {k:?} (known: threads=, psn, frame-size=, frame-rate=)"),
+                    ))
+                }
+            }
+        }
+        s.threads.sort_unstable();
+        s.threads.dedup();
+        s.validate().map_err(|e| match e {
+            ConfigError::Invalid { field, reason } => err(field, reason),
+            other => other,
+        })?;
+        Ok(s)
+    }
+
+    /// Checks the frame size against the format.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |reason: String| {
+            Err(ConfigError::Invalid {
+                field: "frame-size",
+                reason,
+            })
+        };
+        match self.kind {
+            FrameKind::Vdif => {
+                if self.frame_size < 32 || self.frame_size % 8 != 0 || self.frame_size > 65_000 {
+                    return bad(format!(
+                        "VDIF frame size {} must be a multiple of 8 between 32 and 65000 (one frame per datagram)",
+                        self.frame_size
+                    ));
+                }
+            }
+            FrameKind::M5b => {
+                if self.frame_size != MARK5B_FRAME_SIZE {
+                    return bad(format!(
+                        "Mark5B frames are {MARK5B_FRAME_SIZE} bytes, not {}",
+                        self.frame_size
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Bytes of one datagram on the wire (frame plus PSN prefix).
+    pub fn datagram_size(&self) -> usize {
+        self.frame_size as usize + if self.psn { 8 } else { 0 }
+    }
+}
+
+fn parse_thread(t: &str) -> Result<u16, String> {
+    match t.parse::<u16>() {
+        Ok(v) if v <= 1023 => Ok(v),
+        _ => Err(format!("{t:?} is not a VDIF thread ID (0..=1023)")),
+    }
+}
+
+/// Everything the engine needs for one scan.
+#[derive(Debug, Clone)]
+pub struct RecorderConfig {
+    pub streams: Vec<StreamSpec>,
+    /// Directories (usually mount points) to spread the scan over.
+    pub disks: Vec<PathBuf>,
+    /// Scan name; the file stem on every disk.
+    pub scan: String,
+    pub experiment: Option<String>,
+    pub station: Option<String>,
+    pub format: ScanFormat,
+    /// Nominal block size in bytes (Mark6: block header included; FlexBuff: chunk size). Blocks hold a whole
+    /// number of frames, so the written size is the largest such multiple that fits.
+    pub block_size: u64,
+    /// Stop by itself after this long.
+    pub duration: Option<Duration>,
+    /// Socket receive buffer to request per stream (SO_RCVBUFFORCE, else SO_RCVBUF).
+    pub recv_buffer: usize,
+    /// Blocks in the preallocated pool; `None` picks enough for every stream plus writer queues.
+    pub pool_blocks: Option<usize>,
+    /// Capture threads; streams are spread over them round-robin.
+    pub capture_threads: usize,
+    /// Datagrams per recvmmsg call.
+    pub batch: usize,
+    /// Try O_DIRECT writes (FlexBuff chunks) where the filesystem allows.
+    pub direct_io: bool,
+    /// How often the metadata on every disk is refreshed while recording.
+    pub metadata_interval: Duration,
+}
+
+impl RecorderConfig {
+    /// A configuration with defaults for everything but the streams, disks and scan name.
+    pub fn new(streams: Vec<StreamSpec>, disks: Vec<PathBuf>, scan: impl Into<String>) -> Self {
+        RecorderConfig {
+            streams,
+            disks,
+            scan: scan.into(),
+            experiment: None,
+            station: None,
+            format: ScanFormat::Mark6,
+            block_size: DEFAULT_BLOCK_SIZE,
+            duration: None,
+            recv_buffer: DEFAULT_RECV_BUFFER,
+            pool_blocks: None,
+            capture_threads: 1,
+            batch: 64,
+            direct_io: true,
+            metadata_interval: Duration::from_secs(3),
+        }
+    }
+
+    /// Checks the whole configuration before anything is opened.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let inv = |field: &'static str, reason: String| Err(ConfigError::Invalid { field, reason });
+        if self.streams.is_empty() {
+            return inv("streams", "at least one stream is needed".into());
+        }
+        if self.disks.is_empty() {
+            return inv("disks", "at least one disk is needed".into());
+        }
+        match self.format {
+            ScanFormat::Mark6 => vlbiflow_formats::names::validate_scan_name(&self.scan),
+            ScanFormat::Flexbuff => vlbiflow_formats::flexbuff::validate_flexbuff_scan_name(&self.scan),
+        }
+        .map_err(|e| ConfigError::Invalid {
+            field: "scan",
+            reason: format!("{:?}: {e}", self.scan),
+        })?;
+        let mut labels = std::collections::HashSet::new();
+        let mut addrs = std::collections::HashSet::new();
+        for s in &self.streams {
+            s.validate()?;
+            if !labels.insert(&s.label) {
+                return inv("streams", format!("label {:?} is used twice", s.label));
+            }
+            if !addrs.insert(s.address) {
+                return inv("streams", format!("address {} is used by two streams", s.address));
+            }
+            let overhead = if self.format == ScanFormat::Mark6 { 8 } else { 0 };
+            if self.block_size < u64::from(s.frame_size) + overhead {
+                return inv(
+                    "block-size",
+                    format!(
+                        "{} bytes cannot hold one {}-byte frame of stream {}",
+                        self.block_size, s.frame_size, s.label
+                    ),
+                );
+            }
+        }
+        if self.block_size > i32::MAX as u64 {
+            return inv(
+                "block-size",
+                format!("{} exceeds the Mark6 limit of 2^31-1 bytes", self.block_size),
+            );
+        }
+        if self.format == ScanFormat::Mark6 {
+            let first = &self.streams[0];
+            if let Some(s) = self
+                .streams
+                .iter()
+                .find(|s| s.kind != first.kind || s.frame_size != first.frame_size)
+            {
+                return inv(
+                    "streams",
+                    format!(
+                        "a Mark6 scan has one packet format and size per file: stream {} ({:?}, {} bytes) differs from {} ({:?}, {} bytes); use --format flexbuff or separate scans",
+                        s.label, s.kind, s.frame_size, first.label, first.kind, first.frame_size
+                    ),
+                );
+            }
+        }
+        let mut seen = std::collections::HashSet::new();
+        for d in &self.disks {
+            if !seen.insert(d) {
+                return inv("disks", format!("{} is given twice", d.display()));
+            }
+        }
+        if self.capture_threads == 0 {
+            return inv("capture-threads", "must be at least 1".into());
+        }
+        if self.batch == 0 || self.batch > 1024 {
+            return inv("batch", format!("{} is outside 1..=1024", self.batch));
+        }
+        if let Some(n) = self.pool_blocks {
+            if n < self.streams.len() + 2 {
+                return inv(
+                    "pool-blocks",
+                    format!(
+                        "{n} blocks is too few for {} streams (need at least streams + 2)",
+                        self.streams.len()
+                    ),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Blocks in the pool: the configured count, or one filling block per stream plus about 2 s of writer queue
+    /// bounded to ~1 GiB in total (at least four per disk).
+    pub fn effective_pool_blocks(&self) -> usize {
+        if let Some(n) = self.pool_blocks {
+            return n;
+        }
+        let per_disk = 4 * self.disks.len();
+        let budget = ((1u64 << 30) / self.block_size.max(1)) as usize;
+        self.streams.len() + per_disk.max(budget.min(128)).max(8)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_full_spec() {
+        let s = StreamSpec::parse("a=vdif@127.0.0.1:4001,threads=0,1,psn,frame-size=8032,frame-rate=1000")
+            .unwrap();
+        assert_eq!(s.label, "a");
+        assert_eq!(s.kind, FrameKind::Vdif);
+        assert_eq!(s.address, "127.0.0.1:4001".parse().unwrap());
+        assert_eq!(s.threads, vec![0, 1]);
+        assert!(s.psn);
+        assert_eq!(s.frame_size, 8032);
+        assert_eq!(s.frame_rate, Some(1000));
+        assert_eq!(s.datagram_size(), 8040);
+    }
+
+    #[test]
+    fn defaults_and_m5b() {
+        let s = StreamSpec::parse("x=vdif@0.0.0.0:5000").unwrap();
+        assert_eq!((s.frame_size, s.psn, s.threads.len()), (8224, false, 0));
+        let m = StreamSpec::parse("m=m5b@127.0.0.1:5001,psn").unwrap();
+        assert_eq!((m.kind, m.frame_size), (FrameKind::M5b, 10016));
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        for (spec, field) in [
+            ("novalue", "label"),
+            ("a=udp@127.0.0.1:1", "format"),
+            ("a=vdif127.0.0.1:1", "format"),
+            ("a=vdif@localhost", "address"),
+            ("a=vdif@127.0.0.1:1,threads=2000", "threads"),
+            ("a=vdif@127.0.0.1:1,frame-size=100", "frame-size"),
+            ("a=vdif@127.0.0.1:1,frame-size=x", "frame-size"),
+            ("a=vdif@127.0.0.1:1,frame-rate=0", "frame-rate"),
+            ("a=vdif@127.0.0.1:1,bogus", "option"),
+            ("a=m5b@127.0.0.1:1,threads=1", "threads"),
+        ] {
+            let e = StreamSpec::parse(spec).unwrap_err().to_string();
+            assert!(e.contains(field), "{spec}: {e}");
+        }
+    }
+
+    #[test]
+    fn config_checks() {
+        let s = StreamSpec::parse("a=vdif@127.0.0.1:4001").unwrap();
+        let mut c = RecorderConfig::new(vec![s.clone()], vec!["/tmp/x".into()], "t_xx_001");
+        c.validate().unwrap();
+        c.scan = "../x".into();
+        assert!(c.validate().unwrap_err().to_string().contains("scan"));
+        c.scan = "t_xx_001".into();
+        let mut s2 = StreamSpec::parse("b=vdif@127.0.0.1:4002,frame-size=8032").unwrap();
+        c.streams.push(s2.clone());
+        assert!(c.validate().unwrap_err().to_string().contains("flexbuff"));
+        c.format = ScanFormat::Flexbuff;
+        c.validate().unwrap();
+        s2.address = s.address;
+        c.streams[1] = s2;
+        assert!(c.validate().unwrap_err().to_string().contains("address"));
+    }
+}

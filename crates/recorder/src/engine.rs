@@ -1,0 +1,137 @@
+//! State shared by the capture, writer and supervisor threads, and the events they report.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};
+use std::time::Instant;
+
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::config::RecorderConfig;
+use crate::pool::Block;
+use crate::status::{DiskShared, StreamShared};
+
+/// Something the operator should hear about, sent on the recorder's event channel (the CLI prints them; the
+/// control plane logs them). Rare by construction: nothing here is per packet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecorderEvent {
+    /// The kernel granted a smaller socket buffer than asked for.
+    SocketBufferCapped {
+        stream: String,
+        requested: usize,
+        granted: usize,
+    },
+    /// A disk cannot do O_DIRECT; buffered writes are used there.
+    BufferedFallback { disk: PathBuf, reason: String },
+    /// A disk left the scan; its unfinished blocks went back to the queue for the other disks.
+    DiskFailed {
+        disk: PathBuf,
+        error: String,
+        requeued_blocks: usize,
+        disks_left: usize,
+    },
+    /// Every disk failed: the scan cannot continue.
+    AllDisksFailed,
+    /// A stream's frame rate was learned (or corrected) from its time stamps.
+    RateLearned { stream: String, thread: u16, rate: u32 },
+    /// The block pool ran dry: whole packets are being dropped (counted as dropped_no_buffer).
+    NoFreeBlocks { stream: String },
+    /// Capture has free blocks again after running dry.
+    BlocksAvailable { stream: String, dropped: u64 },
+    /// The first datagrams of a stream that were not frames of the expected size or format.
+    Rejecting {
+        stream: String,
+        datagram_len: usize,
+        expected: usize,
+        reason: String,
+    },
+    /// Scan metadata could not be written on a disk.
+    MetadataFailed { disk: PathBuf, error: String },
+    /// A receive error that stopped a stream's capture.
+    CaptureFailed { stream: String, error: String },
+}
+
+impl fmt::Display for RecorderEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RecorderEvent::SocketBufferCapped { stream, requested, granted } => write!(
+                f,
+                "stream {stream}: socket receive buffer capped at {granted} B (asked {requested} B); \
+                 raise it with `sysctl -w net.core.rmem_max={requested}` or run with CAP_NET_ADMIN"
+            ),
+            RecorderEvent::BufferedFallback { disk, reason } => {
+                write!(f, "disk {}: O_DIRECT not available ({reason}); using buffered writes", disk.display())
+            }
+            RecorderEvent::DiskFailed { disk, error, requeued_blocks, disks_left } => write!(
+                f,
+                "DISK FAILED {}: {error}; it leaves the scan, {requeued_blocks} block(s) re-queued to the {disks_left} disk(s) left",
+                disk.display()
+            ),
+            RecorderEvent::AllDisksFailed => write!(f, "ALL DISKS FAILED: stopping the scan"),
+            RecorderEvent::RateLearned { stream, thread, rate } => {
+                write!(f, "stream {stream} thread {thread}: frame rate {rate} frames/s (learned from the data)")
+            }
+            RecorderEvent::NoFreeBlocks { stream } => write!(
+                f,
+                "stream {stream}: no free block buffer (disks behind): dropping whole packets until one frees up"
+            ),
+            RecorderEvent::BlocksAvailable { stream, dropped } => {
+                write!(f, "stream {stream}: block buffers available again after dropping {dropped} packet(s)")
+            }
+            RecorderEvent::Rejecting { stream, datagram_len, expected, reason } => write!(
+                f,
+                "stream {stream}: rejecting datagrams: got {datagram_len} B, expected {expected} B ({reason}); \
+                 counted as rejected (check frame-size= and psn)"
+            ),
+            RecorderEvent::MetadataFailed { disk, error } => {
+                write!(f, "disk {}: cannot write scan metadata: {error}", disk.display())
+            }
+            RecorderEvent::CaptureFailed { stream, error } => write!(f, "stream {stream}: receive failed: {error}"),
+        }
+    }
+}
+
+pub(crate) const PHASE_RECORDING: u8 = 0;
+pub(crate) const PHASE_FLUSHING: u8 = 1;
+pub(crate) const PHASE_FINISHED: u8 = 2;
+
+/// Everything the threads share.
+pub(crate) struct Shared {
+    pub config: RecorderConfig,
+    pub streams: Vec<StreamShared>,
+    pub disks: Vec<DiskShared>,
+    pub start: Instant,
+    pub start_utc: String,
+    pub stop: AtomicBool,
+    pub phase: AtomicU8,
+    pub captures_running: AtomicUsize,
+    pub writers_alive: AtomicUsize,
+    /// Blocks sealed but not yet confirmed written.
+    pub in_flight: AtomicU64,
+    /// Blocks that could not be written anywhere (all disks failed).
+    pub lost_blocks: AtomicU64,
+    pub next_block: AtomicU32,
+    pub free_tx: Sender<Block>,
+    pub free_rx: Receiver<Block>,
+    pub queue_tx: Sender<Block>,
+    pub queue_rx: Receiver<Block>,
+    pub pool_total: usize,
+    pub block_bytes: usize,
+    /// Nominal block size as written in Mark6 file headers and metadata.
+    pub nominal_block_size: u64,
+    pub events: Sender<RecorderEvent>,
+}
+
+impl Shared {
+    pub fn event(&self, e: RecorderEvent) {
+        let _ = self.events.send(e);
+    }
+
+    pub fn stopping(&self) -> bool {
+        self.stop.load(Relaxed)
+    }
+
+    pub fn request_stop(&self) {
+        self.stop.store(true, Relaxed);
+    }
+}

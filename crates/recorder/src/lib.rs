@@ -1,0 +1,517 @@
+//! The vlbiflow recorder data plane: capture VDIF or Mark5B UDP streams and write them as a Mark6
+//! scatter-gather (version 2) or FlexBuff scan across many disks.
+//!
+//! ```text
+//!  sockets ──epoll──► capture thread(s) ──recvmmsg into──► block (one stream's whole frames)
+//!                          │ validate, count, loss state machines          │ sealed, numbered
+//!                          ▼                                               ▼
+//!                   status atomics                        shared queue ──► one writer per disk
+//!                                                         (a free disk takes the next block)
+//! ```
+//!
+//! [`Recorder::start`] checks the configuration, creates the scan on every disk, binds the sockets and
+//! starts the threads; the returned [`RecorderHandle`] gives live [`RecorderStatus`] snapshots, an event
+//! channel, [`RecorderHandle::stop`] and [`RecorderHandle::wait`], which returns the [`ScanSummary`]. The CLI
+//! (`vlbiflow record`) and the control-plane daemon drive exactly this API.
+
+pub mod capture;
+pub mod config;
+mod engine;
+pub mod loss;
+pub mod pool;
+pub mod recv;
+pub mod status;
+mod writer;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use vlbiflow_formats::time::UtcTime;
+use vlbiflow_scan::{DiskMeta, ScanFormat, ScanMetadata, StreamMeta, METADATA_VERSION};
+
+pub use config::{ConfigError, FrameKind, RecorderConfig, StreamSpec};
+pub use engine::RecorderEvent;
+pub use status::{DiskStatus, Phase, PoolStatus, RecorderStatus, StreamStatus, ThreadStatus};
+
+use engine::{Shared, PHASE_FINISHED, PHASE_FLUSHING, PHASE_RECORDING};
+use pool::Block;
+use status::{unpack_time, DiskShared, StreamShared};
+
+/// Why a recording could not start (nothing is left running when `start` fails).
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("disk {disk}: {reason}")]
+    Disk { disk: PathBuf, reason: String },
+    #[error("stream {stream}: cannot receive on {address}: {source}")]
+    Socket {
+        stream: String,
+        address: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot start thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// The outcome of a finished scan.
+#[derive(Debug, Clone)]
+pub struct ScanSummary {
+    /// Final status (phase Finished).
+    pub status: RecorderStatus,
+    /// The metadata as written on the disks at the end.
+    pub metadata: ScanMetadata,
+    /// Set when the scan could not be completed (every disk failed, blocks lost).
+    pub error: Option<String>,
+}
+
+/// Entry point of the engine.
+pub struct Recorder;
+
+/// Control of a running recording. `Send + Sync`: status and stop may be called from any thread.
+pub struct RecorderHandle {
+    shared: Arc<Shared>,
+    events: Receiver<RecorderEvent>,
+    wake: Sender<()>,
+    supervisor: Mutex<Option<JoinHandle<ScanSummary>>>,
+}
+
+impl Recorder {
+    /// Validates `config`, creates the scan on every disk (refusing to overwrite an existing one), binds
+    /// every stream's socket, allocates the block pool and starts capture, writer and supervisor threads.
+    pub fn start(config: RecorderConfig) -> Result<RecorderHandle, StartError> {
+        config.validate()?;
+        let first = &config.streams[0];
+        let data_offset = match config.format {
+            ScanFormat::Mark6 => vlbiflow_formats::mark6::BLOCK_HEADER_LEN_V2,
+            ScanFormat::Flexbuff => 0,
+        };
+        let block_size = config.block_size as usize;
+        let frames_per_block =
+            move |frame_size: u32| ((block_size - data_offset) / frame_size as usize).max(1);
+        let nominal_block_size = match config.format {
+            ScanFormat::Mark6 => {
+                (data_offset + frames_per_block(first.frame_size) * first.frame_size as usize) as u64
+            }
+            ScanFormat::Flexbuff => config.block_size,
+        };
+        let block_bytes = config
+            .streams
+            .iter()
+            .map(|s| frames_per_block(s.frame_size) * s.frame_size as usize)
+            .max()
+            .unwrap_or(0);
+
+        // Disks: usable, no scan of this name yet. Then create the data files.
+        for disk in &config.disks {
+            let err = |reason: String| StartError::Disk {
+                disk: disk.clone(),
+                reason,
+            };
+            let m = std::fs::metadata(disk).map_err(|e| err(e.to_string()))?;
+            if !m.is_dir() {
+                return Err(err("not a directory".into()));
+            }
+            let meta = vlbiflow_scan::metadata_path(disk, &config.scan);
+            if meta.exists() {
+                return Err(err(format!(
+                    "scan {} already exists ({})",
+                    config.scan,
+                    meta.display()
+                )));
+            }
+        }
+        let mut sinks = Vec::new();
+        for disk in &config.disks {
+            match writer::open_sink(
+                config.format,
+                disk,
+                &config.scan,
+                first.kind,
+                first.frame_size,
+                nominal_block_size,
+                config.direct_io,
+            ) {
+                Ok(s) => sinks.push(s),
+                Err(e) => {
+                    // Undo what was created so a retry is not refused as "exists".
+                    drop(sinks);
+                    remove_created(&config, config.disks.iter().take_while(|d| *d != disk));
+                    let reason = if e.kind() == std::io::ErrorKind::AlreadyExists {
+                        format!("scan {} already exists: {e}", config.scan)
+                    } else {
+                        e.to_string()
+                    };
+                    return Err(StartError::Disk {
+                        disk: disk.clone(),
+                        reason,
+                    });
+                }
+            }
+        }
+
+        // Sockets.
+        let (events_tx, events_rx) = crossbeam_channel::unbounded();
+        let mut sockets = Vec::new();
+        for s in &config.streams {
+            match recv::open_socket(s.address, config.recv_buffer) {
+                Ok(x) => sockets.push(x),
+                Err(source) => {
+                    drop(sinks);
+                    remove_created(&config, config.disks.iter());
+                    return Err(StartError::Socket {
+                        stream: s.label.clone(),
+                        address: s.address,
+                        source,
+                    });
+                }
+            }
+        }
+
+        // Pool.
+        let pool_total = config.effective_pool_blocks();
+        let (free_tx, free_rx) = crossbeam_channel::bounded(pool_total);
+        for _ in 0..pool_total {
+            let _ = free_tx.send(Block::new(block_bytes, data_offset));
+        }
+        let (queue_tx, queue_rx) = crossbeam_channel::unbounded();
+
+        let streams: Vec<StreamShared> = config.streams.iter().map(|_| StreamShared::default()).collect();
+        for (i, (s, (_, buf))) in config.streams.iter().zip(&sockets).enumerate() {
+            streams[i].recv_buffer.store(buf.granted as u64, Relaxed);
+            if let Some(r) = s.frame_rate {
+                streams[i].frame_rate.store(r, Relaxed);
+            }
+            if buf.capped() {
+                let _ = events_tx.send(RecorderEvent::SocketBufferCapped {
+                    stream: s.label.clone(),
+                    requested: buf.requested,
+                    granted: buf.granted,
+                });
+            }
+        }
+        let disks: Vec<DiskShared> = config.disks.iter().map(|_| DiskShared::default()).collect();
+        for (d, s) in disks.iter().zip(&sinks) {
+            d.direct.store(
+                matches!(s, writer::DiskSink::Flexbuff { direct: true, .. }),
+                Relaxed,
+            );
+        }
+        let capture_threads = config.capture_threads.min(config.streams.len());
+        let shared = Arc::new(Shared {
+            streams,
+            disks,
+            start: Instant::now(),
+            start_utc: UtcTime::now().to_iso8601(),
+            stop: AtomicBool::new(false),
+            phase: AtomicU8::new(PHASE_RECORDING),
+            captures_running: AtomicUsize::new(capture_threads),
+            writers_alive: AtomicUsize::new(config.disks.len()),
+            in_flight: AtomicU64::new(0),
+            lost_blocks: AtomicU64::new(0),
+            next_block: AtomicU32::new(0),
+            free_tx,
+            free_rx,
+            queue_tx,
+            queue_rx,
+            pool_total,
+            block_bytes,
+            nominal_block_size,
+            events: events_tx,
+            config,
+        });
+
+        // Initial metadata (complete: false) on every disk before the first datagram is taken.
+        let initial = build_metadata(&shared, &snapshot(&shared), false);
+        write_metadata(&shared, &initial);
+
+        let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
+            std::thread::Builder::new()
+                .name(name)
+                .spawn(f)
+                .map_err(StartError::Thread)
+        };
+        let mut workers = Vec::new();
+        for (i, sink) in sinks.into_iter().enumerate() {
+            let sh = shared.clone();
+            workers.push(spawn(
+                format!("vf-write{i}"),
+                Box::new(move || writer::run_writer(sh, i, sink)),
+            )?);
+        }
+        let mut groups: Vec<Vec<capture::StreamCapture>> = (0..capture_threads).map(|_| Vec::new()).collect();
+        for (i, (spec, (socket, _))) in shared.config.streams.iter().zip(sockets).enumerate() {
+            let fpb = frames_per_block(spec.frame_size);
+            groups[i % capture_threads].push(capture::StreamCapture::new(
+                i,
+                spec.clone(),
+                socket,
+                fpb,
+                data_offset,
+            ));
+        }
+        for (i, group) in groups.into_iter().enumerate() {
+            let sh = shared.clone();
+            workers.push(spawn(
+                format!("vf-capture{i}"),
+                Box::new(move || capture::run_capture(sh, group)),
+            )?);
+        }
+        let (wake_tx, wake_rx) = crossbeam_channel::bounded(1);
+        let sh = shared.clone();
+        let supervisor = std::thread::Builder::new()
+            .name("vf-supervisor".into())
+            .spawn(move || supervise(sh, wake_rx, workers))
+            .map_err(StartError::Thread)?;
+        Ok(RecorderHandle {
+            shared,
+            events: events_rx,
+            wake: wake_tx,
+            supervisor: Mutex::new(Some(supervisor)),
+        })
+    }
+}
+
+/// Removes the data files/directories `start` created before it failed.
+fn remove_created<'a>(config: &RecorderConfig, disks: impl Iterator<Item = &'a PathBuf>) {
+    for disk in disks {
+        match config.format {
+            ScanFormat::Mark6 => {
+                let _ = std::fs::remove_file(vlbiflow_scan::mark6_path(
+                    disk,
+                    &config.scan,
+                    config.streams[0].kind,
+                ));
+            }
+            ScanFormat::Flexbuff => {
+                let _ = std::fs::remove_dir(vlbiflow_formats::flexbuff::chunk_dir(disk, &config.scan));
+            }
+        }
+    }
+}
+
+impl RecorderHandle {
+    /// A live snapshot. Cheap: atomics plus one short lock per stream and disk.
+    pub fn status(&self) -> RecorderStatus {
+        snapshot(&self.shared)
+    }
+
+    /// Operator events (disk failures, capped buffers, learned rates, ...). Each event is delivered once,
+    /// to whichever receiver takes it.
+    pub fn events(&self) -> Receiver<RecorderEvent> {
+        self.events.clone()
+    }
+
+    /// The configuration being recorded.
+    pub fn config(&self) -> &RecorderConfig {
+        &self.shared.config
+    }
+
+    /// Stops capture: returns once every capture thread has sealed its partial blocks (well under a second;
+    /// bounded at 1 s). Writers then flush the queue; [`wait`](Self::wait) returns when that is done.
+    pub fn stop(&self) {
+        self.shared.request_stop();
+        let _ = self.wake.try_send(());
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while self.shared.captures_running.load(Relaxed) > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// True once the recording has ended by itself (duration reached, all disks failed) or after `stop`.
+    pub fn is_stopping(&self) -> bool {
+        self.shared.stopping()
+    }
+
+    /// Waits for the scan to finish (duration, stop or failure) and returns its summary. A second call
+    /// (from another clone of the handle's owner) returns `None`.
+    pub fn wait(&self) -> Option<ScanSummary> {
+        let handle = self.supervisor.lock().unwrap_or_else(|e| e.into_inner()).take()?;
+        match handle.join() {
+            Ok(s) => Some(s),
+            Err(_) => {
+                let status = snapshot(&self.shared);
+                let metadata = build_metadata(&self.shared, &status, false);
+                Some(ScanSummary {
+                    status,
+                    metadata,
+                    error: Some("recorder supervisor panicked".into()),
+                })
+            }
+        }
+    }
+}
+
+impl Drop for RecorderHandle {
+    fn drop(&mut self) {
+        // Never leave threads running behind a dropped handle: stop and finish the scan cleanly.
+        if self.supervisor.lock().map(|s| s.is_some()).unwrap_or(false) {
+            self.stop();
+            let _ = self.wait();
+        }
+    }
+}
+
+fn snapshot(shared: &Shared) -> RecorderStatus {
+    let phase = match shared.phase.load(Relaxed) {
+        PHASE_RECORDING => Phase::Recording,
+        PHASE_FLUSHING => Phase::Flushing,
+        _ => Phase::Finished,
+    };
+    let streams = shared
+        .config
+        .streams
+        .iter()
+        .zip(&shared.streams)
+        .map(|(spec, s)| StreamStatus {
+            label: spec.label.clone(),
+            counters: s.counters(),
+            restarts: s.restarts.load(Relaxed),
+            threads: s.threads.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+            frame_rate: Some(s.frame_rate.load(Relaxed)).filter(|&r| r > 0),
+            first_time: unpack_time(s.first_time.load(Relaxed)),
+            last_time: unpack_time(s.last_time.load(Relaxed)),
+            recv_buffer: s.recv_buffer.load(Relaxed) as usize,
+        })
+        .collect();
+    let disks = shared
+        .config
+        .disks
+        .iter()
+        .zip(&shared.disks)
+        .map(|(p, d)| d.snapshot(p.clone()))
+        .collect();
+    RecorderStatus {
+        phase,
+        elapsed: shared.start.elapsed(),
+        streams,
+        disks,
+        pool: PoolStatus {
+            total: shared.pool_total,
+            free: shared.free_rx.len(),
+            queued: shared.queue_rx.len(),
+            block_bytes: shared.block_bytes,
+        },
+        blocks: u64::from(shared.next_block.load(Relaxed)),
+    }
+}
+
+fn time_utc(t: Option<vlbiflow_formats::time::VdifTime>, rate: Option<u32>) -> Option<String> {
+    let t = t?;
+    let utc = match rate {
+        Some(r) if t.frame < r => t.to_utc(r).ok()?,
+        _ => UtcTime::from_unix(t.unix_second(), 0),
+    };
+    Some(utc.to_iso8601())
+}
+
+fn build_metadata(shared: &Shared, status: &RecorderStatus, complete: bool) -> ScanMetadata {
+    let c = &shared.config;
+    ScanMetadata {
+        metadata_version: METADATA_VERSION,
+        writer: format!("vlbiflow {}", env!("CARGO_PKG_VERSION")),
+        scan: c.scan.clone(),
+        experiment: c.experiment.clone(),
+        station: c.station.clone(),
+        format: c.format,
+        block_size: shared.nominal_block_size,
+        start_utc: shared.start_utc.clone(),
+        end_utc: complete.then(|| UtcTime::now().to_iso8601()),
+        blocks: status.disks.iter().map(|d| d.blocks).sum(),
+        complete,
+        streams: c
+            .streams
+            .iter()
+            .zip(&status.streams)
+            .map(|(spec, s)| StreamMeta {
+                label: spec.label.clone(),
+                kind: spec.kind,
+                address: spec.address.to_string(),
+                psn: spec.psn,
+                frame_size: spec.frame_size,
+                frame_rate: s.frame_rate,
+                threads: spec.threads.clone(),
+                first_frame_utc: time_utc(s.first_time, s.frame_rate),
+                last_frame_utc: time_utc(s.last_time, s.frame_rate),
+                counters: s.counters,
+            })
+            .collect(),
+        disks: status
+            .disks
+            .iter()
+            .map(|d| DiskMeta {
+                path: d.path.display().to_string(),
+                bytes: d.bytes,
+                blocks: d.blocks,
+                failed: d.failed.clone(),
+            })
+            .collect(),
+    }
+}
+
+/// Writes the metadata on every disk still in the scan (failed disks are tried quietly: it may still help).
+fn write_metadata(shared: &Shared, meta: &ScanMetadata) {
+    for (disk, d) in shared.config.disks.iter().zip(&shared.disks) {
+        let failed = d.failed.lock().unwrap_or_else(|e| e.into_inner()).is_some();
+        if let Err(e) = meta.write_atomic(&vlbiflow_scan::metadata_path(disk, &shared.config.scan)) {
+            if !failed {
+                shared.event(RecorderEvent::MetadataFailed {
+                    disk: disk.clone(),
+                    error: e.to_string(),
+                });
+            }
+        }
+    }
+}
+
+/// Supervisor: ends the scan on duration, refreshes metadata, joins the workers and writes the final state.
+fn supervise(shared: Arc<Shared>, wake: Receiver<()>, workers: Vec<JoinHandle<()>>) -> ScanSummary {
+    let deadline = shared.config.duration.map(|d| shared.start + d);
+    let mut next_meta = Instant::now() + shared.config.metadata_interval;
+    loop {
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            shared.request_stop();
+        }
+        if shared.stopping() {
+            break;
+        }
+        if now >= next_meta {
+            next_meta = now + shared.config.metadata_interval;
+            write_metadata(&shared, &build_metadata(&shared, &snapshot(&shared), false));
+        }
+        let mut wait = Duration::from_millis(100);
+        if let Some(d) = deadline {
+            wait = wait.min(d.saturating_duration_since(now));
+        }
+        let _ = wake.recv_timeout(wait);
+    }
+    shared.phase.store(PHASE_FLUSHING, Relaxed);
+    for w in workers {
+        let _ = w.join();
+    }
+    shared.phase.store(PHASE_FINISHED, Relaxed);
+    let status = snapshot(&shared);
+    // Blocks still queued now had no disk left to take them.
+    let leftover = shared.queue_rx.try_iter().count() as u64;
+    let lost_blocks = shared.lost_blocks.load(Relaxed) + leftover;
+    let alive = status.disks.iter().filter(|d| d.failed.is_none()).count();
+    let error = if lost_blocks > 0 || alive == 0 {
+        Some(format!(
+            "every disk failed; {lost_blocks} block(s) could not be written"
+        ))
+    } else {
+        None
+    };
+    let metadata = build_metadata(&shared, &status, error.is_none());
+    write_metadata(&shared, &metadata);
+    ScanSummary {
+        status,
+        metadata,
+        error,
+    }
+}

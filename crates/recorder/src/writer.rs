@@ -1,0 +1,460 @@
+//! One writer thread per disk, all pulling sealed blocks from one shared queue: a disk that is free takes the
+//! next block, so a slow disk simply takes fewer.
+//!
+//! Durability: a block goes back to the pool only once its bytes are known to be on the device (O_DIRECT
+//! write returned, or `sync_file_range` waited for its writeback, one block behind so writeback overlaps the
+//! next write). If a write or writeback fails, the disk leaves the scan and every block it had not confirmed
+//! is put back on the queue for the other disks. A Mark6 file is cut back to its last confirmed block so it
+//! stays well formed; a partial FlexBuff chunk is removed.
+//!
+//! Mark6 files are written buffered (their 20-byte file header and 8-byte block headers put blocks at
+//! unaligned offsets) with the writeback pacing above, which also drops written pages from the page cache.
+//! FlexBuff chunks are written with O_DIRECT where the filesystem allows (the unaligned tail, if any, buffered).
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering::{AcqRel, Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use vlbiflow_formats::flexbuff;
+use vlbiflow_formats::mark6::{
+    Mark6BlockHeaderRepr, Mark6FileHeaderRepr, Mark6Version, PacketFormat, FILE_HEADER_LEN,
+};
+use vlbiflow_scan::{FrameKind, ScanFormat};
+
+use crate::engine::{RecorderEvent, Shared};
+use crate::pool::{Block, ALIGN};
+
+/// Creates the Mark6 scatter-gather file of the scan on `disk` with its file header.
+pub(crate) fn create_mark6_file(
+    path: &Path,
+    nominal_block_size: u64,
+    kind: FrameKind,
+    frame_size: u32,
+) -> io::Result<File> {
+    let file = OpenOptions::new().write(true).create_new(true).open(path)?;
+    let header = Mark6FileHeaderRepr {
+        version: Mark6Version::V2,
+        block_size: nominal_block_size as u32,
+        packet_format: match kind {
+            FrameKind::Vdif => PacketFormat::Vdif,
+            FrameKind::M5b => PacketFormat::Mark5b,
+        },
+        packet_size: frame_size,
+    }
+    .to_bytes()
+    .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+    file.write_all_at(&header, 0)?;
+    Ok(file)
+}
+
+/// Where one disk's blocks go.
+pub(crate) enum DiskSink {
+    Mark6 {
+        file: File,
+        path: PathBuf,
+        offset: u64,
+        identity: (u64, u64),
+    },
+    Flexbuff {
+        disk: PathBuf,
+        scan: String,
+        direct: bool,
+    },
+}
+
+impl DiskSink {
+    pub fn mark6(file: File, path: PathBuf) -> io::Result<Self> {
+        let m = file.metadata()?;
+        Ok(DiskSink::Mark6 {
+            file,
+            path,
+            offset: FILE_HEADER_LEN as u64,
+            identity: (m.dev(), m.ino()),
+        })
+    }
+}
+
+/// A block written but whose writeback is not yet confirmed.
+struct Pending {
+    block: Block,
+    /// FlexBuff: the chunk file (Mark6 uses the sink's file).
+    file: Option<File>,
+    path: Option<PathBuf>,
+    start: u64,
+    len: u64,
+}
+
+fn sync_range(fd: &impl AsRawFd, start: u64, len: u64, wait: bool) -> io::Result<()> {
+    let flags = if wait {
+        libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE | libc::SYNC_FILE_RANGE_WAIT_AFTER
+    } else {
+        libc::SYNC_FILE_RANGE_WRITE
+    };
+    // SAFETY: plain syscall on an open descriptor.
+    let rc = unsafe { libc::sync_file_range(fd.as_raw_fd(), start as i64, len as i64, flags) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if wait {
+        // SAFETY: as above; advisory only, its failure changes nothing.
+        unsafe {
+            libc::posix_fadvise(
+                fd.as_raw_fd(),
+                start as i64,
+                len as i64,
+                libc::POSIX_FADV_DONTNEED,
+            )
+        };
+    }
+    Ok(())
+}
+
+struct Writer {
+    shared: Arc<Shared>,
+    index: usize,
+    sink: DiskSink,
+    pending: Option<Pending>,
+    said_fallback: bool,
+}
+
+/// Runs the writer of disk `index` until capture is over and the queue is drained, or the disk fails.
+pub(crate) fn run_writer(shared: Arc<Shared>, index: usize, sink: DiskSink) {
+    let mut w = Writer {
+        shared,
+        index,
+        sink,
+        pending: None,
+        said_fallback: false,
+    };
+    w.run();
+}
+
+impl Writer {
+    fn disk_path(&self) -> PathBuf {
+        self.shared.config.disks[self.index].clone()
+    }
+
+    fn run(&mut self) {
+        let queue = self.shared.queue_rx.clone();
+        loop {
+            match queue.recv_timeout(Duration::from_millis(50)) {
+                Ok(block) => {
+                    if let Err((e, current)) = self.write(block) {
+                        return self.fail(e, current);
+                    }
+                }
+                Err(_) => {
+                    // Idle: confirm what is outstanding so a quiet stream's last block is not held back.
+                    if let Err(e) = self.confirm_pending() {
+                        return self.fail(e, None);
+                    }
+                    if self.shared.captures_running.load(Relaxed) == 0
+                        && self.shared.in_flight.load(Relaxed) == 0
+                    {
+                        break;
+                    }
+                }
+            }
+        }
+        if let Err(e) = self.finish() {
+            // Every block was confirmed already, so nothing can be re-queued; say it loudly anyway.
+            self.mark_failed(format!("final flush failed: {e}"), 0);
+        }
+        self.shared.writers_alive.fetch_sub(1, AcqRel);
+    }
+
+    fn finish(&mut self) -> io::Result<()> {
+        self.confirm_pending()?;
+        match &self.sink {
+            DiskSink::Mark6 { file, .. } => file.sync_all(),
+            DiskSink::Flexbuff { disk, scan, .. } => {
+                let dir = File::open(flexbuff::chunk_dir(disk, scan))?;
+                // SAFETY: plain syscall on an open descriptor.
+                if unsafe { libc::syncfs(dir.as_raw_fd()) } != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                dir.sync_all()
+            }
+        }
+    }
+
+    /// Waits for the pending block's writeback and returns it to the pool.
+    fn confirm_pending(&mut self) -> io::Result<()> {
+        let Some(p) = self.pending.take() else {
+            return Ok(());
+        };
+        let t = Instant::now();
+        let result = match (&p.file, &self.sink) {
+            (Some(f), _) => sync_range(f, p.start, p.len, true),
+            (None, DiskSink::Mark6 { file, .. }) => sync_range(file, p.start, p.len, true),
+            (None, _) => Ok(()),
+        };
+        self.add_busy(t);
+        if let Err(e) = result {
+            self.pending = Some(p);
+            return Err(e);
+        }
+        self.confirmed(p.block, p.len);
+        Ok(())
+    }
+
+    fn add_busy(&self, since: Instant) {
+        self.shared.disks[self.index]
+            .busy_ns
+            .fetch_add(since.elapsed().as_nanos() as u64, Relaxed);
+    }
+
+    fn confirmed(&self, mut block: Block, bytes: u64) {
+        let d = &self.shared.disks[self.index];
+        d.bytes.fetch_add(bytes, Relaxed);
+        d.blocks.fetch_add(1, Relaxed);
+        block.reset();
+        self.shared.in_flight.fetch_sub(1, AcqRel);
+        let _ = self.shared.free_tx.send(block);
+    }
+
+    /// Writes one block; on failure hands the block back for re-queueing.
+    fn write(&mut self, mut block: Block) -> Result<(), (io::Error, Option<Block>)> {
+        let t = Instant::now();
+        let result = match &mut self.sink {
+            DiskSink::Mark6 {
+                file,
+                path,
+                offset,
+                identity,
+            } => {
+                // The file must still be ours: a disk unmounted or the file removed/replaced under us must
+                // fail the disk, not swallow blocks into an unreachable inode.
+                match std::fs::metadata(&*path) {
+                    Ok(m) if (m.dev(), m.ino()) == *identity => {}
+                    Ok(_) => return Err((io::Error::other("scan file was replaced"), Some(block))),
+                    Err(e) => {
+                        return Err((
+                            io::Error::new(e.kind(), format!("scan file gone: {e}")),
+                            Some(block),
+                        ))
+                    }
+                }
+                let wb_size = (block.data_offset + block.len) as u32;
+                let header = Mark6BlockHeaderRepr {
+                    block_number: block.number,
+                    wb_size: Some(wb_size),
+                };
+                let bytes = block.with_header_mut();
+                if let Err(e) = header.emit(&mut bytes[..8]) {
+                    return Err((
+                        io::Error::new(io::ErrorKind::InvalidData, e.to_string()),
+                        Some(block),
+                    ));
+                }
+                let start = *offset;
+                match file.write_all_at(bytes, start) {
+                    Ok(()) => {
+                        *offset += u64::from(wb_size);
+                        // Start writeback now; wait for it when the next block has been handed over.
+                        let _ = sync_range(file, start, u64::from(wb_size), false);
+                        Ok(Pending {
+                            block,
+                            file: None,
+                            path: None,
+                            start,
+                            len: u64::from(wb_size),
+                        })
+                    }
+                    Err(e) => Err((e, block)),
+                }
+            }
+            DiskSink::Flexbuff { disk, scan, direct } => {
+                let path = flexbuff::chunk_path(disk, scan, block.number);
+                match write_chunk(&path, &block, direct) {
+                    Ok((file, fell_back)) => {
+                        if let Some(reason) = fell_back {
+                            if !self.said_fallback {
+                                self.said_fallback = true;
+                                self.shared.disks[self.index].direct.store(false, Relaxed);
+                                self.shared.event(RecorderEvent::BufferedFallback {
+                                    disk: disk.clone(),
+                                    reason,
+                                });
+                            }
+                        }
+                        let len = block.len as u64;
+                        let _ = sync_range(&file, 0, len, false);
+                        Ok(Pending {
+                            block,
+                            file: Some(file),
+                            path: Some(path),
+                            start: 0,
+                            len,
+                        })
+                    }
+                    Err(e) => {
+                        let _ = std::fs::remove_file(&path);
+                        Err((e, block))
+                    }
+                }
+            }
+        };
+        self.add_busy(t);
+        match result {
+            Ok(p) => {
+                let previous = self.pending.replace(p);
+                if let Some(prev) = previous {
+                    // Confirm the previous block (its writeback ran while this one was written).
+                    let current = self.pending.replace(prev);
+                    if let Err(e) = self.confirm_pending() {
+                        // The failed previous block is back in self.pending; hand back the current one too
+                        // (a Mark6 file is cut back before both in `fail`; a chunk file is removed here).
+                        let current = current.map(|c| {
+                            if let Some(path) = &c.path {
+                                let _ = std::fs::remove_file(path);
+                            }
+                            c.block
+                        });
+                        return Err((e, current));
+                    }
+                    self.pending = current;
+                }
+                Ok(())
+            }
+            Err((e, block)) => Err((e, Some(block))),
+        }
+    }
+
+    fn mark_failed(&self, reason: String, requeued: usize) {
+        let disk = &self.shared.disks[self.index];
+        *disk.failed.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason.clone());
+        let left = self.shared.writers_alive.load(Relaxed).saturating_sub(1);
+        self.shared.event(RecorderEvent::DiskFailed {
+            disk: self.disk_path(),
+            error: reason,
+            requeued_blocks: requeued,
+            disks_left: left,
+        });
+    }
+
+    /// Leaves the scan: cuts the file back to its last confirmed block and re-queues unconfirmed blocks.
+    fn fail(&mut self, error: io::Error, current: Option<Block>) {
+        let pending = self.pending.take();
+        match &mut self.sink {
+            DiskSink::Mark6 { file, offset, .. } => {
+                let good = pending.as_ref().map_or(*offset, |p| p.start);
+                let _ = file.set_len(good);
+                *offset = good;
+            }
+            DiskSink::Flexbuff { .. } => {
+                if let Some(path) = pending.as_ref().and_then(|p| p.path.as_ref()) {
+                    let _ = std::fs::remove_file(path);
+                }
+            }
+        }
+        let mut back: Vec<Block> = pending.map(|p| p.block).into_iter().collect();
+        back.extend(current);
+        self.mark_failed(error.to_string(), back.len());
+        // Leave the writer count before re-queueing, so nobody waits on a writer that is gone.
+        let alive = self.shared.writers_alive.fetch_sub(1, AcqRel) - 1;
+        for mut b in back {
+            if alive == 0 {
+                self.shared.lost_blocks.fetch_add(1, Relaxed);
+                self.shared.in_flight.fetch_sub(1, AcqRel);
+                b.reset();
+                let _ = self.shared.free_tx.send(b);
+            } else {
+                let _ = self.shared.queue_tx.send(b);
+            }
+        }
+        if alive == 0 {
+            self.shared.event(RecorderEvent::AllDisksFailed);
+            self.shared.request_stop();
+        }
+    }
+}
+
+/// Writes one FlexBuff chunk: with O_DIRECT for the aligned part when `direct`, the rest buffered.
+/// Returns the open file and, if O_DIRECT had to be abandoned, why.
+fn write_chunk(path: &Path, block: &Block, direct: &mut bool) -> io::Result<(File, Option<String>)> {
+    let data = block.payload();
+    let aligned = data.len() / ALIGN * ALIGN;
+    if *direct && aligned > 0 {
+        match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)
+        {
+            Ok(file) => match file.write_all_at(&data[..aligned], 0) {
+                Ok(()) => {
+                    if aligned < data.len() {
+                        clear_direct(&file)?;
+                        file.write_all_at(&data[aligned..], aligned as u64)?;
+                    }
+                    return Ok((file, None));
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    drop(file);
+                    std::fs::remove_file(path)?;
+                    *direct = false;
+                    let (f, _) = write_chunk(path, block, direct)?;
+                    return Ok((f, Some(format!("O_DIRECT write refused: {e}"))));
+                }
+                Err(e) => return Err(e),
+            },
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                *direct = false;
+                let (f, _) = write_chunk(path, block, direct)?;
+                return Ok((f, Some(format!("open with O_DIRECT refused: {e}"))));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let file = OpenOptions::new().write(true).create_new(true).open(path)?;
+    file.write_all_at(data, 0)?;
+    Ok((file, None))
+}
+
+fn clear_direct(file: &File) -> io::Result<()> {
+    // SAFETY: fcntl on an open descriptor with integer arguments.
+    unsafe {
+        let flags = libc::fcntl(file.as_raw_fd(), libc::F_GETFL);
+        if flags < 0 || libc::fcntl(file.as_raw_fd(), libc::F_SETFL, flags & !libc::O_DIRECT) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// The sink for `disk` in `format`, created (file header written / chunk directory made) up front so a
+/// disk that is unusable at the start is an error before anything is received.
+pub(crate) fn open_sink(
+    format: ScanFormat,
+    disk: &Path,
+    scan: &str,
+    kind: FrameKind,
+    frame_size: u32,
+    nominal_block_size: u64,
+    direct: bool,
+) -> io::Result<DiskSink> {
+    match format {
+        ScanFormat::Mark6 => {
+            let path = vlbiflow_scan::mark6_path(disk, scan, kind);
+            let file = create_mark6_file(&path, nominal_block_size, kind, frame_size)
+                .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+            DiskSink::mark6(file, path)
+        }
+        ScanFormat::Flexbuff => {
+            let dir = flexbuff::chunk_dir(disk, scan);
+            std::fs::create_dir(&dir)
+                .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
+            Ok(DiskSink::Flexbuff {
+                disk: disk.to_owned(),
+                scan: scan.to_owned(),
+                direct,
+            })
+        }
+    }
+}
