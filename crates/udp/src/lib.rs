@@ -22,9 +22,13 @@ pub mod snmp;
 pub mod socket;
 mod sys;
 
-pub use pace::{Pacer, RateMeter, WindowStats};
-pub use recv::{BatchReceiver, RecvBatch, RecvMeta};
-pub use send::{Batch, BatchSender, GsoError, RetryPolicy, SendError, SendStats, Sent};
-pub use sink::{run_sink, PsnTracker, SinkConfig, SinkReport, SinkSecond};
+pub use pace::{InvalidRate, Pacer, RateMeter, Wait, WindowStats};
+pub use recv::{BatchReceiver, RecvBatch, RecvMeta, RecvStats};
+pub use send::{
+    Batch, BatchSender, GsoError, RetryPolicy, SendError, SendStats, Sent, GSO_MAX_SEGMENTS, MAX_PARTS,
+};
+pub use sink::{
+    run_sink, PsnStats, PsnTracker, Sink, SinkConfig, SinkError, SinkReport, SinkSecond, StopReason,
+};
 pub use snmp::{SnmpError, UdpCounters};
 pub use socket::{open_udp, BufferKind, BufferReport, Feature, SocketError, SocketReport, UdpConfig};
