@@ -8,7 +8,11 @@ mod cmd;
 mod units;
 
 #[derive(Parser)]
-#[command(name = "vlbiflow", version, about = "Simulate, record, check and move VLBI (VDIF/Mark5B) data streams")]
+#[command(
+    name = "vlbiflow",
+    version,
+    about = "Simulate, record, check and move VLBI (VDIF/Mark5B) data streams"
+)]
 #[command(propagate_version = true, arg_required_else_help = true)]
 struct Cli {
     #[command(subcommand)]

@@ -1,1 +1,148 @@
-//! Units (being written)
+//! Parsing of the quantities users type: bit rates (`32Gbps`, `512Mb/s`), byte sizes (`10MB`, `512KiB`),
+//! durations (`10`, `90s`, `5m`, `1h`) and frequencies (`10MHz`). Decimal prefixes are powers of 1000,
+//! binary ones (`Ki`, `Mi`, `Gi`) powers of 1024, as the SI and IEC say.
+
+/// Splits "12.5Gbps" into (12.5, "Gbps").
+fn split_number(s: &str) -> Result<(f64, &str), String> {
+    let s = s.trim();
+    let end = s
+        .char_indices()
+        .find(|&(_, c)| !(c.is_ascii_digit() || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-'))
+        .map(|(i, _)| i)
+        .unwrap_or(s.len());
+    // "e" may start a unit only if it is not an exponent: no unit here begins with e/E, so this is safe.
+    let (num, unit) = s.split_at(end);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} does not start with a number"))?;
+    if !value.is_finite() || value < 0.0 {
+        return Err(format!("{s:?} is not a non-negative finite number"));
+    }
+    Ok((value, unit.trim()))
+}
+
+fn prefix(p: &str) -> Option<f64> {
+    Some(match p {
+        "" => 1.0,
+        "k" | "K" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "Ki" => 1024.0,
+        "Mi" => 1024.0 * 1024.0,
+        "Gi" => 1024.0 * 1024.0 * 1024.0,
+        "Ti" => 1024.0f64.powi(4),
+        _ => return None,
+    })
+}
+
+/// A bit rate in bits per second: `4Gbps`, `4Gb/s`, `4G`, `500Mbps`, `1e9`.
+pub fn parse_bit_rate(s: &str) -> Result<f64, String> {
+    let (v, unit) = split_number(s)?;
+    let p = unit
+        .strip_suffix("bps")
+        .or_else(|| unit.strip_suffix("b/s"))
+        .or_else(|| unit.strip_suffix("bit/s"))
+        .unwrap_or(unit);
+    let m = prefix(p)
+        .ok_or_else(|| format!("{s:?}: unknown rate unit {unit:?} (use e.g. 500Mbps, 4Gbps, 4Gb/s)"))?;
+    Ok(v * m)
+}
+
+/// A byte count: `10MB`, `10M`, `512KiB`, `8224`.
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let (v, unit) = split_number(s)?;
+    let p = unit.strip_suffix('B').unwrap_or(unit);
+    let m = prefix(p)
+        .ok_or_else(|| format!("{s:?}: unknown size unit {unit:?} (use e.g. 8224, 10MB, 512KiB)"))?;
+    let bytes = v * m;
+    if bytes.fract() != 0.0 || bytes > u64::MAX as f64 {
+        return Err(format!("{s:?} is not a whole number of bytes"));
+    }
+    Ok(bytes as u64)
+}
+
+/// A duration in seconds: `10`, `2.5s`, `500ms`, `5m`, `1h`.
+pub fn parse_seconds(s: &str) -> Result<f64, String> {
+    let (v, unit) = split_number(s)?;
+    let m = match unit {
+        "" | "s" => 1.0,
+        "ms" => 1e-3,
+        "us" | "µs" => 1e-6,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        _ => {
+            return Err(format!(
+                "{s:?}: unknown time unit {unit:?} (use e.g. 10, 10s, 500ms, 5m, 1h)"
+            ))
+        }
+    };
+    Ok(v * m)
+}
+
+/// A frequency in Hz: `10MHz`, `1.5kHz`, `250000`.
+pub fn parse_hz(s: &str) -> Result<f64, String> {
+    let (v, unit) = split_number(s)?;
+    let p = unit.strip_suffix("Hz").unwrap_or(unit);
+    let m = prefix(p).ok_or_else(|| format!("{s:?}: unknown frequency unit {unit:?} (use e.g. 10MHz)"))?;
+    Ok(v * m)
+}
+
+/// `4.000 Gb/s` style formatting of a bit rate.
+pub fn fmt_bit_rate(bps: f64) -> String {
+    if bps >= 1e9 {
+        format!("{:.3} Gb/s", bps / 1e9)
+    } else if bps >= 1e6 {
+        format!("{:.3} Mb/s", bps / 1e6)
+    } else {
+        format!("{:.1} kb/s", bps / 1e3)
+    }
+}
+
+/// `1.23 GB` style formatting of a byte count (decimal units, like disk vendors and the seeds' tables).
+pub fn fmt_bytes(b: u64) -> String {
+    let b = b as f64;
+    if b >= 1e12 {
+        format!("{:.2} TB", b / 1e12)
+    } else if b >= 1e9 {
+        format!("{:.2} GB", b / 1e9)
+    } else if b >= 1e6 {
+        format!("{:.2} MB", b / 1e6)
+    } else if b >= 1e3 {
+        format!("{:.1} kB", b / 1e3)
+    } else {
+        format!("{b} B")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates() {
+        assert_eq!(parse_bit_rate("32Gbps").unwrap(), 32e9);
+        assert_eq!(parse_bit_rate("4Gb/s").unwrap(), 4e9);
+        assert_eq!(parse_bit_rate("512M").unwrap(), 512e6);
+        assert_eq!(parse_bit_rate("1e9").unwrap(), 1e9);
+        assert!(parse_bit_rate("fast").is_err());
+        assert!(parse_bit_rate("4GBps").is_err());
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_bytes("10MB").unwrap(), 10_000_000);
+        assert_eq!(parse_bytes("512KiB").unwrap(), 524_288);
+        assert_eq!(parse_bytes("8224").unwrap(), 8224);
+        assert!(parse_bytes("1.5").is_err());
+        assert!(parse_bytes("-1").is_err());
+    }
+
+    #[test]
+    fn durations_and_frequencies() {
+        assert_eq!(parse_seconds("5m").unwrap(), 300.0);
+        assert_eq!(parse_seconds("500ms").unwrap(), 0.5);
+        assert_eq!(parse_hz("10MHz").unwrap(), 10e6);
+        assert!(parse_seconds("5 fortnights").is_err());
+    }
+}

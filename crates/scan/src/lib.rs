@@ -147,7 +147,10 @@ pub enum MetaError {
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
     #[error("{path}: not vlbiflow scan metadata: {source}")]
-    Parse { path: PathBuf, source: serde_json::Error },
+    Parse {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
     #[error("{path}: metadata version {found} is newer than this vlbiflow understands ({METADATA_VERSION})")]
     Version { path: PathBuf, found: u32 },
 }
@@ -170,7 +173,10 @@ pub fn flexbuff_dir(disk: &Path, scan: &str) -> PathBuf {
 impl ScanMetadata {
     /// Writes the metadata to `path` atomically: a reader sees the old or the new file, never a torn one.
     pub fn write_atomic(&self, path: &Path) -> Result<(), MetaError> {
-        let io = |source| MetaError::Io { path: path.to_owned(), source };
+        let io = |source| MetaError::Io {
+            path: path.to_owned(),
+            source,
+        };
         let tmp = path.with_extension("json.tmp");
         let mut text = serde_json::to_vec_pretty(self).expect("metadata serialises");
         text.push(b'\n');
@@ -183,11 +189,19 @@ impl ScanMetadata {
 
     /// Reads and validates a metadata file.
     pub fn read(path: &Path) -> Result<Self, MetaError> {
-        let bytes = std::fs::read(path).map_err(|source| MetaError::Io { path: path.to_owned(), source })?;
-        let meta: ScanMetadata =
-            serde_json::from_slice(&bytes).map_err(|source| MetaError::Parse { path: path.to_owned(), source })?;
+        let bytes = std::fs::read(path).map_err(|source| MetaError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        let meta: ScanMetadata = serde_json::from_slice(&bytes).map_err(|source| MetaError::Parse {
+            path: path.to_owned(),
+            source,
+        })?;
         if meta.metadata_version > METADATA_VERSION {
-            return Err(MetaError::Version { path: path.to_owned(), found: meta.metadata_version });
+            return Err(MetaError::Version {
+                path: path.to_owned(),
+                found: meta.metadata_version,
+            });
         }
         Ok(meta)
     }
@@ -212,13 +226,17 @@ impl ScanMetadata {
     }
 }
 
+/// Metadata files of one scan, one per disk, each read or failed.
+pub type ScanCopies = Vec<(PathBuf, Result<ScanMetadata, MetaError>)>;
+
 /// Scans found on a set of disks: every `*.vlbiflow.json` directly in each directory, grouped by scan name.
 /// Unreadable metadata is returned as an error entry rather than hiding the scan.
-pub fn find_scans(disks: &[PathBuf]) -> Vec<(String, Vec<(PathBuf, Result<ScanMetadata, MetaError>)>)> {
-    let mut scans: std::collections::BTreeMap<String, Vec<(PathBuf, Result<ScanMetadata, MetaError>)>> =
-        Default::default();
+pub fn find_scans(disks: &[PathBuf]) -> Vec<(String, ScanCopies)> {
+    let mut scans: std::collections::BTreeMap<String, ScanCopies> = Default::default();
     for disk in disks {
-        let Ok(entries) = std::fs::read_dir(disk) else { continue };
+        let Ok(entries) = std::fs::read_dir(disk) else {
+            continue;
+        };
         for entry in entries.flatten() {
             let name = entry.file_name();
             let Some(name) = name.to_str() else { continue };
@@ -259,9 +277,18 @@ mod tests {
                 threads: vec![0, 1],
                 first_frame_utc: None,
                 last_frame_utc: None,
-                counters: StreamCounters { packets: 99, lost: 1, ..Default::default() },
+                counters: StreamCounters {
+                    packets: 99,
+                    lost: 1,
+                    ..Default::default()
+                },
             }],
-            disks: vec![DiskMeta { path: "/tmp/d0".into(), bytes: 1, blocks: 1, failed: None }],
+            disks: vec![DiskMeta {
+                path: "/tmp/d0".into(),
+                bytes: 1,
+                blocks: 1,
+                failed: None,
+            }],
         }
     }
 

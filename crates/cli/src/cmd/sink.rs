@@ -1,9 +1,180 @@
-//! (being written)
+//! `vlbiflow sink`: a null receiver (recvmmsg, count, discard), the ceiling a recorder is compared with.
+
+use crate::units::{fmt_bit_rate, fmt_bytes, parse_bytes, parse_seconds};
+use crate::usage;
+use anyhow::Context;
+use serde::Serialize;
+use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use vlbiflow_udp::sink::{run_sink, SinkConfig, SinkSecond};
+
+const EXAMPLES: &str = "\
+Examples:
+  # Count what gen sends, with packet-sequence-number loss accounting, a line per second
+  vlbiflow sink --listen 127.0.0.1:4001 --psn
+
+  # Stop 2 s after the stream ends and print JSON for a script
+  vlbiflow sink --listen 127.0.0.1:4001 --psn --idle-timeout 2 --json";
 
 #[derive(clap::Args)]
-pub struct Args {}
+#[command(after_help = EXAMPLES)]
+pub struct Args {
+    /// Address to listen on
+    #[arg(long, default_value = "127.0.0.1:4001", value_name = "HOST:PORT")]
+    listen: String,
+    /// Datagrams start with an 8-byte packet sequence number: count lost, out-of-order and duplicates
+    #[arg(long)]
+    psn: bool,
+    /// Socket receive buffer
+    #[arg(long, default_value = "64MiB", value_name = "BYTES")]
+    recv_buffer: String,
+    /// Receive GRO super-datagrams (counts their segments)
+    #[arg(long)]
+    gro: bool,
+    /// Stop when nothing arrived for this long after the first datagram (0 = never)
+    #[arg(long, default_value = "3", value_name = "SECONDS")]
+    idle_timeout: String,
+    /// Stop after this long in any case
+    #[arg(long, value_name = "SECONDS")]
+    duration: Option<String>,
+    /// Print per-second lines and the summary as JSON lines on standard output
+    #[arg(long)]
+    json: bool,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("not implemented yet")
+#[derive(Serialize)]
+struct SecondLine {
+    unix_second: u64,
+    complete: bool,
+    datagrams: u64,
+    bytes: u64,
+    gbps: f64,
+    lost: i64,
+    out_of_order: u64,
+    duplicate: u64,
+    kernel_drops: u64,
+}
+
+impl From<&SinkSecond> for SecondLine {
+    fn from(s: &SinkSecond) -> Self {
+        SecondLine {
+            unix_second: s.unix_second,
+            complete: s.complete,
+            datagrams: s.datagrams,
+            bytes: s.bytes,
+            gbps: s.gbps(),
+            lost: s.lost,
+            out_of_order: s.out_of_order,
+            duplicate: s.duplicate,
+            kernel_drops: s.kernel_drops,
+        }
+    }
+}
+
+pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    let listen: SocketAddr = match a.listen.parse() {
+        Ok(addr) => addr,
+        Err(_) => usage!("--listen {:?}: expected IP:PORT, e.g. 127.0.0.1:4001", a.listen),
+    };
+    let recv_buffer = match parse_bytes(&a.recv_buffer) {
+        Ok(b) => b as usize,
+        Err(e) => usage!("--recv-buffer {e}"),
+    };
+    let idle = match parse_seconds(&a.idle_timeout) {
+        Ok(0.0) => None,
+        Ok(s) => Some(Duration::from_secs_f64(s)),
+        Err(e) => usage!("--idle-timeout {e}"),
+    };
+    let max = match a.duration.as_deref().map(parse_seconds) {
+        None => None,
+        Some(Ok(s)) => Some(Duration::from_secs_f64(s)),
+        Some(Err(e)) => usage!("--duration {e}"),
+    };
+    let mut config = SinkConfig::new(listen);
+    config.udp.recv_buffer = Some(recv_buffer);
+    config.udp.gro = a.gro;
+    config.psn = a.psn;
+    config.idle_timeout = idle;
+    config.max_duration = max;
+    if a.gro {
+        config.buffer_size = 65_536;
+    }
+
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst))
+            .context("installing the Ctrl-C handler")?;
+    }
+    if !a.json {
+        eprintln!(
+            "sink: listening on {listen}{}",
+            if a.psn { " (PSN accounting)" } else { "" }
+        );
+    }
+    let json = a.json;
+    let psn = a.psn;
+    let report = run_sink(config, &stop, |s| {
+        if s.datagrams == 0 && !s.complete {
+            return;
+        }
+        if json {
+            println!(
+                "{}",
+                serde_json::to_string(&SecondLine::from(s)).expect("plain struct")
+            );
+        } else {
+            println!(
+                "sink: {} {:>9} datagrams {:>12}{}{}",
+                s.unix_second,
+                s.datagrams,
+                fmt_bit_rate(s.bytes as f64 * 8.0),
+                if psn {
+                    format!("  lost {:>6}", s.lost)
+                } else {
+                    String::new()
+                },
+                if s.complete { "" } else { "  (partial second)" }
+            );
+        }
+    })?;
+    for w in report.socket.warnings() {
+        eprintln!("sink: warning: {w}");
+    }
+    if json {
+        let mut v = serde_json::json!({
+            "summary": true,
+            "datagrams": report.datagrams,
+            "bytes": report.bytes,
+            "active_s": report.active.as_secs_f64(),
+            "gbps": report.gbps(),
+            "truncated": report.truncated,
+            "kernel_drops": report.kernel_drops,
+        });
+        if let Some(p) = report.psn {
+            v["lost"] = p.lost.into();
+            v["out_of_order"] = p.out_of_order.into();
+            v["duplicate"] = p.duplicate.into();
+        }
+        println!("{v}");
+    } else {
+        println!(
+            "sink: {} datagrams, {} in {:.3} s = {}; kernel drops {}",
+            report.datagrams,
+            fmt_bytes(report.bytes),
+            report.active.as_secs_f64(),
+            fmt_bit_rate(report.gbps() * 1e9),
+            report.kernel_drops
+        );
+        if let Some(p) = report.psn {
+            println!(
+                "sink: PSN lost {}, out of order {}, duplicate {}",
+                p.lost, p.out_of_order, p.duplicate
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,194 @@
+//! `vlbiflow gen` as a user runs it: real processes, real files, real UDP on loopback, and the independent
+//! `baseband` reader as the judge of what was written.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+use vlbiflow_udp::sink::{Sink, SinkConfig};
+
+fn vlbiflow(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_vlbiflow"))
+        .args(args)
+        .output()
+        .expect("run vlbiflow")
+}
+
+/// Runs the baseband summariser; fails with the install hint if baseband is missing, unless the user
+/// opted out with VLBIFLOW_SKIP_PYTHON=1.
+fn baseband_summary(path: &Path, frame_rate: u32) -> Option<serde_json::Value> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/vdif_summary.py");
+    let out = Command::new("python3")
+        .arg(&script)
+        .arg(path)
+        .arg(frame_rate.to_string())
+        .output()
+        .expect("python3 must be installed to run the cross-check");
+    if out.status.code() == Some(3) && std::env::var("VLBIFLOW_SKIP_PYTHON").as_deref() == Ok("1") {
+        eprintln!("skipped: baseband not installed and VLBIFLOW_SKIP_PYTHON=1");
+        return None;
+    }
+    assert!(
+        out.status.success(),
+        "baseband cross-check failed (install with `pip install baseband`): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(serde_json::from_slice(&out.stdout).expect("summary JSON"))
+}
+
+#[test]
+fn file_output_decodes_in_baseband_with_right_times_threads_station_and_statistics() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.vdif");
+    let out = vlbiflow(&[
+        "gen",
+        "--output",
+        path.to_str().unwrap(),
+        "--threads",
+        "2",
+        "--pps",
+        "1000",
+        "--count",
+        "4000",
+        "--station",
+        "Xx",
+        "--payload",
+        "noise",
+        "--start",
+        "2026-03-01T12:00:00Z",
+        "--quiet",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 4000 * 8224);
+    let Some(summary) = baseband_summary(&path, 500) else {
+        return;
+    };
+    let frames = summary["frames"].as_array().unwrap();
+    assert_eq!(frames.len(), 4000);
+    let start = 1772366400.0; // 2026-03-01T12:00:00Z
+    for (i, f) in frames.iter().enumerate() {
+        assert_eq!(
+            f["thread"],
+            (i % 2) as u64,
+            "frame {i}: threads interleave 0,1,0,1"
+        );
+        assert_eq!(f["station"], "Xx");
+        assert_eq!(f["bps"], 2);
+        assert_eq!(f["length"], 8224);
+        assert_eq!(f["invalid"], false);
+        let t = f["time_unix"].as_f64().unwrap();
+        let want = start + (i / 2) as f64 / 500.0;
+        assert!((t - want).abs() < 1e-6, "frame {i}: time {t} want {want}");
+    }
+    // 2-bit noise with optimal thresholds: levels -3.3/-1/+1/+3.3 at about 16/34/34/16 %.
+    let levels = summary["levels"].as_object().unwrap();
+    assert_eq!(levels.len(), 4, "{levels:?}");
+    let mut by_level: Vec<(f64, f64)> = levels
+        .iter()
+        .map(|(k, v)| (k.parse().unwrap(), v.as_f64().unwrap()))
+        .collect();
+    by_level.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let occ: Vec<f64> = by_level.iter().map(|l| l.1).collect();
+    for (got, want) in occ.iter().zip([0.159, 0.341, 0.341, 0.159]) {
+        assert!((got - want).abs() < 0.01, "occupancy {occ:?}");
+    }
+    assert!(summary["mean"].as_f64().unwrap().abs() < 0.02);
+}
+
+#[test]
+fn network_stream_with_psn_arrives_whole_and_in_order() {
+    let mut config = SinkConfig::new("127.0.0.1:0".parse().unwrap());
+    config.psn = true;
+    config.idle_timeout = Some(Duration::from_secs(2));
+    config.max_duration = Some(Duration::from_secs(30));
+    let sink = Sink::open(config).unwrap();
+    let addr: SocketAddr = sink.local_addr();
+    let stop = AtomicBool::new(false);
+    let report = std::thread::scope(|s| {
+        let rx = s.spawn(|| sink.run(&stop, |_| {}).unwrap());
+        let out = vlbiflow(&[
+            "gen",
+            "--dest",
+            &addr.to_string(),
+            "--threads",
+            "2",
+            "--rate",
+            "200Mbps",
+            "--count",
+            "6000",
+            "--psn",
+            "--json",
+        ]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(summary["frames"], 6000);
+        assert_eq!(summary["streams"], 1);
+        rx.join().unwrap()
+    });
+    assert_eq!(report.datagrams, 6000);
+    assert_eq!(report.bytes, 6000 * (8224 + 8));
+    let psn = report.psn.unwrap();
+    assert_eq!((psn.lost, psn.out_of_order, psn.duplicate), (0, 0, 0), "{psn:?}");
+}
+
+#[test]
+fn bad_input_is_one_line_and_exit_2_before_sending() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["--dest", "127.0.0.1", "--pps", "10"], "--dest"),
+        (
+            &["--dest", "no-such-host.invalid:4001", "--pps", "10"],
+            "cannot resolve",
+        ),
+        (
+            &["--dest", "127.0.0.1:4001", "--pps", "10", "--frame-size", "8228"],
+            "multiple of 8",
+        ),
+        (
+            &["--dest", "127.0.0.1:4001", "--pps", "10", "--frame-size", "70000"],
+            "UDP datagram",
+        ),
+        (
+            &["--dest", "127.0.0.1:4001", "--pps", "1001", "--threads", "2"],
+            "whole number of frames",
+        ),
+        (
+            &[
+                "--dest",
+                "127.0.0.1:4001",
+                "--pps",
+                "10",
+                "--payload",
+                "tone:1GHz",
+            ],
+            "tone",
+        ),
+        (&["--dest", "127.0.0.1:4001", "--rate", "4GBps"], "--rate"),
+        (
+            &["--dest", "127.0.0.1:4001", "--pps", "10", "--start", "yesterday"],
+            "--start",
+        ),
+        (&["--dest", "127.0.0.1:4001"], "how fast"),
+    ];
+    for (args, needle) in cases {
+        let mut full = vec!["gen"];
+        full.extend_from_slice(args);
+        let out = vlbiflow(&full);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: one line, got {err}");
+        assert!(out.stdout.is_empty(), "{args:?}: nothing sent or printed");
+    }
+}
+
+#[test]
+fn help_has_examples() {
+    let out = vlbiflow(&["gen", "--help"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("Examples:") && text.contains("--rate 4Gbps"),
+        "{text}"
+    );
+}
