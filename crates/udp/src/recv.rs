@@ -4,7 +4,7 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::ptr;
 use std::time::{Duration, Instant};
 
@@ -13,8 +13,10 @@ use crate::sys::{self, CmsgSpace, RawArray};
 /// One received message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RecvMeta {
-    /// Bytes written into the buffer.
+    /// Bytes written into the buffer(s).
     pub len: usize,
+    /// The datagram's real length (larger than `len` when it was truncated).
+    pub wire_len: usize,
     /// The datagram was longer than the buffer and was cut (MSG_TRUNC).
     pub truncated: bool,
     /// With GRO: the kernel coalesced several datagrams of this size (the last may be shorter) into this
@@ -42,7 +44,8 @@ impl RecvMeta {
         self.len.div_ceil(self.segment_size())
     }
 
-    /// The wire datagrams inside `buf` (the buffer this message was received into).
+    /// The wire datagrams inside `buf` (the buffer this message was received into with
+    /// [`BatchReceiver::recv`]; not meaningful for a message scattered over two buffers).
     pub fn segments<'a>(&self, buf: &'a [u8]) -> impl Iterator<Item = &'a [u8]> + 'a {
         let data = &buf[..self.len.min(buf.len())];
         let step = self.segment_size().max(1);
@@ -135,7 +138,7 @@ impl BatchReceiver {
             capacity,
             want_source: false,
             hdrs: RawArray::new(capacity, sys::zeroed),
-            iovs: RawArray::new(capacity, sys::zeroed),
+            iovs: RawArray::new(capacity * 2, sys::zeroed),
             cmsgs: RawArray::new(capacity, || [0u64; 8]),
             addrs: RawArray::new(capacity, sys::zeroed),
             metas: vec![RecvMeta::default(); capacity].into_boxed_slice(),
@@ -191,18 +194,50 @@ impl BatchReceiver {
     where
         I: IntoIterator<Item = &'b mut [u8]>,
     {
-        let fd = sock.as_raw_fd();
         let mut n = 0;
         for buf in bufs.into_iter().take(self.capacity) {
-            // SAFETY: n < capacity; the buffer is exclusively borrowed for this call.
-            unsafe {
-                *self.iovs.at(n) = libc::iovec {
-                    iov_base: buf.as_mut_ptr() as *mut libc::c_void,
-                    iov_len: buf.len(),
-                };
-            }
+            self.set_iov(n, 0, buf);
+            self.set_iov(n, 1, &mut []);
             n += 1;
         }
+        self.recv_prepared(sock.as_raw_fd(), n, timeout)
+    }
+
+    /// Like [`recv`](Self::recv) but scatters each message over two buffers: the first part fills
+    /// `parts[0]` and the rest goes to `parts[1]`. With an 8-byte `parts[0]` this splits a sequence-number
+    /// prefix from a frame that then lands in place (e.g. in a recorder's block buffer).
+    pub fn recv_parts<'b, I>(
+        &mut self,
+        sock: &impl AsRawFd,
+        bufs: I,
+        timeout: Duration,
+    ) -> io::Result<RecvBatch<'_>>
+    where
+        I: IntoIterator<Item = [&'b mut [u8]; 2]>,
+    {
+        let mut n = 0;
+        for [first, second] in bufs.into_iter().take(self.capacity) {
+            self.set_iov(n, 0, first);
+            self.set_iov(n, 1, second);
+            n += 1;
+        }
+        self.recv_prepared(sock.as_raw_fd(), n, timeout)
+    }
+
+    fn set_iov(&mut self, msg: usize, part: usize, buf: &mut [u8]) {
+        assert!(msg < self.capacity);
+        // SAFETY: msg < capacity and part < 2 keep the index inside the array. The caller's buffer is
+        // exclusively borrowed for the whole recv call that uses this iovec.
+        unsafe {
+            *self.iovs.at(msg * 2 + part) = libc::iovec {
+                iov_base: buf.as_mut_ptr() as *mut libc::c_void,
+                iov_len: buf.len(),
+            };
+        }
+    }
+
+    /// Receives into the `n` messages whose iovecs are set.
+    fn recv_prepared(&mut self, fd: RawFd, n: usize, timeout: Duration) -> io::Result<RecvBatch<'_>> {
         if n == 0 {
             return Ok(RecvBatch {
                 metas: &self.metas[..0],
@@ -219,7 +254,8 @@ impl BatchReceiver {
                     fd,
                     self.hdrs.at(0),
                     n as libc::c_uint,
-                    libc::MSG_DONTWAIT,
+                    // MSG_TRUNC makes msg_len the datagram's real length even when it was cut.
+                    libc::MSG_DONTWAIT | libc::MSG_TRUNC,
                     ptr::null_mut(),
                 )
             };
@@ -285,8 +321,8 @@ impl BatchReceiver {
                 let entry = &mut *self.hdrs.at(i);
                 entry.msg_len = 0;
                 let hdr = &mut entry.msg_hdr;
-                hdr.msg_iov = self.iovs.at(i);
-                hdr.msg_iovlen = 1;
+                hdr.msg_iov = self.iovs.at(i * 2);
+                hdr.msg_iovlen = 2;
                 hdr.msg_control = self.cmsgs.at(i) as *mut libc::c_void;
                 hdr.msg_controllen = std::mem::size_of::<CmsgSpace>() as _;
                 hdr.msg_flags = 0;
@@ -306,8 +342,12 @@ impl BatchReceiver {
         unsafe {
             let entry = &*self.hdrs.at(i);
             let hdr = &entry.msg_hdr;
+            let iov = self.iovs.at(i * 2);
+            let room = (*iov).iov_len + (*iov.add(1)).iov_len;
+            let wire_len = entry.msg_len as usize;
             let mut meta = RecvMeta {
-                len: entry.msg_len as usize,
+                len: wire_len.min(room),
+                wire_len,
                 truncated: hdr.msg_flags & libc::MSG_TRUNC != 0,
                 gro_segment: None,
                 source: None,
@@ -348,6 +388,7 @@ mod tests {
         let buf: Vec<u8> = (0..=255u8).cycle().take(1000).collect();
         let meta = RecvMeta {
             len: 250,
+            wire_len: 250,
             truncated: false,
             gro_segment: Some(100),
             source: None,

@@ -273,6 +273,7 @@ fn truncation_and_timeout_are_reported() {
     let meta = rx.recv_into(&rx_sock, &mut small, WAIT).unwrap().unwrap();
     assert!(meta.truncated);
     assert_eq!(meta.len, 100);
+    assert_eq!(meta.wire_len, 500);
     assert_eq!(rx.stats().truncated, 1);
     // Nothing more queued: a short timeout returns no message.
     assert_eq!(
@@ -435,4 +436,43 @@ fn bind_conflict_names_address_and_step() {
     let (_a, report) = open_udp(&cfg).unwrap();
     cfg.bind = report.local;
     assert!(open_udp(&cfg).is_ok());
+}
+
+#[test]
+fn two_part_receive_splits_prefix_from_frame() {
+    let (rx_sock, dest) = receiver(false);
+    let tx_sock = sender(dest);
+    let frames: Vec<Vec<u8>> = (0..40).map(|i| frame(i, FRAME)).collect();
+    let psns: Vec<[u8; 8]> = (0..40u64).map(|i| (77 + i).to_le_bytes()).collect();
+    let mut tx = BatchSender::new(40);
+    tx.send_all(&tx_sock, (0..40).map(|i| [&psns[i][..], &frames[i][..]]))
+        .unwrap();
+    // A "block buffer" of frame slots and a side array for the sequence numbers.
+    let mut block = vec![0u8; 40 * FRAME];
+    let mut prefixes = vec![[0u8; 8]; 40];
+    let mut rx = BatchReceiver::new(16);
+    let mut done = 0;
+    while done < 40 {
+        let parts = prefixes[done..]
+            .iter_mut()
+            .zip(block[done * FRAME..].chunks_exact_mut(FRAME));
+        let batch = rx
+            .recv_parts(&rx_sock, parts.map(|(p, f)| [&mut p[..], f]), WAIT)
+            .unwrap();
+        assert!(!batch.is_empty());
+        for m in batch.messages() {
+            assert_eq!((m.len, m.wire_len, m.truncated), (8 + FRAME, 8 + FRAME, false));
+        }
+        done += batch.len();
+    }
+    for i in 0..40 {
+        assert_eq!(prefixes[i], psns[i]);
+        assert_eq!(&block[i * FRAME..][..FRAME], &frames[i][..]);
+    }
+    // A datagram longer than both parts is flagged, with its real length.
+    tx_sock.send(&[9u8; 100]).unwrap();
+    let (mut a, mut b) = ([0u8; 8], [0u8; 50]);
+    let batch = rx.recv_parts(&rx_sock, [[&mut a[..], &mut b[..]]], WAIT).unwrap();
+    let m = batch.messages()[0];
+    assert_eq!((m.len, m.wire_len, m.truncated), (58, 100, true));
 }
