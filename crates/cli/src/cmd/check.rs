@@ -1,9 +1,99 @@
-//! (being written)
+//! `vlbiflow check`: verify a recorded scan or frame files.
+
+use crate::usage;
+use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use vlbiflow_checker::{check, locate, CheckConfig, LocateError, StatsConfig};
+
+const EXAMPLES: &str = "\
+Examples:
+  # A scan recorded across the disks of two Mark6 modules (globs are expanded by vlbiflow)
+  vlbiflow check exp_st_no0001 --disk '/mnt/disks/[12]/*/data'
+
+  # Explicit files: Mark6 scatter-gather files (all of one scan), FlexBuff chunks, or plain VDIF/Mark5B
+  vlbiflow check /mnt/disks/1/*/data/exp_st_no0001.vdif
+  vlbiflow check gathered.vdif --frame-rate 125000
+
+  # For scripts: JSON on stdout, exit status 0 = OK or warnings only, 1 = data problems, 2 = usage
+  vlbiflow check exp_st_no0001 --disk /mnt/disk0 --disk /mnt/disk1 --json | jq .loss_fraction
+
+  # Sample statistics and spectra, plotted to a PNG
+  vlbiflow check scan.vdif --stats --plot spectra.png
+
+Loss fraction = missing / (present + missing) frames, as in Haystack's recording test tables. The frame rate
+comes from --frame-rate, the scan metadata, EDV 1/3 sample rates, or the highest frame number + 1.";
 
 #[derive(clap::Args)]
-pub struct Args {}
+#[command(after_help = EXAMPLES)]
+pub struct Args {
+    /// Scan name (with --disk), or the files to read
+    #[arg(value_name = "SCAN|FILES", required = true)]
+    scan: Vec<String>,
+    /// Directory holding the scan's files; repeat, or use a glob pattern
+    #[arg(long, short, value_name = "DIR")]
+    disk: Vec<String>,
+    /// Frames per second per thread, if the headers do not say (VDIF EDV 0)
+    #[arg(long, value_name = "N")]
+    frame_rate: Option<u32>,
+    /// Print the report as JSON on standard output
+    #[arg(long)]
+    json: bool,
+    /// Sample-state statistics and a spectrum per channel
+    #[arg(long)]
+    stats: bool,
+    /// Draw the spectra into this PNG (implies --stats)
+    #[arg(long, value_name = "PNG")]
+    plot: Option<PathBuf>,
+    /// Frames per second of each thread used for statistics
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    stats_frames: u32,
+    /// No progress on standard error
+    #[arg(long, short)]
+    quiet: bool,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("not implemented yet")
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if args.frame_rate == Some(0) {
+        usage!("--frame-rate must be positive");
+    }
+    let rec = match locate(&args.scan, &args.disk) {
+        Ok(r) => r,
+        Err(LocateError::Usage(m)) => usage!("{m}"),
+        Err(e) => return Err(e.into()),
+    };
+    let stats = (args.stats || args.plot.is_some()).then(|| StatsConfig {
+        frames_per_second: args.stats_frames.max(1),
+        plot: args.plot.clone(),
+        ..Default::default()
+    });
+    let config = CheckConfig {
+        frame_rate: args.frame_rate,
+        stats,
+        ..Default::default()
+    };
+    let total = rec.total_bytes();
+    let show = !args.quiet && std::io::stderr().is_terminal() && total > (1 << 30);
+    let report = check(&rec, config, |done| {
+        if show {
+            eprint!(
+                "\rchecked {:.1} of {:.1} GB ",
+                done as f64 / 1e9,
+                total as f64 / 1e9
+            );
+        }
+    });
+    if show {
+        eprintln!();
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.human());
+    }
+    Ok(if report.has_errors() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }

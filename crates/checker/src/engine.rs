@@ -1,0 +1,735 @@
+//! The check engine: a sans-IO state machine fed frames in recording order. Per VDIF thread (one stream for
+//! Mark5B) it follows frame-number continuity and records every jump with its position, counts missing,
+//! duplicated, out-of-order, invalid and fill frames, watches header fields that must stay constant, and
+//! keeps the time range. The per-frame path reads a few header words and touches no allocator.
+//!
+//! The frame rate is often not in the headers (VDIF EDV 0). Continuity across a second boundary therefore
+//! is accounted with sums that are linear in the rate and resolved at the end, when the rate is known (given,
+//! from the metadata, from EDV 1/3 sample rates, or learned as the highest frame number + 1):
+//! frames missing over a jump (s1,f1) -> (s2,f2), s2 > s1, = R (s2 - s1) - (f1 + 1) + f2.
+
+use crate::finding::{FileTable, Finding, FindingKind, Position, Severity};
+use crate::framer::{is_fill, FrameSink, FILL_WORD};
+use crate::source::FrameFormat;
+use crate::stats::{SampleStats, StatsConfig};
+use serde::Serialize;
+use std::sync::Arc;
+use vlbiflow_formats::mark5b::{bcd_decode, Mark5bHeader};
+use vlbiflow_formats::time::{epoch_start_unix, FrameClock, UtcTime};
+use vlbiflow_formats::vdif::{self, VdifHeader};
+
+/// Jumps kept per thread with full detail; the rest are counted.
+pub const MAX_JUMPS_LISTED: usize = 1000;
+/// Header changes kept per thread with full detail.
+const MAX_CHANGES_LISTED: usize = 20;
+/// Recent frame stamps remembered per thread to tell a duplicate from a late frame.
+const RECENT: usize = 64;
+
+/// Settings of a check.
+#[derive(Debug, Clone, Default)]
+pub struct CheckConfig {
+    /// Frames per second per thread, if the user knows it (`--frame-rate`).
+    pub frame_rate: Option<u32>,
+    /// Frame rate the recording's metadata gives.
+    pub metadata_frame_rate: Option<u32>,
+    /// Sample statistics and spectra, if wanted.
+    pub stats: Option<StatsConfig>,
+}
+
+/// A time stamp as (POSIX second, frame number): comparable across VDIF epochs.
+type Stamp = (i64, u32);
+
+#[derive(Debug, Clone, Copy)]
+struct RawJump {
+    from: Stamp,
+    to: Stamp,
+    pos: Position,
+}
+
+/// Header fields that must stay constant within a thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Signature {
+    /// Word 2 (version, log2 channels, length), word 3 less the thread ID (complex, bits, station),
+    /// word 4's EDV byte, the legacy bit and the epoch.
+    w2: u32,
+    w3: u32,
+    edv: u8,
+    legacy: bool,
+    epoch: u8,
+}
+
+#[derive(Debug, Clone)]
+struct HeaderChange {
+    pos: Position,
+    what: String,
+}
+
+/// State of one thread.
+#[derive(Debug, Clone)]
+struct ThreadState {
+    id: u16,
+    sig: Signature,
+    first: Stamp,
+    last: Stamp,
+    first_pos: Position,
+    frames: u64,
+    bytes: u64,
+    invalid: u64,
+    fill: u64,
+    duplicates: u64,
+    late: u64,
+    missing_within: u64,
+    cross_seconds: i64,
+    cross_f1p1: u64,
+    cross_f2: u64,
+    jumps: Vec<RawJump>,
+    jumps_total: u64,
+    changes: Vec<HeaderChange>,
+    changes_total: u64,
+    recent: [Stamp; RECENT],
+    recent_at: usize,
+    max_frame: u32,
+    sample_rate_hz: Option<u64>,
+}
+
+impl ThreadState {
+    fn new(id: u16, sig: Signature, stamp: Stamp, pos: Position) -> Self {
+        ThreadState {
+            id,
+            sig,
+            first: stamp,
+            last: (stamp.0, stamp.1.wrapping_sub(1)),
+            first_pos: pos,
+            frames: 0,
+            bytes: 0,
+            invalid: 0,
+            fill: 0,
+            duplicates: 0,
+            late: 0,
+            missing_within: 0,
+            cross_seconds: 0,
+            cross_f1p1: 0,
+            cross_f2: 0,
+            jumps: Vec::new(),
+            jumps_total: 0,
+            changes: Vec::new(),
+            changes_total: 0,
+            recent: [(i64::MIN, 0); RECENT],
+            recent_at: 0,
+            max_frame: 0,
+            sample_rate_hz: None,
+        }
+    }
+
+    /// Follows continuity for one frame; returns false for a duplicate (not counted as a frame).
+    #[inline]
+    fn advance(&mut self, stamp: Stamp, pos: Position, rate_hint: Option<u32>, global_max: u32) -> bool {
+        let (s1, f1) = self.last;
+        let (s2, f2) = stamp;
+        if s2 == s1 && f2 == f1.wrapping_add(1) {
+            // The common case.
+        } else if s2 == s1 && f2 > f1 {
+            self.missing_within += u64::from(f2 - f1 - 1);
+            self.jump(RawJump {
+                from: self.last,
+                to: stamp,
+                pos,
+            });
+        } else if s2 > s1 {
+            self.cross_seconds += s2 - s1;
+            self.cross_f1p1 += u64::from(f1) + 1;
+            self.cross_f2 += u64::from(f2);
+            let wrapped = s2 == s1 + 1
+                && f2 == 0
+                && match rate_hint {
+                    Some(r) => f1 + 1 == r,
+                    None => f1 >= global_max,
+                };
+            if !wrapped {
+                self.jump(RawJump {
+                    from: self.last,
+                    to: stamp,
+                    pos,
+                });
+            }
+        } else {
+            // Backwards: a repeat of a recent frame, or a late one filling a hole counted before.
+            if stamp == self.last || self.recent.contains(&stamp) {
+                self.duplicates += 1;
+                return false;
+            }
+            self.late += 1;
+            self.remember(stamp);
+            return true;
+        }
+        self.last = stamp;
+        self.remember(stamp);
+        true
+    }
+
+    #[inline]
+    fn remember(&mut self, stamp: Stamp) {
+        self.recent[self.recent_at] = stamp;
+        self.recent_at = (self.recent_at + 1) % RECENT;
+    }
+
+    fn jump(&mut self, j: RawJump) {
+        self.jumps_total += 1;
+        if self.jumps.len() < MAX_JUMPS_LISTED {
+            self.jumps.push(j);
+        }
+    }
+
+    /// Frames missing at frame rate `r`, with late frames filling holes.
+    fn missing(&self, r: u32) -> u64 {
+        let m = self.missing_within as i128 + i128::from(r) * i128::from(self.cross_seconds)
+            - self.cross_f1p1 as i128
+            + self.cross_f2 as i128
+            - self.late as i128;
+        m.max(0) as u64
+    }
+}
+
+/// One gap in a thread, as reported.
+#[derive(Debug, Clone, Serialize)]
+pub struct Jump {
+    /// File and offset of the first frame after the gap.
+    pub file: String,
+    pub offset: u64,
+    /// Time stamp expected (the frame after the last one seen) and found.
+    pub expected: String,
+    pub found: String,
+    /// Frames missing (negative: the stream jumped back).
+    pub frames_missing: i64,
+}
+
+/// Per-thread result.
+#[derive(Debug, Clone, Serialize)]
+pub struct ThreadReport {
+    pub thread: u16,
+    pub station: String,
+    pub frame_len: usize,
+    pub bits_per_sample: u8,
+    pub channels: u32,
+    pub complex: bool,
+    pub edv: u8,
+    pub version: u8,
+    pub frames: u64,
+    pub bytes: u64,
+    pub missing: u64,
+    pub duplicates: u64,
+    pub out_of_order: u64,
+    pub invalid: u64,
+    pub fill: u64,
+    /// missing / (frames + missing), as in the seeds/003 tables.
+    pub loss_fraction: f64,
+    pub first: String,
+    pub last: String,
+    pub first_file: String,
+    pub first_offset: u64,
+    pub jumps_total: u64,
+    pub jumps: Vec<Jump>,
+    pub header_changes: u64,
+}
+
+/// Everything the engine concludes.
+#[derive(Debug, Clone, Serialize)]
+pub struct EngineReport {
+    pub format: FrameFormat,
+    pub frame_rate: Option<u32>,
+    pub frame_rate_source: &'static str,
+    pub frames: u64,
+    pub bytes: u64,
+    pub missing: u64,
+    pub duplicates: u64,
+    pub out_of_order: u64,
+    pub invalid: u64,
+    pub fill: u64,
+    /// Frame-sized runs of fill words without a header (jive5ab fill of whole frames).
+    pub headerless_fill: u64,
+    pub loss_fraction: f64,
+    pub start_utc: Option<String>,
+    pub end_utc: Option<String>,
+    pub duration_s: Option<f64>,
+    /// Frame bytes per second of recorded time, all threads.
+    pub data_rate_bps: Option<f64>,
+    pub threads: Vec<ThreadReport>,
+    pub stats: Option<crate::stats::StatsReport>,
+    #[serde(skip)]
+    pub findings: Vec<Finding>,
+}
+
+/// The check state machine. Implements [`FrameSink`], so a [`crate::framer::Framer`] can drive it directly.
+pub struct Checker {
+    format: FrameFormat,
+    config: CheckConfig,
+    /// Thread index by thread ID (1024 slots; `u16::MAX` = not seen).
+    slot: Vec<u16>,
+    threads: Vec<ThreadState>,
+    epoch_start: [i64; 64],
+    global_max: u32,
+    headerless_fill: u64,
+    findings: Vec<Finding>,
+    files: Arc<FileTable>,
+    stats: Option<SampleStats>,
+    mark5b_ref_mjd: i64,
+}
+
+impl Checker {
+    /// A checker for frames of `format`; positions are printed with `files`.
+    pub fn new(format: FrameFormat, config: CheckConfig, files: Arc<FileTable>) -> Self {
+        let mut epoch_start = [0i64; 64];
+        for (e, s) in epoch_start.iter_mut().enumerate() {
+            *s = epoch_start_unix(e as u8);
+        }
+        let stats = config.stats.clone().map(SampleStats::new);
+        Checker {
+            format,
+            config,
+            slot: vec![u16::MAX; 1024],
+            threads: Vec::new(),
+            epoch_start,
+            global_max: 0,
+            headerless_fill: 0,
+            findings: Vec::new(),
+            files,
+            stats,
+            mark5b_ref_mjd: UtcTime::now().mjd().0,
+        }
+    }
+
+    fn rate_hint(&self) -> Option<u32> {
+        self.config.frame_rate.or(self.config.metadata_frame_rate)
+    }
+
+    /// One VDIF frame (header checked by the framer).
+    #[inline]
+    fn vdif_frame(&mut self, frame: &[u8], pos: Position) {
+        let h = VdifHeader::new_unchecked(frame);
+        let w0 = h.raw_word(0);
+        let w1 = h.raw_word(1);
+        let w2 = h.raw_word(2);
+        let w3 = h.raw_word(3);
+        let legacy = w0 & (1 << 30) != 0;
+        let epoch = ((w1 >> 24) & 0x3f) as u8;
+        let sig = Signature {
+            w2,
+            w3: w3 & !(0x3ff << 16),
+            edv: if legacy { 0 } else { (h.raw_word(4) >> 24) as u8 },
+            legacy,
+            epoch,
+        };
+        let stamp = (
+            self.epoch_start[epoch as usize] + i64::from(w0 & 0x3fff_ffff),
+            w1 & 0x00ff_ffff,
+        );
+        let thread = ((w3 >> 16) & 0x3ff) as u16;
+        let invalid = w0 & (1 << 31) != 0;
+        let fill = invalid && is_fill(&frame[h.header_len()..]);
+        let rate_hint = self.rate_hint();
+        let global_max = self.global_max;
+        let idx = self.thread_index(thread, sig, stamp, pos, || h.sample_rate_hz());
+        let t = &mut self.threads[idx];
+        if sig != t.sig {
+            Self::header_change(t, sig, pos);
+        }
+        if stamp.1 > t.max_frame {
+            t.max_frame = stamp.1;
+            if stamp.1 > self.global_max {
+                self.global_max = stamp.1;
+            }
+        }
+        if !t.advance(stamp, pos, rate_hint, global_max) {
+            return;
+        }
+        t.frames += 1;
+        t.bytes += frame.len() as u64;
+        if invalid {
+            t.invalid += 1;
+            if fill {
+                t.fill += 1;
+            }
+        } else if let Some(s) = self.stats.as_mut() {
+            s.offer(thread, stamp, frame);
+        }
+    }
+
+    fn thread_index(
+        &mut self,
+        thread: u16,
+        sig: Signature,
+        stamp: Stamp,
+        pos: Position,
+        rate: impl FnOnce() -> Option<u64>,
+    ) -> usize {
+        let s = self.slot[thread as usize];
+        if s != u16::MAX {
+            return s as usize;
+        }
+        let mut t = ThreadState::new(thread, sig, stamp, pos);
+        t.sample_rate_hz = rate();
+        self.threads.push(t);
+        self.slot[thread as usize] = (self.threads.len() - 1) as u16;
+        self.threads.len() - 1
+    }
+
+    #[cold]
+    fn header_change(t: &mut ThreadState, sig: Signature, pos: Position) {
+        let old = t.sig;
+        let mut what = Vec::new();
+        let field = |w: u32, shift: u32, mask: u32| (w >> shift) & mask;
+        if field(old.w2, 0, 0xff_ffff) != field(sig.w2, 0, 0xff_ffff) {
+            what.push(format!(
+                "frame length {} -> {}",
+                field(old.w2, 0, 0xff_ffff) * 8,
+                field(sig.w2, 0, 0xff_ffff) * 8
+            ));
+        }
+        if field(old.w2, 24, 0x1f) != field(sig.w2, 24, 0x1f) {
+            what.push(format!(
+                "channels {} -> {}",
+                1u64 << field(old.w2, 24, 0x1f),
+                1u64 << field(sig.w2, 24, 0x1f)
+            ));
+        }
+        if field(old.w2, 29, 7) != field(sig.w2, 29, 7) {
+            what.push(format!(
+                "VDIF version {} -> {}",
+                field(old.w2, 29, 7),
+                field(sig.w2, 29, 7)
+            ));
+        }
+        if field(old.w3, 26, 0x1f) != field(sig.w3, 26, 0x1f) {
+            what.push(format!(
+                "bits per sample {} -> {}",
+                field(old.w3, 26, 0x1f) + 1,
+                field(sig.w3, 26, 0x1f) + 1
+            ));
+        }
+        if field(old.w3, 31, 1) != field(sig.w3, 31, 1) {
+            what.push("complex flag changed".to_string());
+        }
+        if field(old.w3, 0, 0xffff) != field(sig.w3, 0, 0xffff) {
+            what.push(format!(
+                "station {} -> {}",
+                station_str(old.w3 as u16),
+                station_str(sig.w3 as u16)
+            ));
+        }
+        if old.edv != sig.edv {
+            what.push(format!("EDV {} -> {}", old.edv, sig.edv));
+        }
+        if old.legacy != sig.legacy {
+            what.push("legacy flag changed".to_string());
+        }
+        if old.epoch != sig.epoch {
+            what.push(format!("reference epoch {} -> {}", old.epoch, sig.epoch));
+        }
+        t.changes_total += 1;
+        if t.changes.len() < MAX_CHANGES_LISTED {
+            t.changes.push(HeaderChange {
+                pos,
+                what: what.join(", "),
+            });
+        }
+        t.sig = sig;
+    }
+
+    fn mark5b_frame(&mut self, frame: &[u8], pos: Position) {
+        let h = Mark5bHeader::new_unchecked(frame);
+        let day = bcd_decode(h.bcd_jday(), 3, "Mark5B MJD").unwrap_or(0);
+        let sod = bcd_decode(h.bcd_seconds(), 5, "Mark5B seconds").unwrap_or(0);
+        // Resolve MJD mod 1000 to the day nearest today, as the time is displayed in UTC.
+        let mjd = {
+            let r = self.mark5b_ref_mjd;
+            let base = r - r.rem_euclid(1000) + i64::from(day);
+            [base - 1000, base, base + 1000]
+                .into_iter()
+                .min_by_key(|m| (m - r).abs())
+                .unwrap_or(base)
+        };
+        let stamp = (
+            (mjd - vlbiflow_formats::time::MJD_UNIX_EPOCH) * 86400 + i64::from(sod),
+            u32::from(h.frame_number()),
+        );
+        let sig = Signature {
+            w2: 0,
+            w3: 0,
+            edv: 0,
+            legacy: false,
+            epoch: 0,
+        };
+        let rate_hint = self.rate_hint();
+        let global_max = self.global_max;
+        let idx = self.thread_index(0, sig, stamp, pos, || None);
+        let t = &mut self.threads[idx];
+        if stamp.1 > t.max_frame {
+            t.max_frame = stamp.1;
+            self.global_max = self.global_max.max(stamp.1);
+        }
+        if t.advance(stamp, pos, rate_hint, global_max) {
+            t.frames += 1;
+            t.bytes += frame.len() as u64;
+            if is_fill(&frame[16..]) {
+                t.fill += 1;
+                t.invalid += 1;
+            }
+        }
+    }
+
+    /// Chooses the frame rate: given, from metadata, from EDV 1/3 sample rates, or learned.
+    fn frame_rate(&mut self) -> (Option<u32>, &'static str) {
+        if let Some(r) = self.config.frame_rate {
+            return (Some(r), "given (--frame-rate)");
+        }
+        if let Some(r) = self.config.metadata_frame_rate {
+            return (Some(r), "recording metadata");
+        }
+        if self.format == FrameFormat::Vdif {
+            if let Some(t) = self.threads.first() {
+                if let Some(hz) = t.sample_rate_hz {
+                    let bits = ((t.sig.w3 >> 26) & 0x1f) as u8 + 1;
+                    let channels = 1u32 << ((t.sig.w2 >> 24) & 0x1f);
+                    let complex = t.sig.w3 >> 31 != 0;
+                    let len = ((t.sig.w2 & 0xff_ffff) * 8) as usize;
+                    let hl = if t.sig.legacy { 16 } else { 32 };
+                    if let Ok(r) = vdif::frame_rate(hz, bits, channels, complex, len.saturating_sub(hl)) {
+                        return (Some(r), "EDV sample rate");
+                    }
+                }
+            }
+        }
+        let crossed = self.threads.iter().any(|t| t.cross_seconds > 0);
+        if crossed {
+            (Some(self.global_max + 1), "learned (highest frame number + 1)")
+        } else {
+            (None, "unknown (less than a second of data; give --frame-rate)")
+        }
+    }
+
+    /// Ends the check and reports.
+    pub fn finish(mut self) -> EngineReport {
+        let (rate, rate_source) = self.frame_rate();
+        let clock = rate.and_then(|r| FrameClock::new(r).ok());
+        let stamp_str = |s: Stamp| -> String {
+            match clock {
+                Some(c) if s.1 < c.frame_rate() => c
+                    .utc_of(s.0 * i64::from(c.frame_rate()) + i64::from(s.1))
+                    .to_iso8601(),
+                _ => format!("{}+frame {}", UtcTime::from_unix(s.0, 0).to_iso8601(), s.1),
+            }
+        };
+        let next_stamp = |s: Stamp| -> Stamp {
+            match rate {
+                Some(r) if s.1 + 1 >= r => (s.0 + 1, 0),
+                _ => (s.0, s.1.wrapping_add(1)),
+            }
+        };
+        let mut threads = Vec::new();
+        let (mut frames, mut bytes, mut missing, mut dup, mut late, mut invalid, mut fill) =
+            (0, 0, 0, 0, 0, 0, 0);
+        let mut first_index: Option<i64> = None;
+        let mut end_index: Option<i64> = None;
+        let mut findings = std::mem::take(&mut self.findings);
+        self.threads.sort_by_key(|t| t.id);
+        for t in &self.threads {
+            if let Some(r) = rate {
+                if t.max_frame >= r {
+                    findings.push(Finding::new(
+                        Severity::Error,
+                        FindingKind::FrameGap,
+                        format!(
+                            "thread {}: frame number {} is not below the frame rate {r} ({rate_source})",
+                            t.id, t.max_frame
+                        ),
+                    ));
+                }
+            }
+            let m = rate.map_or(t.missing_within, |r| t.missing(r));
+            let jumps: Vec<Jump> = t
+                .jumps
+                .iter()
+                .filter_map(|j| {
+                    let n = match rate {
+                        Some(r) => {
+                            (j.to.0 - j.from.0) * i64::from(r) + i64::from(j.to.1) - i64::from(j.from.1) - 1
+                        }
+                        None => i64::from(j.to.1) - i64::from(j.from.1) - 1,
+                    };
+                    (n != 0).then(|| Jump {
+                        file: self.files.path(j.pos.file).display().to_string(),
+                        offset: j.pos.offset,
+                        expected: stamp_str(next_stamp(j.from)),
+                        found: stamp_str(j.to),
+                        frames_missing: n,
+                    })
+                })
+                .collect();
+            let jumps_total = t.jumps_total - (t.jumps.len() as u64 - jumps.len() as u64);
+            for c in &t.changes {
+                findings.push(Finding::at(
+                    Severity::Warn,
+                    FindingKind::HeaderChange,
+                    self.files.path(c.pos.file),
+                    c.pos.offset,
+                    format!("thread {}: {}", t.id, c.what),
+                ));
+            }
+            if t.changes_total > t.changes.len() as u64 {
+                findings.push(Finding::new(
+                    Severity::Warn,
+                    FindingKind::HeaderChange,
+                    format!(
+                        "thread {}: {} more header changes",
+                        t.id,
+                        t.changes_total - t.changes.len() as u64
+                    ),
+                ));
+            }
+            if let Some(r) = rate {
+                let fi = t.first.0 * i64::from(r) + i64::from(t.first.1);
+                let li = t.last.0 * i64::from(r) + i64::from(t.last.1) + 1;
+                first_index = Some(first_index.map_or(fi, |x| x.min(fi)));
+                end_index = Some(end_index.map_or(li, |x| x.max(li)));
+            }
+            let sig = t.sig;
+            threads.push(ThreadReport {
+                thread: t.id,
+                station: if self.format == FrameFormat::Vdif {
+                    station_str(sig.w3 as u16)
+                } else {
+                    String::new()
+                },
+                frame_len: if self.format == FrameFormat::Vdif {
+                    ((sig.w2 & 0xff_ffff) * 8) as usize
+                } else {
+                    crate::source::MARK5B_FRAME_LEN
+                },
+                bits_per_sample: ((sig.w3 >> 26) & 0x1f) as u8 + 1,
+                channels: 1 << ((sig.w2 >> 24) & 0x1f),
+                complex: sig.w3 >> 31 != 0,
+                edv: sig.edv,
+                version: (sig.w2 >> 29) as u8,
+                frames: t.frames,
+                bytes: t.bytes,
+                missing: m,
+                duplicates: t.duplicates,
+                out_of_order: t.late,
+                invalid: t.invalid,
+                fill: t.fill,
+                loss_fraction: loss_fraction(m, t.frames),
+                first: stamp_str(t.first),
+                last: stamp_str(t.last),
+                first_file: self.files.path(t.first_pos.file).display().to_string(),
+                first_offset: t.first_pos.offset,
+                jumps_total,
+                jumps,
+                header_changes: t.changes_total,
+            });
+            frames += t.frames;
+            bytes += t.bytes;
+            missing += m;
+            dup += t.duplicates;
+            late += t.late;
+            invalid += t.invalid;
+            fill += t.fill;
+        }
+        let (start_utc, end_utc, duration_s, data_rate_bps) = match (clock, first_index, end_index) {
+            (Some(c), Some(a), Some(b)) => {
+                let d = (b - a) as f64 / f64::from(c.frame_rate());
+                (
+                    Some(c.utc_of(a).to_iso8601()),
+                    Some(c.utc_of(b).to_iso8601()),
+                    Some(d),
+                    (d > 0.0).then(|| bytes as f64 * 8.0 / d),
+                )
+            }
+            _ => (None, None, None, None),
+        };
+        let stats = self
+            .stats
+            .take()
+            .map(|s| s.finish(rate, &self.threads_sample_rates(rate)));
+        EngineReport {
+            format: self.format,
+            frame_rate: rate,
+            frame_rate_source: rate_source,
+            frames,
+            bytes,
+            missing,
+            duplicates: dup,
+            out_of_order: late,
+            invalid,
+            fill,
+            headerless_fill: self.headerless_fill,
+            loss_fraction: loss_fraction(missing, frames),
+            start_utc,
+            end_utc,
+            duration_s,
+            data_rate_bps,
+            threads,
+            stats,
+            findings,
+        }
+    }
+
+    /// Sample rate per thread: from EDV 1/3 headers, else frame rate x samples per frame.
+    fn threads_sample_rates(&self, rate: Option<u32>) -> Vec<(u16, Option<f64>)> {
+        self.threads
+            .iter()
+            .map(|t| {
+                let from_header = t.sample_rate_hz.map(|hz| hz as f64);
+                let derived = rate.and_then(|r| {
+                    let bits = ((t.sig.w3 >> 26) & 0x1f) as u8 + 1;
+                    let channels = 1u32 << ((t.sig.w2 >> 24) & 0x1f);
+                    let complex = t.sig.w3 >> 31 != 0;
+                    let len = ((t.sig.w2 & 0xff_ffff) * 8) as usize;
+                    let hl = if t.sig.legacy { 16 } else { 32 };
+                    vdif::samples_per_frame(len.saturating_sub(hl), bits, channels, complex)
+                        .ok()
+                        .map(|spf| spf as f64 * f64::from(r))
+                });
+                (t.id, from_header.or(derived))
+            })
+            .collect()
+    }
+}
+
+/// missing / (present + missing).
+pub fn loss_fraction(missing: u64, present: u64) -> f64 {
+    let total = missing + present;
+    if total == 0 {
+        0.0
+    } else {
+        missing as f64 / total as f64
+    }
+}
+
+/// Two-character station ID, or its number if not printable.
+pub fn station_str(id: u16) -> String {
+    let b = id.to_be_bytes();
+    if b.iter().all(|c| c.is_ascii_graphic()) {
+        String::from_utf8_lossy(&b).into_owned()
+    } else {
+        format!("0x{id:04x}")
+    }
+}
+
+impl FrameSink for Checker {
+    #[inline]
+    fn frame(&mut self, frame: &[u8], pos: Position) {
+        match self.format {
+            FrameFormat::Vdif => self.vdif_frame(frame, pos),
+            FrameFormat::Mark5b => self.mark5b_frame(frame, pos),
+        }
+    }
+
+    fn fill(&mut self, frame: &[u8], pos: Position) {
+        let _ = (frame, pos, FILL_WORD);
+        self.headerless_fill += 1;
+    }
+
+    fn finding(&mut self, finding: Finding) {
+        self.findings.push(finding);
+    }
+}

@@ -1,0 +1,343 @@
+//! Splits the pieces a reader delivers into frames: learns the frame length from the first run of valid
+//! headers (or takes it from the Mark6 file header), carries a frame that continues into the next piece of
+//! the same file, recognises jive5ab fill (frames of 0x11223344 words, header included), and skips
+//! garbage by searching byte by byte for a header of the same length and station. Sans-IO: fed slices,
+//! it calls a [`FrameSink`].
+
+use crate::finding::{FileTable, Finding, FindingKind, Position, Severity};
+use crate::source::{FrameFormat, MARK5B_FRAME_LEN, MARK5B_SYNC};
+use std::sync::Arc;
+use vlbiflow_formats::vdif::{VdifHeader, LEGACY_HEADER_LEN};
+
+/// The 32-bit word jive5ab and Mark5 recorders write where data is missing.
+pub const FILL_WORD: u32 = 0x1122_3344;
+/// Largest frame length learned from the data (VDIF allows up to 128 MiB; real streams stay far below).
+pub const MAX_LEARNED_FRAME: usize = 1 << 22;
+
+/// Receives what the [`Framer`] finds.
+pub trait FrameSink {
+    /// One whole frame starting at `pos`.
+    fn frame(&mut self, frame: &[u8], pos: Position);
+    /// A frame-sized run of fill words (no header) at `pos`.
+    fn fill(&mut self, frame: &[u8], pos: Position);
+    /// A structural finding.
+    fn finding(&mut self, finding: Finding);
+}
+
+#[inline]
+fn word(b: &[u8], i: usize) -> u32 {
+    u32::from_le_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]])
+}
+
+/// Whether `frame` is all fill words (checked cheaply first on its first words).
+pub fn is_fill(frame: &[u8]) -> bool {
+    frame.len() >= 8
+        && word(frame, 0) == FILL_WORD
+        && word(frame, 1) == FILL_WORD
+        && frame.chunks_exact(4).all(|w| w == FILL_WORD.to_le_bytes())
+}
+
+/// What every frame of the stream shares, to tell frames from garbage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Shape {
+    frame_len: usize,
+    station: u16,
+}
+
+/// The framing state machine. One per recording.
+pub struct Framer {
+    format: FrameFormat,
+    shape: Option<Shape>,
+    /// Frame length given by the container (Mark6 packet_size); learned shapes must agree.
+    hint: Option<usize>,
+    carry: Vec<u8>,
+    carry_pos: Position,
+    scratch: Vec<u8>,
+    /// Start of the garbage run being skipped, if any.
+    garbage: Option<Position>,
+    files: Arc<FileTable>,
+    /// Bytes skipped as garbage.
+    pub garbage_bytes: u64,
+}
+
+impl Framer {
+    /// A framer for `format`; `frame_len_hint` from the container if it says (Mark6 packet size).
+    pub fn new(format: FrameFormat, frame_len_hint: Option<usize>, files: Arc<FileTable>) -> Self {
+        let hint = match format {
+            FrameFormat::Mark5b => Some(MARK5B_FRAME_LEN),
+            FrameFormat::Vdif => frame_len_hint,
+        };
+        Framer {
+            format,
+            shape: None,
+            hint,
+            carry: Vec::new(),
+            carry_pos: Position::default(),
+            scratch: Vec::new(),
+            garbage: None,
+            files,
+            garbage_bytes: 0,
+        }
+    }
+
+    /// Frame length in use (learned or given), once known.
+    pub fn frame_len(&self) -> Option<usize> {
+        self.shape.map(|s| s.frame_len)
+    }
+
+    /// Header plausible for this stream's shape; `strict` also requires the station.
+    #[inline]
+    fn header_ok(&self, b: &[u8], shape: Shape, strict: bool) -> bool {
+        match self.format {
+            FrameFormat::Mark5b => b.len() >= 4 && word(b, 0) == MARK5B_SYNC,
+            FrameFormat::Vdif => {
+                if b.len() < LEGACY_HEADER_LEN {
+                    return false;
+                }
+                let h = VdifHeader::new_unchecked(b);
+                let hl = h.header_len();
+                b.len() >= hl
+                    && h.frame_len() == shape.frame_len
+                    && (!strict || h.station_id() == shape.station)
+                    && h.check().is_ok()
+            }
+        }
+    }
+
+    /// Tries to learn the stream's shape from a header at the start of `b`: it must be valid, agree with
+    /// the container's frame length, and (if the bytes are there) be followed by another of the same shape.
+    fn learn(&self, b: &[u8]) -> Option<Shape> {
+        let shape = match self.format {
+            FrameFormat::Mark5b => {
+                if b.len() < 4 || word(b, 0) != MARK5B_SYNC {
+                    return None;
+                }
+                Shape {
+                    frame_len: MARK5B_FRAME_LEN,
+                    station: 0,
+                }
+            }
+            FrameFormat::Vdif => {
+                let h = VdifHeader::new_checked(b).ok()?;
+                let len = h.frame_len();
+                if len > MAX_LEARNED_FRAME || self.hint.is_some_and(|l| l != len) {
+                    return None;
+                }
+                Shape {
+                    frame_len: len,
+                    station: h.station_id(),
+                }
+            }
+        };
+        if b.len() >= shape.frame_len + 32 && !self.header_ok(&b[shape.frame_len..], shape, true) {
+            return None;
+        }
+        Some(shape)
+    }
+
+    fn pos(base: Position, at: usize) -> Position {
+        Position {
+            file: base.file,
+            offset: base.offset + at as u64,
+        }
+    }
+
+    fn close_garbage(&mut self, at: Position, sink: &mut impl FrameSink) {
+        if let Some(start) = self.garbage.take() {
+            let path = self.files.path(start.file).to_owned();
+            let (len, msg) = if at.file == start.file {
+                let n = at.offset - start.offset;
+                (
+                    n,
+                    format!(
+                        "{n} bytes of garbage (no valid frame header); resynchronised at offset {}",
+                        at.offset
+                    ),
+                )
+            } else {
+                (0, "garbage up to the end of the file".to_string())
+            };
+            self.garbage_bytes += len;
+            sink.finding(Finding::at(
+                Severity::Error,
+                FindingKind::Garbage,
+                path,
+                start.offset,
+                msg,
+            ));
+        }
+    }
+
+    fn end_garbage_at_segment_end(&mut self, end: Position, sink: &mut impl FrameSink) {
+        if let Some(start) = self.garbage.take() {
+            let path = self.files.path(start.file).to_owned();
+            let n = end.offset.saturating_sub(start.offset);
+            self.garbage_bytes += n;
+            sink.finding(Finding::at(
+                Severity::Error,
+                FindingKind::Garbage,
+                path,
+                start.offset,
+                format!("{n} bytes of garbage (no valid frame header) up to the end of the block/file"),
+            ));
+        }
+    }
+
+    /// Frames `region` (file bytes starting at `base`). `last`: nothing follows in this segment. Returns the
+    /// bytes consumed; the rest (less than a frame) must be offered again with what follows.
+    fn process(&mut self, region: &[u8], base: Position, last: bool, sink: &mut impl FrameSink) -> usize {
+        let len = region.len();
+        let mut p = 0usize;
+        while p < len {
+            let rem = len - p;
+            let shape = match self.shape {
+                Some(s) => s,
+                None => {
+                    if rem < 32 && !last {
+                        return p;
+                    }
+                    match self.learn(&region[p..]) {
+                        Some(s) => {
+                            self.shape = Some(s);
+                            continue;
+                        }
+                        None => {
+                            if self.garbage.is_none() {
+                                self.garbage = Some(Self::pos(base, p));
+                            }
+                            p += 1;
+                            continue;
+                        }
+                    }
+                }
+            };
+            let fl = shape.frame_len;
+            if rem < fl {
+                if !last {
+                    return p;
+                }
+                if self.garbage.is_none() {
+                    if rem >= 4 && region[p..].chunks_exact(4).all(|w| w == FILL_WORD.to_le_bytes()) {
+                        // A short fill tail is still fill, not damage.
+                        sink.fill(&region[p..], Self::pos(base, p));
+                    } else {
+                        let path = self.files.path(base.file).to_owned();
+                        sink.finding(Finding::at(
+                            Severity::Error,
+                            FindingKind::Truncated,
+                            path,
+                            base.offset + p as u64,
+                            format!(
+                                "block/file ends inside a frame: {rem} bytes of a {fl}-byte frame ignored"
+                            ),
+                        ));
+                    }
+                } else {
+                    self.end_garbage_at_segment_end(Self::pos(base, len), sink);
+                }
+                return len;
+            }
+            let f = &region[p..p + fl];
+            if self.header_ok(f, shape, self.garbage.is_some()) {
+                self.close_garbage(Self::pos(base, p), sink);
+                sink.frame(f, Self::pos(base, p));
+                p += fl;
+                continue;
+            }
+            if is_fill(f) {
+                self.close_garbage(Self::pos(base, p), sink);
+                sink.fill(f, Self::pos(base, p));
+                p += fl;
+                continue;
+            }
+            if self.garbage.is_none() {
+                self.garbage = Some(Self::pos(base, p));
+            }
+            // Search for the next header of this shape, confirmed by the one after it where present.
+            let mut q = p + 1;
+            loop {
+                if q + 32 > len {
+                    if last {
+                        self.end_garbage_at_segment_end(Self::pos(base, len), sink);
+                        return len;
+                    }
+                    return q;
+                }
+                let b = &region[q..];
+                let candidate = self.header_ok(b, shape, true) || (b.len() >= fl && is_fill(&b[..fl]));
+                if candidate
+                    && (b.len() < fl + 32
+                        || self.header_ok(&b[fl..], shape, false)
+                        || is_fill(&b[fl..fl + 8]))
+                {
+                    break;
+                }
+                q += 1;
+            }
+            p = q;
+        }
+        p
+    }
+
+    /// Feeds one piece: `data` read at `pos`. `segment_start`: no frame continues into it from before (a new
+    /// block, chunk or file); `segment_end`: nothing of this segment follows.
+    pub fn push(
+        &mut self,
+        data: &[u8],
+        pos: Position,
+        segment_start: bool,
+        segment_end: bool,
+        sink: &mut impl FrameSink,
+    ) {
+        if segment_start {
+            self.finish_segment(sink);
+        }
+        let mut start = 0usize;
+        if !self.carry.is_empty() {
+            let max = self.shape.map_or(64, |s| s.frame_len) * 2 + 64;
+            let take = data.len().min(max);
+            let mut scratch = std::mem::take(&mut self.scratch);
+            scratch.clear();
+            scratch.extend_from_slice(&self.carry);
+            scratch.extend_from_slice(&data[..take]);
+            let whole = take == data.len();
+            let carry_len = self.carry.len();
+            let carry_pos = self.carry_pos;
+            let used = self.process(&scratch, carry_pos, segment_end && whole, sink);
+            self.carry.clear();
+            if whole {
+                self.carry.extend_from_slice(&scratch[used..]);
+                self.carry_pos = Self::pos(carry_pos, used);
+                self.scratch = scratch;
+                if segment_end {
+                    self.carry.clear();
+                }
+                return;
+            }
+            start = used.saturating_sub(carry_len);
+            self.scratch = scratch;
+        }
+        let base = Self::pos(pos, start);
+        let used = self.process(&data[start..], base, segment_end, sink);
+        if !segment_end {
+            self.carry.extend_from_slice(&data[start + used..]);
+            self.carry_pos = Self::pos(base, used);
+        }
+    }
+
+    /// Ends the current segment: a partial frame left over is reported as truncated.
+    pub fn finish_segment(&mut self, sink: &mut impl FrameSink) {
+        if !self.carry.is_empty() {
+            let carry = std::mem::take(&mut self.carry);
+            let pos = self.carry_pos;
+            self.process(&carry, pos, true, sink);
+            self.carry = carry;
+            self.carry.clear();
+        }
+        if let Some(start) = self.garbage {
+            let _ = start;
+            let end = self.carry_pos;
+            self.end_garbage_at_segment_end(end, sink);
+        }
+    }
+}

@@ -1,0 +1,791 @@
+//! The streaming reader layer: one thread per file (Mark6) or per disk (FlexBuff) reads large pieces with
+//! positioned reads into recycled buffers and sends them down a bounded channel; a k-way merge hands the
+//! pieces on in block-number order. Memory is bounded by the number of readers times a few buffers, whatever
+//! the scan's length. Structural problems (corrupted block headers, truncation, block gaps and duplicates)
+//! become [`Finding`]s with file and offset; the readers resynchronise and go on.
+
+use crate::finding::{FileId, FileTable, Finding, FindingKind, Position, Severity};
+use crate::source::{Recording, Sources, MARK5B_SYNC};
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+use vlbiflow_formats::mark6::{
+    Mark6BlockHeader, Mark6FileHeaderRepr, Mark6Version, PacketFormat, FILE_HEADER_LEN,
+};
+use vlbiflow_formats::vdif::VdifHeader;
+
+/// Memory all readers together may hold in buffers.
+const BUFFER_BUDGET: usize = 256 << 20;
+/// Largest and smallest read.
+const MAX_READ: usize = 8 << 20;
+const MIN_READ: usize = 1 << 20;
+/// Chunks queued per reader, plus one being filled and one being consumed.
+const QUEUE_DEPTH: usize = 2;
+/// How often a waiting reader looks whether the consumer went away.
+const POLL: Duration = Duration::from_millis(100);
+/// Largest forward jump of block numbers inside one file still taken as plausible while resynchronising.
+const MAX_BLOCK_JUMP: i64 = 1 << 16;
+
+/// A piece of data read from one file: whole frames for Mark6 blocks and FlexBuff chunks; arbitrary bytes for
+/// plain files (frames may continue into the next piece of the same segment).
+pub struct Piece {
+    /// File and offset of the first byte.
+    pub pos: Position,
+    buf: Vec<u8>,
+    len: usize,
+    /// Block (Mark6) or chunk (FlexBuff) number this piece belongs to.
+    pub block: Option<u32>,
+    /// First piece of a block, chunk or file: no frame continues into it from before.
+    pub segment_start: bool,
+    /// Last piece of a block, chunk or file.
+    pub segment_end: bool,
+    pool: Option<Sender<Vec<u8>>>,
+}
+
+impl Piece {
+    /// The bytes read.
+    pub fn data(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+impl Drop for Piece {
+    fn drop(&mut self) {
+        if let Some(pool) = self.pool.take() {
+            // The reader may be gone; then the buffer is simply freed.
+            let _ = pool.try_send(std::mem::take(&mut self.buf));
+        }
+    }
+}
+
+/// What a reader sends.
+pub enum ReadEvent {
+    Piece(Piece),
+    Finding(Finding),
+}
+
+/// Buffers of one reader, recycled through a channel.
+struct BufferPool {
+    rx: Receiver<Vec<u8>>,
+    tx: Sender<Vec<u8>>,
+    allocated: usize,
+    max: usize,
+    size: usize,
+}
+
+impl BufferPool {
+    fn new(size: usize, max: usize) -> Self {
+        let (tx, rx) = bounded(max);
+        BufferPool {
+            rx,
+            tx,
+            allocated: 0,
+            max,
+            size,
+        }
+    }
+    /// A buffer of `size` bytes, waiting for one to come back if all are out; None if cancelled.
+    fn get(&mut self, cancel: &AtomicBool) -> Option<Vec<u8>> {
+        if let Ok(b) = self.rx.try_recv() {
+            return Some(b);
+        }
+        if self.allocated < self.max {
+            self.allocated += 1;
+            return Some(vec![0u8; self.size]);
+        }
+        loop {
+            match self.rx.recv_timeout(POLL) {
+                Ok(b) => return Some(b),
+                Err(RecvTimeoutError::Timeout) if !cancel.load(Ordering::Relaxed) => {}
+                Err(_) => return None,
+            }
+        }
+    }
+}
+
+/// Context shared by a reader thread.
+struct ReaderCtx {
+    tx: Sender<ReadEvent>,
+    pool: BufferPool,
+    cancel: Arc<AtomicBool>,
+}
+
+impl ReaderCtx {
+    /// Sends an event; false when the consumer is gone or cancelled.
+    fn send(&self, ev: ReadEvent) -> bool {
+        let mut ev = ev;
+        loop {
+            if self.cancel.load(Ordering::Relaxed) {
+                return false;
+            }
+            match self.tx.send_timeout(ev, POLL) {
+                Ok(()) => return true,
+                Err(crossbeam_channel::SendTimeoutError::Timeout(back)) => ev = back,
+                Err(crossbeam_channel::SendTimeoutError::Disconnected(_)) => return false,
+            }
+        }
+    }
+    fn finding(&self, f: Finding) -> bool {
+        self.send(ReadEvent::Finding(f))
+    }
+
+    /// Reads `len` bytes at `offset` of `file` in pieces of at most the pool's buffer size (rounded down to
+    /// `align`) and sends them. Returns false to stop (consumer gone, or a read error already reported).
+    #[allow(clippy::too_many_arguments)]
+    fn send_range(
+        &mut self,
+        file: &File,
+        path: &std::path::Path,
+        id: FileId,
+        offset: u64,
+        len: u64,
+        align: usize,
+        block: Option<u32>,
+    ) -> bool {
+        let step = (self.pool.size / align.max(1)).max(1) * align.max(1);
+        let step = step.min(self.pool.size);
+        let mut done = 0u64;
+        if len == 0 {
+            return self.send(ReadEvent::Piece(Piece {
+                pos: Position { file: id, offset },
+                buf: Vec::new(),
+                len: 0,
+                block,
+                segment_start: true,
+                segment_end: true,
+                pool: None,
+            }));
+        }
+        while done < len {
+            let n = (len - done).min(step as u64) as usize;
+            let Some(mut buf) = self.pool.get(&self.cancel) else {
+                return false;
+            };
+            if let Err(e) = file.read_exact_at(&mut buf[..n], offset + done) {
+                self.finding(Finding::at(
+                    Severity::Error,
+                    FindingKind::Io,
+                    path,
+                    offset + done,
+                    format!("read of {n} bytes failed: {e}"),
+                ));
+                return false;
+            }
+            let piece = Piece {
+                pos: Position {
+                    file: id,
+                    offset: offset + done,
+                },
+                buf,
+                len: n,
+                block,
+                segment_start: done == 0,
+                segment_end: done + n as u64 == len,
+                pool: Some(self.pool.tx.clone()),
+            };
+            done += n as u64;
+            if !self.send(ReadEvent::Piece(piece)) {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// Whether `bytes` start with a frame header of the file's packet format and size.
+fn plausible_frame_start(bytes: &[u8], header: &Mark6FileHeaderRepr) -> bool {
+    match header.packet_format {
+        PacketFormat::Vdif => VdifHeader::new_checked(bytes)
+            .map(|h| h.frame_len() == header.packet_size as usize)
+            .unwrap_or(false),
+        PacketFormat::Mark5b => {
+            bytes.len() >= 4 && u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) == MARK5B_SYNC
+        }
+        PacketFormat::Unknown => true,
+    }
+}
+
+/// Outcome of looking at a block header.
+enum BlockCheck {
+    Good {
+        number: u32,
+        payload: u64,
+        short_by: u64,
+    },
+    Bad(String),
+}
+
+/// Judges the block header in `peek` (header bytes followed by as many payload bytes as available) found at
+/// `offset` of a file of `file_len` bytes. `last` is the previous block number in this file.
+fn check_block(
+    peek: &[u8],
+    offset: u64,
+    file_len: u64,
+    header: &Mark6FileHeaderRepr,
+    last: Option<i64>,
+) -> BlockCheck {
+    let hlen = header.block_header_len();
+    if peek.len() < hlen {
+        return BlockCheck::Bad(format!(
+            "{} bytes left, shorter than a block header",
+            file_len - offset
+        ));
+    }
+    let view = Mark6BlockHeader::new_unchecked(peek, header.version);
+    let number = view.block_number();
+    let packet = u64::from(header.packet_size);
+    if number < 0 {
+        return BlockCheck::Bad(format!("block_number {number} is negative"));
+    }
+    if let Some(l) = last {
+        if i64::from(number) > l + MAX_BLOCK_JUMP {
+            return BlockCheck::Bad(format!(
+                "block_number {number} jumps implausibly far after block {l}"
+            ));
+        }
+    }
+    let avail = file_len - offset - hlen as u64;
+    let (payload, short_by) = match view.wb_size() {
+        Some(wb) => {
+            if wb < hlen as i32 || wb as u32 > header.block_size {
+                return BlockCheck::Bad(format!(
+                    "wb_size {wb} out of range ({}..={} bytes)",
+                    hlen, header.block_size
+                ));
+            }
+            let payload = (wb as u64) - hlen as u64;
+            if payload % packet != 0 {
+                return BlockCheck::Bad(format!(
+                    "wb_size {wb} does not hold a whole number of {packet}-byte frames"
+                ));
+            }
+            if payload > avail {
+                // Only the whole frames present are read; the caller reports the truncation.
+                (avail / packet * packet, payload - avail / packet * packet)
+            } else {
+                (payload, 0)
+            }
+        }
+        None => {
+            // Version 1: every block is nominal size except a short last one.
+            let nominal = u64::from(header.block_size) - hlen as u64;
+            if nominal <= avail {
+                (nominal, 0)
+            } else {
+                let whole = avail / packet * packet;
+                (whole, avail - whole)
+            }
+        }
+    };
+    if payload > 0 && !plausible_frame_start(&peek[hlen..], header) {
+        return BlockCheck::Bad(format!(
+            "block {number}: payload does not start with a {:?} frame of {packet} bytes",
+            header.packet_format
+        ));
+    }
+    BlockCheck::Good {
+        number: number as u32,
+        payload,
+        short_by,
+    }
+}
+
+/// Searches `file` from `from` for the next offset holding a plausible block header; reads windows of
+/// `MAX_READ` bytes. Returns the offset, or None to the end of the file.
+fn resync_block(
+    file: &File,
+    from: u64,
+    file_len: u64,
+    header: &Mark6FileHeaderRepr,
+    last: Option<i64>,
+    cancel: &AtomicBool,
+) -> Option<u64> {
+    let peek_len = header.block_header_len() + 32;
+    let mut window = vec![0u8; MAX_READ + peek_len];
+    let mut start = from;
+    while start < file_len && !cancel.load(Ordering::Relaxed) {
+        let n = ((file_len - start) as usize).min(window.len());
+        if file.read_exact_at(&mut window[..n], start).is_err() {
+            return None;
+        }
+        let scan_to = if start + n as u64 >= file_len {
+            n
+        } else {
+            n - peek_len
+        };
+        for i in 0..scan_to {
+            let end = (i + peek_len).min(n);
+            if let BlockCheck::Good { .. } =
+                check_block(&window[i..end], start + i as u64, file_len, header, last)
+            {
+                return Some(start + i as u64);
+            }
+        }
+        if start + n as u64 >= file_len {
+            return None;
+        }
+        start += scan_to as u64;
+    }
+    None
+}
+
+fn mark6_reader(mut ctx: ReaderCtx, path: PathBuf, id: FileId, header: Mark6FileHeaderRepr) {
+    let file = match File::open(&path) {
+        Ok(f) => f,
+        Err(e) => {
+            ctx.finding(Finding::in_file(
+                Severity::Error,
+                FindingKind::Io,
+                &path,
+                format!("cannot open: {e}"),
+            ));
+            return;
+        }
+    };
+    let file_len = match file.metadata() {
+        Ok(m) => m.len(),
+        Err(e) => {
+            ctx.finding(Finding::in_file(
+                Severity::Error,
+                FindingKind::Io,
+                &path,
+                format!("cannot stat: {e}"),
+            ));
+            return;
+        }
+    };
+    let hlen = header.block_header_len();
+    let mut peek = vec![0u8; hlen + 32];
+    let mut offset = FILE_HEADER_LEN as u64;
+    let mut last: Option<i64> = None;
+    while offset < file_len {
+        let n = ((file_len - offset) as usize).min(peek.len());
+        if let Err(e) = file.read_exact_at(&mut peek[..n], offset) {
+            ctx.finding(Finding::at(
+                Severity::Error,
+                FindingKind::Io,
+                &path,
+                offset,
+                format!("read failed: {e}"),
+            ));
+            return;
+        }
+        match check_block(&peek[..n], offset, file_len, &header, last) {
+            BlockCheck::Good {
+                number,
+                payload,
+                short_by,
+            } => {
+                if let Some(l) = last {
+                    if i64::from(number) <= l {
+                        let f = Finding::at(
+                            Severity::Warn,
+                            FindingKind::BlockOrder,
+                            &path,
+                            offset,
+                            format!("block number {number} after block {l} in the same file (block numbers should increase within a file)"),
+                        );
+                        if !ctx.finding(f) {
+                            return;
+                        }
+                    }
+                }
+                if short_by > 0 {
+                    let what = match header.version {
+                        Mark6Version::V2 => format!(
+                            "block {number}: wb_size promises {} more bytes than the file holds; the file is truncated",
+                            short_by
+                        ),
+                        Mark6Version::V1 => format!(
+                            "last block {number} ends inside a frame: {short_by} bytes of a partial frame ignored"
+                        ),
+                    };
+                    if !ctx.finding(Finding::at(
+                        Severity::Error,
+                        FindingKind::Truncated,
+                        &path,
+                        offset,
+                        what,
+                    )) {
+                        return;
+                    }
+                }
+                let data_at = offset + hlen as u64;
+                if !ctx.send_range(
+                    &file,
+                    &path,
+                    id,
+                    data_at,
+                    payload,
+                    header.packet_size as usize,
+                    Some(number),
+                ) {
+                    return;
+                }
+                last = Some(i64::from(number));
+                offset = data_at + payload;
+                if short_by > 0 {
+                    // Whatever follows is the partial frame already reported.
+                    return;
+                }
+            }
+            BlockCheck::Bad(why) => {
+                if file_len - offset < hlen as u64 {
+                    let f = Finding::at(
+                        Severity::Error,
+                        FindingKind::Truncated,
+                        &path,
+                        offset,
+                        format!(
+                            "{} trailing bytes, shorter than a block header",
+                            file_len - offset
+                        ),
+                    );
+                    ctx.finding(f);
+                    return;
+                }
+                let found = resync_block(&file, offset + 1, file_len, &header, last, &ctx.cancel);
+                let msg = match found {
+                    Some(next) => format!(
+                        "corrupted block header: {why}; skipped {} bytes to the next plausible block header at offset {next}",
+                        next - offset
+                    ),
+                    None => format!(
+                        "corrupted block header: {why}; no plausible block header found after it, {} bytes to the end of the file not read",
+                        file_len - offset
+                    ),
+                };
+                if !ctx.finding(Finding::at(
+                    Severity::Error,
+                    FindingKind::BlockHeader,
+                    &path,
+                    offset,
+                    msg,
+                )) {
+                    return;
+                }
+                match found {
+                    Some(next) => offset = next,
+                    None => return,
+                }
+            }
+        }
+    }
+}
+
+fn chunk_reader(mut ctx: ReaderCtx, chunks: Vec<(u32, PathBuf, FileId)>) {
+    for (number, path, id) in chunks {
+        let file = match File::open(&path).and_then(|f| f.metadata().map(|m| (f, m.len()))) {
+            Ok(f) => f,
+            Err(e) => {
+                if !ctx.finding(Finding::in_file(
+                    Severity::Error,
+                    FindingKind::Io,
+                    &path,
+                    format!("cannot open: {e}"),
+                )) {
+                    return;
+                }
+                continue;
+            }
+        };
+        if !ctx.send_range(&file.0, &path, id, 0, file.1, 1, Some(number)) {
+            return;
+        }
+    }
+}
+
+fn plain_reader(mut ctx: ReaderCtx, files: Vec<(PathBuf, FileId)>) {
+    for (path, id) in files {
+        let file = match File::open(&path).and_then(|f| f.metadata().map(|m| (f, m.len()))) {
+            Ok(f) => f,
+            Err(e) => {
+                if !ctx.finding(Finding::in_file(
+                    Severity::Error,
+                    FindingKind::Io,
+                    &path,
+                    format!("cannot open: {e}"),
+                )) {
+                    return;
+                }
+                continue;
+            }
+        };
+        if !ctx.send_range(&file.0, &path, id, 0, file.1, 1, None) {
+            return;
+        }
+    }
+}
+
+/// Running totals of the block-level structure.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct BlockStats {
+    /// Blocks (Mark6) or chunks (FlexBuff) read.
+    pub blocks: u64,
+    /// Block numbers missing between the lowest and highest seen (and below the first, from 0).
+    pub missing_blocks: u64,
+    /// Block numbers seen more than once.
+    pub duplicate_blocks: u64,
+    /// Lowest and highest block number.
+    pub first_block: Option<u32>,
+    pub last_block: Option<u32>,
+    /// Payload bytes read (block headers excluded).
+    pub payload_bytes: u64,
+}
+
+struct Head {
+    rx: Receiver<ReadEvent>,
+    head: Option<Piece>,
+    done: bool,
+}
+
+/// The read side of a recording: reader threads plus the k-way merge. Iterate with [`next_event`](Self::next_event);
+/// dropping it stops and joins the readers.
+pub struct ReadPipeline {
+    heads: Vec<Head>,
+    current: Option<usize>,
+    files: Arc<FileTable>,
+    cancel: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+    numbered: bool,
+    /// Highest block number handed on so far.
+    high: Option<u32>,
+    stats: BlockStats,
+    unit: &'static str,
+    pending: std::collections::VecDeque<ReadEvent>,
+}
+
+impl ReadPipeline {
+    /// Starts reading a recording.
+    pub fn start(rec: &Recording) -> ReadPipeline {
+        let cancel = Arc::new(AtomicBool::new(false));
+        let mut files = FileTable::default();
+        let mut heads = Vec::new();
+        let mut threads = Vec::new();
+        let readers = match &rec.sources {
+            Sources::Mark6(f) => f.iter().filter(|f| f.header.is_some()).count(),
+            Sources::Flexbuff(d) => d.len(),
+            Sources::Plain(..) => 1,
+        }
+        .max(1);
+        let size = (BUFFER_BUDGET / (readers * (QUEUE_DEPTH + 2))).clamp(MIN_READ, MAX_READ);
+        let mut spawn = |name: String, body: Box<dyn FnOnce(ReaderCtx) + Send>| {
+            let (tx, rx) = bounded(QUEUE_DEPTH);
+            let ctx = ReaderCtx {
+                tx,
+                pool: BufferPool::new(size, QUEUE_DEPTH + 2),
+                cancel: cancel.clone(),
+            };
+            let handle = std::thread::Builder::new()
+                .name(name)
+                .spawn(move || body(ctx))
+                .expect("spawn reader thread");
+            threads.push(handle);
+            heads.push(Head {
+                rx,
+                head: None,
+                done: false,
+            });
+        };
+        let (numbered, unit) = match &rec.sources {
+            Sources::Mark6(list) => {
+                for src in list {
+                    if let Some(h) = src.header {
+                        let id = files.add(src.path.clone());
+                        let path = src.path.clone();
+                        spawn(
+                            format!("read {}", id),
+                            Box::new(move |ctx| mark6_reader(ctx, path, id, h)),
+                        );
+                    }
+                }
+                (true, "block")
+            }
+            Sources::Flexbuff(disks) => {
+                for disk in disks {
+                    let chunks: Vec<_> = disk
+                        .iter()
+                        .map(|c| (c.number, c.path.clone(), files.add(c.path.clone())))
+                        .collect();
+                    spawn(
+                        "read chunks".into(),
+                        Box::new(move |ctx| chunk_reader(ctx, chunks)),
+                    );
+                }
+                (true, "chunk")
+            }
+            Sources::Plain(list, _) => {
+                let list: Vec<_> = list.iter().map(|p| (p.clone(), files.add(p.clone()))).collect();
+                spawn("read files".into(), Box::new(move |ctx| plain_reader(ctx, list)));
+                (false, "file")
+            }
+        };
+        ReadPipeline {
+            heads,
+            current: None,
+            files: Arc::new(files),
+            cancel,
+            threads,
+            numbered,
+            high: None,
+            stats: BlockStats::default(),
+            unit,
+            pending: Default::default(),
+        }
+    }
+
+    /// The files being read, for printing positions.
+    pub fn files(&self) -> Arc<FileTable> {
+        self.files.clone()
+    }
+
+    /// Block-level totals so far (final once `next` returned None).
+    pub fn block_stats(&self) -> BlockStats {
+        self.stats
+    }
+
+    /// Whether the data is numbered blocks/chunks.
+    pub fn numbered(&self) -> bool {
+        self.numbered
+    }
+
+    /// The next piece in block order, or a finding; None at the end.
+    pub fn next_event(&mut self) -> Option<ReadEvent> {
+        if let Some(ev) = self.pending.pop_front() {
+            return Some(ev);
+        }
+        loop {
+            if let Some(i) = self.current {
+                match self.heads[i].rx.recv() {
+                    Ok(ReadEvent::Piece(p)) => {
+                        if p.segment_end {
+                            self.current = None;
+                        }
+                        self.stats.payload_bytes += p.len as u64;
+                        return Some(ReadEvent::Piece(p));
+                    }
+                    Ok(ev) => return Some(ev),
+                    Err(_) => {
+                        self.heads[i].done = true;
+                        self.current = None;
+                        continue;
+                    }
+                }
+            }
+            // Every open reader must show its next piece before the smallest can be chosen.
+            for h in self.heads.iter_mut() {
+                if h.head.is_none() && !h.done {
+                    match h.rx.recv() {
+                        Ok(ReadEvent::Piece(p)) => h.head = Some(p),
+                        Ok(ev) => return Some(ev),
+                        Err(_) => h.done = true,
+                    }
+                }
+            }
+            let (_, i) = self
+                .heads
+                .iter()
+                .enumerate()
+                .filter_map(|(i, h)| h.head.as_ref().map(|p| (p.block.unwrap_or(0), i)))
+                .min()?;
+            let piece = self.heads[i].head.take().expect("picked head");
+            if !piece.segment_end {
+                self.current = Some(i);
+            }
+            self.stats.payload_bytes += piece.len as u64;
+            if let (true, Some(b), true) = (self.numbered, piece.block, piece.segment_start) {
+                if let Some(f) = self.account_block(b, piece.pos) {
+                    self.pending.push_back(ReadEvent::Piece(piece));
+                    return Some(ReadEvent::Finding(f));
+                }
+            }
+            return Some(ReadEvent::Piece(piece));
+        }
+    }
+
+    /// Block-number bookkeeping for a block starting at `pos`; returns a finding for a gap or duplicate.
+    fn account_block(&mut self, b: u32, pos: Position) -> Option<Finding> {
+        self.stats.blocks += 1;
+        self.stats.first_block = Some(self.stats.first_block.map_or(b, |f| f.min(b)));
+        self.stats.last_block = Some(self.stats.last_block.map_or(b, |l| l.max(b)));
+        let path = self.files.path(pos.file).to_owned();
+        let unit = self.unit;
+        let prev = self.high;
+        self.high = Some(prev.map_or(b, |h| h.max(b)));
+        match prev {
+            None if b > 0 => {
+                self.stats.missing_blocks += u64::from(b);
+                Some(Finding::at(
+                    Severity::Error,
+                    FindingKind::BlockGap,
+                    path,
+                    pos.offset,
+                    format!("{unit}s 0..={} missing: the first {unit} found is {b}", b - 1),
+                ))
+            }
+            None => None,
+            Some(h) if b == h.wrapping_add(1) => None,
+            Some(h) if b > h => {
+                let n = b - h - 1;
+                self.stats.missing_blocks += u64::from(n);
+                let which = if n == 1 {
+                    format!("{unit} {} missing", h + 1)
+                } else {
+                    format!("{n} {unit}s missing ({}..={})", h + 1, b - 1)
+                };
+                Some(Finding::at(
+                    Severity::Error,
+                    FindingKind::BlockGap,
+                    path,
+                    pos.offset,
+                    format!("{which} before {unit} {b}"),
+                ))
+            }
+            Some(h) if b == h => {
+                self.stats.duplicate_blocks += 1;
+                Some(Finding::at(
+                    Severity::Error,
+                    FindingKind::DuplicateBlock,
+                    path,
+                    pos.offset,
+                    format!("{unit} {b} found again (duplicate {unit} number: files of two scans mixed?)"),
+                ))
+            }
+            Some(h) => {
+                // Older than the highest: it fills a gap counted before, or repeats a block.
+                Some(Finding::at(
+                    Severity::Warn,
+                    FindingKind::BlockOrder,
+                    path,
+                    pos.offset,
+                    format!("{unit} {b} arrives after {unit} {h} (a file's block numbers go backwards)"),
+                ))
+            }
+        }
+    }
+
+    /// Stops the readers and waits for them.
+    pub fn stop(&mut self) {
+        self.cancel.store(true, Ordering::Relaxed);
+        self.pending.clear();
+        for h in self.heads.iter_mut() {
+            h.head = None;
+            // Drain so that a reader blocked on a full queue sees space or cancellation promptly.
+            while h.rx.try_recv().is_ok() {}
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for ReadPipeline {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

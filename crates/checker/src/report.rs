@@ -1,0 +1,395 @@
+//! Running a whole check (readers, framer, engine) and its report: a short human verdict and JSON.
+
+use crate::engine::{CheckConfig, Checker, EngineReport};
+use crate::finding::{Finding, FindingKind, Severity};
+use crate::framer::{FrameSink, Framer};
+use crate::read::{BlockStats, ReadEvent, ReadPipeline};
+use crate::source::{Recording, Sources};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::time::Instant;
+
+/// Findings of one kind listed in full; the rest are counted.
+pub const MAX_FINDINGS_PER_KIND: usize = 50;
+
+/// Collects findings with a cap per kind, so that a badly damaged recording still gives a readable report.
+#[derive(Debug, Default)]
+pub struct FindingLog {
+    pub list: Vec<Finding>,
+    counts: HashMap<FindingKind, (u64, Severity)>,
+}
+
+impl FindingLog {
+    pub fn push(&mut self, f: Finding) {
+        let e = self.counts.entry(f.kind).or_insert((0, f.severity));
+        e.0 += 1;
+        e.1 = e.1.max(f.severity);
+        if e.0 <= MAX_FINDINGS_PER_KIND as u64 {
+            self.list.push(f);
+        }
+    }
+    /// Findings left out, by kind.
+    pub fn omitted(&self) -> Vec<(FindingKind, u64, Severity)> {
+        let mut v: Vec<_> = self
+            .counts
+            .iter()
+            .filter(|(_, (n, _))| *n > MAX_FINDINGS_PER_KIND as u64)
+            .map(|(k, (n, s))| (*k, n - MAX_FINDINGS_PER_KIND as u64, *s))
+            .collect();
+        v.sort_by_key(|x| format!("{:?}", x.0));
+        v
+    }
+    pub fn worst(&self) -> Option<Severity> {
+        self.counts.values().map(|(_, s)| *s).max()
+    }
+}
+
+/// Everything `vlbiflow check` reports.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub scan: String,
+    /// "mark6", "flexbuff" or "plain".
+    pub layout: &'static str,
+    pub files: usize,
+    /// "ok", "warn" or "error".
+    pub verdict: &'static str,
+    #[serde(flatten)]
+    pub engine: EngineReport,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blocks: Option<BlockStats>,
+    pub garbage_bytes: u64,
+    pub findings: Vec<Finding>,
+    pub findings_omitted: Vec<OmittedFindings>,
+    pub bytes_read: u64,
+    pub elapsed_s: f64,
+    pub read_rate_bytes_per_s: f64,
+}
+
+/// Count of findings of one kind not listed.
+#[derive(Debug, Serialize)]
+pub struct OmittedFindings {
+    pub kind: FindingKind,
+    pub severity: Severity,
+    pub count: u64,
+}
+
+impl Report {
+    /// Whether the check found data problems (exit status 1).
+    pub fn has_errors(&self) -> bool {
+        self.verdict == "error"
+    }
+}
+
+struct Sink<'a> {
+    checker: &'a mut Checker,
+    log: &'a mut FindingLog,
+}
+
+impl FrameSink for Sink<'_> {
+    #[inline]
+    fn frame(&mut self, frame: &[u8], pos: crate::finding::Position) {
+        self.checker.frame(frame, pos)
+    }
+    fn fill(&mut self, frame: &[u8], pos: crate::finding::Position) {
+        self.checker.fill(frame, pos)
+    }
+    fn finding(&mut self, finding: Finding) {
+        self.log.push(finding)
+    }
+}
+
+/// Checks a recording: reads it in block order, frames it and runs the engine. `progress` is called with
+/// the bytes read so far every few hundred MB.
+pub fn check(rec: &Recording, mut config: CheckConfig, mut progress: impl FnMut(u64)) -> Report {
+    let started = Instant::now();
+    let mut log = FindingLog::default();
+    for f in &rec.findings {
+        log.push(f.clone());
+    }
+    if config.metadata_frame_rate.is_none() {
+        config.metadata_frame_rate = rec.frame_rate_hint();
+    }
+    let mut pipe = ReadPipeline::start(rec);
+    let files = pipe.files();
+    let mut framer = Framer::new(rec.frame_format(), rec.frame_len_hint(), files.clone());
+    let mut checker = Checker::new(rec.frame_format(), config, files.clone());
+    let mut read = 0u64;
+    let mut next_progress = 256u64 << 20;
+    while let Some(ev) = pipe.next_event() {
+        match ev {
+            ReadEvent::Finding(f) => log.push(f),
+            ReadEvent::Piece(p) => {
+                read += p.data().len() as u64;
+                let mut sink = Sink {
+                    checker: &mut checker,
+                    log: &mut log,
+                };
+                framer.push(p.data(), p.pos, p.segment_start, p.segment_end, &mut sink);
+                if read >= next_progress {
+                    progress(read);
+                    next_progress = read + (256 << 20);
+                }
+            }
+        }
+    }
+    framer.finish_segment(&mut Sink {
+        checker: &mut checker,
+        log: &mut log,
+    });
+    let blocks = pipe.numbered().then(|| pipe.block_stats());
+    drop(pipe);
+    let mut engine = checker.finish();
+    for f in std::mem::take(&mut engine.findings) {
+        log.push(f);
+    }
+    // Summary findings from the counts, so that the verdict lines say what is wrong.
+    for t in &engine.threads {
+        if t.missing > 0 {
+            log.push(Finding::new(
+                Severity::Error,
+                FindingKind::FrameGap,
+                format!(
+                    "thread {}: {} frames missing in {} gap(s), loss fraction {:.3e}",
+                    t.thread, t.missing, t.jumps_total, t.loss_fraction
+                ),
+            ));
+        }
+        if t.duplicates > 0 {
+            log.push(Finding::new(
+                Severity::Warn,
+                FindingKind::DuplicateFrame,
+                format!("thread {}: {} duplicated frames", t.thread, t.duplicates),
+            ));
+        }
+        if t.out_of_order > 0 {
+            log.push(Finding::new(
+                Severity::Warn,
+                FindingKind::OutOfOrder,
+                format!("thread {}: {} frames out of order", t.thread, t.out_of_order),
+            ));
+        }
+        if t.invalid > 0 {
+            log.push(Finding::new(
+                Severity::Warn,
+                FindingKind::InvalidFrames,
+                format!(
+                    "thread {}: {} frames marked invalid, {} of them jive5ab fill (0x11223344)",
+                    t.thread, t.invalid, t.fill
+                ),
+            ));
+        }
+    }
+    if engine.headerless_fill > 0 {
+        log.push(Finding::new(
+            Severity::Warn,
+            FindingKind::InvalidFrames,
+            format!(
+                "{} frame-sized runs of fill pattern 0x11223344 (data missing at recording)",
+                engine.headerless_fill
+            ),
+        ));
+    }
+    if engine.frames == 0 {
+        log.push(Finding::new(
+            Severity::Error,
+            FindingKind::Note,
+            "no valid frame found",
+        ));
+    }
+    if let Some(s) = engine.stats.as_mut() {
+        for f in std::mem::take(&mut s.findings) {
+            log.push(f);
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let verdict = match log.worst() {
+        Some(Severity::Error) => "error",
+        Some(Severity::Warn) => "warn",
+        _ => "ok",
+    };
+    let omitted = log
+        .omitted()
+        .into_iter()
+        .map(|(kind, count, severity)| OmittedFindings {
+            kind,
+            severity,
+            count,
+        })
+        .collect();
+    Report {
+        scan: rec.name.clone(),
+        layout: match rec.sources {
+            Sources::Mark6(_) => "mark6",
+            Sources::Flexbuff(_) => "flexbuff",
+            Sources::Plain(..) => "plain",
+        },
+        files: files.paths().len(),
+        verdict,
+        engine,
+        blocks,
+        garbage_bytes: framer.garbage_bytes,
+        findings: log.list,
+        findings_omitted: omitted,
+        bytes_read: read,
+        elapsed_s: elapsed,
+        read_rate_bytes_per_s: if elapsed > 0.0 { read as f64 / elapsed } else { 0.0 },
+    }
+}
+
+fn si(v: f64, unit: &str) -> String {
+    let (d, p) = if v >= 1e9 {
+        (1e9, "G")
+    } else if v >= 1e6 {
+        (1e6, "M")
+    } else if v >= 1e3 {
+        (1e3, "k")
+    } else {
+        (1.0, "")
+    };
+    format!("{:.3} {p}{unit}", v / d)
+}
+
+impl Report {
+    /// The human report: verdict, findings as OK/WARN/ERROR lines, then one summary per thread.
+    pub fn human(&self) -> String {
+        let mut s = String::new();
+        let e = &self.engine;
+        let _ = writeln!(
+            s,
+            "{}: {} ({} layout, {} file(s), {:?})",
+            self.scan,
+            self.verdict.to_uppercase(),
+            self.layout,
+            self.files,
+            e.format
+        );
+        let mut shown = 0;
+        for f in self.findings.iter().filter(|f| f.severity >= Severity::Warn) {
+            let _ = writeln!(s, "{f}");
+            shown += 1;
+        }
+        for o in &self.findings_omitted {
+            if o.severity >= Severity::Warn {
+                let _ = writeln!(
+                    s,
+                    "{:<5} ... and {} more {:?} findings (see --json)",
+                    o.severity, o.count, o.kind
+                );
+            }
+        }
+        for f in self.findings.iter().filter(|f| f.severity == Severity::Info) {
+            let _ = writeln!(s, "{f}");
+        }
+        if shown == 0 {
+            let _ = writeln!(
+                s,
+                "OK    no gaps, duplicates, invalid frames or structural problems"
+            );
+        }
+        let _ = writeln!(
+            s,
+            "frames {}  missing {}  loss fraction {:.3e}  duplicated {}  out-of-order {}  invalid {} (fill {})",
+            e.frames, e.missing, e.loss_fraction, e.duplicates, e.out_of_order, e.invalid, e.fill + e.headerless_fill
+        );
+        if let (Some(a), Some(b), Some(d)) = (&e.start_utc, &e.end_utc, e.duration_s) {
+            let _ = writeln!(s, "time {a} .. {b}  duration {d:.6} s");
+        }
+        let _ = writeln!(
+            s,
+            "frame rate {} per thread ({})  data rate {}",
+            e.frame_rate.map_or("?".to_string(), |r| r.to_string()),
+            e.frame_rate_source,
+            e.data_rate_bps
+                .map_or("?".to_string(), |r| si(r * 8.0 / 8.0, "b/s"))
+        );
+        if let Some(b) = &self.blocks {
+            let _ = writeln!(
+                s,
+                "blocks {} (numbers {}..{})  missing {}  duplicated {}",
+                b.blocks,
+                b.first_block.map_or("-".into(), |x| x.to_string()),
+                b.last_block.map_or("-".into(), |x| x.to_string()),
+                b.missing_blocks,
+                b.duplicate_blocks
+            );
+        }
+        for t in &e.threads {
+            let _ = writeln!(
+                s,
+                "thread {:>4} {} {}B {}-bit {}ch{}: frames {} missing {} ({:.3e}) dup {} ooo {} invalid {} | {} .. {} | {} gap(s)",
+                t.thread,
+                t.station,
+                t.frame_len,
+                t.bits_per_sample,
+                t.channels,
+                if t.complex { " complex" } else { "" },
+                t.frames,
+                t.missing,
+                t.loss_fraction,
+                t.duplicates,
+                t.out_of_order,
+                t.invalid,
+                t.first,
+                t.last,
+                t.jumps_total
+            );
+            for j in t.jumps.iter().take(10) {
+                let _ = writeln!(
+                    s,
+                    "    gap at {}@{}: expected {} found {} ({} frames)",
+                    j.file, j.offset, j.expected, j.found, j.frames_missing
+                );
+            }
+            if t.jumps_total > 10 {
+                let _ = writeln!(s, "    ... {} more gaps (see --json)", t.jumps_total - 10);
+            }
+        }
+        if let Some(st) = &e.stats {
+            for t in &st.threads {
+                for c in &t.channels {
+                    let occ: Vec<String> = c.occupancy.iter().map(|o| format!("{:.3}", o)).collect();
+                    let ideal = c
+                        .ideal
+                        .as_ref()
+                        .map(|i| {
+                            format!(
+                                " (ideal {})",
+                                i.iter()
+                                    .map(|o| format!("{:.3}", o))
+                                    .collect::<Vec<_>>()
+                                    .join(" ")
+                            )
+                        })
+                        .unwrap_or_default();
+                    let tone = match c.tone_hz {
+                        Some(hz) => si(hz, "Hz"),
+                        None => format!("{:.4} x sample rate", c.tone_fraction),
+                    };
+                    let _ = writeln!(
+                        s,
+                        "stats thread {} ch {}: levels {}{} {}; strongest tone {} ({:.1} dB above median)",
+                        t.thread,
+                        c.channel,
+                        occ.join(" "),
+                        ideal,
+                        c.state,
+                        tone,
+                        c.tone_db_above_median
+                    );
+                }
+            }
+            if let Some(p) = &st.plot {
+                let _ = writeln!(s, "spectra plotted to {p}");
+            }
+        }
+        let _ = writeln!(
+            s,
+            "read {} in {:.2} s ({})",
+            si(self.bytes_read as f64, "B"),
+            self.elapsed_s,
+            si(self.read_rate_bytes_per_s, "B/s")
+        );
+        s
+    }
+}
