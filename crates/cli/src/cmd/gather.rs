@@ -1,9 +1,108 @@
-//! (being written)
+//! `vlbiflow gather`: a scan reassembled into one frame file or standard output.
+
+use crate::usage;
+use anyhow::Context;
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
 use std::process::ExitCode;
+use vlbiflow_checker::gather::gather;
+use vlbiflow_checker::{locate, LocateError, Severity};
+
+const EXAMPLES: &str = "\
+Examples:
+  # A Mark6 scan from all disks of modules 1 and 2 into one VDIF file
+  vlbiflow gather exp_st_no0001 --disk '/mnt/disks/[12]/*/data' -o exp_st_no0001.vdif
+
+  # FlexBuff chunks from two mount points, to standard output
+  vlbiflow gather exp_st_no0001 --disk /mnt/disk0 --disk /mnt/disk1 -o - | other_tool
+
+  # Explicit scatter-gather files (all files of one scan)
+  vlbiflow gather /data/*/exp_st_no0001.vdif -o out.vdif
+
+Blocks are written in block-number order with their block headers stripped, like Haystack's gather and DiFX's
+mk6gather; garbage and partial frames are left out and reported on standard error. Exit status 1 if problems
+were found (the output then holds every frame that could be read), 2 on usage errors.";
 
 #[derive(clap::Args)]
-pub struct Args {}
+#[command(after_help = EXAMPLES)]
+pub struct Args {
+    /// Scan name (with --disk), or the files to read
+    #[arg(value_name = "SCAN|FILES", required = true)]
+    scan: Vec<String>,
+    /// Directory holding the scan's files; repeat, or use a glob pattern
+    #[arg(long, short, value_name = "DIR")]
+    disk: Vec<String>,
+    /// Output file, or - for standard output
+    #[arg(long, short, value_name = "FILE|-")]
+    output: String,
+    /// Overwrite an existing output file
+    #[arg(long)]
+    force: bool,
+    /// No progress or findings on standard error
+    #[arg(long, short)]
+    quiet: bool,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("not implemented yet")
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let rec = match locate(&args.scan, &args.disk) {
+        Ok(r) => r,
+        Err(LocateError::Usage(m)) => usage!("{m}"),
+        Err(e) => return Err(e.into()),
+    };
+    let total = rec.total_bytes();
+    let show = !args.quiet && std::io::stderr().is_terminal() && total > (1 << 30);
+    let progress = |done: u64, total: u64| {
+        if show {
+            eprint!(
+                "\rgathered {:.1} of {:.1} GB ",
+                done as f64 / 1e9,
+                total as f64 / 1e9
+            );
+        }
+    };
+    let summary = if args.output == "-" {
+        let stdout = std::io::stdout();
+        let mut lock = stdout.lock();
+        let s = gather(&rec, &mut lock, progress).context("writing to standard output")?;
+        lock.flush().context("writing to standard output")?;
+        s
+    } else {
+        let path = PathBuf::from(&args.output);
+        if path.exists() && !args.force {
+            usage!("{} exists; use --force to overwrite", path.display());
+        }
+        let mut f = std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+        let s = gather(&rec, &mut f, progress).with_context(|| format!("writing {}", path.display()))?;
+        f.sync_all()
+            .with_context(|| format!("writing {}", path.display()))?;
+        s
+    };
+    if show {
+        eprintln!();
+    }
+    let mut errors = false;
+    for f in &summary.findings {
+        errors |= f.severity == Severity::Error;
+        if !args.quiet && f.severity >= Severity::Warn {
+            eprintln!("{f}");
+        }
+    }
+    if !args.quiet {
+        eprintln!(
+            "gathered {} frames{} ({} bytes) from {} bytes read",
+            summary.frames,
+            if summary.fill > 0 {
+                format!(" and {} fill frames", summary.fill)
+            } else {
+                String::new()
+            },
+            summary.bytes_written,
+            summary.bytes_read
+        );
+    }
+    Ok(if errors {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
