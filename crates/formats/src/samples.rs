@@ -286,9 +286,27 @@ pub fn level_counts(bits: u8, data: &[u8], counts: &mut [u64]) {
         counts.len()
     );
     // A byte histogram first: one increment per byte, then a per-code expansion of 256 entries.
+    // Four partial histograms so that runs of equal bytes do not serialise on one counter.
+    let mut parts = [[0u32; 256]; 4];
     let mut hist = [0u64; 256];
-    for &b in data {
-        hist[usize::from(b)] += 1;
+    // u32 partial counts are flushed before they could overflow.
+    for block in data.chunks(1 << 30) {
+        let mut quads = block.chunks_exact(4);
+        for q in &mut quads {
+            parts[0][usize::from(q[0])] += 1;
+            parts[1][usize::from(q[1])] += 1;
+            parts[2][usize::from(q[2])] += 1;
+            parts[3][usize::from(q[3])] += 1;
+        }
+        for &b in quads.remainder() {
+            parts[0][usize::from(b)] += 1;
+        }
+        for part in parts.iter_mut() {
+            for (h, p) in hist.iter_mut().zip(part.iter_mut()) {
+                *h += u64::from(*p);
+                *p = 0;
+            }
+        }
     }
     if bits == 8 {
         for (c, h) in counts.iter_mut().zip(hist) {
