@@ -269,7 +269,8 @@ impl RecorderConfig {
             if !labels.insert(&s.label) {
                 return inv("streams", format!("label {:?} is used twice", s.label));
             }
-            if !addrs.insert(s.address) {
+            // Port 0 means "any free port": never a clash.
+            if s.address.port() != 0 && !addrs.insert(s.address) {
                 return inv("streams", format!("address {} is used by two streams", s.address));
             }
             let overhead = if self.format == ScanFormat::Mark6 { 8 } else { 0 };

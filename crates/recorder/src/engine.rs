@@ -120,6 +120,8 @@ pub(crate) struct Shared {
     /// Nominal block size as written in Mark6 file headers and metadata.
     pub nominal_block_size: u64,
     pub events: Sender<RecorderEvent>,
+    /// Address each stream's socket is bound to (the real port when 0 was asked for).
+    pub local_addrs: Vec<std::net::SocketAddr>,
 }
 
 impl Shared {

@@ -202,6 +202,11 @@ impl Recorder {
             );
         }
         let capture_threads = config.capture_threads.min(config.streams.len());
+        let local_addrs = sockets
+            .iter()
+            .zip(&config.streams)
+            .map(|((sock, _), s)| sock.local_addr().unwrap_or(s.address))
+            .collect();
         let shared = Arc::new(Shared {
             streams,
             disks,
@@ -222,6 +227,7 @@ impl Recorder {
             block_bytes,
             nominal_block_size,
             events: events_tx,
+            local_addrs,
             config,
         });
 
@@ -304,6 +310,11 @@ impl RecorderHandle {
     /// to whichever receiver takes it.
     pub fn events(&self) -> Receiver<RecorderEvent> {
         self.events.clone()
+    }
+
+    /// The address each stream (in configuration order) is bound to; useful when a port of 0 was given.
+    pub fn local_addrs(&self) -> &[std::net::SocketAddr] {
+        &self.shared.local_addrs
     }
 
     /// The configuration being recorded.

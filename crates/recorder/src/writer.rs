@@ -11,6 +11,7 @@
 //! unaligned offsets) with the writeback pacing above, which also drops written pages from the page cache.
 //! FlexBuff chunks are written with O_DIRECT where the filesystem allows (the unaligned tail, if any, buffered).
 
+use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
@@ -118,9 +119,15 @@ struct Writer {
     shared: Arc<Shared>,
     index: usize,
     sink: DiskSink,
-    pending: Option<Pending>,
+    /// Written blocks awaiting writeback confirmation, oldest first.
+    pending: VecDeque<Pending>,
+    pending_bytes: u64,
+    max_pending: usize,
     said_fallback: bool,
 }
+
+/// Unconfirmed bytes a disk may have in flight before the writer waits for the oldest block's writeback.
+const PACE_BYTES: u64 = 64 << 20;
 
 /// Runs the writer of disk `index` until capture is over and the queue is drained, or the disk fails.
 pub(crate) fn run_writer(shared: Arc<Shared>, index: usize, sink: DiskSink) {
@@ -128,9 +135,13 @@ pub(crate) fn run_writer(shared: Arc<Shared>, index: usize, sink: DiskSink) {
         shared,
         index,
         sink,
-        pending: None,
+        pending: VecDeque::new(),
+        pending_bytes: 0,
+        max_pending: 0,
         said_fallback: false,
     };
+    // Leave most of the pool to capture: each disk may hold a share of it unconfirmed.
+    w.max_pending = (w.shared.pool_total / (4 * w.shared.config.disks.len())).max(1);
     w.run();
 }
 
@@ -183,9 +194,17 @@ impl Writer {
         }
     }
 
-    /// Waits for the pending block's writeback and returns it to the pool.
+    /// Waits for every outstanding block's writeback.
     fn confirm_pending(&mut self) -> io::Result<()> {
-        let Some(p) = self.pending.take() else {
+        while !self.pending.is_empty() {
+            self.confirm_oldest()?;
+        }
+        Ok(())
+    }
+
+    /// Waits for the oldest outstanding block's writeback and returns it to the pool.
+    fn confirm_oldest(&mut self) -> io::Result<()> {
+        let Some(p) = self.pending.pop_front() else {
             return Ok(());
         };
         let t = Instant::now();
@@ -196,9 +215,10 @@ impl Writer {
         };
         self.add_busy(t);
         if let Err(e) = result {
-            self.pending = Some(p);
+            self.pending.push_front(p);
             return Err(e);
         }
+        self.pending_bytes -= p.len;
         self.confirmed(p.block, p.len);
         Ok(())
     }
@@ -303,22 +323,11 @@ impl Writer {
         self.add_busy(t);
         match result {
             Ok(p) => {
-                let previous = self.pending.replace(p);
-                if let Some(prev) = previous {
-                    // Confirm the previous block (its writeback ran while this one was written).
-                    let current = self.pending.replace(prev);
-                    if let Err(e) = self.confirm_pending() {
-                        // The failed previous block is back in self.pending; hand back the current one too
-                        // (a Mark6 file is cut back before both in `fail`; a chunk file is removed here).
-                        let current = current.map(|c| {
-                            if let Some(path) = &c.path {
-                                let _ = std::fs::remove_file(path);
-                            }
-                            c.block
-                        });
-                        return Err((e, current));
-                    }
-                    self.pending = current;
+                self.pending_bytes += p.len;
+                self.pending.push_back(p);
+                // Pace: the oldest block's writeback has had the newer writes' time to complete.
+                while self.pending.len() > self.max_pending || self.pending_bytes > PACE_BYTES {
+                    self.confirm_oldest().map_err(|e| (e, None))?;
                 }
                 Ok(())
             }
@@ -340,20 +349,21 @@ impl Writer {
 
     /// Leaves the scan: cuts the file back to its last confirmed block and re-queues unconfirmed blocks.
     fn fail(&mut self, error: io::Error, current: Option<Block>) {
-        let pending = self.pending.take();
+        let pending: Vec<Pending> = self.pending.drain(..).collect();
+        self.pending_bytes = 0;
         match &mut self.sink {
             DiskSink::Mark6 { file, offset, .. } => {
-                let good = pending.as_ref().map_or(*offset, |p| p.start);
+                let good = pending.first().map_or(*offset, |p| p.start);
                 let _ = file.set_len(good);
                 *offset = good;
             }
             DiskSink::Flexbuff { .. } => {
-                if let Some(path) = pending.as_ref().and_then(|p| p.path.as_ref()) {
+                for path in pending.iter().filter_map(|p| p.path.as_ref()) {
                     let _ = std::fs::remove_file(path);
                 }
             }
         }
-        let mut back: Vec<Block> = pending.map(|p| p.block).into_iter().collect();
+        let mut back: Vec<Block> = pending.into_iter().map(|p| p.block).collect();
         back.extend(current);
         self.mark_failed(error.to_string(), back.len());
         // Leave the writer count before re-queueing, so nobody waits on a writer that is gone.

@@ -1,0 +1,449 @@
+//! End-to-end recordings over real UDP on 127.0.0.1 into real files in temporary directories.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use rand::{Rng, SeedableRng};
+use vlbiflow_recorder::{Recorder, RecorderConfig, RecorderEvent, RecorderHandle, StreamSpec};
+use vlbiflow_scan::{ScanFormat, ScanMetadata};
+
+const FRAME: usize = 1032;
+const WAIT: Duration = Duration::from_secs(20);
+
+fn spec(label: &str, opts: &str) -> StreamSpec {
+    StreamSpec::parse(&format!("{label}=vdif@127.0.0.1:0,frame-size={FRAME}{opts}")).unwrap()
+}
+
+fn config(streams: Vec<StreamSpec>, disks: Vec<PathBuf>, scan: &str) -> RecorderConfig {
+    let mut c = RecorderConfig::new(streams, disks, scan);
+    c.block_size = 64 * 1024;
+    c.recv_buffer = 64 << 20;
+    c.metadata_interval = Duration::from_millis(200);
+    // Enough blocks to absorb a whole test burst (the senders here are not paced like a backend), so no
+    // test depends on how fast this machine's disks and two shared cores happen to be.
+    c.pool_blocks = Some(400);
+    c
+}
+
+fn start(c: RecorderConfig) -> (RecorderHandle, Vec<SocketAddr>) {
+    let h = Recorder::start(c).unwrap();
+    let addrs = h.local_addrs().to_vec();
+    (h, addrs)
+}
+
+fn assert_complete_metadata(disks: &[PathBuf], scan: &str, blocks: u64) {
+    for d in disks {
+        let m = ScanMetadata::read(&vlbiflow_scan::metadata_path(d, scan)).unwrap();
+        assert!(m.complete, "{}: not complete", d.display());
+        assert_eq!(m.blocks, blocks);
+    }
+}
+
+#[test]
+fn mark6_four_disks_every_frame_once_in_order_across_psn_wrap() {
+    let tmp = tempfile::tempdir().unwrap();
+    let disks = disks(tmp.path(), 4);
+    let (h, addrs) = start(config(vec![spec("a", ",psn")], disks.clone(), "t_xx_001"));
+    let n = 20_000;
+    // The PSN wraps through u64::MAX in the middle of the scan.
+    send_stream(addrs[0], n, FRAME, 2, Some(u64::MAX - 9_999), |_| false);
+    wait_until(&h, WAIT, "all frames", |s| s.streams[0].counters.packets == n);
+    h.stop();
+    let sum = h.wait().unwrap();
+    assert_eq!(sum.error, None);
+    let c = sum.status.streams[0].counters;
+    assert_eq!(
+        (c.packets, c.lost, c.rejected, c.out_of_order, c.duplicates),
+        (n, 0, 0, 0, 0)
+    );
+    assert_eq!(c.bytes, n * FRAME as u64);
+    let blocks = gather_mark6(&disks, "t_xx_001");
+    assert_eq!(
+        blocks.iter().map(|b| b.number).collect::<Vec<_>>(),
+        (0..blocks.len() as u32).collect::<Vec<_>>()
+    );
+    // Blocks were spread over more than one disk.
+    let used: std::collections::HashSet<_> = blocks.iter().map(|b| b.file.clone()).collect();
+    assert!(used.len() > 1, "all blocks on one disk");
+    let frames = frames_of(blocks.into_iter().map(|b| b.data), FRAME);
+    let expect: Vec<(u64, u16)> = (0..n).map(|s| (s, (s % 2) as u16)).collect();
+    assert_eq!(frames.len(), expect.len());
+    assert!(frames == expect, "frames out of order or missing");
+    assert_complete_metadata(&disks, "t_xx_001", sum.metadata.blocks);
+    let m = &sum.metadata.streams[0];
+    assert_eq!(m.frame_rate, Some(RATE));
+    assert!(
+        m.first_frame_utc.as_deref().unwrap().starts_with("2024-03-01"),
+        "{:?}",
+        m.first_frame_utc
+    );
+    // Per-thread counters.
+    let th = &sum.status.streams[0].threads;
+    assert_eq!(th.iter().map(|t| t.packets).sum::<u64>(), n);
+    assert_eq!(th.len(), 2);
+}
+
+#[test]
+fn garbage_datagrams_only_count_as_rejected() {
+    let tmp = tempfile::tempdir().unwrap();
+    let disks = disks(tmp.path(), 2);
+    let (h, addrs) = start(config(vec![spec("a", ",psn")], disks.clone(), "garbage"));
+    let events = h.events();
+    let dest = addrs[0];
+    let good = 3_000u64;
+    let sprayer = std::thread::spawn(move || {
+        let sock = sender();
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
+        let mut buf = vec![0u8; 9000];
+        for i in 0..10_000 {
+            let len = match i % 4 {
+                0 => FRAME + 8, // the right size, wrong content
+                _ => rng.gen_range(0..9000),
+            };
+            rng.fill(&mut buf[..len]);
+            send_all(&sock, &buf[..len], dest);
+            if i % 128 == 0 {
+                std::thread::yield_now();
+            }
+        }
+    });
+    send_stream(dest, good, FRAME, 1, Some(1000), |_| false);
+    sprayer.join().unwrap();
+    wait_until(&h, WAIT, "all datagrams", |s| {
+        let c = s.streams[0].counters;
+        c.packets + c.rejected == good + 10_000
+    });
+    h.stop();
+    let sum = h.wait().unwrap();
+    let c = sum.status.streams[0].counters;
+    assert_eq!(c.packets, good);
+    assert_eq!(c.rejected, 10_000);
+    assert_eq!(
+        (c.lost, c.out_of_order, c.duplicates, c.filtered, c.invalid_frames),
+        (0, 0, 0, 0, 0)
+    );
+    let frames = frames_of(gather_mark6(&disks, "garbage").into_iter().map(|b| b.data), FRAME);
+    assert_eq!(frames, (0..good).map(|s| (s, 0)).collect::<Vec<_>>());
+    assert!(events
+        .try_iter()
+        .any(|e| matches!(e, RecorderEvent::Rejecting { .. })));
+}
+
+#[test]
+fn psn_loss_reordering_and_duplicates_are_counted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let disks = disks(tmp.path(), 1);
+    let (h, addrs) = start(config(vec![spec("a", ",psn")], disks.clone(), "psnloss"));
+    let sock = sender();
+    let mut order: Vec<u64> = (0..1000).filter(|s| ![100, 101, 500].contains(s)).collect();
+    // 700 and 701 swapped; 800 sent twice.
+    let i = order.iter().position(|&s| s == 700).unwrap();
+    order.swap(i, i + 1);
+    let j = order.iter().position(|&s| s == 800).unwrap();
+    order.insert(j, 800);
+    let mut buf = vec![0u8; FRAME + 8];
+    for &seq in &order {
+        buf[..8].copy_from_slice(&(5_000 + seq).to_ne_bytes());
+        vdif_frame(&mut buf[8..], seq, 0);
+        send_all(&sock, &buf, addrs[0]);
+    }
+    let sent = order.len() as u64;
+    wait_until(&h, WAIT, "all frames", |s| s.streams[0].counters.packets == sent);
+    h.stop();
+    let c = h.wait().unwrap().status.streams[0].counters;
+    assert_eq!((c.lost, c.out_of_order, c.duplicates), (3, 1, 1));
+    assert!((c.loss_fraction() - 3.0 / (sent + 3) as f64).abs() < 1e-12);
+}
+
+#[test]
+fn vdif_time_loss_with_learned_rate_and_thread_filter() {
+    let tmp = tempfile::tempdir().unwrap();
+    let disks = disks(tmp.path(), 1);
+    // No PSN: loss from VDIF time stamps per thread, rate learned. Thread 2 is not wanted.
+    let (h, addrs) = start(config(vec![spec("a", ",threads=0,1")], disks.clone(), "vtime"));
+    let events = h.events();
+    // 3 threads, 3000 frames: each thread gets every third sequence number, i.e. frame numbers jump by 3;
+    // to keep per-thread sequences contiguous, stamp frames per thread instead.
+    let sock = sender();
+    let mut buf = vec![0u8; FRAME];
+    let mut sent_wanted = 0;
+    for seq in 0..2500u64 {
+        for thread in 0..3u16 {
+            if thread == 0 && (seq == 1500 || seq == 1501) {
+                continue; // two frames of thread 0 lost, after the rate is learned
+            }
+            vdif_frame(&mut buf, seq, thread);
+            send_all(&sock, &buf, addrs[0]);
+            sent_wanted += u64::from(thread < 2);
+        }
+    }
+    wait_until(&h, WAIT, "all frames", |s| {
+        let c = s.streams[0].counters;
+        c.packets == sent_wanted && c.filtered == 2500
+    });
+    h.stop();
+    let sum = h.wait().unwrap();
+    let c = sum.status.streams[0].counters;
+    assert_eq!(
+        (c.lost, c.filtered, c.out_of_order, c.duplicates),
+        (2, 2500, 0, 0)
+    );
+    let th = &sum.status.streams[0].threads;
+    assert_eq!(th.iter().find(|t| t.thread == 0).unwrap().lost, 2);
+    assert_eq!(th.iter().find(|t| t.thread == 0).unwrap().frame_rate, Some(RATE));
+    assert!(events
+        .try_iter()
+        .any(|e| matches!(e, RecorderEvent::RateLearned { rate: RATE, .. })));
+}
+
+#[test]
+fn fifty_streams_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let disks = disks(tmp.path(), 2);
+    let streams: Vec<StreamSpec> = (0..50).map(|i| spec(&format!("s{i}"), ",psn")).collect();
+    let (h, addrs) = start(config(streams, disks.clone(), "fifty"));
+    let per = 300u64;
+    let sock = sender();
+    let mut buf = vec![0u8; FRAME + 8];
+    for seq in 0..per {
+        for (i, a) in addrs.iter().enumerate() {
+            buf[..8].copy_from_slice(&seq.to_ne_bytes());
+            // The thread ID carries the stream index so gathered frames can be attributed.
+            vdif_frame(&mut buf[8..], seq, i as u16);
+            send_all(&sock, &buf, *a);
+        }
+    }
+    wait_until(&h, WAIT, "all streams", |s| {
+        s.streams.iter().all(|x| x.counters.packets == per)
+    });
+    h.stop();
+    let sum = h.wait().unwrap();
+    for s in &sum.status.streams {
+        assert_eq!((s.counters.packets, s.counters.lost), (per, 0), "{}", s.label);
+    }
+    let frames = frames_of(gather_mark6(&disks, "fifty").into_iter().map(|b| b.data), FRAME);
+    assert_eq!(frames.len() as u64, per * 50);
+    for i in 0..50u16 {
+        let mine: Vec<u64> = frames.iter().filter(|f| f.1 == i).map(|f| f.0).collect();
+        assert_eq!(mine, (0..per).collect::<Vec<_>>(), "stream {i}");
+    }
+}
+
+#[test]
+fn flexbuff_chunks_hold_every_frame() {
+    let tmp = tempfile::tempdir().unwrap();
+    let disks = disks(tmp.path(), 3);
+    let mut c = config(vec![spec("a", ",psn")], disks.clone(), "fb_scan_1");
+    c.format = ScanFormat::Flexbuff;
+    let (h, addrs) = start(c);
+    let n = 6_000;
+    send_stream(addrs[0], n, FRAME, 1, Some(0), |_| false);
+    wait_until(&h, WAIT, "all frames", |s| s.streams[0].counters.packets == n);
+    h.stop();
+    let sum = h.wait().unwrap();
+    let chunks = gather_flexbuff(&disks, "fb_scan_1");
+    assert_eq!(
+        chunks.iter().map(|c| c.0).collect::<Vec<_>>(),
+        (0..chunks.len() as u32).collect::<Vec<_>>()
+    );
+    let frames = frames_of(chunks.into_iter().map(|c| c.1), FRAME);
+    assert_eq!(frames, (0..n).map(|s| (s, 0)).collect::<Vec<_>>());
+    assert_complete_metadata(&disks, "fb_scan_1", sum.metadata.blocks);
+}
+
+/// Fails one disk mid-scan by replacing its scan file (works as any user, including root, for whom
+/// permission changes would not bite) and checks that no frame is lost.
+#[test]
+fn mark6_file_replaced_mid_scan_loses_no_frame() {
+    let tmp = tempfile::tempdir().unwrap();
+    let disks = disks(tmp.path(), 4);
+    let (h, addrs) = start(config(vec![spec("a", ",psn")], disks.clone(), "faulty"));
+    let events = h.events();
+    let n = 8_000;
+    send_stream(addrs[0], n / 2, FRAME, 1, Some(0), |_| false);
+    wait_until(&h, WAIT, "half", |s| {
+        s.streams[0].counters.packets == n / 2 && s.disks[3].blocks > 0
+    });
+    let victim = disks[3].join("faulty.vdif");
+    let moved = tmp.path().join("faulty.vdif.moved");
+    std::fs::rename(&victim, &moved).unwrap();
+    std::fs::write(&victim, b"not ours").unwrap();
+    let sock = sender();
+    let mut buf = vec![0u8; FRAME + 8];
+    for seq in n / 2..n {
+        buf[..8].copy_from_slice(&seq.to_ne_bytes());
+        vdif_frame(&mut buf[8..], seq, 0);
+        send_all(&sock, &buf, addrs[0]);
+    }
+    wait_until(&h, WAIT, "all", |s| s.streams[0].counters.packets == n);
+    h.stop();
+    let sum = h.wait().unwrap();
+    assert_eq!(sum.error, None);
+    assert!(sum.status.disks[3].failed.is_some(), "disk 3 should have failed");
+    assert!(events
+        .try_iter()
+        .any(|e| matches!(e, RecorderEvent::DiskFailed { .. })));
+    // Gather from the three good disks plus what disk 3 wrote before it failed.
+    let mut blocks = gather_mark6(&disks[..3], "faulty");
+    let (_, old, torn) = read_sg_file(&moved);
+    assert!(!torn);
+    blocks.extend(old);
+    blocks.sort_by_key(|b| b.number);
+    let frames = frames_of(blocks.into_iter().map(|b| b.data), FRAME);
+    assert_eq!(frames, (0..n).map(|s| (s, 0)).collect::<Vec<_>>());
+    assert_eq!(sum.status.streams[0].counters.lost, 0);
+}
+
+/// Fails one disk for real with ENOSPC on a 1 MiB tmpfs (needs root to mount; otherwise the test says so
+/// and checks the same property through a FlexBuff chunk directory taken away).
+#[test]
+fn disk_full_mid_scan_loses_no_frame() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut disks = disks(tmp.path(), 3);
+    let small = tmp.path().join("small");
+    std::fs::create_dir_all(&small).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "vftest", small.to_str().unwrap()])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    struct Unmount(PathBuf, bool);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            if self.1 {
+                let _ = std::process::Command::new("umount").arg(&self.0).status();
+            }
+        }
+    }
+    let _guard = Unmount(small.clone(), mounted);
+    disks.push(small.clone());
+    let mut c = config(vec![spec("a", ",psn")], disks.clone(), "full");
+    if !mounted {
+        eprintln!(
+            "cannot mount a tmpfs here: failing the disk by removing its FlexBuff chunk directory instead"
+        );
+        c.format = ScanFormat::Flexbuff;
+    }
+    let (h, addrs) = start(c);
+    let n = 6_000; // ~6 MB: several times what the small disk holds
+    if mounted {
+        send_stream(addrs[0], n, FRAME, 1, Some(0), |_| false);
+    } else {
+        send_stream(addrs[0], n / 2, FRAME, 1, Some(0), |_| false);
+        wait_until(&h, WAIT, "half", |s| {
+            s.streams[0].counters.packets == n / 2 && s.disks[3].blocks > 0
+        });
+        std::fs::rename(small.join("full"), tmp.path().join("full.moved")).unwrap();
+        let sock = sender();
+        let mut buf = vec![0u8; FRAME + 8];
+        for seq in n / 2..n {
+            buf[..8].copy_from_slice(&seq.to_ne_bytes());
+            vdif_frame(&mut buf[8..], seq, 0);
+            send_all(&sock, &buf, addrs[0]);
+        }
+    }
+    wait_until(&h, WAIT, "all", |s| s.streams[0].counters.packets == n);
+    h.stop();
+    let sum = h.wait().unwrap();
+    assert_eq!(sum.error, None);
+    assert!(
+        sum.status.disks[3].failed.is_some(),
+        "small disk should have failed: {:?}",
+        sum.status.disks[3]
+    );
+    let frames = if mounted {
+        // The full disk's file was cut back to its last whole block: it parses cleanly.
+        frames_of(gather_mark6(&disks, "full").into_iter().map(|b| b.data), FRAME)
+    } else {
+        let mut chunks = gather_flexbuff(&disks[..3], "full");
+        chunks.extend(gather_flexbuff(&[tmp.path().to_owned()], "full.moved"));
+        chunks.sort_by_key(|c| c.0);
+        frames_of(chunks.into_iter().map(|c| c.1), FRAME)
+    };
+    assert_eq!(frames, (0..n).map(|s| (s, 0)).collect::<Vec<_>>());
+}
+
+#[test]
+fn stop_under_load_returns_and_leaves_complete_metadata() {
+    let tmp = tempfile::tempdir().unwrap();
+    let disks = disks(tmp.path(), 2);
+    let (h, addrs) = start(config(vec![spec("a", ",psn")], disks.clone(), "stopper"));
+    let running = Arc::new(AtomicBool::new(true));
+    let r = running.clone();
+    let dest = addrs[0];
+    let tx = std::thread::spawn(move || {
+        let sock = sender();
+        let mut buf = vec![0u8; FRAME + 8];
+        let mut seq = 0u64;
+        while r.load(Ordering::Relaxed) {
+            buf[..8].copy_from_slice(&seq.to_ne_bytes());
+            vdif_frame(&mut buf[8..], seq, 0);
+            let _ = sock.send_to(&buf, dest);
+            seq += 1;
+        }
+    });
+    wait_until(&h, WAIT, "traffic", |s| s.streams[0].counters.packets > 2_000);
+    h.stop();
+    let sum = h.wait().unwrap();
+    running.store(false, Ordering::Relaxed);
+    tx.join().unwrap();
+    assert_eq!(sum.error, None);
+    assert_complete_metadata(&disks, "stopper", sum.metadata.blocks);
+    // Whatever was stored is on disk, whole.
+    let frames = frames_of(gather_mark6(&disks, "stopper").into_iter().map(|b| b.data), FRAME);
+    assert_eq!(frames.len() as u64, sum.status.streams[0].counters.packets);
+}
+
+#[test]
+fn start_refuses_existing_scan_and_bad_disk() {
+    let tmp = tempfile::tempdir().unwrap();
+    let disks = disks(tmp.path(), 1);
+    let (h, _) = start(config(vec![spec("a", "")], disks.clone(), "once"));
+    h.stop();
+    h.wait().unwrap();
+    let e = Recorder::start(config(vec![spec("a", "")], disks.clone(), "once"))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("already exists"), "{e}");
+    let e = Recorder::start(config(vec![spec("a", "")], vec![tmp.path().join("nope")], "x"))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("nope"), "{e}");
+}
+
+#[test]
+fn starved_pool_drops_whole_packets_and_counts_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let disks = disks(tmp.path(), 1);
+    let mut c = config(vec![spec("a", ",psn")], disks.clone(), "starved");
+    c.pool_blocks = Some(3);
+    c.block_size = 16 * 1024;
+    let (h, addrs) = start(c);
+    let n = 6_000;
+    send_stream(addrs[0], n, FRAME, 1, Some(0), |_| false);
+    wait_until(&h, WAIT, "all datagrams accounted", |s| {
+        let c = s.streams[0].counters;
+        c.packets + c.dropped_no_buffer == n
+    });
+    h.stop();
+    let sum = h.wait().unwrap();
+    let c = sum.status.streams[0].counters;
+    // Whatever was dropped for want of a buffer, what was stored is whole frames, in order, none twice.
+    let frames = frames_of(gather_mark6(&disks, "starved").into_iter().map(|b| b.data), FRAME);
+    assert_eq!(frames.len() as u64, c.packets);
+    assert!(frames.windows(2).all(|w| w[0].0 < w[1].0));
+    assert!(c.lost <= c.dropped_no_buffer);
+    eprintln!(
+        "starved pool: stored {}, dropped {}",
+        c.packets, c.dropped_no_buffer
+    );
+}
