@@ -169,6 +169,7 @@ impl<T: AsRef<[u8]>> Mark5bHeader<T> {
         Ok(())
     }
 
+    /// Consumes the view and returns the buffer.
     pub fn into_inner(self) -> T {
         self.buffer
     }
@@ -186,6 +187,7 @@ impl<T: AsRef<[u8]>> Mark5bHeader<T> {
         self.word(index)
     }
     #[inline]
+    /// Sync word (should be [`SYNC_WORD`]).
     pub fn sync(&self) -> u32 {
         self.word(0)
     }
@@ -236,9 +238,11 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Mark5bHeader<T> {
         let o = index * 4;
         self.buffer.as_mut()[o..o + 4].copy_from_slice(&value.to_le_bytes());
     }
+    /// Writes raw header word `index` (0..4).
     pub fn set_raw_word(&mut self, index: usize, value: u32) {
         self.set_word(index, value)
     }
+    /// Writes the sync word.
     pub fn set_sync(&mut self, value: u32) {
         self.set_word(0, value)
     }
@@ -284,6 +288,7 @@ pub struct Mark5bFrame<T: AsRef<[u8]>> {
 }
 
 impl<T: AsRef<[u8]>> Mark5bFrame<T> {
+    /// Wraps `buffer` without any check. Accessors panic if it is shorter than [`HEADER_LEN`].
     pub const fn new_unchecked(buffer: T) -> Self {
         Mark5bFrame { buffer }
     }
@@ -302,24 +307,30 @@ impl<T: AsRef<[u8]>> Mark5bFrame<T> {
         Ok(Mark5bFrame { buffer })
     }
 
+    /// The header view (borrowing).
     pub fn header(&self) -> Mark5bHeader<&[u8]> {
         Mark5bHeader::new_unchecked(self.buffer.as_ref())
     }
+    /// The payload bytes following the header.
     pub fn payload(&self) -> &[u8] {
         &self.buffer.as_ref()[HEADER_LEN..]
     }
+    /// The whole frame.
     pub fn as_bytes(&self) -> &[u8] {
         self.buffer.as_ref()
     }
+    /// Consumes the view and returns the buffer.
     pub fn into_inner(self) -> T {
         self.buffer
     }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Mark5bFrame<T> {
+    /// The header view for writing.
     pub fn header_mut(&mut self) -> Mark5bHeader<&mut [u8]> {
         Mark5bHeader::new_unchecked(self.buffer.as_mut())
     }
+    /// The payload bytes for writing.
     pub fn payload_mut(&mut self) -> &mut [u8] {
         &mut self.buffer.as_mut()[HEADER_LEN..]
     }
@@ -328,7 +339,9 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Mark5bFrame<T> {
 /// The parsed form of a Mark5B header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Mark5bHeaderRepr {
+    /// User-specified bits (word 1, bits 31..16).
     pub user: u16,
+    /// Internal test-vector flag (word 1, bit 15).
     pub test_vector: bool,
     /// Frame number within the second (0..=32767).
     pub frame_number: u16,

@@ -88,8 +88,11 @@ pub const fn block_header_len(version: Mark6Version) -> usize {
 /// Kind of frames the file carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum PacketFormat {
+    /// VDIF frames (code 0).
     Vdif,
+    /// Mark5B frames (code 1).
     Mark5b,
+    /// Anything else (code 2).
     Unknown,
 }
 
@@ -193,18 +196,23 @@ impl<T: AsRef<[u8]>> Mark6FileHeader<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Mark6FileHeader<T> {
+    /// Writes the sync word.
     pub fn set_sync(&mut self, value: u32) {
         write_u32(self.buffer.as_mut(), field::SYNC, value)
     }
+    /// Writes the raw version field.
     pub fn set_version(&mut self, value: i32) {
         write_u32(self.buffer.as_mut(), field::VERSION, value as u32)
     }
+    /// Writes the raw nominal block size.
     pub fn set_block_size(&mut self, value: i32) {
         write_u32(self.buffer.as_mut(), field::BLOCK_SIZE, value as u32)
     }
+    /// Writes the raw packet format field.
     pub fn set_packet_format(&mut self, value: i32) {
         write_u32(self.buffer.as_mut(), field::PACKET_FORMAT, value as u32)
     }
+    /// Writes the raw packet size.
     pub fn set_packet_size(&mut self, value: i32) {
         write_u32(self.buffer.as_mut(), field::PACKET_SIZE, value as u32)
     }
@@ -233,10 +241,12 @@ fn check_sizes(version: Mark6Version, block_size: i32, packet_size: i32) -> Resu
 /// The parsed form of a Mark6 file header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Mark6FileHeaderRepr {
+    /// File format version.
     pub version: Mark6Version,
     /// Nominal block size in bytes, block header included. Blocks may be shorter (the last one usually is);
     /// d-plane's nominal size need not be a whole number of packets plus the header, jive5ab's is.
     pub block_size: u32,
+    /// Kind of frames the file carries.
     pub packet_format: PacketFormat,
     /// Size of one packet (whole frame, header included) in bytes.
     pub packet_size: u32,
@@ -416,6 +426,7 @@ impl<T: AsRef<[u8]>> Mark6BlockHeader<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Mark6BlockHeader<T> {
+    /// Writes the raw block number.
     pub fn set_block_number(&mut self, value: i32) {
         write_u32(self.buffer.as_mut(), field::BLOCK_NUMBER, value as u32)
     }
