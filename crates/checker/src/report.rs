@@ -110,6 +110,7 @@ pub fn check(rec: &Recording, mut config: CheckConfig, mut progress: impl FnMut(
     if config.metadata_frame_rate.is_none() {
         config.metadata_frame_rate = rec.frame_rate_hint();
     }
+    let plot_path = config.stats.as_ref().and_then(|s| s.plot.clone());
     let mut pipe = ReadPipeline::start(rec);
     let files = pipe.files();
     let mut framer = Framer::new(rec.frame_format(), rec.frame_len_hint(), files.clone());
@@ -200,6 +201,16 @@ pub fn check(rec: &Recording, mut config: CheckConfig, mut progress: impl FnMut(
     if let Some(s) = engine.stats.as_mut() {
         for f in std::mem::take(&mut s.findings) {
             log.push(f);
+        }
+        if let Some(p) = &plot_path {
+            match crate::plot::plot_spectra(s, p) {
+                Ok(()) => s.plot = Some(p.display().to_string()),
+                Err(e) => log.push(Finding::new(
+                    Severity::Warn,
+                    FindingKind::Note,
+                    format!("no plot: {e}"),
+                )),
+            }
         }
     }
     let elapsed = started.elapsed().as_secs_f64();
