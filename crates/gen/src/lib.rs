@@ -45,6 +45,8 @@ pub struct GenSummary {
     pub interrupted: bool,
     /// The machine could not keep up with the requested rate.
     pub cannot_keep_up: bool,
+    /// The wall-clock duration ended before every planned frame was sent (the machine was behind).
+    pub cut_short: bool,
 }
 
 impl GenSummary {

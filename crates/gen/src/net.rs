@@ -8,7 +8,7 @@
 //! request to within one batch. The largest burst on the wire is therefore `--batch` datagrams per stream.
 
 use crate::payload::PayloadPool;
-use crate::plan::{GenPlan, PSN_LEN};
+use crate::plan::{GenPlan, StopAfter, PSN_LEN};
 use crate::sequencer::{FrameSequencer, FrameSlot};
 use crate::GenSummary;
 use std::net::{SocketAddr, UdpSocket};
@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use vlbiflow_formats::time::VdifTime;
 use vlbiflow_formats::vdif::HEADER_LEN;
 use vlbiflow_udp::pace::{Pacer, RateMeter, Wait};
-use vlbiflow_udp::send::BatchSender;
+use vlbiflow_udp::send::{BatchSender, GSO_MAX_SEGMENTS};
 use vlbiflow_udp::socket::{open_udp, UdpConfig};
 
 /// Send-side options beyond the plan.
@@ -100,7 +100,14 @@ pub fn send_streams(
         });
     }
     let pool = PayloadPool::new(plan);
-    let mut sender = BatchSender::new(frames_per_batch);
+    // With GSO each message carries up to `gso` frames, gathered from header slots and payloads in place.
+    let gso = plan.request.gso_segments;
+    let mut sender = if gso > 0 {
+        BatchSender::with_parts(frames_per_batch.div_ceil(gso), 2 * gso)
+    } else {
+        BatchSender::new(frames_per_batch)
+    };
+    let segment_size = plan.datagram_len as u16;
     let header_range = if plan.request.psn {
         0..PSN_LEN + HEADER_LEN
     } else {
@@ -121,11 +128,21 @@ pub fn send_streams(
     let mut round: u64 = 0;
     let mut next_progress = wall_start + Duration::from_secs(1);
 
+    // On the network a duration is wall time: a machine that cannot keep up stops on time with fewer
+    // frames rather than running long.
+    let deadline = match plan.request.stop {
+        StopAfter::Seconds(s) => Some(wall_start + Duration::from_secs_f64(s)),
+        _ => None,
+    };
     while !stop.load(Ordering::Relaxed) {
         late = match pacer.wait_until_due_or_stop(round, stop) {
             Wait::Due(late) => late,
             Wait::Stopped => break,
         };
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            summary.cut_short = true;
+            break;
+        }
         summary.max_late_s = summary.max_late_s.max(late.as_secs_f64());
         let mut sent_now = 0u64;
         for s in streams.iter_mut().filter(|s| !s.done) {
@@ -146,12 +163,32 @@ pub fn send_streams(
                 continue;
             }
             let mut batch = sender.batch();
-            for (h, slot) in s.headers.iter().zip(&s.slots) {
-                let pushed = batch.push(&[
-                    &h[header_range.clone()],
-                    pool.payload(slot.thread_index, slot.round),
-                ]);
-                debug_assert!(pushed, "batch sized for a whole batch of frames");
+            if gso > 0 {
+                let mut parts: [&[u8]; 2 * GSO_MAX_SEGMENTS] = [&[]; 2 * GSO_MAX_SEGMENTS];
+                let n = s.slots.len();
+                for start in (0..n).step_by(gso) {
+                    let end = (start + gso).min(n);
+                    for (k, i) in (start..end).enumerate() {
+                        let slot = s.slots[i];
+                        parts[2 * k] = &s.headers[i][header_range.clone()];
+                        parts[2 * k + 1] = pool.payload(slot.thread_index, slot.round);
+                    }
+                    let pushed = batch
+                        .push_gso(&parts[..2 * (end - start)], segment_size)
+                        .map_err(|e| NetError::Send {
+                            dest: s.dest,
+                            message: e.to_string(),
+                        })?;
+                    debug_assert!(pushed, "batch sized for a whole batch of frames");
+                }
+            } else {
+                for (h, slot) in s.headers.iter().zip(&s.slots) {
+                    let pushed = batch.push(&[
+                        &h[header_range.clone()],
+                        pool.payload(slot.thread_index, slot.round),
+                    ]);
+                    debug_assert!(pushed, "batch sized for a whole batch of frames");
+                }
             }
             batch.flush(&s.socket).map_err(|e| NetError::Send {
                 dest: s.dest,
@@ -177,7 +214,7 @@ pub fn send_streams(
     }
     if stop.load(Ordering::Relaxed) && streams.iter().any(|s| !s.done) {
         summary.interrupted = true;
-    } else {
+    } else if !summary.cut_short {
         // The last batch went out when due; the run ends when its frame time ends, closing the last window.
         let end_round = plan
             .total_frames

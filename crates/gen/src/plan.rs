@@ -346,7 +346,7 @@ impl GenPlan {
             return err("batch", format!("{} is outside 1..=1024", r.batch));
         }
         if r.gso_segments > 0 {
-            let max = 65535 / datagram_len;
+            let max = MAX_UDP_PAYLOAD / datagram_len;
             if r.gso_segments > max.min(64) {
                 return err(
                     "gso",

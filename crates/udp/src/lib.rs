@@ -26,6 +26,7 @@ pub use pace::{InvalidRate, Pacer, RateMeter, Wait, WindowStats};
 pub use recv::{BatchReceiver, RecvBatch, RecvMeta, RecvStats};
 pub use send::{
     Batch, BatchSender, GsoError, RetryPolicy, SendError, SendStats, Sent, GSO_MAX_SEGMENTS, MAX_PARTS,
+    MAX_PARTS_LIMIT,
 };
 pub use sink::{
     run_sink, PsnStats, PsnTracker, Sink, SinkConfig, SinkError, SinkReport, SinkSecond, StopReason,

@@ -14,8 +14,11 @@ use std::time::{Duration, Instant};
 
 use crate::sys::{self, CmsgSpace, RawArray};
 
-/// Slices gathered into one message.
+/// Slices gathered into one message by a sender made with [`BatchSender::new`].
 pub const MAX_PARTS: usize = 2;
+/// Most slices one message may gather (the kernel's UIO_MAXIOV is 1024; a GSO message of 64 frames, each
+/// a header slot and a payload, needs 128).
+pub const MAX_PARTS_LIMIT: usize = 1024;
 /// Most segments the kernel accepts in one GSO send (UDP_MAX_SEGMENTS on older kernels; newer ones allow
 /// 128, but 64 works everywhere).
 pub const GSO_MAX_SEGMENTS: usize = 64;
@@ -187,6 +190,7 @@ struct MsgInfo {
 /// in [`BatchSender::new`].
 pub struct BatchSender {
     capacity: usize,
+    parts: usize,
     len: usize,
     hdrs: RawArray<libc::mmsghdr>,
     iovs: RawArray<libc::iovec>,
@@ -206,12 +210,20 @@ impl BatchSender {
     /// A sender for at most `capacity` messages per batch (at least 1; the kernel handles at most 1024
     /// per call and larger batches are sent in several calls).
     pub fn new(capacity: usize) -> Self {
+        Self::with_parts(capacity, MAX_PARTS)
+    }
+
+    /// A sender whose messages may each gather up to `parts` slices (1..=[`MAX_PARTS_LIMIT`]), e.g. a GSO
+    /// message assembled from many frames' headers and payloads without copying them together.
+    pub fn with_parts(capacity: usize, parts: usize) -> Self {
         let capacity = capacity.max(1);
+        let parts = parts.clamp(1, MAX_PARTS_LIMIT);
         BatchSender {
             capacity,
+            parts,
             len: 0,
             hdrs: RawArray::new(capacity, sys::zeroed),
-            iovs: RawArray::new(capacity * MAX_PARTS, sys::zeroed),
+            iovs: RawArray::new(capacity * parts, sys::zeroed),
             cmsgs: RawArray::new(capacity, || [0u64; 8]),
             addrs: RawArray::new(capacity, sys::zeroed),
             info: RawArray::new(capacity, MsgInfo::default),
@@ -224,6 +236,11 @@ impl BatchSender {
     pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
         self.retry = retry;
         self
+    }
+
+    /// Slices one message may gather.
+    pub fn parts(&self) -> usize {
+        self.parts
     }
 
     /// Messages per batch.
@@ -297,8 +314,9 @@ impl BatchSender {
         datagrams: usize,
     ) -> bool {
         assert!(
-            parts.len() <= MAX_PARTS,
-            "a message has at most {MAX_PARTS} parts, got {}",
+            parts.len() <= self.parts,
+            "a message of this sender has at most {} parts, got {}",
+            self.parts,
             parts.len()
         );
         if self.len == self.capacity {
@@ -308,7 +326,7 @@ impl BatchSender {
         // SAFETY: i < capacity, so every pointer below is inside its array; no references into the arrays
         // exist elsewhere. The slices' lifetimes are enforced by Batch.
         unsafe {
-            let iov = self.iovs.at(i * MAX_PARTS);
+            let iov = self.iovs.at(i * self.parts);
             for (k, part) in parts.iter().enumerate() {
                 *iov.add(k) = libc::iovec {
                     iov_base: part.as_ptr() as *mut libc::c_void,

@@ -174,6 +174,34 @@ fn gso_without_gro_arrives_as_single_datagrams() {
 }
 
 #[test]
+fn gso_message_gathered_from_many_parts_is_cut_at_segment_boundaries() {
+    // Seven frames, each a separate 8-byte header slot and payload slice, as a generator sends them
+    // without copying them together: 14 parts in one GSO message.
+    let (rx_sock, dest) = receiver(false);
+    let tx_sock = sender(dest);
+    let buf = gso_buffer(0, 7, FRAME);
+    let parts: Vec<&[u8]> = buf.chunks_exact(FRAME).flat_map(|d| [&d[..8], &d[8..]]).collect();
+    let mut tx = BatchSender::with_parts(2, 14);
+    assert_eq!(tx.parts(), 14);
+    let mut batch = tx.batch();
+    assert!(batch.push_gso(&parts, FRAME as u16).unwrap());
+    let sent = batch.flush(&tx_sock).unwrap();
+    assert_eq!((sent.messages, sent.datagrams, sent.bytes), (1, 7, 7 * FRAME));
+    drop(batch);
+
+    let mut rx = BatchReceiver::new(16);
+    let mut region = vec![0u8; 16 * 65536];
+    let got = recv_n(&mut rx, &rx_sock, &mut region, 65536, 7);
+    for (slot_no, meta) in got {
+        assert_eq!(meta.len, FRAME);
+        assert_eq!(
+            &region[slot_no * 65536..][..FRAME],
+            &buf[slot_no * FRAME..][..FRAME]
+        );
+    }
+}
+
+#[test]
 fn gso_batch_with_gro_arrives_as_super_datagrams() {
     let (rx_sock, dest) = receiver(true);
     let tx_sock = sender(dest);

@@ -108,6 +108,10 @@ pub struct Args {
     /// Datagrams per stream sent back to back in one system call (the largest burst)
     #[arg(long, default_value_t = 32)]
     batch: usize,
+    /// Hand the kernel N frames per send call as one UDP GSO super-datagram; the kernel still puts one
+    /// frame per datagram on the wire (needs checksum offload: loopback and most NICs have it)
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    gso: usize,
     /// Socket send buffer, e.g. 8MiB
     #[arg(long, default_value = "8MiB", value_name = "BYTES")]
     send_buffer: String,
@@ -229,7 +233,7 @@ fn plan(a: &Args) -> anyhow::Result<GenPlan> {
         psn: a.psn,
         payload: parse_payload(&a.payload)?,
         batch: a.batch,
-        gso_segments: 0,
+        gso_segments: a.gso,
         seed: a.seed,
     };
     match GenPlan::new(request) {
