@@ -1,0 +1,158 @@
+//! The control connection over TCP: line-framed JSON messages, every read and write bounded by a
+//! timeout.
+
+use serde::{de::DeserializeOwned, Serialize};
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use crate::proto::{decode, encode, LineCodec, ProtoError};
+
+/// One end of a control connection.
+pub struct ControlConn {
+    stream: TcpStream,
+    codec: LineCodec,
+    peer: String,
+    write_timeout: Duration,
+}
+
+impl ControlConn {
+    /// Connects to `addr`, waiting at most `timeout`.
+    pub fn connect(addr: SocketAddr, timeout: Duration) -> Result<Self, ProtoError> {
+        let stream = TcpStream::connect_timeout(&addr, timeout).map_err(|source| ProtoError::Io {
+            peer: addr.to_string(),
+            what: format!("connect (timeout {:.1} s)", timeout.as_secs_f64()),
+            source,
+        })?;
+        ControlConn::from_stream(stream, timeout)
+    }
+
+    /// Wraps an accepted stream; writes time out after `write_timeout`.
+    pub fn from_stream(stream: TcpStream, write_timeout: Duration) -> Result<Self, ProtoError> {
+        let peer = stream
+            .peer_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_else(|_| "?".into());
+        let _ = stream.set_nodelay(true);
+        stream
+            .set_write_timeout(Some(write_timeout))
+            .map_err(|source| ProtoError::Io {
+                peer: peer.clone(),
+                what: "set write timeout".into(),
+                source,
+            })?;
+        Ok(ControlConn {
+            stream,
+            codec: LineCodec::new(),
+            peer,
+            write_timeout,
+        })
+    }
+
+    /// The peer's address as text.
+    pub fn peer(&self) -> &str {
+        &self.peer
+    }
+
+    /// The underlying stream (e.g. for its local address).
+    pub fn stream(&self) -> &TcpStream {
+        &self.stream
+    }
+
+    /// Sends one message.
+    pub fn send<T: Serialize>(&mut self, msg: &T) -> Result<(), ProtoError> {
+        let bytes = encode(msg);
+        self.stream.write_all(&bytes).map_err(|source| {
+            let what = if is_timeout(&source) {
+                format!("send timed out after {:.1} s", self.write_timeout.as_secs_f64())
+            } else {
+                "send".into()
+            };
+            ProtoError::Io {
+                peer: self.peer.clone(),
+                what,
+                source,
+            }
+        })
+    }
+
+    /// Receives one message, waiting at most `timeout`; `what` names the wait in errors and `kind`
+    /// ("request"/"reply") the message type.
+    pub fn recv<T: DeserializeOwned>(
+        &mut self,
+        timeout: Duration,
+        what: &str,
+        kind: &'static str,
+    ) -> Result<T, ProtoError> {
+        let line = self.recv_line(timeout, what)?;
+        decode(&line, kind)
+    }
+
+    /// Receives one line, waiting at most `timeout`.
+    pub fn recv_line(&mut self, timeout: Duration, what: &str) -> Result<String, ProtoError> {
+        let deadline = Instant::now() + timeout;
+        let mut buf = [0u8; 16384];
+        loop {
+            if let Some(line) = self.codec.next_line()? {
+                return Ok(line);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(self.timeout_error(timeout, what));
+            }
+            // SO_RCVTIMEO of zero means "forever", so never set less than 1 ms.
+            let left = (deadline - now).max(Duration::from_millis(1));
+            self.stream
+                .set_read_timeout(Some(left))
+                .map_err(|source| ProtoError::Io {
+                    peer: self.peer.clone(),
+                    what: "set read timeout".into(),
+                    source,
+                })?;
+            match self.stream.read(&mut buf) {
+                Ok(0) => {
+                    return Err(ProtoError::Closed {
+                        peer: self.peer.clone(),
+                        what: what.to_string(),
+                    })
+                }
+                Ok(n) => self.codec.feed(&buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if is_timeout(&e) => {}
+                Err(source) => {
+                    return Err(ProtoError::Io {
+                        peer: self.peer.clone(),
+                        what: what.to_string(),
+                        source,
+                    })
+                }
+            }
+        }
+    }
+
+    fn timeout_error(&self, timeout: Duration, what: &str) -> ProtoError {
+        ProtoError::Io {
+            peer: self.peer.clone(),
+            what: format!("no answer within {:.1} s while {what}", timeout.as_secs_f64()),
+            source: io::Error::from(io::ErrorKind::TimedOut),
+        }
+    }
+
+    /// True when the peer has closed or reset the connection, or sent something unasked (checked
+    /// without waiting).
+    pub fn peer_gone_or_talking(&self) -> bool {
+        let mut pfd = libc::pollfd {
+            fd: self.stream.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, zero timeout.
+        let rc = unsafe { libc::poll(&mut pfd, 1, 0) };
+        rc > 0 && pfd.revents != 0
+    }
+}
+
+fn is_timeout(e: &io::Error) -> bool {
+    matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
+}

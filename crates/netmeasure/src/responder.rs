@@ -1,0 +1,663 @@
+//! The far end: accepts control connections, sets up each test's UDP or TCP socket, receives or
+//! echoes the traffic and returns the results.
+//!
+//! Every wait is bounded: control reads by the idle timeout, test sockets by short polls that check
+//! stop flags, tests by the duration the client announced. Garbage on the control port gets an error
+//! reply and the connection closed; garbage datagrams on a test port are counted and ignored. A client
+//! that vanishes mid-test ends that session only.
+
+use std::io::{self, Read};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use vlbiflow_udp::{open_udp, BatchReceiver, UdpConfig};
+
+use crate::control::ControlConn;
+use crate::host::HostSnapshot;
+use crate::proto::{answer_hello, short, BwRemote, BwSetup, ProtoError, Reply, Request, TcpRemote};
+use crate::stats::ArrivalStats;
+use crate::tcpinfo::{set_buffer, tcp_sock_info};
+use crate::wire::{realtime_ns, PacketKind, TestPacket, HEADER_LEN};
+
+/// Largest packet count one throughput test may announce (bounds the receiver's memory: 16 bytes per
+/// packet).
+pub const MAX_TEST_PACKETS: u64 = 64_000_000;
+/// Largest UDP payload.
+pub const MAX_DATAGRAM: usize = 65_507;
+/// How long the receiver keeps listening after the sender says it is done, without traffic.
+const DRAIN_IDLE: Duration = Duration::from_millis(300);
+/// Poll slice for checking stop flags.
+const SLICE: Duration = Duration::from_millis(50);
+
+/// How to run a responder.
+#[derive(Debug, Clone)]
+pub struct ResponderConfig {
+    /// Control address (TCP); test sockets bind to the same IP.
+    pub listen: SocketAddr,
+    /// How long a session may stay silent between requests before it is closed.
+    pub idle_timeout: Duration,
+    /// Receive buffer for UDP test sockets unless the client asks for one, bytes.
+    pub default_recv_buffer: usize,
+    /// Free text sent in the hello, e.g. "vlbiflow 0.1.0".
+    pub software: String,
+}
+
+impl ResponderConfig {
+    /// Defaults for `listen`: 60 s idle timeout, 8 MiB receive buffers.
+    pub fn new(listen: SocketAddr) -> Self {
+        ResponderConfig {
+            listen,
+            idle_timeout: Duration::from_secs(60),
+            default_recv_buffer: 8 << 20,
+            software: format!("vlbiflow-net {}", env!("CARGO_PKG_VERSION")),
+        }
+    }
+}
+
+/// What the responder has seen, for logs and tests.
+#[derive(Debug, Default)]
+pub struct ResponderCounters {
+    /// Control connections accepted.
+    pub sessions: AtomicU64,
+    /// Tests completed with a result sent.
+    pub tests: AtomicU64,
+    /// Tests abandoned (client vanished, timeout, protocol error).
+    pub aborted: AtomicU64,
+    /// Invalid requests on control connections.
+    pub bad_requests: AtomicU64,
+    /// Datagrams on test ports that were not packets of the running test.
+    pub foreign_datagrams: AtomicU64,
+}
+
+/// A bound responder.
+pub struct Responder {
+    listener: TcpListener,
+    config: ResponderConfig,
+    counters: Arc<ResponderCounters>,
+}
+
+impl Responder {
+    /// Binds the control port.
+    pub fn bind(config: ResponderConfig) -> io::Result<Self> {
+        let listener = TcpListener::bind(config.listen)
+            .map_err(|e| io::Error::new(e.kind(), format!("responder: bind TCP {}: {e}", config.listen)))?;
+        listener.set_nonblocking(true)?;
+        Ok(Responder {
+            listener,
+            config,
+            counters: Arc::default(),
+        })
+    }
+
+    /// The bound control address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr().expect("bound listener has an address")
+    }
+
+    /// Shared counters.
+    pub fn counters(&self) -> Arc<ResponderCounters> {
+        self.counters.clone()
+    }
+
+    /// Serves until `stop` is set, one thread per session; returns after every session ended.
+    /// `log` receives one line per notable event.
+    pub fn run(&self, stop: Arc<AtomicBool>, log: &(dyn Fn(&str) + Sync)) -> io::Result<()> {
+        let mut sessions: Vec<thread::JoinHandle<()>> = Vec::new();
+        thread::scope(|scope| -> io::Result<()> {
+            let mut handles = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                match self.listener.accept() {
+                    Ok((stream, peer)) => {
+                        self.counters.sessions.fetch_add(1, Ordering::Relaxed);
+                        log(&format!("session from {peer}"));
+                        let stop = stop.clone();
+                        let counters = self.counters.clone();
+                        let config = &self.config;
+                        handles.push(scope.spawn(move || {
+                            if let Err(e) = serve_session(stream, config, &counters, &stop) {
+                                log(&format!("session {peer}: {e}"));
+                            } else {
+                                log(&format!("session {peer}: closed"));
+                            }
+                        }));
+                        handles.retain(|h| !h.is_finished());
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        poll_in(self.listener.as_raw_fd(), Duration::from_millis(100));
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        // Per-connection accept failures (e.g. ECONNABORTED, EMFILE) must not end the
+                        // responder; pause briefly so a persistent one does not spin.
+                        log(&format!("accept: {e}"));
+                        thread::sleep(Duration::from_millis(100));
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        sessions.clear();
+        Ok(())
+    }
+}
+
+fn poll_in(fd: i32, timeout: Duration) -> bool {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    let rc = unsafe { libc::poll(&mut pfd, 1, timeout.as_millis().min(i32::MAX as u128) as i32) };
+    rc > 0
+}
+
+/// Why a session ended early.
+#[derive(Debug, thiserror::Error)]
+enum SessionError {
+    #[error(transparent)]
+    Proto(#[from] ProtoError),
+    #[error("{0}")]
+    Other(String),
+    #[error("stopped")]
+    Stopped,
+}
+
+/// Waits for the next request, checking `stop` between slices; None when the client closed cleanly
+/// between tests.
+fn next_request(
+    conn: &mut ControlConn,
+    timeout: Duration,
+    stop: &AtomicBool,
+    what: &str,
+) -> Result<Option<Request>, SessionError> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return Err(SessionError::Stopped);
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        match conn.recv_line(left.min(Duration::from_millis(200)), what) {
+            Ok(line) => return Ok(Some(crate::proto::decode(&line, "request")?)),
+            Err(ProtoError::Io { ref source, .. })
+                if source.kind() == io::ErrorKind::TimedOut && !left.is_zero() => {}
+            Err(ProtoError::Closed { .. }) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+fn serve_session(
+    stream: TcpStream,
+    config: &ResponderConfig,
+    counters: &ResponderCounters,
+    stop: &AtomicBool,
+) -> Result<(), SessionError> {
+    stream
+        .set_nonblocking(false)
+        .map_err(|e| SessionError::Other(format!("set blocking: {e}")))?;
+    let mut conn = ControlConn::from_stream(stream, Duration::from_secs(10))?;
+    let hello = next_request(&mut conn, Duration::from_secs(10), stop, "waiting for hello");
+    let hello = match hello {
+        Ok(Some(Request::Hello { version, .. })) => answer_hello(version, &config.software),
+        Ok(None) => return Ok(()),
+        Ok(Some(other)) => {
+            counters.bad_requests.fetch_add(1, Ordering::Relaxed);
+            Reply::Error {
+                message: format!("expected hello first, got {}", short(&other)),
+            }
+        }
+        Err(SessionError::Proto(e)) => {
+            counters.bad_requests.fetch_add(1, Ordering::Relaxed);
+            let _ = conn.send(&Reply::Error {
+                message: e.to_string(),
+            });
+            return Err(e.into());
+        }
+        Err(e) => return Err(e),
+    };
+    let accepted = matches!(hello, Reply::Hello { .. });
+    conn.send(&hello)?;
+    if !accepted {
+        return Err(SessionError::Other("refused: version mismatch".into()));
+    }
+    loop {
+        let req = match next_request(&mut conn, config.idle_timeout, stop, "waiting for a test") {
+            Ok(Some(r)) => r,
+            Ok(None) => return Ok(()),
+            Err(SessionError::Proto(e)) => {
+                counters.bad_requests.fetch_add(1, Ordering::Relaxed);
+                let _ = conn.send(&Reply::Error {
+                    message: e.to_string(),
+                });
+                return Err(e.into());
+            }
+            Err(e) => return Err(e),
+        };
+        let outcome = match req {
+            Request::BwStart(setup) => serve_bw(&mut conn, setup, config, counters, stop),
+            Request::LatStart { test_id, max_size } => {
+                serve_lat(&mut conn, test_id, max_size, config, counters, stop)
+            }
+            Request::TcpStart { streams, recv_buffer } => {
+                serve_tcp(&mut conn, streams, recv_buffer, config, stop)
+            }
+            other => {
+                counters.bad_requests.fetch_add(1, Ordering::Relaxed);
+                conn.send(&Reply::Error {
+                    message: format!("unexpected request outside a test: {}", short(&other)),
+                })?;
+                continue;
+            }
+        };
+        match outcome {
+            Ok(()) => {
+                counters.tests.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                counters.aborted.fetch_add(1, Ordering::Relaxed);
+                return Err(e);
+            }
+        }
+    }
+}
+
+fn test_socket_bind(conn: &ControlConn) -> SocketAddr {
+    let ip = conn
+        .stream()
+        .local_addr()
+        .map(|a| a.ip())
+        .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
+    SocketAddr::new(ip, 0)
+}
+
+/// Sends an error reply for a refused setup and keeps the session.
+fn refuse(conn: &mut ControlConn, message: String) -> Result<(), SessionError> {
+    conn.send(&Reply::Error { message })?;
+    Ok(())
+}
+
+fn serve_bw(
+    conn: &mut ControlConn,
+    setup: BwSetup,
+    config: &ResponderConfig,
+    counters: &ResponderCounters,
+    stop: &AtomicBool,
+) -> Result<(), SessionError> {
+    if setup.count == 0 || setup.count > MAX_TEST_PACKETS {
+        return refuse(
+            conn,
+            format!("bw: count {} outside 1..={MAX_TEST_PACKETS}", setup.count),
+        );
+    }
+    if setup.size < HEADER_LEN || setup.size > MAX_DATAGRAM {
+        return refuse(
+            conn,
+            format!("bw: size {} outside {HEADER_LEN}..={MAX_DATAGRAM}", setup.size),
+        );
+    }
+    let udp = UdpConfig {
+        recv_buffer: Some(setup.recv_buffer.unwrap_or(config.default_recv_buffer)),
+        rxq_ovfl: true,
+        ..UdpConfig::receiver(test_socket_bind(conn))
+    };
+    let (sock, report) = match open_udp(&udp) {
+        Ok(s) => s,
+        Err(e) => return refuse(conn, format!("bw: {e}")),
+    };
+    let granted = report.recv_buffer.map(|b| b.granted).unwrap_or(0);
+    let before = HostSnapshot::take();
+    let ctl = Arc::new(BwControl::default());
+    let max_duration = Duration::from_millis(setup.max_duration_ms.min(3_600_000));
+    let receiver = {
+        let ctl = ctl.clone();
+        thread::spawn(move || bw_receive(sock, setup, &ctl, max_duration))
+    };
+    conn.send(&Reply::Ready {
+        port: report.local.port(),
+        buffer: granted,
+    })?;
+    let waited = next_request(
+        conn,
+        max_duration + Duration::from_secs(10),
+        stop,
+        "waiting for the end of the bw test",
+    );
+    let sent = match waited {
+        Ok(Some(Request::BwFinish { sent })) => Some(sent),
+        _ => None,
+    };
+    ctl.expected.store(sent.unwrap_or(0), Ordering::Relaxed);
+    ctl.finish.store(true, Ordering::Release);
+    if sent.is_none() {
+        ctl.abort.store(true, Ordering::Release);
+    }
+    let (stats, bytes, drops) = receiver
+        .join()
+        .map_err(|_| SessionError::Other("bw receiver thread panicked".into()))?;
+    let Some(sent) = sent else {
+        return match waited {
+            Ok(Some(other)) => Err(SessionError::Other(format!(
+                "bw: expected bw_finish, got {}",
+                short(&other)
+            ))),
+            Ok(None) => Err(SessionError::Other(
+                "client closed the connection mid-test".into(),
+            )),
+            Err(e) => Err(e),
+        };
+    };
+    let host = HostSnapshot::take().since(&before);
+    let arrivals = stats.summary(sent);
+    counters
+        .foreign_datagrams
+        .fetch_add(arrivals.foreign, Ordering::Relaxed);
+    conn.send(&Reply::BwResult(Box::new(BwRemote {
+        arrivals,
+        bytes,
+        socket_drops: drops,
+        host,
+    })))?;
+    Ok(())
+}
+
+#[derive(Default)]
+struct BwControl {
+    finish: AtomicBool,
+    abort: AtomicBool,
+    expected: AtomicU64,
+}
+
+/// Receives test packets until told the sender finished and the stream has drained (all expected
+/// packets in, or [`DRAIN_IDLE`] without traffic), or until aborted or past `max_duration`.
+fn bw_receive(
+    sock: UdpSocket,
+    setup: BwSetup,
+    ctl: &BwControl,
+    max_duration: Duration,
+) -> (ArrivalStats, u64, u64) {
+    const BATCH: usize = 64;
+    let mut stats = ArrivalStats::new(setup.count);
+    let mut rx = BatchReceiver::new(BATCH);
+    let mut bufs = vec![vec![0u8; setup.size.max(HEADER_LEN) + 1]; BATCH];
+    let mut bytes = 0u64;
+    let hard_end = Instant::now() + max_duration + Duration::from_secs(10);
+    let mut last_traffic = Instant::now();
+    let mut drops = 0;
+    loop {
+        if ctl.abort.load(Ordering::Acquire) || Instant::now() > hard_end {
+            break;
+        }
+        let finishing = ctl.finish.load(Ordering::Acquire);
+        if finishing
+            && (stats.received() >= ctl.expected.load(Ordering::Relaxed)
+                || last_traffic.elapsed() >= DRAIN_IDLE)
+        {
+            break;
+        }
+        let batch = match rx.recv(&sock, bufs.iter_mut().map(|b| b.as_mut_slice()), SLICE) {
+            Ok(b) => b,
+            Err(_) => break,
+        };
+        if batch.is_empty() {
+            continue;
+        }
+        let now = realtime_ns();
+        last_traffic = Instant::now();
+        drops = batch.kernel_drops();
+        for (meta, buf) in batch.messages().iter().zip(bufs.iter()) {
+            let len = meta.len.min(buf.len());
+            match TestPacket::new_checked(&buf[..len]) {
+                Ok(p) if p.test_id() == setup.test_id && p.kind() == PacketKind::Data && !meta.truncated => {
+                    bytes += meta.len as u64;
+                    stats.observe(p.seq(), p.send_ts_ns(), now);
+                }
+                _ => stats.observe_foreign(),
+            }
+        }
+    }
+    (stats, bytes, drops)
+}
+
+fn serve_lat(
+    conn: &mut ControlConn,
+    test_id: u32,
+    max_size: usize,
+    config: &ResponderConfig,
+    counters: &ResponderCounters,
+    stop: &AtomicBool,
+) -> Result<(), SessionError> {
+    if !(HEADER_LEN..=MAX_DATAGRAM).contains(&max_size) {
+        return refuse(
+            conn,
+            format!("lat: size {max_size} outside {HEADER_LEN}..={MAX_DATAGRAM}"),
+        );
+    }
+    let udp = UdpConfig {
+        recv_buffer: Some(1 << 20),
+        ..UdpConfig::receiver(test_socket_bind(conn))
+    };
+    let (sock, report) = match open_udp(&udp) {
+        Ok(s) => s,
+        Err(e) => return refuse(conn, format!("lat: {e}")),
+    };
+    let done = Arc::new(AtomicBool::new(false));
+    let echo = {
+        let done = done.clone();
+        thread::spawn(move || lat_echo(sock, test_id, max_size, &done))
+    };
+    conn.send(&Reply::Ready {
+        port: report.local.port(),
+        buffer: report.recv_buffer.map(|b| b.granted).unwrap_or(0),
+    })?;
+    let waited = next_request(
+        conn,
+        config.idle_timeout,
+        stop,
+        "waiting for the end of the lat test",
+    );
+    done.store(true, Ordering::Release);
+    let (echoed, foreign) = echo
+        .join()
+        .map_err(|_| SessionError::Other("lat echo thread panicked".into()))?;
+    counters.foreign_datagrams.fetch_add(foreign, Ordering::Relaxed);
+    match waited {
+        Ok(Some(Request::LatFinish)) => {
+            conn.send(&Reply::LatResult { echoed, foreign })?;
+            Ok(())
+        }
+        Ok(Some(other)) => Err(SessionError::Other(format!(
+            "lat: expected lat_finish, got {}",
+            short(&other)
+        ))),
+        Ok(None) => Err(SessionError::Other(
+            "client closed the connection mid-test".into(),
+        )),
+        Err(e) => Err(e),
+    }
+}
+
+/// Echoes latency requests as replies until `done`.
+fn lat_echo(sock: UdpSocket, test_id: u32, max_size: usize, done: &AtomicBool) -> (u64, u64) {
+    const BATCH: usize = 16;
+    let mut rx = BatchReceiver::new(BATCH).with_source(true);
+    let mut bufs = vec![vec![0u8; max_size + 1]; BATCH];
+    let (mut echoed, mut foreign) = (0u64, 0u64);
+    while !done.load(Ordering::Acquire) {
+        let metas: Vec<_> = match rx.recv(&sock, bufs.iter_mut().map(|b| b.as_mut_slice()), SLICE) {
+            Ok(b) => b.messages().to_vec(),
+            Err(_) => break,
+        };
+        for (meta, buf) in metas.iter().zip(bufs.iter_mut()) {
+            let len = meta.len.min(buf.len());
+            let ok = !meta.truncated
+                && matches!(TestPacket::new_checked(&buf[..len]),
+                    Ok(p) if p.test_id() == test_id && p.kind() == PacketKind::LatencyRequest);
+            match (ok, meta.source) {
+                (true, Some(src)) => {
+                    TestPacket::new_unchecked(&mut buf[..len]).set_kind(PacketKind::LatencyReply);
+                    if sock.send_to(&buf[..len], src).is_ok() {
+                        echoed += 1;
+                    }
+                }
+                _ => foreign += 1,
+            }
+        }
+    }
+    (echoed, foreign)
+}
+
+fn serve_tcp(
+    conn: &mut ControlConn,
+    streams: u32,
+    recv_buffer: Option<usize>,
+    config: &ResponderConfig,
+    stop: &AtomicBool,
+) -> Result<(), SessionError> {
+    if !(1..=64).contains(&streams) {
+        return refuse(conn, format!("tcp: {streams} streams outside 1..=64"));
+    }
+    let listener = match TcpListener::bind(test_socket_bind(conn)) {
+        Ok(l) => l,
+        Err(e) => return refuse(conn, format!("tcp: bind: {e}")),
+    };
+    let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
+    let _ = listener.set_nonblocking(true);
+    let before = HostSnapshot::take();
+    let done = Arc::new(AtomicBool::new(false));
+    let acceptor = {
+        let done = done.clone();
+        thread::spawn(move || tcp_receive(listener, streams, recv_buffer, &done))
+    };
+    conn.send(&Reply::Ready {
+        port,
+        buffer: recv_buffer.unwrap_or(0),
+    })?;
+    let waited = next_request(
+        conn,
+        config.idle_timeout,
+        stop,
+        "waiting for the end of the tcp test",
+    );
+    done.store(true, Ordering::Release);
+    let (bytes, first_ns, last_ns, sockets) = acceptor
+        .join()
+        .map_err(|_| SessionError::Other("tcp receiver thread panicked".into()))?;
+    match waited {
+        Ok(Some(Request::TcpFinish)) => {
+            let host = HostSnapshot::take().since(&before);
+            conn.send(&Reply::TcpResult(Box::new(TcpRemote {
+                bytes,
+                first_ns,
+                last_ns,
+                sockets,
+                host,
+            })))?;
+            Ok(())
+        }
+        Ok(Some(other)) => Err(SessionError::Other(format!(
+            "tcp: expected tcp_finish, got {}",
+            short(&other)
+        ))),
+        Ok(None) => Err(SessionError::Other(
+            "client closed the connection mid-test".into(),
+        )),
+        Err(e) => Err(e),
+    }
+}
+
+type TcpOutcome = (Vec<u64>, u64, u64, Vec<crate::tcpinfo::TcpSockInfo>);
+
+/// Accepts `streams` connections and reads each to its end; after `done`, readers stop at EOF or
+/// after 5 s.
+fn tcp_receive(
+    listener: TcpListener,
+    streams: u32,
+    recv_buffer: Option<usize>,
+    done: &AtomicBool,
+) -> TcpOutcome {
+    let first = AtomicU64::new(u64::MAX);
+    let last = AtomicU64::new(0);
+    thread::scope(|scope| {
+        let mut readers = Vec::new();
+        while readers.len() < streams as usize && !done.load(Ordering::Acquire) {
+            match listener.accept() {
+                Ok((s, _)) => {
+                    if let Some(b) = recv_buffer {
+                        set_buffer(&s, true, b);
+                    }
+                    let (first, last) = (&first, &last);
+                    readers.push(scope.spawn(move || tcp_read(s, done, first, last)));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    poll_in(listener.as_raw_fd(), SLICE);
+                }
+                Err(_) => break,
+            }
+        }
+        let mut bytes = Vec::new();
+        let mut infos = Vec::new();
+        for r in readers {
+            if let Ok((n, info)) = r.join() {
+                bytes.push(n);
+                infos.push(info);
+            }
+        }
+        let f = first.load(Ordering::Relaxed);
+        (
+            bytes,
+            if f == u64::MAX { 0 } else { f },
+            last.load(Ordering::Relaxed),
+            infos,
+        )
+    })
+}
+
+fn tcp_read(
+    mut s: TcpStream,
+    done: &AtomicBool,
+    first: &AtomicU64,
+    last: &AtomicU64,
+) -> (u64, crate::tcpinfo::TcpSockInfo) {
+    let _ = s.set_nonblocking(false);
+    let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
+    let mut buf = vec![0u8; 256 << 10];
+    let mut n = 0u64;
+    let mut done_at: Option<Instant> = None;
+    let mut info = tcp_sock_info(&s);
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(k) => {
+                if n == 0 {
+                    first.fetch_min(realtime_ns(), Ordering::Relaxed);
+                }
+                n += k as u64;
+                last.fetch_max(realtime_ns(), Ordering::Relaxed);
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+                ) =>
+            {
+                info = tcp_sock_info(&s);
+            }
+            Err(_) => break,
+        }
+        if done.load(Ordering::Acquire) {
+            let at = *done_at.get_or_insert_with(Instant::now);
+            if at.elapsed() > Duration::from_secs(5) {
+                break;
+            }
+        }
+    }
+    if info.congestion.is_empty() {
+        info = tcp_sock_info(&s);
+    }
+    (n, info)
+}
