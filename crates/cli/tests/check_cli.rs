@@ -1,0 +1,224 @@
+//! `vlbiflow check`, `gather` and `ls` run as a user runs them, on scans built byte by byte from the
+//! published Mark6 layout; the gathered VDIF is read back by an independent decoder (Python `baseband`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use vlbiflow_formats::samples::{decode, SampleFormat, BASEBAND_SCALE};
+use vlbiflow_formats::vdif::VdifHeaderRepr;
+
+const FRAME_LEN: usize = 1056;
+const RATE: u32 = 100;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_vlbiflow"))
+}
+
+fn frame(i: u64) -> Vec<u8> {
+    let mut f = vec![0u8; FRAME_LEN];
+    VdifHeaderRepr {
+        seconds: 5_227_200 + (i / u64::from(RATE)) as u32,
+        epoch: 48,
+        frame_number: (i % u64::from(RATE)) as u32,
+        version: 1,
+        frame_len: FRAME_LEN,
+        bits_per_sample: 2,
+        station_id: VdifHeaderRepr::station_from_str("Xx").unwrap(),
+        ..Default::default()
+    }
+    .emit(&mut f)
+    .unwrap();
+    for (k, b) in f[32..].iter_mut().enumerate() {
+        *b = (i as usize * 13 + k * 7) as u8;
+    }
+    f
+}
+
+/// A two-disk Mark6 v2 scan (file header and block headers written field by field), blocks of 10 frames
+/// given to the disks out of turn; frame indices in `skip` left out.
+fn mark6_scan(root: &Path, scan: &str, n: u64, skip: &[u64]) -> (Vec<PathBuf>, Vec<u8>) {
+    let frames: Vec<Vec<u8>> = (0..n).filter(|i| !skip.contains(i)).map(frame).collect();
+    let mut files: Vec<Vec<u8>> = (0..2)
+        .map(|_| {
+            let mut h = Vec::new();
+            for v in [
+                0xfeed_6666u32 as i32,
+                2,
+                (8 + 10 * FRAME_LEN) as i32,
+                0,
+                FRAME_LEN as i32,
+            ] {
+                h.extend_from_slice(&v.to_le_bytes());
+            }
+            h
+        })
+        .collect();
+    for (k, chunk) in frames.chunks(10).enumerate() {
+        let d = [0, 1, 1, 0, 0][k % 5];
+        files[d].extend_from_slice(&(k as i32).to_le_bytes());
+        files[d].extend_from_slice(&((8 + chunk.len() * FRAME_LEN) as i32).to_le_bytes());
+        for f in chunk {
+            files[d].extend_from_slice(f);
+        }
+    }
+    let mut dirs = Vec::new();
+    for (d, bytes) in files.iter().enumerate() {
+        let dir = root.join(format!("disk{d}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(format!("{scan}.vdif")), bytes).unwrap();
+        dirs.push(dir);
+    }
+    (dirs, frames.concat())
+}
+
+fn out(c: &mut Command) -> (i32, String, String) {
+    let o = c.output().unwrap();
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn check_exit_codes_and_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, _) = mark6_scan(dir.path(), "good", 300, &[]);
+    let (_, _) = mark6_scan(&dir.path().join("lossy"), "lossy", 300, &[40, 41, 250]);
+    let glob = format!("{}/disk*", dir.path().display());
+    let (code, stdout, _) = out(bin().args(["check", "good", "--disk", &glob]));
+    assert_eq!(code, 0, "{stdout}");
+    assert!(stdout.contains("good: OK"), "{stdout}");
+
+    let lossy = format!("{}/lossy/disk*", dir.path().display());
+    let (code, stdout, _) = out(bin().args(["check", "lossy", "--disk", &lossy]));
+    assert_eq!(code, 1, "{stdout}");
+    assert!(stdout.contains("ERROR"), "{stdout}");
+    assert!(stdout.contains("3 frames missing in 2 gap(s)"), "{stdout}");
+
+    let (code, stdout, _) = out(bin().args(["check", "lossy", "--disk", &lossy, "--json"]));
+    assert_eq!(code, 1);
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["missing"], 3);
+    assert_eq!(v["frames"], 297);
+    assert!((v["loss_fraction"].as_f64().unwrap() - 0.01).abs() < 1e-12);
+    assert_eq!(v["threads"][0]["jumps"][0]["frames_missing"], 2);
+    assert_eq!(v["threads"][0]["jumps"][0]["expected"], "2024-03-01T12:00:00.4Z");
+
+    let (code, _, stderr) = out(bin().args(["check", "nosuchscan"]));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("--disk"), "{stderr}");
+}
+
+#[test]
+fn help_has_examples() {
+    for sub in ["check", "gather", "ls"] {
+        let (code, stdout, _) = out(bin().args([sub, "--help"]));
+        assert_eq!(code, 0);
+        assert!(stdout.contains("Examples:"), "{sub}: {stdout}");
+        assert!(stdout.contains(&format!("vlbiflow {sub}")), "{sub}: {stdout}");
+    }
+}
+
+#[test]
+fn ls_lists_foreign_mark6_files_from_their_headers() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, _) = mark6_scan(dir.path(), "exp_xx_0001", 250, &[]);
+    let glob = format!("{}/disk*", dir.path().display());
+    let (code, stdout, _) = out(bin().args(["ls", &glob, "--json"]));
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v[0]["name"], "exp_xx_0001.vdif");
+    assert_eq!(v[0]["disks"], 2);
+    assert_eq!(v[0]["start_utc"], "2024-03-01T12:00:00Z");
+    assert_eq!(v[0]["duration_s"], 3.0);
+    assert_eq!(v[0]["described_by"], "file headers");
+    let (code, stdout, _) = out(bin().args(["ls", &glob]));
+    assert_eq!(code, 0);
+    assert!(
+        stdout.contains("exp_xx_0001.vdif") && stdout.contains("foreign"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn gather_matches_frames_and_decodes_in_baseband() {
+    let dir = tempfile::tempdir().unwrap();
+    let (dirs, expected) = mark6_scan(dir.path(), "bb", 300, &[]);
+    let files: Vec<String> = dirs
+        .iter()
+        .map(|d| d.join("bb.vdif").display().to_string())
+        .collect();
+    let gathered = dir.path().join("bb_gathered.vdif");
+    let (code, _, stderr) = out(bin().arg("gather").args(&files).arg("-o").arg(&gathered));
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(std::fs::read(&gathered).unwrap(), expected);
+
+    // To standard output as well.
+    let o = bin()
+        .args([
+            "gather",
+            "bb",
+            "--disk",
+            &format!("{}/disk*", dir.path().display()),
+            "-o",
+            "-",
+            "-q",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    assert_eq!(o.stdout, expected);
+
+    if std::env::var("VLBIFLOW_SKIP_PYTHON").as_deref() == Ok("1") {
+        eprintln!("skipped: baseband decoding (VLBIFLOW_SKIP_PYTHON=1)");
+        return;
+    }
+    let probe = Command::new("python3").args(["-c", "import baseband"]).output();
+    match probe {
+        Ok(o) if o.status.success() => {}
+        _ => panic!("the Python package baseband is needed for this test: pip install baseband (or set VLBIFLOW_SKIP_PYTHON=1 to skip)"),
+    }
+    let script = r#"
+import sys
+from baseband import vdif
+with vdif.open(sys.argv[1], 'rs') as fh:
+    print(fh.start_time.isot)
+    print(fh.stop_time.isot)
+    print(float(fh.sample_rate.to_value('Hz')))
+    print(fh.shape[0])
+    d = fh.read(8)
+    print(' '.join('%.6f' % x for x in d.ravel()))
+"#;
+    let o = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(&gathered)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "baseband failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines[0], "2024-03-01T12:00:00.000000000");
+    assert_eq!(lines[1], "2024-03-01T12:00:03.000000000");
+    assert!((lines[2].parse::<f64>().unwrap() - f64::from(RATE) * 4096.0).abs() < 1e-6);
+    assert_eq!(lines[3].parse::<u64>().unwrap(), 300 * 4096);
+    let mut values = vec![0f32; 4096];
+    decode(
+        SampleFormat::new(2, 1, false).unwrap(),
+        &frame(0)[32..],
+        &mut values,
+    )
+    .unwrap();
+    let got: Vec<f32> = lines[4].split(' ').map(|x| x.parse().unwrap()).collect();
+    for (g, v) in got.iter().zip(&values[..8]) {
+        assert!(
+            (g - v * BASEBAND_SCALE).abs() < 1e-4,
+            "baseband {got:?} vs {:?}",
+            &values[..8]
+        );
+    }
+}
