@@ -428,6 +428,14 @@ impl StreamCapture {
                 last_time = time;
             }
         }
+        if kept > 0 {
+            let s = &shared.streams[self.index];
+            let now = (shared.start.elapsed().as_nanos() as u64).max(1);
+            if s.first_ns.load(Relaxed) == 0 {
+                s.first_ns.store(now, Relaxed);
+            }
+            s.last_ns.store(now, Relaxed);
+        }
         if let Some(t) = last_time {
             let s = &shared.streams[self.index];
             if self.first_time {

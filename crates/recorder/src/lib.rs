@@ -387,6 +387,7 @@ fn snapshot(shared: &Shared) -> RecorderStatus {
             first_time: unpack_time(s.first_time.load(Relaxed)),
             last_time: unpack_time(s.last_time.load(Relaxed)),
             recv_buffer: s.recv_buffer.load(Relaxed) as usize,
+            active: Duration::from_nanos(s.last_ns.load(Relaxed).saturating_sub(s.first_ns.load(Relaxed))),
         })
         .collect();
     let disks = shared

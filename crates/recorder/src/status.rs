@@ -43,6 +43,20 @@ pub struct StreamStatus {
     pub last_time: Option<VdifTime>,
     /// Socket receive buffer granted, bytes.
     pub recv_buffer: usize,
+    /// Wall time from the first to the last batch that stored frames (for the stream's data rate).
+    pub active: Duration,
+}
+
+impl StreamStatus {
+    /// Stored bit rate over the time frames were arriving, bits per second.
+    pub fn rate_bps(&self) -> f64 {
+        let s = self.active.as_secs_f64();
+        if s > 0.0 {
+            self.counters.bytes as f64 * 8.0 / s
+        } else {
+            0.0
+        }
+    }
 }
 
 /// Snapshot of one disk.
@@ -164,6 +178,9 @@ pub(crate) struct StreamShared {
     pub last_time: AtomicU64,
     pub frame_rate: AtomicU32,
     pub recv_buffer: AtomicU64,
+    /// Nanoseconds since the start of the first and last batch that stored frames (0 = none yet).
+    pub first_ns: AtomicU64,
+    pub last_ns: AtomicU64,
     pub threads: Mutex<Vec<ThreadStatus>>,
 }
 

@@ -1,9 +1,377 @@
-//! (being written)
+//! `vlbiflow record`: record UDP streams of VDIF/Mark5B frames into one Mark6 scatter-gather or FlexBuff
+//! scan across disks, in the foreground, until the duration is reached, Ctrl-C or SIGTERM.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use vlbiflow_recorder::{Recorder, RecorderConfig, RecorderEvent, RecorderStatus, ScanSummary, StreamSpec};
+use vlbiflow_scan::ScanFormat;
+
+use crate::units::{fmt_bit_rate, fmt_bytes, parse_bytes, parse_seconds};
+use crate::usage;
+
+const EXAMPLES: &str = "\
+Examples:
+  # One VDIF stream with packet sequence numbers onto four disks, 12 seconds:
+  vlbiflow record --stream a=vdif@127.0.0.1:4001,psn \\
+      --disk /tmp/d/0 --disk /tmp/d/1 --disk /tmp/d/2 --disk /tmp/d/3 --scan t_xx_001 --duration 12
+
+  # Two VDIF threads of an R2DBE on a Mark6's modules (disks by glob), until Ctrl-C:
+  vlbiflow record --stream r2dbe=vdif@0.0.0.0:4001,threads=0,1,psn,frame-size=8224 \\
+      --disk '/mnt/disks/*/*/data' --scan e25a01_Xx_No0001
+
+  # A Mark5B stream recorded as FlexBuff (jive5ab vbs) chunks of 256 MB:
+  vlbiflow record --stream m=m5b@10.0.0.2:46227 --disk '/mnt/disk*' --format flexbuff \\
+      --block-size 256MB --scan ek051_ef_no0001
+
+Stream options (comma separated after the address):
+  threads=0,1     record only these VDIF threads (others are counted as filtered)
+  psn             datagrams start with an 8-byte packet sequence number (Mark6 / jive5ab udps)
+  frame-size=N    bytes per frame, header included (default 8224 for VDIF, 10016 for Mark5B)
+  frame-rate=N    frames per second per thread (default: learned from the time stamps)
+
+The recording stops on --duration, Ctrl-C or SIGTERM, always leaving a flushed, consistent scan with
+metadata (<disk>/<scan>.vlbiflow.json) on every disk. A second Ctrl-C exits at once (scan marked incomplete).";
+
+/// Record VDIF/Mark5B UDP streams to Mark6 scatter-gather or FlexBuff scans across disks.
 #[derive(clap::Args)]
-pub struct Args {}
+#[command(after_help = EXAMPLES)]
+pub struct Args {
+    /// Stream to record: LABEL=vdif@HOST:PORT[,threads=0,1][,psn][,frame-size=8224][,frame-rate=N]
+    /// (or LABEL=m5b@HOST:PORT); repeat for several streams
+    #[arg(long = "stream", value_name = "SPEC", required = true)]
+    streams: Vec<String>,
+    /// Directory (mount point) to record to; repeat, or use a glob such as '/mnt/disks/*/*/data'
+    #[arg(long = "disk", value_name = "DIR", required = true)]
+    disks: Vec<String>,
+    /// Scan name, e.g. EXP_STN_SCAN (file stem on every disk)
+    #[arg(long, value_name = "NAME")]
+    scan: String,
+    /// Stop after this long (seconds, or e.g. 90s, 5m); default: until Ctrl-C or SIGTERM
+    #[arg(long, value_name = "TIME")]
+    duration: Option<String>,
+    /// Nominal block (Mark6) or chunk (FlexBuff) size; holds a whole number of frames
+    #[arg(long, value_name = "SIZE", default_value = "10MB")]
+    block_size: String,
+    /// On-disk layout
+    #[arg(long, value_enum, default_value = "mark6")]
+    format: FormatArg,
+    /// Socket receive buffer per stream (forced past net.core.rmem_max when privileged)
+    #[arg(long, value_name = "SIZE", default_value = "256MiB")]
+    recv_buffer: String,
+    /// Block buffers to preallocate (default: one per stream plus ~1 GB of writer queue)
+    #[arg(long, value_name = "N")]
+    pool_blocks: Option<usize>,
+    /// Capture threads (streams are spread over them)
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    capture_threads: usize,
+    /// Experiment name for the metadata
+    #[arg(long)]
+    experiment: Option<String>,
+    /// Station name for the metadata
+    #[arg(long)]
+    station: Option<String>,
+    /// Do not try O_DIRECT
+    #[arg(long)]
+    buffered: bool,
+    /// Print the final scan metadata as JSON on standard output
+    #[arg(long)]
+    json: bool,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("not implemented yet")
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum FormatArg {
+    Mark6,
+    Flexbuff,
+}
+
+fn has_glob(s: &str) -> bool {
+    s.contains(['*', '?', '['])
+}
+
+/// Expands `--disk` arguments: globs to their sorted matching directories, plain paths as given.
+fn expand_disks(args: &[String]) -> anyhow::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for a in args {
+        if !has_glob(a) {
+            out.push(PathBuf::from(a));
+            continue;
+        }
+        let paths = match glob::glob(a) {
+            Ok(p) => p,
+            Err(e) => usage!("--disk {a:?}: bad glob: {e}"),
+        };
+        let mut found: Vec<PathBuf> = paths.filter_map(Result::ok).filter(|p| p.is_dir()).collect();
+        if found.is_empty() {
+            usage!("--disk {a:?} matches no directory");
+        }
+        found.sort();
+        out.extend(found);
+    }
+    Ok(out)
+}
+
+fn build_config(args: &Args) -> anyhow::Result<RecorderConfig> {
+    let mut streams = Vec::new();
+    for s in &args.streams {
+        match StreamSpec::parse(s) {
+            Ok(spec) => streams.push(spec),
+            Err(e) => usage!("--stream: {e}"),
+        }
+    }
+    let disks = expand_disks(&args.disks)?;
+    let mut c = RecorderConfig::new(streams, disks, args.scan.clone());
+    c.format = match args.format {
+        FormatArg::Mark6 => ScanFormat::Mark6,
+        FormatArg::Flexbuff => ScanFormat::Flexbuff,
+    };
+    c.block_size = match parse_bytes(&args.block_size) {
+        Ok(b) => b,
+        Err(e) => usage!("--block-size: {e}"),
+    };
+    c.recv_buffer = match parse_bytes(&args.recv_buffer) {
+        Ok(b) => b as usize,
+        Err(e) => usage!("--recv-buffer: {e}"),
+    };
+    if let Some(d) = &args.duration {
+        match parse_seconds(d) {
+            Ok(s) if s > 0.0 => c.duration = Some(Duration::from_secs_f64(s)),
+            Ok(_) => usage!("--duration must be positive"),
+            Err(e) => usage!("--duration: {e}"),
+        }
+    }
+    c.pool_blocks = args.pool_blocks;
+    c.capture_threads = args.capture_threads;
+    c.experiment = args.experiment.clone();
+    c.station = args.station.clone();
+    c.direct_io = !args.buffered;
+    if let Err(e) = c.validate() {
+        usage!("{e}");
+    }
+    Ok(c)
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let config = build_config(&args)?;
+    // Signals first, so a Ctrl-C during start-up is not lost. First: graceful stop; second: exit now.
+    let interrupts = Arc::new(AtomicUsize::new(0));
+    {
+        let n = interrupts.clone();
+        ctrlc::set_handler(move || {
+            if n.fetch_add(1, Ordering::SeqCst) >= 1 {
+                eprintln!(
+                    "\nvlbiflow record: second interrupt, exiting without flushing (scan stays incomplete)"
+                );
+                std::process::exit(130);
+            }
+        })?;
+    }
+    let handle = Recorder::start(config).map_err(anyhow::Error::new)?;
+    let events = handle.events();
+    let cfg = handle.config().clone();
+    eprintln!(
+        "vlbiflow record: scan {} ({}) on {} disk(s), {} stream(s){}; Ctrl-C to stop",
+        cfg.scan,
+        match cfg.format {
+            ScanFormat::Mark6 => "Mark6 scatter-gather",
+            ScanFormat::Flexbuff => "FlexBuff",
+        },
+        cfg.disks.len(),
+        cfg.streams.len(),
+        cfg.duration
+            .map(|d| format!(", {:.1} s", d.as_secs_f64()))
+            .unwrap_or_default(),
+    );
+    for (s, a) in cfg.streams.iter().zip(handle.local_addrs()) {
+        eprintln!(
+            "  stream {}: {:?} on {a}{}",
+            s.label,
+            s.kind,
+            if s.psn { " with PSN" } else { "" }
+        );
+    }
+
+    let tty = std::io::stderr().is_terminal();
+    let mut progress = Progress::new(tty);
+    let stopped_at = loop {
+        if let Ok(e) = events.recv_timeout(Duration::from_millis(200)) {
+            progress.event(&e);
+        }
+        if interrupts.load(Ordering::SeqCst) > 0 && !handle.is_stopping() {
+            progress.clear();
+            eprintln!("vlbiflow record: stopping (flushing to disk) ...");
+            handle.stop();
+        }
+        let status = handle.status();
+        if handle.is_stopping() {
+            break status.elapsed;
+        }
+        progress.tick(&status);
+    };
+    let summary = handle.wait().expect("first wait");
+    for e in events.try_iter() {
+        progress.event(&e);
+    }
+    progress.clear();
+    print_summary(&summary, stopped_at);
+    if args.json {
+        let mut out = std::io::stdout().lock();
+        serde_json::to_writer_pretty(&mut out, &summary.metadata)?;
+        writeln!(out)?;
+    }
+    Ok(if summary.error.is_some() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// Live progress on stderr: one line rewritten in place on a terminal, a plain line every few seconds
+/// otherwise (logs, pipes).
+struct Progress {
+    tty: bool,
+    last_print: Instant,
+    last_bytes: u64,
+    last_elapsed: Duration,
+    dirty: bool,
+}
+
+impl Progress {
+    fn new(tty: bool) -> Self {
+        Progress {
+            tty,
+            last_print: Instant::now(),
+            last_bytes: 0,
+            last_elapsed: Duration::ZERO,
+            dirty: false,
+        }
+    }
+
+    fn clear(&mut self) {
+        if self.tty && self.dirty {
+            eprint!("\r\x1b[2K");
+            self.dirty = false;
+        }
+    }
+
+    fn event(&mut self, e: &RecorderEvent) {
+        self.clear();
+        eprintln!("vlbiflow record: {e}");
+    }
+
+    fn tick(&mut self, s: &RecorderStatus) {
+        let every = if self.tty {
+            Duration::from_secs(1)
+        } else {
+            Duration::from_secs(5)
+        };
+        if self.last_print.elapsed() < every {
+            return;
+        }
+        self.last_print = Instant::now();
+        let t = s.totals();
+        let dt = (s.elapsed - self.last_elapsed).as_secs_f64().max(1e-3);
+        let rate = (t.bytes - self.last_bytes) as f64 * 8.0 / dt;
+        self.last_bytes = t.bytes;
+        self.last_elapsed = s.elapsed;
+        let ok = s.disks.iter().filter(|d| d.failed.is_none()).count();
+        let disks: Vec<String> = s
+            .disks
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                if d.failed.is_some() {
+                    format!("d{i}:FAILED")
+                } else {
+                    format!("d{i}:{}", d.blocks)
+                }
+            })
+            .collect();
+        let mut line = format!(
+            "{:>6.1}s {} | {} pkts {} | lost {} rej {} drop {} kern {} | disks {ok}/{} blocks {} | pool {}/{} free",
+            s.elapsed.as_secs_f64(),
+            fmt_bit_rate(rate),
+            t.packets,
+            fmt_bytes(t.bytes),
+            t.lost,
+            t.rejected,
+            t.dropped_no_buffer,
+            t.kernel_drops,
+            s.disks.len(),
+            disks.join(" "),
+            s.pool.free,
+            s.pool.total,
+        );
+        if self.tty {
+            line.truncate(200);
+            eprint!("\r\x1b[2K{line}");
+            self.dirty = true;
+        } else {
+            eprintln!("{line}");
+        }
+    }
+}
+
+fn print_summary(sum: &ScanSummary, recording: Duration) {
+    let m = &sum.metadata;
+    let secs = recording.as_secs_f64().max(1e-3);
+    eprintln!(
+        "scan {}: {}, {:.1} s, {} block(s) on {} disk(s)",
+        m.scan,
+        if m.complete { "complete" } else { "INCOMPLETE" },
+        secs,
+        m.blocks,
+        m.disks.len()
+    );
+    for s in &sum.status.streams {
+        let c = &s.counters;
+        eprintln!(
+            "  stream {}: {} packets, {}, lost {} (loss {:.2e}), rate {}",
+            s.label,
+            c.packets,
+            fmt_bytes(c.bytes),
+            c.lost,
+            c.loss_fraction(),
+            fmt_bit_rate(s.rate_bps())
+        );
+        let extra: Vec<String> = [
+            ("out of order", c.out_of_order),
+            ("duplicates", c.duplicates),
+            ("invalid frames", c.invalid_frames),
+            ("rejected", c.rejected),
+            ("filtered", c.filtered),
+            ("dropped (no buffer)", c.dropped_no_buffer),
+            ("kernel drops", c.kernel_drops),
+            ("restarts", s.restarts),
+        ]
+        .iter()
+        .filter(|(_, v)| *v > 0)
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
+        if !extra.is_empty() {
+            eprintln!("    {}", extra.join(", "));
+        }
+    }
+    for d in &sum.status.disks {
+        let state = match &d.failed {
+            Some(why) => format!(" FAILED: {why}"),
+            None => String::new(),
+        };
+        eprintln!(
+            "  disk {}: {} in {} block(s), write rate {}/s{}{}",
+            d.path.display(),
+            fmt_bytes(d.bytes),
+            d.blocks,
+            fmt_bytes(d.write_rate() as u64),
+            if d.direct { " (O_DIRECT)" } else { "" },
+            state
+        );
+    }
+    if let Some(e) = &sum.error {
+        eprintln!("vlbiflow record: error: {e}");
+    }
 }

@@ -1,0 +1,224 @@
+//! `vlbiflow record` as a process: graceful SIGTERM, kill -9 leaving a readable incomplete scan, usage errors.
+
+use std::net::UdpSocket;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const FRAME: usize = 1032;
+
+fn free_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn frame(seq: u64) -> Vec<u8> {
+    let mut d = seq.to_ne_bytes().to_vec(); // PSN
+    let mut f = vec![0u8; FRAME];
+    let words = [
+        5_227_200 + (seq / 1000) as u32,
+        (48 << 24) | (seq % 1000) as u32,
+        (FRAME / 8) as u32,
+        1 << 26,
+    ];
+    for (i, w) in words.iter().enumerate() {
+        f[4 * i..4 * i + 4].copy_from_slice(&w.to_le_bytes());
+    }
+    f[32..40].copy_from_slice(&seq.to_le_bytes());
+    d.extend_from_slice(&f);
+    d
+}
+
+fn spawn_record(disks: &[PathBuf], scan: &str, port: u16) -> Child {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_vlbiflow"));
+    cmd.arg("record")
+        .arg("--stream")
+        .arg(format!("a=vdif@127.0.0.1:{port},psn,frame-size={FRAME}"))
+        .args([
+            "--scan",
+            scan,
+            "--block-size",
+            "64KB",
+            "--recv-buffer",
+            "16MiB",
+            "--pool-blocks",
+            "64",
+        ]);
+    for d in disks {
+        cmd.arg("--disk").arg(d);
+    }
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
+}
+
+fn wait_for(what: &str, limit: Duration, cond: impl Fn() -> bool) {
+    let end = Instant::now() + limit;
+    while !cond() {
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn make_disks(dir: &Path, n: usize) -> Vec<PathBuf> {
+    (0..n)
+        .map(|i| {
+            let d = dir.join(format!("d{i}"));
+            std::fs::create_dir(&d).unwrap();
+            d
+        })
+        .collect()
+}
+
+fn meta(d: &Path, scan: &str) -> serde_json::Value {
+    let text = std::fs::read_to_string(d.join(format!("{scan}.vlbiflow.json"))).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
+}
+
+/// Parses a scatter-gather v2 file up to its last whole block: (block number, frame sequence numbers).
+fn whole_blocks(path: &Path) -> Vec<(u32, Vec<u64>)> {
+    let b = std::fs::read(path).unwrap();
+    assert_eq!(u32_at(&b, 0), 0xfeed_6666);
+    assert_eq!(u32_at(&b, 4), 2);
+    assert_eq!(u32_at(&b, 16) as usize, FRAME);
+    let mut at = 20;
+    let mut out = Vec::new();
+    while b.len() - at >= 8 {
+        let (num, wb) = (u32_at(&b, at), u32_at(&b, at + 4) as usize);
+        if at + wb > b.len() {
+            break; // torn last block: detectable through wb_size
+        }
+        let seqs = b[at + 8..at + wb]
+            .chunks(FRAME)
+            .map(|f| u64::from_le_bytes(f[32..40].try_into().unwrap()))
+            .collect();
+        out.push((num, seqs));
+        at += wb;
+    }
+    out
+}
+
+#[test]
+fn sigterm_finishes_a_complete_scan() {
+    let tmp = tempfile::tempdir().unwrap();
+    let disks = make_disks(tmp.path(), 2);
+    let port = free_port();
+    let child = spawn_record(&disks, "term_001", port);
+    wait_for("metadata", Duration::from_secs(10), || {
+        disks[0].join("term_001.vlbiflow.json").exists()
+    });
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for seq in 0..2000 {
+        sock.send_to(&frame(seq), ("127.0.0.1", port)).unwrap();
+        if seq % 64 == 0 {
+            std::thread::yield_now();
+        }
+    }
+    let pid = child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("complete"), "{stderr}");
+    for d in &disks {
+        assert_eq!(meta(d, "term_001")["complete"], true);
+    }
+    let mut blocks: Vec<_> = disks
+        .iter()
+        .flat_map(|d| whole_blocks(&d.join("term_001.vdif")))
+        .collect();
+    blocks.sort_by_key(|b| b.0);
+    let seqs: Vec<u64> = blocks.into_iter().flat_map(|b| b.1).collect();
+    let packets = meta(&disks[0], "term_001")["streams"][0]["counters"]["packets"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(seqs.len() as u64, packets);
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]));
+}
+
+#[test]
+fn kill_9_leaves_readable_incomplete_scan() {
+    let tmp = tempfile::tempdir().unwrap();
+    let disks = make_disks(tmp.path(), 2);
+    let port = free_port();
+    let mut child = spawn_record(&disks, "kill_001", port);
+    wait_for("metadata", Duration::from_secs(10), || {
+        disks[0].join("kill_001.vlbiflow.json").exists()
+    });
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let size = |d: &PathBuf| {
+        std::fs::metadata(d.join("kill_001.vdif"))
+            .map(|m| m.len())
+            .unwrap_or(0)
+    };
+    let mut seq = 0u64;
+    // Keep sending until several blocks are in the files, then kill without warning.
+    let end = Instant::now() + Duration::from_secs(20);
+    while disks.iter().map(size).sum::<u64>() < 6 * 64 * 1024 {
+        assert!(Instant::now() < end, "no data written");
+        for _ in 0..64 {
+            sock.send_to(&frame(seq), ("127.0.0.1", port)).unwrap();
+            seq += 1;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    for d in &disks {
+        assert_eq!(meta(d, "kill_001")["complete"], false, "{}", d.display());
+    }
+    let mut blocks: Vec<_> = disks
+        .iter()
+        .flat_map(|d| whole_blocks(&d.join("kill_001.vdif")))
+        .collect();
+    assert!(blocks.len() >= 4, "{} whole blocks", blocks.len());
+    blocks.sort_by_key(|b| b.0);
+    // Every whole block holds consecutive frames, and blocks follow each other in sequence order.
+    let seqs: Vec<u64> = blocks.iter().flat_map(|b| b.1.iter().copied()).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]));
+    for (_, b) in &blocks {
+        assert!(b.windows(2).all(|w| w[1] == w[0] + 1));
+    }
+}
+
+#[test]
+fn bad_stream_spec_is_a_usage_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_vlbiflow"))
+        .args([
+            "record",
+            "--stream",
+            "a=vdif@127.0.0.1:1,frame-size=7",
+            "--scan",
+            "x",
+        ])
+        .arg("--disk")
+        .arg(tmp.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("frame-size"), "{e}");
+    let out = Command::new(env!("CARGO_BIN_EXE_vlbiflow"))
+        .args([
+            "record",
+            "--stream",
+            "a=vdif@127.0.0.1:1",
+            "--scan",
+            "x",
+            "--disk",
+            "/nonexistent-vf/*",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
