@@ -311,8 +311,7 @@ impl Report {
             "frame rate {} per thread ({})  data rate {}",
             e.frame_rate.map_or("?".to_string(), |r| r.to_string()),
             e.frame_rate_source,
-            e.data_rate_bps
-                .map_or("?".to_string(), |r| si(r * 8.0 / 8.0, "b/s"))
+            e.data_rate_bps.map_or("?".to_string(), |r| si(r, "b/s"))
         );
         if let Some(b) = &self.blocks {
             let _ = writeln!(
