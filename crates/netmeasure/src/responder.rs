@@ -106,7 +106,6 @@ impl Responder {
     /// Serves until `stop` is set, one thread per session; returns after every session ended.
     /// `log` receives one line per notable event.
     pub fn run(&self, stop: Arc<AtomicBool>, log: &(dyn Fn(&str) + Sync)) -> io::Result<()> {
-        let mut sessions: Vec<thread::JoinHandle<()>> = Vec::new();
         thread::scope(|scope| -> io::Result<()> {
             let mut handles = Vec::new();
             while !stop.load(Ordering::Relaxed) {
@@ -139,9 +138,7 @@ impl Responder {
                 }
             }
             Ok(())
-        })?;
-        sessions.clear();
-        Ok(())
+        })
     }
 }
 

@@ -1,0 +1,309 @@
+//! End-to-end tests on 127.0.0.1 with a real responder, real sockets and real garbage.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use vlbiflow_net::control::ControlConn;
+use vlbiflow_net::proto::{BwSetup, Reply, Request, PROTOCOL_VERSION};
+use vlbiflow_net::wire::{realtime_ns, PacketKind, TestPacket, TestPacketRepr};
+use vlbiflow_net::{BwParams, Client, LatParams, NetError, Partial, Responder, ResponderConfig, TcpParams};
+
+struct Running {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    counters: Arc<vlbiflow_net::ResponderCounters>,
+    handle: Option<thread::JoinHandle<()>>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            h.join().unwrap();
+        }
+    }
+}
+
+fn start_responder() -> Running {
+    let mut cfg = ResponderConfig::new("127.0.0.1:0".parse().unwrap());
+    cfg.idle_timeout = Duration::from_secs(5);
+    let r = Responder::bind(cfg).unwrap();
+    let addr = r.local_addr();
+    let counters = r.counters();
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    let handle = thread::spawn(move || r.run(s, &|_| {}).unwrap());
+    Running {
+        addr,
+        stop,
+        counters,
+        handle: Some(handle),
+    }
+}
+
+const T: Duration = Duration::from_secs(3);
+
+#[test]
+fn bw_lat_tcp_in_sequence_on_one_session() {
+    let r = start_responder();
+    let stop = AtomicBool::new(false);
+    let mut c = Client::connect(r.addr, T).unwrap();
+    assert!(c.remote_software().contains("vlbiflow"));
+    for (size, wait) in [(64usize, 20.0), (1472, 10.0)] {
+        let res = c.bw(&BwParams::new(size, 500, wait), &stop).unwrap();
+        assert_eq!(res.local.sent, 500);
+        assert_eq!(res.received + res.lost, 500, "{res:?}");
+        assert_eq!(res.remote.arrivals.foreign, 0);
+        // Paced at 10-20 µs for 500 packets: the send takes at least 499 x wait.
+        assert!(
+            res.local.send_duration_s >= 499.0 * wait * 1e-6 * 0.99,
+            "{}",
+            res.local.send_duration_s
+        );
+        assert!(res.recv_user_rate_mbps > 0.0 && res.recv_wire_rate_mbps > res.recv_user_rate_mbps);
+        assert!(res.remote.arrivals.delay.is_some());
+    }
+    let lat = c
+        .lat(
+            &LatParams {
+                sizes: vec![64, 1024, 8192],
+                count: 50,
+                warmup: 5,
+                reply_timeout: Duration::from_secs(1),
+            },
+            &stop,
+        )
+        .unwrap();
+    assert_eq!(lat.points.len(), 3);
+    assert!(lat.points.iter().all(|p| p.received > 0 && p.rtt_us.p50 > 0.0));
+    assert_eq!(lat.echoed, 3 * 55);
+    let tcp = c
+        .tcp(
+            &TcpParams {
+                streams: 2,
+                duration: Duration::from_millis(300),
+                write_size: 64 << 10,
+                send_buffer: Some(1 << 20),
+                recv_buffer: Some(1 << 20),
+            },
+            &stop,
+        )
+        .unwrap();
+    assert_eq!(tcp.bytes_sent.iter().sum::<u64>(), tcp.bytes_received);
+    assert!(tcp.rate_mbps > 0.0);
+    assert_eq!(tcp.local_sockets.len(), 2);
+    assert!(!tcp.local_sockets[0].congestion.is_empty());
+    drop(c);
+    // A second session after the first.
+    let mut c = Client::connect(r.addr, T).unwrap();
+    let res = c.bw(&BwParams::new(1000, 100, 5.0), &stop).unwrap();
+    assert_eq!(res.received + res.lost, 100);
+    drop(c);
+    // Stopping joins every session, so all counts are final.
+    let counters = r.counters.clone();
+    drop(r);
+    assert_eq!(counters.tests.load(Ordering::Relaxed), 5, "{counters:?}");
+    assert_eq!(counters.sessions.load(Ordering::Relaxed), 2);
+}
+
+#[test]
+fn version_mismatch_is_a_clear_error_both_ways() {
+    let r = start_responder();
+    let e = Client::connect_with_version(r.addr, T, PROTOCOL_VERSION + 7)
+        .err()
+        .unwrap();
+    let msg = e.to_string();
+    assert!(msg.contains("version mismatch"), "{msg}");
+    assert!(msg.contains(&format!("{}", PROTOCOL_VERSION + 7)), "{msg}");
+
+    // A fake responder that speaks version 99.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let fake = thread::spawn(move || {
+        let (s, _) = l.accept().unwrap();
+        let mut c = ControlConn::from_stream(s, T).unwrap();
+        let _: Request = c.recv(T, "hello", "request").unwrap();
+        c.send(&Reply::Hello {
+            version: 99,
+            software: "future".into(),
+        })
+        .unwrap();
+    });
+    let msg = Client::connect(addr, T).err().unwrap().to_string();
+    assert!(msg.contains("speaks 99") && msg.contains("future"), "{msg}");
+    fake.join().unwrap();
+}
+
+#[test]
+fn garbage_on_both_ports_is_counted_and_ignored() {
+    let r = start_responder();
+    // Garbage on the control port: an error reply, then the connection closes.
+    let mut s = TcpStream::connect(r.addr).unwrap();
+    s.set_read_timeout(Some(T)).unwrap();
+    s.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+    let mut reply = String::new();
+    let _ = s.read_to_string(&mut reply);
+    assert!(reply.contains("\"error\""), "{reply}");
+    // Binary garbage without a newline, then a close.
+    let mut s = TcpStream::connect(r.addr).unwrap();
+    s.write_all(&[0xFF; 3000]).unwrap();
+    drop(s);
+
+    // Garbage datagrams on a bw test port, mixed with valid packets.
+    let mut c = ControlConn::connect(r.addr, T).unwrap();
+    c.send(&Request::Hello {
+        version: PROTOCOL_VERSION,
+        software: "test".into(),
+    })
+    .unwrap();
+    assert!(matches!(
+        c.recv::<Reply>(T, "hello", "reply").unwrap(),
+        Reply::Hello { .. }
+    ));
+    let setup = BwSetup {
+        test_id: 42,
+        count: 10,
+        size: 100,
+        recv_buffer: None,
+        max_duration_ms: 5000,
+    };
+    c.send(&Request::BwStart(setup)).unwrap();
+    let Reply::Ready { port, .. } = c.recv(T, "ready", "reply").unwrap() else {
+        panic!("no ready")
+    };
+    let u = UdpSocket::bind("127.0.0.1:0").unwrap();
+    u.connect(("127.0.0.1", port)).unwrap();
+    let mut pkt = [0u8; 100];
+    for seq in 0..10u64 {
+        TestPacketRepr {
+            kind: PacketKind::Data,
+            test_id: 42,
+            seq,
+            send_ts_ns: realtime_ns(),
+        }
+        .emit(&mut TestPacket::new_unchecked(&mut pkt[..]));
+        u.send(&pkt).unwrap();
+        u.send(b"garbage").unwrap();
+    }
+    let mut other = pkt;
+    TestPacket::new_unchecked(&mut other[..]).set_test_id(7);
+    u.send(&other).unwrap();
+    c.send(&Request::BwFinish { sent: 10 }).unwrap();
+    let Reply::BwResult(res) = c.recv(T, "result", "reply").unwrap() else {
+        panic!("no result")
+    };
+    assert_eq!(res.arrivals.received, 10);
+    assert_eq!(res.arrivals.lost, 0);
+    assert_eq!(res.arrivals.foreign, 11);
+    drop(c);
+
+    // The responder still serves a normal client.
+    let mut client = Client::connect(r.addr, T).unwrap();
+    let res = client
+        .bw(&BwParams::new(200, 50, 10.0), &AtomicBool::new(false))
+        .unwrap();
+    assert_eq!(res.received + res.lost, 50);
+    assert!(r.counters.bad_requests.load(Ordering::Relaxed) >= 1);
+    assert!(r.counters.foreign_datagrams.load(Ordering::Relaxed) >= 11);
+}
+
+/// A responder that accepts a test and then dies (closes everything) shortly after.
+fn dying_responder(after: Duration) -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    thread::spawn(move || {
+        let (s, _) = l.accept().unwrap();
+        let mut c = ControlConn::from_stream(s, T).unwrap();
+        let _: Request = c.recv(T, "hello", "request").unwrap();
+        c.send(&Reply::Hello {
+            version: PROTOCOL_VERSION,
+            software: "dying".into(),
+        })
+        .unwrap();
+        let _: Request = c.recv(T, "start", "request").unwrap();
+        let u = UdpSocket::bind("127.0.0.1:0").unwrap();
+        c.send(&Reply::Ready {
+            port: u.local_addr().unwrap().port(),
+            buffer: 0,
+        })
+        .unwrap();
+        thread::sleep(after);
+        drop(u);
+        drop(c);
+    });
+    addr
+}
+
+#[test]
+fn responder_dying_mid_bw_gives_partial_results_within_the_timeout() {
+    let addr = dying_responder(Duration::from_millis(300));
+    let mut c = Client::connect(addr, T).unwrap();
+    let started = Instant::now();
+    // 100000 packets at 20 µs would take 2 s; the responder dies after 0.3 s.
+    let e = c
+        .bw(&BwParams::new(1000, 100_000, 20.0), &AtomicBool::new(false))
+        .unwrap_err();
+    let took = started.elapsed();
+    let msg = e.to_string();
+    assert!(msg.contains("closed by the other end"), "{msg}");
+    match e {
+        NetError::Aborted { partial, .. } => match *partial {
+            Partial::Bw(local) => {
+                assert!(local.sent > 0 && local.sent < 100_000, "{}", local.sent);
+            }
+            other => panic!("wrong partial {other:?}"),
+        },
+        other => panic!("not aborted: {other}"),
+    }
+    assert!(took < T + Duration::from_secs(2), "{took:?}");
+}
+
+#[test]
+fn responder_dying_mid_tcp_and_lat_is_reported() {
+    let addr = dying_responder(Duration::from_millis(200));
+    let mut c = Client::connect(addr, T).unwrap();
+    let e = c
+        .lat(
+            &LatParams {
+                sizes: vec![64, 128],
+                count: 1000,
+                warmup: 0,
+                reply_timeout: Duration::from_millis(100),
+            },
+            &AtomicBool::new(false),
+        )
+        .unwrap_err();
+    assert!(matches!(e, NetError::Aborted { .. }), "{e}");
+}
+
+#[test]
+fn unreachable_responder_fails_fast() {
+    // A port with nothing listening.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    drop(l);
+    let e = Client::connect(addr, Duration::from_secs(1))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("connect") && e.contains(&addr.to_string()), "{e}");
+}
+
+#[test]
+fn invalid_parameters_are_refused_before_sending() {
+    let r = start_responder();
+    let mut c = Client::connect(r.addr, T).unwrap();
+    let e = c
+        .bw(&BwParams::new(16, 10, 0.0), &AtomicBool::new(false))
+        .unwrap_err();
+    assert!(e.to_string().contains("size 16"), "{e}");
+    // The session is still usable.
+    let res = c
+        .bw(&BwParams::new(64, 10, 0.0), &AtomicBool::new(false))
+        .unwrap();
+    assert_eq!(res.received + res.lost, 10);
+}
