@@ -35,6 +35,8 @@ enum Command {
     Gather(cmd::gather::Args),
     /// List the scans found on disks
     Ls(cmd::ls::Args),
+    /// Measure the network: UDP throughput/loss/jitter, latency, TCP with CPU use; responder; archive
+    Net(cmd::net::Args),
 }
 
 fn main() -> ExitCode {
@@ -47,6 +49,7 @@ fn main() -> ExitCode {
         Command::Check(a) => cmd::check::run(a),
         Command::Gather(a) => cmd::gather::run(a),
         Command::Ls(a) => cmd::ls::run(a),
+        Command::Net(a) => cmd::net::run(a),
     };
     match result {
         Ok(code) => code,

@@ -312,12 +312,14 @@ pub struct HistSummary {
 
 impl HistSummary {
     /// Summarises `h`, scaling recorded values by `scale` (e.g. 1e-3 for ns to µs). The bins cover
-    /// min..max in at most [`HIST_BINS`] equal steps (integer-valued histograms get unit-aligned bins).
+    /// min..99.9th percentile in at most [`HIST_BINS`] equal steps (integer-valued histograms get
+    /// unit-aligned bins); the rare values above fall into the last bin so outliers do not squash
+    /// the plot.
     pub fn from_hist(h: &Histogram<u64>, scale: f64) -> Self {
         if h.is_empty() {
             return HistSummary::default();
         }
-        let (lo, hi) = (h.min(), h.max());
+        let (lo, hi) = (h.min(), h.value_at_quantile(0.999).clamp(h.min(), h.max()));
         let mut width = (hi - lo) / HIST_BINS as u64 + 1;
         if scale == 1.0 && hi - lo < HIST_BINS as u64 {
             width = 1;

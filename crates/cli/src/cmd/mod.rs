@@ -5,6 +5,7 @@ pub mod demo;
 pub mod gather;
 pub mod gen;
 pub mod ls;
+pub mod net;
 pub mod record;
 pub mod sink;
 
