@@ -299,7 +299,10 @@ impl Checker {
     }
 
     fn rate_hint(&self) -> Option<u32> {
-        self.config.frame_rate.or(self.config.metadata_frame_rate)
+        self.config.frame_rate.or(self
+            .config
+            .metadata_frame_rate
+            .map(|r| r.max(self.global_max + 1)))
     }
 
     /// One VDIF frame (header checked by the framer).
@@ -483,7 +486,15 @@ impl Checker {
             return (Some(r), "given (--frame-rate)");
         }
         if let Some(r) = self.config.metadata_frame_rate {
-            return (Some(r), "recording metadata");
+            // A recorder may have learned its rate from frame numbers, which errs low when the last frames
+            // of a second were lost; the data outranks such a hint.
+            if self.global_max < r {
+                return (Some(r), "recording metadata");
+            }
+            return (
+                Some(self.global_max + 1),
+                "learned (above the recording metadata's rate)",
+            );
         }
         if self.format == FrameFormat::Vdif {
             if let Some(t) = self.threads.first() {

@@ -26,6 +26,10 @@ pub fn write_frames(
     let mut summary = GenSummary::new(plan, 1);
     let mut next_report = 1.0;
     while let Some(slot) = seq.next_header(&mut header) {
+        if slot.dropped {
+            summary.dropped += 1;
+            continue;
+        }
         out.write_all(&header)?;
         out.write_all(pool.payload(slot.thread_index, slot.round))?;
         summary.frames += 1;

@@ -23,6 +23,8 @@ pub struct GenSummary {
     pub streams: usize,
     /// Frames sent or written, all streams.
     pub frames: u64,
+    /// Frames left out on purpose (`--drop-every`), all streams.
+    pub dropped: u64,
     /// Frame bytes (VDIF headers included, PSN and UDP/IP headers not), all streams.
     pub bytes: u64,
     /// Datagram bytes handed to the kernel (frames plus PSN), all streams.

@@ -145,10 +145,13 @@ pub fn send_streams(
         }
         summary.max_late_s = summary.max_late_s.max(late.as_secs_f64());
         let mut sent_now = 0u64;
+        let mut dropped = 0u64;
         for s in streams.iter_mut().filter(|s| !s.done) {
             s.slots.clear();
-            for h in s.headers.iter_mut() {
+            while s.slots.len() < s.headers.len() {
+                let h = &mut s.headers[s.slots.len()];
                 match s.sequencer.next_header(&mut h[PSN_LEN..]) {
+                    Some(slot) if slot.dropped => dropped += 1,
                     Some(slot) => {
                         h[..PSN_LEN].copy_from_slice(&slot.psn.to_le_bytes());
                         s.slots.push(slot);
@@ -196,11 +199,17 @@ pub fn send_streams(
             })?;
             sent_now += s.slots.len() as u64;
         }
-        if sent_now == 0 {
+        if sent_now == 0 && dropped == 0 {
             break;
         }
         summary.frames += sent_now;
-        round += rounds_per_batch;
+        summary.dropped += dropped;
+        // Deliberate drops advance the sequencers past a batch's worth of rounds; follow them.
+        round = streams
+            .iter()
+            .map(|s| s.sequencer.round())
+            .max()
+            .unwrap_or(round + rounds_per_batch);
         let now = Instant::now();
         meter.record(now, sent_now);
         if now >= next_progress {

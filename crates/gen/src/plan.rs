@@ -75,6 +75,8 @@ pub struct GenRequest {
     /// Segments per GSO super-datagram; 0 = no GSO.
     pub gso_segments: usize,
     pub seed: u64,
+    /// Leave out every Nth frame (its PSN and time slot are used up, as if the network lost it); 0 = none.
+    pub drop_every: u64,
 }
 
 impl Default for GenRequest {
@@ -96,6 +98,7 @@ impl Default for GenRequest {
             batch: 32,
             gso_segments: 0,
             seed: 1,
+            drop_every: 0,
         }
     }
 }

@@ -17,6 +17,8 @@ pub struct FrameSlot {
     pub round: u64,
     /// Packet sequence number of the datagram.
     pub psn: u64,
+    /// The plan's `drop_every` leaves this frame out: the caller must not send or write it.
+    pub dropped: bool,
 }
 
 /// Yields the headers of one stream's frames in send order.
@@ -32,6 +34,7 @@ pub struct FrameSequencer {
     psn: u64,
     emitted: u64,
     total: Option<u64>,
+    drop_every: u64,
 }
 
 impl FrameSequencer {
@@ -58,10 +61,11 @@ impl FrameSequencer {
             psn: first_psn,
             emitted: 0,
             total: plan.total_frames,
+            drop_every: plan.request.drop_every,
         }
     }
 
-    /// Frames emitted so far.
+    /// Frames emitted so far (sent, written or deliberately dropped).
     pub fn emitted(&self) -> u64 {
         self.emitted
     }
@@ -85,10 +89,12 @@ impl FrameSequencer {
         let thread_index = self.thread_pos;
         out[..HEADER_LEN].copy_from_slice(&self.templates[thread_index]);
         VdifHeader::new_unchecked(&mut out[..HEADER_LEN]).set_time(self.second, self.frame);
+        let dropped = self.drop_every > 0 && (self.emitted + 1) % self.drop_every == 0;
         let slot = FrameSlot {
             thread_index,
             round: self.round,
             psn: self.psn,
+            dropped,
         };
         self.psn = self.psn.wrapping_add(1);
         self.emitted += 1;
@@ -144,5 +150,26 @@ mod tests {
         }
         assert_eq!(n, 4001);
         assert_eq!(seq.remaining(), Some(0));
+    }
+
+    #[test]
+    fn drop_every_marks_every_nth_frame_and_keeps_time_and_psn_moving() {
+        let plan = GenPlan::new(GenRequest {
+            rate: RateRequest::FramesPerSecond(1000),
+            stop: StopAfter::Count(100),
+            drop_every: 10,
+            ..Default::default()
+        })
+        .unwrap();
+        let start = VdifTime::from_unix_second(1_700_000_000).unwrap();
+        let mut seq = FrameSequencer::new(&plan, start, 0);
+        let mut buf = [0u8; 32];
+        let mut dropped = vec![];
+        while let Some(slot) = seq.next_header(&mut buf) {
+            if slot.dropped {
+                dropped.push(slot.psn);
+            }
+        }
+        assert_eq!(dropped, (1..=10).map(|k| k * 10 - 1).collect::<Vec<u64>>());
     }
 }

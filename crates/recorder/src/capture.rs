@@ -416,7 +416,9 @@ impl StreamCapture {
                     th.tracker.observe(index);
                 }
                 if let Some(rate) = learned {
-                    shared.streams[self.index].frame_rate.store(rate, Relaxed);
+                    // A rate learned from frame numbers can only be low (the last frames of a second
+                    // were lost), never high: the stream's rate is the highest any thread taught.
+                    shared.streams[self.index].frame_rate.fetch_max(rate, Relaxed);
                     shared.event(RecorderEvent::RateLearned {
                         stream: label.clone(),
                         thread,

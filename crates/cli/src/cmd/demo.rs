@@ -1,9 +1,212 @@
-//! (being written)
+//! `vlbiflow demo`: the whole chain on built-in defaults, in one process, over loopback: a simulated
+//! backend sends VDIF (two threads, noise with a tone, PSN) to the recorder, which writes a Mark6
+//! scatter-gather scan across four disks in a temporary directory; then the scan is checked.
+
+use crate::units::{fmt_bit_rate, parse_bit_rate, parse_seconds};
+use crate::usage;
+use anyhow::Context;
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use vlbiflow_checker::source::locate_scan;
+use vlbiflow_checker::{check, CheckConfig, StatsConfig};
+use vlbiflow_formats::time::{UtcTime, VdifTime};
+use vlbiflow_gen::net::{send_streams, NetEvent, NetOptions};
+use vlbiflow_gen::{GenPlan, GenRequest, PayloadKind, RateRequest, StartTime, StopAfter};
+use vlbiflow_recorder::{Recorder, RecorderConfig, StreamSpec};
+
+const EXAMPLES: &str = "\
+Examples:
+  # The default: 10 s at 1 Gb/s into a temporary directory that is removed afterwards
+  vlbiflow demo
+
+  # Faster and longer, keeping the scan (four disk directories under /tmp/demo) to look at afterwards
+  vlbiflow demo --rate 4Gbps --duration 30 --keep /tmp/demo
+  vlbiflow ls /tmp/demo/disk*
+  vlbiflow check demo_xx_001 --disk '/tmp/demo/disk*' --stats --plot /tmp/demo/spectrum.png";
 
 #[derive(clap::Args)]
-pub struct Args {}
+#[command(after_help = EXAMPLES)]
+pub struct Args {
+    /// How long the backend sends
+    #[arg(long, default_value = "10", value_name = "SECONDS")]
+    duration: String,
+    /// Frame bit rate of the simulated backend
+    #[arg(long, default_value = "1Gbps", value_name = "RATE")]
+    rate: String,
+    /// Record into this directory (created; four disk directories inside) and keep it
+    #[arg(long, value_name = "DIR")]
+    keep: Option<PathBuf>,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("not implemented yet")
+const SCAN: &str = "demo_xx_001";
+const TONE_HZ: f64 = 10e6;
+
+pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    let seconds = match parse_seconds(&a.duration) {
+        Ok(s) if s > 0.0 && s <= 3600.0 => s,
+        Ok(_) => usage!("--duration must be in (0, 3600] seconds"),
+        Err(e) => usage!("--duration {e}"),
+    };
+    let bps = match parse_bit_rate(&a.rate) {
+        Ok(b) => b,
+        Err(e) => usage!("--rate {e}"),
+    };
+    let plan = match GenPlan::new(GenRequest {
+        thread_ids: vec![0, 1],
+        rate: RateRequest::BitsPerSecond(bps),
+        stop: StopAfter::Seconds(seconds),
+        payload: PayloadKind::Tone { hz: TONE_HZ },
+        psn: true,
+        start: StartTime::Now,
+        ..Default::default()
+    }) {
+        Ok(p) => p,
+        Err(e) => usage!("{e}"),
+    };
+
+    // Where the disks live: a temporary directory unless the user wants to keep the scan.
+    let tmp;
+    let root = match &a.keep {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            dir.clone()
+        }
+        None => {
+            tmp = tempfile::Builder::new()
+                .prefix("vlbiflow-demo-")
+                .tempdir()
+                .context("creating a temporary directory")?;
+            tmp.path().to_owned()
+        }
+    };
+    let disks: Vec<PathBuf> = (0..4).map(|i| root.join(format!("disk{i}"))).collect();
+    for d in &disks {
+        std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+    }
+
+    println!("vlbiflow demo: simulated backend -> recorder -> check, over loopback");
+    println!(
+        "  disks: {}/disk0..3 ({})",
+        root.display(),
+        if a.keep.is_some() {
+            "kept"
+        } else {
+            "removed at the end"
+        }
+    );
+    println!(
+        "  backend: 2 VDIF threads, {} frames/s each of 8224 bytes, 2-bit noise with a {} MHz tone, {} for {seconds} s",
+        plan.frame_rate,
+        TONE_HZ / 1e6,
+        fmt_bit_rate(plan.frame_bits_per_second())
+    );
+
+    // 1. The recorder, on a free loopback port.
+    let spec = StreamSpec::parse("demo=vdif@127.0.0.1:0,psn").expect("built-in stream spec");
+    let mut config = RecorderConfig::new(vec![spec], disks.clone(), SCAN);
+    config.experiment = Some("demo".into());
+    config.station = Some("Xx".into());
+    let recorder = Recorder::start(config)
+        .map_err(anyhow::Error::new)
+        .context("starting the recorder")?;
+    let dest = recorder.local_addrs()[0];
+    let events = recorder.events();
+    println!("  recorder: scan {SCAN}, Mark6 scatter-gather, listening on {dest}");
+
+    // 2. The backend, on its own thread, paced on the wall clock.
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst))
+            .context("installing the Ctrl-C handler")?;
+    }
+    let start = VdifTime::from_unix_second(UtcTime::now().unix_seconds + 1)?;
+    let sender = {
+        let plan = plan.clone();
+        let stop = stop.clone();
+        std::thread::Builder::new()
+            .name("demo-gen".into())
+            .spawn(move || {
+                send_streams(&plan, start, &[dest], &NetOptions::default(), &stop, &mut |e| {
+                    if let NetEvent::Warning(w) = e {
+                        eprintln!("gen: warning: {w}");
+                    }
+                })
+            })?
+    };
+
+    // 3. Progress until the backend is done: what the recorder has, once a second.
+    let tty = std::io::stdout().is_terminal();
+    let began = Instant::now();
+    while !sender.is_finished() {
+        std::thread::sleep(Duration::from_millis(250));
+        for e in events.try_iter() {
+            println!("{}  recorder: {e}", if tty { "\n" } else { "" });
+        }
+        let st = recorder.status();
+        let t = st.totals();
+        let line = format!(
+            "  {:5.1} s  recorded {:>9} frames  {:>12}  lost {}  blocks {}",
+            began.elapsed().as_secs_f64(),
+            t.packets,
+            fmt_bit_rate(st.streams.first().map_or(0.0, |s| s.rate_bps())),
+            t.lost,
+            st.blocks
+        );
+        if tty {
+            print!("\r{line}");
+            let _ = std::io::stdout().flush();
+        }
+    }
+    if tty {
+        println!();
+    }
+    let gen = sender
+        .join()
+        .map_err(|_| anyhow::anyhow!("the generator thread panicked"))??;
+    // Let the last datagrams land before stopping.
+    std::thread::sleep(Duration::from_millis(300));
+    recorder.stop();
+    let summary = recorder.wait().context("the recorder ended without a summary")?;
+    for e in events.try_iter() {
+        println!("  recorder: {e}");
+    }
+    println!(
+        "  gen: sent {} frames at {} (worst 1 s window {:+.3}%)",
+        gen.frames,
+        fmt_bit_rate(gen.achieved_bps),
+        gen.worst_window_error * 100.0
+    );
+    super::record::print_summary(&mut std::io::stdout(), &summary, summary.status.elapsed);
+
+    // 4. Check the scan as a station would after a recording.
+    let recording = locate_scan(SCAN, &disks).context("finding the scan on the disks")?;
+    let report = check(
+        &recording,
+        CheckConfig {
+            stats: Some(StatsConfig::default()),
+            ..Default::default()
+        },
+        |_| {},
+    );
+    println!("\nvlbiflow check {SCAN}:");
+    print!("{}", report.human());
+
+    let stored = summary.metadata.totals().packets;
+    let ok = !report.has_errors() && stored == gen.frames && summary.error.is_none();
+    println!(
+        "\ndemo: {} of {} frames sent were recorded and checked: {}",
+        stored,
+        gen.frames,
+        if ok {
+            "no loss"
+        } else {
+            "SOMETHING WAS LOST (see above)"
+        }
+    );
+    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }

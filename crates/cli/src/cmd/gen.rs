@@ -102,6 +102,10 @@ pub struct Args {
     /// Payload: zeros, noise (quantised Gaussian) or tone:FREQ (noise plus a sine, e.g. tone:10MHz)
     #[arg(long, default_value = "zeros")]
     payload: String,
+    /// Leave out every Nth frame (PSN and time slot used up, as if the network lost it), to test loss
+    /// accounting downstream
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    drop_every: u64,
     /// Seed of the noise generator
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -235,6 +239,7 @@ fn plan(a: &Args) -> anyhow::Result<GenPlan> {
         batch: a.batch,
         gso_segments: a.gso,
         seed: a.seed,
+        drop_every: a.drop_every,
     };
     match GenPlan::new(request) {
         Ok(p) => Ok(p),
@@ -364,6 +369,9 @@ fn print_summary(s: &GenSummary, to_file: bool) {
         s.elapsed_s,
         if s.interrupted { " (interrupted)" } else { "" }
     );
+    if s.dropped > 0 {
+        println!("gen: {} frames left out on purpose (--drop-every)", s.dropped);
+    }
     if to_file {
         println!("gen: written at {}", fmt_bit_rate(s.achieved_bps));
         return;

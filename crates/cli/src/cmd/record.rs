@@ -217,7 +217,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         progress.event(&e);
     }
     progress.clear();
-    print_summary(&summary, stopped_at);
+    print_summary(&mut std::io::stderr(), &summary, stopped_at);
     if args.json {
         let mut out = std::io::stdout().lock();
         serde_json::to_writer_pretty(&mut out, &summary.metadata)?;
@@ -316,10 +316,12 @@ impl Progress {
     }
 }
 
-fn print_summary(sum: &ScanSummary, recording: Duration) {
+/// The closing summary of a scan (stderr for `record`, whose stdout carries `--json`; stdout for `demo`).
+pub(crate) fn print_summary(out: &mut dyn std::io::Write, sum: &ScanSummary, recording: Duration) {
     let m = &sum.metadata;
     let secs = recording.as_secs_f64().max(1e-3);
-    eprintln!(
+    let _ = writeln!(
+        out,
         "scan {}: {}, {:.1} s, {} block(s) on {} disk(s)",
         m.scan,
         if m.complete { "complete" } else { "INCOMPLETE" },
@@ -329,7 +331,8 @@ fn print_summary(sum: &ScanSummary, recording: Duration) {
     );
     for s in &sum.status.streams {
         let c = &s.counters;
-        eprintln!(
+        let _ = writeln!(
+            out,
             "  stream {}: {} packets, {}, lost {} (loss {:.2e}), rate {}",
             s.label,
             c.packets,
@@ -353,7 +356,7 @@ fn print_summary(sum: &ScanSummary, recording: Duration) {
         .map(|(k, v)| format!("{k} {v}"))
         .collect();
         if !extra.is_empty() {
-            eprintln!("    {}", extra.join(", "));
+            let _ = writeln!(out, "    {}", extra.join(", "));
         }
     }
     for d in &sum.status.disks {
@@ -361,7 +364,8 @@ fn print_summary(sum: &ScanSummary, recording: Duration) {
             Some(why) => format!(" FAILED: {why}"),
             None => String::new(),
         };
-        eprintln!(
+        let _ = writeln!(
+            out,
             "  disk {}: {} in {} block(s), write rate {}/s{}{}",
             d.path.display(),
             fmt_bytes(d.bytes),
@@ -372,6 +376,6 @@ fn print_summary(sum: &ScanSummary, recording: Duration) {
         );
     }
     if let Some(e) = &sum.error {
-        eprintln!("vlbiflow record: error: {e}");
+        let _ = writeln!(out, "vlbiflow record: error: {e}");
     }
 }
