@@ -117,7 +117,9 @@ impl Responder {
                         let counters = self.counters.clone();
                         let config = &self.config;
                         handles.push(scope.spawn(move || {
-                            if let Err(e) = serve_session(stream, config, &counters, &stop) {
+                            if let Err(e) = serve_session(stream, config, &counters, &stop, &|m| {
+                                log(&format!("session {peer}: {m}"))
+                            }) {
                                 log(&format!("session {peer}: {e}"));
                             } else {
                                 log(&format!("session {peer}: closed"));
@@ -193,6 +195,7 @@ fn serve_session(
     config: &ResponderConfig,
     counters: &ResponderCounters,
     stop: &AtomicBool,
+    log: &dyn Fn(&str),
 ) -> Result<(), SessionError> {
     stream
         .set_nonblocking(false)
@@ -236,12 +239,12 @@ fn serve_session(
             Err(e) => return Err(e),
         };
         let outcome = match req {
-            Request::BwStart(setup) => serve_bw(&mut conn, setup, config, counters, stop),
+            Request::BwStart(setup) => serve_bw(&mut conn, setup, config, counters, stop, log),
             Request::LatStart { test_id, max_size } => {
-                serve_lat(&mut conn, test_id, max_size, config, counters, stop)
+                serve_lat(&mut conn, test_id, max_size, config, counters, stop, log)
             }
             Request::TcpStart { streams, recv_buffer } => {
-                serve_tcp(&mut conn, streams, recv_buffer, config, stop)
+                serve_tcp(&mut conn, streams, recv_buffer, config, stop, log)
             }
             other => {
                 counters.bad_requests.fetch_add(1, Ordering::Relaxed);
@@ -284,6 +287,7 @@ fn serve_bw(
     config: &ResponderConfig,
     counters: &ResponderCounters,
     stop: &AtomicBool,
+    log: &dyn Fn(&str),
 ) -> Result<(), SessionError> {
     if setup.count == 0 || setup.count > MAX_TEST_PACKETS {
         return refuse(
@@ -318,6 +322,12 @@ fn serve_bw(
         port: report.local.port(),
         buffer: granted,
     })?;
+    log(&format!(
+        "bw test: {} frames of {} bytes to port {}",
+        setup.count,
+        setup.size,
+        report.local.port()
+    ));
     let waited = next_request(
         conn,
         max_duration + Duration::from_secs(10),
@@ -427,6 +437,7 @@ fn serve_lat(
     config: &ResponderConfig,
     counters: &ResponderCounters,
     stop: &AtomicBool,
+    log: &dyn Fn(&str),
 ) -> Result<(), SessionError> {
     if !(HEADER_LEN..=MAX_DATAGRAM).contains(&max_size) {
         return refuse(
@@ -451,6 +462,10 @@ fn serve_lat(
         port: report.local.port(),
         buffer: report.recv_buffer.map(|b| b.granted).unwrap_or(0),
     })?;
+    log(&format!(
+        "lat test: up to {max_size} bytes to port {}",
+        report.local.port()
+    ));
     let waited = next_request(
         conn,
         config.idle_timeout,
@@ -514,6 +529,7 @@ fn serve_tcp(
     recv_buffer: Option<usize>,
     config: &ResponderConfig,
     stop: &AtomicBool,
+    log: &dyn Fn(&str),
 ) -> Result<(), SessionError> {
     if !(1..=64).contains(&streams) {
         return refuse(conn, format!("tcp: {streams} streams outside 1..=64"));
@@ -534,6 +550,7 @@ fn serve_tcp(
         port,
         buffer: recv_buffer.unwrap_or(0),
     })?;
+    log(&format!("tcp test: {streams} streams to port {port}"));
     let waited = next_request(
         conn,
         config.idle_timeout,
