@@ -35,6 +35,12 @@ enum Command {
     Gather(cmd::gather::Args),
     /// List the scans found on disks
     Ls(cmd::ls::Args),
+    /// Run the recorder daemon: Mark6 command port, HTTP status/metrics and a live dashboard
+    Serve(cmd::serve::Args),
+    /// Send Mark6 commands to the recorder daemon (one-shot, from stdin, or interactive)
+    Ctl(cmd::ctl::Args),
+    /// Show the recorder daemon's live status (MonitorStatus-like), once or refreshing
+    Status(cmd::status::Args),
     /// Measure the network: UDP throughput/loss/jitter, latency, TCP with CPU use; responder; archive
     Net(cmd::net::Args),
 }
@@ -49,6 +55,9 @@ fn main() -> ExitCode {
         Command::Check(a) => cmd::check::run(a),
         Command::Gather(a) => cmd::gather::run(a),
         Command::Ls(a) => cmd::ls::run(a),
+        Command::Serve(a) => cmd::serve::run(a),
+        Command::Ctl(a) => cmd::ctl::run(a),
+        Command::Status(a) => cmd::status::run(a),
         Command::Net(a) => cmd::net::run(a),
     };
     match result {

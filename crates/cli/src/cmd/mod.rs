@@ -1,13 +1,16 @@
 //! Subcommands. Each module: `Args` (clap) and `run(Args) -> anyhow::Result<ExitCode>`.
 
 pub mod check;
+pub mod ctl;
 pub mod demo;
 pub mod gather;
 pub mod gen;
 pub mod ls;
 pub mod net;
 pub mod record;
+pub mod serve;
 pub mod sink;
+pub mod status;
 
 /// An error in what the user asked for (arguments, configuration): reported in one line, exit code 2,
 /// before anything is sent or written.

@@ -1,0 +1,121 @@
+//! `vlbiflow ctl`: send Mark6 commands to a running `vlbiflow serve` (da-client's role): one-shot from the
+//! arguments, from standard input, or interactively with line editing and history.
+
+use std::io::{BufRead, IsTerminal};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use vlbiflow_control::client::CommandClient;
+use vlbiflow_control::proto::parse_reply;
+
+const EXAMPLES: &str = "\
+Examples:
+  vlbiflow ctl 'record?'
+  vlbiflow ctl 'input_stream=add:RDBE1:vdif:8224:50:42:lo:127.0.0.1:4001:0:0; input_stream=commit;'
+  echo 'record=on:60:scan1:exp:st;' | vlbiflow ctl
+  vlbiflow ctl --host recorder1:14242 --token \"$TOKEN\"      # interactive, with history
+
+Each statement gets one reply line `!keyword = rc : ... ;`. The exit code is 0 when every reply's return
+code is 0 (done) or 1 (initiated), 1 otherwise. Commands: input_stream, group, mstat?, record, scan_check?,
+rtime?, status?, evlbi?, help? (docs/control.md).";
+
+/// Send Mark6 commands to the recorder daemon (one-shot, from stdin, or interactive)
+#[derive(clap::Args)]
+#[command(after_help = EXAMPLES)]
+pub struct Args {
+    /// Statements to send, e.g. 'record=on:30:scan1:exp:st; record?'; none: read standard input
+    /// (interactive when it is a terminal)
+    commands: Vec<String>,
+    /// Daemon command address
+    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:14242")]
+    host: String,
+    /// Access token (sent as auth=<token>; first); default: $VLBIFLOW_TOKEN
+    #[arg(long, value_name = "TOKEN")]
+    token: Option<String>,
+    /// Seconds to wait for the daemon
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
+    timeout: f64,
+}
+
+fn ok_code(line: &str) -> bool {
+    parse_reply(line).is_some_and(|r| r.code <= 1)
+}
+
+fn send(client: &mut CommandClient, text: &str, all_ok: &mut bool) -> anyhow::Result<()> {
+    for line in client.send(text)? {
+        *all_ok &= ok_code(&line);
+        println!("{line}");
+    }
+    Ok(())
+}
+
+pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
+    if args.token.is_none() {
+        args.token = std::env::var("VLBIFLOW_TOKEN").ok();
+    }
+    if !(args.timeout > 0.0 && args.timeout < 86400.0) {
+        crate::usage!("--timeout must be between 0 and 86400 seconds");
+    }
+    let timeout = Duration::from_secs_f64(args.timeout);
+    let mut client = CommandClient::connect(&args.host, timeout).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot reach the daemon at {}: {e} (is `vlbiflow serve` running?)",
+            args.host
+        )
+    })?;
+    if let Some(t) = &args.token {
+        let r = client.send(&format!("auth={t};"))?;
+        if !r.iter().all(|l| ok_code(l)) {
+            anyhow::bail!("token refused by {}: {}", args.host, r.join(" "));
+        }
+    }
+    let mut all_ok = true;
+    if !args.commands.is_empty() {
+        send(&mut client, &args.commands.join(" "), &mut all_ok)?;
+    } else if std::io::stdin().is_terminal() {
+        interactive(&mut client, &args.host)?;
+    } else {
+        for line in std::io::stdin().lock().lines() {
+            let line = line?;
+            if !line.trim().is_empty() {
+                send(&mut client, &line, &mut all_ok)?;
+            }
+        }
+    }
+    Ok(if all_ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn interactive(client: &mut CommandClient, host: &str) -> anyhow::Result<()> {
+    let mut rl = rustyline::DefaultEditor::new()?;
+    let history = std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".vlbiflow_ctl_history"));
+    if let Some(h) = &history {
+        let _ = rl.load_history(h);
+    }
+    eprintln!("connected to {host}; statements end with ';' or Enter; help? lists commands; Ctrl-D quits");
+    loop {
+        match rl.readline(&format!("{host}> ")) {
+            Ok(line) => {
+                if line.trim().is_empty() {
+                    continue;
+                }
+                let _ = rl.add_history_entry(line.as_str());
+                let mut ok = true;
+                if let Err(e) = send(client, &line, &mut ok) {
+                    eprintln!("vlbiflow ctl: {e}");
+                    break;
+                }
+            }
+            Err(rustyline::error::ReadlineError::Interrupted) => continue,
+            Err(rustyline::error::ReadlineError::Eof) => break,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if let Some(h) = &history {
+        let _ = rl.save_history(h);
+    }
+    Ok(())
+}

@@ -1,0 +1,76 @@
+//! `vlbiflow serve`: the recorder daemon. A Mark6-compatible command port, HTTP status, Prometheus metrics
+//! and a dashboard, around the same recorder engine as `vlbiflow record`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use vlbiflow_control::config::{ConfigFile, DaemonConfig};
+use vlbiflow_control::RecorderEngine;
+
+use crate::usage;
+
+const EXAMPLES: &str = "\
+Examples:
+  # On built-in defaults (commands on 127.0.0.1:14242, dashboard on http://127.0.0.1:14280/):
+  vlbiflow serve --config docs/vlbiflow.example.toml
+
+  # Reachable from the station network: a token is then required on both ports
+  vlbiflow serve --config /etc/vlbiflow.toml --control 0.0.0.0:14242 --http 0.0.0.0:14280 --token \"$TOKEN\"
+
+Then, from another terminal:
+  vlbiflow ctl 'input_stream=add:RDBE1:vdif:8224:50:42:lo:127.0.0.1:4001:0:0; input_stream=commit;'
+  vlbiflow ctl 'record=on:30:scan1:exp:st;'
+  vlbiflow status --watch
+
+The command set, the mapping of Mark6 input_stream fields onto UDP sockets and the configuration are
+described in docs/control.md. SIGINT/SIGTERM stop the daemon; a recording is stopped and flushed first.";
+
+/// Run the recorder daemon: Mark6 command port, HTTP status/metrics and dashboard.
+#[derive(clap::Args)]
+#[command(after_help = EXAMPLES)]
+pub struct Args {
+    /// Configuration file (TOML); without it, built-in defaults (no disk group, no stream)
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Command port address, overriding the configuration (default 127.0.0.1:14242)
+    #[arg(long, value_name = "ADDR")]
+    control: Option<String>,
+    /// HTTP address, overriding the configuration (default 127.0.0.1:14280)
+    #[arg(long, value_name = "ADDR")]
+    http: Option<String>,
+    /// Access token, overriding the configuration (required when listening beyond loopback); default:
+    /// $VLBIFLOW_TOKEN
+    #[arg(long, value_name = "TOKEN")]
+    token: Option<String>,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let mut file = match &args.config {
+        Some(p) => match ConfigFile::load(p) {
+            Ok(f) => f,
+            Err(e) => usage!("--config {e}"),
+        },
+        None => ConfigFile::default(),
+    };
+    if args.control.is_some() {
+        file.control = args.control;
+    }
+    if args.http.is_some() {
+        file.http = args.http;
+    }
+    if let Some(t) = args.token.or_else(|| std::env::var("VLBIFLOW_TOKEN").ok()) {
+        file.token = Some(t);
+    }
+    let cfg = match DaemonConfig::from_file(file) {
+        Ok(c) => c,
+        Err(e) => usage!(
+            "{}{e}",
+            args.config
+                .as_ref()
+                .map(|p| format!("{}: ", p.display()))
+                .unwrap_or_default()
+        ),
+    };
+    vlbiflow_control::serve(cfg, Box::new(RecorderEngine))?;
+    Ok(ExitCode::SUCCESS)
+}

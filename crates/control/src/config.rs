@@ -1,0 +1,370 @@
+//! The daemon's TOML configuration: listening addresses, access token, disk groups, streams committed at
+//! start-up and the recorder engine's knobs. See `docs/vlbiflow.example.toml` for a commented example.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use vlbiflow_recorder::{RecorderConfig, StreamSpec};
+use vlbiflow_scan::ScanFormat;
+
+/// Default command port (Mark6 c-plane's).
+pub const DEFAULT_CONTROL: &str = "127.0.0.1:14242";
+/// Default HTTP port (status, metrics, dashboard).
+pub const DEFAULT_HTTP: &str = "127.0.0.1:14280";
+
+/// A configuration error, naming the file and the field.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("{field}: {reason}")]
+    Invalid { field: String, reason: String },
+}
+
+fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        field: field.into(),
+        reason: reason.into(),
+    }
+}
+
+/// The file as written.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    /// Name shown in status (default: the host name).
+    pub name: Option<String>,
+    /// Command port address (default 127.0.0.1:14242).
+    pub control: Option<String>,
+    /// HTTP address (default 127.0.0.1:14280).
+    pub http: Option<String>,
+    /// Access token; required when either address is not loopback.
+    pub token: Option<String>,
+    /// Most simultaneous command connections (default 64); more are refused with a reply.
+    pub max_connections: Option<usize>,
+    /// A command connection silent this long is closed (seconds, default 600).
+    pub idle_timeout: Option<f64>,
+    /// Group opened at start-up.
+    pub open_group: Option<String>,
+    /// Disk groups: name -> directories or globs, e.g. `mod1 = ["/mnt/disks/1/*/data"]`.
+    #[serde(default)]
+    pub groups: BTreeMap<String, Vec<String>>,
+    /// Streams committed at start-up, in `vlbiflow record --stream` form.
+    #[serde(default)]
+    pub streams: Vec<String>,
+    /// Default experiment and station names for `record=on` without them.
+    pub experiment: Option<String>,
+    pub station: Option<String>,
+    #[serde(default)]
+    pub recorder: RecorderSection,
+}
+
+impl ConfigFile {
+    /// Reads and parses a file (not yet checked: see [`DaemonConfig::from_file`]).
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            message: e.to_string().trim().to_string(),
+        })
+    }
+}
+
+/// `[recorder]`: engine knobs, as `vlbiflow record` has them.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecorderSection {
+    /// "mark6" (default) or "flexbuff".
+    pub format: Option<String>,
+    /// Nominal block size in bytes (default 10000000).
+    pub block_size: Option<u64>,
+    /// Socket receive buffer per stream in bytes.
+    pub recv_buffer: Option<usize>,
+    /// Block buffers in the pool.
+    pub pool_blocks: Option<usize>,
+    pub capture_threads: Option<usize>,
+    /// Try O_DIRECT (default true).
+    pub direct_io: Option<bool>,
+    /// Metadata refresh while recording, seconds.
+    pub metadata_interval: Option<f64>,
+}
+
+/// A checked configuration.
+#[derive(Debug, Clone)]
+pub struct DaemonConfig {
+    pub name: String,
+    pub control: SocketAddr,
+    pub http: SocketAddr,
+    pub token: Option<String>,
+    pub max_connections: usize,
+    pub idle_timeout: Duration,
+    pub open_group: Option<String>,
+    pub groups: BTreeMap<String, Vec<String>>,
+    pub streams: Vec<StreamSpec>,
+    pub experiment: Option<String>,
+    pub station: Option<String>,
+    /// Engine settings; streams, disks and scan are filled in per recording.
+    pub recorder: RecorderConfig,
+}
+
+impl DaemonConfig {
+    /// Reads and checks a configuration file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::from_toml(&text).map_err(|e| match e {
+            ConfigError::Invalid { field, reason } => ConfigError::Parse {
+                path: path.to_owned(),
+                message: format!("{field}: {reason}"),
+            },
+            e => e,
+        })
+    }
+
+    /// Parses and checks configuration text.
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        let file: ConfigFile = toml::from_str(text).map_err(|e| invalid("toml", e.to_string().trim()))?;
+        Self::from_file(file)
+    }
+
+    /// Checks a parsed file.
+    pub fn from_file(f: ConfigFile) -> Result<Self, ConfigError> {
+        let addr = |field: &str, v: Option<&str>, default: &str| -> Result<SocketAddr, ConfigError> {
+            let v = v.unwrap_or(default);
+            v.parse()
+                .map_err(|_| invalid(field, format!("{v:?} is not IP:PORT")))
+        };
+        let control = addr("control", f.control.as_deref(), DEFAULT_CONTROL)?;
+        let http = addr("http", f.http.as_deref(), DEFAULT_HTTP)?;
+        if let Some(t) = &f.token {
+            if t.len() < 8 || !t.bytes().all(|c| c.is_ascii_graphic() && c != b';' && c != b':') {
+                return Err(invalid(
+                    "token",
+                    "must be at least 8 printable characters without ';' or ':'",
+                ));
+            }
+        }
+        for (name, globs) in &f.groups {
+            check_group_name(name).map_err(|r| invalid(format!("groups.{name}"), r))?;
+            if globs.is_empty() {
+                return Err(invalid(format!("groups.{name}"), "lists no directory"));
+            }
+            for g in globs {
+                glob::Pattern::new(g)
+                    .map_err(|e| invalid(format!("groups.{name}"), format!("{g:?}: {e}")))?;
+            }
+        }
+        if let Some(g) = &f.open_group {
+            if !f.groups.contains_key(g) {
+                return Err(invalid("open_group", format!("{g:?} is not in [groups]")));
+            }
+        }
+        let mut streams = Vec::new();
+        for s in &f.streams {
+            streams.push(StreamSpec::parse(s).map_err(|e| invalid("streams", e.to_string()))?);
+        }
+        for (field, v) in [("experiment", &f.experiment), ("station", &f.station)] {
+            if let Some(v) = v {
+                vlbiflow_formats::names::validate_scan_name(v)
+                    .map_err(|e| invalid(field, format!("{v:?}: {e}")))?;
+            }
+        }
+        let r = &f.recorder;
+        let mut rc = RecorderConfig::new(Vec::new(), Vec::new(), "");
+        rc.format = match r.format.as_deref().unwrap_or("mark6") {
+            "mark6" => ScanFormat::Mark6,
+            "flexbuff" => ScanFormat::Flexbuff,
+            other => {
+                return Err(invalid(
+                    "recorder.format",
+                    format!("{other:?} is not mark6 or flexbuff"),
+                ))
+            }
+        };
+        if let Some(b) = r.block_size {
+            rc.block_size = b;
+        }
+        if let Some(b) = r.recv_buffer {
+            rc.recv_buffer = b;
+        }
+        rc.pool_blocks = r.pool_blocks;
+        if let Some(n) = r.capture_threads {
+            rc.capture_threads = n;
+        }
+        if let Some(d) = r.direct_io {
+            rc.direct_io = d;
+        }
+        if let Some(s) = r.metadata_interval {
+            if !(0.1..=3600.0).contains(&s) {
+                return Err(invalid(
+                    "recorder.metadata_interval",
+                    "must be 0.1 to 3600 seconds",
+                ));
+            }
+            rc.metadata_interval = Duration::from_secs_f64(s);
+        }
+        let idle = f.idle_timeout.unwrap_or(600.0);
+        if !(0.1..=86400.0).contains(&idle) {
+            return Err(invalid("idle_timeout", "must be 0.1 to 86400 seconds"));
+        }
+        let max_connections = f.max_connections.unwrap_or(64);
+        if max_connections == 0 || max_connections > 4096 {
+            return Err(invalid("max_connections", "must be 1 to 4096"));
+        }
+        let cfg = DaemonConfig {
+            name: f.name.unwrap_or_else(host_name),
+            control,
+            http,
+            token: f.token,
+            max_connections,
+            idle_timeout: Duration::from_secs_f64(idle),
+            open_group: f.open_group,
+            groups: f.groups,
+            streams,
+            experiment: f.experiment,
+            station: f.station,
+            recorder: rc,
+        };
+        cfg.check_token()?;
+        Ok(cfg)
+    }
+
+    /// Refuses to listen beyond loopback without a token.
+    pub fn check_token(&self) -> Result<(), ConfigError> {
+        for (field, a) in [("control", self.control), ("http", self.http)] {
+            if !a.ip().is_loopback() && self.token.is_none() {
+                return Err(invalid(
+                    field,
+                    format!("{a} is not a loopback address: set a token (config `token = ...` or --token)"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Every directory of a group: globs expanded (sorted), plain paths as given.
+    pub fn group_disks(&self, group: &str) -> Vec<PathBuf> {
+        self.groups.get(group).map(|g| expand(g)).unwrap_or_default()
+    }
+
+    /// Every directory of every group, without repeats (where the scan list is looked for).
+    pub fn all_disks(&self) -> Vec<PathBuf> {
+        let mut out: Vec<PathBuf> = Vec::new();
+        for g in self.groups.keys() {
+            for d in self.group_disks(g) {
+                if !out.contains(&d) {
+                    out.push(d);
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Group names: like scan names (they appear in replies and file paths), at most 32 bytes.
+pub fn check_group_name(name: &str) -> Result<(), String> {
+    if name.len() > 32 {
+        return Err("group name longer than 32 bytes".into());
+    }
+    vlbiflow_formats::names::validate_scan_name(name).map_err(|e| e.to_string())
+}
+
+fn has_glob(s: &str) -> bool {
+    s.contains(['*', '?', '['])
+}
+
+/// Expands directory patterns: globs to their sorted matching directories, plain paths as given.
+pub fn expand(patterns: &[String]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for p in patterns {
+        if has_glob(p) {
+            let mut found: Vec<PathBuf> = glob::glob(p)
+                .map(|g| g.filter_map(Result::ok).filter(|p| p.is_dir()).collect())
+                .unwrap_or_default();
+            found.sort();
+            out.extend(found);
+        } else {
+            out.push(PathBuf::from(p));
+        }
+    }
+    out
+}
+
+fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it on success.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return "vlbiflow".into();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_loopback_without_token() {
+        let c = DaemonConfig::from_toml("").unwrap();
+        assert_eq!(c.control.to_string(), DEFAULT_CONTROL);
+        assert_eq!(c.http.to_string(), DEFAULT_HTTP);
+        assert_eq!(c.max_connections, 64);
+        assert!(c.token.is_none());
+    }
+
+    #[test]
+    fn full_file_parses() {
+        let c = DaemonConfig::from_toml(
+            r#"
+            control = "0.0.0.0:14242"
+            token = "s3cret-token"
+            open_group = "g1"
+            streams = ["a=vdif@127.0.0.1:4001,psn"]
+            station = "Xx"
+            [groups]
+            g1 = ["/tmp/a", "/tmp/b"]
+            [recorder]
+            format = "flexbuff"
+            block_size = 1000000
+            "#,
+        )
+        .unwrap();
+        assert_eq!(
+            c.group_disks("g1"),
+            vec![PathBuf::from("/tmp/a"), PathBuf::from("/tmp/b")]
+        );
+        assert_eq!(c.streams[0].label, "a");
+        assert_eq!(c.recorder.format, ScanFormat::Flexbuff);
+        assert_eq!(c.recorder.block_size, 1_000_000);
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        for (text, field) in [
+            ("control = \"0.0.0.0:1\"", "token"),
+            ("control = \"nowhere\"", "control"),
+            ("bogus = 1", "bogus"),
+            ("open_group = \"x\"", "open_group"),
+            ("streams = [\"a=udp@1.2.3.4:5\"]", "streams"),
+            ("[groups]\n\"../x\" = [\"/tmp\"]", "groups"),
+            ("[recorder]\nformat = \"tar\"", "recorder.format"),
+            ("token = \"short\"", "token"),
+            ("station = \"a/b\"", "station"),
+        ] {
+            let e = DaemonConfig::from_toml(text).unwrap_err().to_string();
+            assert!(e.contains(field), "{text}: {e}");
+        }
+    }
+}

@@ -1,0 +1,2055 @@
+//! The command state machine: input streams (staged and committed), disk groups, the recording state
+//! (off, pending, recording, flushing) and the scan list, driven by parsed statements and by the clock.
+//! Sans-IO: the time is passed in, recordings are started through an [`Engine`], and replies are values.
+//!
+//! One controller is owned by the daemon; every connection's statements go through [`Controller::execute`],
+//! and [`Controller::tick`] is called a few times a second (it starts pending recordings on their second,
+//! collects finished ones into the scan list and samples the rates).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use vlbiflow_formats::time::{days_from_civil, UtcTime, VdifTime};
+use vlbiflow_recorder::{Phase, RecorderConfig, RecorderStatus, StreamSpec};
+use vlbiflow_scan::{FrameKind, ScanFormat, ScanMetadata, StreamCounters};
+
+use crate::config::DaemonConfig;
+use crate::engine::{Engine, Recording};
+use crate::proto::{Reply, ReturnCode as Rc, Statement};
+use crate::report::*;
+
+/// Bytes of Ethernet + IPv4 + UDP headers before a datagram's payload (Mark6 offsets count from the frame).
+pub const UDP_HEADER_OFFSET: u32 = 42;
+/// Seconds of rate history kept for the dashboard.
+pub const HISTORY_SECONDS: usize = 600;
+const MAX_EVENTS: usize = 50;
+
+/// One input stream as the Mark6 `input_stream=add` command describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputStream {
+    pub label: String,
+    pub kind: FrameKind,
+    /// Frame size (Mark6 "payload size").
+    pub payload_size: u32,
+    /// Offset of the frame in the Ethernet frame (42 without PSN, 50 with).
+    pub payload_offset: u32,
+    pub psn_offset: u32,
+    /// Interface name as given; informational (the socket binds to the filter address).
+    pub interface: String,
+    /// Address to receive on.
+    pub address: SocketAddr,
+    /// The Mark6 field between port and threads, kept for `input_stream?`.
+    pub slot: String,
+    pub threads: Vec<u16>,
+    /// Frame rate from the configuration, if any.
+    pub frame_rate: Option<u32>,
+}
+
+impl InputStream {
+    /// The recorder's stream specification.
+    pub fn spec(&self) -> StreamSpec {
+        StreamSpec {
+            label: self.label.clone(),
+            kind: self.kind,
+            address: self.address,
+            threads: self.threads.clone(),
+            psn: self.payload_offset == UDP_HEADER_OFFSET + 8,
+            frame_size: self.payload_size,
+            frame_rate: self.frame_rate,
+        }
+    }
+
+    /// From a configured stream.
+    pub fn from_spec(s: &StreamSpec) -> Self {
+        InputStream {
+            label: s.label.clone(),
+            kind: s.kind,
+            payload_size: s.frame_size,
+            payload_offset: UDP_HEADER_OFFSET + if s.psn { 8 } else { 0 },
+            psn_offset: if s.psn { UDP_HEADER_OFFSET } else { 0 },
+            interface: "-".into(),
+            address: s.address,
+            slot: String::new(),
+            threads: s.threads.clone(),
+            frame_rate: s.frame_rate,
+        }
+    }
+
+    fn fields(&self) -> Vec<String> {
+        vec![
+            self.label.clone(),
+            kind_name(self.kind).into(),
+            self.payload_size.to_string(),
+            self.payload_offset.to_string(),
+            self.psn_offset.to_string(),
+            self.interface.clone(),
+            self.address.ip().to_string(),
+            self.address.port().to_string(),
+            threads_text(&self.threads),
+        ]
+    }
+}
+
+fn kind_name(k: FrameKind) -> &'static str {
+    match k {
+        FrameKind::Vdif => "vdif",
+        FrameKind::M5b => "m5b",
+    }
+}
+
+fn threads_text(t: &[u16]) -> String {
+    if t.is_empty() {
+        "all".into()
+    } else {
+        t.iter().map(u16::to_string).collect::<Vec<_>>().join(",")
+    }
+}
+
+/// What a `record=on` asked for.
+#[derive(Debug, Clone)]
+struct Plan {
+    scan: String,
+    experiment: Option<String>,
+    station: Option<String>,
+    duration: Option<Duration>,
+    group: String,
+    disks: Vec<PathBuf>,
+    streams: Vec<InputStream>,
+}
+
+enum RecordState {
+    Off,
+    Pending {
+        start: i64,
+        plan: Plan,
+    },
+    Active {
+        rec: Box<dyn Recording>,
+        plan: Plan,
+        started: UtcTime,
+    },
+}
+
+/// One scan of the list.
+#[derive(Debug, Clone)]
+pub struct ScanEntry {
+    pub name: String,
+    /// The first readable metadata copy, if any.
+    pub meta: Option<ScanMetadata>,
+    /// Why no copy could be read.
+    pub error: Option<String>,
+}
+
+impl ScanEntry {
+    fn start_key(&self) -> String {
+        self.meta
+            .as_ref()
+            .map(|m| m.start_utc.clone())
+            .unwrap_or_default()
+    }
+}
+
+/// The scan list as found on `disks` (every `<scan>.vlbiflow.json`), oldest first.
+pub fn scan_list_from_disks(disks: &[PathBuf]) -> Vec<ScanEntry> {
+    let mut list: Vec<ScanEntry> = vlbiflow_scan::find_scans(disks)
+        .into_iter()
+        .map(|(name, copies)| {
+            let mut error = None;
+            let mut meta: Option<ScanMetadata> = None;
+            for (_, m) in copies {
+                match m {
+                    // Prefer a complete copy: a disk may hold an older refresh of the metadata.
+                    Ok(m) if meta.as_ref().is_none_or(|old| !old.complete && m.complete) => meta = Some(m),
+                    Ok(_) => {}
+                    Err(e) => error = Some(e.to_string()),
+                }
+            }
+            ScanEntry { name, meta, error }
+        })
+        .collect();
+    list.sort_by(|a, b| a.start_key().cmp(&b.start_key()).then(a.name.cmp(&b.name)));
+    list
+}
+
+/// Free and total bytes of the file system holding `path`.
+pub fn disk_space(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid NUL-terminated path and `st` a valid out-pointer.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    let frsize = st.f_frsize as u64;
+    Some((st.f_bavail as u64 * frsize, st.f_blocks as u64 * frsize))
+}
+
+/// Free and total bytes over `disks`, counting each file system once.
+fn space_of(disks: &[PathBuf]) -> (u64, u64, usize) {
+    use std::os::unix::fs::MetadataExt;
+    let mut seen = Vec::new();
+    let (mut free, mut total, mut found) = (0, 0, 0);
+    for d in disks {
+        let Ok(m) = std::fs::metadata(d) else { continue };
+        if !m.is_dir() {
+            continue;
+        }
+        found += 1;
+        if seen.contains(&m.dev()) {
+            continue;
+        }
+        seen.push(m.dev());
+        if let Some((f, t)) = disk_space(d) {
+            free += f;
+            total += t;
+        }
+    }
+    (free, total, found)
+}
+
+/// Mark6 time `yyyy'y'ddd'd'hh'h'mm'm'ss's'` (fraction of a second allowed and ignored) to Unix seconds.
+pub fn parse_mark6_time(s: &str) -> Option<i64> {
+    let s = s.trim().to_ascii_lowercase();
+    let (y, rest) = s.split_once('y')?;
+    let (d, rest) = rest.split_once('d')?;
+    let (h, rest) = rest.split_once('h')?;
+    let (m, rest) = rest.split_once('m')?;
+    let sec = rest.strip_suffix('s')?;
+    let sec = sec.split('.').next()?;
+    let num = |t: &str, max: i64| -> Option<i64> {
+        if t.is_empty() || t.len() > 4 || !t.bytes().all(|c| c.is_ascii_digit()) {
+            return None;
+        }
+        let v: i64 = t.parse().ok()?;
+        (v <= max).then_some(v)
+    };
+    let (y, d, h, m, sec) = (
+        num(y, 9999)?,
+        num(d, 366)?,
+        num(h, 23)?,
+        num(m, 59)?,
+        num(sec, 60)?,
+    );
+    if y < 1970 || d == 0 {
+        return None;
+    }
+    Some((days_from_civil(y, 1, 1) + d - 1) * 86400 + h * 3600 + m * 60 + sec)
+}
+
+/// Unix seconds as Mark6 time, e.g. `2025y190d12h00m00s`.
+pub fn format_mark6_time(unix: i64) -> String {
+    let (y, doy, sod) = UtcTime::from_unix(unix, 0).year_doy_sod();
+    format!(
+        "{y:04}y{doy:03}d{:02}h{:02}m{:02}s",
+        sod / 3600,
+        (sod / 60) % 60,
+        sod % 60
+    )
+}
+
+/// ISO-8601 `YYYY-MM-DDTHH:MM:SS[.f]Z` (as the metadata holds) to Unix seconds as a float.
+pub fn parse_iso(s: &str) -> Option<f64> {
+    let s = s.strip_suffix('Z')?;
+    let (date, time) = s.split_once('T')?;
+    let mut d = date.split('-');
+    let (y, mo, da): (i64, u32, u32) = (
+        d.next()?.parse().ok()?,
+        d.next()?.parse().ok()?,
+        d.next()?.parse().ok()?,
+    );
+    let mut t = time.split(':');
+    let (h, mi): (i64, i64) = (t.next()?.parse().ok()?, t.next()?.parse().ok()?);
+    let sec: f64 = t.next()?.parse().ok()?;
+    Some((days_from_civil(y, mo, da) * 86400 + h * 3600 + mi * 60) as f64 + sec)
+}
+
+/// Cumulative totals at one sample: time, packets, bytes, lost, bytes per stream, bytes written per disk.
+type Totals = (f64, u64, u64, u64, BTreeMap<String, u64>, BTreeMap<String, u64>);
+
+/// The command state machine. See the module documentation.
+pub struct Controller {
+    cfg: DaemonConfig,
+    engine: Box<dyn Engine>,
+    staged: Vec<InputStream>,
+    committed: Vec<InputStream>,
+    open_group: Option<String>,
+    nominal: BTreeMap<String, usize>,
+    state: RecordState,
+    scans: Vec<ScanEntry>,
+    last_error: Option<String>,
+    events: VecDeque<String>,
+    events_total: u64,
+    cumulative: Cumulative,
+    /// Cumulative totals at the previous sample: (unix time, packets... per label, written per disk).
+    prev: Option<Totals>,
+    rates: Rates,
+    stream_rates: BTreeMap<String, f64>,
+    disk_rates: BTreeMap<String, f64>,
+    history: VecDeque<Sample>,
+    last_sample_second: i64,
+}
+
+type Result = std::result::Result<Reply, Reply>;
+
+impl Controller {
+    /// A controller for `cfg`: streams of the configuration committed, `open_group` opened, the scan list
+    /// read from every group's disks.
+    pub fn new(cfg: DaemonConfig, engine: Box<dyn Engine>) -> Self {
+        let committed: Vec<InputStream> = cfg.streams.iter().map(InputStream::from_spec).collect();
+        let nominal = cfg
+            .groups
+            .keys()
+            .map(|g| (g.clone(), cfg.group_disks(g).len()))
+            .collect();
+        let scans = scan_list_from_disks(&cfg.all_disks());
+        let mut c = Controller {
+            staged: committed.clone(),
+            committed,
+            open_group: None,
+            nominal,
+            state: RecordState::Off,
+            scans,
+            last_error: None,
+            events: VecDeque::new(),
+            events_total: 0,
+            cumulative: Cumulative::default(),
+            prev: None,
+            rates: Rates::default(),
+            stream_rates: BTreeMap::new(),
+            disk_rates: BTreeMap::new(),
+            history: VecDeque::new(),
+            last_sample_second: i64::MIN,
+            engine,
+            cfg,
+        };
+        if let Some(g) = c.cfg.open_group.clone() {
+            c.open_group = Some(g.clone());
+            c.event(format!("group {g} opened (configuration)"));
+        }
+        let incomplete = c
+            .scans
+            .iter()
+            .filter(|s| s.meta.as_ref().is_some_and(|m| !m.complete))
+            .count();
+        c.event(format!(
+            "started: {} scan(s) on the disks, {} incomplete",
+            c.scans.len(),
+            incomplete
+        ));
+        c
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &DaemonConfig {
+        &self.cfg
+    }
+
+    /// Counts a statement received (for metrics).
+    pub fn count_command(&mut self) {
+        self.cumulative.commands += 1;
+    }
+
+    /// Counts a connection accepted or refused (for metrics).
+    pub fn count_connection(&mut self, refused: bool) {
+        if refused {
+            self.cumulative.connections_refused += 1;
+        } else {
+            self.cumulative.connections += 1;
+        }
+    }
+
+    /// Counters since start-up, for `/metrics`.
+    pub fn cumulative(&self) -> Cumulative {
+        let mut c = self.cumulative.clone();
+        if let RecordState::Active { rec, .. } = &self.state {
+            let st = rec.status();
+            add_scan_counters(&mut c, &st);
+        }
+        c
+    }
+
+    /// The scan list, oldest first.
+    pub fn scans(&self) -> &[ScanEntry] {
+        &self.scans
+    }
+
+    /// off | pending | recording | flushing
+    pub fn state_name(&self) -> &'static str {
+        match &self.state {
+            RecordState::Off => "off",
+            RecordState::Pending { .. } => "pending",
+            RecordState::Active { rec, .. } => match rec.status().phase {
+                Phase::Recording => "recording",
+                _ => "flushing",
+            },
+        }
+    }
+
+    /// Addresses the current recording's streams are bound to.
+    pub fn local_addrs(&self) -> Vec<SocketAddr> {
+        match &self.state {
+            RecordState::Active { rec, .. } => rec.local_addrs(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Rate history, oldest first.
+    pub fn history(&self) -> Vec<Sample> {
+        self.history.iter().copied().collect()
+    }
+
+    fn event(&mut self, e: String) {
+        if self.events.len() == MAX_EVENTS {
+            self.events.pop_front();
+        }
+        let now = UtcTime::now().to_iso8601();
+        self.events
+            .push_back(format!("{} {e}", &now[..now.len().min(19)]));
+        self.events_total += 1;
+    }
+
+    /// Events after the first `seen` ever logged (as many as are still kept) and the new count to pass next.
+    pub fn events_since(&self, seen: u64) -> (Vec<String>, u64) {
+        let n = (self.events_total.saturating_sub(seen) as usize).min(self.events.len());
+        (
+            self.events.iter().skip(self.events.len() - n).cloned().collect(),
+            self.events_total,
+        )
+    }
+
+    /// Advances the clock: starts a pending recording whose second has come, collects a finished one,
+    /// drains engine events and samples the rates once per second.
+    pub fn tick(&mut self, now: UtcTime) {
+        if let RecordState::Pending { start, .. } = &self.state {
+            if now.unix_seconds >= *start {
+                let RecordState::Pending { plan, .. } = std::mem::replace(&mut self.state, RecordState::Off)
+                else {
+                    unreachable!()
+                };
+                if let Err(e) = self.start_now(plan, now) {
+                    self.last_error = Some(e.clone());
+                    self.event(format!("pending recording could not start: {e}"));
+                }
+            }
+        }
+        if let RecordState::Active { rec, .. } = &self.state {
+            let (events, finished) = (rec.events(), rec.finished());
+            for e in events {
+                self.event(e);
+            }
+            if let Some(summary) = finished {
+                let RecordState::Active { plan, .. } = std::mem::replace(&mut self.state, RecordState::Off)
+                else {
+                    unreachable!()
+                };
+                add_scan_counters(&mut self.cumulative, &summary.status);
+                self.cumulative.scans_recorded += 1;
+                let t = summary.metadata.totals();
+                self.event(format!(
+                    "scan {} finished: {} frames, {} bytes, {} lost{}",
+                    plan.scan,
+                    t.packets,
+                    t.bytes,
+                    t.lost,
+                    summary
+                        .error
+                        .as_deref()
+                        .map(|e| format!("; ERROR: {e}"))
+                        .unwrap_or_default()
+                ));
+                self.last_error = summary.error.clone();
+                self.scans.retain(|s| s.name != plan.scan);
+                self.scans.push(ScanEntry {
+                    name: plan.scan,
+                    meta: Some(summary.metadata),
+                    error: summary.error,
+                });
+            }
+        }
+        if now.unix_seconds != self.last_sample_second {
+            self.last_sample_second = now.unix_seconds;
+            self.sample(now);
+        }
+    }
+
+    fn sample(&mut self, now: UtcTime) {
+        let c = self.cumulative();
+        let t = now.as_f64();
+        let (mut packets, mut bytes, mut lost) = (0, 0, 0);
+        let mut per_stream = BTreeMap::new();
+        for (l, v) in &c.streams {
+            packets += v[0];
+            bytes += v[1];
+            lost += v[2];
+            per_stream.insert(l.clone(), v[1]);
+        }
+        let per_disk: BTreeMap<String, u64> = c.disks.iter().cloned().collect();
+        let written: u64 = per_disk.values().sum();
+        if let Some((t0, _p0, b0, l0, s0, d0)) = &self.prev {
+            let dt = (t - t0).max(1e-3);
+            self.rates = Rates {
+                rx_bps: bytes.saturating_sub(*b0) as f64 * 8.0 / dt,
+                lost_per_s: lost.saturating_sub(*l0) as f64 / dt,
+                write_bytes_per_s: written.saturating_sub(d0.values().sum()) as f64 / dt,
+            };
+            self.stream_rates = per_stream
+                .iter()
+                .map(|(l, b)| {
+                    (
+                        l.clone(),
+                        b.saturating_sub(*s0.get(l).unwrap_or(&0)) as f64 * 8.0 / dt,
+                    )
+                })
+                .collect();
+            self.disk_rates = per_disk
+                .iter()
+                .map(|(d, b)| (d.clone(), b.saturating_sub(*d0.get(d).unwrap_or(&0)) as f64 / dt))
+                .collect();
+            if self.history.len() == HISTORY_SECONDS {
+                self.history.pop_front();
+            }
+            self.history.push_back(Sample {
+                t,
+                rx_bps: self.rates.rx_bps,
+                lost_per_s: self.rates.lost_per_s,
+                write_bytes_per_s: self.rates.write_bytes_per_s,
+            });
+        }
+        self.prev = Some((t, packets, bytes, lost, per_stream, per_disk));
+    }
+
+    /// Executes one statement.
+    pub fn execute(&mut self, st: &Statement, now: UtcTime) -> Reply {
+        let r = match (st.keyword.as_str(), st.query) {
+            ("input_stream", false) => self.input_stream(st),
+            ("input_stream", true) => Ok(self.input_stream_query(st)),
+            ("group", false) => self.group(st),
+            ("group", true) => Ok(self.group_query(st)),
+            ("mstat", true) => self.mstat(st),
+            ("record", false) => self.record(st, now),
+            ("record", true) => Ok(self.record_query(st)),
+            ("scan_check", true) => self.scan_check(st),
+            ("rtime", true) => Ok(self.rtime(st)),
+            ("status", true) => Ok(self.status_query(st)),
+            ("evlbi", true) => Ok(self.evlbi(st)),
+            ("help", true) => Ok(Reply::to(
+                st,
+                Rc::Done,
+                [
+                    "input_stream",
+                    "group",
+                    "mstat?",
+                    "record",
+                    "scan_check?",
+                    "rtime?",
+                    "status?",
+                    "evlbi?",
+                    "help?",
+                ]
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            )),
+            ("mstat" | "scan_check" | "rtime" | "status" | "evlbi" | "help", q) => Err(Reply::reason(
+                st,
+                Rc::NoSuchKeyword,
+                format!(
+                    "{} has no {} form",
+                    st.keyword,
+                    if q { "query" } else { "command" }
+                ),
+            )),
+            _ => Err(Reply::reason(st, Rc::NoSuchKeyword, "no such keyword")),
+        };
+        r.unwrap_or_else(|e| e)
+    }
+
+    fn busy(&self) -> bool {
+        !matches!(self.state, RecordState::Off)
+    }
+
+    // ---- input_stream ----
+
+    fn input_stream(&mut self, st: &Statement) -> Result {
+        let bad = |reason: String| Reply::reason(st, Rc::Parameter, reason);
+        match st.arg(0).to_ascii_lowercase().as_str() {
+            "add" => {
+                let s = parse_input_stream(&st.args[1..]).map_err(bad)?;
+                if self.staged.iter().any(|x| x.label == s.label) {
+                    return Err(Reply::reason(
+                        st,
+                        Rc::Conflict,
+                        format!("stream {} exists: delete it first", s.label),
+                    ));
+                }
+                if s.address.port() != 0 && self.staged.iter().any(|x| x.address == s.address) {
+                    return Err(Reply::reason(
+                        st,
+                        Rc::Conflict,
+                        format!("another stream receives on {}", s.address),
+                    ));
+                }
+                let label = s.label.clone();
+                self.staged.push(s);
+                Ok(Reply::to(st, Rc::Done, vec!["added".into(), label]))
+            }
+            "delete" => {
+                let label = st.arg(1);
+                let before = self.staged.len();
+                self.staged.retain(|x| x.label != label);
+                if self.staged.len() == before {
+                    return Err(bad(format!("no stream {label:?} (input_stream? lists them)")));
+                }
+                Ok(Reply::to(st, Rc::Done, vec!["deleted".into(), label.into()]))
+            }
+            "commit" => {
+                if self.busy() {
+                    return Err(Reply::reason(
+                        st,
+                        Rc::Conflict,
+                        format!("{}: streams cannot change now", self.state_name()),
+                    ));
+                }
+                if !self.staged.is_empty() {
+                    let mut check = self.cfg.recorder.clone();
+                    check.streams = self.staged.iter().map(InputStream::spec).collect();
+                    check.disks = vec![PathBuf::from("/")];
+                    check.scan = "check".into();
+                    check.validate().map_err(|e| bad(e.to_string()))?;
+                }
+                self.committed = self.staged.clone();
+                self.event(format!("{} input stream(s) committed", self.committed.len()));
+                Ok(Reply::to(
+                    st,
+                    Rc::Done,
+                    vec!["committed".into(), self.committed.len().to_string()],
+                ))
+            }
+            "" => Err(bad("expected add, delete or commit".into())),
+            other => Err(bad(format!("{other:?} is not add, delete or commit"))),
+        }
+    }
+
+    fn input_stream_query(&self, st: &Statement) -> Reply {
+        let mut f = vec![self.committed.len().to_string()];
+        for s in &self.committed {
+            f.extend(s.fields());
+        }
+        if self.staged != self.committed {
+            f.push("uncommitted changes".into());
+        }
+        Reply::to(st, Rc::Done, f)
+    }
+
+    // ---- group ----
+
+    fn group(&mut self, st: &Statement) -> Result {
+        let verb = st.arg(0).to_ascii_lowercase();
+        let name = st.arg(1).to_string();
+        let known = |name: &str| -> std::result::Result<(), Reply> {
+            if self.cfg.groups.contains_key(name) {
+                Ok(())
+            } else {
+                Err(Reply::reason(
+                    st,
+                    Rc::Parameter,
+                    format!(
+                        "no group {name:?} in the configuration (groups: {})",
+                        self.cfg.groups.keys().cloned().collect::<Vec<_>>().join(",")
+                    ),
+                ))
+            }
+        };
+        match verb.as_str() {
+            "new" => {
+                known(&name)?;
+                let mut created = 0;
+                for p in &self.cfg.groups[&name] {
+                    if p.contains(['*', '?', '[']) {
+                        continue;
+                    }
+                    if !Path::new(p).is_dir() {
+                        std::fs::create_dir_all(p)
+                            .map_err(|e| Reply::reason(st, Rc::Failed, format!("{p}: {e}")))?;
+                        created += 1;
+                    }
+                }
+                let found = space_of(&self.cfg.group_disks(&name)).2;
+                Ok(Reply::to(
+                    st,
+                    Rc::Done,
+                    vec![name, format!("{found} disks"), format!("{created} created")],
+                ))
+            }
+            "open" => {
+                known(&name)?;
+                if self.busy() {
+                    return Err(Reply::reason(
+                        st,
+                        Rc::Conflict,
+                        format!("{}: close it first", self.state_name()),
+                    ));
+                }
+                let disks = self.cfg.group_disks(&name);
+                let found = space_of(&disks).2;
+                if found == 0 {
+                    return Err(Reply::reason(
+                        st,
+                        Rc::Failed,
+                        format!("group {name}: no directory found (group=new:{name} creates plain paths)"),
+                    ));
+                }
+                self.open_group = Some(name.clone());
+                self.event(format!("group {name} opened: {found} of {} disk(s)", disks.len()));
+                Ok(Reply::to(st, Rc::Done, vec![name, format!("{found} disks")]))
+            }
+            "close" => {
+                let Some(open) = self.open_group.clone() else {
+                    return Err(Reply::reason(st, Rc::NotNow, "no group is open"));
+                };
+                if !name.is_empty() && name != open {
+                    return Err(Reply::reason(
+                        st,
+                        Rc::Parameter,
+                        format!("group {name:?} is not open ({open} is)"),
+                    ));
+                }
+                if self.busy() {
+                    return Err(Reply::reason(
+                        st,
+                        Rc::Conflict,
+                        format!("{}: group in use", self.state_name()),
+                    ));
+                }
+                self.open_group = None;
+                self.event(format!("group {open} closed"));
+                Ok(Reply::to(st, Rc::Done, vec![open]))
+            }
+            "mount" | "unmount" | "protect" | "unprotect" | "erase" => Err(Reply::reason(
+                st,
+                Rc::NotNow,
+                "not applicable: vlbiflow groups are directories named in the configuration",
+            )),
+            "" => Err(Reply::reason(st, Rc::Parameter, "expected new, open or close")),
+            other => Err(Reply::reason(
+                st,
+                Rc::Parameter,
+                format!("{other:?} is not new, open or close"),
+            )),
+        }
+    }
+
+    fn group_query(&self, st: &Statement) -> Reply {
+        let mut f = vec![self.open_group.clone().unwrap_or_else(|| "none".into())];
+        f.extend(self.cfg.groups.keys().cloned());
+        Reply::to(st, Rc::Done, f)
+    }
+
+    fn mstat(&self, st: &Statement) -> Result {
+        let which = st.arg(0);
+        let names: Vec<&String> = match which.to_ascii_lowercase().as_str() {
+            "" | "all" => self.cfg.groups.keys().collect(),
+            _ => match self.cfg.groups.get_key_value(which) {
+                Some((k, _)) => vec![k],
+                None => return Err(Reply::reason(st, Rc::Parameter, format!("no group {which:?}"))),
+            },
+        };
+        let mut f = Vec::new();
+        for (i, name) in names.into_iter().enumerate() {
+            let disks = self.cfg.group_disks(name);
+            let (free, total, found) = space_of(&disks);
+            let nominal = self.nominal.get(name).copied().unwrap_or(disks.len());
+            let open = self.open_group.as_deref() == Some(name.as_str());
+            let status2 = if open && self.busy() {
+                self.state_name()
+            } else if found < nominal {
+                "disks missing"
+            } else {
+                "ready"
+            };
+            f.extend([
+                name.clone(),
+                (i + 1).to_string(),
+                name.clone(),
+                found.to_string(),
+                nominal.to_string(),
+                format!("{:.3}", free as f64 / 1e9),
+                format!("{:.3}", total as f64 / 1e9),
+                if open { "open" } else { "closed" }.into(),
+                status2.into(),
+                match self.cfg.recorder.format {
+                    ScanFormat::Mark6 => "sg",
+                    ScanFormat::Flexbuff => "flexbuff",
+                }
+                .into(),
+            ]);
+        }
+        Ok(Reply::to(st, Rc::Done, f))
+    }
+
+    // ---- record ----
+
+    fn record(&mut self, st: &Statement, now: UtcTime) -> Result {
+        let a0 = st.arg(0).to_ascii_lowercase();
+        if a0 == "off" {
+            return Ok(self.record_off(st));
+        }
+        let bad = |reason: String| Err(Reply::reason(st, Rc::Parameter, reason));
+        let (start, rest) = if a0 == "on" {
+            match st.args.get(1) {
+                Some(t) if parse_mark6_time(t).is_some() => (parse_mark6_time(t), &st.args[2..]),
+                _ => (None, &st.args[1..]),
+            }
+        } else if let Some(t) = parse_mark6_time(&a0) {
+            (Some(t), &st.args[1..])
+        } else {
+            return bad(format!(
+                "{:?}: expected on, off or a start time such as 2025y190d12h00m00s",
+                st.arg(0)
+            ));
+        };
+        let (duration, _size, scan, exp, stn) = match rest.len() {
+            0 => ("", "", "", "", ""),
+            1 => (rest[0].as_str(), "", "", "", ""),
+            2 => (rest[0].as_str(), "", rest[1].as_str(), "", ""),
+            4 => (
+                rest[0].as_str(),
+                "",
+                rest[1].as_str(),
+                rest[2].as_str(),
+                rest[3].as_str(),
+            ),
+            5 => (
+                rest[0].as_str(),
+                rest[1].as_str(),
+                rest[2].as_str(),
+                rest[3].as_str(),
+                rest[4].as_str(),
+            ),
+            n => {
+                return bad(format!(
+                    "{n} fields after the start: expected <duration>[:<size GB>]:<scan>:<exp>:<stn>"
+                ))
+            }
+        };
+        if self.busy() {
+            return Err(Reply::reason(
+                st,
+                Rc::Conflict,
+                format!("{}: record=off first", self.state_name()),
+            ));
+        }
+        let duration = if duration.is_empty() {
+            None
+        } else {
+            match duration.parse::<f64>() {
+                Ok(d) if d > 0.0 && d <= 1e7 => Some(Duration::from_secs_f64(d)),
+                _ => return bad(format!("duration {duration:?} is not seconds (0 < d <= 1e7)")),
+            }
+        };
+        let size_gb = if _size.is_empty() {
+            None
+        } else {
+            match _size.parse::<f64>() {
+                Ok(s) if s >= 0.0 && s.is_finite() => Some(s),
+                _ => return bad(format!("size {_size:?} is not GB")),
+            }
+        };
+        let exp = if exp.is_empty() {
+            self.cfg.experiment.clone()
+        } else {
+            Some(exp.to_string())
+        };
+        let stn = if stn.is_empty() {
+            self.cfg.station.clone()
+        } else {
+            Some(stn.to_string())
+        };
+        for (what, v) in [
+            ("scan", Some(scan)),
+            ("experiment", exp.as_deref()),
+            ("station", stn.as_deref()),
+        ] {
+            if let Some(v) = v.filter(|v| !v.is_empty()) {
+                if let Err(e) = vlbiflow_formats::names::validate_scan_name(v) {
+                    return bad(format!("{what} name {v:?}: {e}"));
+                }
+            }
+        }
+        // d-plane names files <exp>_<stn>_<scan>; a missing scan name gets the next free number.
+        let scan = if scan.is_empty() {
+            let mut n = self.scans.len() + 1;
+            while self
+                .scans
+                .iter()
+                .any(|s| s.name.ends_with(&format!("scan{n:04}")))
+            {
+                n += 1;
+            }
+            format!("scan{n:04}")
+        } else {
+            scan.to_string()
+        };
+        let full: String = [exp.as_deref(), stn.as_deref(), Some(scan.as_str())]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join("_");
+        if let Err(e) = vlbiflow_formats::names::validate_scan_name(&full) {
+            return bad(format!("scan name {full:?}: {e}"));
+        }
+        if self.scans.iter().any(|s| s.name == full) {
+            return Err(Reply::reason(
+                st,
+                Rc::Conflict,
+                format!("scan {full} already exists"),
+            ));
+        }
+        if self.committed.is_empty() {
+            return Err(Reply::reason(
+                st,
+                Rc::NotNow,
+                "no input stream committed (input_stream=add:... then input_stream=commit)",
+            ));
+        }
+        let Some(group) = self.open_group.clone() else {
+            return Err(Reply::reason(st, Rc::NotNow, "no group open (group=open:<name>)"));
+        };
+        let disks: Vec<PathBuf> = self
+            .cfg
+            .group_disks(&group)
+            .into_iter()
+            .filter(|d| d.is_dir())
+            .collect();
+        if disks.is_empty() {
+            return Err(Reply::reason(
+                st,
+                Rc::Failed,
+                format!("group {group}: no disk found"),
+            ));
+        }
+        if let Some(gb) = size_gb {
+            let free = space_of(&disks).0 as f64 / 1e9;
+            if gb > free {
+                return Err(Reply::reason(
+                    st,
+                    Rc::Failed,
+                    format!("{gb} GB asked, {free:.3} GB free on group {group}"),
+                ));
+            }
+        }
+        let plan = Plan {
+            scan: full.clone(),
+            experiment: exp,
+            station: stn,
+            duration,
+            group,
+            disks,
+            streams: self.committed.clone(),
+        };
+        match start {
+            Some(t) if t > now.unix_seconds => {
+                self.event(format!("scan {full} pending until {}", format_mark6_time(t)));
+                self.state = RecordState::Pending { start: t, plan };
+                Ok(Reply::to(
+                    st,
+                    Rc::Initiated,
+                    vec!["pending".into(), full, format_mark6_time(t)],
+                ))
+            }
+            // A start time within the current second starts now; an earlier one is an error.
+            Some(t) if t < now.unix_seconds => {
+                bad(format!("start time {} is in the past", format_mark6_time(t)))
+            }
+            _ => match self.start_now(plan, now) {
+                Ok(()) => Ok(Reply::to(st, Rc::Done, vec!["recording".into(), full])),
+                Err(e) => {
+                    self.last_error = Some(e.clone());
+                    Err(Reply::reason(st, Rc::Failed, e))
+                }
+            },
+        }
+    }
+
+    fn start_now(&mut self, plan: Plan, now: UtcTime) -> std::result::Result<(), String> {
+        let mut c: RecorderConfig = self.cfg.recorder.clone();
+        c.streams = plan.streams.iter().map(InputStream::spec).collect();
+        c.disks = plan.disks.clone();
+        c.scan = plan.scan.clone();
+        c.experiment = plan.experiment.clone();
+        c.station = plan.station.clone();
+        c.duration = plan.duration;
+        let rec = self.engine.start(c)?;
+        self.last_error = None;
+        self.event(format!("scan {} recording on group {}", plan.scan, plan.group));
+        self.state = RecordState::Active {
+            rec,
+            plan,
+            started: now,
+        };
+        Ok(())
+    }
+
+    fn record_off(&mut self, st: &Statement) -> Reply {
+        match std::mem::replace(&mut self.state, RecordState::Off) {
+            RecordState::Off => Reply::reason(st, Rc::NotNow, "not recording"),
+            RecordState::Pending { plan, .. } => {
+                self.event(format!("pending scan {} cancelled", plan.scan));
+                Reply::to(st, Rc::Done, vec!["cancelled".into(), plan.scan])
+            }
+            RecordState::Active { rec, plan, started } => {
+                // Bounded: the engine's stop returns within a second; flushing continues in the background.
+                rec.stop();
+                let name = plan.scan.clone();
+                self.event(format!("scan {name}: record=off, flushing"));
+                self.state = RecordState::Active { rec, plan, started };
+                Reply::to(st, Rc::Done, vec!["flushing".into(), name])
+            }
+        }
+    }
+
+    fn record_query(&self, st: &Statement) -> Reply {
+        let (group, number, name) = match &self.state {
+            RecordState::Off => (
+                self.open_group.clone().unwrap_or_else(|| "-".into()),
+                self.scans.len(),
+                self.scans
+                    .last()
+                    .map(|s| s.name.clone())
+                    .unwrap_or_else(|| "-".into()),
+            ),
+            RecordState::Pending { plan, .. } | RecordState::Active { plan, .. } => {
+                (plan.group.clone(), self.scans.len() + 1, plan.scan.clone())
+            }
+        };
+        Reply::to(
+            st,
+            Rc::Done,
+            vec![self.state_name().into(), group, number.to_string(), name],
+        )
+    }
+
+    // ---- queries on scans and rates ----
+
+    fn scan_check(&self, st: &Statement) -> Result {
+        let which = st.arg(0);
+        let (number, entry) = if which.is_empty() {
+            match self.scans.last() {
+                Some(e) => (self.scans.len(), e),
+                None => return Err(Reply::reason(st, Rc::NotNow, "no scan recorded yet")),
+            }
+        } else if let Some(i) = which
+            .parse::<usize>()
+            .ok()
+            .filter(|&i| i >= 1 && i <= self.scans.len())
+        {
+            (i, &self.scans[i - 1])
+        } else if let Some(i) = self.scans.iter().position(|s| s.name == which) {
+            (i + 1, &self.scans[i])
+        } else {
+            return Err(Reply::reason(st, Rc::Parameter, format!("no scan {which:?}")));
+        };
+        let Some(m) = &entry.meta else {
+            return Err(Reply::reason(
+                st,
+                Rc::Failed,
+                format!(
+                    "scan {}: {}",
+                    entry.name,
+                    entry.error.as_deref().unwrap_or("metadata unreadable")
+                ),
+            ));
+        };
+        let mut f = vec![
+            number.to_string(),
+            entry.name.clone(),
+            if m.complete { "complete" } else { "incomplete" }.into(),
+        ];
+        for s in &m.streams {
+            let c = &s.counters;
+            let first = s.first_frame_utc.as_deref().and_then(parse_iso);
+            let last = s.last_frame_utc.as_deref().and_then(parse_iso);
+            let frame_s = s.frame_rate.map(|r| 1.0 / f64::from(r)).unwrap_or(0.0);
+            let duration = match (first, last) {
+                (Some(a), Some(b)) if b >= a => b - a + frame_s,
+                _ => 0.0,
+            };
+            let status = if c.packets == 0 || c.lost > 0 || c.invalid_frames > 0 {
+                "data?"
+            } else if first.is_none() || s.frame_rate.is_none() {
+                "time?"
+            } else {
+                "OK"
+            };
+            let gbps = if duration > 0.0 {
+                c.bytes as f64 * 8.0 / duration / 1e9
+            } else {
+                0.0
+            };
+            f.extend([
+                s.label.clone(),
+                status.into(),
+                kind_name(s.kind).into(),
+                first
+                    .map(|t| format_mark6_time(t.floor() as i64))
+                    .unwrap_or_else(|| "-".into()),
+                format!("{duration:.3}"),
+                format!("{:.6}", c.bytes as f64 / 1e9),
+                format!("{gbps:.4}"),
+                (c.lost * u64::from(s.frame_size)).to_string(),
+            ]);
+        }
+        Ok(Reply::to(st, Rc::Done, f))
+    }
+
+    /// Recording rate now (bits/s), or the last scan's average when idle.
+    fn recent_rate(&self) -> f64 {
+        if let RecordState::Active { rec, .. } = &self.state {
+            return rec.status().streams.iter().map(|s| s.rate_bps()).sum();
+        }
+        self.scans
+            .iter()
+            .rev()
+            .filter_map(|s| s.meta.as_ref())
+            .find_map(|m| {
+                let dur = parse_iso(m.end_utc.as_deref()?)? - parse_iso(&m.start_utc)?;
+                (dur > 0.0).then(|| m.totals().bytes as f64 * 8.0 / dur)
+            })
+            .unwrap_or(0.0)
+    }
+
+    fn rtime(&self, st: &Statement) -> Reply {
+        let Some(group) = &self.open_group else {
+            return Reply::reason(st, Rc::NotNow, "no group open");
+        };
+        let (free, total, _) = space_of(&self.cfg.group_disks(group));
+        let rate = self.recent_rate();
+        let seconds = if rate > 0.0 {
+            format!("{:.0}", free as f64 * 8.0 / rate)
+        } else {
+            "unknown".into()
+        };
+        Reply::to(
+            st,
+            Rc::Done,
+            vec![
+                group.clone(),
+                seconds,
+                format!("{:.3}", free as f64 / 1e9),
+                format!(
+                    "{:.2}",
+                    if total > 0 {
+                        100.0 * free as f64 / total as f64
+                    } else {
+                        0.0
+                    }
+                ),
+                format!("{:.4}", rate / 1e9),
+            ],
+        )
+    }
+
+    fn status_query(&self, st: &Statement) -> Reply {
+        Reply::to(
+            st,
+            Rc::Done,
+            vec![
+                self.state_name().into(),
+                self.open_group.clone().unwrap_or_else(|| "none".into()),
+                format!("{} streams", self.committed.len()),
+                format!("{} scans", self.scans.len()),
+                self.last_error.clone().unwrap_or_else(|| "ok".into()),
+            ],
+        )
+    }
+
+    fn evlbi(&self, st: &Statement) -> Reply {
+        let c: StreamCounters = match &self.state {
+            RecordState::Active { rec, .. } => rec.status().totals(),
+            _ => self
+                .scans
+                .last()
+                .and_then(|s| s.meta.as_ref())
+                .map(|m| m.totals())
+                .unwrap_or_default(),
+        };
+        let expected = c.packets + c.lost;
+        let pct = |n: u64| {
+            if expected > 0 {
+                100.0 * n as f64 / expected as f64
+            } else {
+                0.0
+            }
+        };
+        Reply::to(
+            st,
+            Rc::Done,
+            vec![
+                "total".into(),
+                expected.to_string(),
+                "loss".into(),
+                format!("{} ({:.2}%)", c.lost, pct(c.lost)),
+                "out-of-order".into(),
+                format!("{} ({:.2}%)", c.out_of_order, pct(c.out_of_order)),
+                "extent".into(),
+                "n/a seqnr/pkt".into(),
+            ],
+        )
+    }
+
+    // ---- status report ----
+
+    /// The full status at `now`.
+    pub fn report(&self, now: UtcTime) -> StatusReport {
+        let live: Option<RecorderStatus> = match &self.state {
+            RecordState::Active { rec, .. } => Some(rec.status()),
+            _ => None,
+        };
+        let (plan, started) = match &self.state {
+            RecordState::Pending { plan, start } => (Some(plan), Some(UtcTime::from_unix(*start, 0))),
+            RecordState::Active { plan, started, .. } => (Some(plan), Some(*started)),
+            RecordState::Off => (None, None),
+        };
+        let record = RecordReport {
+            state: self.state_name().into(),
+            group: plan.map(|p| p.group.clone()).or_else(|| self.open_group.clone()),
+            scan: plan.map(|p| p.scan.clone()),
+            scan_number: self.scans.len() + usize::from(plan.is_some()),
+            start_utc: started.map(|t| t.to_iso8601()),
+            elapsed_s: live.as_ref().map(|s| s.elapsed.as_secs_f64()).unwrap_or(0.0),
+            duration_s: plan.and_then(|p| p.duration).map(|d| d.as_secs_f64()),
+            last_error: self.last_error.clone(),
+        };
+        let streams_cfg = plan.map(|p| &p.streams).unwrap_or(&self.committed);
+        let streams = streams_cfg
+            .iter()
+            .map(|s| {
+                let mut r = StreamReport {
+                    label: s.label.clone(),
+                    format: kind_name(s.kind).into(),
+                    address: s.address.to_string(),
+                    interface: s.interface.clone(),
+                    psn: s.spec().psn,
+                    frame_size: s.payload_size,
+                    threads: s.threads.clone(),
+                    rate_bps: self.stream_rates.get(&s.label).copied().unwrap_or(0.0),
+                    ..Default::default()
+                };
+                if let Some(ls) = live
+                    .as_ref()
+                    .and_then(|l| l.streams.iter().find(|x| x.label == s.label))
+                {
+                    let c = &ls.counters;
+                    r.packets = c.packets;
+                    r.bytes = c.bytes;
+                    r.lost = c.lost;
+                    r.out_of_order = c.out_of_order;
+                    r.duplicates = c.duplicates;
+                    r.invalid_frames = c.invalid_frames;
+                    r.rejected = c.rejected;
+                    r.filtered = c.filtered;
+                    r.dropped_no_buffer = c.dropped_no_buffer;
+                    r.kernel_drops = c.kernel_drops;
+                    r.loss_fraction = c.loss_fraction();
+                    r.frame_rate = ls.frame_rate;
+                    r.recv_buffer = ls.recv_buffer;
+                    r.vdif_times = ls
+                        .threads
+                        .iter()
+                        .filter_map(|t| {
+                            let time: VdifTime = t.last_time?;
+                            let delta = t
+                                .frame_rate
+                                .or(ls.frame_rate)
+                                .and_then(|rate| time.to_utc(rate).ok())
+                                .map(|u| u.as_f64() - now.as_f64());
+                            Some(VdifTimeReport {
+                                thread: t.thread,
+                                epoch: time.epoch,
+                                second: time.seconds,
+                                frame: time.frame,
+                                delta_s: delta,
+                            })
+                        })
+                        .collect();
+                }
+                r
+            })
+            .collect();
+        let group_name = record.group.clone().unwrap_or_default();
+        let disk_paths: Vec<PathBuf> = match (plan, &self.open_group) {
+            (Some(p), _) => p.disks.clone(),
+            (None, Some(g)) => self.cfg.group_disks(g),
+            (None, None) => Vec::new(),
+        };
+        let disks = disk_paths
+            .iter()
+            .map(|p| {
+                let key = p.display().to_string();
+                let (free, total) = disk_space(p).unwrap_or((0, 0));
+                let ld = live.as_ref().and_then(|l| l.disks.iter().find(|d| &d.path == p));
+                DiskReport {
+                    path: key.clone(),
+                    group: group_name.clone(),
+                    free_bytes: free,
+                    total_bytes: total,
+                    written_bytes: ld.map(|d| d.bytes).unwrap_or(0),
+                    write_rate: self.disk_rates.get(&key).copied().unwrap_or(0.0),
+                    failed: ld.and_then(|d| d.failed.clone()),
+                    present: p.is_dir(),
+                }
+            })
+            .collect();
+        let groups = self
+            .cfg
+            .groups
+            .keys()
+            .map(|g| {
+                let (free, total, found) = space_of(&self.cfg.group_disks(g));
+                GroupReport {
+                    name: g.clone(),
+                    open: self.open_group.as_deref() == Some(g),
+                    disks_found: found,
+                    disks_nominal: self.nominal.get(g).copied().unwrap_or(0),
+                    free_bytes: free,
+                    total_bytes: total,
+                }
+            })
+            .collect();
+        let mut scans: Vec<ScanReport> = self
+            .scans
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let t = s.meta.as_ref().map(|m| m.totals()).unwrap_or_default();
+                ScanReport {
+                    number: i + 1,
+                    name: s.name.clone(),
+                    state: match &s.meta {
+                        Some(m) if m.complete => "complete",
+                        Some(_) => "incomplete",
+                        None => "unreadable",
+                    }
+                    .into(),
+                    start_utc: s.meta.as_ref().map(|m| m.start_utc.clone()),
+                    end_utc: s.meta.as_ref().and_then(|m| m.end_utc.clone()),
+                    bytes: t.bytes,
+                    packets: t.packets,
+                    lost: t.lost,
+                    disks: s.meta.as_ref().map(|m| m.disks.len()).unwrap_or(0),
+                }
+            })
+            .collect();
+        if let (Some(p), Some(l)) = (plan, &live) {
+            let t = l.totals();
+            scans.push(ScanReport {
+                number: self.scans.len() + 1,
+                name: p.scan.clone(),
+                state: record.state.clone(),
+                start_utc: record.start_utc.clone(),
+                end_utc: None,
+                bytes: t.bytes,
+                packets: t.packets,
+                lost: t.lost,
+                disks: p.disks.len(),
+            });
+        }
+        StatusReport {
+            name: self.cfg.name.clone(),
+            version: format!("vlbiflow {}", env!("CARGO_PKG_VERSION")),
+            time_unix: now.as_f64(),
+            time_utc: now.to_iso8601(),
+            record,
+            streams,
+            disks,
+            groups,
+            pool: live.as_ref().map(|l| PoolReport {
+                total: l.pool.total,
+                free: l.pool.free,
+                queued: l.pool.queued,
+                block_bytes: l.pool.block_bytes,
+            }),
+            rates: self.rates.clone(),
+            scans,
+            events: self.events.iter().cloned().collect(),
+        }
+    }
+
+    /// Stops any recording and waits (bounded by `timeout`) for it to flush; used at shutdown.
+    pub fn shutdown(&mut self, timeout: Duration) {
+        if let RecordState::Pending { .. } = self.state {
+            self.state = RecordState::Off;
+        }
+        if let RecordState::Active { rec, .. } = &self.state {
+            rec.stop();
+            let deadline = std::time::Instant::now() + timeout;
+            while std::time::Instant::now() < deadline {
+                if let RecordState::Off = self.state {
+                    break;
+                }
+                self.tick(UtcTime::now());
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+fn add_scan_counters(c: &mut Cumulative, st: &RecorderStatus) {
+    for s in &st.streams {
+        let k = &s.counters;
+        let add = [
+            k.packets,
+            k.bytes,
+            k.lost,
+            k.out_of_order,
+            k.rejected,
+            k.dropped_no_buffer + k.kernel_drops,
+        ];
+        match c.streams.iter_mut().find(|(l, _)| *l == s.label) {
+            Some((_, v)) => v.iter_mut().zip(add).for_each(|(a, b)| *a += b),
+            None => c.streams.push((s.label.clone(), add)),
+        }
+    }
+    for d in &st.disks {
+        let key = d.path.display().to_string();
+        match c.disks.iter_mut().find(|(p, _)| *p == key) {
+            Some((_, v)) => *v += d.bytes,
+            None => c.disks.push((key, d.bytes)),
+        }
+    }
+}
+
+/// Parses the fields after `input_stream=add`:
+/// `<label>:<vdif|m5b>:<payload size>:<payload offset>:<psn offset>:<interface>:<filter address>[:<port>[:<slot>]:<threads>]`.
+pub fn parse_input_stream(a: &[String]) -> std::result::Result<InputStream, String> {
+    if a.len() < 7 || a.len() > 10 {
+        return Err(format!(
+            "{} fields: expected <label>:<vdif|m5b>:<payload size>:<payload offset>:<psn offset>:<interface>:<filter address>[:<port>[:<slot>]:<threads>]",
+            a.len()
+        ));
+    }
+    let label = a[0].as_str();
+    if label.is_empty()
+        || label.len() > 32
+        || !label
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.'))
+    {
+        return Err(format!("label {label:?}: 1 to 32 of A-Z a-z 0-9 _ - ."));
+    }
+    let kind = match a[1].to_ascii_lowercase().as_str() {
+        "vdif" => FrameKind::Vdif,
+        "m5b" | "mark5b" => FrameKind::M5b,
+        other => return Err(format!("format {other:?} is not vdif or m5b")),
+    };
+    let num = |i: usize, what: &str| -> std::result::Result<u32, String> {
+        a[i].parse::<u32>()
+            .map_err(|_| format!("{what} {:?} is not a number", a[i]))
+    };
+    let payload_size = num(2, "payload size")?;
+    let payload_offset = num(3, "payload offset")?;
+    let psn_offset = if a[4].is_empty() { 0 } else { num(4, "psn offset")? };
+    match (payload_offset, psn_offset) {
+        (UDP_HEADER_OFFSET, _) => {}
+        (o, UDP_HEADER_OFFSET) if o == UDP_HEADER_OFFSET + 8 => {}
+        _ => {
+            return Err(format!(
+                "payload offset {payload_offset} / psn offset {psn_offset}: a UDP socket sees datagrams from byte 42, \
+                 so the payload offset must be 42 (no PSN) or 50 with psn offset 42"
+            ))
+        }
+    }
+    let interface = a[5].clone();
+    if interface.len() > 32
+        || !interface
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.'))
+    {
+        return Err(format!("interface {interface:?}: up to 32 of A-Z a-z 0-9 _ - ."));
+    }
+    let ip: IpAddr = a[6]
+        .parse()
+        .map_err(|_| format!("filter address {:?} is not an IP address", a[6]))?;
+    let port = match a.get(7).map(String::as_str) {
+        None | Some("") => 4001,
+        Some(p) => p
+            .parse::<u16>()
+            .map_err(|_| format!("port {p:?} is not 0..65535"))?,
+    };
+    let (slot, threads) = match a.len() {
+        10 => (a[8].clone(), a[9].as_str()),
+        9 => (String::new(), a[8].as_str()),
+        _ => (String::new(), ""),
+    };
+    let mut t = Vec::new();
+    for x in threads.split([',', '+']).map(str::trim).filter(|x| !x.is_empty()) {
+        match x.parse::<u16>() {
+            Ok(v) if v <= 1023 => t.push(v),
+            _ => return Err(format!("thread {x:?} is not a VDIF thread ID (0..=1023)")),
+        }
+    }
+    if kind == FrameKind::M5b && !t.is_empty() {
+        return Err("threads: Mark5B streams have no threads".into());
+    }
+    t.sort_unstable();
+    t.dedup();
+    let s = InputStream {
+        label: label.to_string(),
+        kind,
+        payload_size,
+        payload_offset,
+        psn_offset: if payload_offset == UDP_HEADER_OFFSET {
+            0
+        } else {
+            psn_offset
+        },
+        interface,
+        address: SocketAddr::new(ip, port),
+        slot,
+        threads: t,
+        frame_rate: None,
+    };
+    s.spec().validate().map_err(|e| e.to_string())?;
+    Ok(s)
+}
+
+/// Used by the daemon's start-up log.
+pub fn describe(cfg: &DaemonConfig) -> String {
+    format!(
+        "{} group(s), {} configured stream(s), {} disk(s)",
+        cfg.groups.len(),
+        cfg.streams.len(),
+        cfg.all_disks().len()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::{parse_statement, ReturnCode};
+    use std::sync::{Arc, Mutex};
+    use vlbiflow_recorder::{DiskStatus, PoolStatus, ScanSummary, StreamStatus};
+    use vlbiflow_scan::{DiskMeta, StreamMeta, METADATA_VERSION};
+
+    /// What the scripted engine was asked and what its recording reports.
+    #[derive(Default)]
+    struct Script {
+        started: Vec<RecorderConfig>,
+        fail_start: Option<String>,
+        stopped: bool,
+        /// The recording has flushed (finished() returns a summary).
+        flushed: bool,
+        packets: u64,
+        lost: u64,
+    }
+
+    struct ScriptedEngine(Arc<Mutex<Script>>);
+    struct ScriptedRecording(Arc<Mutex<Script>>, RecorderConfig);
+
+    impl Engine for ScriptedEngine {
+        fn start(&mut self, config: RecorderConfig) -> std::result::Result<Box<dyn Recording>, String> {
+            let mut s = self.0.lock().unwrap();
+            if let Some(e) = s.fail_start.clone() {
+                return Err(e);
+            }
+            s.started.push(config.clone());
+            Ok(Box::new(ScriptedRecording(self.0.clone(), config)))
+        }
+    }
+
+    impl ScriptedRecording {
+        fn snapshot(&self) -> RecorderStatus {
+            let s = self.0.lock().unwrap();
+            RecorderStatus {
+                phase: if s.flushed {
+                    Phase::Finished
+                } else if s.stopped {
+                    Phase::Flushing
+                } else {
+                    Phase::Recording
+                },
+                elapsed: Duration::from_secs(2),
+                streams: self
+                    .1
+                    .streams
+                    .iter()
+                    .map(|sp| StreamStatus {
+                        label: sp.label.clone(),
+                        counters: StreamCounters {
+                            packets: s.packets,
+                            bytes: s.packets * u64::from(sp.frame_size),
+                            lost: s.lost,
+                            ..Default::default()
+                        },
+                        restarts: 0,
+                        threads: vec![],
+                        frame_rate: Some(1000),
+                        first_time: None,
+                        last_time: None,
+                        recv_buffer: 0,
+                        active: Duration::from_secs(1),
+                    })
+                    .collect(),
+                disks: self
+                    .1
+                    .disks
+                    .iter()
+                    .map(|d| DiskStatus {
+                        path: d.clone(),
+                        bytes: 100,
+                        blocks: 1,
+                        busy: Duration::from_millis(1),
+                        failed: None,
+                        direct: false,
+                    })
+                    .collect(),
+                pool: PoolStatus {
+                    total: 8,
+                    free: 7,
+                    queued: 0,
+                    block_bytes: 1000,
+                },
+                blocks: 1,
+            }
+        }
+    }
+
+    impl Recording for ScriptedRecording {
+        fn status(&self) -> RecorderStatus {
+            self.snapshot()
+        }
+        fn stop(&self) {
+            self.0.lock().unwrap().stopped = true;
+        }
+        fn finished(&self) -> Option<ScanSummary> {
+            if !self.0.lock().unwrap().flushed {
+                return None;
+            }
+            let status = self.snapshot();
+            let c = &self.1;
+            let metadata = ScanMetadata {
+                metadata_version: METADATA_VERSION,
+                writer: "test".into(),
+                scan: c.scan.clone(),
+                experiment: c.experiment.clone(),
+                station: c.station.clone(),
+                format: c.format,
+                block_size: c.block_size,
+                start_utc: "2025-07-09T12:00:00Z".into(),
+                end_utc: Some("2025-07-09T12:00:02Z".into()),
+                blocks: 1,
+                complete: true,
+                streams: c
+                    .streams
+                    .iter()
+                    .zip(&status.streams)
+                    .map(|(sp, ss)| StreamMeta {
+                        label: sp.label.clone(),
+                        kind: sp.kind,
+                        address: sp.address.to_string(),
+                        psn: sp.psn,
+                        frame_size: sp.frame_size,
+                        frame_rate: Some(1000),
+                        threads: sp.threads.clone(),
+                        first_frame_utc: Some("2025-07-09T12:00:00Z".into()),
+                        last_frame_utc: Some("2025-07-09T12:00:01.999Z".into()),
+                        counters: ss.counters,
+                    })
+                    .collect(),
+                disks: c
+                    .disks
+                    .iter()
+                    .map(|d| DiskMeta {
+                        path: d.display().to_string(),
+                        bytes: 100,
+                        blocks: 1,
+                        failed: None,
+                    })
+                    .collect(),
+            };
+            Some(ScanSummary {
+                status,
+                metadata,
+                error: None,
+            })
+        }
+        fn events(&self) -> Vec<String> {
+            Vec::new()
+        }
+        fn local_addrs(&self) -> Vec<SocketAddr> {
+            self.1.streams.iter().map(|s| s.address).collect()
+        }
+    }
+
+    struct Fixture {
+        ctl: Controller,
+        script: Arc<Mutex<Script>>,
+        _dir: tempfile::TempDir,
+        now: UtcTime,
+    }
+
+    /// 2025-07-09T12:00:00Z = 2025y190d12h00m00s.
+    const T0: i64 = 1_752_062_400;
+
+    fn fixture(extra: &str) -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().display();
+        let text = format!("{extra}\n[groups]\ng1 = [\"{d}/0\", \"{d}/1\"]\ng2 = [\"{d}/x/*\"]\n");
+        std::fs::create_dir_all(dir.path().join("0")).unwrap();
+        std::fs::create_dir_all(dir.path().join("1")).unwrap();
+        let cfg = DaemonConfig::from_toml(&text).unwrap();
+        let script = Arc::new(Mutex::new(Script {
+            packets: 1000,
+            ..Default::default()
+        }));
+        let ctl = Controller::new(cfg, Box::new(ScriptedEngine(script.clone())));
+        Fixture {
+            ctl,
+            script,
+            _dir: dir,
+            now: UtcTime::from_unix(T0, 0),
+        }
+    }
+
+    impl Fixture {
+        fn cmd(&mut self, line: &str) -> String {
+            let st = parse_statement(line.as_bytes()).unwrap();
+            self.ctl.execute(&st, self.now).format()
+        }
+        fn code(&mut self, line: &str) -> u8 {
+            let st = parse_statement(line.as_bytes()).unwrap();
+            self.ctl.execute(&st, self.now).code.code()
+        }
+        fn ready(&mut self) {
+            assert_eq!(
+                self.cmd("input_stream=add:RDBE1:vdif:8224:50:42:dev2:127.0.0.1:4001:1234:0,1"),
+                "!input_stream = 0 : added : RDBE1 ;"
+            );
+            assert_eq!(
+                self.cmd("input_stream=commit"),
+                "!input_stream = 0 : committed : 1 ;"
+            );
+            assert_eq!(self.cmd("group=open:g1"), "!group = 0 : g1 : 2 disks ;");
+        }
+    }
+
+    #[test]
+    fn mark6_times_parse_and_format() {
+        assert_eq!(parse_mark6_time("2025y190d12h00m00s"), Some(T0));
+        assert_eq!(parse_mark6_time("2025Y190D12H00M00.5S"), Some(T0));
+        assert_eq!(format_mark6_time(T0), "2025y190d12h00m00s");
+        for bad in [
+            "2025y000d12h00m00s",
+            "2025y190d25h00m00s",
+            "60",
+            "on",
+            "y190d12h00m00s",
+        ] {
+            assert_eq!(parse_mark6_time(bad), None, "{bad}");
+        }
+        assert_eq!(parse_iso("2025-07-09T12:00:01.5Z"), Some(T0 as f64 + 1.5));
+    }
+
+    #[test]
+    fn input_stream_add_delete_commit_and_query() {
+        let mut f = fixture("");
+        assert_eq!(f.cmd("input_stream?"), "!input_stream? 0 : 0 ;");
+        f.ready();
+        assert_eq!(
+            f.cmd("input_stream?"),
+            "!input_stream? 0 : 1 : RDBE1 : vdif : 8224 : 50 : 42 : dev2 : 127.0.0.1 : 4001 : 0,1 ;"
+        );
+        let spec = f.ctl.committed[0].spec();
+        assert!(spec.psn);
+        assert_eq!(spec.threads, vec![0, 1]);
+        // Without PSN, port defaulted, all threads.
+        assert_eq!(f.code("input_stream=add:b:vdif:8032:42:0:eth0:0.0.0.0"), 0);
+        assert_eq!(f.ctl.staged[1].address.to_string(), "0.0.0.0:4001");
+        assert!(f.cmd("input_stream?").ends_with(": uncommitted changes ;"));
+        // Mark6 scans hold one frame size: the commit is refused and names the problem.
+        let r = f.cmd("input_stream=commit");
+        assert!(
+            r.starts_with("!input_stream = 8 : ") && r.contains("flexbuff"),
+            "{r}"
+        );
+        assert_eq!(
+            f.cmd("input_stream=delete:b"),
+            "!input_stream = 0 : deleted : b ;"
+        );
+        assert_eq!(f.code("input_stream=delete:b"), 8);
+        assert_eq!(
+            f.code("input_stream=add:RDBE1:vdif:8224:50:42:dev2:127.0.0.1:4002"),
+            6
+        );
+        assert_eq!(
+            f.code("input_stream=add:c:vdif:8224:50:42:dev2:127.0.0.1:4001"),
+            6
+        );
+        for bad in [
+            "input_stream=add:x:vdif:8224:46:42:dev2:127.0.0.1:4003",
+            "input_stream=add:x:udp:8224:50:42:dev2:127.0.0.1:4003",
+            "input_stream=add:x:vdif:100:50:42:dev2:127.0.0.1:4003",
+            "input_stream=add:x:vdif:8224:50:42:dev2:localhost:4003",
+            "input_stream=add:x:vdif:8224:50:42:dev2:127.0.0.1:99999",
+            "input_stream=add:x:vdif:8224:50:42:dev2:127.0.0.1:4003:5000",
+            "input_stream=add:x/y:vdif:8224:50:42:dev2:127.0.0.1:4003",
+            "input_stream=add:x:vdif",
+            "input_stream=frobnicate",
+            "input_stream=",
+        ] {
+            assert_eq!(f.code(bad), 8, "{bad}");
+        }
+    }
+
+    #[test]
+    fn groups_new_open_close_and_query() {
+        let mut f = fixture("");
+        assert_eq!(f.cmd("group?"), "!group? 0 : none : g1 : g2 ;");
+        assert_eq!(f.code("group=open:nope"), 8);
+        // g2 is a glob matching nothing yet.
+        assert_eq!(f.code("group=open:g2"), 3);
+        assert_eq!(f.cmd("group=new:g1"), "!group = 0 : g1 : 2 disks : 0 created ;");
+        assert_eq!(f.cmd("group=close"), "!group = 2 : no group is open ;");
+        assert_eq!(f.code("group=open:g1"), 0);
+        assert_eq!(f.cmd("group?"), "!group? 0 : g1 : g1 : g2 ;");
+        assert_eq!(f.code("group=close:g2"), 8);
+        assert_eq!(f.code("group=mount:g1"), 2);
+        assert_eq!(f.code("group=explode:g1"), 8);
+        assert_eq!(f.cmd("group=close:g1"), "!group = 0 : g1 ;");
+    }
+
+    #[test]
+    fn group_new_creates_plain_directories() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().join("new/0");
+        let cfg = DaemonConfig::from_toml(&format!("[groups]\nn = [\"{}\"]", d.display())).unwrap();
+        let mut ctl = Controller::new(cfg, Box::new(ScriptedEngine(Default::default())));
+        let st = parse_statement(b"group=new:n").unwrap();
+        assert_eq!(
+            ctl.execute(&st, UtcTime::now()).format(),
+            "!group = 0 : n : 1 disks : 1 created ;"
+        );
+        assert!(d.is_dir());
+    }
+
+    #[test]
+    fn mstat_reports_each_group() {
+        let mut f = fixture("");
+        f.ready();
+        let r = f.cmd("mstat?");
+        let p = crate::proto::parse_reply(&r).unwrap();
+        assert_eq!(p.code, 0);
+        assert_eq!(p.fields.len(), 20, "{r}");
+        assert_eq!(&p.fields[..5], ["g1", "1", "g1", "2", "2"]);
+        assert_eq!(&p.fields[7..10], ["open", "ready", "sg"]);
+        assert!(p.fields[5].parse::<f64>().unwrap() > 0.0);
+        assert_eq!(&p.fields[10..15], ["g2", "2", "g2", "0", "0"]);
+        assert_eq!(f.cmd("mstat?g2").matches(':').count(), 10);
+        assert_eq!(f.code("mstat?nope"), 8);
+        assert_eq!(f.code("mstat=all"), 7);
+    }
+
+    #[test]
+    fn record_needs_streams_and_group_and_valid_names() {
+        let mut f = fixture("");
+        assert_eq!(f.cmd("record?"), "!record? 0 : off : - : 0 : - ;");
+        assert_eq!(f.code("record=on:30:scan1:exp:st"), 2);
+        f.ready();
+        for bad in [
+            "record=on:30:../x:exp:st",
+            "record=on:30:sc/an:exp:st",
+            "record=on:30:scan1:e\tx:st",
+            "record=on:-5:scan1:exp:st",
+            "record=on:abc:scan1:exp:st",
+            "record=on:30:x:scan1:exp:st:extra",
+            "record=sideways",
+            "record=2025y190d11h00m00s:30:scan1:exp:st",
+        ] {
+            assert_eq!(f.code(bad), 8, "{bad}");
+        }
+        assert_eq!(f.code("record=on:30:1e9:scan1:exp:st"), 3, "more GB than free");
+        assert!(f.script.lock().unwrap().started.is_empty());
+        assert_eq!(f.cmd("record=off"), "!record = 2 : not recording ;");
+    }
+
+    #[test]
+    fn full_recording_cycle_and_scan_queries() {
+        let mut f = fixture("");
+        f.ready();
+        assert_eq!(f.cmd("scan_check?"), "!scan_check? 2 : no scan recorded yet ;");
+        assert_eq!(
+            f.cmd("record=on:30:scan1:exp:st"),
+            "!record = 0 : recording : exp_st_scan1 ;"
+        );
+        {
+            let s = f.script.lock().unwrap();
+            let c = &s.started[0];
+            assert_eq!(c.scan, "exp_st_scan1");
+            assert_eq!(c.duration, Some(Duration::from_secs(30)));
+            assert_eq!(c.disks.len(), 2);
+            assert!(c.streams[0].psn);
+        }
+        assert_eq!(
+            f.cmd("record?"),
+            "!record? 0 : recording : g1 : 1 : exp_st_scan1 ;"
+        );
+        assert_eq!(f.code("record=on:30:scan2:exp:st"), 6);
+        assert_eq!(f.code("input_stream=commit"), 6);
+        assert_eq!(f.code("group=close"), 6);
+        assert_eq!(f.code("group=open:g1"), 6);
+        assert_eq!(
+            f.cmd("status?"),
+            "!status? 0 : recording : g1 : 1 streams : 0 scans : ok ;"
+        );
+        assert_eq!(
+            f.cmd("evlbi?"),
+            "!evlbi? 0 : total : 1000 : loss : 0 (0.00%) : out-of-order : 0 (0.00%) : extent : n/a seqnr/pkt ;"
+        );
+        let rt = crate::proto::parse_reply(&f.cmd("rtime?")).unwrap();
+        assert_eq!((rt.code, rt.fields[0].as_str()), (0, "g1"));
+        assert!(rt.fields[4].parse::<f64>().unwrap() > 0.0);
+        let rep = f.ctl.report(f.now);
+        assert_eq!(rep.record.state, "recording");
+        assert_eq!(rep.scans.last().unwrap().name, "exp_st_scan1");
+
+        assert_eq!(f.cmd("record=off"), "!record = 0 : flushing : exp_st_scan1 ;");
+        assert!(f.script.lock().unwrap().stopped);
+        assert_eq!(
+            f.cmd("record?"),
+            "!record? 0 : flushing : g1 : 1 : exp_st_scan1 ;"
+        );
+        f.ctl.tick(f.now);
+        assert_eq!(f.ctl.state_name(), "flushing");
+        f.script.lock().unwrap().flushed = true;
+        f.ctl.tick(f.now);
+        assert_eq!(f.cmd("record?"), "!record? 0 : off : g1 : 1 : exp_st_scan1 ;");
+        assert_eq!(
+            f.cmd("scan_check?"),
+            "!scan_check? 0 : 1 : exp_st_scan1 : complete : RDBE1 : OK : vdif : 2025y190d12h00m00s : 2.000 : 0.008224 : 0.0329 : 0 ;"
+        );
+        assert_eq!(f.code("scan_check?exp_st_scan1"), 0);
+        assert_eq!(f.code("scan_check?1"), 0);
+        assert_eq!(f.code("scan_check?2"), 8);
+        assert_eq!(f.code("record=on:30:scan1:exp:st"), 6, "scan exists");
+        let c = f.ctl.cumulative();
+        assert_eq!(c.streams[0].1[0], 1000);
+        assert_eq!(c.scans_recorded, 1);
+    }
+
+    #[test]
+    fn future_start_is_pending_until_its_second() {
+        let mut f = fixture("");
+        f.ready();
+        assert_eq!(
+            f.cmd("record=on:2025y190d12h00m05s:10:scan1:exp:st"),
+            "!record = 1 : pending : exp_st_scan1 : 2025y190d12h00m05s ;"
+        );
+        assert_eq!(f.cmd("record?"), "!record? 0 : pending : g1 : 1 : exp_st_scan1 ;");
+        f.ctl.tick(UtcTime::from_unix(T0 + 4, 999_000_000));
+        assert!(f.script.lock().unwrap().started.is_empty());
+        f.ctl.tick(UtcTime::from_unix(T0 + 5, 1_000_000));
+        assert_eq!(f.script.lock().unwrap().started.len(), 1);
+        assert_eq!(f.ctl.state_name(), "recording");
+        // The start time may also take the place of "on".
+        let mut g = fixture("");
+        g.ready();
+        assert_eq!(g.code("record=2025y190d12h01m00s:10:scan1:exp:st"), 1);
+        assert_eq!(g.cmd("record=off"), "!record = 0 : cancelled : exp_st_scan1 ;");
+        assert_eq!(g.ctl.state_name(), "off");
+    }
+
+    #[test]
+    fn start_failure_is_reported_and_leaves_off() {
+        let mut f = fixture("station = \"Xx\"");
+        f.ready();
+        f.script.lock().unwrap().fail_start = Some("address in use".into());
+        assert_eq!(f.cmd("record=on:10"), "!record = 3 : address in use ;");
+        assert_eq!(f.ctl.state_name(), "off");
+        assert!(f.cmd("status?").contains("address in use"));
+        f.script.lock().unwrap().fail_start = None;
+        // No scan name: the next free number, prefixed by the configured station.
+        assert_eq!(f.cmd("record=on"), "!record = 0 : recording : Xx_scan0001 ;");
+        assert_eq!(f.script.lock().unwrap().started[0].duration, None);
+    }
+
+    #[test]
+    fn unknown_keywords_and_wrong_forms() {
+        let mut f = fixture("");
+        assert_eq!(f.cmd("frobnicate=1"), "!frobnicate = 7 : no such keyword ;");
+        assert_eq!(f.cmd("mstat=1"), "!mstat = 7 : mstat has no command form ;");
+        assert_eq!(f.code("help?"), 0);
+        assert_eq!(f.code("rtime?"), 2);
+    }
+
+    #[test]
+    fn scan_list_is_rebuilt_from_disk_metadata() {
+        let mut f = fixture("");
+        f.ready();
+        f.cmd("record=on:30:scan1:exp:st");
+        f.script.lock().unwrap().flushed = true;
+        f.ctl.tick(f.now);
+        let summary_meta = f.ctl.scans()[0].meta.clone().unwrap();
+        for d in &f.script.lock().unwrap().started[0].disks {
+            summary_meta
+                .write_atomic(&vlbiflow_scan::metadata_path(d, "exp_st_scan1"))
+                .unwrap();
+        }
+        // An unreadable copy of another scan still lists it.
+        std::fs::write(f._dir.path().join("0/bad.vlbiflow.json"), b"{").unwrap();
+        let cfg = f.ctl.config().clone();
+        let again = Controller::new(cfg, Box::new(ScriptedEngine(Default::default())));
+        let names: Vec<_> = again.scans().iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["bad", "exp_st_scan1"]);
+        assert!(again.scans()[0].meta.is_none());
+        let rep = again.report(f.now);
+        assert_eq!(rep.scans[0].state, "unreadable");
+        assert_eq!(rep.scans[1].state, "complete");
+    }
+
+    #[test]
+    fn rates_are_sampled_once_per_second() {
+        let mut f = fixture("");
+        f.ready();
+        f.cmd("record=on:30:scan1:exp:st");
+        f.ctl.tick(UtcTime::from_unix(T0, 0));
+        f.script.lock().unwrap().packets = 2000;
+        f.ctl.tick(UtcTime::from_unix(T0 + 1, 0));
+        let h = f.ctl.history();
+        assert_eq!(h.len(), 1);
+        assert_eq!(h[0].rx_bps, 1000.0 * 8224.0 * 8.0);
+        assert_eq!(f.ctl.report(f.now).streams[0].rate_bps, 1000.0 * 8224.0 * 8.0);
+        // A second tick within the same second adds nothing.
+        f.ctl.tick(UtcTime::from_unix(T0 + 1, 500_000_000));
+        assert_eq!(f.ctl.history().len(), 1);
+    }
+
+    #[test]
+    fn session_requires_the_token_when_configured() {
+        let mut f = fixture("");
+        let mut s = crate::session::Mark6Session::new(Some("abcdefgh".into()));
+        let inputs = s.frame(b"record?;auth=wrong;auth=abcdefgh;record?;auth=x;\n");
+        let out = s.process(inputs, &mut f.ctl, f.now);
+        let lines: Vec<_> = out.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "!record? 4 : authentication required: send auth=<token>  first ;",
+                "!auth = 4 : wrong token ;",
+                "!auth = 0 ;",
+                "!record? 0 : off : - : 0 : - ;",
+                "!auth = 4 : wrong token ;",
+            ]
+        );
+        assert!(!s.should_close());
+        let inputs = s.frame(b"auth=y;auth=z;record?\n");
+        let out = s.process(inputs, &mut f.ctl, f.now);
+        assert_eq!(
+            out, "!auth = 4 : wrong token ;\n",
+            "closes after the third wrong token"
+        );
+        assert!(s.should_close());
+        let _ = ReturnCode::Done;
+    }
+}

@@ -1,0 +1,386 @@
+//! The daemon's network side: the TCP command port (tokio) and the HTTP port (axum) around one
+//! [`Controller`]. Controller calls run on tokio's blocking pool, because `record=off` may wait up to a
+//! second for capture to stop and the async workers must keep serving meanwhile.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use axum::extract::{Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Semaphore};
+use vlbiflow_formats::time::UtcTime;
+
+use crate::config::DaemonConfig;
+use crate::controller::Controller;
+use crate::engine::Engine;
+use crate::report;
+use crate::session::{constant_time_eq, Mark6Session};
+
+/// The dashboard page (self-contained: inline CSS and JS, no external resources).
+pub const DASHBOARD_HTML: &str = include_str!("dashboard.html");
+/// A write to a client that does not read is abandoned after this long.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long shutdown waits for a recording to flush.
+const SHUTDOWN_FLUSH: Duration = Duration::from_secs(30);
+
+/// Why the daemon could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error("cannot listen for commands on {addr}: {source}")]
+    Control {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot listen for HTTP on {addr}: {source}")]
+    Http {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(std::io::Error),
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+}
+
+struct Shared {
+    ctl: Mutex<Controller>,
+    token: Option<String>,
+    control_token: Option<String>,
+    http_token: Option<String>,
+    idle: Duration,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Controller> {
+        self.ctl.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Runs `f` on the controller from the blocking pool.
+async fn with_ctl<T: Send + 'static>(
+    sh: &Arc<Shared>,
+    f: impl FnOnce(&mut Controller) -> T + Send + 'static,
+) -> T {
+    let sh = sh.clone();
+    tokio::task::spawn_blocking(move || f(&mut sh.lock()))
+        .await
+        .expect("controller call panicked")
+}
+
+/// A daemon running on a background thread (for tests and embedding).
+pub struct DaemonHandle {
+    /// Bound command address.
+    pub control_addr: SocketAddr,
+    /// Bound HTTP address.
+    pub http_addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl DaemonHandle {
+    /// Stops the daemon (any recording is stopped and flushed) and waits for it.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        let _ = self.stop.send(true);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for DaemonHandle {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, DaemonError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(16)
+        .thread_name("vf-control")
+        .enable_all()
+        .build()
+        .map_err(DaemonError::Runtime)
+}
+
+async fn bind(cfg: &DaemonConfig) -> Result<(TcpListener, TcpListener), DaemonError> {
+    let c = TcpListener::bind(cfg.control)
+        .await
+        .map_err(|source| DaemonError::Control {
+            addr: cfg.control,
+            source,
+        })?;
+    let h = TcpListener::bind(cfg.http)
+        .await
+        .map_err(|source| DaemonError::Http {
+            addr: cfg.http,
+            source,
+        })?;
+    Ok((c, h))
+}
+
+/// Starts the daemon on a background thread; returns once both ports are bound.
+pub fn spawn(cfg: DaemonConfig, engine: Box<dyn Engine>) -> Result<DaemonHandle, DaemonError> {
+    cfg.check_token()?;
+    let rt = runtime()?;
+    let (control, http) = rt.block_on(bind(&cfg))?;
+    let control_addr = control.local_addr().map_err(DaemonError::Runtime)?;
+    let http_addr = http.local_addr().map_err(DaemonError::Runtime)?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let thread = std::thread::Builder::new()
+        .name("vf-daemon".into())
+        .spawn(move || {
+            rt.block_on(run(cfg, engine, control, http, stop_rx, false));
+        })
+        .map_err(DaemonError::Runtime)?;
+    Ok(DaemonHandle {
+        control_addr,
+        http_addr,
+        stop: stop_tx,
+        thread: Some(thread),
+    })
+}
+
+/// Runs the daemon in the foreground until SIGINT or SIGTERM, printing one line with the bound addresses
+/// on standard output (`listening control=ADDR http=ADDR`) and events on standard error.
+pub fn serve(cfg: DaemonConfig, engine: Box<dyn Engine>) -> Result<(), DaemonError> {
+    cfg.check_token()?;
+    let rt = runtime()?;
+    rt.block_on(async move {
+        let (control, http) = bind(&cfg).await?;
+        let c = control.local_addr().map_err(DaemonError::Runtime)?;
+        let h = http.local_addr().map_err(DaemonError::Runtime)?;
+        println!("listening control={c} http={h}");
+        eprintln!(
+            "vlbiflow serve: {}; commands on {c} (vlbiflow ctl --host {c}), dashboard http://{h}/",
+            crate::controller::describe(&cfg)
+        );
+        let (stop_tx, stop_rx) = watch::channel(false);
+        tokio::spawn(async move {
+            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+            }
+            eprintln!("vlbiflow serve: stopping (any recording is stopped and flushed)");
+            let _ = stop_tx.send(true);
+        });
+        run(cfg, engine, control, http, stop_rx, true).await;
+        Ok(())
+    })
+}
+
+async fn run(
+    cfg: DaemonConfig,
+    engine: Box<dyn Engine>,
+    control: TcpListener,
+    http: TcpListener,
+    mut stop: watch::Receiver<bool>,
+    log: bool,
+) {
+    let control_token = (!cfg.control.ip().is_loopback())
+        .then(|| cfg.token.clone())
+        .flatten();
+    let http_token = (!cfg.http.ip().is_loopback())
+        .then(|| cfg.token.clone())
+        .flatten();
+    let max = cfg.max_connections;
+    let sh = Arc::new(Shared {
+        token: cfg.token.clone(),
+        control_token,
+        http_token,
+        idle: cfg.idle_timeout,
+        ctl: Mutex::new(Controller::new(cfg, engine)),
+    });
+    let _ = &sh.token;
+    let ticker = tokio::spawn(tick_loop(sh.clone(), stop.clone(), log));
+    let app = Router::new()
+        .route("/", get(dashboard))
+        .route("/status", get(status))
+        .route("/metrics", get(metrics))
+        .route("/history", get(history))
+        .with_state(sh.clone());
+    let mut http_stop = stop.clone();
+    let http_task = tokio::spawn(async move {
+        let _ = axum::serve(http, app)
+            .with_graceful_shutdown(async move {
+                let _ = http_stop.wait_for(|s| *s).await;
+            })
+            .await;
+    });
+    let permits = Arc::new(Semaphore::new(max));
+    loop {
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => break,
+            accepted = control.accept() => {
+                let Ok((stream, _peer)) = accepted else {
+                    // EMFILE and the like: back off briefly rather than spin.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                };
+                match permits.clone().try_acquire_owned() {
+                    Ok(permit) => {
+                        sh.lock().count_connection(false);
+                        let sh = sh.clone();
+                        tokio::spawn(async move {
+                            connection(stream, sh).await;
+                            drop(permit);
+                        });
+                    }
+                    Err(_) => {
+                        sh.lock().count_connection(true);
+                        tokio::spawn(refuse(stream, max));
+                    }
+                }
+            }
+        }
+    }
+    drop(control);
+    let _ = http_task.await;
+    let _ = ticker.await;
+    let sh2 = sh.clone();
+    let _ = tokio::task::spawn_blocking(move || sh2.lock().shutdown(SHUTDOWN_FLUSH)).await;
+}
+
+async fn tick_loop(sh: Arc<Shared>, mut stop: watch::Receiver<bool>, log: bool) {
+    let mut seen = 0;
+    loop {
+        let (pending, lines, new_seen) = with_ctl(&sh, move |c| {
+            c.tick(UtcTime::now());
+            let (lines, n) = c.events_since(seen);
+            (c.state_name() == "pending", lines, n)
+        })
+        .await;
+        seen = new_seen;
+        if log {
+            for l in lines {
+                eprintln!("{l}");
+            }
+        }
+        // Finer ticks while a start time is pending, so the recording starts early in its second.
+        let period = if pending {
+            Duration::from_millis(20)
+        } else {
+            Duration::from_millis(200)
+        };
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            _ = tokio::time::sleep(period) => {}
+        }
+    }
+}
+
+async fn refuse(mut stream: TcpStream, max: usize) {
+    let msg = format!("!error = 6 : too many connections (limit {max}), try again later ;\n");
+    let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(msg.as_bytes())).await;
+}
+
+async fn connection(mut stream: TcpStream, sh: Arc<Shared>) {
+    let _ = stream.set_nodelay(true);
+    let mut session = Some(Mark6Session::new(sh.control_token.clone()));
+    let mut buf = vec![0u8; 4096];
+    loop {
+        let n = match tokio::time::timeout(sh.idle, stream.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return,
+            Ok(Ok(n)) => n,
+            Err(_) => {
+                let _ = tokio::time::timeout(
+                    WRITE_TIMEOUT,
+                    stream.write_all(b"!error = 4 : idle timeout, closing ;\n"),
+                )
+                .await;
+                return;
+            }
+        };
+        let Some(mut s) = session.take() else { return };
+        let inputs = s.frame(&buf[..n]);
+        if inputs.is_empty() {
+            session = Some(s);
+            continue;
+        }
+        let (s, out) = with_ctl(&sh, move |c| {
+            let out = s.process(inputs, c, UtcTime::now());
+            (s, out)
+        })
+        .await;
+        match tokio::time::timeout(WRITE_TIMEOUT, stream.write_all(out.as_bytes())).await {
+            Ok(Ok(())) => {}
+            _ => return,
+        }
+        if s.should_close() {
+            return;
+        }
+        session = Some(s);
+    }
+}
+
+fn authorised(sh: &Shared, headers: &HeaderMap, q: &HashMap<String, String>) -> bool {
+    let Some(token) = &sh.http_token else { return true };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_owned)
+        .or_else(|| q.get("token").cloned());
+    given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes()))
+}
+
+fn unauthorised() -> Response {
+    (
+        StatusCode::UNAUTHORIZED,
+        "token required: Authorization: Bearer <token> or ?token=<token>\n",
+    )
+        .into_response()
+}
+
+type Q = Query<HashMap<String, String>>;
+
+async fn dashboard(State(sh): State<Arc<Shared>>, headers: HeaderMap, Query(q): Q) -> Response {
+    if !authorised(&sh, &headers, &q) {
+        return unauthorised();
+    }
+    Html(DASHBOARD_HTML).into_response()
+}
+
+async fn status(State(sh): State<Arc<Shared>>, headers: HeaderMap, Query(q): Q) -> Response {
+    if !authorised(&sh, &headers, &q) {
+        return unauthorised();
+    }
+    let r = with_ctl(&sh, |c| c.report(UtcTime::now())).await;
+    ([(header::CACHE_CONTROL, "no-store")], axum::Json(r)).into_response()
+}
+
+async fn history(State(sh): State<Arc<Shared>>, headers: HeaderMap, Query(q): Q) -> Response {
+    if !authorised(&sh, &headers, &q) {
+        return unauthorised();
+    }
+    let h = with_ctl(&sh, |c| c.history()).await;
+    ([(header::CACHE_CONTROL, "no-store")], axum::Json(h)).into_response()
+}
+
+async fn metrics(State(sh): State<Arc<Shared>>, headers: HeaderMap, Query(q): Q) -> Response {
+    if !authorised(&sh, &headers, &q) {
+        return unauthorised();
+    }
+    let text = with_ctl(&sh, |c| {
+        let r = c.report(UtcTime::now());
+        report::prometheus(&r, &c.cumulative())
+    })
+    .await;
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        text,
+    )
+        .into_response()
+}

@@ -1,0 +1,574 @@
+//! The daemon's status as data: served as JSON on `GET /status`, rendered as Prometheus text on
+//! `GET /metrics` and as the MonitorStatus-like view of `vlbiflow status`.
+
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+/// Everything the daemon knows, at one instant.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StatusReport {
+    /// Recorder name (host name unless configured).
+    pub name: String,
+    pub version: String,
+    /// Wall clock of the report, Unix seconds.
+    pub time_unix: f64,
+    pub time_utc: String,
+    pub record: RecordReport,
+    /// Committed input streams, with live counters while recording.
+    pub streams: Vec<StreamReport>,
+    /// Disks of the recording (or of the open group when idle).
+    pub disks: Vec<DiskReport>,
+    pub groups: Vec<GroupReport>,
+    pub pool: Option<PoolReport>,
+    /// Rates over the last second.
+    pub rates: Rates,
+    /// Every scan on the disks, oldest first.
+    pub scans: Vec<ScanReport>,
+    /// Recent operator events, oldest first.
+    pub events: Vec<String>,
+}
+
+/// The recording state (`record?`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RecordReport {
+    /// off | pending | recording | flushing
+    pub state: String,
+    pub group: Option<String>,
+    pub scan: Option<String>,
+    /// Number the scan has (or will have) in the scan list, from 1.
+    pub scan_number: usize,
+    /// Start (pending: the start time to come), ISO-8601.
+    pub start_utc: Option<String>,
+    pub elapsed_s: f64,
+    pub duration_s: Option<f64>,
+    /// Why the last recording could not start or ended with an error.
+    pub last_error: Option<String>,
+}
+
+/// One input stream.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StreamReport {
+    pub label: String,
+    pub format: String,
+    pub address: String,
+    pub interface: String,
+    pub psn: bool,
+    pub frame_size: u32,
+    pub threads: Vec<u16>,
+    /// Counters of the current scan (zero when idle).
+    pub packets: u64,
+    pub bytes: u64,
+    pub lost: u64,
+    pub out_of_order: u64,
+    pub duplicates: u64,
+    pub invalid_frames: u64,
+    pub rejected: u64,
+    pub filtered: u64,
+    pub dropped_no_buffer: u64,
+    pub kernel_drops: u64,
+    pub loss_fraction: f64,
+    /// Received rate over the last second, bits/s.
+    pub rate_bps: f64,
+    pub frame_rate: Option<u32>,
+    /// VDIF time of the last frame, per thread.
+    pub vdif_times: Vec<VdifTimeReport>,
+    pub recv_buffer: usize,
+}
+
+/// VDIF time of a thread's last frame and its offset from the wall clock.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct VdifTimeReport {
+    pub thread: u16,
+    pub epoch: u8,
+    pub second: u32,
+    pub frame: u32,
+    /// VDIF time minus wall clock, seconds (negative: data behind the clock); None if the rate is unknown.
+    pub delta_s: Option<f64>,
+}
+
+/// One disk.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DiskReport {
+    pub path: String,
+    pub group: String,
+    pub free_bytes: u64,
+    pub total_bytes: u64,
+    /// Written by the current scan.
+    pub written_bytes: u64,
+    /// Over the last second, bytes/s.
+    pub write_rate: f64,
+    pub failed: Option<String>,
+    pub present: bool,
+}
+
+/// One configured disk group.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GroupReport {
+    pub name: String,
+    pub open: bool,
+    pub disks_found: usize,
+    pub disks_nominal: usize,
+    pub free_bytes: u64,
+    pub total_bytes: u64,
+}
+
+/// Block pool and queue of the current recording.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PoolReport {
+    pub total: usize,
+    pub free: usize,
+    pub queued: usize,
+    pub block_bytes: usize,
+}
+
+/// Rates over the last second.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Rates {
+    pub rx_bps: f64,
+    pub lost_per_s: f64,
+    pub write_bytes_per_s: f64,
+}
+
+/// One point of the rate history (one per second, the last ten minutes).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Sample {
+    pub t: f64,
+    pub rx_bps: f64,
+    pub lost_per_s: f64,
+    pub write_bytes_per_s: f64,
+}
+
+/// One scan of the list.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ScanReport {
+    pub number: usize,
+    pub name: String,
+    /// complete | incomplete | recording | unreadable
+    pub state: String,
+    pub start_utc: Option<String>,
+    pub end_utc: Option<String>,
+    pub bytes: u64,
+    pub packets: u64,
+    pub lost: u64,
+    pub disks: usize,
+}
+
+fn esc_label(v: &str) -> String {
+    let mut s = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => s.push_str("\\\\"),
+            '"' => s.push_str("\\\""),
+            '\n' => s.push_str("\\n"),
+            c => s.push(c),
+        }
+    }
+    s
+}
+
+/// Counters kept across scans since the daemon started, so that Prometheus counters never go backwards.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Cumulative {
+    /// Per stream label: packets, bytes, lost, out of order, rejected, dropped (no buffer + kernel).
+    pub streams: Vec<(String, [u64; 6])>,
+    /// Per disk path: bytes written.
+    pub disks: Vec<(String, u64)>,
+    pub scans_recorded: u64,
+    pub commands: u64,
+    pub connections: u64,
+    pub connections_refused: u64,
+}
+
+/// Prometheus text exposition format (version 0.0.4).
+pub fn prometheus(r: &StatusReport, c: &Cumulative) -> String {
+    let mut out = String::with_capacity(4096);
+    let mut family = |name: &str, kind: &str, help: &str, rows: Vec<(String, String)>| {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        for (labels, value) in rows {
+            if labels.is_empty() {
+                let _ = writeln!(out, "{name} {value}");
+            } else {
+                let _ = writeln!(out, "{name}{{{labels}}} {value}");
+            }
+        }
+    };
+    let stream_counter = |i: usize| -> Vec<(String, String)> {
+        c.streams
+            .iter()
+            .map(|(l, v)| (format!("stream=\"{}\"", esc_label(l)), v[i].to_string()))
+            .collect()
+    };
+    family(
+        "vlbiflow_stream_packets_total",
+        "counter",
+        "Datagrams (frames) stored, per stream, since the daemon started.",
+        stream_counter(0),
+    );
+    family(
+        "vlbiflow_stream_bytes_total",
+        "counter",
+        "Frame bytes stored, per stream, since the daemon started.",
+        stream_counter(1),
+    );
+    family(
+        "vlbiflow_stream_lost_packets_total",
+        "counter",
+        "Frames missing from the sequence (PSN or VDIF time), per stream.",
+        stream_counter(2),
+    );
+    family(
+        "vlbiflow_stream_out_of_order_packets_total",
+        "counter",
+        "Frames that arrived after a later one, per stream.",
+        stream_counter(3),
+    );
+    family(
+        "vlbiflow_stream_rejected_packets_total",
+        "counter",
+        "Datagrams that were not frames of the stream's size or format, per stream.",
+        stream_counter(4),
+    );
+    family(
+        "vlbiflow_stream_dropped_packets_total",
+        "counter",
+        "Datagrams dropped by the recorder (no free block) or the kernel (socket overflow), per stream.",
+        stream_counter(5),
+    );
+    family(
+        "vlbiflow_stream_receive_rate_bits_per_second",
+        "gauge",
+        "Stored rate over the last second, per stream.",
+        r.streams
+            .iter()
+            .map(|s| {
+                (
+                    format!("stream=\"{}\"", esc_label(&s.label)),
+                    format!("{}", s.rate_bps),
+                )
+            })
+            .collect(),
+    );
+    family(
+        "vlbiflow_disk_written_bytes_total",
+        "counter",
+        "Bytes written, per disk, since the daemon started.",
+        c.disks
+            .iter()
+            .map(|(d, v)| (format!("disk=\"{}\"", esc_label(d)), v.to_string()))
+            .collect(),
+    );
+    let disk_gauge = |f: fn(&DiskReport) -> String| -> Vec<(String, String)> {
+        r.disks
+            .iter()
+            .map(|d| {
+                (
+                    format!(
+                        "disk=\"{}\",group=\"{}\"",
+                        esc_label(&d.path),
+                        esc_label(&d.group)
+                    ),
+                    f(d),
+                )
+            })
+            .collect()
+    };
+    family(
+        "vlbiflow_disk_free_bytes",
+        "gauge",
+        "Free space on the disk's file system.",
+        disk_gauge(|d| d.free_bytes.to_string()),
+    );
+    family(
+        "vlbiflow_disk_size_bytes",
+        "gauge",
+        "Size of the disk's file system.",
+        disk_gauge(|d| d.total_bytes.to_string()),
+    );
+    family(
+        "vlbiflow_disk_write_rate_bytes_per_second",
+        "gauge",
+        "Write rate over the last second, per disk.",
+        disk_gauge(|d| format!("{}", d.write_rate)),
+    );
+    family(
+        "vlbiflow_disk_failed",
+        "gauge",
+        "1 if the disk left the current scan after an error.",
+        disk_gauge(|d| u8::from(d.failed.is_some()).to_string()),
+    );
+    family(
+        "vlbiflow_record_state",
+        "gauge",
+        "1 for the current recording state.",
+        ["off", "pending", "recording", "flushing"]
+            .iter()
+            .map(|s| {
+                (
+                    format!("state=\"{s}\""),
+                    u8::from(r.record.state == *s).to_string(),
+                )
+            })
+            .collect(),
+    );
+    if let Some(p) = &r.pool {
+        family(
+            "vlbiflow_pool_blocks_free",
+            "gauge",
+            "Block buffers free for capture.",
+            vec![(String::new(), p.free.to_string())],
+        );
+        family(
+            "vlbiflow_pool_blocks_queued",
+            "gauge",
+            "Sealed blocks waiting for a disk writer.",
+            vec![(String::new(), p.queued.to_string())],
+        );
+    }
+    family(
+        "vlbiflow_scans",
+        "gauge",
+        "Scans on the disks.",
+        vec![(String::new(), r.scans.len().to_string())],
+    );
+    family(
+        "vlbiflow_scans_recorded_total",
+        "counter",
+        "Scans recorded since the daemon started.",
+        vec![(String::new(), c.scans_recorded.to_string())],
+    );
+    family(
+        "vlbiflow_commands_total",
+        "counter",
+        "Statements received on the command port.",
+        vec![(String::new(), c.commands.to_string())],
+    );
+    family(
+        "vlbiflow_connections_total",
+        "counter",
+        "Command connections accepted.",
+        vec![(String::new(), c.connections.to_string())],
+    );
+    family(
+        "vlbiflow_connections_refused_total",
+        "counter",
+        "Command connections refused (over the connection limit).",
+        vec![(String::new(), c.connections_refused.to_string())],
+    );
+    out
+}
+
+fn si(v: f64, unit: &str) -> String {
+    let (d, p) = if v >= 1e12 {
+        (1e12, "T")
+    } else if v >= 1e9 {
+        (1e9, "G")
+    } else if v >= 1e6 {
+        (1e6, "M")
+    } else if v >= 1e3 {
+        (1e3, "k")
+    } else {
+        (1.0, "")
+    };
+    format!("{:.2} {p}{unit}", v / d)
+}
+
+/// The MonitorStatus-like text view of `vlbiflow status`.
+pub fn render_monitor(r: &StatusReport) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "name: {}   ({}, {})", r.name, r.version, r.time_utc);
+    let rec = &r.record;
+    let _ = write!(o, "status: {}", rec.state);
+    if let Some(s) = &rec.scan {
+        let _ = write!(o, "   scan #{} {}", rec.scan_number, s);
+    }
+    if let Some(g) = &rec.group {
+        let _ = write!(o, "   group {g}");
+    }
+    if rec.state == "recording" || rec.state == "flushing" {
+        let _ = write!(o, "   {:.1} s", rec.elapsed_s);
+        if let Some(d) = rec.duration_s {
+            let _ = write!(o, " of {d:.0} s");
+        }
+    }
+    if rec.state == "pending" {
+        if let Some(s) = &rec.start_utc {
+            let _ = write!(o, "   starts {s}");
+        }
+    }
+    let _ = writeln!(o);
+    if let Some(e) = &rec.last_error {
+        let _ = writeln!(o, "last error: {e}");
+    }
+    let _ = writeln!(
+        o,
+        "rate: {}   loss: {:.0} frames/s   disks: {}",
+        si(r.rates.rx_bps, "b/s"),
+        r.rates.lost_per_s,
+        si(r.rates.write_bytes_per_s, "B/s")
+    );
+    for s in &r.streams {
+        let _ = writeln!(
+            o,
+            "stream: {} ({} {} on {}, interface {})",
+            s.label,
+            s.format,
+            s.frame_size,
+            s.address,
+            if s.interface.is_empty() { "-" } else { &s.interface }
+        );
+        let _ = writeln!(o, "   rx packets: {}", s.packets);
+        let _ = writeln!(o, "   rx bytes: {}", s.bytes);
+        let _ = writeln!(
+            o,
+            "   dropped packets: {} (lost {}, no buffer {}, kernel {}, rejected {})",
+            s.lost + s.dropped_no_buffer + s.kernel_drops + s.rejected,
+            s.lost,
+            s.dropped_no_buffer,
+            s.kernel_drops,
+            s.rejected
+        );
+        let _ = writeln!(
+            o,
+            "   rate: {}   loss fraction: {:.3e}",
+            si(s.rate_bps, "b/s"),
+            s.loss_fraction
+        );
+        if !s.vdif_times.is_empty() {
+            let _ = writeln!(o, "vdif_time: {}", s.label);
+            let _ = writeln!(o, "       (id, epoch, second, frame, ~delta (s))");
+            for t in &s.vdif_times {
+                let delta = t.delta_s.map(|d| format!("{d:.6}")).unwrap_or_else(|| "?".into());
+                let _ = writeln!(
+                    o,
+                    "       ({}, {}, {}, {}, {})",
+                    t.thread, t.epoch, t.second, t.frame, delta
+                );
+            }
+        }
+    }
+    if let Some(p) = &r.pool {
+        let _ = writeln!(o, "stack:");
+        let _ = writeln!(
+            o,
+            "   free_blocks: {} of {} ({} B each)",
+            p.free, p.total, p.block_bytes
+        );
+        let _ = writeln!(o, "queue:");
+        let _ = writeln!(o, "   write_queue: {}", p.queued);
+    }
+    let _ = writeln!(o, "disks:");
+    for d in &r.disks {
+        let fill = if d.total_bytes > 0 {
+            100.0 * (1.0 - d.free_bytes as f64 / d.total_bytes as f64)
+        } else {
+            0.0
+        };
+        let _ = writeln!(
+            o,
+            "   {}  {}  written {}  free {} of {} ({fill:.1}% full){}",
+            d.path,
+            si(d.write_rate, "B/s"),
+            si(d.written_bytes as f64, "B"),
+            si(d.free_bytes as f64, "B"),
+            si(d.total_bytes as f64, "B"),
+            match (&d.failed, d.present) {
+                (Some(e), _) => format!("  FAILED: {e}"),
+                (None, false) => "  MISSING".into(),
+                _ => String::new(),
+            }
+        );
+    }
+    let _ = writeln!(o, "scans: {}", r.scans.len());
+    for s in r.scans.iter().rev().take(5) {
+        let _ = writeln!(
+            o,
+            "   #{} {} {} {} lost {}",
+            s.number,
+            s.name,
+            s.state,
+            si(s.bytes as f64, "B"),
+            s.lost
+        );
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> (StatusReport, Cumulative) {
+        let r = StatusReport {
+            name: "m6".into(),
+            record: RecordReport {
+                state: "recording".into(),
+                scan: Some("e_st_s1".into()),
+                scan_number: 1,
+                ..Default::default()
+            },
+            streams: vec![StreamReport {
+                label: "a\"b".into(),
+                packets: 10,
+                vdif_times: vec![VdifTimeReport {
+                    thread: 0,
+                    epoch: 50,
+                    second: 14401442,
+                    frame: 683791,
+                    delta_s: Some(-0.431088),
+                }],
+                ..Default::default()
+            }],
+            disks: vec![DiskReport {
+                path: "/d/0".into(),
+                group: "g".into(),
+                free_bytes: 5,
+                total_bytes: 10,
+                present: true,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let c = Cumulative {
+            streams: vec![("a\"b".into(), [10, 80240, 1, 0, 0, 0])],
+            disks: vec![("/d/0".into(), 99)],
+            ..Default::default()
+        };
+        (r, c)
+    }
+
+    #[test]
+    fn prometheus_has_typed_families_and_escaped_labels() {
+        let (r, c) = sample();
+        let text = prometheus(&r, &c);
+        assert!(text.contains("# TYPE vlbiflow_stream_packets_total counter\n"));
+        assert!(
+            text.contains("vlbiflow_stream_packets_total{stream=\"a\\\"b\"} 10\n"),
+            "{text}"
+        );
+        assert!(text.contains("vlbiflow_disk_written_bytes_total{disk=\"/d/0\"} 99\n"));
+        assert!(text.contains("vlbiflow_disk_free_bytes{disk=\"/d/0\",group=\"g\"} 5\n"));
+        assert!(text.contains("vlbiflow_record_state{state=\"recording\"} 1\n"));
+        // Every sample line belongs to a declared family.
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let name = line.split(['{', ' ']).next().unwrap();
+            assert!(text.contains(&format!("# TYPE {name} ")), "{line}");
+        }
+    }
+
+    #[test]
+    fn monitor_view_shows_the_mark6_fields() {
+        let (r, _) = sample();
+        let text = render_monitor(&r);
+        for want in [
+            "status: recording",
+            "rx packets: 10",
+            "(0, 50, 14401442, 683791, -0.431088)",
+            "/d/0",
+            "50.0% full",
+        ] {
+            assert!(text.contains(want), "{want} missing in\n{text}");
+        }
+    }
+}

@@ -1,0 +1,101 @@
+//! One command connection as a sans-IO state machine: bytes in, reply text out. It frames statements,
+//! enforces the access token (when the daemon listens beyond loopback) and hands statements to the
+//! [`CommandTarget`] (the daemon's controller).
+
+use vlbiflow_formats::time::UtcTime;
+
+use crate::controller::Controller;
+use crate::proto::{Framer, Input, Reply, ReturnCode, Statement};
+
+/// What executes statements: the controller in the daemon.
+pub trait CommandTarget {
+    /// Executes one statement at `now` and returns its reply.
+    fn execute(&mut self, st: &Statement, now: UtcTime) -> Reply;
+}
+
+impl CommandTarget for Controller {
+    fn execute(&mut self, st: &Statement, now: UtcTime) -> Reply {
+        self.count_command();
+        Controller::execute(self, st, now)
+    }
+}
+
+/// Wrong tokens tolerated on one connection before it is closed.
+pub const MAX_AUTH_FAILURES: u32 = 3;
+
+/// A Mark6 command session (one TCP connection).
+#[derive(Debug)]
+pub struct Mark6Session {
+    framer: Framer,
+    token: Option<String>,
+    authenticated: bool,
+    auth_failures: u32,
+}
+
+impl Mark6Session {
+    /// A session; with `token`, every statement but `auth=<token>` is refused until the token is given.
+    pub fn new(token: Option<String>) -> Self {
+        Mark6Session {
+            framer: Framer::new(),
+            authenticated: token.is_none(),
+            token,
+            auth_failures: 0,
+        }
+    }
+
+    /// Frames `bytes` into statements (and protocol errors), keeping partial input for the next call.
+    pub fn frame(&mut self, bytes: &[u8]) -> Vec<Input> {
+        let mut out = Vec::new();
+        self.framer.feed(bytes, &mut out);
+        out
+    }
+
+    /// True once too many wrong tokens were sent: the connection should be closed.
+    pub fn should_close(&self) -> bool {
+        self.auth_failures >= MAX_AUTH_FAILURES
+    }
+
+    /// Executes framed input against `target`, returning the reply lines (each ending in '\n').
+    pub fn process(&mut self, inputs: Vec<Input>, target: &mut dyn CommandTarget, now: UtcTime) -> String {
+        let mut out = String::new();
+        for input in inputs {
+            if self.should_close() {
+                break;
+            }
+            let reply = match input {
+                Input::Error(r) => r,
+                Input::Statement(st) if st.keyword == "auth" && !st.query => self.auth(&st),
+                Input::Statement(st) if !self.authenticated => Reply::reason(
+                    &st,
+                    ReturnCode::Error,
+                    "authentication required: send auth=<token>; first",
+                ),
+                Input::Statement(st) => target.execute(&st, now),
+            };
+            out.push_str(&reply.format());
+            out.push('\n');
+        }
+        out
+    }
+
+    fn auth(&mut self, st: &Statement) -> Reply {
+        let Some(token) = &self.token else {
+            return Reply::reason(st, ReturnCode::Done, "no token needed");
+        };
+        if constant_time_eq(st.arg(0).as_bytes(), token.as_bytes()) {
+            self.authenticated = true;
+            Reply::to(st, ReturnCode::Done, Vec::new())
+        } else {
+            self.auth_failures += 1;
+            Reply::reason(st, ReturnCode::Error, "wrong token")
+        }
+    }
+}
+
+/// Compares without an early exit on the first differing byte.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
