@@ -1,6 +1,8 @@
 //! Capture threads: each serves any number of stream sockets through epoll, receiving batches with
-//! `recvmmsg` straight into the stream's current block, validating every datagram and compacting the block
-//! over the slots of rejected ones. Counters are kept locally and published once per batch.
+//! `recvmmsg` (vlbiflow-udp's [`BatchReceiver`], non-blocking) straight into the stream's current block,
+//! the packet sequence number split off into a side array by a second iovec, validating every datagram and
+//! compacting the block over the slots of rejected ones. Counters are kept locally and published once per
+//! batch.
 
 use std::io;
 use std::net::UdpSocket;
@@ -12,12 +14,12 @@ use std::time::{Duration, Instant};
 use vlbiflow_formats::time::{epoch_start_unix, VdifTime};
 use vlbiflow_formats::vdif::VdifHeader;
 use vlbiflow_scan::{FrameKind, StreamCounters};
+use vlbiflow_udp::{BatchReceiver, DropCounter, RecvMeta};
 
 use crate::config::StreamSpec;
 use crate::engine::{RecorderEvent, Shared};
 use crate::loss::{FrameIndexer, SequenceTracker};
 use crate::pool::Block;
-use crate::recv::{BatchRecv, DropCounter};
 use crate::status::{pack_time, ThreadStatus};
 
 /// Mark5B sync word (word 0 of every frame).
@@ -100,6 +102,63 @@ pub fn classify(kind: FrameKind, frame_size: usize, frame: &[u8], len: usize) ->
                 m5b_index: if ok { Some((second, frame_number)) } else { None },
             }
         }
+    }
+}
+
+/// One capture thread's receive state, shared by all its sockets: the batch receiver and the side array
+/// that takes each message's 8-byte PSN prefix.
+pub(crate) struct Receiver {
+    rx: BatchReceiver,
+    psn: Box<[[u8; 8]]>,
+}
+
+impl Receiver {
+    pub fn new(capacity: usize) -> Self {
+        let rx = BatchReceiver::new(capacity.clamp(1, 1024));
+        let psn = vec![[0u8; 8]; rx.capacity()].into_boxed_slice();
+        Receiver { rx, psn }
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.rx.capacity()
+    }
+
+    /// Receives without waiting up to `area.len() / slot` datagrams: message `i` lands at
+    /// `area[i * slot..][..slot]`, its first 8 bytes in the PSN array first when `psn`.
+    fn recv(
+        &mut self,
+        sock: &UdpSocket,
+        area: &mut [u8],
+        slot: usize,
+        psn: bool,
+    ) -> io::Result<Received<'_>> {
+        let slots = area.chunks_exact_mut(slot);
+        let batch = if psn {
+            let parts = self.psn.iter_mut().zip(slots).map(|(p, f)| [&mut p[..], f]);
+            self.rx.recv_parts(sock, parts, Duration::ZERO)?
+        } else {
+            self.rx.recv(sock, slots, Duration::ZERO)?
+        };
+        Ok(Received {
+            msgs: batch.messages(),
+            drop_counter: batch.drop_counter(),
+            psn: &self.psn,
+        })
+    }
+}
+
+/// What one receive returned.
+struct Received<'a> {
+    msgs: &'a [RecvMeta],
+    /// The socket's raw SO_RXQ_OVFL counter, if a message carried it.
+    drop_counter: Option<u32>,
+    psn: &'a [[u8; 8]],
+}
+
+impl Received<'_> {
+    /// The PSN prefix of message `i`.
+    fn psn(&self, i: usize) -> u64 {
+        u64::from_ne_bytes(self.psn[i])
     }
 }
 
@@ -278,41 +337,38 @@ impl StreamCapture {
     }
 
     /// Receives and processes up to `BATCHES_PER_TURN` batches, returning early once the socket is drained.
-    fn service(&mut self, shared: &Shared, rx: &mut BatchRecv, scratch: &mut [u8]) -> io::Result<()> {
+    fn service(&mut self, shared: &Shared, rx: &mut Receiver, scratch: &mut [u8]) -> io::Result<()> {
         let slot = self.spec.frame_size as usize;
-        let fd = self.socket.as_raw_fd();
         for _ in 0..BATCHES_PER_TURN {
             let have_block = self.ensure_block(shared);
             // Take the block out while processing so its frames and our counters can be borrowed apart.
             let mut block = if have_block { self.current.take() } else { None };
-            let (n, drop_counter, requested) = {
-                let area: &mut [u8] = match block.as_mut() {
-                    Some(b) => {
-                        let used = b.frames as usize;
-                        &mut b.frame_area_mut()[used * slot..self.frames_per_block * slot]
-                    }
-                    None => &mut scratch[..rx.capacity() * slot],
-                };
-                let requested = (area.len() / slot).min(rx.capacity());
-                let r = rx.recv(fd, area, slot, self.spec.psn);
-                match r {
-                    Ok((n, d)) => (n, d, requested),
-                    Err(e) => {
-                        self.current = block;
-                        return Err(e);
-                    }
+            let area: &mut [u8] = match block.as_mut() {
+                Some(b) => {
+                    let used = b.frames as usize;
+                    &mut b.frame_area_mut()[used * slot..self.frames_per_block * slot]
+                }
+                None => &mut scratch[..rx.capacity() * slot],
+            };
+            let requested = (area.len() / slot).min(rx.capacity());
+            let got = match rx.recv(&self.socket, area, slot, self.spec.psn) {
+                Ok(r) => r,
+                Err(e) => {
+                    self.current = block;
+                    return Err(e);
                 }
             };
-            if let Some(c) = drop_counter {
+            let n = got.msgs.len();
+            if let Some(c) = got.drop_counter {
                 self.drops.update(c);
             }
             let stored = match block.as_mut() {
                 Some(b) => {
                     let used = b.frames as usize;
                     let area = &mut b.frame_area_mut()[used * slot..self.frames_per_block * slot];
-                    self.process_batch(shared, &rx.results()[..n], area, true)
+                    self.process_batch(shared, &got, area, true)
                 }
-                None => self.process_batch(shared, &rx.results()[..n], &mut scratch[..n * slot], false),
+                None => self.process_batch(shared, &got, &mut scratch[..n * slot], false),
             };
             if let Some(mut b) = block {
                 b.frames += stored as u32;
@@ -330,19 +386,14 @@ impl StreamCapture {
 
     /// Validates, accounts and compacts one received batch in `area` (slot `i` holds message `i`). Returns
     /// how many frames were kept at the front of `area` (none when `store` is false: no block to keep them).
-    fn process_batch(
-        &mut self,
-        shared: &Shared,
-        msgs: &[crate::recv::Received],
-        area: &mut [u8],
-        store: bool,
-    ) -> usize {
+    fn process_batch(&mut self, shared: &Shared, got: &Received, area: &mut [u8], store: bool) -> usize {
         let slot = self.spec.frame_size as usize;
         let prefix = if self.spec.psn { 8 } else { 0 };
         let mut kept = 0;
         let mut last_time = None;
-        for (i, m) in msgs.iter().enumerate() {
-            let frame_len = m.len.saturating_sub(prefix);
+        for (i, m) in got.msgs.iter().enumerate() {
+            // The real datagram length (MSG_TRUNC), so an oversized datagram is recognised and rejected.
+            let frame_len = m.wire_len.saturating_sub(prefix);
             let bytes = &area[i * slot..(i + 1) * slot];
             let (thread, time, invalid, m5b_index) = match classify(self.spec.kind, slot, bytes, frame_len) {
                 Verdict::Frame {
@@ -357,7 +408,7 @@ impl StreamCapture {
                         self.said_rejecting = true;
                         shared.event(RecorderEvent::Rejecting {
                             stream: self.spec.label.clone(),
-                            datagram_len: m.len,
+                            datagram_len: m.wire_len,
                             expected: slot + prefix,
                             reason: reason.to_owned(),
                         });
@@ -369,7 +420,7 @@ impl StreamCapture {
                 if !w[usize::from(thread)] {
                     self.counters.filtered += 1;
                     if let Some(p) = &mut self.psn {
-                        p.observe(m.psn);
+                        p.observe(got.psn(i));
                     }
                     continue;
                 }
@@ -380,7 +431,7 @@ impl StreamCapture {
                 continue;
             }
             if let Some(p) = &mut self.psn {
-                p.observe(m.psn);
+                p.observe(got.psn(i));
             }
             if i != kept {
                 area.copy_within(i * slot..(i + 1) * slot, kept * slot);
@@ -493,7 +544,7 @@ fn capture_loop(shared: &Shared, streams: &mut [StreamCapture]) -> io::Result<()
             return Err(io::Error::last_os_error());
         }
     }
-    let mut rx = BatchRecv::new(shared.config.batch);
+    let mut rx = Receiver::new(shared.config.batch);
     let max_slot = streams
         .iter()
         .map(|s| s.spec.frame_size as usize)

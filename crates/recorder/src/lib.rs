@@ -19,7 +19,6 @@ pub mod config;
 mod engine;
 pub mod loss;
 pub mod pool;
-pub mod recv;
 pub mod status;
 mod writer;
 
@@ -32,6 +31,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use vlbiflow_formats::time::UtcTime;
 use vlbiflow_scan::{DiskMeta, ScanFormat, ScanMetadata, StreamMeta, METADATA_VERSION};
+use vlbiflow_udp::socket::{open_udp, UdpConfig};
 
 pub use config::{ConfigError, FrameKind, RecorderConfig, StreamSpec};
 pub use engine::RecorderEvent;
@@ -158,9 +158,16 @@ impl Recorder {
         let (events_tx, events_rx) = crossbeam_channel::unbounded();
         let mut sockets = Vec::new();
         for s in &config.streams {
-            match recv::open_socket(s.address, config.recv_buffer) {
+            let mut udp = UdpConfig::receiver(s.address);
+            udp.recv_buffer = Some(config.recv_buffer);
+            udp.rxq_ovfl = true;
+            // Capture learns readiness from epoll and must never block on one socket.
+            udp.nonblocking = true;
+            match open_udp(&udp) {
                 Ok(x) => sockets.push(x),
-                Err(source) => {
+                Err(e) => {
+                    let source =
+                        std::io::Error::new(e.source.kind(), format!("{} failed: {}", e.step, e.source));
                     drop(sinks);
                     remove_created(&config, config.disks.iter());
                     return Err(StartError::Socket {
@@ -181,16 +188,18 @@ impl Recorder {
         let (queue_tx, queue_rx) = crossbeam_channel::unbounded();
 
         let streams: Vec<StreamShared> = config.streams.iter().map(|_| StreamShared::default()).collect();
-        for (i, (s, (_, buf))) in config.streams.iter().zip(&sockets).enumerate() {
-            streams[i].recv_buffer.store(buf.granted as u64, Relaxed);
+        for (i, (s, (_, report))) in config.streams.iter().zip(&sockets).enumerate() {
+            // The kernel reports double what it accepted (bookkeeping); status shows what it accepted.
+            let granted = report.recv_buffer.as_ref().map_or(0, |b| b.granted / 2);
+            streams[i].recv_buffer.store(granted as u64, Relaxed);
             if let Some(r) = s.frame_rate {
                 streams[i].frame_rate.store(r, Relaxed);
             }
-            if buf.capped() {
+            if granted < config.recv_buffer {
                 let _ = events_tx.send(RecorderEvent::SocketBufferCapped {
                     stream: s.label.clone(),
-                    requested: buf.requested,
-                    granted: buf.granted,
+                    requested: config.recv_buffer,
+                    granted,
                 });
             }
         }

@@ -71,11 +71,40 @@ pub struct RecvStats {
     pub timeouts: u64,
 }
 
+/// Turns the kernel's SO_RXQ_OVFL counter (cumulative per socket, wrapping at 2^32) into a running
+/// 64-bit total. Keep one per socket: [`BatchReceiver`] keeps one for itself (see
+/// [`BatchReceiver::kernel_drops`]); a receiver shared by many sockets feeds the raw counter of each
+/// batch ([`RecvBatch::drop_counter`]) into that socket's own `DropCounter`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DropCounter {
+    last: u32,
+    total: u64,
+}
+
+impl DropCounter {
+    /// Takes a raw counter value and returns the running total. A value that went backwards (a reused
+    /// or foreign counter) is ignored rather than counted as four billion drops.
+    pub fn update(&mut self, counter: u32) -> u64 {
+        let delta = counter.wrapping_sub(self.last);
+        if delta < u32::MAX / 2 {
+            self.total += u64::from(delta);
+            self.last = counter;
+        }
+        self.total
+    }
+
+    /// Drops counted so far.
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+}
+
 /// The messages of one [`BatchReceiver::recv`]: entry `i` landed in the `i`-th buffer given.
 #[derive(Debug)]
 pub struct RecvBatch<'a> {
     metas: &'a [RecvMeta],
     kernel_drops: u64,
+    drop_counter: Option<u32>,
 }
 
 impl<'a> RecvBatch<'a> {
@@ -109,6 +138,14 @@ impl<'a> RecvBatch<'a> {
     pub fn kernel_drops(&self) -> u64 {
         self.kernel_drops
     }
+
+    /// The raw SO_RXQ_OVFL counter carried by the last message of this batch that had one: the
+    /// socket's cumulative drop count (wrapping) when that datagram was queued. None without the option,
+    /// while the socket has dropped nothing yet (the kernel omits a zero count), or for an empty batch. Use this with a per-socket [`DropCounter`] when one receiver serves several
+    /// sockets, since [`kernel_drops`](Self::kernel_drops) then mixes their counters.
+    pub fn drop_counter(&self) -> Option<u32> {
+        self.drop_counter
+    }
 }
 
 /// Preallocated storage for receiving up to `capacity` messages per `recvmmsg`.
@@ -120,8 +157,8 @@ pub struct BatchReceiver {
     cmsgs: RawArray<CmsgSpace>,
     addrs: RawArray<libc::sockaddr_storage>,
     metas: Box<[RecvMeta]>,
-    last_drop_counter: u32,
-    kernel_drops: u64,
+    drops: DropCounter,
+    batch_drop_counter: Option<u32>,
     busy_wait: Duration,
     stats: RecvStats,
 }
@@ -142,8 +179,8 @@ impl BatchReceiver {
             cmsgs: RawArray::new(capacity, || [0u64; 8]),
             addrs: RawArray::new(capacity, sys::zeroed),
             metas: vec![RecvMeta::default(); capacity].into_boxed_slice(),
-            last_drop_counter: 0,
-            kernel_drops: 0,
+            drops: DropCounter::default(),
+            batch_drop_counter: None,
             busy_wait: Duration::ZERO,
             stats: RecvStats::default(),
         }
@@ -177,14 +214,16 @@ impl BatchReceiver {
     /// SO_RXQ_OVFL, counted from when the option was enabled. Stays 0 without the option. The kernel
     /// counts socket buffers, so with GRO one drop can be a whole coalesced message of several
     /// datagrams. The count only advances when a datagram queued after the drops is received.
+    /// Meaningful only while this receiver serves one socket; otherwise see [`RecvBatch::drop_counter`].
     pub fn kernel_drops(&self) -> u64 {
-        self.kernel_drops
+        self.drops.total()
     }
 
     /// Receives up to `capacity` messages, one into each buffer `bufs` yields (buffers beyond capacity
     /// are not taken from the iterator, so pass `iter.by_ref()` to keep the rest). Waits at most
-    /// `timeout` for the first message (zero: just look), then takes whatever is queued without waiting.
-    /// An empty batch means the timeout passed.
+    /// `timeout` for the first message, then takes whatever is queued without waiting. An empty batch
+    /// means the timeout passed. A zero timeout never waits: one non-blocking `recvmmsg`, for callers
+    /// that learn readiness from their own `epoll` over many sockets.
     pub fn recv<'b, I>(
         &mut self,
         sock: &impl AsRawFd,
@@ -238,11 +277,9 @@ impl BatchReceiver {
 
     /// Receives into the `n` messages whose iovecs are set.
     fn recv_prepared(&mut self, fd: RawFd, n: usize, timeout: Duration) -> io::Result<RecvBatch<'_>> {
+        self.batch_drop_counter = None;
         if n == 0 {
-            return Ok(RecvBatch {
-                metas: &self.metas[..0],
-                kernel_drops: self.kernel_drops,
-            });
+            return Ok(self.empty_batch());
         }
         let mut deadline: Option<Instant> = None;
         let mut busy_until: Option<Instant> = None;
@@ -265,6 +302,11 @@ impl BatchReceiver {
             let err = io::Error::last_os_error();
             match err.raw_os_error() {
                 Some(libc::EINTR) => continue,
+                Some(libc::EAGAIN) if timeout.is_zero() => {
+                    // Just looking: no clock reads, no poll.
+                    self.stats.timeouts += 1;
+                    return Ok(self.empty_batch());
+                }
                 Some(libc::EAGAIN) => {
                     let now = Instant::now();
                     let end = *deadline.get_or_insert(now + timeout);
@@ -277,10 +319,7 @@ impl BatchReceiver {
                     }
                     if now >= end || !sys::poll_fd(fd, libc::POLLIN, end - now)? && Instant::now() >= end {
                         self.stats.timeouts += 1;
-                        return Ok(RecvBatch {
-                            metas: &self.metas[..0],
-                            kernel_drops: self.kernel_drops,
-                        });
+                        return Ok(self.empty_batch());
                     }
                 }
                 _ => return Err(err),
@@ -297,8 +336,17 @@ impl BatchReceiver {
         self.stats.messages += got as u64;
         Ok(RecvBatch {
             metas: &self.metas[..got],
-            kernel_drops: self.kernel_drops,
+            kernel_drops: self.drops.total(),
+            drop_counter: self.batch_drop_counter,
         })
+    }
+
+    fn empty_batch(&self) -> RecvBatch<'_> {
+        RecvBatch {
+            metas: &self.metas[..0],
+            kernel_drops: self.drops.total(),
+            drop_counter: None,
+        }
     }
 
     /// Receives one message into `buf`; None when `timeout` passed first. Split a GRO message into its
@@ -363,14 +411,10 @@ impl BatchReceiver {
                     let size = ptr::read_unaligned(data as *const libc::c_int);
                     meta.gro_segment = u16::try_from(size).ok().filter(|&s| s > 0);
                 } else if c.cmsg_level == libc::SOL_SOCKET && c.cmsg_type == sys::SO_RXQ_OVFL {
+                    // The socket's cumulative drop count when this datagram was queued.
                     let counter = ptr::read_unaligned(data as *const u32);
-                    // The counter is the socket's cumulative drop count when this datagram was queued;
-                    // it wraps at 2^32, so accumulate differences.
-                    let delta = counter.wrapping_sub(self.last_drop_counter);
-                    if delta < u32::MAX / 2 {
-                        self.kernel_drops += delta as u64;
-                        self.last_drop_counter = counter;
-                    }
+                    self.drops.update(counter);
+                    self.batch_drop_counter = Some(counter);
                 }
                 cmsg = libc::CMSG_NXTHDR(hdr, cmsg);
             }
@@ -382,6 +426,17 @@ impl BatchReceiver {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn drop_counter_accumulates_across_wrap_and_ignores_backwards() {
+        let mut d = DropCounter::default();
+        assert_eq!(d.update(5), 5);
+        assert_eq!(d.update(0x7000_0000), 0x7000_0000);
+        assert_eq!(d.update(0xE000_0000), 0xE000_0000);
+        assert_eq!(d.update(3), (1u64 << 32) + 3);
+        assert_eq!(d.update(2), (1u64 << 32) + 3);
+        assert_eq!(d.total(), (1u64 << 32) + 3);
+    }
 
     #[test]
     fn segments_split_gro_messages() {

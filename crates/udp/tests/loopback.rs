@@ -504,3 +504,62 @@ fn two_part_receive_splits_prefix_from_frame() {
     let m = batch.messages()[0];
     assert_eq!((m.len, m.wire_len, m.truncated), (58, 100, true));
 }
+
+/// The recorder's use: one receiver serving several non-blocking sockets (readiness from the caller's
+/// own epoll), zero-timeout receives, two-part messages, and each socket's drop count kept apart.
+#[test]
+fn one_receiver_many_sockets_keeps_drop_counts_apart() {
+    let mut cfg = UdpConfig::receiver(localhost());
+    cfg.recv_buffer = Some(1); // the kernel's minimum: overflows after a few datagrams
+    cfg.rxq_ovfl = true;
+    cfg.nonblocking = true;
+    let (small, small_report) = open_udp(&cfg).unwrap();
+    cfg.recv_buffer = Some(4 << 20);
+    let (big, big_report) = open_udp(&cfg).unwrap();
+    let to_small = sender(small_report.local);
+    let to_big = sender(big_report.local);
+    let payload = [5u8; 1000];
+    for _ in 0..200 {
+        to_small.send(&payload).unwrap();
+        to_big.send(&payload).unwrap();
+    }
+    let mut rx = BatchReceiver::new(32);
+    let mut prefix = vec![[0u8; 8]; 32];
+    let mut frames = vec![0u8; 32 * 1024];
+    let mut drain = |rx: &mut BatchReceiver, sock: &UdpSocket| -> (usize, Option<u32>) {
+        let (mut got, mut counter) = (0, None);
+        loop {
+            let parts = prefix
+                .iter_mut()
+                .zip(frames.chunks_exact_mut(1024))
+                .map(|(p, f)| [&mut p[..], f]);
+            let batch = rx.recv_parts(sock, parts, Duration::ZERO).unwrap();
+            if batch.is_empty() {
+                return (got, counter);
+            }
+            assert!(batch.messages().iter().all(|m| m.wire_len == 1000));
+            got += batch.len();
+            counter = batch.drop_counter().or(counter);
+        }
+    };
+    let (small_got, _) = drain(&mut rx, &small);
+    let (big_got, big_counter) = drain(&mut rx, &big);
+    assert!(
+        small_got < 200,
+        "a minimum-size buffer held all {small_got} datagrams"
+    );
+    // The kernel attaches the counter only once the socket has dropped something.
+    assert_eq!((big_got, big_counter), (200, None));
+    // A datagram queued after the overflow carries the small socket's whole drop count.
+    to_small.send(&payload).unwrap();
+    let mut small_drops = vlbiflow_udp::DropCounter::default();
+    let batch = rx.recv(&small, frames.chunks_exact_mut(1024), WAIT).unwrap();
+    assert_eq!(batch.len(), 1);
+    let counter = batch.drop_counter();
+    assert_eq!(small_drops.update(counter.unwrap()), 200 - small_got as u64);
+    // Nothing queued: a zero timeout returns at once with an empty batch.
+    let empty = rx
+        .recv(&big, frames.chunks_exact_mut(1024), Duration::ZERO)
+        .unwrap();
+    assert!(empty.is_empty() && empty.drop_counter().is_none());
+}
