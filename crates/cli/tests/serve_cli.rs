@@ -1,0 +1,195 @@
+//! `vlbiflow serve`, `ctl` and `status` as processes: the README session on a temporary configuration.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::UdpSocket;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use vlbiflow_formats::time::{UtcTime, VdifTime};
+use vlbiflow_formats::vdif::VdifHeaderRepr;
+
+const BIN: &str = env!("CARGO_BIN_EXE_vlbiflow");
+
+fn ctl(host: &str, cmds: &str) -> (bool, String) {
+    let out = Command::new(BIN)
+        .args(["ctl", "--host", host, cmds])
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+fn send_frames(port: u16, count: u64) {
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let start = VdifTime::from_unix_second(UtcTime::now().unix_seconds).unwrap();
+    let mut d = vec![0u8; 8 + 1032];
+    for n in 0..count {
+        d[..8].copy_from_slice(&n.to_ne_bytes());
+        VdifHeaderRepr {
+            seconds: start.seconds + (n / 100) as u32,
+            epoch: start.epoch,
+            frame_number: (n % 100) as u32,
+            frame_len: 1032,
+            bits_per_sample: 2,
+            ..Default::default()
+        }
+        .emit(&mut d[8..])
+        .unwrap();
+        sock.send_to(&d, ("127.0.0.1", port)).unwrap();
+        if n % 64 == 63 {
+            std::thread::sleep(Duration::from_micros(500));
+        }
+    }
+}
+
+#[test]
+fn serve_ctl_status_session() {
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..2 {
+        std::fs::create_dir(dir.path().join(format!("disk{i}"))).unwrap();
+    }
+    let cfg = dir.path().join("vlbiflow.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "control = \"127.0.0.1:0\"\nhttp = \"127.0.0.1:0\"\nopen_group = \"main\"\n[groups]\n\
+             main = [\"{}/disk*\"]\n[recorder]\nblock_size = 100000\nrecv_buffer = 4194304\npool_blocks = 16\n",
+            dir.path().display()
+        ),
+    )
+    .unwrap();
+    let mut serve = Command::new(BIN)
+        .args(["serve", "--config"])
+        .arg(&cfg)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(serve.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    // "listening control=127.0.0.1:P http=127.0.0.1:Q"
+    let mut parts = line.split_whitespace().skip(1);
+    let control = parts
+        .next()
+        .unwrap()
+        .strip_prefix("control=")
+        .unwrap()
+        .to_string();
+    let http = parts.next().unwrap().strip_prefix("http=").unwrap().to_string();
+    let port = UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+
+    let (ok, out) = ctl(
+        &control,
+        &format!("input_stream=add:RDBE1:vdif:1032:50:42:lo:127.0.0.1:{port}:0; input_stream=commit; record=on:30:scan1:exp:st; record?"),
+    );
+    assert!(ok, "{out}");
+    assert_eq!(
+        out,
+        "!input_stream = 0 : added : RDBE1 ;\n!input_stream = 0 : committed : 1 ;\n\
+         !record = 0 : recording : exp_st_scan1 ;\n!record? 0 : recording : main : 1 : exp_st_scan1 ;\n"
+    );
+    send_frames(port, 300);
+
+    let st = Command::new(BIN)
+        .args(["status", "--http", &http])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&st.stdout);
+    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    for want in [
+        "status: recording",
+        "scan #1 exp_st_scan1",
+        "stream: RDBE1",
+        "rx packets: ",
+        "disk0",
+        "disk1",
+    ] {
+        assert!(text.contains(want), "{want} not in\n{text}");
+    }
+
+    // From standard input, as da-client scripts do.
+    let mut c = Command::new(BIN)
+        .args(["ctl", "--host", &control])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    c.stdin.take().unwrap().write_all(b"record=off;\n").unwrap();
+    let out = c.wait_with_output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "!record = 0 : flushing : exp_st_scan1 ;\n"
+    );
+    let mut state = String::new();
+    for _ in 0..200 {
+        state = ctl(&control, "record?").1;
+        if state.starts_with("!record? 0 : off") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    assert_eq!(state, "!record? 0 : off : main : 1 : exp_st_scan1 ;\n");
+    let (ok, out) = ctl(&control, "scan_check?");
+    assert!(ok);
+    assert!(
+        out.starts_with("!scan_check? 0 : 1 : exp_st_scan1 : complete : RDBE1 : OK : vdif : "),
+        "{out}"
+    );
+    assert!(dir.path().join("disk0/exp_st_scan1.vdif").is_file());
+
+    // A failing reply makes ctl exit non-zero.
+    let (ok, out) = ctl(&control, "record=on:30:../x:exp:st");
+    assert!(!ok);
+    assert!(out.starts_with("!record = 8 : scan name \"../x\""), "{out}");
+
+    // SIGTERM: a clean stop.
+    let kill = Command::new("kill")
+        .args(["-TERM", &serve.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let status = serve.wait().unwrap();
+    assert!(status.success(), "serve exited with {status}");
+}
+
+#[test]
+fn ctl_without_a_daemon_names_the_address() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let out = Command::new(BIN)
+        .args(["ctl", "--host", &format!("127.0.0.1:{port}"), "record?"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("127.0.0.1:{port}")) && err.contains("vlbiflow serve"),
+        "{err}"
+    );
+}
+
+#[test]
+fn serve_refuses_a_bad_config_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("bad.toml");
+    std::fs::write(&cfg, "control = \"0.0.0.0:14242\"\n").unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("token") && err.contains("bad.toml"), "{err}");
+}
