@@ -179,11 +179,15 @@ impl Recorder {
             }
         }
 
-        // Pool.
+        // Pool. Mark6 blocks get a page of headroom for the O_DIRECT writer (see `pool`).
+        let headroom = match config.format {
+            ScanFormat::Mark6 => pool::ALIGN,
+            ScanFormat::Flexbuff => 0,
+        };
         let pool_total = config.effective_pool_blocks();
         let (free_tx, free_rx) = crossbeam_channel::bounded(pool_total);
         for _ in 0..pool_total {
-            let _ = free_tx.send(Block::new(block_bytes, data_offset));
+            let _ = free_tx.send(Block::new(block_bytes, data_offset, headroom));
         }
         let (queue_tx, queue_rx) = crossbeam_channel::unbounded();
 
@@ -205,10 +209,7 @@ impl Recorder {
         }
         let disks: Vec<DiskShared> = config.disks.iter().map(|_| DiskShared::default()).collect();
         for (d, s) in disks.iter().zip(&sinks) {
-            d.direct.store(
-                matches!(s, writer::DiskSink::Flexbuff { direct: true, .. }),
-                Relaxed,
-            );
+            d.direct.store(s.is_direct(), Relaxed);
         }
         let capture_threads = config.capture_threads.min(config.streams.len());
         let local_addrs = sockets

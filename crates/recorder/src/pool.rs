@@ -1,5 +1,8 @@
-//! Preallocated, page-aligned block buffers. A block holds whole frames of one stream; in Mark6 scans the
-//! first 8 bytes are reserved for the block header so the writer emits header and frames in one write.
+//! Preallocated, page-aligned block buffers. A block holds whole frames of one stream; in Mark6 scans 8
+//! bytes in front of the frames are reserved for the block header so the writer emits header and frames in
+//! one write, and a page of headroom in front of that lets an O_DIRECT writer shift the block so that it
+//! starts at its file offset's phase within a page, with the unaligned tail of the previous write (the
+//! "carry") copied in front of it, and write the whole span from an aligned address.
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 
@@ -63,7 +66,12 @@ impl Drop for AlignedBuf {
 /// One block: a buffer plus what it holds.
 pub struct Block {
     buf: AlignedBuf,
-    /// Where frames start in the buffer (8 in Mark6 scans, for the block header; 0 for FlexBuff).
+    /// Bytes reserved in front of the header (a multiple of [`ALIGN`]; 0 when nothing is ever shifted).
+    headroom: usize,
+    /// Where the header (or, without one, the frames) currently starts in the buffer: `headroom` until a
+    /// writer shifts the block with [`shift_to`](Self::shift_to).
+    start: usize,
+    /// Bytes in front of the frames (8 in Mark6 scans, for the block header; 0 for FlexBuff).
     pub data_offset: usize,
     /// Frame bytes held.
     pub len: usize,
@@ -76,9 +84,12 @@ pub struct Block {
 }
 
 impl Block {
-    pub fn new(capacity: usize, data_offset: usize) -> Self {
+    /// A block for `capacity` frame bytes behind `data_offset` header bytes and `headroom` spare bytes.
+    pub fn new(capacity: usize, data_offset: usize, headroom: usize) -> Self {
         Block {
-            buf: AlignedBuf::new(capacity + data_offset),
+            buf: AlignedBuf::new(headroom + data_offset + capacity),
+            headroom,
+            start: headroom,
             data_offset,
             len: 0,
             frames: 0,
@@ -89,19 +100,47 @@ impl Block {
 
     /// Space for frames.
     pub fn frame_area_mut(&mut self) -> &mut [u8] {
-        let o = self.data_offset;
+        let o = self.start + self.data_offset;
         &mut self.buf.as_mut_slice()[o..]
     }
 
     /// The frames held.
     pub fn payload(&self) -> &[u8] {
-        &self.buf.as_slice()[self.data_offset..self.data_offset + self.len]
+        let o = self.start + self.data_offset;
+        &self.buf.as_slice()[o..o + self.len]
     }
 
     /// Header space plus frames: what a Mark6 writer writes.
     pub fn with_header_mut(&mut self) -> &mut [u8] {
-        let end = self.data_offset + self.len;
-        &mut self.buf.as_mut_slice()[..end]
+        let (start, end) = (self.start, self.start + self.data_offset + self.len);
+        &mut self.buf.as_mut_slice()[start..end]
+    }
+
+    /// Where header and frames start in [`raw`](Self::raw).
+    pub fn start(&self) -> usize {
+        self.start
+    }
+
+    /// Bytes in front of the frames available to [`shift_to`](Self::shift_to).
+    pub fn headroom(&self) -> usize {
+        self.headroom
+    }
+
+    /// Moves header and frames so they start at `start` (at most the headroom), leaving `raw()[..start]`
+    /// free for the caller. One `memmove` of the block's contents.
+    pub fn shift_to(&mut self, start: usize) {
+        assert!(
+            start <= self.headroom,
+            "shift to {start} past headroom {}",
+            self.headroom
+        );
+        if start != self.start {
+            let n = self.data_offset + self.len;
+            self.buf
+                .as_mut_slice()
+                .copy_within(self.start..self.start + n, start);
+            self.start = start;
+        }
     }
 
     /// The whole buffer from its (aligned) start.
@@ -109,10 +148,16 @@ impl Block {
         self.buf.as_slice()
     }
 
+    /// The whole buffer from its (aligned) start, writable.
+    pub fn raw_mut(&mut self) -> &mut [u8] {
+        self.buf.as_mut_slice()
+    }
+
     /// Empties the block for reuse.
     pub fn reset(&mut self) {
         self.len = 0;
         self.frames = 0;
+        self.start = self.headroom;
     }
 }
 
@@ -122,7 +167,7 @@ mod tests {
 
     #[test]
     fn buffers_are_aligned_and_sized() {
-        let mut b = Block::new(10_000, 8);
+        let mut b = Block::new(10_000, 8, 0);
         assert_eq!(b.raw().as_ptr() as usize % ALIGN, 0);
         assert!(b.raw().len() >= 10_008);
         assert_eq!(b.raw().len() % ALIGN, 0);
@@ -130,5 +175,24 @@ mod tests {
         b.len = 4;
         assert_eq!(b.payload(), &[1, 2, 3, 4]);
         assert_eq!(b.with_header_mut().len(), 12);
+    }
+
+    #[test]
+    fn shifting_keeps_header_and_frames_and_reset_restores() {
+        let mut b = Block::new(10_000, 8, ALIGN);
+        assert_eq!(b.start(), ALIGN);
+        b.frame_area_mut()[..3].copy_from_slice(&[7, 8, 9]);
+        b.len = 3;
+        b.with_header_mut()[..8].copy_from_slice(&[1; 8]);
+        for to in [13, 0, ALIGN - 1, ALIGN] {
+            b.shift_to(to);
+            assert_eq!(b.start(), to);
+            assert_eq!(b.with_header_mut(), &[1, 1, 1, 1, 1, 1, 1, 1, 7, 8, 9]);
+            assert_eq!(b.payload(), &[7, 8, 9]);
+        }
+        b.shift_to(5);
+        b.reset();
+        assert_eq!(b.start(), ALIGN);
+        assert!(b.frame_area_mut().len() >= 10_000);
     }
 }

@@ -7,8 +7,15 @@
 //! is put back on the queue for the other disks. A Mark6 file is cut back to its last confirmed block so it
 //! stays well formed; a partial FlexBuff chunk is removed.
 //!
-//! Mark6 files are written buffered (their 20-byte file header and 8-byte block headers put blocks at
-//! unaligned offsets) with the writeback pacing above, which also drops written pages from the page cache.
+//! Mark6 files are written with O_DIRECT where the filesystem allows. Their 20-byte file header and 8-byte
+//! block headers put blocks at unaligned offsets, so each disk keeps a *carry*: the bytes after the last
+//! page boundary written so far (< 4096). A block is shifted in its buffer (one memmove, into the page of
+//! headroom every Mark6 block has) to start at its file offset's phase within a page, the carry is copied in
+//! front of it, and the span up to the last page boundary is written from the buffer's aligned start; the
+//! new tail becomes the carry. A block is confirmed once all its bytes are on disk, i.e. when a later write
+//! covered its tail, or when the carry is written out padded to a page (idle, pacing, end of scan; the file
+//! is cut back to its exact length at the end). Where O_DIRECT is refused (tmpfs), Mark6 files are written
+//! buffered with the writeback pacing above, which also drops written pages from the page cache.
 //! FlexBuff chunks are written with O_DIRECT where the filesystem allows (the unaligned tail, if any, buffered).
 
 use std::collections::VecDeque;
@@ -28,7 +35,7 @@ use vlbiflow_formats::mark6::{
 use vlbiflow_scan::{FrameKind, ScanFormat};
 
 use crate::engine::{RecorderEvent, Shared};
-use crate::pool::{Block, ALIGN};
+use crate::pool::{AlignedBuf, Block, ALIGN};
 
 /// Creates the Mark6 scatter-gather file of the scan on `disk` with its file header.
 pub(crate) fn create_mark6_file(
@@ -36,7 +43,7 @@ pub(crate) fn create_mark6_file(
     nominal_block_size: u64,
     kind: FrameKind,
     frame_size: u32,
-) -> io::Result<File> {
+) -> io::Result<(File, [u8; FILE_HEADER_LEN])> {
     let file = OpenOptions::new().write(true).create_new(true).open(path)?;
     let header = Mark6FileHeaderRepr {
         version: Mark6Version::V2,
@@ -50,17 +57,12 @@ pub(crate) fn create_mark6_file(
     .to_bytes()
     .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
     file.write_all_at(&header, 0)?;
-    Ok(file)
+    Ok((file, header))
 }
 
 /// Where one disk's blocks go.
 pub(crate) enum DiskSink {
-    Mark6 {
-        file: File,
-        path: PathBuf,
-        offset: u64,
-        identity: (u64, u64),
-    },
+    Mark6(Mark6Sink),
     Flexbuff {
         disk: PathBuf,
         scan: String,
@@ -68,15 +70,143 @@ pub(crate) enum DiskSink {
     },
 }
 
+/// One disk's Mark6 scatter-gather file.
+pub(crate) struct Mark6Sink {
+    file: File,
+    path: PathBuf,
+    /// Logical end of the file: where the next block goes.
+    offset: u64,
+    identity: (u64, u64),
+    /// O_DIRECT state; None when writing buffered.
+    direct: Option<DirectCarry>,
+    /// Why O_DIRECT could not be enabled at open, to be said once when the writer starts.
+    refused: Option<String>,
+}
+
+/// The unaligned tail of what an O_DIRECT Mark6 writer has written so far.
+struct DirectCarry {
+    /// One page, aligned; bytes `[offset - len, offset)` of the file in `[..len]`.
+    page: AlignedBuf,
+    len: usize,
+    /// Bytes `[0, on_disk)` of the file are on disk (`offset - len <= on_disk <= offset`).
+    on_disk: u64,
+    /// The file may extend past `offset` with padding (a padded carry write); cut back at the end.
+    padded: bool,
+}
+
 impl DiskSink {
-    pub fn mark6(file: File, path: PathBuf) -> io::Result<Self> {
+    /// True while this disk is written with O_DIRECT.
+    pub fn is_direct(&self) -> bool {
+        match self {
+            DiskSink::Mark6(m) => m.direct.is_some(),
+            DiskSink::Flexbuff { direct, .. } => *direct,
+        }
+    }
+}
+
+impl Mark6Sink {
+    /// Wraps a freshly created file holding just `header`; switches it to O_DIRECT when `direct` and the
+    /// filesystem allows.
+    fn new(file: File, path: PathBuf, header: &[u8], direct: bool) -> io::Result<Self> {
         let m = file.metadata()?;
-        Ok(DiskSink::Mark6 {
+        let mut sink = Mark6Sink {
             file,
             path,
-            offset: FILE_HEADER_LEN as u64,
+            offset: header.len() as u64,
             identity: (m.dev(), m.ino()),
-        })
+            direct: None,
+            refused: None,
+        };
+        if direct {
+            match set_direct(&sink.file, true) {
+                Ok(()) => {
+                    // The header is the first carry: the first block's write rewrites page 0 with it.
+                    let mut page = AlignedBuf::new(ALIGN);
+                    page.as_mut_slice()[..header.len()].copy_from_slice(header);
+                    sink.direct = Some(DirectCarry {
+                        page,
+                        len: header.len(),
+                        on_disk: header.len() as u64,
+                        padded: false,
+                    });
+                }
+                Err(e) => sink.refused = Some(format!("open with O_DIRECT refused: {e}")),
+            }
+        }
+        Ok(sink)
+    }
+
+    /// Bytes `[0, n)` of the file are on disk (buffered: writeback is tracked per block instead).
+    fn on_disk(&self) -> Option<u64> {
+        self.direct.as_ref().map(|d| d.on_disk)
+    }
+
+    /// Writes the block (header already emitted) at the end of the file with O_DIRECT: carry + block up
+    /// to the last page boundary, keeping the rest as the new carry. Err(EINVAL) means the filesystem
+    /// refused O_DIRECT; the block is then left shifted with the carry in front (see `fall_back`).
+    fn write_direct(&mut self, block: &mut Block) -> io::Result<()> {
+        let d = self.direct.as_mut().expect("direct sink");
+        let c = d.len;
+        let body = block.data_offset + block.len;
+        // Shift the block to the carry's phase and put the carry in front: the span then starts at the
+        // buffer's aligned start and at the file's last page boundary.
+        block.shift_to(c);
+        block.raw_mut()[..c].copy_from_slice(&d.page.as_slice()[..c]);
+        let total = c + body;
+        let aligned = total / ALIGN * ALIGN;
+        let file_start = self.offset - c as u64;
+        if aligned > 0 {
+            self.file.write_all_at(&block.raw()[..aligned], file_start)?;
+            d.on_disk = file_start + aligned as u64;
+            d.padded = false;
+        }
+        let tail = total - aligned;
+        d.page.as_mut_slice()[..tail].copy_from_slice(&block.raw()[aligned..total]);
+        d.len = tail;
+        self.offset += body as u64;
+        Ok(())
+    }
+
+    /// Puts the carry on disk (padded with zeros to a page) so every byte up to `offset` is on disk. The
+    /// next block's write rewrites that page; the padding is cut off at the end of the scan.
+    fn flush_carry(&mut self) -> io::Result<()> {
+        let Some(d) = self.direct.as_mut() else {
+            return Ok(());
+        };
+        if d.on_disk >= self.offset {
+            return Ok(());
+        }
+        let c = d.len;
+        d.page.as_mut_slice()[c..].fill(0);
+        self.file
+            .write_all_at(d.page.as_slice(), self.offset - c as u64)?;
+        d.on_disk = self.offset;
+        d.padded = true;
+        Ok(())
+    }
+
+    /// O_DIRECT was refused mid-scan: writes what `write_direct` left in `block` (carry + block) buffered
+    /// and continues buffered.
+    fn fall_back(&mut self, block: &Block) -> io::Result<()> {
+        let d = self.direct.take().expect("direct sink");
+        set_direct(&self.file, false)?;
+        let body = block.data_offset + block.len;
+        let total = d.len + body;
+        self.file
+            .write_all_at(&block.raw()[..total], self.offset - d.len as u64)?;
+        self.offset += body as u64;
+        Ok(())
+    }
+
+    /// Cuts off any padding beyond the logical end.
+    fn trim(&mut self) -> io::Result<()> {
+        if let Some(d) = self.direct.as_mut() {
+            if d.padded {
+                self.file.set_len(self.offset)?;
+                d.padded = false;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -142,6 +272,15 @@ pub(crate) fn run_writer(shared: Arc<Shared>, index: usize, sink: DiskSink) {
     };
     // Leave most of the pool to capture: each disk may hold a share of it unconfirmed.
     w.max_pending = (w.shared.pool_total / (4 * w.shared.config.disks.len())).max(1);
+    if let DiskSink::Mark6(m) = &mut w.sink {
+        if let Some(reason) = m.refused.take() {
+            w.said_fallback = true;
+            w.shared.event(RecorderEvent::BufferedFallback {
+                disk: w.disk_path(),
+                reason,
+            });
+        }
+    }
     w.run();
 }
 
@@ -181,8 +320,11 @@ impl Writer {
 
     fn finish(&mut self) -> io::Result<()> {
         self.confirm_pending()?;
-        match &self.sink {
-            DiskSink::Mark6 { file, .. } => file.sync_all(),
+        match &mut self.sink {
+            DiskSink::Mark6(m) => {
+                m.trim()?;
+                m.file.sync_all()
+            }
             DiskSink::Flexbuff { disk, scan, .. } => {
                 let dir = File::open(flexbuff::chunk_dir(disk, scan))?;
                 // SAFETY: plain syscall on an open descriptor.
@@ -202,15 +344,44 @@ impl Writer {
         Ok(())
     }
 
-    /// Waits for the oldest outstanding block's writeback and returns it to the pool.
+    /// Returns to the pool every block whose bytes an O_DIRECT Mark6 writer has put on disk.
+    fn confirm_written(&mut self) {
+        let DiskSink::Mark6(m) = &self.sink else {
+            return;
+        };
+        let Some(on_disk) = m.on_disk() else {
+            return;
+        };
+        while self.pending.front().is_some_and(|p| p.start + p.len <= on_disk) {
+            let p = self.pending.pop_front().expect("front exists");
+            self.pending_bytes -= p.len;
+            self.confirmed(p.block, p.len);
+        }
+    }
+
+    /// Waits for the oldest outstanding block's writeback (O_DIRECT Mark6: writes out the carry) and
+    /// returns it to the pool.
     fn confirm_oldest(&mut self) -> io::Result<()> {
+        if let DiskSink::Mark6(m) = &mut self.sink {
+            if m.direct.is_some() {
+                if self.pending.is_empty() {
+                    return Ok(());
+                }
+                let t = Instant::now();
+                let result = m.flush_carry();
+                self.add_busy(t);
+                result?;
+                self.confirm_written();
+                return Ok(());
+            }
+        }
         let Some(p) = self.pending.pop_front() else {
             return Ok(());
         };
         let t = Instant::now();
         let result = match (&p.file, &self.sink) {
             (Some(f), _) => sync_range(f, p.start, p.len, true),
-            (None, DiskSink::Mark6 { file, .. }) => sync_range(file, p.start, p.len, true),
+            (None, DiskSink::Mark6(m)) => sync_range(&m.file, p.start, p.len, true),
             (None, _) => Ok(()),
         };
         self.add_busy(t);
@@ -242,16 +413,11 @@ impl Writer {
     fn write(&mut self, mut block: Block) -> Result<(), (io::Error, Option<Block>)> {
         let t = Instant::now();
         let result = match &mut self.sink {
-            DiskSink::Mark6 {
-                file,
-                path,
-                offset,
-                identity,
-            } => {
+            DiskSink::Mark6(m) => {
                 // The file must still be ours: a disk unmounted or the file removed/replaced under us must
                 // fail the disk, not swallow blocks into an unreachable inode.
-                match std::fs::metadata(&*path) {
-                    Ok(m) if (m.dev(), m.ino()) == *identity => {}
+                match std::fs::metadata(&m.path) {
+                    Ok(meta) if (meta.dev(), meta.ino()) == m.identity => {}
                     Ok(_) => return Err((io::Error::other("scan file was replaced"), Some(block))),
                     Err(e) => {
                         return Err((
@@ -265,27 +431,54 @@ impl Writer {
                     block_number: block.number,
                     wb_size: Some(wb_size),
                 };
-                let bytes = block.with_header_mut();
-                if let Err(e) = header.emit(&mut bytes[..8]) {
+                if let Err(e) = header.emit(&mut block.with_header_mut()[..8]) {
                     return Err((
                         io::Error::new(io::ErrorKind::InvalidData, e.to_string()),
                         Some(block),
                     ));
                 }
-                let start = *offset;
-                match file.write_all_at(bytes, start) {
-                    Ok(()) => {
-                        *offset += u64::from(wb_size);
-                        // Start writeback now; wait for it when the next block has been handed over.
-                        let _ = sync_range(file, start, u64::from(wb_size), false);
-                        Ok(Pending {
-                            block,
-                            file: None,
-                            path: None,
-                            start,
-                            len: u64::from(wb_size),
-                        })
+                let start = m.offset;
+                let len = u64::from(wb_size);
+                let written = if m.direct.is_some() {
+                    match m.write_direct(&mut block) {
+                        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                            let reason = format!("O_DIRECT write refused: {e}");
+                            match m.fall_back(&block) {
+                                Ok(()) => {
+                                    self.said_fallback = true;
+                                    self.shared.disks[self.index].direct.store(false, Relaxed);
+                                    self.shared.event(RecorderEvent::BufferedFallback {
+                                        disk: self.shared.config.disks[self.index].clone(),
+                                        reason,
+                                    });
+                                    // Start writeback of everything still unconfirmed (earlier blocks'
+                                    // tails were in the carry just written).
+                                    let from = self.pending.front().map_or(start, |p| p.start);
+                                    let _ = sync_range(&m.file, from, start + len - from, false);
+                                    Ok(())
+                                }
+                                Err(e) => Err(e),
+                            }
+                        }
+                        r => r,
                     }
+                } else {
+                    let r = m.file.write_all_at(block.with_header_mut(), start);
+                    if r.is_ok() {
+                        m.offset += len;
+                        // Start writeback now; wait for it when the next block has been handed over.
+                        let _ = sync_range(&m.file, start, len, false);
+                    }
+                    r
+                };
+                match written {
+                    Ok(()) => Ok(Pending {
+                        block,
+                        file: None,
+                        path: None,
+                        start,
+                        len,
+                    }),
                     Err(e) => Err((e, block)),
                 }
             }
@@ -325,6 +518,7 @@ impl Writer {
             Ok(p) => {
                 self.pending_bytes += p.len;
                 self.pending.push_back(p);
+                self.confirm_written();
                 // Pace: the oldest block's writeback has had the newer writes' time to complete.
                 while self.pending.len() > self.max_pending || self.pending_bytes > PACE_BYTES {
                     self.confirm_oldest().map_err(|e| (e, None))?;
@@ -352,10 +546,11 @@ impl Writer {
         let pending: Vec<Pending> = self.pending.drain(..).collect();
         self.pending_bytes = 0;
         match &mut self.sink {
-            DiskSink::Mark6 { file, offset, .. } => {
-                let good = pending.first().map_or(*offset, |p| p.start);
-                let _ = file.set_len(good);
-                *offset = good;
+            DiskSink::Mark6(m) => {
+                // Everything before the first unconfirmed block is on disk; cut the rest (and any padding).
+                let good = pending.first().map_or(m.offset, |p| p.start);
+                let _ = m.file.set_len(good);
+                m.offset = good;
             }
             DiskSink::Flexbuff { .. } => {
                 for path in pending.iter().filter_map(|p| p.path.as_ref()) {
@@ -400,7 +595,7 @@ fn write_chunk(path: &Path, block: &Block, direct: &mut bool) -> io::Result<(Fil
             Ok(file) => match file.write_all_at(&data[..aligned], 0) {
                 Ok(()) => {
                     if aligned < data.len() {
-                        clear_direct(&file)?;
+                        set_direct(&file, false)?;
                         file.write_all_at(&data[aligned..], aligned as u64)?;
                     }
                     return Ok((file, None));
@@ -427,11 +622,20 @@ fn write_chunk(path: &Path, block: &Block, direct: &mut bool) -> io::Result<(Fil
     Ok((file, None))
 }
 
-fn clear_direct(file: &File) -> io::Result<()> {
+/// Turns O_DIRECT on or off for an open file (the kernel refuses to turn it on where unsupported).
+fn set_direct(file: &File, on: bool) -> io::Result<()> {
     // SAFETY: fcntl on an open descriptor with integer arguments.
     unsafe {
         let flags = libc::fcntl(file.as_raw_fd(), libc::F_GETFL);
-        if flags < 0 || libc::fcntl(file.as_raw_fd(), libc::F_SETFL, flags & !libc::O_DIRECT) < 0 {
+        if flags < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let flags = if on {
+            flags | libc::O_DIRECT
+        } else {
+            flags & !libc::O_DIRECT
+        };
+        if libc::fcntl(file.as_raw_fd(), libc::F_SETFL, flags) < 0 {
             return Err(io::Error::last_os_error());
         }
     }
@@ -452,9 +656,9 @@ pub(crate) fn open_sink(
     match format {
         ScanFormat::Mark6 => {
             let path = vlbiflow_scan::mark6_path(disk, scan, kind);
-            let file = create_mark6_file(&path, nominal_block_size, kind, frame_size)
+            let (file, header) = create_mark6_file(&path, nominal_block_size, kind, frame_size)
                 .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
-            DiskSink::mark6(file, path)
+            Ok(DiskSink::Mark6(Mark6Sink::new(file, path, &header, direct)?))
         }
         ScanFormat::Flexbuff => {
             let dir = flexbuff::chunk_dir(disk, scan);
