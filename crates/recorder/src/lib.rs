@@ -36,6 +36,8 @@ use vlbiflow_udp::socket::{open_udp, UdpConfig};
 pub use config::{ConfigError, FrameKind, RecorderConfig, StreamSpec};
 pub use engine::RecorderEvent;
 pub use status::{DiskStatus, Phase, PoolStatus, RecorderStatus, StreamStatus, ThreadStatus};
+#[doc(hidden)]
+pub use writer::bench_mark6_write;
 
 use engine::{Shared, PHASE_FINISHED, PHASE_FLUSHING, PHASE_RECORDING};
 use pool::Block;

@@ -672,3 +672,58 @@ pub(crate) fn open_sink(
         }
     }
 }
+
+/// Writes `blocks` Mark6 blocks of `block_bytes` frame bytes each to a new scan file in `dir` through the
+/// same sink the writer uses (O_DIRECT with carry when `direct` and allowed, else buffered with the
+/// writer's writeback pacing), ending with the final flush, trim and fsync. Returns the bytes written and
+/// whether O_DIRECT was used. For benchmarks (`examples/mark6_write.rs`); not a recording API.
+#[doc(hidden)]
+pub fn bench_mark6_write(
+    dir: &Path,
+    block_bytes: usize,
+    blocks: u32,
+    direct: bool,
+) -> io::Result<(u64, bool)> {
+    let header_len = vlbiflow_formats::mark6::BLOCK_HEADER_LEN_V2;
+    let path = dir.join("bench.vdif");
+    let nominal = (header_len + block_bytes) as u64;
+    let (file, header) = create_mark6_file(&path, nominal, FrameKind::Vdif, 8224)?;
+    let mut sink = Mark6Sink::new(file, path, &header, direct)?;
+    let used_direct = sink.direct.is_some();
+    let mut block = Block::new(block_bytes, header_len, ALIGN);
+    block.len = block_bytes;
+    block.frame_area_mut()[..block_bytes].fill(0x5a);
+    let mut pending: VecDeque<(u64, u64)> = VecDeque::new();
+    let mut pending_bytes = 0;
+    for number in 0..blocks {
+        let wb_size = (header_len + block_bytes) as u32;
+        let repr = Mark6BlockHeaderRepr {
+            block_number: number,
+            wb_size: Some(wb_size),
+        };
+        repr.emit(&mut block.with_header_mut()[..8])
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        if sink.direct.is_some() {
+            sink.write_direct(&mut block)?;
+        } else {
+            let start = sink.offset;
+            sink.file.write_all_at(block.with_header_mut(), start)?;
+            sink.offset += u64::from(wb_size);
+            sync_range(&sink.file, start, u64::from(wb_size), false)?;
+            pending.push_back((start, u64::from(wb_size)));
+            pending_bytes += u64::from(wb_size);
+            while pending_bytes > PACE_BYTES {
+                let (s, l) = pending.pop_front().expect("pending");
+                sync_range(&sink.file, s, l, true)?;
+                pending_bytes -= l;
+            }
+        }
+    }
+    for (s, l) in pending {
+        sync_range(&sink.file, s, l, true)?;
+    }
+    sink.flush_carry()?;
+    sink.trim()?;
+    sink.file.sync_all()?;
+    Ok((sink.offset, used_direct))
+}
