@@ -218,7 +218,8 @@ pub struct RecorderConfig {
     pub capture_threads: usize,
     /// Datagrams per recvmmsg call.
     pub batch: usize,
-    /// Try O_DIRECT writes (FlexBuff chunks) where the filesystem allows.
+    /// Try O_DIRECT writes (Mark6 files and FlexBuff chunks) where the filesystem allows; buffered otherwise,
+    /// said once per disk with [`RecorderEvent::BufferedFallback`](crate::RecorderEvent::BufferedFallback).
     pub direct_io: bool,
     /// How often the metadata on every disk is refreshed while recording.
     pub metadata_interval: Duration,
