@@ -249,16 +249,7 @@ pub fn check(rec: &Recording, mut config: CheckConfig, mut progress: impl FnMut(
 }
 
 fn si(v: f64, unit: &str) -> String {
-    let (d, p) = if v >= 1e9 {
-        (1e9, "G")
-    } else if v >= 1e6 {
-        (1e6, "M")
-    } else if v >= 1e3 {
-        (1e3, "k")
-    } else {
-        (1.0, "")
-    };
-    format!("{:.3} {p}{unit}", v / d)
+    vlbiflow_units::fmt_si(v, unit, 3)
 }
 
 impl Report {

@@ -135,24 +135,7 @@ pub enum LocateError {
 /// Expands disk arguments (directories or glob patterns) into existing directories, in order, without
 /// duplicates. A pattern matching nothing is an error: a mistyped disk should not silently shrink a scan.
 pub fn expand_disks(patterns: &[String]) -> Result<Vec<PathBuf>, LocateError> {
-    let mut out: Vec<PathBuf> = Vec::new();
-    for pat in patterns {
-        let mut matched = false;
-        let paths =
-            glob::glob(pat).map_err(|e| LocateError::Usage(format!("bad disk pattern {pat:?}: {e}")))?;
-        for p in paths.flatten() {
-            if p.is_dir() {
-                matched = true;
-                if !out.contains(&p) {
-                    out.push(p);
-                }
-            }
-        }
-        if !matched {
-            return Err(LocateError::NotFound(format!("disk {pat:?}: no such directory")));
-        }
-    }
-    Ok(out)
+    vlbiflow_scan::expand_disks(patterns).map_err(|e| LocateError::NotFound(e.to_string()))
 }
 
 fn read_u32_at_start(path: &Path) -> Result<Option<[u8; 32]>, LocateError> {

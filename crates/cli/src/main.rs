@@ -5,7 +5,8 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 mod cmd;
-mod units;
+
+use vlbiflow_units as units;
 
 #[derive(Parser)]
 #[command(

@@ -279,20 +279,13 @@ pub fn check_group_name(name: &str) -> Result<(), String> {
     vlbiflow_formats::names::validate_scan_name(name).map_err(|e| e.to_string())
 }
 
-fn has_glob(s: &str) -> bool {
-    s.contains(['*', '?', '['])
-}
-
-/// Expands directory patterns: globs to their sorted matching directories, plain paths as given.
+/// Expands directory patterns: globs to their sorted matching directories, plain paths as given (a
+/// module that is not mounted still counts as a nominal disk that was not found).
 pub fn expand(patterns: &[String]) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for p in patterns {
-        if has_glob(p) {
-            let mut found: Vec<PathBuf> = glob::glob(p)
-                .map(|g| g.filter_map(Result::ok).filter(|p| p.is_dir()).collect())
-                .unwrap_or_default();
-            found.sort();
-            out.extend(found);
+        if vlbiflow_scan::is_glob(p) {
+            out.extend(vlbiflow_scan::expand_disk_pattern(p).unwrap_or_default());
         } else {
             out.push(PathBuf::from(p));
         }

@@ -360,18 +360,7 @@ pub fn prometheus(r: &StatusReport, c: &Cumulative) -> String {
 }
 
 fn si(v: f64, unit: &str) -> String {
-    let (d, p) = if v >= 1e12 {
-        (1e12, "T")
-    } else if v >= 1e9 {
-        (1e9, "G")
-    } else if v >= 1e6 {
-        (1e6, "M")
-    } else if v >= 1e3 {
-        (1e3, "k")
-    } else {
-        (1.0, "")
-    };
-    format!("{:.2} {p}{unit}", v / d)
+    vlbiflow_units::fmt_si(v, unit, 2)
 }
 
 /// The MonitorStatus-like text view of `vlbiflow status`.

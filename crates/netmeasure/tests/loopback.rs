@@ -58,9 +58,11 @@ fn bw_lat_tcp_in_sequence_on_one_session() {
         assert_eq!(res.local.sent, 500);
         assert_eq!(res.received + res.lost, 500, "{res:?}");
         assert_eq!(res.remote.arrivals.foreign, 0);
-        // Paced at 10-20 µs for 500 packets: the send takes at least 499 x wait.
+        // Paced at 10-20 µs for 500 packets: the last packet is due 499 x wait after the schedule's start.
+        // The duration counts from the first actual send, which a busy machine may delay, so only half of
+        // that is certain; unpaced, 500 small packets would take well under a millisecond.
         assert!(
-            res.local.send_duration_s >= 499.0 * wait * 1e-6 * 0.99,
+            res.local.send_duration_s >= 499.0 * wait * 1e-6 * 0.5,
             "{}",
             res.local.send_duration_s
         );

@@ -155,6 +155,57 @@ pub enum MetaError {
     Version { path: PathBuf, found: u32 },
 }
 
+/// A `--disk` argument or configured disk that names no usable directory.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("disk {pattern:?}: {reason}")]
+pub struct DiskPatternError {
+    pub pattern: String,
+    pub reason: String,
+}
+
+/// True when `pattern` holds glob characters (`*`, `?`, `[`).
+pub fn is_glob(pattern: &str) -> bool {
+    pattern.contains(['*', '?', '['])
+}
+
+/// Expands one disk argument: a glob (e.g. `/mnt/disks/*/*/data`, as Mark6 mounts its modules) to the
+/// directories it matches, sorted; a plain path to itself if it is a directory.
+pub fn expand_disk_pattern(pattern: &str) -> Result<Vec<PathBuf>, DiskPatternError> {
+    let err = |reason: String| DiskPatternError {
+        pattern: pattern.to_owned(),
+        reason,
+    };
+    if !is_glob(pattern) {
+        let path = PathBuf::from(pattern);
+        return if path.is_dir() {
+            Ok(vec![path])
+        } else {
+            Err(err("no such directory".into()))
+        };
+    }
+    let paths = glob::glob(pattern).map_err(|e| err(format!("bad pattern: {e}")))?;
+    let mut found: Vec<PathBuf> = paths.filter_map(Result::ok).filter(|p| p.is_dir()).collect();
+    if found.is_empty() {
+        return Err(err("matches no directory".into()));
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// Expands every disk argument in order, dropping repeats; the first argument that names no directory is
+/// the error.
+pub fn expand_disks(patterns: &[String]) -> Result<Vec<PathBuf>, DiskPatternError> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for p in patterns {
+        for d in expand_disk_pattern(p)? {
+            if !out.contains(&d) {
+                out.push(d);
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// Path of the metadata file of `scan` on `disk`.
 pub fn metadata_path(disk: &Path, scan: &str) -> PathBuf {
     disk.join(format!("{scan}{METADATA_SUFFIX}"))
@@ -303,6 +354,33 @@ mod tests {
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].0, "exp_st_001");
         assert!((meta.totals().loss_fraction() - 0.01).abs() < 1e-12);
+    }
+
+    #[test]
+    fn disk_patterns_expand_sorted_and_name_what_is_missing() {
+        let dir = tempfile::tempdir().unwrap();
+        for m in ["2", "1"] {
+            for d in ["1", "0"] {
+                std::fs::create_dir_all(dir.path().join(m).join(d).join("data")).unwrap();
+            }
+        }
+        let pattern = format!("{}/*/*/data", dir.path().display());
+        let disks = expand_disks(&[pattern.clone(), pattern.clone()]).unwrap();
+        let names: Vec<String> = disks
+            .iter()
+            .map(|d| d.strip_prefix(dir.path()).unwrap().display().to_string())
+            .collect();
+        assert_eq!(names, ["1/0/data", "1/1/data", "2/0/data", "2/1/data"]);
+        let missing = format!("{}/9/*/data", dir.path().display());
+        assert!(expand_disks(&[missing])
+            .unwrap_err()
+            .to_string()
+            .contains("matches no directory"));
+        let plain = dir.path().join("nope").display().to_string();
+        assert!(expand_disks(&[plain])
+            .unwrap_err()
+            .to_string()
+            .contains("no such directory"));
     }
 
     #[test]

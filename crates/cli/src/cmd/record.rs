@@ -89,30 +89,12 @@ enum FormatArg {
     Flexbuff,
 }
 
-fn has_glob(s: &str) -> bool {
-    s.contains(['*', '?', '['])
-}
-
-/// Expands `--disk` arguments: globs to their sorted matching directories, plain paths as given.
+/// Expands `--disk` arguments (globs sorted, plain paths that must be directories); a bad one is a usage error.
 fn expand_disks(args: &[String]) -> anyhow::Result<Vec<PathBuf>> {
-    let mut out = Vec::new();
-    for a in args {
-        if !has_glob(a) {
-            out.push(PathBuf::from(a));
-            continue;
-        }
-        let paths = match glob::glob(a) {
-            Ok(p) => p,
-            Err(e) => usage!("--disk {a:?}: bad glob: {e}"),
-        };
-        let mut found: Vec<PathBuf> = paths.filter_map(Result::ok).filter(|p| p.is_dir()).collect();
-        if found.is_empty() {
-            usage!("--disk {a:?} matches no directory");
-        }
-        found.sort();
-        out.extend(found);
+    match vlbiflow_scan::expand_disks(args) {
+        Ok(d) => Ok(d),
+        Err(e) => usage!("--{e}"),
     }
-    Ok(out)
 }
 
 fn build_config(args: &Args) -> anyhow::Result<RecorderConfig> {

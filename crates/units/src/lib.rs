@@ -88,6 +88,22 @@ pub fn parse_hz(s: &str) -> Result<f64, String> {
     Ok(v * m)
 }
 
+/// A value with an SI prefix (k, M, G, T) and `decimals` decimals: `fmt_si(2.5e9, "b/s", 2)` is `2.50 Gb/s`.
+pub fn fmt_si(v: f64, unit: &str, decimals: usize) -> String {
+    let (d, p) = if v >= 1e12 {
+        (1e12, "T")
+    } else if v >= 1e9 {
+        (1e9, "G")
+    } else if v >= 1e6 {
+        (1e6, "M")
+    } else if v >= 1e3 {
+        (1e3, "k")
+    } else {
+        (1.0, "")
+    };
+    format!("{:.decimals$} {p}{unit}", v / d)
+}
+
 /// `4.000 Gb/s` style formatting of a bit rate.
 pub fn fmt_bit_rate(bps: f64) -> String {
     if bps >= 1e9 {
@@ -136,6 +152,13 @@ mod tests {
         assert_eq!(parse_bytes("8224").unwrap(), 8224);
         assert!(parse_bytes("1.5").is_err());
         assert!(parse_bytes("-1").is_err());
+    }
+
+    #[test]
+    fn si_prefixes() {
+        assert_eq!(fmt_si(2.5e9, "b/s", 2), "2.50 Gb/s");
+        assert_eq!(fmt_si(999.0, "B", 0), "999 B");
+        assert_eq!(fmt_si(1.5e13, "B", 1), "15.0 TB");
     }
 
     #[test]
