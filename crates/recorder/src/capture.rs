@@ -390,6 +390,7 @@ impl StreamCapture {
         let slot = self.spec.frame_size as usize;
         let prefix = if self.spec.psn { 8 } else { 0 };
         let mut kept = 0;
+        let mut first_time = None;
         let mut last_time = None;
         for (i, m) in got.msgs.iter().enumerate() {
             // The real datagram length (MSG_TRUNC), so an oversized datagram is recognised and rejected.
@@ -478,6 +479,7 @@ impl StreamCapture {
                 }
             }
             if time.is_some() {
+                first_time = first_time.or(time);
                 last_time = time;
             }
         }
@@ -489,13 +491,15 @@ impl StreamCapture {
             }
             s.last_ns.store(now, Relaxed);
         }
-        if let Some(t) = last_time {
+        if let (Some(first), Some(last)) = (first_time, last_time) {
             let s = &shared.streams[self.index];
             if self.first_time {
+                // The scan starts at the first frame of the first batch, not the last: a burst can fill a
+                // whole batch before the recorder looks.
                 self.first_time = false;
-                s.first_time.store(pack_time(t), Relaxed);
+                s.first_time.store(pack_time(first), Relaxed);
             }
-            s.last_time.store(pack_time(t), Relaxed);
+            s.last_time.store(pack_time(last), Relaxed);
         }
         kept
     }
