@@ -622,6 +622,23 @@ fn write_chunk(path: &Path, block: &Block, direct: &mut bool) -> io::Result<(Fil
     Ok((file, None))
 }
 
+/// True when `dir` is on tmpfs or ramfs. There the page cache is the storage: O_DIRECT gains nothing and
+/// (accepted by recent kernels) costs several times the CPU of a buffered write, measured at 1 Gb/s
+/// into four tmpfs directories: 2.98 CPU s/GB with O_DIRECT against 0.55 on ext4.
+pub(crate) fn memory_backed(dir: &Path) -> bool {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    const RAMFS_MAGIC: i64 = 0x8584_58f6;
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    // SAFETY: statfs fills the zeroed struct; the path is NUL-terminated.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return false;
+    }
+    matches!(st.f_type as i64, TMPFS_MAGIC | RAMFS_MAGIC)
+}
+
 /// Turns O_DIRECT on or off for an open file (the kernel refuses to turn it on where unsupported).
 fn set_direct(file: &File, on: bool) -> io::Result<()> {
     // SAFETY: fcntl on an open descriptor with integer arguments.
@@ -653,12 +670,18 @@ pub(crate) fn open_sink(
     nominal_block_size: u64,
     direct: bool,
 ) -> io::Result<DiskSink> {
+    let memory = direct && memory_backed(disk);
+    let direct = direct && !memory;
     match format {
         ScanFormat::Mark6 => {
             let path = vlbiflow_scan::mark6_path(disk, scan, kind);
             let (file, header) = create_mark6_file(&path, nominal_block_size, kind, frame_size)
                 .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
-            Ok(DiskSink::Mark6(Mark6Sink::new(file, path, &header, direct)?))
+            let mut sink = Mark6Sink::new(file, path, &header, direct)?;
+            if memory {
+                sink.refused = Some("memory-backed filesystem (tmpfs/ramfs): writing buffered".into());
+            }
+            Ok(DiskSink::Mark6(sink))
         }
         ScanFormat::Flexbuff => {
             let dir = flexbuff::chunk_dir(disk, scan);
@@ -726,4 +749,34 @@ pub fn bench_mark6_write(
     sink.trim()?;
     sink.file.sync_all()?;
     Ok((sink.offset, used_direct))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Mount points of the given filesystem types, from /proc/self/mounts.
+    fn mounts_of(types: &[&str]) -> Vec<PathBuf> {
+        std::fs::read_to_string("/proc/self/mounts")
+            .unwrap()
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.len() > 2 && types.contains(&f[2])).then(|| PathBuf::from(f[1]))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn tmpfs_is_memory_backed_and_disk_filesystems_are_not() {
+        let tmpfs = mounts_of(&["tmpfs"]);
+        assert!(
+            !tmpfs.is_empty(),
+            "no tmpfs mounted (Linux mounts /dev/shm or /run as tmpfs)"
+        );
+        assert!(tmpfs.iter().all(|m| memory_backed(m)), "{tmpfs:?}");
+        let disks = mounts_of(&["ext4", "xfs", "btrfs"]);
+        assert!(disks.iter().all(|m| !memory_backed(m)), "{disks:?}");
+        assert!(!memory_backed(Path::new("/no/such/dir")));
+    }
 }
