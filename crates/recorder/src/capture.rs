@@ -105,44 +105,163 @@ pub fn classify(kind: FrameKind, frame_size: usize, frame: &[u8], len: usize) ->
     }
 }
 
-/// One capture thread's receive state, shared by all its sockets: the batch receiver and the side array
-/// that takes each message's 8-byte PSN prefix.
+/// Spare bytes each message of a GRO socket gets behind its frame slots: a super-datagram carries at
+/// most 64 KiB of UDP payload, so with this nothing is ever truncated, however many segments arrive.
+const OVERFLOW: usize = 1 << 16;
+
+/// How one receive lays messages out over the free part of a block.
+#[derive(Debug, Clone, Copy)]
+struct Layout {
+    /// Frame size (the block's slot size).
+    slot: usize,
+    /// Bytes in front of every frame on the wire: 8 with a PSN, else 0.
+    prefix: usize,
+    /// Datagrams expected per message: each message gets room for this many in the block.
+    span: usize,
+    /// The socket has GRO: give every message an overflow area.
+    gro: bool,
+}
+
+/// Where one message's bytes went: its first `prefix` bytes into its PSN slot, the next `main` bytes
+/// into the block area at `base`, the rest into its overflow area.
+#[derive(Debug, Clone, Copy)]
+struct Region {
+    base: usize,
+    main: usize,
+}
+
+/// Where a kept frame's bytes are after the receive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Src {
+    /// At this offset in the block area (may have to move down or up to its slot).
+    Area(usize),
+    /// At this offset in the overflow buffer (copied to its slot).
+    Overflow(usize),
+}
+
+/// Where a message offset range lies, if it lies within one piece.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Piece {
+    Head,
+    Area(usize),
+    Overflow(usize),
+}
+
+impl Region {
+    /// The piece holding message bytes `at..at + len` of message `msg` (None when they straddle two).
+    #[inline]
+    fn piece(&self, msg: usize, prefix: usize, at: usize, len: usize) -> Option<Piece> {
+        if at + len <= prefix {
+            Some(Piece::Head)
+        } else if at >= prefix && at + len <= prefix + self.main {
+            Some(Piece::Area(self.base + at - prefix))
+        } else if at >= prefix + self.main && at + len - prefix - self.main <= OVERFLOW {
+            Some(Piece::Overflow(msg * OVERFLOW + at - prefix - self.main))
+        } else {
+            None
+        }
+    }
+}
+
+/// One capture thread's receive state, shared by all its sockets: the batch receiver, the side array
+/// that takes each message's 8-byte PSN prefix, the per-message overflow areas for GRO sockets and the
+/// per-batch layout and frame lists (allocated once, reused).
 pub(crate) struct Receiver {
     rx: BatchReceiver,
     psn: Box<[[u8; 8]]>,
+    /// `capacity * OVERFLOW` bytes, allocated zeroed so pages are only backed once a message uses them.
+    overflow: Vec<u8>,
+    regions: Vec<Region>,
+    kept: Vec<Src>,
 }
 
 impl Receiver {
-    pub fn new(capacity: usize) -> Self {
+    pub fn new(capacity: usize, gro: bool) -> Self {
         let rx = BatchReceiver::new(capacity.clamp(1, 1024));
         let psn = vec![[0u8; 8]; rx.capacity()].into_boxed_slice();
-        Receiver { rx, psn }
+        let overflow = if gro {
+            vec![0u8; rx.capacity() * OVERFLOW]
+        } else {
+            Vec::new()
+        };
+        Receiver {
+            regions: Vec::with_capacity(rx.capacity()),
+            kept: Vec::with_capacity(rx.capacity() * 8),
+            rx,
+            psn,
+            overflow,
+        }
     }
 
     pub fn capacity(&self) -> usize {
         self.rx.capacity()
     }
 
-    /// Receives without waiting up to `area.len() / slot` datagrams: message `i` lands at
-    /// `area[i * slot..][..slot]`, its first 8 bytes in the PSN array first when `psn`.
-    fn recv(
-        &mut self,
-        sock: &UdpSocket,
-        area: &mut [u8],
-        slot: usize,
-        psn: bool,
-    ) -> io::Result<Received<'_>> {
-        let slots = area.chunks_exact_mut(slot);
-        let batch = if psn {
-            let parts = self.psn.iter_mut().zip(slots).map(|(p, f)| [&mut p[..], f]);
-            self.rx.recv_parts(sock, parts, Duration::ZERO)?
-        } else {
-            self.rx.recv(sock, slots, Duration::ZERO)?
-        };
+    /// Plans one receive into `area_len` bytes: as many messages as fit with room for `span` datagrams
+    /// each (the last one maybe fewer), at least one. Returns the number of messages.
+    fn plan(&mut self, area_len: usize, layout: Layout) -> usize {
+        let Layout {
+            slot, prefix, span, ..
+        } = layout;
+        let wire = slot + prefix;
+        // A region for k datagrams: the first one's prefix goes to the PSN slot, so k * wire - prefix.
+        let region = |k: usize| k * wire - prefix;
+        self.regions.clear();
+        let mut base = 0;
+        while self.regions.len() < self.rx.capacity() {
+            let room = area_len - base;
+            let k = span.min((room + prefix) / wire);
+            if k == 0 {
+                break;
+            }
+            self.regions.push(Region {
+                base,
+                main: region(k),
+            });
+            base += region(k);
+        }
+        if self.regions.is_empty() {
+            // Less than one frame of room (only a scratch area): still take one message.
+            self.regions.push(Region {
+                base: 0,
+                main: area_len,
+            });
+        }
+        self.regions.len()
+    }
+
+    /// Receives without waiting as planned by [`plan`](Self::plan): message `i` lands with its first
+    /// `prefix` bytes in PSN slot `i`, the next `regions[i].main` bytes in `area` at `regions[i].base`,
+    /// the rest (GRO sockets only) in overflow area `i`.
+    fn recv(&mut self, sock: &UdpSocket, area: &mut [u8], layout: Layout) -> io::Result<Received<'_>> {
+        let mut rest = area;
+        let mut heads = self.psn.iter_mut();
+        let mut spare = self.overflow.chunks_exact_mut(OVERFLOW);
+        let prefix = layout.prefix;
+        let gro = layout.gro;
+        let parts = self.regions.iter().map(|r| {
+            let taken = std::mem::take(&mut rest);
+            let (main, tail) = taken.split_at_mut(r.main);
+            rest = tail;
+            let head: &mut [u8] = match heads.next() {
+                Some(h) => &mut h[..prefix],
+                None => &mut [],
+            };
+            let over: &mut [u8] = if gro {
+                spare.next().unwrap_or_default()
+            } else {
+                &mut []
+            };
+            [head, main, over]
+        });
+        let batch = self.rx.recv_scatter(sock, parts, Duration::ZERO)?;
         Ok(Received {
             msgs: batch.messages(),
             drop_counter: batch.drop_counter(),
             psn: &self.psn,
+            overflow: &self.overflow,
+            regions: &self.regions,
+            kept: &mut self.kept,
         })
     }
 }
@@ -153,13 +272,10 @@ struct Received<'a> {
     /// The socket's raw SO_RXQ_OVFL counter, if a message carried it.
     drop_counter: Option<u32>,
     psn: &'a [[u8; 8]],
-}
-
-impl Received<'_> {
-    /// The PSN prefix of message `i`.
-    fn psn(&self, i: usize) -> u64 {
-        u64::from_ne_bytes(self.psn[i])
-    }
+    overflow: &'a [u8],
+    regions: &'a [Region],
+    /// Filled by processing: where each stored frame's bytes are, in arrival order.
+    kept: &'a mut Vec<Src>,
 }
 
 /// Loss and counters of one VDIF thread (or the single sequence of a Mark5B stream).
@@ -187,6 +303,12 @@ pub(crate) struct StreamCapture {
     said_rejecting: bool,
     starving_since: Option<u64>,
     failed: bool,
+    /// GRO is enabled on the socket (messages get overflow room; `span` adapts).
+    gro: bool,
+    /// Datagrams per message to make room for in the block (1 unless GRO delivers more).
+    span: usize,
+    /// Fresh blocks taken during a batch whose frames did not fit in the current block.
+    spill: Vec<Block>,
 }
 
 impl StreamCapture {
@@ -196,6 +318,7 @@ impl StreamCapture {
         socket: UdpSocket,
         frames_per_block: usize,
         data_offset: usize,
+        gro: bool,
     ) -> Self {
         let wanted = if spec.threads.is_empty() {
             None
@@ -223,6 +346,9 @@ impl StreamCapture {
             said_rejecting: false,
             starving_since: None,
             failed: false,
+            gro,
+            span: 1,
+            spill: Vec::with_capacity(4),
         }
     }
 
@@ -311,18 +437,23 @@ impl StreamCapture {
             }
             self.seal(shared);
         }
+        self.current = self.take_free_block(shared);
+        self.current.is_some()
+    }
+
+    /// An empty block from the pool, saying once when the pool runs dry and again when it recovers.
+    fn take_free_block(&mut self, shared: &Shared) -> Option<Block> {
         match shared.free_rx.try_recv() {
             Ok(mut b) => {
                 b.reset();
                 b.data_offset = self.data_offset;
-                self.current = Some(b);
                 if let Some(since) = self.starving_since.take() {
                     shared.event(RecorderEvent::BlocksAvailable {
                         stream: self.spec.label.clone(),
                         dropped: self.counters.dropped_no_buffer - since,
                     });
                 }
-                true
+                Some(b)
             }
             Err(_) => {
                 if self.starving_since.is_none() {
@@ -331,7 +462,7 @@ impl StreamCapture {
                         stream: self.spec.label.clone(),
                     });
                 }
-                false
+                None
             }
         }
     }
@@ -339,19 +470,27 @@ impl StreamCapture {
     /// Receives and processes up to `BATCHES_PER_TURN` batches, returning early once the socket is drained.
     fn service(&mut self, shared: &Shared, rx: &mut Receiver, scratch: &mut [u8]) -> io::Result<()> {
         let slot = self.spec.frame_size as usize;
+        let fpb = self.frames_per_block;
+        let scratch_len = rx.capacity() * slot;
         for _ in 0..BATCHES_PER_TURN {
             let have_block = self.ensure_block(shared);
             // Take the block out while processing so its frames and our counters can be borrowed apart.
             let mut block = if have_block { self.current.take() } else { None };
+            let layout = Layout {
+                slot,
+                prefix: if self.spec.psn { 8 } else { 0 },
+                span: self.span,
+                gro: self.gro,
+            };
             let area: &mut [u8] = match block.as_mut() {
                 Some(b) => {
                     let used = b.frames as usize;
-                    &mut b.frame_area_mut()[used * slot..self.frames_per_block * slot]
+                    &mut b.frame_area_mut()[used * slot..fpb * slot]
                 }
-                None => &mut scratch[..rx.capacity() * slot],
+                None => &mut scratch[..scratch_len],
             };
-            let requested = (area.len() / slot).min(rx.capacity());
-            let got = match rx.recv(&self.socket, area, slot, self.spec.psn) {
+            let requested = rx.plan(area.len(), layout);
+            let mut got = match rx.recv(&self.socket, area, layout) {
                 Ok(r) => r,
                 Err(e) => {
                     self.current = block;
@@ -365,14 +504,26 @@ impl StreamCapture {
             let stored = match block.as_mut() {
                 Some(b) => {
                     let used = b.frames as usize;
-                    let area = &mut b.frame_area_mut()[used * slot..self.frames_per_block * slot];
-                    self.process_batch(shared, &got, area, true)
+                    let area = &mut b.frame_area_mut()[used * slot..fpb * slot];
+                    self.process_batch(shared, &mut got, area, layout, true)
                 }
-                None => self.process_batch(shared, &got, &mut scratch[..n * slot], false),
+                None => self.process_batch(shared, &mut got, &mut scratch[..scratch_len], layout, false),
             };
             if let Some(mut b) = block {
-                b.frames += stored as u32;
+                let here = stored.min(fpb - b.frames as usize);
+                b.frames += here as u32;
                 self.current = Some(b);
+                // Frames past the end of this block went into fresh blocks, in order: seal as they fill.
+                let mut spilled = stored - here;
+                let mut spill = std::mem::take(&mut self.spill);
+                for mut next in spill.drain(..) {
+                    let put = spilled.min(fpb);
+                    next.frames = put as u32;
+                    spilled -= put;
+                    self.seal(shared);
+                    self.current = Some(next);
+                }
+                self.spill = spill;
             }
             if n > 0 {
                 self.publish(shared);
@@ -384,105 +535,143 @@ impl StreamCapture {
         Ok(())
     }
 
-    /// Validates, accounts and compacts one received batch in `area` (slot `i` holds message `i`). Returns
-    /// how many frames were kept at the front of `area` (none when `store` is false: no block to keep them).
-    fn process_batch(&mut self, shared: &Shared, got: &Received, area: &mut [u8], store: bool) -> usize {
+    /// Validates, accounts and stores one received batch. Message `i` is split into its datagrams (one,
+    /// or the segments of a GRO super-datagram); each is classified where it landed, then the kept frames
+    /// are moved into consecutive slots from the front of `area` (continuing into fresh spill blocks when
+    /// the area is full). Returns how many frames were stored (none when `store` is false: no block).
+    fn process_batch(
+        &mut self,
+        shared: &Shared,
+        got: &mut Received,
+        area: &mut [u8],
+        layout: Layout,
+        store: bool,
+    ) -> usize {
         let slot = self.spec.frame_size as usize;
-        let prefix = if self.spec.psn { 8 } else { 0 };
-        let mut kept = 0;
+        let prefix = layout.prefix;
+        let wire = slot + prefix;
+        let cap = if store { area.len() / slot } else { 0 };
+        let mut spill_room = 0;
+        let mut spill_starved = false;
         let mut first_time = None;
         let mut last_time = None;
+        let mut most_segments = 1;
+        got.kept.clear();
         for (i, m) in got.msgs.iter().enumerate() {
+            let region = got.regions[i];
             // The real datagram length (MSG_TRUNC), so an oversized datagram is recognised and rejected.
-            let frame_len = m.wire_len.saturating_sub(prefix);
-            let bytes = &area[i * slot..(i + 1) * slot];
-            let (thread, time, invalid, m5b_index) = match classify(self.spec.kind, slot, bytes, frame_len) {
-                Verdict::Frame {
-                    thread,
-                    time,
-                    invalid,
-                    m5b_index,
-                } => (thread, time, invalid, m5b_index),
-                Verdict::Rejected(reason) => {
-                    self.counters.rejected += 1;
-                    if !self.said_rejecting {
-                        self.said_rejecting = true;
-                        shared.event(RecorderEvent::Rejecting {
-                            stream: self.spec.label.clone(),
-                            datagram_len: m.wire_len,
-                            expected: slot + prefix,
-                            reason: reason.to_owned(),
-                        });
+            let seg = match m.gro_segment {
+                Some(g) => usize::from(g),
+                None => m.wire_len.max(1),
+            };
+            let segments = m.wire_len.div_ceil(seg).max(1);
+            most_segments = most_segments.max(segments);
+            for j in 0..segments {
+                let at = j * seg;
+                let seg_len = m.wire_len.saturating_sub(at).min(seg);
+                let frame_len = seg_len.saturating_sub(prefix);
+                // Only a datagram of the right size is looked into; its frame must lie in one piece.
+                let frame_piece = if frame_len == slot && at + seg_len <= m.len {
+                    region
+                        .piece(i, prefix, at + prefix, slot)
+                        .filter(|_| prefix == 0 || region.piece(i, prefix, at, 8).is_some())
+                } else {
+                    None
+                };
+                let frame: &[u8] = match frame_piece {
+                    Some(Piece::Area(o)) => &area[o..o + slot],
+                    Some(Piece::Overflow(o)) => &got.overflow[o..o + slot],
+                    _ => &[],
+                };
+                let verdict = if frame_len == slot && frame.is_empty() {
+                    Verdict::Rejected(if at + seg_len > m.len {
+                        "datagram truncated"
+                    } else {
+                        "GRO segment size differs from the frame size"
+                    })
+                } else {
+                    classify(self.spec.kind, slot, frame, frame_len)
+                };
+                let (thread, time, invalid, m5b_index) = match verdict {
+                    Verdict::Frame {
+                        thread,
+                        time,
+                        invalid,
+                        m5b_index,
+                    } => (thread, time, invalid, m5b_index),
+                    Verdict::Rejected(reason) => {
+                        self.counters.rejected += 1;
+                        if !self.said_rejecting {
+                            self.said_rejecting = true;
+                            shared.event(RecorderEvent::Rejecting {
+                                stream: self.spec.label.clone(),
+                                datagram_len: seg_len,
+                                expected: wire,
+                                reason: reason.to_owned(),
+                            });
+                        }
+                        continue;
                     }
+                };
+                // The PSN in front of the frame (read before anything moves).
+                let psn = if prefix == 0 {
+                    0
+                } else {
+                    let bytes: [u8; 8] = match region.piece(i, prefix, at, 8) {
+                        Some(Piece::Head) => got.psn[i],
+                        Some(Piece::Area(o)) => area[o..o + 8].try_into().unwrap_or_default(),
+                        Some(Piece::Overflow(o)) => got.overflow[o..o + 8].try_into().unwrap_or_default(),
+                        None => [0; 8],
+                    };
+                    u64::from_ne_bytes(bytes)
+                };
+                if let Some(w) = &self.wanted {
+                    if !w[usize::from(thread)] {
+                        self.counters.filtered += 1;
+                        if let Some(p) = &mut self.psn {
+                            p.observe(psn);
+                        }
+                        continue;
+                    }
+                }
+                let index = got.kept.len();
+                if store && index >= cap + spill_room && !spill_starved {
+                    // This block is full: continue in a fresh one (sealed after the batch, in order).
+                    match self.take_free_block(shared) {
+                        Some(b) => {
+                            self.spill.push(b);
+                            spill_room += self.frames_per_block;
+                        }
+                        None => spill_starved = true,
+                    }
+                }
+                if !store || index >= cap + spill_room {
+                    // Not fed to the trackers: the gap it leaves is counted as lost when the next frame is stored.
+                    self.counters.dropped_no_buffer += 1;
                     continue;
                 }
-            };
-            if let Some(w) = &self.wanted {
-                if !w[usize::from(thread)] {
-                    self.counters.filtered += 1;
-                    if let Some(p) = &mut self.psn {
-                        p.observe(got.psn(i));
-                    }
-                    continue;
+                got.kept.push(match frame_piece {
+                    Some(Piece::Overflow(o)) => Src::Overflow(o),
+                    Some(Piece::Area(o)) => Src::Area(o),
+                    _ => unreachable!("a classified frame has a piece"),
+                });
+                if let Some(p) = &mut self.psn {
+                    p.observe(psn);
                 }
-            }
-            if !store {
-                // Not fed to the trackers: the gap it leaves is counted as lost when the next frame is stored.
-                self.counters.dropped_no_buffer += 1;
-                continue;
-            }
-            if let Some(p) = &mut self.psn {
-                p.observe(got.psn(i));
-            }
-            if i != kept {
-                area.copy_within(i * slot..(i + 1) * slot, kept * slot);
-            }
-            kept += 1;
-            self.counters.packets += 1;
-            self.counters.bytes += slot as u64;
-            self.counters.invalid_frames += u64::from(invalid);
-            let seq = match (time, m5b_index) {
-                (Some(t), _) => Some((self.epoch_start(t.epoch) + i64::from(t.seconds), t.frame)),
-                (None, idx) => idx,
-            };
-            let track = self.psn.is_none();
-            let label = &self.spec.label;
-            let th = self.threads[usize::from(thread)].get_or_insert_with(|| {
-                Box::new(ThreadState {
-                    status: ThreadStatus {
-                        thread,
-                        frame_rate: self.spec.frame_rate,
-                        ..Default::default()
-                    },
-                    indexer: FrameIndexer::new(self.spec.frame_rate),
-                    tracker: SequenceTracker::default(),
-                })
-            });
-            th.status.packets += 1;
-            th.status.bytes += slot as u64;
-            th.status.invalid_frames += u64::from(invalid);
-            th.status.last_time = time;
-            if let Some((second, frame)) = seq {
-                let (index, learned) = th.indexer.index(second, frame);
-                if track {
-                    th.tracker.observe(index);
+                self.account(shared, thread, time, invalid, m5b_index);
+                if time.is_some() {
+                    first_time = first_time.or(time);
+                    last_time = time;
                 }
-                if let Some(rate) = learned {
-                    // A rate learned from frame numbers can only be low (the last frames of a second
-                    // were lost), never high: the stream's rate is the highest any thread taught.
-                    shared.streams[self.index].frame_rate.fetch_max(rate, Relaxed);
-                    shared.event(RecorderEvent::RateLearned {
-                        stream: label.clone(),
-                        thread,
-                        rate,
-                    });
-                }
-            }
-            if time.is_some() {
-                first_time = first_time.or(time);
-                last_time = time;
             }
         }
+        if layout.gro {
+            // Room for as many datagrams per message as the last batch brought at most (bounded by what a
+            // super-datagram can hold): steady GSO/GRO traffic then lands without a hole between messages.
+            self.span = most_segments.clamp(1, (OVERFLOW / wire).max(1));
+        }
+        let kept = got.kept.len();
+        self.place(got, area, cap);
         if kept > 0 {
             let s = &shared.streams[self.index];
             let now = (shared.start.elapsed().as_nanos() as u64).max(1);
@@ -502,6 +691,96 @@ impl StreamCapture {
             s.last_time.store(pack_time(last), Relaxed);
         }
         kept
+    }
+
+    /// Moves the kept frames of a batch to consecutive slots: frame `k` to `area[k * slot..]`, or past
+    /// `cap` into the spill blocks. Sources only ever lie in order in `area` (or in the overflow areas),
+    /// so frames moving down are moved first, front to back, then the spilled ones are copied out, then
+    /// frames moving up (behind an earlier message's overflow) back to front: no frame overwrites a
+    /// frame not yet moved. One `memmove` per frame that is not already in its slot.
+    fn place(&mut self, got: &Received, area: &mut [u8], cap: usize) {
+        let slot = self.spec.frame_size as usize;
+        let kept = &got.kept[..];
+        for (k, src) in kept.iter().enumerate().take(cap) {
+            if let Src::Area(o) = *src {
+                if o > k * slot {
+                    area.copy_within(o..o + slot, k * slot);
+                }
+            }
+        }
+        if kept.len() > cap {
+            let fpb = self.frames_per_block;
+            for (k, src) in kept.iter().enumerate().skip(cap) {
+                let n = k - cap;
+                let dst = &mut self.spill[n / fpb].frame_area_mut()[(n % fpb) * slot..][..slot];
+                match *src {
+                    Src::Area(o) => dst.copy_from_slice(&area[o..o + slot]),
+                    Src::Overflow(o) => dst.copy_from_slice(&got.overflow[o..o + slot]),
+                }
+            }
+        }
+        for (k, src) in kept.iter().enumerate().take(cap).rev() {
+            match *src {
+                Src::Area(o) if o < k * slot => area.copy_within(o..o + slot, k * slot),
+                Src::Overflow(o) => {
+                    area[k * slot..(k + 1) * slot].copy_from_slice(&got.overflow[o..o + slot])
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Counts one stored frame and feeds its thread's loss state.
+    #[inline]
+    fn account(
+        &mut self,
+        shared: &Shared,
+        thread: u16,
+        time: Option<VdifTime>,
+        invalid: bool,
+        m5b_index: Option<(i64, u32)>,
+    ) {
+        let slot = u64::from(self.spec.frame_size);
+        self.counters.packets += 1;
+        self.counters.bytes += slot;
+        self.counters.invalid_frames += u64::from(invalid);
+        let seq = match (time, m5b_index) {
+            (Some(t), _) => Some((self.epoch_start(t.epoch) + i64::from(t.seconds), t.frame)),
+            (None, idx) => idx,
+        };
+        let track = self.psn.is_none();
+        let label = &self.spec.label;
+        let th = self.threads[usize::from(thread)].get_or_insert_with(|| {
+            Box::new(ThreadState {
+                status: ThreadStatus {
+                    thread,
+                    frame_rate: self.spec.frame_rate,
+                    ..Default::default()
+                },
+                indexer: FrameIndexer::new(self.spec.frame_rate),
+                tracker: SequenceTracker::default(),
+            })
+        });
+        th.status.packets += 1;
+        th.status.bytes += slot;
+        th.status.invalid_frames += u64::from(invalid);
+        th.status.last_time = time;
+        if let Some((second, frame)) = seq {
+            let (index, learned) = th.indexer.index(second, frame);
+            if track {
+                th.tracker.observe(index);
+            }
+            if let Some(rate) = learned {
+                // A rate learned from frame numbers can only be low (the last frames of a second
+                // were lost), never high: the stream's rate is the highest any thread taught.
+                shared.streams[self.index].frame_rate.fetch_max(rate, Relaxed);
+                shared.event(RecorderEvent::RateLearned {
+                    stream: label.clone(),
+                    thread,
+                    rate,
+                });
+            }
+        }
     }
 }
 
@@ -548,7 +827,7 @@ fn capture_loop(shared: &Shared, streams: &mut [StreamCapture]) -> io::Result<()
             return Err(io::Error::last_os_error());
         }
     }
-    let mut rx = Receiver::new(shared.config.batch);
+    let mut rx = Receiver::new(shared.config.batch, streams.iter().any(|s| s.gro));
     let max_slot = streams
         .iter()
         .map(|s| s.spec.frame_size as usize)

@@ -216,8 +216,11 @@ pub struct RecorderConfig {
     pub pool_blocks: Option<usize>,
     /// Capture threads; streams are spread over them round-robin.
     pub capture_threads: usize,
-    /// Datagrams per recvmmsg call.
+    /// Messages per recvmmsg call (with GRO a message can hold several datagrams).
     pub batch: usize,
+    /// Enable UDP generic receive offload on the stream sockets where the kernel offers it, so that a
+    /// sender using UDP GSO (or a NIC doing GRO) delivers runs of frames per message.
+    pub gro: bool,
     /// Try O_DIRECT writes (Mark6 files and FlexBuff chunks) where the filesystem allows; buffered otherwise,
     /// said once per disk with [`RecorderEvent::BufferedFallback`](crate::RecorderEvent::BufferedFallback).
     pub direct_io: bool,
@@ -241,6 +244,7 @@ impl RecorderConfig {
             pool_blocks: None,
             capture_threads: 1,
             batch: 64,
+            gro: true,
             direct_io: true,
             metadata_interval: Duration::from_secs(3),
         }

@@ -49,6 +49,9 @@ pub enum RecorderEvent {
     MetadataFailed { disk: PathBuf, error: String },
     /// A receive error that stopped a stream's capture.
     CaptureFailed { stream: String, error: String },
+    /// The kernel refused UDP generic receive offload (said once per recording): those streams receive
+    /// one datagram per message, which costs more CPU at high packet rates but loses nothing.
+    GroUnavailable { streams: usize, error: String },
 }
 
 impl fmt::Display for RecorderEvent {
@@ -87,6 +90,10 @@ impl fmt::Display for RecorderEvent {
                 write!(f, "disk {}: cannot write scan metadata: {error}", disk.display())
             }
             RecorderEvent::CaptureFailed { stream, error } => write!(f, "stream {stream}: receive failed: {error}"),
+            RecorderEvent::GroUnavailable { streams, error } => write!(
+                f,
+                "UDP GRO not available on {streams} stream socket(s) ({error}); receiving single datagrams"
+            ),
         }
     }
 }

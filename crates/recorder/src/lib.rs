@@ -163,6 +163,7 @@ impl Recorder {
             let mut udp = UdpConfig::receiver(s.address);
             udp.recv_buffer = Some(config.recv_buffer);
             udp.rxq_ovfl = true;
+            udp.gro = config.gro;
             // Capture learns readiness from epoll and must never block on one socket.
             udp.nonblocking = true;
             match open_udp(&udp) {
@@ -208,6 +209,19 @@ impl Recorder {
                     granted,
                 });
             }
+        }
+        let gro_refused: Vec<i32> = sockets
+            .iter()
+            .filter_map(|(_, r)| match r.gro {
+                vlbiflow_udp::Feature::Unsupported(e) => Some(e),
+                _ => None,
+            })
+            .collect();
+        if let Some(&e) = gro_refused.first() {
+            let _ = events_tx.send(RecorderEvent::GroUnavailable {
+                streams: gro_refused.len(),
+                error: std::io::Error::from_raw_os_error(e).to_string(),
+            });
         }
         let disks: Vec<DiskShared> = config.disks.iter().map(|_| DiskShared::default()).collect();
         for (d, s) in disks.iter().zip(&sinks) {
@@ -262,14 +276,16 @@ impl Recorder {
             )?);
         }
         let mut groups: Vec<Vec<capture::StreamCapture>> = (0..capture_threads).map(|_| Vec::new()).collect();
-        for (i, (spec, (socket, _))) in shared.config.streams.iter().zip(sockets).enumerate() {
+        for (i, (spec, (socket, report))) in shared.config.streams.iter().zip(sockets).enumerate() {
             let fpb = frames_per_block(spec.frame_size);
+            let gro = report.gro == vlbiflow_udp::Feature::Enabled;
             groups[i % capture_threads].push(capture::StreamCapture::new(
                 i,
                 spec.clone(),
                 socket,
                 fpb,
                 data_offset,
+                gro,
             ));
         }
         for (i, group) in groups.into_iter().enumerate() {

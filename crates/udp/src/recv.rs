@@ -148,6 +148,9 @@ impl<'a> RecvBatch<'a> {
     }
 }
 
+/// Most buffers one message can be scattered over with [`BatchReceiver::recv_scatter`].
+pub const MAX_RECV_PARTS: usize = 3;
+
 /// Preallocated storage for receiving up to `capacity` messages per `recvmmsg`.
 pub struct BatchReceiver {
     capacity: usize,
@@ -175,7 +178,7 @@ impl BatchReceiver {
             capacity,
             want_source: false,
             hdrs: RawArray::new(capacity, sys::zeroed),
-            iovs: RawArray::new(capacity * 2, sys::zeroed),
+            iovs: RawArray::new(capacity * MAX_RECV_PARTS, sys::zeroed),
             cmsgs: RawArray::new(capacity, || [0u64; 8]),
             addrs: RawArray::new(capacity, sys::zeroed),
             metas: vec![RecvMeta::default(); capacity].into_boxed_slice(),
@@ -233,13 +236,7 @@ impl BatchReceiver {
     where
         I: IntoIterator<Item = &'b mut [u8]>,
     {
-        let mut n = 0;
-        for buf in bufs.into_iter().take(self.capacity) {
-            self.set_iov(n, 0, buf);
-            self.set_iov(n, 1, &mut []);
-            n += 1;
-        }
-        self.recv_prepared(sock.as_raw_fd(), n, timeout)
+        self.recv_scatter(sock, bufs.into_iter().map(|b| [b]), timeout)
     }
 
     /// Like [`recv`](Self::recv) but scatters each message over two buffers: the first part fills
@@ -254,21 +251,44 @@ impl BatchReceiver {
     where
         I: IntoIterator<Item = [&'b mut [u8]; 2]>,
     {
+        self.recv_scatter(sock, bufs, timeout)
+    }
+
+    /// Like [`recv`](Self::recv) but scatters each message over `N` (at most [`MAX_RECV_PARTS`]) buffers
+    /// filled in order. E.g. a sequence-number prefix, then a run of frame slots in a block buffer, then
+    /// a spare area so that a GRO super-datagram longer than the slots is never truncated.
+    pub fn recv_scatter<'b, const N: usize, I>(
+        &mut self,
+        sock: &impl AsRawFd,
+        bufs: I,
+        timeout: Duration,
+    ) -> io::Result<RecvBatch<'_>>
+    where
+        I: IntoIterator<Item = [&'b mut [u8]; N]>,
+    {
+        const { assert!(N <= MAX_RECV_PARTS, "too many parts per message") };
         let mut n = 0;
-        for [first, second] in bufs.into_iter().take(self.capacity) {
-            self.set_iov(n, 0, first);
-            self.set_iov(n, 1, second);
+        for parts in bufs.into_iter().take(self.capacity) {
+            let mut part = 0;
+            for buf in parts {
+                self.set_iov(n, part, buf);
+                part += 1;
+            }
+            while part < MAX_RECV_PARTS {
+                self.set_iov(n, part, &mut []);
+                part += 1;
+            }
             n += 1;
         }
         self.recv_prepared(sock.as_raw_fd(), n, timeout)
     }
 
     fn set_iov(&mut self, msg: usize, part: usize, buf: &mut [u8]) {
-        assert!(msg < self.capacity);
-        // SAFETY: msg < capacity and part < 2 keep the index inside the array. The caller's buffer is
-        // exclusively borrowed for the whole recv call that uses this iovec.
+        assert!(msg < self.capacity && part < MAX_RECV_PARTS);
+        // SAFETY: msg < capacity and part < MAX_RECV_PARTS keep the index inside the array. The caller's
+        // buffer is exclusively borrowed for the whole recv call that uses this iovec.
         unsafe {
-            *self.iovs.at(msg * 2 + part) = libc::iovec {
+            *self.iovs.at(msg * MAX_RECV_PARTS + part) = libc::iovec {
                 iov_base: buf.as_mut_ptr() as *mut libc::c_void,
                 iov_len: buf.len(),
             };
@@ -369,8 +389,8 @@ impl BatchReceiver {
                 let entry = &mut *self.hdrs.at(i);
                 entry.msg_len = 0;
                 let hdr = &mut entry.msg_hdr;
-                hdr.msg_iov = self.iovs.at(i * 2);
-                hdr.msg_iovlen = 2;
+                hdr.msg_iov = self.iovs.at(i * MAX_RECV_PARTS);
+                hdr.msg_iovlen = MAX_RECV_PARTS as _;
                 hdr.msg_control = self.cmsgs.at(i) as *mut libc::c_void;
                 hdr.msg_controllen = std::mem::size_of::<CmsgSpace>() as _;
                 hdr.msg_flags = 0;
@@ -390,8 +410,8 @@ impl BatchReceiver {
         unsafe {
             let entry = &*self.hdrs.at(i);
             let hdr = &entry.msg_hdr;
-            let iov = self.iovs.at(i * 2);
-            let room = (*iov).iov_len + (*iov.add(1)).iov_len;
+            let iov = self.iovs.at(i * MAX_RECV_PARTS);
+            let room: usize = (0..MAX_RECV_PARTS).map(|p| (*iov.add(p)).iov_len).sum();
             let wire_len = entry.msg_len as usize;
             let mut meta = RecvMeta {
                 len: wire_len.min(room),

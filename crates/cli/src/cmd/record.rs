@@ -78,6 +78,9 @@ pub struct Args {
     /// Do not try O_DIRECT
     #[arg(long)]
     buffered: bool,
+    /// Do not enable UDP GRO (receive one datagram per message even from GSO senders)
+    #[arg(long)]
+    no_gro: bool,
     /// Print the final scan metadata as JSON on standard output
     #[arg(long)]
     json: bool,
@@ -131,6 +134,7 @@ fn build_config(args: &Args) -> anyhow::Result<RecorderConfig> {
     c.experiment = args.experiment.clone();
     c.station = args.station.clone();
     c.direct_io = !args.buffered;
+    c.gro = !args.no_gro;
     if let Err(e) = c.validate() {
         usage!("{e}");
     }
