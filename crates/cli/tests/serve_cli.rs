@@ -193,3 +193,122 @@ fn serve_refuses_a_bad_config_in_one_line() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("token") && err.contains("bad.toml"), "{err}");
 }
+
+/// Starts `vlbiflow serve` on `cfg` and returns it with its control and HTTP addresses.
+fn start_serve(cfg: &std::path::Path) -> (std::process::Child, String, String) {
+    let mut serve = Command::new(BIN)
+        .args(["serve", "--config"])
+        .arg(cfg)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(serve.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let mut parts = line.split_whitespace().skip(1);
+    let control = parts
+        .next()
+        .unwrap()
+        .strip_prefix("control=")
+        .unwrap()
+        .to_string();
+    let http = parts.next().unwrap().strip_prefix("http=").unwrap().to_string();
+    (serve, control, http)
+}
+
+#[test]
+fn a_daemon_killed_while_recording_leaves_a_readable_incomplete_scan_that_a_restart_lists() {
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..2 {
+        std::fs::create_dir(dir.path().join(format!("disk{i}"))).unwrap();
+    }
+    let cfg = dir.path().join("vlbiflow.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "control = \"127.0.0.1:0\"\nhttp = \"127.0.0.1:0\"\nopen_group = \"main\"\n[groups]\n\
+             main = [\"{}/disk*\"]\n[recorder]\nblock_size = 100000\nrecv_buffer = 4194304\npool_blocks = 16\n",
+            dir.path().display()
+        ),
+    )
+    .unwrap();
+    let (mut serve, control, _) = start_serve(&cfg);
+    let port = UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let (ok, out) = ctl(
+        &control,
+        &format!("input_stream=add:RDBE1:vdif:1032:50:42:lo:127.0.0.1:{port}:0; input_stream=commit; record=on:60:scan1:exp:st"),
+    );
+    assert!(ok, "{out}");
+    send_frames(port, 3000);
+    // Wait until the daemon has counted every frame, then kill it without warning.
+    let mut counted = String::new();
+    for _ in 0..400 {
+        counted = ctl(&control, "evlbi?").1;
+        if counted.contains("total : 3000 ") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    assert!(counted.contains("total : 3000 "), "{counted}");
+    serve.kill().unwrap();
+    serve.wait().unwrap();
+
+    // The metadata on every disk says incomplete; the data parses as whole blocks.
+    for i in 0..2 {
+        let meta = dir.path().join(format!("disk{i}/exp_st_scan1.vlbiflow.json"));
+        let m: serde_json::Value = serde_json::from_slice(&std::fs::read(&meta).unwrap()).unwrap();
+        assert_eq!(m["complete"], false, "{}", meta.display());
+    }
+    let check = Command::new(BIN)
+        .args([
+            "check",
+            "exp_st_scan1",
+            "--disk",
+            &format!("{}/disk*", dir.path().display()),
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&check.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&check.stderr)));
+    // Nearly everything made it to disk: the blocks being written at the kill may be torn (the tail of an
+    // O_DIRECT write not yet out, the partly filled block never sealed), and check says where.
+    let frames = report["frames"].as_u64().unwrap();
+    assert!(frames >= 2500, "{frames} frames: {report}");
+    for f in report["findings"].as_array().unwrap() {
+        if f["kind"] == "truncated" {
+            assert!(
+                f["file"].as_str().is_some() && f["offset"].as_u64().is_some(),
+                "{f}"
+            );
+        }
+    }
+    assert!(
+        report["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["kind"] == "metadata"),
+        "check says the scan is incomplete: {report}"
+    );
+
+    // A restarted daemon rebuilds its scan list from the disks and says what happened.
+    let (mut serve, control, _) = start_serve(&cfg);
+    let (_, out) = ctl(&control, "record?; scan_check?");
+    assert!(
+        out.starts_with("!record? 0 : off : main : 1 : exp_st_scan1 ;\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("!scan_check? 0 : 1 : exp_st_scan1 : incomplete : RDBE1"),
+        "{out}"
+    );
+    serve.kill().unwrap();
+    serve.wait().unwrap();
+}
