@@ -309,6 +309,8 @@ pub(crate) struct StreamCapture {
     span: usize,
     /// Fresh blocks taken during a batch whose frames did not fit in the current block.
     spill: Vec<Block>,
+    /// Messages that carried more than one datagram.
+    coalesced: u64,
 }
 
 impl StreamCapture {
@@ -349,6 +351,7 @@ impl StreamCapture {
             gro,
             span: 1,
             spill: Vec::with_capacity(4),
+            coalesced: 0,
         }
     }
 
@@ -388,6 +391,9 @@ impl StreamCapture {
         };
         self.counters.kernel_drops = self.drops.total();
         shared.streams[self.index].publish(&self.counters, restarts);
+        shared.streams[self.index]
+            .coalesced
+            .store(self.coalesced, Relaxed);
     }
 
     fn publish_detail(&self, shared: &Shared) {
@@ -566,6 +572,7 @@ impl StreamCapture {
             };
             let segments = m.wire_len.div_ceil(seg).max(1);
             most_segments = most_segments.max(segments);
+            self.coalesced += u64::from(segments > 1);
             for j in 0..segments {
                 let at = j * seg;
                 let seg_len = m.wire_len.saturating_sub(at).min(seg);

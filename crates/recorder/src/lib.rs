@@ -345,6 +345,16 @@ impl RecorderHandle {
         &self.shared.local_addrs
     }
 
+    /// Per stream (in configuration order): receive messages that carried more than one datagram, i.e.
+    /// UDP GRO super-datagrams from a GSO sender or a coalescing NIC. Zero without GRO.
+    pub fn coalesced_messages(&self) -> Vec<u64> {
+        self.shared
+            .streams
+            .iter()
+            .map(|s| s.coalesced.load(Relaxed))
+            .collect()
+    }
+
     /// The configuration being recorded.
     pub fn config(&self) -> &RecorderConfig {
         &self.shared.config

@@ -163,6 +163,8 @@ pub(crate) fn unpack_time(v: u64) -> Option<VdifTime> {
 /// Per-stream shared state.
 #[derive(Default)]
 pub(crate) struct StreamShared {
+    /// Receive messages that carried more than one datagram (UDP GRO).
+    pub coalesced: AtomicU64,
     pub packets: AtomicU64,
     pub bytes: AtomicU64,
     pub lost: AtomicU64,
