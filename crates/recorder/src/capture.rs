@@ -3,6 +3,13 @@
 //! the packet sequence number split off into a side array by a second iovec, validating every datagram and
 //! compacting the block over the slots of rejected ones. Counters are kept locally and published once per
 //! batch.
+//!
+//! With UDP GRO a message can be a super-datagram of several equal segments. Every message gets room for
+//! `span` datagrams in the block (the most segments per message of the socket's previous batch, so steady
+//! GSO traffic lands in consecutive slots without a copy) plus a 64 KiB overflow area so nothing is
+//! truncated; each segment is classified where it landed, then kept frames are moved to consecutive slots
+//! (with PSN: one in-place `memmove` per frame over the PSN in front of it), continuing into fresh blocks
+//! when the current one is full.
 
 use std::io;
 use std::net::UdpSocket;
