@@ -23,7 +23,7 @@ use crate::stats::ArrivalStats;
 use crate::tcpinfo::{set_buffer, tcp_sock_info};
 use crate::wire::{realtime_ns, PacketKind, TestPacket, HEADER_LEN};
 
-/// Largest packet count one throughput test may announce (bounds the receiver's memory: 16 bytes per
+/// Largest packet count one throughput test may announce (bounds the receiver's memory: 24 bytes per
 /// packet).
 pub const MAX_TEST_PACKETS: u64 = 64_000_000;
 /// Largest UDP payload.
@@ -314,9 +314,12 @@ fn serve_bw(
     let before = HostSnapshot::take();
     let ctl = Arc::new(BwControl::default());
     let max_duration = Duration::from_millis(setup.max_duration_ms.min(3_600_000));
+    // Storage for every announced packet is allocated and touched before the client hears "ready",
+    // so the receive thread starts with nothing to do but receive.
+    let stats = ArrivalStats::new(setup.count);
     let receiver = {
         let ctl = ctl.clone();
-        thread::spawn(move || bw_receive(sock, setup, &ctl, max_duration))
+        thread::spawn(move || bw_receive(sock, stats, setup, &ctl, max_duration))
     };
     conn.send(&Reply::Ready {
         port: report.local.port(),
@@ -383,12 +386,12 @@ struct BwControl {
 /// packets in, or [`DRAIN_IDLE`] without traffic), or until aborted or past `max_duration`.
 fn bw_receive(
     sock: UdpSocket,
+    mut stats: ArrivalStats,
     setup: BwSetup,
     ctl: &BwControl,
     max_duration: Duration,
 ) -> (ArrivalStats, u64, u64) {
     const BATCH: usize = 64;
-    let mut stats = ArrivalStats::new(setup.count);
     let mut rx = BatchReceiver::new(BATCH);
     let mut bufs = vec![vec![0u8; setup.size.max(HEADER_LEN) + 1]; BATCH];
     let mut bytes = 0u64;

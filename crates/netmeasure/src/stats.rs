@@ -22,52 +22,49 @@ pub const MAX_KEPT_INTERVALS: usize = 20_000;
 pub const HIST_BINS: usize = 40;
 
 /// Statistics over the arrivals of one test.
+///
+/// The receive path only stores: [`observe`](Self::observe) writes two timestamps into arrays indexed
+/// by sequence number and appends the number to the arrival order, all preallocated, so the
+/// per-packet cost is a few loads and stores. Reordering, jitter and the histograms are computed from
+/// those arrays in [`summary`](Self::summary), after the test.
 pub struct ArrivalStats {
     capacity: u64,
     /// Receive timestamp per sequence number (0: not received).
     recv_ts: Vec<u64>,
     /// Send timestamp per sequence number.
     send_ts: Vec<u64>,
-    received: u64,
+    /// Sequence numbers of unique in-range packets in arrival order.
+    order: Vec<u64>,
     duplicates: u64,
     out_of_range: u64,
-    next_exp: u64,
-    reordered: u64,
-    /// In-order arrivals (seq, arrival index): increasing in both, so a binary search finds the
-    /// earliest arrival numbered above a reordered packet (RFC 4737 extent).
-    in_order: Vec<(u64, u64)>,
-    arrivals: u64,
-    recent: [u64; MAX_N_REORDERING],
-    n_reordered: [u64; MAX_N_REORDERING],
-    extent_hist: Histogram<u64>,
-    iat_hist: Histogram<u64>,
-    jitter_ns: f64,
-    prev: Option<(u64, u64)>,
     first_recv: u64,
     last_recv: u64,
 }
 
 impl ArrivalStats {
-    /// Statistics for a test of at most `capacity` packets (numbered 0..capacity).
+    /// Statistics for a test of at most `capacity` packets (numbered 0..capacity). The storage (24
+    /// bytes per packet) is written once here so that no page fault lands on the receive path.
     pub fn new(capacity: u64) -> Self {
         let cap = capacity as usize;
+        let prefaulted = || {
+            let mut v = vec![0u64; cap];
+            // vec![0; n] comes from calloc, whose pages are mapped on first touch, which would then
+            // happen on the receive path; one volatile write per 4 KiB page maps them here.
+            for x in v.iter_mut().step_by(512) {
+                // SAFETY: `x` is a valid, exclusive reference into `v`.
+                unsafe { std::ptr::write_volatile(x, 0) };
+            }
+            v
+        };
+        let mut order = prefaulted();
+        order.clear();
         ArrivalStats {
             capacity,
-            recv_ts: vec![0; cap],
-            send_ts: vec![0; cap],
-            received: 0,
+            recv_ts: prefaulted(),
+            send_ts: prefaulted(),
+            order,
             duplicates: 0,
             out_of_range: 0,
-            next_exp: 0,
-            reordered: 0,
-            in_order: Vec::with_capacity(cap),
-            arrivals: 0,
-            recent: [0; MAX_N_REORDERING],
-            n_reordered: [0; MAX_N_REORDERING],
-            extent_hist: new_hist(),
-            iat_hist: new_hist(),
-            jitter_ns: 0.0,
-            prev: None,
             first_recv: 0,
             last_recv: 0,
         }
@@ -75,11 +72,12 @@ impl ArrivalStats {
 
     /// Packets counted so far (unique, in range).
     pub fn received(&self) -> u64 {
-        self.received
+        self.order.len() as u64
     }
 
     /// Records one arrival. Timestamps are ns on any clock per side; receive timestamps must not go
     /// backwards (a clock step is clamped to zero inter-arrival time).
+    #[inline]
     pub fn observe(&mut self, seq: u64, send_ts: u64, recv_ts: u64) {
         if seq >= self.capacity {
             self.out_of_range += 1;
@@ -94,49 +92,65 @@ impl ArrivalStats {
         let recv_ts = recv_ts.max(1);
         self.recv_ts[i] = recv_ts;
         self.send_ts[i] = send_ts;
-        let index = self.arrivals;
-        if self.received == 0 {
+        if self.order.is_empty() {
             self.first_recv = recv_ts;
         }
         self.last_recv = self.last_recv.max(recv_ts);
-        self.received += 1;
-
-        // RFC 4737 section 3.3: in order when seq >= NextExp.
-        if seq >= self.next_exp {
-            self.next_exp = seq + 1;
-            self.in_order.push((seq, index));
-        } else {
-            self.reordered += 1;
-            let j = self.in_order.partition_point(|&(s, _)| s <= seq);
-            if let Some(&(_, earliest)) = self.in_order.get(j) {
-                let _ = self.extent_hist.record(index - earliest);
-            }
-            // n-reordering: below all of the previous n arrivals.
-            let have = (self.arrivals as usize).min(MAX_N_REORDERING);
-            for n in 1..=have {
-                let prev = self.recent[(self.arrivals as usize - n) % MAX_N_REORDERING];
-                if seq < prev {
-                    self.n_reordered[n - 1] += 1;
-                } else {
-                    break;
-                }
-            }
-        }
-        self.recent[self.arrivals as usize % MAX_N_REORDERING] = seq;
-        self.arrivals += 1;
-
-        // RFC 3550 interarrival jitter, in arrival order.
-        if let Some((ps, pr)) = self.prev {
-            let d = (recv_ts as i128 - pr as i128) - (send_ts as i128 - ps as i128);
-            self.jitter_ns += ((d.unsigned_abs() as f64) - self.jitter_ns) / 16.0;
-            let _ = self.iat_hist.record(recv_ts.saturating_sub(pr));
-        }
-        self.prev = Some((send_ts, recv_ts));
+        // At most `capacity` unique in-range packets exist, so this never reallocates.
+        self.order.push(seq);
     }
 
     /// Counts a datagram that was not a packet of this test (bad header, other test id).
     pub fn observe_foreign(&mut self) {
         self.out_of_range += 1;
+    }
+
+    /// RFC 4737 reordering, RFC 3550 jitter (ns) and the inter-arrival histogram, replayed from the
+    /// arrival order.
+    fn arrival_order_stats(&self) -> (ReorderCounts, f64, Histogram<u64>) {
+        let mut r = ReorderCounts {
+            reordered: 0,
+            n_reordered: [0; MAX_N_REORDERING],
+            extent_hist: new_hist(),
+        };
+        let mut iat_hist = new_hist();
+        let mut jitter_ns = 0.0f64;
+        // In-order arrivals (seq, arrival index): increasing in both, so a binary search finds the
+        // earliest arrival numbered above a reordered packet (RFC 4737 extent).
+        let mut in_order: Vec<(u64, u64)> = Vec::with_capacity(self.order.len());
+        let mut next_exp = 0u64;
+        let mut prev: Option<(u64, u64)> = None;
+        for (index, &seq) in self.order.iter().enumerate() {
+            let i = seq as usize;
+            let (send_ts, recv_ts) = (self.send_ts[i], self.recv_ts[i]);
+            // RFC 4737 section 3.3: in order when seq >= NextExp.
+            if seq >= next_exp {
+                next_exp = seq + 1;
+                in_order.push((seq, index as u64));
+            } else {
+                r.reordered += 1;
+                let j = in_order.partition_point(|&(s, _)| s <= seq);
+                if let Some(&(_, earliest)) = in_order.get(j) {
+                    let _ = r.extent_hist.record(index as u64 - earliest);
+                }
+                // n-reordering: below all of the previous n arrivals.
+                for n in 1..=index.min(MAX_N_REORDERING) {
+                    if seq < self.order[index - n] {
+                        r.n_reordered[n - 1] += 1;
+                    } else {
+                        break;
+                    }
+                }
+            }
+            // RFC 3550 interarrival jitter, in arrival order.
+            if let Some((ps, pr)) = prev {
+                let d = (recv_ts as i128 - pr as i128) - (send_ts as i128 - ps as i128);
+                jitter_ns += ((d.unsigned_abs() as f64) - jitter_ns) / 16.0;
+                let _ = iat_hist.record(recv_ts.saturating_sub(pr));
+            }
+            prev = Some((send_ts, recv_ts));
+        }
+        (r, jitter_ns, iat_hist)
     }
 
     /// Summarises, given how many packets the sender says it sent (numbers 0..sent).
@@ -145,6 +159,8 @@ impl ArrivalStats {
         let n = sent as usize;
         let received_in = self.recv_ts[..n].iter().filter(|&&t| t != 0).count() as u64;
         let lost = sent - received_in;
+        let received = self.received();
+        let (reorder_counts, jitter_ns, iat_hist) = self.arrival_order_stats();
 
         // One-way delay with the constant offset removed.
         let mut min_delay = i128::MAX;
@@ -198,28 +214,28 @@ impl ArrivalStats {
         let fit = ExpFit::fit(&intervals);
 
         let reorder = ReorderSummary {
-            reordered: self.reordered,
+            reordered: reorder_counts.reordered,
             ratio: if received_in > 0 {
-                self.reordered as f64 / self.received as f64
+                reorder_counts.reordered as f64 / received as f64
             } else {
                 0.0
             },
-            extent: HistSummary::from_hist(&self.extent_hist, 1.0),
-            n_reordering: self.n_reordered.to_vec(),
+            extent: HistSummary::from_hist(&reorder_counts.extent_hist, 1.0),
+            n_reordering: reorder_counts.n_reordered.to_vec(),
         };
         ArrivalSummary {
             sent,
-            received: self.received,
+            received,
             lost,
             duplicates: self.duplicates,
             foreign: self.out_of_range,
-            out_of_order: self.reordered,
+            out_of_order: reorder_counts.reordered,
             first_recv_ns: self.first_recv,
             last_recv_ns: self.last_recv,
-            jitter_us: self.jitter_ns * 1e-3,
+            jitter_us: jitter_ns * 1e-3,
             reorder,
             delay,
-            inter_arrival: HistSummary::from_hist(&self.iat_hist, 1e-3),
+            inter_arrival: HistSummary::from_hist(&iat_hist, 1e-3),
             lost_runs: HistSummary::from_hist(&runs, 1.0),
             loss_intervals_us: intervals
                 .iter()
@@ -253,6 +269,13 @@ impl ArrivalStats {
             (None, None) => k as f64 * spacing,
         }
     }
+}
+
+/// RFC 4737 counts replayed from the arrival order.
+struct ReorderCounts {
+    reordered: u64,
+    n_reordered: [u64; MAX_N_REORDERING],
+    extent_hist: Histogram<u64>,
 }
 
 fn new_hist() -> Histogram<u64> {
