@@ -113,6 +113,31 @@ fn bw_lat_tcp_in_sequence_on_one_session() {
 }
 
 #[test]
+fn flat_out_gso_and_per_datagram_sends_deliver_the_same_numbered_datagrams() {
+    let r = start_responder();
+    let stop = AtomicBool::new(false);
+    let mut c = Client::connect(r.addr, T).unwrap();
+    for gso in [true, false] {
+        // Flat out, every batch is due at once: with GSO each goes out as one super-datagram that
+        // the kernel cuts into 1472-byte datagrams, each of which must still be a valid test packet.
+        let p = BwParams {
+            gso,
+            ..BwParams::new(1472, 2000, 0.0)
+        };
+        let res = c.bw(&p, &stop).unwrap();
+        assert_eq!(res.local.sent, 2000);
+        assert_eq!(res.received + res.lost, 2000, "gso {gso}: {res:?}");
+        assert!(res.received > 0, "gso {gso}: {res:?}");
+        let a = &res.remote.arrivals;
+        assert_eq!((a.foreign, a.duplicates), (0, 0), "gso {gso}: {a:?}");
+        assert_eq!(res.local.gso_sends > 0, gso, "gso {gso}: {:?}", res.local);
+        if gso {
+            assert!(res.local.syscalls < 2000 / 8, "{:?}", res.local);
+        }
+    }
+}
+
+#[test]
 fn version_mismatch_is_a_clear_error_both_ways() {
     let r = start_responder();
     let e = Client::connect_with_version(r.addr, T, PROTOCOL_VERSION + 7)

@@ -173,6 +173,9 @@ struct BwArgs {
     /// Frames per sendmmsg at most (when behind schedule or at wait 0)
     #[arg(long, default_value_t = 32)]
     batch: usize,
+    /// Send frames that are due together one by one instead of as GSO super-datagrams
+    #[arg(long)]
+    no_gso: bool,
 }
 
 const LAT_EXAMPLES: &str = "\
@@ -663,6 +666,7 @@ fn run_bw(a: BwArgs) -> anyhow::Result<ExitCode> {
         send_buffer: Some(send_buffer),
         recv_buffer: Some(recv_buffer),
         batch: a.batch.max(1),
+        gso: !a.no_gso,
         ..BwParams::new(size, count, wait_us)
     };
     let table = Table {
