@@ -210,3 +210,37 @@ fn help_has_examples() {
         "{text}"
     );
 }
+
+#[test]
+fn a_network_duration_sends_exactly_rate_times_duration_frames() {
+    let mut config = SinkConfig::new("127.0.0.1:0".parse().unwrap());
+    config.psn = true;
+    config.idle_timeout = Some(Duration::from_secs(2));
+    config.max_duration = Some(Duration::from_secs(30));
+    let sink = Sink::open(config).unwrap();
+    let dest = sink.local_addr().to_string();
+    let stop = AtomicBool::new(false);
+    let report = std::thread::scope(|s| {
+        let rx = s.spawn(|| sink.run(&stop, |_| {}).unwrap());
+        // 3040 frames/s per stream (1520 per thread): 2 s is 6080 frames, in batches that do not divide it.
+        let out = vlbiflow(&[
+            "gen",
+            "--dest",
+            &dest,
+            "--threads",
+            "2",
+            "--pps",
+            "3040",
+            "--duration",
+            "2",
+            "--psn",
+            "--json",
+        ]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(summary["frames"], 6080, "{summary}");
+        assert_eq!(summary["cut_short"], false, "{summary}");
+        rx.join().unwrap()
+    });
+    assert_eq!(report.datagrams, 6080);
+}
