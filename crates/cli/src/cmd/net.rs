@@ -736,7 +736,10 @@ fn run_bw(a: BwArgs) -> anyhow::Result<ExitCode> {
                         "bw",
                         &mut rows,
                     )?;
-                    search.record(rate, res.lost == 0);
+                    // A trial the sender could not offer in full says nothing about the path at
+                    // that rate: it counts as a failure.
+                    let offered = res.send_user_rate_mbps * 1e6 >= 0.98 * rate;
+                    search.record(rate, res.lost == 0 && offered);
                 }
                 let best = search.best();
                 let z = ZeroLoss {
