@@ -30,6 +30,9 @@ pub const MAX_TEST_PACKETS: u64 = 64_000_000;
 pub const MAX_DATAGRAM: usize = 65_507;
 /// How long the receiver keeps listening after the sender says it is done, without traffic.
 const DRAIN_IDLE: Duration = Duration::from_millis(300);
+/// Bytes per TCP read: iperf3's default length; a larger buffer than the socket usually holds
+/// only costs cache.
+const TCP_READ_SIZE: usize = 128 << 10;
 /// Poll slice for checking stop flags.
 const SLICE: Duration = Duration::from_millis(50);
 
@@ -642,7 +645,7 @@ fn tcp_read(
 ) -> (u64, crate::tcpinfo::TcpSockInfo) {
     let _ = s.set_nonblocking(false);
     let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
-    let mut buf = vec![0u8; 256 << 10];
+    let mut buf = vec![0u8; TCP_READ_SIZE];
     let mut n = 0u64;
     let mut done_at: Option<Instant> = None;
     let mut info = tcp_sock_info(&s);
@@ -673,8 +676,10 @@ fn tcp_read(
             }
         }
     }
-    if info.congestion.is_empty() {
-        info = tcp_sock_info(&s);
+    // The state at the end (autotuned buffers, final window), not at the last read timeout.
+    let end_info = tcp_sock_info(&s);
+    if !end_info.congestion.is_empty() {
+        info = end_info;
     }
     (n, info)
 }
