@@ -26,14 +26,14 @@ BYTES=$(stat -c %s "${FILES[@]}" | awk '{s+=$1} END {printf "%d", s}')
 
 drop() { sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || echo "bench: cannot drop caches (not root)" >&2; }
 # Seconds of wall time of a command (best of 3 when cached, once from disk).
-t() { local s e; s=$(date +%s.%N); "$@" >/dev/null 2>&1 || true; e=$(date +%s.%N); echo "$e - $s" | bc -l; }
+t() { local s e; s=$(date +%s.%N); "$@" >/dev/null 2>&1 || [ $? -eq 1 ] || { echo "bench: $* failed" >&2; exit 1; }; e=$(date +%s.%N); echo "$e - $s" | bc -l; }
 best3() { local b=999 x; for _ in 1 2 3; do x=$(t "$@"); b=$(echo "if ($x < $b) $x else $b" | bc -l); done; echo "$b"; }
 
 cat_all() { cat "${FILES[@]}" >/dev/null; }
 catp() { cat "$DIR/plain.vdif" >/dev/null; }
 check_scan() { "$BIN" check demo_xx_001 --disk "$DIR/disk*" --quiet; }
 check_plain() { "$BIN" check "$DIR/plain.vdif" --quiet; }
-gather_null() { "$BIN" gather demo_xx_001 --disk "$DIR/disk*" -o /dev/null; }
+gather_null() { "$BIN" gather demo_xx_001 --disk "$DIR/disk*" -o - > /dev/null; }
 
 cat_all; check_scan  # warm the cache
 C_CAT=$(best3 cat_all); C_CHK=$(best3 check_scan); C_GAT=$(best3 gather_null)

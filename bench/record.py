@@ -222,8 +222,12 @@ def write_doc(a, rows, dd):
         lines.append(f"- {k}: {v:g} Gb/s")
     if dd and any("disk" in r["kind"] for r in rows):
         top = max((r for r in rows if r["kind"] == "record -> disk"), key=lambda r: r.get("write_gbs", 0))
+        limited = top["loss"] > 1e-4
         lines.append(f"- recorder write rate to disk at its best point: {top['write_gbs']:.2f} GB/s = "
-                     f"{top['write_gbs'] / dd:.0%} of dd's O_DIRECT rate")
+                     f"{top['write_gbs'] / dd:.0%} of dd's O_DIRECT rate"
+                     + ("" if limited else " (no loss there: the disk was not the limit, the recorder wrote all "
+                        "it received; `cargo run --release -p vlbiflow-recorder --example mark6_write` "
+                        "measures the writer against the disk alone)"))
     with open(a.out, "w") as f:
         f.write("\n".join(lines) + "\n")
     print(f"bench: wrote {a.out}")
