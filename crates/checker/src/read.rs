@@ -24,7 +24,14 @@ use vlbiflow_formats::vdif::VdifHeader;
 fn open_sequential(path: &Path) -> std::io::Result<File> {
     let file = File::open(path)?;
     // SAFETY: advisory call on an open descriptor; its failure changes nothing.
-    unsafe { libc::posix_fadvise(std::os::fd::AsRawFd::as_raw_fd(&file), 0, 0, libc::POSIX_FADV_SEQUENTIAL) };
+    unsafe {
+        libc::posix_fadvise(
+            std::os::fd::AsRawFd::as_raw_fd(&file),
+            0,
+            0,
+            libc::POSIX_FADV_SEQUENTIAL,
+        )
+    };
     Ok(file)
 }
 
