@@ -318,3 +318,33 @@ fn netns_tbf_zero_loss_search_latency_and_archive() {
         .iter()
         .all(|r| r["remote"].as_str().unwrap().starts_with("10.231.7.2")));
 }
+
+#[test]
+fn ctrl_c_during_a_sweep_keeps_the_finished_tests() {
+    let listen = format!("127.0.0.1:{}", free_port());
+    let (_responder, rx) = start_responder(&[], &listen);
+    // 41 tests of 2000 frames: interrupted during the third, the first two must still be reported.
+    let client = Command::new(BIN)
+        .args([
+            "net", "bw", &listen, "--size", "1000", "--wait", "0:40:1", "--count", "20000", "--json",
+        ])
+        .arg("--no-archive")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    for _ in 0..3 {
+        wait_line(&rx, "bw test", Duration::from_secs(20));
+    }
+    let kill = Command::new("kill")
+        .args(["-INT", &client.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let out = client.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {err}"));
+    let n = v["results"].as_array().unwrap().len();
+    assert!((2..41).contains(&n), "{n} results: {v}");
+}

@@ -699,7 +699,9 @@ fn run_bw(a: BwArgs) -> anyhow::Result<ExitCode> {
         Ok(res)
     };
 
-    for &load in &loads {
+    // Ctrl-C ends the sweep between tests; what was measured is still printed, plotted and archived.
+    let mut interrupted = false;
+    'tests: for &load in &loads {
         if let Some(l) = load {
             progress(c, &format!("competitor: {l}"));
         }
@@ -709,7 +711,14 @@ fn run_bw(a: BwArgs) -> anyhow::Result<ExitCode> {
                     Some(r) => r,
                     None => {
                         progress(c, &format!("{size} B: flat-out trial to find the upper end"));
-                        let res = one(&mut client, load, params(size, a.count, 0.0), "bw", &mut rows)?;
+                        let res = match one(&mut client, load, params(size, a.count, 0.0), "bw", &mut rows) {
+                            Ok(r) => r,
+                            Err(_) if stop.load(Ordering::Relaxed) => {
+                                interrupted = true;
+                                break 'tests;
+                            }
+                            Err(e) => return Err(e),
+                        };
                         if res.lost == 0 {
                             // Lossless flat out: the answer is the send rate, bounded by the sender.
                             res.send_user_rate_mbps * 1e6
@@ -720,6 +729,10 @@ fn run_bw(a: BwArgs) -> anyhow::Result<ExitCode> {
                 };
                 let mut search = ZeroLossSearch::new(hi, a.resolution, 24);
                 while let Some(rate) = search.next_rate() {
+                    if stop.load(Ordering::Relaxed) {
+                        interrupted = true;
+                        break 'tests;
+                    }
                     let count = ((rate * trial.as_secs_f64() / (8.0 * size as f64)).ceil() as u64).max(100);
                     progress(
                         c,
@@ -729,13 +742,20 @@ fn run_bw(a: BwArgs) -> anyhow::Result<ExitCode> {
                             rate / 1e6
                         ),
                     );
-                    let res = one(
+                    let res = match one(
                         &mut client,
                         load,
                         params(size, count, BwParams::wait_for_rate(size, rate)),
                         "bw",
                         &mut rows,
-                    )?;
+                    ) {
+                        Ok(r) => r,
+                        Err(_) if stop.load(Ordering::Relaxed) => {
+                            interrupted = true;
+                            break 'tests;
+                        }
+                        Err(e) => return Err(e),
+                    };
                     // A trial the sender could not offer in full says nothing about the path at
                     // that rate: it counts as a failure.
                     let offered = res.send_user_rate_mbps * 1e6 >= 0.98 * rate;
@@ -785,10 +805,13 @@ fn run_bw(a: BwArgs) -> anyhow::Result<ExitCode> {
                     if total > 1 {
                         progress(c, &format!("[{i}/{total}] {size} B, wait {wait:.2} µs"));
                     }
-                    one(&mut client, load, params(size, a.count, wait), "bw", &mut rows)?;
+                    // Ctrl-C during a test leaves it incomplete: it is dropped, the finished ones are kept.
+                    let done = one(&mut client, load, params(size, a.count, wait), "bw", &mut rows);
                     if stop.load(Ordering::Relaxed) {
-                        usage!("interrupted");
+                        interrupted = true;
+                        break 'tests;
                     }
+                    done?;
                 }
             }
         }
@@ -829,6 +852,13 @@ fn run_bw(a: BwArgs) -> anyhow::Result<ExitCode> {
             plot_bw(path, &results)?;
         }
         progress(c, &format!("plot written to {}", path.display()));
+    }
+    if interrupted {
+        progress(
+            c,
+            "interrupted: the results above are complete tests; the sweep stopped early",
+        );
+        return Ok(ExitCode::from(130));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -986,7 +1016,8 @@ fn run_tcp(a: TcpArgs) -> anyhow::Result<ExitCode> {
     };
     table.header();
     let mut rows: Vec<Row<TcpResult>> = Vec::new();
-    for &load in &loads {
+    let mut interrupted = false;
+    'tests: for &load in &loads {
         for &n in &streams {
             progress(
                 c,
@@ -1003,7 +1034,15 @@ fn run_tcp(a: TcpArgs) -> anyhow::Result<ExitCode> {
                 send_buffer,
                 recv_buffer,
             };
-            let res = with_load(load, || client.tcp(&p, &stop))?.map_err(test_error)?;
+            let res = match with_load(load, || client.tcp(&p, &stop))? {
+                Ok(r) => r,
+                // Ctrl-C during a test: that test is incomplete; the finished ones are still reported.
+                Err(_) if stop.load(Ordering::Relaxed) => {
+                    interrupted = true;
+                    break 'tests;
+                }
+                Err(e) => return Err(test_error(e)),
+            };
             let (l, r) = (&res.local_host.cpu, &res.remote.host.cpu);
             let s0 = res.local_sockets.first().cloned().unwrap_or_default();
             let r0 = res.remote.sockets.first().cloned().unwrap_or_default();
@@ -1040,7 +1079,8 @@ fn run_tcp(a: TcpArgs) -> anyhow::Result<ExitCode> {
                 result: res,
             });
             if stop.load(Ordering::Relaxed) {
-                usage!("interrupted");
+                interrupted = true;
+                break 'tests;
             }
         }
     }
@@ -1077,6 +1117,13 @@ fn run_tcp(a: TcpArgs) -> anyhow::Result<ExitCode> {
         let x = if loads.len() > 1 { "nice" } else { "streams" };
         plot_series(path, "TCP throughput", x, "Mb/s", &series)?;
         progress(c, &format!("plot written to {}", path.display()));
+    }
+    if interrupted {
+        progress(
+            c,
+            "interrupted: the results above are complete tests; the sweep stopped early",
+        );
+        return Ok(ExitCode::from(130));
     }
     Ok(ExitCode::SUCCESS)
 }
