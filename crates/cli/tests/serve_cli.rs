@@ -60,26 +60,7 @@ fn serve_ctl_status_session() {
         ),
     )
     .unwrap();
-    let mut serve = Command::new(BIN)
-        .args(["serve", "--config"])
-        .arg(&cfg)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(serve.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    // "listening control=127.0.0.1:P http=127.0.0.1:Q"
-    let mut parts = line.split_whitespace().skip(1);
-    let control = parts
-        .next()
-        .unwrap()
-        .strip_prefix("control=")
-        .unwrap()
-        .to_string();
-    let http = parts.next().unwrap().strip_prefix("http=").unwrap().to_string();
+    let (mut serve, control, http) = start_serve(&cfg);
     let port = UdpSocket::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
