@@ -133,7 +133,7 @@ fn network_round_trip(extra: &[&str]) {
     assert_eq!(report.bytes, 6000 * (8224 + 8), "{extra:?}");
     let psn = report.psn.unwrap();
     assert_eq!(
-        (psn.lost, psn.out_of_order, psn.duplicate),
+        (psn.lost, psn.out_of_order, psn.duplicates),
         (0, 0, 0),
         "{extra:?}: {psn:?}"
     );

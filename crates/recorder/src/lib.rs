@@ -17,7 +17,10 @@
 pub mod capture;
 pub mod config;
 mod engine;
-pub mod loss;
+/// Loss accounting: the workspace's one sequence tracker (re-exported from `vlbiflow-seq`).
+pub mod loss {
+    pub use vlbiflow_seq::*;
+}
 pub mod pool;
 pub mod status;
 mod writer;
@@ -488,6 +491,7 @@ fn build_metadata(shared: &Shared, status: &RecorderStatus, complete: bool) -> S
                 first_frame_utc: time_utc(s.first_time, s.frame_rate),
                 last_frame_utc: time_utc(s.last_time, s.frame_rate),
                 counters: s.counters,
+                blocks: Default::default(),
             })
             .collect(),
         disks: status

@@ -28,8 +28,6 @@ pub use send::{
     Batch, BatchSender, GsoError, RetryPolicy, SendError, SendStats, Sent, GSO_MAX_SEGMENTS, MAX_PARTS,
     MAX_PARTS_LIMIT,
 };
-pub use sink::{
-    run_sink, PsnStats, PsnTracker, Sink, SinkConfig, SinkError, SinkReport, SinkSecond, StopReason,
-};
+pub use sink::{run_sink, PsnStats, Sink, SinkConfig, SinkError, SinkReport, SinkSecond, StopReason};
 pub use snmp::{SnmpError, UdpCounters};
 pub use socket::{open_udp, BufferKind, BufferReport, Feature, SocketError, SocketReport, UdpConfig};

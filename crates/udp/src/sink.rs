@@ -1,141 +1,22 @@
 //! A receiver that discards what it gets: for benchmarks, tests and checking that a sender reaches its
 //! rate. Counts datagrams and bytes per wall-clock (UTC) second and in total and, when the datagrams
-//! start with an 8-byte little-endian packet sequence number (PSN), accounts lost, out-of-order and
-//! duplicate datagrams with a sans-IO [`PsnTracker`].
+//! start with a packet sequence number (PSN, [`vlbiflow_formats::psn`]), accounts lost, out-of-order and
+//! duplicate datagrams with the workspace's sequence tracker ([`vlbiflow_seq::SequenceTracker`], the same
+//! one the recorder uses, so both report the same loss for the same stream).
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use vlbiflow_formats::psn;
+use vlbiflow_seq::{SequenceCounters, SequenceTracker};
+
 use crate::recv::BatchReceiver;
 use crate::socket::{open_udp, SocketError, SocketReport, UdpConfig};
 
-/// Sequence numbers remembered below the highest one seen, to tell late arrivals from duplicates.
-pub const PSN_WINDOW: u64 = 4096;
-/// Consecutive datagrams older than the window after which the sender is taken to have restarted.
-const RESTART_AFTER: u64 = 16;
-
-/// Loss accounting from packet sequence numbers.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PsnStats {
-    /// Datagrams seen.
-    pub received: u64,
-    /// Sequence numbers skipped and not (yet) arrived late.
-    pub lost: u64,
-    /// Datagrams that arrived after a higher number (late, filling a gap).
-    pub out_of_order: u64,
-    /// Datagrams whose number was already seen.
-    pub duplicate: u64,
-    /// Datagrams too far behind to classify (older than [`PSN_WINDOW`]).
-    pub too_old: u64,
-    /// Times the numbering restarted (a run of datagrams far behind the highest number).
-    pub restarts: u64,
-}
-
-/// Tracks packet sequence numbers: expected is highest + 1; a bitmap over the last [`PSN_WINDOW`]
-/// numbers separates late arrivals (which reduce the loss count) from duplicates. Fixed size, no
-/// allocation.
-#[derive(Debug, Clone)]
-pub struct PsnTracker {
-    highest: Option<u64>,
-    seen: [u64; (PSN_WINDOW / 64) as usize],
-    old_in_a_row: u64,
-    stats: PsnStats,
-}
-
-impl Default for PsnTracker {
-    fn default() -> Self {
-        PsnTracker {
-            highest: None,
-            seen: [0; (PSN_WINDOW / 64) as usize],
-            old_in_a_row: 0,
-            stats: PsnStats::default(),
-        }
-    }
-}
-
-impl PsnTracker {
-    /// A tracker that has seen nothing.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Counts so far.
-    pub fn stats(&self) -> PsnStats {
-        self.stats
-    }
-
-    /// The next number expected (highest seen + 1).
-    pub fn expected(&self) -> Option<u64> {
-        self.highest.map(|h| h.wrapping_add(1))
-    }
-
-    fn bit(psn: u64) -> (usize, u64) {
-        let slot = psn % PSN_WINDOW;
-        ((slot / 64) as usize, 1u64 << (slot % 64))
-    }
-
-    fn mark(&mut self, psn: u64) -> bool {
-        let (w, b) = Self::bit(psn);
-        let was = self.seen[w] & b != 0;
-        self.seen[w] |= b;
-        was
-    }
-
-    fn restart(&mut self, psn: u64) {
-        self.seen = [0; (PSN_WINDOW / 64) as usize];
-        self.highest = Some(psn);
-        self.mark(psn);
-    }
-
-    /// Accounts one datagram numbered `psn`.
-    pub fn observe(&mut self, psn: u64) {
-        self.stats.received += 1;
-        let Some(highest) = self.highest else {
-            self.restart(psn);
-            return;
-        };
-        if psn > highest {
-            self.old_in_a_row = 0;
-            let gap = psn - highest - 1;
-            self.stats.lost += gap;
-            if gap + 1 >= PSN_WINDOW {
-                self.seen = [0; (PSN_WINDOW / 64) as usize];
-            } else {
-                for skipped in highest + 1..psn {
-                    let (w, b) = Self::bit(skipped);
-                    self.seen[w] &= !b;
-                }
-                let (w, b) = Self::bit(psn);
-                self.seen[w] &= !b;
-            }
-            self.highest = Some(psn);
-            self.mark(psn);
-            return;
-        }
-        let age = highest - psn;
-        if age < PSN_WINDOW {
-            self.old_in_a_row = 0;
-            if self.mark(psn) {
-                self.stats.duplicate += 1;
-            } else {
-                self.stats.out_of_order += 1;
-                self.stats.lost = self.stats.lost.saturating_sub(1);
-            }
-            return;
-        }
-        self.old_in_a_row += 1;
-        if self.old_in_a_row >= RESTART_AFTER {
-            // The earlier members of this run were provisionally "too old"; they belong to the new run.
-            self.stats.too_old -= self.old_in_a_row - 1;
-            self.stats.restarts += 1;
-            self.old_in_a_row = 0;
-            self.restart(psn);
-        } else {
-            self.stats.too_old += 1;
-        }
-    }
-}
+/// Loss accounting from packet sequence numbers: the workspace's one tracker's counters (the recorder
+/// reports the same figures for the same stream).
+pub type PsnStats = SequenceCounters;
 
 /// How to run the sink.
 #[derive(Debug, Clone)]
@@ -290,7 +171,7 @@ impl Sink {
         let batch = cfg.batch.max(1);
         let mut storage = vec![0u8; batch * buf_size];
         let mut rx = BatchReceiver::new(batch).with_busy_wait(cfg.busy_wait);
-        let mut tracker = PsnTracker::new();
+        let mut tracker = SequenceTracker::default();
         let mut short = 0u64;
 
         let start = Instant::now();
@@ -314,10 +195,10 @@ impl Sink {
             }
             let now = Instant::now();
             while now >= next_boundary {
-                let psn = tracker.stats();
+                let psn = tracker.counters();
                 second.lost = psn.lost as i64 - psn_at_second.lost as i64;
                 second.out_of_order = psn.out_of_order - psn_at_second.out_of_order;
-                second.duplicate = psn.duplicate - psn_at_second.duplicate;
+                second.duplicate = psn.duplicates - psn_at_second.duplicates;
                 second.kernel_drops = rx.kernel_drops() - drops_at_second;
                 on_second(&second);
                 psn_at_second = psn;
@@ -357,8 +238,10 @@ impl Sink {
                     second.datagrams += 1;
                     second.bytes += datagram.len() as u64;
                     if cfg.psn {
-                        match datagram.first_chunk::<8>() {
-                            Some(psn) => tracker.observe(u64::from_le_bytes(*psn)),
+                        match psn::read_prefix(datagram) {
+                            Some(n) => {
+                                tracker.observe(n);
+                            }
                             None => short += 1,
                         }
                     }
@@ -366,11 +249,11 @@ impl Sink {
             }
         };
         // The partial last second.
-        let psn = tracker.stats();
+        let psn = tracker.counters();
         second.complete = false;
         second.lost = psn.lost as i64 - psn_at_second.lost as i64;
         second.out_of_order = psn.out_of_order - psn_at_second.out_of_order;
-        second.duplicate = psn.duplicate - psn_at_second.duplicate;
+        second.duplicate = psn.duplicates - psn_at_second.duplicates;
         second.kernel_drops = rx.kernel_drops() - drops_at_second;
         on_second(&second);
 
@@ -417,78 +300,4 @@ pub fn run_sink(
     let addr = sink.local_addr();
     sink.run(stop, on_second)
         .map_err(|source| SinkError::Recv { addr, source })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn feed(seq: &[u64]) -> PsnStats {
-        let mut t = PsnTracker::new();
-        for &p in seq {
-            t.observe(p);
-        }
-        t.stats()
-    }
-
-    #[test]
-    fn in_order_has_no_loss() {
-        let s = feed(&[5, 6, 7, 8]);
-        assert_eq!(
-            s,
-            PsnStats {
-                received: 4,
-                ..PsnStats::default()
-            }
-        );
-    }
-
-    #[test]
-    fn gap_late_arrival_and_duplicate() {
-        // 2 and 3 skipped; 3 arrives late; 4 repeated; 2 never comes.
-        let s = feed(&[0, 1, 4, 3, 4, 5]);
-        assert_eq!(
-            s,
-            PsnStats {
-                received: 6,
-                lost: 1,
-                out_of_order: 1,
-                duplicate: 1,
-                ..PsnStats::default()
-            }
-        );
-    }
-
-    #[test]
-    fn window_is_reused_after_wrapping_slots() {
-        // After a jump, slots of numbers far below must not look "seen" for the new numbers.
-        let mut seq: Vec<u64> = (0..10).collect();
-        seq.push(10 + PSN_WINDOW); // skips PSN_WINDOW numbers
-        seq.push(10 + PSN_WINDOW - 1); // late, in window: not a duplicate
-        let s = feed(&seq);
-        assert_eq!(s.lost, PSN_WINDOW - 1);
-        assert_eq!(s.out_of_order, 1);
-        assert_eq!(s.duplicate, 0);
-        // A small gap clears exactly the skipped slots.
-        let s = feed(&[0, PSN_WINDOW - 1, PSN_WINDOW + 1, PSN_WINDOW]);
-        assert_eq!(s.duplicate, 0);
-        assert_eq!(s.out_of_order, 1);
-    }
-
-    #[test]
-    fn far_behind_is_too_old_then_restart() {
-        let mut seq: Vec<u64> = (0..10_000).collect();
-        seq.push(1); // one very late datagram
-        let s = feed(&seq);
-        assert_eq!((s.too_old, s.restarts), (1, 0));
-        // The stream goes on, then the sender restarts its numbering.
-        seq.extend(10_000..10_010);
-        seq.extend(0..100);
-        let s = feed(&seq);
-        assert_eq!(s.restarts, 1);
-        assert_eq!(s.too_old, 1);
-        assert_eq!(s.lost, 0);
-        assert_eq!(s.duplicate, 0);
-        assert_eq!(s.received, 10_111);
-    }
 }

@@ -430,9 +430,9 @@ fn sink_accounts_sequence_numbers() {
     assert_eq!(report.kernel_drops, 0);
     assert_eq!(report.datagrams, 3000 - 10 + 1 + 1);
     assert_eq!(report.short, 1);
-    assert_eq!(psn.received, 2991);
+    assert_eq!(psn.seen, 2991);
     assert_eq!(psn.lost, 10);
-    assert_eq!(psn.duplicate, 1);
+    assert_eq!(psn.duplicates, 1);
     assert_eq!(psn.out_of_order, 1);
     assert_eq!(seconds.iter().map(|s| s.datagrams).sum::<u64>(), report.datagrams);
     assert_eq!(seconds.iter().map(|s| s.lost).sum::<i64>(), 10);

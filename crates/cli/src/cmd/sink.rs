@@ -157,7 +157,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         if let Some(p) = report.psn {
             v["lost"] = p.lost.into();
             v["out_of_order"] = p.out_of_order.into();
-            v["duplicate"] = p.duplicate.into();
+            v["duplicate"] = p.duplicates.into();
+            v["stray"] = p.stray.into();
+            v["restarts"] = p.restarts.into();
         }
         println!("{v}");
     } else {
@@ -171,8 +173,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         );
         if let Some(p) = report.psn {
             println!(
-                "sink: PSN lost {}, out of order {}, duplicate {}",
-                p.lost, p.out_of_order, p.duplicate
+                "sink: PSN lost {}, out of order {}, duplicate {}, stray {}, restarts {}",
+                p.lost, p.out_of_order, p.duplicates, p.stray, p.restarts
             );
         }
     }
