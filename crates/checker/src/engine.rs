@@ -9,11 +9,12 @@
 //! frames missing over a jump (s1,f1) -> (s2,f2), s2 > s1, = R (s2 - s1) - (f1 + 1) + f2.
 
 use crate::finding::{FileTable, Finding, FindingKind, Position, Severity};
-use crate::framer::{is_fill, FrameSink, FILL_WORD};
-use crate::source::FrameFormat;
+use crate::framer::FrameSink;
+use crate::source::FrameKind;
 use crate::stats::{SampleStats, StatsConfig};
 use serde::Serialize;
 use std::sync::Arc;
+use vlbiflow_formats::fill::is_fill_words as is_fill;
 use vlbiflow_formats::mark5b::{bcd_decode, Mark5bHeader};
 use vlbiflow_formats::time::{epoch_start_unix, FrameClock, UtcTime};
 use vlbiflow_formats::vdif::{self, VdifHeader};
@@ -235,7 +236,7 @@ pub struct ThreadReport {
 /// Everything the engine concludes.
 #[derive(Debug, Clone, Serialize)]
 pub struct EngineReport {
-    pub format: FrameFormat,
+    pub format: FrameKind,
     pub frame_rate: Option<u32>,
     pub frame_rate_source: &'static str,
     pub frames: u64,
@@ -261,7 +262,7 @@ pub struct EngineReport {
 
 /// The check state machine. Implements [`FrameSink`], so a [`crate::framer::Framer`] can drive it directly.
 pub struct Checker {
-    format: FrameFormat,
+    format: FrameKind,
     config: CheckConfig,
     /// Thread index by thread ID (1024 slots; `u16::MAX` = not seen).
     slot: Vec<u16>,
@@ -277,7 +278,7 @@ pub struct Checker {
 
 impl Checker {
     /// A checker for frames of `format`; positions are printed with `files`.
-    pub fn new(format: FrameFormat, config: CheckConfig, files: Arc<FileTable>) -> Self {
+    pub fn new(format: FrameKind, config: CheckConfig, files: Arc<FileTable>) -> Self {
         let mut epoch_start = [0i64; 64];
         for (e, s) in epoch_start.iter_mut().enumerate() {
             *s = epoch_start_unix(e as u8);
@@ -496,7 +497,7 @@ impl Checker {
                 "learned (above the recording metadata's rate)",
             );
         }
-        if self.format == FrameFormat::Vdif {
+        if self.format == FrameKind::Vdif {
             if let Some(t) = self.threads.first() {
                 if let Some(hz) = t.sample_rate_hz {
                     let bits = ((t.sig.w3 >> 26) & 0x1f) as u8 + 1;
@@ -606,15 +607,15 @@ impl Checker {
             let sig = t.sig;
             threads.push(ThreadReport {
                 thread: t.id,
-                station: if self.format == FrameFormat::Vdif {
+                station: if self.format == FrameKind::Vdif {
                     station_str(sig.w3 as u16)
                 } else {
                     String::new()
                 },
-                frame_len: if self.format == FrameFormat::Vdif {
+                frame_len: if self.format == FrameKind::Vdif {
                     ((sig.w2 & 0xff_ffff) * 8) as usize
                 } else {
-                    crate::source::MARK5B_FRAME_LEN
+                    vlbiflow_formats::mark5b::FRAME_LEN
                 },
                 bits_per_sample: ((sig.w3 >> 26) & 0x1f) as u8 + 1,
                 channels: 1 << ((sig.w2 >> 24) & 0x1f),
@@ -730,13 +731,13 @@ impl FrameSink for Checker {
     #[inline]
     fn frame(&mut self, frame: &[u8], pos: Position) {
         match self.format {
-            FrameFormat::Vdif => self.vdif_frame(frame, pos),
-            FrameFormat::Mark5b => self.mark5b_frame(frame, pos),
+            FrameKind::Vdif => self.vdif_frame(frame, pos),
+            FrameKind::M5b => self.mark5b_frame(frame, pos),
         }
     }
 
     fn fill(&mut self, frame: &[u8], pos: Position) {
-        let _ = (frame, pos, FILL_WORD);
+        let _ = (frame, pos);
         self.headerless_fill += 1;
     }
 

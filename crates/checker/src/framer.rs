@@ -5,12 +5,12 @@
 //! it calls a [`FrameSink`].
 
 use crate::finding::{FileTable, Finding, FindingKind, Position, Severity};
-use crate::source::{FrameFormat, MARK5B_FRAME_LEN, MARK5B_SYNC};
 use std::sync::Arc;
+use vlbiflow_formats::fill::is_fill_words as is_fill;
+use vlbiflow_formats::mark5b::{FRAME_LEN as MARK5B_FRAME_LEN, SYNC_WORD as MARK5B_SYNC};
 use vlbiflow_formats::vdif::{VdifHeader, LEGACY_HEADER_LEN};
+use vlbiflow_formats::FrameKind;
 
-/// The 32-bit word jive5ab and Mark5 recorders write where data is missing.
-pub const FILL_WORD: u32 = 0x1122_3344;
 /// Largest frame length learned from the data (VDIF allows up to 128 MiB; real streams stay far below).
 pub const MAX_LEARNED_FRAME: usize = 1 << 22;
 
@@ -29,14 +29,6 @@ fn word(b: &[u8], i: usize) -> u32 {
     u32::from_le_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]])
 }
 
-/// Whether `frame` is all fill words (checked cheaply first on its first words).
-pub fn is_fill(frame: &[u8]) -> bool {
-    frame.len() >= 8
-        && word(frame, 0) == FILL_WORD
-        && word(frame, 1) == FILL_WORD
-        && frame.chunks_exact(4).all(|w| w == FILL_WORD.to_le_bytes())
-}
-
 /// What every frame of the stream shares, to tell frames from garbage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Shape {
@@ -46,7 +38,7 @@ struct Shape {
 
 /// The framing state machine. One per recording.
 pub struct Framer {
-    format: FrameFormat,
+    format: FrameKind,
     shape: Option<Shape>,
     /// Frame length given by the container (Mark6 packet_size); learned shapes must agree.
     hint: Option<usize>,
@@ -62,10 +54,10 @@ pub struct Framer {
 
 impl Framer {
     /// A framer for `format`; `frame_len_hint` from the container if it says (Mark6 packet size).
-    pub fn new(format: FrameFormat, frame_len_hint: Option<usize>, files: Arc<FileTable>) -> Self {
+    pub fn new(format: FrameKind, frame_len_hint: Option<usize>, files: Arc<FileTable>) -> Self {
         let hint = match format {
-            FrameFormat::Mark5b => Some(MARK5B_FRAME_LEN),
-            FrameFormat::Vdif => frame_len_hint,
+            FrameKind::M5b => Some(MARK5B_FRAME_LEN),
+            FrameKind::Vdif => frame_len_hint,
         };
         Framer {
             format,
@@ -89,8 +81,8 @@ impl Framer {
     #[inline]
     fn header_ok(&self, b: &[u8], shape: Shape, strict: bool) -> bool {
         match self.format {
-            FrameFormat::Mark5b => b.len() >= 4 && word(b, 0) == MARK5B_SYNC,
-            FrameFormat::Vdif => {
+            FrameKind::M5b => b.len() >= 4 && word(b, 0) == MARK5B_SYNC,
+            FrameKind::Vdif => {
                 if b.len() < LEGACY_HEADER_LEN {
                     return false;
                 }
@@ -108,7 +100,7 @@ impl Framer {
     /// the container's frame length, and (if the bytes are there) be followed by another of the same shape.
     fn learn(&self, b: &[u8]) -> Option<Shape> {
         let shape = match self.format {
-            FrameFormat::Mark5b => {
+            FrameKind::M5b => {
                 if b.len() < 4 || word(b, 0) != MARK5B_SYNC {
                     return None;
                 }
@@ -117,7 +109,7 @@ impl Framer {
                     station: 0,
                 }
             }
-            FrameFormat::Vdif => {
+            FrameKind::Vdif => {
                 let h = VdifHeader::new_checked(b).ok()?;
                 let len = h.frame_len();
                 if len > MAX_LEARNED_FRAME || self.hint.is_some_and(|l| l != len) {
@@ -217,7 +209,7 @@ impl Framer {
                     return p;
                 }
                 if self.garbage.is_none() {
-                    if rem >= 4 && region[p..].chunks_exact(4).all(|w| w == FILL_WORD.to_le_bytes()) {
+                    if rem >= 4 && is_fill(&region[p..]) {
                         // A short fill tail is still fill, not damage.
                         sink.fill(&region[p..], Self::pos(base, p));
                     } else {

@@ -1,13 +1,14 @@
 //! Listing the scans on disks: vlbiflow scans from their metadata, and Mark6 scatter-gather files or
 //! FlexBuff chunk directories written by other recorders (d-plane, jive5ab) from their file and frame headers.
 
-use crate::source::{is_mark6_file, MARK5B_SYNC};
+use crate::source::is_mark6_file;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use vlbiflow_formats::flexbuff::parse_chunk_file_name;
+use vlbiflow_formats::mark5b::SYNC_WORD as MARK5B_SYNC;
 use vlbiflow_formats::mark6::{Mark6BlockHeader, Mark6FileHeaderRepr, PacketFormat, FILE_HEADER_LEN};
 use vlbiflow_formats::time::{days_from_civil, epoch_start_unix, UtcTime};
 use vlbiflow_formats::vdif::VdifHeader;

@@ -5,7 +5,7 @@
 //! become [`Finding`]s with file and offset; the readers resynchronise and go on.
 
 use crate::finding::{FileId, FileTable, Finding, FindingKind, Position, Severity};
-use crate::source::{Recording, Sources, MARK5B_SYNC};
+use crate::source::{Recording, Sources};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
+use vlbiflow_formats::mark5b::SYNC_WORD as MARK5B_SYNC;
 use vlbiflow_formats::mark6::{
     Mark6BlockHeader, Mark6FileHeaderRepr, Mark6Version, PacketFormat, FILE_HEADER_LEN,
 };

@@ -13,18 +13,8 @@ use vlbiflow_formats::mark6::{Mark6FileHeaderRepr, SYNC_WORD as MARK6_SYNC};
 use vlbiflow_formats::vdif::VdifHeader;
 use vlbiflow_scan::{ScanMetadata, METADATA_SUFFIX};
 
-/// Sync word of a Mark5B frame (word 0).
-pub const MARK5B_SYNC: u32 = 0xABAD_DEED;
-/// Mark5B frame length: 16-byte header and 10000-byte payload.
-pub const MARK5B_FRAME_LEN: usize = 10_016;
-
-/// Kind of frames in a stream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum FrameFormat {
-    Vdif,
-    Mark5b,
-}
+use vlbiflow_formats::mark5b::SYNC_WORD as MARK5B_SYNC;
+pub use vlbiflow_formats::FrameKind;
 
 /// One Mark6 scatter-gather file with its parsed header (None if the header is bad: the file is then
 /// reported and skipped).
@@ -49,7 +39,7 @@ pub enum Sources {
     /// FlexBuff: chunks per disk directory (each list sorted by chunk number), ordered by chunk number.
     Flexbuff(Vec<Vec<ChunkSource>>),
     /// Plain frame files, read one after the other in the order given.
-    Plain(Vec<PathBuf>, FrameFormat),
+    Plain(Vec<PathBuf>, FrameKind),
 }
 
 /// A recording ready to read: its files, what is known about it, and what was already found.
@@ -66,19 +56,19 @@ pub struct Recording {
 
 impl Recording {
     /// Frame format of the data (Mark6: from the file header; FlexBuff: sniffed from the first chunk).
-    pub fn frame_format(&self) -> FrameFormat {
+    pub fn frame_format(&self) -> FrameKind {
         match &self.sources {
             Sources::Plain(_, f) => *f,
             Sources::Mark6(files) => match files.iter().find_map(|f| f.header).map(|h| h.packet_format) {
-                Some(vlbiflow_formats::mark6::PacketFormat::Mark5b) => FrameFormat::Mark5b,
-                _ => FrameFormat::Vdif,
+                Some(vlbiflow_formats::mark6::PacketFormat::Mark5b) => FrameKind::M5b,
+                _ => FrameKind::Vdif,
             },
             Sources::Flexbuff(disks) => disks
                 .iter()
                 .flatten()
                 .next()
                 .and_then(|c| sniff_plain(&c.path).ok())
-                .unwrap_or(FrameFormat::Vdif),
+                .unwrap_or(FrameKind::Vdif),
         }
     }
 
@@ -89,7 +79,7 @@ impl Recording {
                 .iter()
                 .find_map(|f| f.header)
                 .map(|h| h.packet_size as usize),
-            Sources::Plain(_, FrameFormat::Mark5b) => Some(MARK5B_FRAME_LEN),
+            Sources::Plain(_, FrameKind::M5b) => FrameKind::M5b.fixed_frame_len(),
             _ => None,
         }
     }
@@ -171,17 +161,17 @@ pub fn is_mark6_file(path: &Path) -> bool {
 }
 
 /// Classifies a headerless frame file from its first bytes: Mark5B sync word, else VDIF.
-fn sniff_plain(path: &Path) -> Result<FrameFormat, LocateError> {
+fn sniff_plain(path: &Path) -> Result<FrameKind, LocateError> {
     let Some(b) = read_u32_at_start(path)? else {
-        return Ok(FrameFormat::Vdif);
+        return Ok(FrameKind::Vdif);
     };
     if u32::from_le_bytes([b[0], b[1], b[2], b[3]]) == MARK5B_SYNC {
-        return Ok(FrameFormat::Mark5b);
+        return Ok(FrameKind::M5b);
     }
     if path.extension().is_some_and(|e| e == "m5b") && VdifHeader::new_checked(&b[..]).is_err() {
-        return Ok(FrameFormat::Mark5b);
+        return Ok(FrameKind::M5b);
     }
-    Ok(FrameFormat::Vdif)
+    Ok(FrameKind::Vdif)
 }
 
 fn mark6_source(path: PathBuf, findings: &mut Vec<Finding>) -> Result<Mark6Source, LocateError> {

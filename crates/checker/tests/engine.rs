@@ -6,15 +6,15 @@ use common::*;
 use std::sync::Arc;
 use vlbiflow_checker::finding::{FileTable, Position};
 use vlbiflow_checker::framer::Framer;
-use vlbiflow_checker::source::FrameFormat;
+use vlbiflow_checker::source::FrameKind;
 use vlbiflow_checker::{CheckConfig, Checker};
 
 fn feed(bytes: &[u8], piece: usize, config: CheckConfig) -> vlbiflow_checker::EngineReport {
     let mut files = FileTable::default();
     let id = files.add("mem.vdif".into());
     let files = Arc::new(files);
-    let mut framer = Framer::new(FrameFormat::Vdif, None, files.clone());
-    let mut checker = Checker::new(FrameFormat::Vdif, config, files);
+    let mut framer = Framer::new(FrameKind::Vdif, None, files.clone());
+    let mut checker = Checker::new(FrameKind::Vdif, config, files);
     let n = bytes.len().div_ceil(piece);
     for (k, p) in bytes.chunks(piece).enumerate() {
         let pos = Position {

@@ -1656,6 +1656,7 @@ mod tests {
                         first_frame_utc: Some("2025-07-09T12:00:00Z".into()),
                         last_frame_utc: Some("2025-07-09T12:00:01.999Z".into()),
                         counters: ss.counters,
+                        blocks: Default::default(),
                     })
                     .collect(),
                 disks: c

@@ -9,13 +9,17 @@
 //! Nothing here allocates, locks or formats on the per-frame path; errors are small `Copy` values.
 
 pub mod error;
+pub mod fill;
 pub mod flexbuff;
+pub mod kind;
 pub mod mark5b;
 pub mod mark6;
 pub mod names;
+pub mod psn;
 pub mod samples;
 pub mod time;
 pub mod vdif;
 
 pub use error::{Error, Result};
+pub use kind::{FrameKind, UnknownFrameKind};
 pub use names::validate_scan_name;

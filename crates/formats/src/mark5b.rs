@@ -27,8 +27,6 @@ pub const HEADER_LEN: usize = 16;
 pub const PAYLOAD_LEN: usize = 10_000;
 /// Whole frame length in bytes.
 pub const FRAME_LEN: usize = HEADER_LEN + PAYLOAD_LEN;
-/// Word recorders write in place of missing data (native little-endian, so bytes `44 33 22 11`).
-pub const FILL_PATTERN: u32 = 0x1122_3344;
 /// Largest frame number (15 bits).
 pub const MAX_FRAME_NUMBER: u16 = 0x7fff;
 /// Highest frame rate the 15-bit frame number allows.
@@ -123,12 +121,6 @@ pub fn bcd_decode(bcd: u32, digits: u32, field: &'static str) -> Result<u32> {
     Ok(out)
 }
 
-/// True if `bytes` consists only of [`FILL_PATTERN`] words (a trailing partial word is ignored).
-pub fn is_fill(bytes: &[u8]) -> bool {
-    let fill = FILL_PATTERN.to_le_bytes();
-    bytes.len() >= 4 && bytes.chunks_exact(4).all(|w| w == fill)
-}
-
 /// A read/write view over a Mark5B header at the start of `buffer`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Mark5bHeader<T: AsRef<[u8]>> {
@@ -179,6 +171,15 @@ impl<T: AsRef<[u8]>> Mark5bHeader<T> {
         let b = self.buffer.as_ref();
         let o = index * 4;
         u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
+    }
+
+    /// Seconds since the start of the 1000-day MJD cycle (MJD mod 1000 x 86400 + second of day) from the
+    /// BCD time code, or `None` when a digit is not decimal. No allocation; for per-frame use.
+    #[inline]
+    pub fn day_second(&self) -> Option<i64> {
+        let jjj = bcd_decode(self.bcd_jday(), 3, "Mark5B MJD").ok()?;
+        let sssss = bcd_decode(self.bcd_seconds(), 5, "Mark5B seconds").ok()?;
+        Some(i64::from(jjj) * 86_400 + i64::from(sssss))
     }
 
     /// Raw header word `index` (0..4).
@@ -678,11 +679,11 @@ mod tests {
         let r = Mark5bHeaderRepr::for_frame(1_704_067_200, 5, 12800, 7).unwrap();
         r.emit(&mut frame).unwrap();
         for w in frame[HEADER_LEN..].chunks_exact_mut(4) {
-            w.copy_from_slice(&FILL_PATTERN.to_le_bytes());
+            w.copy_from_slice(&crate::fill::FILL_BYTES);
         }
         let f = Mark5bFrame::new_checked(&frame[..]).unwrap();
-        assert!(is_fill(f.payload()));
-        assert!(!is_fill(f.as_bytes()));
+        assert!(crate::fill::is_fill_words(f.payload()));
+        assert!(crate::fill::is_mark5b_fill(f.as_bytes()));
         assert_eq!(Mark5bHeaderRepr::parse(&f.header()).unwrap(), r);
         assert_eq!(r.fraction_0p1ms, 3); // 5/12800 s = 0.390625 ms
     }

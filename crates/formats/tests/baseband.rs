@@ -151,7 +151,7 @@ fn write_mark5b_case(dir: &Path) -> String {
         let mut bytes = vec![0u8; mark5b::FRAME_LEN];
         r.emit(&mut bytes).unwrap();
         for w in bytes[mark5b::HEADER_LEN..].chunks_exact_mut(4) {
-            w.copy_from_slice(&mark5b::FILL_PATTERN.to_le_bytes());
+            w.copy_from_slice(&vlbiflow_formats::fill::FILL_BYTES);
         }
         file.extend_from_slice(&bytes);
         let t = r.to_utc(reference_mjd, rate).unwrap();

@@ -158,7 +158,7 @@ pub fn send_streams(
                 match s.sequencer.next_header(&mut h[PSN_LEN..]) {
                     Some(slot) if slot.dropped => dropped += 1,
                     Some(slot) => {
-                        h[..PSN_LEN].copy_from_slice(&slot.psn.to_le_bytes());
+                        h[..PSN_LEN].copy_from_slice(&vlbiflow_formats::psn::to_bytes(slot.psn));
                         s.slots.push(slot);
                     }
                     None => {

@@ -7,8 +7,7 @@ use vlbiflow_formats::vdif::{self, EdvSampleRate, VdifHeaderRepr};
 pub const MAX_UDP_PAYLOAD: usize = 65507;
 /// Ethernet (preamble 8, header 14, CRC 4, gap 12) + IPv4 (20) + UDP (8) bytes per datagram on a wire.
 pub const WIRE_OVERHEAD: usize = 66;
-/// Bytes of the Mark6/jive5ab packet sequence number prefix.
-pub const PSN_LEN: usize = 8;
+pub use vlbiflow_formats::psn::PSN_LEN;
 
 /// How fast to send, as the user said it.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -18,6 +18,8 @@ use std::sync::atomic::Ordering::{AcqRel, Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use vlbiflow_formats::mark5b::{Mark5bHeader, SYNC_WORD as MARK5B_SYNC};
+use vlbiflow_formats::psn;
 use vlbiflow_formats::time::{epoch_start_unix, VdifTime};
 use vlbiflow_formats::vdif::VdifHeader;
 use vlbiflow_scan::{FrameKind, StreamCounters};
@@ -28,9 +30,6 @@ use crate::engine::{RecorderEvent, Shared};
 use crate::loss::{FrameIndexer, SequenceTracker};
 use crate::pool::Block;
 use crate::status::{pack_time, ThreadStatus};
-
-/// Mark5B sync word (word 0 of every frame).
-pub const MARK5B_SYNC: u32 = 0xABAD_DEED;
 
 /// Batches taken from one ready socket before looking at the others (fairness between streams).
 const BATCHES_PER_TURN: usize = 16;
@@ -83,30 +82,16 @@ pub fn classify(kind: FrameKind, frame_size: usize, frame: &[u8], len: usize) ->
             }
         }
         FrameKind::M5b => {
-            let w = |i: usize| {
-                u32::from_le_bytes([frame[4 * i], frame[4 * i + 1], frame[4 * i + 2], frame[4 * i + 3]])
-            };
-            if w(0) != MARK5B_SYNC {
+            let h = Mark5bHeader::new_unchecked(frame);
+            if h.sync() != MARK5B_SYNC {
                 return Verdict::Rejected("no Mark5B sync word");
             }
-            let frame_number = w(1) & 0x7fff;
-            // BCD JJJSSSSS: MJD mod 1000 and second of day; a bad digit just means no time index.
-            let bcd = w(2);
-            let mut v: i64 = 0;
-            let mut ok = true;
-            for shift in (0..8).rev() {
-                let d = (bcd >> (shift * 4)) & 0xf;
-                ok &= d <= 9;
-                v = v * 10 + i64::from(d);
-            }
-            let jjj = v / 100_000;
-            let sssss = v % 100_000;
-            let second = jjj * 86_400 + sssss;
             Verdict::Frame {
                 thread: 0,
                 time: None,
                 invalid: false,
-                m5b_index: if ok { Some((second, frame_number)) } else { None },
+                // A bad BCD digit just means no time index.
+                m5b_index: h.day_second().map(|second| (second, u32::from(h.frame_number()))),
             }
         }
     }
@@ -637,7 +622,7 @@ impl StreamCapture {
                         Some(Piece::Overflow(o)) => got.overflow[o..o + 8].try_into().unwrap_or_default(),
                         None => [0; 8],
                     };
-                    u64::from_ne_bytes(bytes)
+                    psn::read(&bytes)
                 };
                 if let Some(w) = &self.wanted {
                     if !w[usize::from(thread)] {

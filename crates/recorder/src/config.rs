@@ -9,7 +9,7 @@ pub use vlbiflow_scan::{FrameKind, ScanFormat};
 /// Default VDIF frame size (R2DBE/EHT: 8192-byte payload + 32-byte header).
 pub const DEFAULT_VDIF_FRAME_SIZE: u32 = 8224;
 /// Mark5B frame size: 16-byte header + 10000-byte payload.
-pub const MARK5B_FRAME_SIZE: u32 = 10016;
+pub const MARK5B_FRAME_SIZE: u32 = vlbiflow_formats::mark5b::FRAME_LEN as u32;
 /// Default nominal block size (d-plane's 10 MB), block header included.
 pub const DEFAULT_BLOCK_SIZE: u64 = 10_000_000;
 /// Default socket receive buffer request per stream.
@@ -73,11 +73,9 @@ impl StreamSpec {
         let (kind, addr) = head
             .split_once('@')
             .ok_or_else(|| err("format", "expected vdif@HOST:PORT or m5b@HOST:PORT".into()))?;
-        let kind = match kind.trim().to_ascii_lowercase().as_str() {
-            "vdif" => FrameKind::Vdif,
-            "m5b" | "mark5b" => FrameKind::M5b,
-            other => return Err(err("format", format!("{other:?} is not vdif or m5b"))),
-        };
+        let kind: FrameKind = kind
+            .parse()
+            .map_err(|e: vlbiflow_formats::UnknownFrameKind| err("format", e.to_string()))?;
         let address: SocketAddr = addr
             .trim()
             .parse()

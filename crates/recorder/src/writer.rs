@@ -29,9 +29,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use vlbiflow_formats::flexbuff;
-use vlbiflow_formats::mark6::{
-    Mark6BlockHeaderRepr, Mark6FileHeaderRepr, Mark6Version, PacketFormat, FILE_HEADER_LEN,
-};
+use vlbiflow_formats::mark6::{Mark6BlockHeaderRepr, Mark6FileHeaderRepr, Mark6Version, FILE_HEADER_LEN};
 use vlbiflow_scan::{FrameKind, ScanFormat};
 
 use crate::engine::{RecorderEvent, Shared};
@@ -48,10 +46,7 @@ pub(crate) fn create_mark6_file(
     let header = Mark6FileHeaderRepr {
         version: Mark6Version::V2,
         block_size: nominal_block_size as u32,
-        packet_format: match kind {
-            FrameKind::Vdif => PacketFormat::Vdif,
-            FrameKind::M5b => PacketFormat::Mark5b,
-        },
+        packet_format: kind.packet_format(),
         packet_size: frame_size,
     }
     .to_bytes()

@@ -28,23 +28,8 @@ pub enum ScanFormat {
     Flexbuff,
 }
 
-/// Frame format carried by a stream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum FrameKind {
-    Vdif,
-    M5b,
-}
-
-impl FrameKind {
-    /// File extension used for Mark6 scatter-gather files of this kind.
-    pub fn extension(self) -> &'static str {
-        match self {
-            FrameKind::Vdif => "vdif",
-            FrameKind::M5b => "m5b",
-        }
-    }
-}
+/// Frame format carried by a stream (defined in `vlbiflow-formats`).
+pub use vlbiflow_formats::FrameKind;
 
 /// Counters of one stream (or one VDIF thread of it). "lost" follows the seeds/003 tables: frames the sender
 /// sent that are not in the recording, as inferred from sequence numbers; `loss_fraction = lost / (received + lost)`.
@@ -103,6 +88,45 @@ pub struct StreamMeta {
     pub first_frame_utc: Option<String>,
     pub last_frame_utc: Option<String>,
     pub counters: StreamCounters,
+    /// The blocks (Mark6) or chunks (FlexBuff) that hold this stream's frames. A block holds the frames of
+    /// one stream only. Empty in scans of one stream and in scans written before vlbiflow recorded it: then
+    /// every block belongs to the (first) stream.
+    #[serde(default, skip_serializing_if = "BlockRanges::is_empty")]
+    pub blocks: BlockRanges,
+}
+
+/// A set of block (or chunk) numbers as ascending, non-overlapping inclusive ranges `[first, last]`.
+/// Built by pushing numbers in ascending order; consecutive numbers share one range.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct BlockRanges(pub Vec<[u64; 2]>);
+
+impl BlockRanges {
+    /// True when no block is listed.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Adds block `n`, which must be above every block already listed (numbers at or below the last one
+    /// are ignored: blocks are numbered in the order they are sealed).
+    pub fn push(&mut self, n: u64) {
+        match self.0.last_mut() {
+            Some(r) if n == r[1] + 1 => r[1] = n,
+            Some(r) if n <= r[1] => {}
+            _ => self.0.push([n, n]),
+        }
+    }
+
+    /// Whether block `n` is listed.
+    pub fn contains(&self, n: u64) -> bool {
+        let i = self.0.partition_point(|r| r[1] < n);
+        self.0.get(i).is_some_and(|r| r[0] <= n)
+    }
+
+    /// Number of blocks listed.
+    pub fn count(&self) -> u64 {
+        self.0.iter().map(|r| r[1] - r[0] + 1).sum()
+    }
 }
 
 /// One disk of a scan.
@@ -139,6 +163,18 @@ pub struct ScanMetadata {
     pub complete: bool,
     pub streams: Vec<StreamMeta>,
     pub disks: Vec<DiskMeta>,
+}
+
+impl ScanMetadata {
+    /// Index of the stream (in `streams`) whose frames block `n` holds: from the recorded block ranges, or
+    /// the first stream when no stream lists its blocks (one-stream scans, older metadata). `None` when
+    /// ranges are recorded and none lists `n`.
+    pub fn stream_of_block(&self, n: u64) -> Option<usize> {
+        if self.streams.iter().all(|s| s.blocks.is_empty()) {
+            return (!self.streams.is_empty()).then_some(0);
+        }
+        self.streams.iter().position(|s| s.blocks.contains(n))
+    }
 }
 
 /// Errors reading or writing scan metadata.
@@ -333,6 +369,7 @@ mod tests {
                     lost: 1,
                     ..Default::default()
                 },
+                blocks: BlockRanges::default(),
             }],
             disks: vec![DiskMeta {
                 path: "/tmp/d0".into(),
@@ -354,6 +391,46 @@ mod tests {
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].0, "exp_st_001");
         assert!((meta.totals().loss_fraction() - 0.01).abs() < 1e-12);
+    }
+
+    #[test]
+    fn block_ranges_map_blocks_to_streams() {
+        let mut meta = sample();
+        assert_eq!(
+            meta.stream_of_block(7),
+            Some(0),
+            "one stream without ranges owns every block"
+        );
+        let mut b = meta.streams[0].clone();
+        b.label = "b".into();
+        let (mut ra, mut rb) = (BlockRanges::default(), BlockRanges::default());
+        for n in 0..10u64 {
+            if n % 3 == 2 {
+                rb.push(n)
+            } else {
+                ra.push(n)
+            }
+        }
+        ra.push(1); // out of order: ignored
+        assert_eq!(ra.0, vec![[0, 1], [3, 4], [6, 7], [9, 9]]);
+        assert_eq!((ra.count(), rb.count()), (7, 3));
+        meta.streams[0].blocks = ra;
+        b.blocks = rb;
+        meta.streams.push(b);
+        assert_eq!(
+            (0..10).map(|n| meta.stream_of_block(n)).collect::<Vec<_>>(),
+            [0, 0, 1, 0, 0, 1, 0, 0, 1, 0].map(Some)
+        );
+        assert_eq!(meta.stream_of_block(10), None);
+        // Through JSON and back; older metadata without the field still reads.
+        let json = serde_json::to_string(&meta).unwrap();
+        assert_eq!(serde_json::from_str::<ScanMetadata>(&json).unwrap(), meta);
+        let old = serde_json::to_string(&sample()).unwrap();
+        assert!(!old.contains("\"blocks\":[["));
+        assert_eq!(
+            serde_json::from_str::<ScanMetadata>(&old).unwrap().streams[0].blocks,
+            BlockRanges::default()
+        );
     }
 
     #[test]
