@@ -1,6 +1,8 @@
 //! `vlbiflow`: one binary, git-style subcommands. Each subcommand lives in `cmd/<name>.rs` as a clap `Args`
 //! struct and a `run` function; the work itself is done by the library crates.
 
+#![forbid(unsafe_code)]
+
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 

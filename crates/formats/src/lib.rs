@@ -8,6 +8,8 @@
 //!
 //! Nothing here allocates, locks or formats on the per-frame path; errors are small `Copy` values.
 
+#![forbid(unsafe_code)]
+
 pub mod error;
 pub mod fill;
 pub mod flexbuff;

@@ -6,6 +6,8 @@
 //! - [`payload`] synthesises zeros, quantised noise or noise with a tone;
 //! - [`net`] sends paced batches to UDP destinations; [`file`] writes the same frames to a file.
 
+#![forbid(unsafe_code)]
+
 pub mod file;
 pub mod net;
 pub mod payload;

@@ -9,6 +9,8 @@
 //!   `complete` flag only becomes true after every block of the scan is flushed; a scan whose recorder died
 //!   keeps `complete: false`.
 
+#![forbid(unsafe_code)]
+
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -12,6 +12,8 @@
 //! [`FrameIndexer`] turns VDIF (second, frame) or Mark5B time stamps into a global index at a configured or
 //! learned frame rate.
 
+#![forbid(unsafe_code)]
+
 /// Counters of one tracked sequence.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SequenceCounters {

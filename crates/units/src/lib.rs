@@ -2,6 +2,8 @@
 //! durations (`10`, `90s`, `5m`, `1h`) and frequencies (`10MHz`). Decimal prefixes are powers of 1000,
 //! binary ones (`Ki`, `Mi`, `Gi`) powers of 1024, as the SI and IEC say.
 
+#![forbid(unsafe_code)]
+
 /// Splits "12.5Gbps" into (12.5, "Gbps").
 fn split_number(s: &str) -> Result<(f64, &str), String> {
     let s = s.trim();
