@@ -6,8 +6,10 @@ use plotters::prelude::*;
 use std::path::Path;
 use std::sync::Once;
 
-use crate::client::{BwResult, LatResult};
+use crate::archive::Stored;
+use crate::client::{BwResult, LatResult, TcpResult};
 use crate::stats::HistSummary;
+use crate::sweep::{BwReport, Row, SeriesReport};
 
 /// A plotting failure naming the file.
 #[derive(Debug, thiserror::Error)]
@@ -368,6 +370,114 @@ pub fn plot_series(
         (1000, 600),
         |a| lines(a, title, x_label, y_label, series),
         |a| lines(a, title, x_label, y_label, series),
+    )
+}
+
+/// The distinct values in order of first appearance.
+fn unique<T: PartialEq>(values: impl Iterator<Item = T>) -> Vec<T> {
+    let mut out = Vec::new();
+    for v in values {
+        if !out.contains(&v) {
+            out.push(v);
+        }
+    }
+    out
+}
+
+/// The plot of a throughput series: against the competitor's nice level for a CPU-load sweep,
+/// else [`plot_bw`].
+pub fn plot_bw_report(path: &Path, report: &BwReport, load_sweep: bool) -> Result<(), PlotError> {
+    if !load_sweep {
+        let results: Vec<BwResult> = report.results.iter().map(|r| r.result.clone()).collect();
+        return plot_bw(path, &results);
+    }
+    let sizes = unique(report.results.iter().map(|r| r.result.size));
+    let series: Vec<Series> = sizes
+        .iter()
+        .map(|&s| {
+            let pts = report
+                .results
+                .iter()
+                .filter(|r| r.result.size == s)
+                .filter_map(|r| r.load.map(|l| (l.nice as f64, r.result.recv_user_rate_mbps)))
+                .collect();
+            (format!("{s} bytes"), pts)
+        })
+        .collect();
+    plot_series(
+        path,
+        "Throughput against the competitor's nice level",
+        "nice",
+        "receive user rate (Mb/s)",
+        &series,
+    )
+}
+
+/// TCP throughput against the number of streams, or against the competitor's nice level (one line
+/// per stream count) for a CPU-load sweep.
+pub fn plot_tcp_report(path: &Path, rows: &[Row<TcpResult>], load_sweep: bool) -> Result<(), PlotError> {
+    let series: Vec<Series> = if load_sweep {
+        let streams = unique(rows.iter().map(|r| r.result.streams));
+        streams
+            .iter()
+            .map(|&n| {
+                let pts = rows
+                    .iter()
+                    .filter(|r| r.result.streams == n)
+                    .filter_map(|r| r.load.map(|l| (l.nice as f64, r.result.rate_mbps)))
+                    .collect();
+                (format!("{n} streams"), pts)
+            })
+            .collect()
+    } else {
+        let pts = rows
+            .iter()
+            .map(|r| (r.result.streams as f64, r.result.rate_mbps))
+            .collect();
+        vec![("TCP".to_string(), pts)]
+    };
+    let x = if load_sweep { "nice" } else { "streams" };
+    plot_series(path, "TCP throughput", x, "Mb/s", &series)
+}
+
+/// The plot of any series (see [`plot_bw_report`], [`plot_lat`] of the last latency test,
+/// [`plot_tcp_report`]); `load_sweep`: the series ran at several competitor levels.
+pub fn plot_report(path: &Path, report: &SeriesReport, load_sweep: bool) -> Result<(), PlotError> {
+    match report {
+        SeriesReport::Bw(r) => plot_bw_report(path, r, load_sweep),
+        SeriesReport::Lat(r) => r.results.last().map_or(Ok(()), |r| plot_lat(path, &r.result)),
+        SeriesReport::Tcp(r) => plot_tcp_report(path, &r.results, load_sweep),
+    }
+}
+
+/// Archived headline figures over time, one line per kind, remote and metric.
+pub fn plot_history(path: &Path, rows: &[Stored]) -> Result<(), PlotError> {
+    let times: Vec<Option<f64>> = rows
+        .iter()
+        .map(|s| {
+            chrono::DateTime::parse_from_rfc3339(&s.record.time)
+                .ok()
+                .map(|t| t.timestamp_millis() as f64 / 1000.0)
+        })
+        .collect();
+    let t0 = times.iter().flatten().copied().fold(f64::INFINITY, f64::min);
+    let mut series: Vec<Series> = Vec::new();
+    for (s, t) in rows.iter().zip(&times) {
+        let Some(t) = t else { continue };
+        let name = format!("{} {} {}", s.record.kind, s.record.remote, s.record.metric);
+        let x = (t - t0) / 3600.0;
+        match series.iter_mut().find(|x| x.0 == name) {
+            Some(e) => e.1.push((x, s.record.value)),
+            None => series.push((name, vec![(x, s.record.value)])),
+        }
+    }
+    let first = rows.first().map(|r| r.record.time.clone()).unwrap_or_default();
+    plot_series(
+        path,
+        "vlbiflow net history",
+        &format!("hours since {first}"),
+        "value",
+        &series,
     )
 }
 
