@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use vlbiflow_net::sweep::{self, Series, SeriesReport, Store, ZeroLossPlan};
+use vlbiflow_net::sweep::{self, Series, SeriesReport, ZeroLossPlan};
 use vlbiflow_net::{
     BwParams, BwSweep, Client, Responder, ResponderConfig, Spacing, SweepEvent, SweepOptions,
 };
@@ -62,7 +62,7 @@ fn stop_flag_set_after_the_second_test_ends_the_sweep_with_both_results_archived
     let opts = SweepOptions {
         loads: vec![None],
         stop: &stop,
-        store: Some(&store as &dyn Store),
+        store: Some(&store as &dyn vlbiflow_net::sweep::Store),
     };
     let series = bw(vec![100, 200], Spacing::Waits(vec![0.0, 5.0, 10.0]), 200);
     let mut finished = 0;
