@@ -1,7 +1,7 @@
 //! The local archive of results: one SQLite file, one row per test (host pair, time, parameters,
 //! headline figure, full result as JSON), listed and plotted over time by `vlbiflow net history`.
 //!
-//! The record types are always here; the SQLite file ([`Archive`], [`ArchiveStore`]) needs the
+//! The record types are always here; the SQLite file (`Archive`, `ArchiveStore`) needs the
 //! `archive` feature (on by default).
 
 #[cfg(feature = "archive")]

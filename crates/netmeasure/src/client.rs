@@ -27,7 +27,7 @@ pub const WIRE_OVERHEAD: usize = 66;
 /// The responder's default control port.
 pub const DEFAULT_PORT: u16 = 14233;
 
-/// Resolves a responder given as HOST, HOST:PORT, an IPv6 address or [IPv6]:PORT; the port defaults
+/// Resolves a responder given as HOST, HOST:PORT, an IPv6 address or `[IPv6]:PORT`; the port defaults
 /// to [`DEFAULT_PORT`].
 pub fn resolve_responder(host: &str) -> Result<SocketAddr, String> {
     let with_port = if host.parse::<SocketAddr>().is_ok()

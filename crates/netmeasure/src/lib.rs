@@ -6,8 +6,8 @@
 //! runs series of tests (sweeps, the zero-loss search, CPU-load sweeps) with events for a front end,
 //! and [`table`] renders their results as text.
 //!
-//! Features (both on by default): `archive` (the SQLite file, [`archive::Archive`]) and `plot`
-//! ([`plot`], PNG/SVG). Without them the protocol, the client, the responder and the sweeps remain.
+//! Features (both on by default): `archive` (the SQLite file, `archive::Archive`) and `plot`
+//! (the `plot` module, PNG/SVG). Without them the protocol, the client, the responder and the sweeps remain.
 
 pub mod archive;
 pub mod client;

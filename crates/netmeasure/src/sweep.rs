@@ -343,7 +343,8 @@ pub struct Report<T: Serialize> {
     pub interrupted: bool,
 }
 
-/// Runs the latency test once per competitor level.
+/// Runs the latency test once per competitor level. The stop flag aborts it with an error that
+/// carries the sizes finished so far ([`NetError::Aborted`]), as a single test.
 pub fn run_lat(
     client: &mut Client,
     p: &LatParams,
@@ -495,7 +496,7 @@ pub fn run(
     })
 }
 
-/// Parses "64,1472,8192" and "0:40:1" (FROM:TO[:STEP], inclusive) and mixes of both.
+/// Parses "64,1472,8192" and "0:40:1" (`FROM:TO[:STEP]`, inclusive) and mixes of both.
 pub fn parse_list(spec: &str) -> Result<Vec<f64>, String> {
     let mut out = Vec::new();
     for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
