@@ -297,6 +297,9 @@ fn hist<DB: DrawingBackend>(
     scale: Scale,
     curve: Option<&dyn Fn(f64) -> f64>,
 ) -> DrawResult {
+    if h.bins.iter().all(|&n| n == 0) || h.bin_width.is_nan() || h.bin_width <= 0.0 {
+        return note(area, title, "no values");
+    }
     let raw_hi = h.bin_start + h.bin_width * h.bins.len().max(1) as f64;
     let (div, unit) = match scale {
         Scale::Time => time_unit(raw_hi.max(h.bin_start.abs())),
@@ -854,6 +857,26 @@ mod tests {
         }
         // Round tick labels: no "0.0 0.0 0.0" axes, no "20000.0".
         assert!(!text.iter().any(|t| t == "0.0" || t.ends_with(".0")), "{text:?}");
+    }
+
+    #[test]
+    fn a_test_with_nothing_received_still_plots() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bw.svg");
+        let r = BwResult {
+            size: 1472,
+            count: 10,
+            lost: 10,
+            loss_percent: 100.0,
+            ..BwResult::default()
+        };
+        plot_bw(&path, &[r]).unwrap();
+        let text = svg_text(&path);
+        assert!(text.iter().any(|t| t == "no values"), "{text:?}");
+        assert!(
+            !text.iter().any(|t| t.ends_with(".0") || t.contains("0.0000")),
+            "{text:?}"
+        );
     }
 
     #[test]
