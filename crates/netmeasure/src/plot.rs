@@ -305,7 +305,14 @@ fn hist<DB: DrawingBackend>(
         Scale::Time => time_unit(raw_hi.max(h.bin_start.abs())),
         Scale::Count(unit) => (1.0, unit),
     };
-    let (x0, x1) = (h.bin_start / div, (raw_hi / div).max(h.bin_start / div + 1e-9));
+    // A few bins (one lost-run length, say) stand in the middle of at least ten bins' width.
+    let pad = h.bin_width * 10usize.saturating_sub(h.bins.len()) as f64 / 2.0;
+    let lo = if h.bin_start >= 0.0 {
+        (h.bin_start - pad).max(0.0)
+    } else {
+        h.bin_start - pad
+    };
+    let (x0, x1) = (lo / div, (raw_hi + pad) / div);
     let min_x_step = match scale {
         Scale::Count(_) => 1.0,
         Scale::Time => 0.0,
@@ -446,8 +453,9 @@ fn grid<DB: DrawingBackend>(
     n: usize,
     max_cols: usize,
 ) -> Vec<DrawingArea<DB, Shift>> {
-    let cols = n.clamp(1, max_cols);
-    area.split_evenly((n.div_ceil(cols).max(1), cols))
+    // As few rows as `max_cols` allows, then as few columns as those rows need (5 cells: 3 + 2).
+    let rows = n.div_ceil(max_cols.max(1)).max(1);
+    area.split_evenly((rows, n.div_ceil(rows).max(1)))
 }
 
 /// Rows of inter-arrival histograms a sweep of `sizes` sizes needs.
@@ -456,7 +464,8 @@ fn size_rows(sizes: usize) -> usize {
 }
 
 fn draw_bw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, results: &[BwResult]) -> DrawResult {
-    let sizes = unique(results.iter().map(|r| r.size));
+    let mut sizes = unique(results.iter().map(|r| r.size));
+    sizes.sort_unstable();
     let sweep = results.len() > 1;
     // Rows of equal height: the figures, the inter-arrival histograms (one per size), the loss panels.
     let rows = if sweep { 2 + size_rows(sizes.len()) } else { 2 };
