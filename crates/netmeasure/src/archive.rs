@@ -1,9 +1,15 @@
 //! The local archive of results: one SQLite file, one row per test (host pair, time, parameters,
 //! headline figure, full result as JSON), listed and plotted over time by `vlbiflow net history`.
+//!
+//! The record types are always here; the SQLite file (`Archive`, `ArchiveStore`) needs the
+//! `archive` feature (on by default).
 
+#[cfg(feature = "archive")]
 use rusqlite::{params, Connection};
 use serde::{Deserialize, Serialize};
-use std::path::{Path, PathBuf};
+#[cfg(feature = "archive")]
+use std::path::Path;
+use std::path::PathBuf;
 
 /// An archive failure naming the file.
 #[derive(Debug, thiserror::Error)]
@@ -63,20 +69,34 @@ pub struct Filter {
 }
 
 /// An open archive.
+#[cfg(feature = "archive")]
 pub struct Archive {
     conn: Connection,
     path: PathBuf,
 }
 
+/// `$XDG_DATA_HOME/vlbiflow/net.sqlite`, else `~/.local/share/vlbiflow/net.sqlite`.
+pub fn default_path() -> PathBuf {
+    let base = std::env::var_os("XDG_DATA_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
+        .unwrap_or_else(|| PathBuf::from("."));
+    base.join("vlbiflow").join("net.sqlite")
+}
+
+/// This machine's name, for the `local` column.
+pub fn local_host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into())
+}
+
+#[cfg(feature = "archive")]
 impl Archive {
     /// `$XDG_DATA_HOME/vlbiflow/net.sqlite`, else `~/.local/share/vlbiflow/net.sqlite`.
     pub fn default_path() -> PathBuf {
-        let base = std::env::var_os("XDG_DATA_HOME")
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
-            .unwrap_or_else(|| PathBuf::from("."));
-        base.join("vlbiflow").join("net.sqlite")
+        default_path()
     }
 
     /// Opens (creating the file, its directory and the table when missing).
@@ -191,7 +211,55 @@ impl Archive {
     }
 }
 
-#[cfg(test)]
+/// Stores the results of a series between one host pair, time-stamped as they are stored.
+#[cfg(feature = "archive")]
+pub struct ArchiveStore {
+    /// The archive.
+    pub archive: Archive,
+    /// Local end.
+    pub local: String,
+    /// Remote end.
+    pub remote: String,
+}
+
+#[cfg(feature = "archive")]
+impl ArchiveStore {
+    /// Opens the archive at `path` (default: [`default_path`]) for results against `remote` from
+    /// this machine.
+    pub fn open(path: Option<&Path>, remote: impl ToString) -> Result<ArchiveStore, ArchiveError> {
+        Ok(ArchiveStore {
+            archive: Archive::open(&path.map(Path::to_path_buf).unwrap_or_else(default_path))?,
+            local: local_host_name(),
+            remote: remote.to_string(),
+        })
+    }
+}
+
+#[cfg(feature = "archive")]
+impl crate::sweep::Store for ArchiveStore {
+    fn store(
+        &self,
+        kind: &str,
+        metric: &str,
+        value: f64,
+        params: serde_json::Value,
+        result: serde_json::Value,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        self.archive.insert(&Record {
+            time: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            kind: kind.into(),
+            local: self.local.clone(),
+            remote: self.remote.clone(),
+            metric: metric.into(),
+            value,
+            params,
+            result,
+        })?;
+        Ok(())
+    }
+}
+
+#[cfg(all(test, feature = "archive"))]
 mod tests {
     use super::*;
 

@@ -2,7 +2,7 @@
 //! the local and remote views into results.
 
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -23,6 +23,30 @@ use crate::wire::{realtime_ns, PacketKind, TestPacket, TestPacketRepr, HEADER_LE
 /// Ethernet preamble 8 + header 14 + CRC 4 + gap 12 + IPv4 20 + UDP 8 bytes per packet, the UDPmon
 /// wire-rate convention.
 pub const WIRE_OVERHEAD: usize = 66;
+
+/// The responder's default control port.
+pub const DEFAULT_PORT: u16 = 14233;
+
+/// Resolves a responder given as HOST, HOST:PORT, an IPv6 address or `[IPv6]:PORT`; the port defaults
+/// to [`DEFAULT_PORT`].
+pub fn resolve_responder(host: &str) -> Result<SocketAddr, String> {
+    let with_port = if host.parse::<SocketAddr>().is_ok()
+        || host
+            .rsplit_once(':')
+            .is_some_and(|(h, p)| !h.contains(':') && p.parse::<u16>().is_ok())
+    {
+        host.to_string()
+    } else if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{DEFAULT_PORT}")
+    } else {
+        format!("{host}:{DEFAULT_PORT}")
+    };
+    with_port
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve responder address {host:?}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("responder address {host:?} resolves to nothing"))
+}
 
 /// A measurement failure. [`NetError::Aborted`] keeps what was measured before the failure.
 #[derive(Debug, thiserror::Error)]
@@ -964,6 +988,14 @@ mod tests {
         assert!((a - 0.01).abs() < 1e-12 && (b - 20.0).abs() < 1e-9 && (r2 - 1.0).abs() < 1e-12);
         assert!(least_squares(&[(1.0, 1.0)]).is_none());
         assert!(least_squares(&[(1.0, 1.0), (1.0, 2.0)]).is_none());
+    }
+
+    #[test]
+    fn host_gets_the_default_port() {
+        assert_eq!(resolve_responder("127.0.0.1").unwrap().port(), DEFAULT_PORT);
+        assert_eq!(resolve_responder("127.0.0.1:99").unwrap().port(), 99);
+        assert_eq!(resolve_responder("::1").unwrap().port(), DEFAULT_PORT);
+        assert_eq!(resolve_responder("[::1]:7").unwrap().port(), 7);
     }
 
     #[test]

@@ -152,6 +152,26 @@ pub fn parse_nice_sweep(s: &str) -> Result<Vec<i32>, String> {
     })
 }
 
+/// The competitor levels of a series: none (`[None]`), one `nice=N[,threads=K]` spec, or a nice
+/// sweep `FROM:TO` with `threads` threads each (default one per CPU).
+pub fn plan(
+    spec: Option<&str>,
+    sweep: Option<&str>,
+    threads: Option<usize>,
+) -> Result<Vec<Option<CpuLoadSpec>>, String> {
+    if let Some(spec) = spec {
+        return Ok(vec![Some(CpuLoadSpec::parse(spec)?)]);
+    }
+    let Some(sweep) = sweep else {
+        return Ok(vec![None]);
+    };
+    let threads = threads.unwrap_or_else(|| thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    Ok(parse_nice_sweep(sweep)?
+        .into_iter()
+        .map(|nice| Some(CpuLoadSpec { nice, threads }))
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,6 +188,10 @@ mod tests {
         assert_eq!(parse_nice_sweep("19:16").unwrap(), vec![19, 18, 17, 16]);
         assert_eq!(parse_nice_sweep("0:2").unwrap(), vec![0, 1, 2]);
         assert!(parse_nice_sweep("19").is_err());
+        assert_eq!(plan(None, None, None).unwrap(), vec![None]);
+        let two = Some(CpuLoadSpec { nice: 19, threads: 2 });
+        assert_eq!(plan(Some("nice=19,threads=2"), None, None).unwrap(), vec![two]);
+        assert_eq!(plan(None, Some("19:18"), Some(2)).unwrap().len(), 2);
     }
 
     #[test]

@@ -1,13 +1,17 @@
 //! Report plots (PNG or SVG by file extension) with an embedded DejaVu Sans font, so no system
 //! font configuration is needed.
 
+use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint, Ranged};
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::path::Path;
 use std::sync::Once;
 
-use crate::client::{BwResult, LatResult};
+use crate::archive::Stored;
+use crate::client::{BwResult, LatResult, TcpResult};
 use crate::stats::HistSummary;
+use crate::sweep::{BwReport, Row, SeriesReport};
 
 /// A plotting failure naming the file.
 #[derive(Debug, thiserror::Error)]
@@ -79,6 +83,59 @@ fn render(
     }
 }
 
+/// Round tick positions in `lo..=hi`: multiples of 1, 2 or 5 x 10^k, about `target` of them, and
+/// the step. A flat or empty range gets the one tick `lo`.
+pub fn nice_ticks(lo: f64, hi: f64, target: usize) -> (Vec<f64>, f64) {
+    let span = hi - lo;
+    if !(span > 0.0 && span.is_finite() && lo.is_finite()) {
+        return (vec![lo], 1.0);
+    }
+    let raw = span / target.max(1) as f64;
+    let mag = 10f64.powf(raw.log10().floor());
+    let step = [1.0, 2.0, 5.0, 10.0]
+        .iter()
+        .map(|m| m * mag)
+        .find(|&s| s >= raw * (1.0 - 1e-9))
+        .unwrap_or(10.0 * mag);
+    let (first, last) = (
+        (lo / step - 1e-9).ceil() as i64,
+        (hi / step + 1e-9).floor() as i64,
+    );
+    ((first..=last).map(|k| k as f64 * step).collect(), step)
+}
+
+/// A tick label with just the decimals `step` needs: "20000", "2.5", "0.05"; never "-0".
+pub fn tick_label(v: f64, step: f64) -> String {
+    let decimals = if step >= 1.0 || step <= 0.0 {
+        0
+    } else {
+        (-step.log10() - 1e-9).ceil().min(9.0) as usize
+    };
+    // Adding 0.0 turns -0.0 into 0.0.
+    let v = (v / step).round() * step + 0.0;
+    format!("{v:.decimals$}")
+}
+
+/// The unit to show rates in: Mb/s, or Gb/s from 1000 Mb/s up; (Mb/s per unit, name).
+pub fn rate_unit(max_mbps: f64) -> (f64, &'static str) {
+    if max_mbps >= 1000.0 {
+        (1000.0, "Gb/s")
+    } else {
+        (1.0, "Mb/s")
+    }
+}
+
+/// The unit to show times in: µs, ms from 10 ms up, s from 10 s up; (µs per unit, name).
+pub fn time_unit(max_us: f64) -> (f64, &'static str) {
+    if max_us >= 1e7 {
+        (1e6, "s")
+    } else if max_us >= 1e4 {
+        (1e3, "ms")
+    } else {
+        (1.0, "µs")
+    }
+}
+
 fn range(values: impl Iterator<Item = f64>, zero: bool) -> (f64, f64) {
     let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
     for v in values.filter(|v| v.is_finite()) {
@@ -92,12 +149,78 @@ fn range(values: impl Iterator<Item = f64>, zero: bool) -> (f64, f64) {
         lo = lo.min(0.0);
     }
     if hi <= lo {
-        hi = lo + 1.0;
+        hi = lo + if lo == 0.0 { 1.0 } else { lo.abs() * 0.1 };
     }
     (lo, hi + (hi - lo) * 0.05)
 }
 
-/// Line chart of several series into one area.
+/// An axis: its range, round ticks and their labels' step.
+struct Axis {
+    lo: f64,
+    hi: f64,
+    ticks: Vec<f64>,
+    step: f64,
+}
+
+/// An axis as a plotters coordinate: linear, with exactly our ticks as its bold key points (and
+/// no light grid lines).
+struct Ticked(Axis);
+
+impl Ranged for Ticked {
+    type FormatOption = DefaultFormatting;
+    type ValueType = f64;
+
+    fn map(&self, v: &f64, limit: (i32, i32)) -> i32 {
+        let (a, b) = (self.0.lo, self.0.hi);
+        let t = if b > a { (v - a) / (b - a) } else { 0.5 };
+        limit.0 + ((limit.1 - limit.0) as f64 * t).round() as i32
+    }
+
+    fn key_points<H: KeyPointHint>(&self, hint: H) -> Vec<f64> {
+        if hint.weight().allow_light_points() {
+            Vec::new()
+        } else {
+            self.0.ticks.clone()
+        }
+    }
+
+    fn range(&self) -> std::ops::Range<f64> {
+        self.0.lo..self.0.hi
+    }
+}
+
+impl Axis {
+    fn new((lo, hi): (f64, f64), target: usize, min_step: f64) -> Axis {
+        let (mut ticks, mut step) = nice_ticks(lo, hi, target);
+        if step < min_step {
+            (ticks, step) = nice_ticks(lo, hi, ((hi - lo) / min_step).ceil().max(1.0) as usize);
+        }
+        Axis { lo, hi, ticks, step }
+    }
+}
+
+/// A panel that has nothing to plot: its title and a sentence saying why, instead of empty axes.
+fn note<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, title: &str, text: &str) -> DrawResult {
+    let inner = area
+        .margin(10, 10, 10, 10)
+        .titled(title, ("sans-serif", 16))
+        .map_err(|e| e.to_string())?;
+    let (w, h) = inner.dim_in_pixel();
+    inner
+        .draw(&Rectangle::new(
+            [(0, 0), (w as i32 - 1, h as i32 - 1)],
+            RGBColor(200, 200, 200).stroke_width(1),
+        ))
+        .map_err(|e| e.to_string())?;
+    let style = TextStyle::from(("sans-serif", 18).into_font())
+        .color(&RGBColor(90, 90, 90))
+        .pos(Pos::new(HPos::Center, VPos::Center));
+    inner
+        .draw(&Text::new(text.to_string(), (w as i32 / 2, h as i32 / 2), style))
+        .map_err(|e| e.to_string())
+}
+
+/// Line chart of several series into one area; `y_zero`: the y axis starts at 0.
 fn lines<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     title: &str,
@@ -105,20 +228,31 @@ fn lines<DB: DrawingBackend>(
     y_label: &str,
     series: &[Series],
 ) -> DrawResult {
-    let (x0, x1) = range(series.iter().flat_map(|s| s.1.iter().map(|p| p.0)), false);
-    let (y0, y1) = range(series.iter().flat_map(|s| s.1.iter().map(|p| p.1)), true);
+    let xv = || series.iter().flat_map(|s| s.1.iter().map(|p| p.0));
+    // Whole-numbered x (nice levels, streams, sizes) gets whole-numbered ticks.
+    let x_step = if xv().all(|x| x.fract() == 0.0) { 1.0 } else { 0.0 };
+    let x = Axis::new(range(xv(), false), 8, x_step);
+    let y = Axis::new(
+        range(series.iter().flat_map(|s| s.1.iter().map(|p| p.1)), true),
+        6,
+        0.0,
+    );
+    let (xs, ys) = (x.step, y.step);
     let mut chart = ChartBuilder::on(area)
         .caption(title, ("sans-serif", 18))
         .margin(10)
-        .x_label_area_size(35)
+        .x_label_area_size(40)
         .y_label_area_size(60)
-        .build_cartesian_2d(x0..x1, y0..y1)
+        .build_cartesian_2d(Ticked(x), Ticked(y))
         .map_err(|e| e.to_string())?;
     chart
         .configure_mesh()
         .x_desc(x_label)
         .y_desc(y_label)
-        .label_style(("sans-serif", 12))
+        .x_label_formatter(&|v| tick_label(*v, xs))
+        .y_label_formatter(&|v| tick_label(*v, ys))
+        .label_style(("sans-serif", 13))
+        .axis_desc_style(("sans-serif", 14))
         .draw()
         .map_err(|e| e.to_string())?;
     for (i, (name, pts)) in series.iter().enumerate() {
@@ -129,7 +263,7 @@ fn lines<DB: DrawingBackend>(
             .label(name.clone())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2)));
         chart
-            .draw_series(pts.iter().map(|&p| Circle::new(p, 2, c.filled())))
+            .draw_series(pts.iter().map(|&p| Circle::new(p, 3, c.filled())))
             .map_err(|e| e.to_string())?;
     }
     if series.len() > 1 || series.first().is_some_and(|s| !s.0.is_empty()) {
@@ -137,43 +271,78 @@ fn lines<DB: DrawingBackend>(
             .configure_series_labels()
             .background_style(WHITE.mix(0.8))
             .border_style(BLACK)
-            .label_font(("sans-serif", 12))
+            .label_font(("sans-serif", 13))
             .draw()
             .map_err(|e| e.to_string())?;
     }
     Ok(())
 }
 
-/// Bar histogram of a summary, with an optional fitted curve (expected counts per bin).
+/// How to show a histogram's values: as times (scaled to µs/ms/s) or as plain numbers.
+#[derive(Clone, Copy)]
+enum Scale {
+    /// Values in µs.
+    Time,
+    /// Whole numbers of this kind (packets, positions).
+    Count(&'static str),
+}
+
+/// Bar histogram of a summary, with an optional fitted curve (expected counts per bin, of the
+/// unscaled value); the x axis in the unit `scale` picks, ticks round.
 fn hist<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     title: &str,
-    x_label: &str,
+    what: &str,
     h: &HistSummary,
+    scale: Scale,
     curve: Option<&dyn Fn(f64) -> f64>,
 ) -> DrawResult {
-    let x0 = h.bin_start;
-    let x1 = h.bin_start + h.bin_width * h.bins.len().max(1) as f64;
+    if h.bins.iter().all(|&n| n == 0) || h.bin_width.is_nan() || h.bin_width <= 0.0 {
+        return note(area, title, "no values");
+    }
+    let raw_hi = h.bin_start + h.bin_width * h.bins.len().max(1) as f64;
+    let (div, unit) = match scale {
+        Scale::Time => time_unit(raw_hi.max(h.bin_start.abs())),
+        Scale::Count(unit) => (1.0, unit),
+    };
+    // A few bins (one lost-run length, say) stand in the middle of at least ten bins' width.
+    let pad = h.bin_width * 10usize.saturating_sub(h.bins.len()) as f64 / 2.0;
+    let lo = if h.bin_start >= 0.0 {
+        (h.bin_start - pad).max(0.0)
+    } else {
+        h.bin_start - pad
+    };
+    let (x0, x1) = (lo / div, (raw_hi + pad) / div);
+    let min_x_step = match scale {
+        Scale::Count(_) => 1.0,
+        Scale::Time => 0.0,
+    };
+    let x = Axis::new((x0, x1), 6, min_x_step);
     let ymax = h.bins.iter().copied().max().unwrap_or(1).max(1) as f64 * 1.1;
+    let y = Axis::new((0.0, ymax), 5, 1.0);
+    let (xs, ys) = (x.step, y.step);
     let mut chart = ChartBuilder::on(area)
         .caption(title, ("sans-serif", 16))
         .margin(10)
-        .x_label_area_size(35)
+        .x_label_area_size(40)
         .y_label_area_size(55)
-        .build_cartesian_2d(x0..x1.max(x0 + 1e-9), 0.0..ymax)
+        .build_cartesian_2d(Ticked(x), Ticked(y))
         .map_err(|e| e.to_string())?;
     chart
         .configure_mesh()
-        .x_desc(x_label)
-        .y_desc("N")
-        .label_style(("sans-serif", 12))
+        .x_desc(format!("{what} ({unit})"))
+        .y_desc("count")
+        .x_label_formatter(&|v| tick_label(*v, xs))
+        .y_label_formatter(&|v| tick_label(*v, ys))
+        .label_style(("sans-serif", 13))
+        .axis_desc_style(("sans-serif", 14))
         .draw()
         .map_err(|e| e.to_string())?;
     chart
         .draw_series(h.bins.iter().enumerate().map(|(i, &n)| {
-            let a = h.bin_start + h.bin_width * i as f64;
+            let a = (h.bin_start + h.bin_width * i as f64) / div;
             Rectangle::new(
-                [(a, 0.0), (a + h.bin_width, n as f64)],
+                [(a, 0.0), (a + h.bin_width / div, n as f64)],
                 color(0).mix(0.7).filled(),
             )
         }))
@@ -181,7 +350,7 @@ fn hist<DB: DrawingBackend>(
     if let Some(f) = curve {
         let pts: Vec<(f64, f64)> = (0..=100)
             .map(|i| x0 + (x1 - x0) * i as f64 / 100.0)
-            .map(|x| (x, f(x)))
+            .map(|x| (x, f(x * div)))
             .collect();
         chart
             .draw_series(LineSeries::new(pts, color(3).stroke_width(2)))
@@ -211,15 +380,100 @@ pub fn interval_hist(intervals_us: &[f64]) -> HistSummary {
     h
 }
 
+/// "1472 B, wait 10 µs": which test a panel shows.
+fn test_tag(r: &BwResult) -> String {
+    format!(
+        "{} B, wait {} µs",
+        r.size,
+        tick_label(r.wait_us, 0.01)
+            .trim_end_matches('0')
+            .trim_end_matches('.')
+    )
+}
+
+/// Reordering, lost runs and the time between losses of one test: histograms, or a sentence where
+/// there is nothing to count.
+fn loss_panels<DB: DrawingBackend>(areas: &[DrawingArea<DB, Shift>], r: &BwResult) -> DrawResult {
+    let a = &r.remote.arrivals;
+    let tag = test_tag(r);
+    if a.reorder.extent.count == 0 || a.reorder.extent.bins.iter().all(|&n| n == 0) {
+        note(&areas[0], &format!("Reorder extent ({tag})"), "no reordering")?;
+    } else {
+        let title = format!("Reorder extent ({tag})");
+        hist(
+            &areas[0],
+            &title,
+            "extent",
+            &a.reorder.extent,
+            Scale::Count("positions"),
+            None,
+        )?;
+    }
+    if r.lost == 0 {
+        note(&areas[1], &format!("Lost-run length ({tag})"), "no loss")?;
+        return note(&areas[2], &format!("Time between losses ({tag})"), "no loss");
+    }
+    let title = format!("Lost-run length ({tag})");
+    hist(
+        &areas[1],
+        &title,
+        "run length",
+        &a.lost_runs,
+        Scale::Count("packets"),
+        None,
+    )?;
+    let ih = interval_hist(&a.loss_intervals_us);
+    if ih.count == 0 {
+        return note(&areas[2], "Time between losses", "one loss: no interval");
+    }
+    match &a.loss_fit {
+        Some(fit) => {
+            let (n, w, lam) = (ih.count as f64, ih.bin_width, fit.lambda_per_s * 1e-6);
+            let expected = move |x: f64| n * ((-lam * x).exp() - (-lam * (x + w)).exp());
+            let title = format!(
+                "Time between losses, λ={:.0}/s, KS p={:.2}",
+                fit.lambda_per_s, fit.ks_p
+            );
+            hist(&areas[2], &title, "interval", &ih, Scale::Time, Some(&expected))
+        }
+        None => hist(
+            &areas[2],
+            "Time between losses (too few to fit)",
+            "interval",
+            &ih,
+            Scale::Time,
+            None,
+        ),
+    }
+}
+
+/// Splits `area` into `n` cells, at most `max_cols` a row.
+fn grid<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    n: usize,
+    max_cols: usize,
+) -> Vec<DrawingArea<DB, Shift>> {
+    // As few rows as `max_cols` allows, then as few columns as those rows need (5 cells: 3 + 2).
+    let rows = n.div_ceil(max_cols.max(1)).max(1);
+    area.split_evenly((rows, n.div_ceil(rows).max(1)))
+}
+
+/// Rows of inter-arrival histograms a sweep of `sizes` sizes needs.
+fn size_rows(sizes: usize) -> usize {
+    sizes.div_ceil(4).max(1)
+}
+
 fn draw_bw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, results: &[BwResult]) -> DrawResult {
+    let mut sizes = unique(results.iter().map(|r| r.size));
+    sizes.sort_unstable();
     let sweep = results.len() > 1;
-    let (top, bottom) = root.split_vertically(root.dim_in_pixel().1 / 2);
+    // Rows of equal height: the figures, the inter-arrival histograms (one per size), the loss panels.
+    let rows = if sweep { 2 + size_rows(sizes.len()) } else { 2 };
+    let row_h = root.dim_in_pixel().1 / rows as u32;
+    let (top, rest) = root.split_vertically(row_h);
+    let (middle, bottom) = rest.split_vertically(row_h * (rows as u32 - 2));
     let top_areas = top.split_evenly((1, 2));
     let bottom_areas = bottom.split_evenly((1, 3));
-    // Throughput and loss against spacing, one line per size (UDPmon / seeds/000 figure 1).
-    let mut sizes: Vec<usize> = results.iter().map(|r| r.size).collect();
-    sizes.sort_unstable();
-    sizes.dedup();
     let per_size = |f: &dyn Fn(&BwResult) -> f64| -> Vec<Series> {
         sizes
             .iter()
@@ -235,98 +489,117 @@ fn draw_bw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, results: &[BwResul
             .collect()
     };
     if sweep {
+        // Throughput and loss against spacing, one line per size (UDPmon / seeds/000 figure 1).
+        let max = results.iter().map(|r| r.recv_wire_rate_mbps).fold(0.0, f64::max);
+        let (div, unit) = rate_unit(max);
         lines(
             &top_areas[0],
             "Receive wire rate",
             "spacing between frames (µs)",
-            "Mb/s",
-            &per_size(&|r| r.recv_wire_rate_mbps),
+            &format!("receive wire rate ({unit})"),
+            &per_size(&|r| r.recv_wire_rate_mbps / div),
         )?;
-        lines(
-            &top_areas[1],
-            "Packet loss",
-            "spacing between frames (µs)",
-            "% lost",
-            &per_size(&|r| r.loss_percent),
-        )?;
-    } else if let Some(r) = results.first() {
-        if let Some(d) = &r.remote.arrivals.delay {
-            hist(&top_areas[0], "1-way delay above minimum", "µs", &d.hist, None)?;
+        if results.iter().all(|r| r.lost == 0) {
+            let text = format!("no loss in any of the {} tests", results.len());
+            note(&top_areas[1], "Packet loss", &text)?;
+        } else {
+            lines(
+                &top_areas[1],
+                "Packet loss",
+                "spacing between frames (µs)",
+                "lost (%)",
+                &per_size(&|r| r.loss_percent),
+            )?;
         }
+        // The inter-arrival times of every size: of its test with the most loss, else its last.
+        for (&s, cell) in sizes.iter().zip(grid(&middle, sizes.len(), 4).iter()) {
+            let of_size = || results.iter().filter(|r| r.size == s);
+            if let Some(r) = of_size()
+                .filter(|r| r.lost > 0)
+                .max_by_key(|r| r.lost)
+                .or(of_size().next_back())
+            {
+                let title = format!("Inter-arrival time ({})", test_tag(r));
+                hist(
+                    cell,
+                    &title,
+                    "gap",
+                    &r.remote.arrivals.inter_arrival,
+                    Scale::Time,
+                    None,
+                )?;
+            }
+        }
+    } else if let Some(r) = results.first() {
+        match &r.remote.arrivals.delay {
+            Some(d) => hist(
+                &top_areas[0],
+                "1-way delay above minimum",
+                "delay",
+                &d.hist,
+                Scale::Time,
+                None,
+            )?,
+            None => note(&top_areas[0], "1-way delay above minimum", "no delay measured")?,
+        }
+        let title = format!("Inter-arrival time ({})", test_tag(r));
         hist(
             &top_areas[1],
-            "Lost-run length",
-            "packets",
-            &r.remote.arrivals.lost_runs,
+            &title,
+            "gap",
+            &r.remote.arrivals.inter_arrival,
+            Scale::Time,
             None,
         )?;
     }
-    // Histograms of the test with the most loss (the interesting one), else the last.
+    // Loss and reordering of the test with the most loss (the interesting one), else the last.
     let pick = results
         .iter()
         .filter(|r| r.lost > 0)
         .max_by_key(|r| r.lost)
         .or(results.last());
-    if let Some(r) = pick {
-        let a = &r.remote.arrivals;
-        let tag = format!("{} B, wait {:.1} µs", r.size, r.wait_us);
-        hist(
-            &bottom_areas[0],
-            &format!("Inter-arrival time ({tag})"),
-            "µs",
-            &a.inter_arrival,
-            None,
-        )?;
-        hist(
-            &bottom_areas[1],
-            "Reorder extent",
-            "positions",
-            &a.reorder.extent,
-            None,
-        )?;
-        let ih = interval_hist(&a.loss_intervals_us);
-        match &a.loss_fit {
-            Some(fit) => {
-                let (n, w, lam) = (ih.count as f64, ih.bin_width, fit.lambda_per_s * 1e-6);
-                let expected = move |x: f64| n * ((-lam * x).exp() - (-lam * (x + w)).exp());
-                let title = format!(
-                    "Time between losses, λ={:.0}/s, KS p={:.2}",
-                    fit.lambda_per_s, fit.ks_p
-                );
-                hist(&bottom_areas[2], &title, "µs", &ih, Some(&expected))?;
-            }
-            None => hist(
-                &bottom_areas[2],
-                "Time between losses (too few losses)",
-                "µs",
-                &ih,
-                None,
-            )?,
-        }
+    match pick {
+        Some(r) => loss_panels(&bottom_areas, r),
+        None => note(&bottom_areas[1], "Packet loss", "no tests"),
     }
-    Ok(())
 }
 
-/// Throughput and loss against spacing per size, plus histograms and the loss-interval distribution
-/// with its exponential fit.
+/// Throughput and loss against spacing per size with every size's inter-arrival histogram (one
+/// test: its delay and inter-arrival histograms), plus reordering, lost runs and the loss-interval
+/// distribution with its exponential fit.
 pub fn plot_bw(path: &Path, results: &[BwResult]) -> Result<(), PlotError> {
+    let sizes = unique(results.iter().map(|r| r.size)).len();
+    let rows = if results.len() > 1 {
+        2 + size_rows(sizes)
+    } else {
+        2
+    };
     render(
         path,
-        (1500, 900),
+        (1500, 420 * rows as u32),
         |a| draw_bw(a, results),
         |a| draw_bw(a, results),
     )
 }
 
+/// Columns of the latency histogram grid for `n` sizes.
+fn lat_cols(n: usize) -> usize {
+    match n {
+        0..=4 => 2,
+        5..=9 => 3,
+        _ => 4,
+    }
+}
+
 fn draw_lat<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, r: &LatResult) -> DrawResult {
-    let (left, right) = root.split_horizontally(root.dim_in_pixel().0 / 2);
+    let (left, right) = root.split_horizontally(root.dim_in_pixel().0 * 2 / 5);
     let pts: Vec<(f64, f64)> = r.points.iter().map(|p| (p.size as f64, p.rtt_us.p50)).collect();
     let fit: Vec<(f64, f64)> = pts
         .iter()
         .map(|&(x, _)| (x, r.slope_us_per_byte * x + r.intercept_us))
         .collect();
     let title = format!(
-        "Latency: y = {:.5} x + {:.1} µs",
+        "Latency: y = {:.5} µs/byte x + {:.1} µs",
         r.slope_us_per_byte, r.intercept_us
     );
     lines(
@@ -336,23 +609,29 @@ fn draw_lat<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, r: &LatResult) ->
         "median round trip (µs)",
         &[("measured".into(), pts), ("least squares".into(), fit)],
     )?;
-    let n = r.points.len().clamp(1, 6);
-    let cells = right.split_evenly((n.div_ceil(2), 2));
+    // Every size's histogram.
+    let cells = grid(&right, r.points.len(), lat_cols(r.points.len()));
     for (p, cell) in r.points.iter().zip(cells.iter()) {
-        hist(
-            cell,
-            &format!("{} bytes", p.size),
-            "round trip (µs)",
-            &p.rtt_us,
-            None,
-        )?;
+        let title = format!("{} bytes", p.size);
+        if p.rtt_us.count == 0 {
+            note(cell, &title, "no replies")?;
+        } else {
+            hist(cell, &title, "round trip", &p.rtt_us, Scale::Time, None)?;
+        }
     }
     Ok(())
 }
 
-/// Latency against size with the least-squares line, and RTT histograms per size.
+/// Latency against size with the least-squares line, and the RTT histogram of every size.
 pub fn plot_lat(path: &Path, r: &LatResult) -> Result<(), PlotError> {
-    render(path, (1400, 700), |a| draw_lat(a, r), |a| draw_lat(a, r))
+    let n = r.points.len().max(1);
+    let rows = n.div_ceil(lat_cols(n)) as u32;
+    render(
+        path,
+        (1600, (260 * rows).max(700)),
+        |a| draw_lat(a, r),
+        |a| draw_lat(a, r),
+    )
 }
 
 /// Line chart of named series.
@@ -371,6 +650,130 @@ pub fn plot_series(
     )
 }
 
+/// The distinct values in order of first appearance.
+fn unique<T: PartialEq>(values: impl Iterator<Item = T>) -> Vec<T> {
+    let mut out = Vec::new();
+    for v in values {
+        if !out.contains(&v) {
+            out.push(v);
+        }
+    }
+    out
+}
+
+/// The plot of a throughput series: against the competitor's nice level for a CPU-load sweep,
+/// else [`plot_bw`].
+pub fn plot_bw_report(path: &Path, report: &BwReport, load_sweep: bool) -> Result<(), PlotError> {
+    if !load_sweep {
+        let results: Vec<BwResult> = report.results.iter().map(|r| r.result.clone()).collect();
+        return plot_bw(path, &results);
+    }
+    let sizes = unique(report.results.iter().map(|r| r.result.size));
+    let max = report
+        .results
+        .iter()
+        .map(|r| r.result.recv_user_rate_mbps)
+        .fold(0.0, f64::max);
+    let (div, unit) = rate_unit(max);
+    let series: Vec<Series> = sizes
+        .iter()
+        .map(|&s| {
+            let pts = report
+                .results
+                .iter()
+                .filter(|r| r.result.size == s)
+                .filter_map(|r| {
+                    r.load
+                        .map(|l| (l.nice as f64, r.result.recv_user_rate_mbps / div))
+                })
+                .collect();
+            (format!("{s} bytes"), pts)
+        })
+        .collect();
+    plot_series(
+        path,
+        "Throughput against the competitor's nice level",
+        "nice",
+        &format!("receive user rate ({unit})"),
+        &series,
+    )
+}
+
+/// TCP throughput against the number of streams, or against the competitor's nice level (one line
+/// per stream count) for a CPU-load sweep.
+pub fn plot_tcp_report(path: &Path, rows: &[Row<TcpResult>], load_sweep: bool) -> Result<(), PlotError> {
+    let (div, unit) = rate_unit(rows.iter().map(|r| r.result.rate_mbps).fold(0.0, f64::max));
+    let series: Vec<Series> = if load_sweep {
+        let streams = unique(rows.iter().map(|r| r.result.streams));
+        streams
+            .iter()
+            .map(|&n| {
+                let pts = rows
+                    .iter()
+                    .filter(|r| r.result.streams == n)
+                    .filter_map(|r| r.load.map(|l| (l.nice as f64, r.result.rate_mbps / div)))
+                    .collect();
+                (format!("{n} stream{}", if n == 1 { "" } else { "s" }), pts)
+            })
+            .collect()
+    } else {
+        let pts = rows
+            .iter()
+            .map(|r| (r.result.streams as f64, r.result.rate_mbps / div))
+            .collect();
+        vec![("TCP".to_string(), pts)]
+    };
+    let x = if load_sweep { "nice" } else { "streams" };
+    plot_series(
+        path,
+        "TCP throughput",
+        x,
+        &format!("throughput ({unit})"),
+        &series,
+    )
+}
+
+/// The plot of any series (see [`plot_bw_report`], [`plot_lat`] of the last latency test,
+/// [`plot_tcp_report`]); `load_sweep`: the series ran at several competitor levels.
+pub fn plot_report(path: &Path, report: &SeriesReport, load_sweep: bool) -> Result<(), PlotError> {
+    match report {
+        SeriesReport::Bw(r) => plot_bw_report(path, r, load_sweep),
+        SeriesReport::Lat(r) => r.results.last().map_or(Ok(()), |r| plot_lat(path, &r.result)),
+        SeriesReport::Tcp(r) => plot_tcp_report(path, &r.results, load_sweep),
+    }
+}
+
+/// Archived headline figures over time, one line per kind, remote and metric.
+pub fn plot_history(path: &Path, rows: &[Stored]) -> Result<(), PlotError> {
+    let times: Vec<Option<f64>> = rows
+        .iter()
+        .map(|s| {
+            chrono::DateTime::parse_from_rfc3339(&s.record.time)
+                .ok()
+                .map(|t| t.timestamp_millis() as f64 / 1000.0)
+        })
+        .collect();
+    let t0 = times.iter().flatten().copied().fold(f64::INFINITY, f64::min);
+    let mut series: Vec<Series> = Vec::new();
+    for (s, t) in rows.iter().zip(&times) {
+        let Some(t) = t else { continue };
+        let name = format!("{} {} {}", s.record.kind, s.record.remote, s.record.metric);
+        let x = (t - t0) / 3600.0;
+        match series.iter_mut().find(|x| x.0 == name) {
+            Some(e) => e.1.push((x, s.record.value)),
+            None => series.push((name, vec![(x, s.record.value)])),
+        }
+    }
+    let first = rows.first().map(|r| r.record.time.clone()).unwrap_or_default();
+    plot_series(
+        path,
+        "vlbiflow net history",
+        &format!("hours since {first}"),
+        "value",
+        &series,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -386,6 +789,139 @@ mod tests {
         }
         let e = plot_series(&dir.path().join("x.gif"), "t", "x", "y", &s).unwrap_err();
         assert!(e.to_string().contains(".png or .svg"), "{e}");
+    }
+
+    #[test]
+    fn ticks_are_round_and_labels_carry_only_the_decimals_the_step_needs() {
+        let (t, step) = nice_ticks(0.0, 23_456.0, 5);
+        assert_eq!(step, 5000.0);
+        assert_eq!(t, vec![0.0, 5000.0, 10_000.0, 15_000.0, 20_000.0]);
+        let labels: Vec<String> = t.iter().map(|&v| tick_label(v, step)).collect();
+        assert_eq!(labels, ["0", "5000", "10000", "15000", "20000"]);
+        let (t, step) = nice_ticks(0.0, 1.0, 5);
+        assert_eq!(step, 0.2);
+        assert_eq!(tick_label(t[3], step), "0.6");
+        assert_eq!(tick_label(-0.0001, 0.05), "0.00");
+        assert_eq!(tick_label(0.15, 0.05), "0.15");
+        let (t, step) = nice_ticks(12.3, 15.9, 4);
+        assert_eq!((t.first().copied(), step), (Some(13.0), 1.0));
+        assert_eq!(nice_ticks(3.0, 3.0, 5).0, vec![3.0]);
+        assert_eq!(rate_unit(20_000.0), (1000.0, "Gb/s"));
+        assert_eq!(rate_unit(512.0), (1.0, "Mb/s"));
+        assert_eq!(time_unit(25_000.0), (1000.0, "ms"));
+    }
+
+    fn svg_text(path: &Path) -> Vec<String> {
+        let svg = std::fs::read_to_string(path).unwrap();
+        svg.split("<text")
+            .skip(1)
+            .filter_map(|t| t.split_once('>').and_then(|(_, r)| r.split_once("</text>")))
+            .map(|(text, _)| text.trim().to_string())
+            .collect()
+    }
+
+    fn hist(bins: &[u64], width: f64) -> HistSummary {
+        HistSummary {
+            count: bins.iter().sum(),
+            bin_start: 0.0,
+            bin_width: width,
+            bins: bins.to_vec(),
+            ..HistSummary::default()
+        }
+    }
+
+    #[test]
+    fn a_lossless_in_order_sweep_says_so_instead_of_drawing_empty_axes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bw.svg");
+        let mut results = Vec::new();
+        for (size, mbps) in [(64, 700.0), (1472, 6000.0), (8192, 23_000.0)] {
+            for wait in [0.0, 10.0] {
+                let mut r = BwResult {
+                    size,
+                    wait_us: wait,
+                    count: 100,
+                    received: 100,
+                    recv_wire_rate_mbps: mbps / (1.0 + wait),
+                    ..BwResult::default()
+                };
+                r.remote.arrivals.inter_arrival = hist(&[50, 30, 20], 2.5);
+                results.push(r);
+            }
+        }
+        plot_bw(&path, &results).unwrap();
+        let text = svg_text(&path);
+        for want in [
+            "no reordering",
+            "no loss",
+            "no loss in any of the 6 tests",
+            "receive wire rate (Gb/s)",
+        ] {
+            assert!(text.iter().any(|t| t == want), "{want:?} not in {text:?}");
+        }
+        // Every size has its inter-arrival histogram.
+        for size in [64, 1472, 8192] {
+            let title = format!("Inter-arrival time ({size} B, wait 10 µs)");
+            assert!(text.contains(&title), "{title:?} not in {text:?}");
+        }
+        // Round tick labels: no "0.0 0.0 0.0" axes, no "20000.0".
+        assert!(!text.iter().any(|t| t == "0.0" || t.ends_with(".0")), "{text:?}");
+    }
+
+    #[test]
+    fn a_test_with_nothing_received_still_plots() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bw.svg");
+        let r = BwResult {
+            size: 1472,
+            count: 10,
+            lost: 10,
+            loss_percent: 100.0,
+            ..BwResult::default()
+        };
+        plot_bw(&path, &[r]).unwrap();
+        let text = svg_text(&path);
+        assert!(text.iter().any(|t| t == "no values"), "{text:?}");
+        assert!(
+            !text.iter().any(|t| t.ends_with(".0") || t.contains("0.0000")),
+            "{text:?}"
+        );
+    }
+
+    #[test]
+    fn every_latency_size_gets_its_histogram() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lat.svg");
+        let sizes = [64, 256, 512, 1024, 1472, 2048, 4096, 8192];
+        let points = sizes
+            .iter()
+            .map(|&size| crate::client::LatPoint {
+                size,
+                sent: 10,
+                received: 10,
+                lost: 0,
+                rtt_us: HistSummary {
+                    p50: 14.0 + size as f64 * 1e-3,
+                    ..hist(&[2, 5, 3], 0.5)
+                },
+            })
+            .collect();
+        let r = LatResult {
+            points,
+            slope_us_per_byte: 1e-3,
+            intercept_us: 14.0,
+            r2: 1.0,
+            echoed: 80,
+            foreign: 0,
+        };
+        plot_lat(&path, &r).unwrap();
+        let text = svg_text(&path);
+        for size in sizes {
+            assert!(
+                text.contains(&format!("{size} bytes")),
+                "{size} bytes not in {text:?}"
+            );
+        }
     }
 
     #[test]
