@@ -24,6 +24,11 @@ pub struct RecvMeta {
     pub gro_segment: Option<u16>,
     /// Sender address, when the receiver was asked to collect it.
     pub source: Option<SocketAddr>,
+    /// When the kernel received the datagram (CLOCK_REALTIME, ns since the Unix epoch), on a socket
+    /// opened with [`UdpConfig::timestamps`](crate::UdpConfig::timestamps); None otherwise. This is
+    /// per datagram, not per batch: a batch read late still shows when each datagram came in. A GRO
+    /// message carries one time for all its segments.
+    pub timestamp_ns: Option<u64>,
 }
 
 impl RecvMeta {
@@ -179,7 +184,7 @@ impl BatchReceiver {
             want_source: false,
             hdrs: RawArray::new(capacity, sys::zeroed),
             iovs: RawArray::new(capacity * MAX_RECV_PARTS, sys::zeroed),
-            cmsgs: RawArray::new(capacity, || [0u64; 8]),
+            cmsgs: RawArray::new(capacity, CmsgSpace::default),
             addrs: RawArray::new(capacity, sys::zeroed),
             metas: vec![RecvMeta::default(); capacity].into_boxed_slice(),
             drops: DropCounter::default(),
@@ -419,6 +424,7 @@ impl BatchReceiver {
                 truncated: hdr.msg_flags & libc::MSG_TRUNC != 0,
                 gro_segment: None,
                 source: None,
+                timestamp_ns: None,
             };
             if self.want_source {
                 meta.source = sys::read_sockaddr(&*self.addrs.at(i), hdr.msg_namelen);
@@ -427,7 +433,11 @@ impl BatchReceiver {
             while !cmsg.is_null() {
                 let c = &*cmsg;
                 let data = libc::CMSG_DATA(cmsg);
-                if c.cmsg_level == sys::SOL_UDP && c.cmsg_type == sys::UDP_GRO {
+                // Payload bytes of this cmsg; each branch reads only when there are enough.
+                let payload = (c.cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize);
+                if payload < 4 {
+                    // Too short for any cmsg we read.
+                } else if c.cmsg_level == sys::SOL_UDP && c.cmsg_type == sys::UDP_GRO {
                     let size = ptr::read_unaligned(data as *const libc::c_int);
                     meta.gro_segment = u16::try_from(size).ok().filter(|&s| s > 0);
                 } else if c.cmsg_level == libc::SOL_SOCKET && c.cmsg_type == sys::SO_RXQ_OVFL {
@@ -435,12 +445,30 @@ impl BatchReceiver {
                     let counter = ptr::read_unaligned(data as *const u32);
                     self.drops.update(counter);
                     self.batch_drop_counter = Some(counter);
+                } else if c.cmsg_level == libc::SOL_SOCKET
+                    && payload >= 16
+                    && (c.cmsg_type == sys::SO_TIMESTAMPNS_NEW
+                        || (c.cmsg_type == sys::SO_TIMESTAMPNS_OLD && cfg!(target_pointer_width = "64")))
+                {
+                    // { i64 seconds, i64 nanoseconds } (the old form is a timespec with this layout on
+                    // 64-bit targets, the only ones where it is enabled).
+                    let sec = ptr::read_unaligned(data as *const i64);
+                    let nsec = ptr::read_unaligned((data as *const i64).add(1));
+                    meta.timestamp_ns = timespec_ns(sec, nsec);
                 }
                 cmsg = libc::CMSG_NXTHDR(hdr, cmsg);
             }
             meta
         }
     }
+}
+
+/// A kernel timestamp as ns since the epoch; None for times before it or nonsense nanoseconds.
+fn timespec_ns(sec: i64, nsec: i64) -> Option<u64> {
+    if sec < 0 || !(0..1_000_000_000).contains(&nsec) {
+        return None;
+    }
+    (sec as u64).checked_mul(1_000_000_000)?.checked_add(nsec as u64)
 }
 
 #[cfg(test)]
@@ -467,6 +495,7 @@ mod tests {
             truncated: false,
             gro_segment: Some(100),
             source: None,
+            timestamp_ns: None,
         };
         let parts: Vec<&[u8]> = meta.segments(&buf).collect();
         assert_eq!(parts.len(), 3);

@@ -224,7 +224,7 @@ impl BatchSender {
             len: 0,
             hdrs: RawArray::new(capacity, sys::zeroed),
             iovs: RawArray::new(capacity * parts, sys::zeroed),
-            cmsgs: RawArray::new(capacity, || [0u64; 8]),
+            cmsgs: RawArray::new(capacity, CmsgSpace::default),
             addrs: RawArray::new(capacity, sys::zeroed),
             info: RawArray::new(capacity, MsgInfo::default),
             retry: RetryPolicy::default(),

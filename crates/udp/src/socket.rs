@@ -31,6 +31,10 @@ pub struct UdpConfig {
     pub gro: bool,
     /// Enable SO_RXQ_OVFL: every received message carries the socket's cumulative kernel drop count.
     pub rxq_ovfl: bool,
+    /// Enable SO_TIMESTAMPNS: every received message carries the time the kernel received it
+    /// (CLOCK_REALTIME, ns; see [`RecvMeta::timestamp_ns`](crate::RecvMeta::timestamp_ns)), so
+    /// inter-arrival times stay right however late the application reads a batch.
+    pub timestamps: bool,
     /// Put the socket in non-blocking mode.
     pub nonblocking: bool,
     /// SO_RCVTIMEO for blocking reads (the batch receiver uses poll with its own timeout instead).
@@ -50,6 +54,7 @@ impl UdpConfig {
             reuse_port: false,
             gro: false,
             rxq_ovfl: false,
+            timestamps: false,
             nonblocking: false,
             read_timeout: None,
             write_timeout: None,
@@ -196,6 +201,8 @@ pub struct SocketReport {
     pub gro: Feature,
     /// SO_RXQ_OVFL status.
     pub rxq_ovfl: Feature,
+    /// SO_TIMESTAMPNS status.
+    pub timestamps: Feature,
 }
 
 impl SocketReport {
@@ -216,6 +223,12 @@ impl SocketReport {
         if let Feature::Unsupported(e) = self.rxq_ovfl {
             out.push(format!(
                 "SO_RXQ_OVFL not supported: {}",
+                io::Error::from_raw_os_error(e)
+            ));
+        }
+        if let Feature::Unsupported(e) = self.timestamps {
+            out.push(format!(
+                "SO_TIMESTAMPNS not supported (receive times are taken per batch instead): {}",
                 io::Error::from_raw_os_error(e)
             ));
         }
@@ -256,6 +269,18 @@ pub fn open_udp(config: &UdpConfig) -> Result<(UdpSocket, SocketReport), SocketE
     } else {
         Feature::NotRequested
     };
+    let timestamps = if config.timestamps {
+        match try_enable(fd, libc::SOL_SOCKET, sys::SO_TIMESTAMPNS_NEW) {
+            // Kernels before 5.1 only know the old option, whose timespec has the new layout on
+            // 64-bit targets.
+            Feature::Unsupported(_) if cfg!(target_pointer_width = "64") => {
+                try_enable(fd, libc::SOL_SOCKET, sys::SO_TIMESTAMPNS_OLD)
+            }
+            f => f,
+        }
+    } else {
+        Feature::NotRequested
+    };
     sock.set_nonblocking(config.nonblocking)
         .map_err(err_at("set O_NONBLOCK"))?;
     sock.set_read_timeout(config.read_timeout)
@@ -281,6 +306,7 @@ pub fn open_udp(config: &UdpConfig) -> Result<(UdpSocket, SocketReport), SocketE
         send_buffer,
         gro,
         rxq_ovfl,
+        timestamps,
     };
     Ok((sock.into(), report))
 }

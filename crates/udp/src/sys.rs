@@ -19,9 +19,17 @@ pub(crate) const SO_RCVBUFFORCE: libc::c_int = 33;
 /// Socket option and cmsg type carrying the cumulative count of datagrams dropped for this socket.
 pub(crate) const SO_RXQ_OVFL: libc::c_int = 40;
 
+/// Socket option and cmsg type carrying the kernel's receive time of each datagram as a 64-bit
+/// `{ seconds, nanoseconds }` pair on CLOCK_REALTIME (`SO_TIMESTAMPNS_NEW`, Linux 5.1 and later).
+pub(crate) const SO_TIMESTAMPNS_NEW: libc::c_int = 64;
+/// The older form of the same option; its cmsg carries a `struct timespec`, which has the same layout as
+/// the new form on 64-bit targets (the only ones where it is used as a fallback).
+pub(crate) const SO_TIMESTAMPNS_OLD: libc::c_int = 35;
+
 /// Control-message storage for one message: room for two 4-byte cmsgs (GRO segment size and the drop
-/// counter) with their headers, 8-byte aligned as `cmsghdr` requires.
-pub(crate) type CmsgSpace = [u64; 8];
+/// counter) and one 16-byte receive timestamp with their headers (24 + 24 + 32 bytes on 64-bit
+/// targets), 8-byte aligned as `cmsghdr` requires.
+pub(crate) type CmsgSpace = [u64; 12];
 
 /// A fixed-length heap array that is only ever accessed through the raw pointer taken at allocation, so
 /// pointers into it that were given to `msghdr`/`mmsghdr` never get invalidated by later reborrows.
