@@ -307,6 +307,9 @@ fn serve_bw(
     let udp = UdpConfig {
         recv_buffer: Some(setup.recv_buffer.unwrap_or(config.default_recv_buffer)),
         rxq_ovfl: true,
+        // Each datagram's own kernel receive time: inter-arrival times, jitter and one-way delay
+        // stay right when a batch of many datagrams is read at once.
+        timestamps: true,
         ..UdpConfig::receiver(test_socket_bind(conn))
     };
     let (sock, report) = match open_udp(&udp) {
@@ -419,7 +422,8 @@ fn bw_receive(
         if batch.is_empty() {
             continue;
         }
-        let now = realtime_ns();
+        // Only for a datagram without a kernel timestamp (SO_TIMESTAMPNS refused): the batch's time.
+        let batch_time = realtime_ns();
         last_traffic = Instant::now();
         drops = batch.kernel_drops();
         for (meta, buf) in batch.messages().iter().zip(bufs.iter()) {
@@ -427,7 +431,8 @@ fn bw_receive(
             match TestPacket::new_checked(&buf[..len]) {
                 Ok(p) if p.test_id() == setup.test_id && p.kind() == PacketKind::Data && !meta.truncated => {
                     bytes += meta.len as u64;
-                    stats.observe(p.seq(), p.send_ts_ns(), now);
+                    let recv_ts = meta.timestamp_ns.unwrap_or(batch_time);
+                    stats.observe(p.seq(), p.send_ts_ns(), recv_ts);
                 }
                 _ => stats.observe_foreign(),
             }
