@@ -23,7 +23,7 @@ pub mod socket;
 mod sys;
 
 pub use pace::{InvalidRate, Pacer, RateMeter, Wait, WindowStats};
-pub use recv::{BatchReceiver, DropCounter, RecvBatch, RecvMeta, RecvStats};
+pub use recv::{BatchReceiver, DropCounter, RecvBatch, RecvMeta, RecvStats, TimestampKeeper};
 pub use send::{
     Batch, BatchSender, GsoError, RetryPolicy, SendError, SendStats, Sent, GSO_MAX_SEGMENTS, MAX_PARTS,
     MAX_PARTS_LIMIT,

@@ -463,6 +463,67 @@ impl BatchReceiver {
     }
 }
 
+/// Keeps the kernel's receive timestamping switched on while it lives.
+///
+/// Linux stamps datagrams on their way in only while some socket has asked for timestamps, and
+/// switches that on (and off, when the last such socket closes) in a deferred kernel worker. Until it
+/// has run, datagrams are stamped when they are read instead, which is one time per batch again. So a
+/// timestamping socket opened while no other wants timestamps can get read-time stamps for its first
+/// datagrams, or longer when the worker is slow to run on a busy machine; and each test socket that
+/// closes can switch stamping off for the next. Hold one of these for as long as arrival times
+/// matter (e.g. a responder's lifetime).
+#[derive(Debug)]
+pub struct TimestampKeeper {
+    _sock: std::net::UdpSocket,
+}
+
+impl TimestampKeeper {
+    /// Asks for timestamps on a loopback socket and waits at most `timeout` until the kernel stamps
+    /// datagrams on arrival, seen by sending datagrams to that socket: a stamp taken on the way in is
+    /// earlier than the send returned. An error says what failed (no loopback, option refused, still
+    /// not stamping on arrival at the timeout).
+    pub fn start(timeout: Duration) -> io::Result<Self> {
+        let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+        let (sock, report) = crate::open_udp(&crate::UdpConfig {
+            timestamps: true,
+            ..crate::UdpConfig::receiver(loopback)
+        })
+        .map_err(|e| io::Error::new(e.source.kind(), e.to_string()))?;
+        if let crate::Feature::Unsupported(errno) = report.timestamps {
+            return Err(io::Error::from_raw_os_error(errno));
+        }
+        let mut rx = BatchReceiver::new(1);
+        let mut buf = [0u8; 8];
+        let deadline = Instant::now() + timeout;
+        loop {
+            sock.send_to(b"probe", report.local)?;
+            let sent = realtime_ns();
+            let meta = rx.recv_into(&sock, &mut buf, Duration::from_millis(100))?;
+            if meta.and_then(|m| m.timestamp_ns).is_some_and(|t| t <= sent) {
+                return Ok(TimestampKeeper { _sock: sock });
+            }
+            if Instant::now() >= deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "the kernel still stamps datagrams when they are read, not on arrival, {:.1} s after \
+                         timestamps were asked for",
+                        timeout.as_secs_f64()
+                    ),
+                ));
+            }
+            // Let the kernel worker that flips the switch run.
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+fn realtime_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
 /// A kernel timestamp as ns since the epoch; None for times before it or nonsense nanoseconds.
 fn timespec_ns(sec: i64, nsec: i64) -> Option<u64> {
     if sec < 0 || !(0..1_000_000_000).contains(&nsec) {

@@ -577,6 +577,7 @@ fn kernel_timestamps_are_per_datagram_even_when_a_paced_stream_is_read_late_in_o
     use vlbiflow_udp::Pacer;
     const N: u64 = 20;
     const SPACING_NS: u64 = 200_000;
+    let _keeper = vlbiflow_udp::TimestampKeeper::start(WAIT).unwrap();
     let (rx_sock, report) = open_udp(&UdpConfig {
         timestamps: true,
         ..UdpConfig::receiver(localhost())
