@@ -41,33 +41,65 @@ pub struct ArrivalStats {
     last_recv: u64,
 }
 
+/// Most memory one packet of announced capacity costs: 24 bytes of storage ([`ArrivalStats::new`])
+/// and up to 32 more of working space while [`ArrivalStats::summary`] runs.
+pub const BYTES_PER_PACKET: u64 = 56;
+
+/// The statistics storage could not be allocated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("cannot allocate statistics storage for {capacity} packets ({bytes} bytes): out of memory")]
+pub struct AllocError {
+    /// Packets asked for.
+    pub capacity: u64,
+    /// Bytes that could not be allocated.
+    pub bytes: u64,
+}
+
 impl ArrivalStats {
     /// Statistics for a test of at most `capacity` packets (numbered 0..capacity). The storage (24
     /// bytes per packet) is written once here so that no page fault lands on the receive path.
+    /// Panics when the memory cannot be had; see [`try_new`](Self::try_new).
     pub fn new(capacity: u64) -> Self {
-        let cap = capacity as usize;
-        let prefaulted = || {
-            let mut v = vec![0u64; cap];
-            // vec![0; n] comes from calloc, whose pages are mapped on first touch, which would then
-            // happen on the receive path; one volatile write per 4 KiB page maps them here.
-            for x in v.iter_mut().step_by(512) {
-                // SAFETY: `x` is a valid, exclusive reference into `v`.
-                unsafe { std::ptr::write_volatile(x, 0) };
-            }
-            v
-        };
-        let mut order = prefaulted();
-        order.clear();
-        ArrivalStats {
+        match Self::try_new(capacity) {
+            Ok(s) => s,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// Like [`new`](Self::new) but reports a failed allocation instead of aborting. Callers that take
+    /// the capacity from the network should bound it first with [`memory_for`](Self::memory_for).
+    pub fn try_new(capacity: u64) -> Result<Self, AllocError> {
+        let err = AllocError {
             capacity,
-            recv_ts: prefaulted(),
-            send_ts: prefaulted(),
+            bytes: capacity.saturating_mul(24),
+        };
+        let cap = usize::try_from(capacity).map_err(|_| err)?;
+        let prefaulted = || -> Result<Vec<u64>, AllocError> {
+            let mut v: Vec<u64> = Vec::new();
+            v.try_reserve_exact(cap).map_err(|_| err)?;
+            // Fresh pages are mapped on first touch, which would then happen on the receive path;
+            // writing them here maps them now.
+            v.resize(cap, 0);
+            Ok(v)
+        };
+        let mut order = prefaulted()?;
+        order.clear();
+        Ok(ArrivalStats {
+            capacity,
+            recv_ts: prefaulted()?,
+            send_ts: prefaulted()?,
             order,
             duplicates: 0,
             out_of_range: 0,
             first_recv: 0,
             last_recv: 0,
-        }
+        })
+    }
+
+    /// The most memory statistics for `capacity` packets take, storage and summary together, bytes
+    /// (saturating).
+    pub fn memory_for(capacity: u64) -> u64 {
+        capacity.saturating_mul(BYTES_PER_PACKET)
     }
 
     /// Packets counted so far (unique, in range).
