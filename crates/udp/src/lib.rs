@@ -11,6 +11,8 @@
 //!
 //! Everything allocates at construction only; the send and receive paths do not allocate.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 #[cfg(not(target_os = "linux"))]
 compile_error!("vlbiflow-udp uses Linux-only socket features (sendmmsg, recvmmsg, UDP GSO/GRO)");
 

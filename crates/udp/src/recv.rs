@@ -4,7 +4,7 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::ptr;
 use std::time::{Duration, Instant};
 
@@ -232,12 +232,7 @@ impl BatchReceiver {
     /// `timeout` for the first message, then takes whatever is queued without waiting. An empty batch
     /// means the timeout passed. A zero timeout never waits: one non-blocking `recvmmsg`, for callers
     /// that learn readiness from their own `epoll` over many sockets.
-    pub fn recv<'b, I>(
-        &mut self,
-        sock: &impl AsRawFd,
-        bufs: I,
-        timeout: Duration,
-    ) -> io::Result<RecvBatch<'_>>
+    pub fn recv<'b, I>(&mut self, sock: &impl AsFd, bufs: I, timeout: Duration) -> io::Result<RecvBatch<'_>>
     where
         I: IntoIterator<Item = &'b mut [u8]>,
     {
@@ -249,7 +244,7 @@ impl BatchReceiver {
     /// prefix from a frame that then lands in place (e.g. in a recorder's block buffer).
     pub fn recv_parts<'b, I>(
         &mut self,
-        sock: &impl AsRawFd,
+        sock: &impl AsFd,
         bufs: I,
         timeout: Duration,
     ) -> io::Result<RecvBatch<'_>>
@@ -264,7 +259,7 @@ impl BatchReceiver {
     /// a spare area so that a GRO super-datagram longer than the slots is never truncated.
     pub fn recv_scatter<'b, const N: usize, I>(
         &mut self,
-        sock: &impl AsRawFd,
+        sock: &impl AsFd,
         bufs: I,
         timeout: Duration,
     ) -> io::Result<RecvBatch<'_>>
@@ -285,7 +280,7 @@ impl BatchReceiver {
             }
             n += 1;
         }
-        self.recv_prepared(sock.as_raw_fd(), n, timeout)
+        self.recv_prepared(sock.as_fd(), n, timeout)
     }
 
     fn set_iov(&mut self, msg: usize, part: usize, buf: &mut [u8]) {
@@ -301,7 +296,12 @@ impl BatchReceiver {
     }
 
     /// Receives into the `n` messages whose iovecs are set.
-    fn recv_prepared(&mut self, fd: RawFd, n: usize, timeout: Duration) -> io::Result<RecvBatch<'_>> {
+    fn recv_prepared(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        n: usize,
+        timeout: Duration,
+    ) -> io::Result<RecvBatch<'_>> {
         self.batch_drop_counter = None;
         if n == 0 {
             return Ok(self.empty_batch());
@@ -313,7 +313,7 @@ impl BatchReceiver {
             // SAFETY: entries 0..n point at live buffers and owned control/address storage.
             let rc = unsafe {
                 libc::recvmmsg(
-                    fd,
+                    fd.as_raw_fd(),
                     self.hdrs.at(0),
                     n as libc::c_uint,
                     // MSG_TRUNC makes msg_len the datagram's real length even when it was cut.
@@ -342,7 +342,9 @@ impl BatchReceiver {
                         std::hint::spin_loop();
                         continue;
                     }
-                    if now >= end || !sys::poll_fd(fd, libc::POLLIN, end - now)? && Instant::now() >= end {
+                    if now >= end
+                        || !sys::poll_fd(fd, sys::PollFlags::IN, end - now)? && Instant::now() >= end
+                    {
                         self.stats.timeouts += 1;
                         return Ok(self.empty_batch());
                     }
@@ -378,7 +380,7 @@ impl BatchReceiver {
     /// datagrams with [`RecvMeta::segments`].
     pub fn recv_into(
         &mut self,
-        sock: &impl AsRawFd,
+        sock: &impl AsFd,
         buf: &mut [u8],
         timeout: Duration,
     ) -> io::Result<Option<RecvMeta>> {

@@ -1,12 +1,12 @@
-//! Thin helpers over libc shared by the socket, send and receive modules: option constants (defined here so
-//! we do not depend on which libc target module happens to export them), a fixed heap array addressed only
+//! Thin helpers shared by the socket, send and receive modules: option constants (defined here so we do
+//! not depend on which libc target module happens to export them), a fixed heap array addressed only
 //! through raw pointers (so pointers handed to the kernel stay valid however the owner is moved), `poll`
-//! with a timeout, and socket-address conversion.
+//! with a timeout, socket-address conversion, and all-zero values of the C structs handed to the kernel.
 
 use std::io;
 use std::mem;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
-use std::os::fd::RawFd;
+use std::os::fd::BorrowedFd;
 use std::time::Duration;
 
 pub(crate) const SOL_UDP: libc::c_int = 17;
@@ -14,8 +14,6 @@ pub(crate) const SOL_UDP: libc::c_int = 17;
 pub(crate) const UDP_SEGMENT: libc::c_int = 103;
 /// `setsockopt`/cmsg: enable UDP generic receive offload; the cmsg carries the segment size.
 pub(crate) const UDP_GRO: libc::c_int = 104;
-pub(crate) const SO_SNDBUFFORCE: libc::c_int = 32;
-pub(crate) const SO_RCVBUFFORCE: libc::c_int = 33;
 /// Socket option and cmsg type carrying the cumulative count of datagrams dropped for this socket.
 pub(crate) const SO_RXQ_OVFL: libc::c_int = 40;
 
@@ -79,29 +77,25 @@ pub(crate) fn errno() -> i32 {
 /// Waits until `fd` has any of `events`, for at most `timeout` (rounded up to whole milliseconds so a
 /// short positive timeout never becomes a busy poll). Returns false on timeout. EINTR counts as "not
 /// ready yet" and returns false, so callers re-check their own deadline and stop flags.
-pub(crate) fn poll_fd(fd: RawFd, events: libc::c_short, timeout: Duration) -> io::Result<bool> {
+pub(crate) fn poll_fd(fd: BorrowedFd<'_>, events: PollFlags, timeout: Duration) -> io::Result<bool> {
     let mut ms = timeout.as_millis();
     if Duration::from_millis(ms as u64) < timeout {
         ms += 1;
     }
-    let ms = ms.min(i32::MAX as u128) as libc::c_int;
-    let mut pfd = libc::pollfd {
-        fd,
-        events,
-        revents: 0,
+    let ms = ms.min(i32::MAX as u128) as u64;
+    let timeout = rustix::event::Timespec {
+        tv_sec: (ms / 1000) as _,
+        tv_nsec: ((ms % 1000) * 1_000_000) as _,
     };
-    // SAFETY: one valid pollfd.
-    let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
-    if rc < 0 {
-        let err = io::Error::last_os_error();
-        return if err.kind() == io::ErrorKind::Interrupted {
-            Ok(false)
-        } else {
-            Err(err)
-        };
+    let mut fds = [PollFd::from_borrowed_fd(fd, events)];
+    match rustix::event::poll(&mut fds, Some(&timeout)) {
+        Ok(n) => Ok(n > 0),
+        Err(rustix::io::Errno::INTR) => Ok(false),
+        Err(e) => Err(e.into()),
     }
-    Ok(rc > 0)
 }
+
+pub(crate) use rustix::event::{PollFd, PollFlags};
 
 /// Writes `addr` into `storage` and returns the length to pass as `msg_namelen`.
 pub(crate) fn write_sockaddr(addr: &SocketAddr, storage: &mut libc::sockaddr_storage) -> libc::socklen_t {
@@ -157,10 +151,26 @@ pub(crate) fn read_sockaddr(storage: &libc::sockaddr_storage, len: libc::socklen
     }
 }
 
+/// C structs for which all-zero bytes are a valid value: every field an integer, a raw pointer (null
+/// is a valid raw pointer) or a nested struct or array of such, so no references, `NonNull`, function
+/// pointers or enums.
+///
+/// # Safety
+/// Implement only for types that satisfy this; [`zeroed`] relies on it.
+pub(crate) unsafe trait Zeroable: Copy {}
+
+// SAFETY: mmsghdr is a msghdr (a raw name pointer, length, raw iovec pointer, count, raw control
+// pointer, length and flags: integers and raw pointers) and an unsigned length.
+unsafe impl Zeroable for libc::mmsghdr {}
+// SAFETY: iovec is a raw base pointer and a length.
+unsafe impl Zeroable for libc::iovec {}
+// SAFETY: sockaddr_storage is a family, padding bytes and an alignment integer.
+unsafe impl Zeroable for libc::sockaddr_storage {}
+
 /// An all-zero value of a plain C struct.
 #[inline]
-pub(crate) fn zeroed<T: Copy>() -> T {
-    // SAFETY: only used for libc POD structs (mmsghdr, iovec, sockaddr_storage) where all-zero is valid.
+pub(crate) fn zeroed<T: Zeroable>() -> T {
+    // SAFETY: `T: Zeroable` promises that all-zero bytes are a valid `T`.
     unsafe { mem::zeroed() }
 }
 
