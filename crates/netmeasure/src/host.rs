@@ -113,8 +113,7 @@ impl ProcessCpu {
 
     /// Reads /proc/self/stat (zeros when unreadable).
     pub fn read() -> ProcessCpu {
-        // SAFETY: sysconf has no memory-safety preconditions.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        let hz = rustix::param::clock_ticks_per_second().max(1) as f64;
         fs::read_to_string("/proc/self/stat")
             .ok()
             .and_then(|t| ProcessCpu::parse(&t, hz))

@@ -4,6 +4,8 @@
 //! Layout: sans-IO logic ([`stats`], [`proto`], [`search`], [`wire`], the parsers in [`host`]) is
 //! tested deterministically; [`client`], [`responder`] and [`control`] do the socket work.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod archive;
 pub mod client;
 pub mod control;

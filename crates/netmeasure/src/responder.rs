@@ -8,7 +8,7 @@
 
 use std::io::{self, Read};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
@@ -273,7 +273,7 @@ impl Responder {
                         }));
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        poll_in(self.listener.as_raw_fd(), Duration::from_millis(100));
+                        poll_in(&self.listener, Duration::from_millis(100));
                     }
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                     Err(e) => {
@@ -289,15 +289,15 @@ impl Responder {
     }
 }
 
-fn poll_in(fd: i32, timeout: Duration) -> bool {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
+/// Waits at most `timeout` (whole milliseconds) for `fd` to be readable.
+fn poll_in(fd: &impl AsFd, timeout: Duration) -> bool {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i64;
+    let timeout = Timespec {
+        tv_sec: ms / 1000,
+        tv_nsec: (ms % 1000) * 1_000_000,
     };
-    // SAFETY: one valid pollfd.
-    let rc = unsafe { libc::poll(&mut pfd, 1, timeout.as_millis().min(i32::MAX as u128) as i32) };
-    rc > 0
+    poll(&mut [PollFd::new(fd, PollFlags::IN)], Some(&timeout)).is_ok_and(|n| n > 0)
 }
 
 /// Why a session ended early.
@@ -819,7 +819,7 @@ fn tcp_receive(
                     readers.push(scope.spawn(move || tcp_read(s, done, first, last)));
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    poll_in(listener.as_raw_fd(), SLICE);
+                    poll_in(&listener, SLICE);
                 }
                 Err(_) => break,
             }
