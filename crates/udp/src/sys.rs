@@ -99,31 +99,10 @@ pub(crate) use rustix::event::{PollFd, PollFlags};
 
 /// Writes `addr` into `storage` and returns the length to pass as `msg_namelen`.
 pub(crate) fn write_sockaddr(addr: &SocketAddr, storage: &mut libc::sockaddr_storage) -> libc::socklen_t {
-    match addr {
-        SocketAddr::V4(a) => {
-            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
-            let sin = unsafe { &mut *(storage as *mut _ as *mut libc::sockaddr_in) };
-            sin.sin_family = libc::AF_INET as libc::sa_family_t;
-            sin.sin_port = a.port().to_be();
-            sin.sin_addr = libc::in_addr {
-                s_addr: u32::from_ne_bytes(a.ip().octets()),
-            };
-            sin.sin_zero = [0; 8];
-            mem::size_of::<libc::sockaddr_in>() as libc::socklen_t
-        }
-        SocketAddr::V6(a) => {
-            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
-            let sin6 = unsafe { &mut *(storage as *mut _ as *mut libc::sockaddr_in6) };
-            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
-            sin6.sin6_port = a.port().to_be();
-            sin6.sin6_flowinfo = a.flowinfo();
-            sin6.sin6_addr = libc::in6_addr {
-                s6_addr: a.ip().octets(),
-            };
-            sin6.sin6_scope_id = a.scope_id();
-            mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t
-        }
-    }
+    let sa = socket2::SockAddr::from(*addr);
+    let len = sa.len();
+    *storage = sa.as_storage();
+    len
 }
 
 /// Reads an IPv4/IPv6 address the kernel wrote into `storage`; None for other families or short lengths.
