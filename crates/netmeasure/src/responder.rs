@@ -698,11 +698,11 @@ fn lat_echo(sock: UdpSocket, test_id: u32, max_size: usize, done: &AtomicBool) -
     let mut bufs = vec![vec![0u8; max_size + 1]; LAT_BATCH];
     let (mut echoed, mut foreign) = (0u64, 0u64);
     while !done.load(Ordering::Acquire) {
-        let metas: Vec<_> = match rx.recv(&sock, bufs.iter_mut().map(|b| b.as_mut_slice()), SLICE) {
-            Ok(b) => b.messages().to_vec(),
+        let batch = match rx.recv(&sock, bufs.iter_mut().map(|b| b.as_mut_slice()), SLICE) {
+            Ok(b) => b,
             Err(_) => break,
         };
-        for (meta, buf) in metas.iter().zip(bufs.iter_mut()) {
+        for (meta, buf) in batch.messages().iter().zip(bufs.iter_mut()) {
             let len = meta.len.min(buf.len());
             let ok = !meta.truncated
                 && matches!(TestPacket::new_checked(&buf[..len]),
