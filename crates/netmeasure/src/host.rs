@@ -98,7 +98,7 @@ pub struct ProcessCpu {
 }
 
 impl ProcessCpu {
-    /// Parses /proc/<pid>/stat text (the command name may contain spaces and parentheses).
+    /// Parses `/proc/<pid>/stat` text (the command name may contain spaces and parentheses).
     pub fn parse(text: &str, ticks_per_s: f64) -> Option<ProcessCpu> {
         let rest = &text[text.rfind(')')? + 1..];
         let f: Vec<&str> = rest.split_whitespace().collect();
