@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every fuzz target of the formats crate for a while each (default 20 s), seeding each corpus from
+# Runs every fuzz target (formats parsers, net protocol decoders) for a while each (default 20 s), seeding each corpus from
 # seeds/<target>/. Needs a nightly toolchain and cargo-fuzz (`cargo install cargo-fuzz`).
 # Usage: fuzz/run.sh [seconds per target] [target ...]
 set -euo pipefail

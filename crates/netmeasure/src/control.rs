@@ -4,7 +4,6 @@
 use serde::{de::DeserializeOwned, Serialize};
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use crate::proto::{decode, encode, LineCodec, ProtoError};
@@ -142,14 +141,13 @@ impl ControlConn {
     /// True when the peer has closed or reset the connection, or sent something unasked (checked
     /// without waiting).
     pub fn peer_gone_or_talking(&self) -> bool {
-        let mut pfd = libc::pollfd {
-            fd: self.stream.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
+        use rustix::event::{poll, PollFd, PollFlags, Timespec};
+        let mut fds = [PollFd::new(&self.stream, PollFlags::IN)];
+        let now = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
         };
-        // SAFETY: one valid pollfd, zero timeout.
-        let rc = unsafe { libc::poll(&mut pfd, 1, 0) };
-        rc > 0 && pfd.revents != 0
+        poll(&mut fds, Some(&now)).is_ok_and(|n| n > 0) && !fds[0].revents().is_empty()
     }
 }
 

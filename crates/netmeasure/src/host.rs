@@ -98,7 +98,7 @@ pub struct ProcessCpu {
 }
 
 impl ProcessCpu {
-    /// Parses /proc/<pid>/stat text (the command name may contain spaces and parentheses).
+    /// Parses `/proc/<pid>/stat` text (the command name may contain spaces and parentheses).
     pub fn parse(text: &str, ticks_per_s: f64) -> Option<ProcessCpu> {
         let rest = &text[text.rfind(')')? + 1..];
         let f: Vec<&str> = rest.split_whitespace().collect();
@@ -113,8 +113,7 @@ impl ProcessCpu {
 
     /// Reads /proc/self/stat (zeros when unreadable).
     pub fn read() -> ProcessCpu {
-        // SAFETY: sysconf has no memory-safety preconditions.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        let hz = rustix::param::clock_ticks_per_second().max(1) as f64;
         fs::read_to_string("/proc/self/stat")
             .ok()
             .and_then(|t| ProcessCpu::parse(&t, hz))

@@ -9,6 +9,8 @@
 //! Features (both on by default): `archive` (the SQLite file, `archive::Archive`) and `plot`
 //! (the `plot` module, PNG/SVG). Without them the protocol, the client, the responder and the sweeps remain.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod archive;
 pub mod client;
 pub mod control;

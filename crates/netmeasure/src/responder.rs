@@ -8,24 +8,26 @@
 
 use std::io::{self, Read};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use vlbiflow_udp::{open_udp, BatchReceiver, UdpConfig};
+use vlbiflow_udp::{open_udp, BatchReceiver, TimestampKeeper, UdpConfig};
 
 use crate::control::ControlConn;
 use crate::host::HostSnapshot;
 use crate::proto::{answer_hello, short, BwRemote, BwSetup, ProtoError, Reply, Request, TcpRemote};
-use crate::stats::ArrivalStats;
+use crate::stats::{ArrivalStats, BYTES_PER_PACKET};
 use crate::tcpinfo::{set_buffer, tcp_sock_info};
 use crate::wire::{realtime_ns, PacketKind, TestPacket, HEADER_LEN};
 
-/// Largest packet count one throughput test may announce (bounds the receiver's memory: 24 bytes per
-/// packet).
+/// Largest packet count one throughput test may announce. The memory a test may reserve is bounded
+/// separately by [`ResponderConfig::max_test_memory`] ([`BYTES_PER_PACKET`] per packet).
 pub const MAX_TEST_PACKETS: u64 = 64_000_000;
+/// Most connections at a time that are being told the responder is busy; more are closed unanswered.
+const MAX_REFUSING: usize = 4;
 /// Largest UDP payload.
 pub const MAX_DATAGRAM: usize = 65_507;
 /// How long the receiver keeps listening after the sender says it is done, without traffic.
@@ -33,6 +35,12 @@ const DRAIN_IDLE: Duration = Duration::from_millis(300);
 /// Bytes per TCP read: iperf3's default length; a larger buffer than the socket usually holds
 /// only costs cache.
 const TCP_READ_SIZE: usize = 128 << 10;
+/// Datagrams per `recvmmsg` in a throughput test.
+const BW_BATCH: usize = 64;
+/// Datagrams per `recvmmsg` in a latency test.
+const LAT_BATCH: usize = 16;
+/// Receive buffer of a latency test's socket, bytes.
+const LAT_RECV_BUFFER: usize = 1 << 20;
 /// Poll slice for checking stop flags.
 const SLICE: Duration = Duration::from_millis(50);
 
@@ -47,16 +55,30 @@ pub struct ResponderConfig {
     pub default_recv_buffer: usize,
     /// Free text sent in the hello, e.g. "vlbiflow 0.1.0".
     pub software: String,
+    /// Most control sessions served at once; a client beyond them gets an error reply to its hello
+    /// saying the responder is busy.
+    pub max_sessions: usize,
+    /// Most memory one test may reserve, bytes: packet statistics ([`BYTES_PER_PACKET`] per
+    /// announced packet), receive buffers and the kernel socket buffers it asks for. A larger request
+    /// is refused with an error naming what it needs and the most it may ask for.
+    pub max_test_memory: u64,
+    /// Most memory all running tests together may reserve, bytes. A test that does not fit in what
+    /// the others leave is refused (try again later).
+    pub memory_budget: u64,
 }
 
 impl ResponderConfig {
-    /// Defaults for `listen`: 60 s idle timeout, 8 MiB receive buffers.
+    /// Defaults for `listen`: 60 s idle timeout, 8 MiB receive buffers, 16 sessions, 2 GiB per test
+    /// (about 38 million packets) and 4 GiB for all tests together.
     pub fn new(listen: SocketAddr) -> Self {
         ResponderConfig {
             listen,
             idle_timeout: Duration::from_secs(60),
             default_recv_buffer: 8 << 20,
             software: format!("vlbiflow-net {}", env!("CARGO_PKG_VERSION")),
+            max_sessions: 16,
+            max_test_memory: 2 << 30,
+            memory_budget: 4 << 30,
         }
     }
 }
@@ -74,6 +96,93 @@ pub struct ResponderCounters {
     pub bad_requests: AtomicU64,
     /// Datagrams on test ports that were not packets of the running test.
     pub foreign_datagrams: AtomicU64,
+    /// Control connections turned away because [`ResponderConfig::max_sessions`] were running.
+    pub refused_sessions: AtomicU64,
+    /// Tests refused because they would reserve more memory than allowed.
+    pub refused_tests: AtomicU64,
+    /// Sessions being served now.
+    pub active_sessions: AtomicUsize,
+    /// Memory reserved by the tests running now, bytes.
+    pub reserved_bytes: AtomicU64,
+}
+
+/// Decrements a counter when dropped (also when a session thread unwinds).
+struct CountGuard<'a>(&'a AtomicUsize);
+
+impl Drop for CountGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Takes a slot of `counter` when fewer than `limit` are taken.
+fn take_slot(counter: &AtomicUsize, limit: usize) -> Option<CountGuard<'_>> {
+    counter
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < limit).then_some(n + 1)
+        })
+        .ok()
+        .map(|_| CountGuard(counter))
+}
+
+/// Memory a running test holds in the responder's budget; given back when dropped.
+struct Reservation<'a> {
+    pool: &'a AtomicU64,
+    bytes: u64,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        self.pool.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
+}
+
+/// Reserves `bytes` of the budget for one test, or says why not (the message goes to the client).
+fn reserve<'a>(
+    what: &str,
+    bytes: u64,
+    config: &ResponderConfig,
+    counters: &'a ResponderCounters,
+) -> Result<Reservation<'a>, String> {
+    let refused = |message: String| {
+        counters.refused_tests.fetch_add(1, Ordering::Relaxed);
+        Err(message)
+    };
+    if bytes > config.max_test_memory {
+        return refused(format!(
+            "{what} needs {} of memory, more than the {} this responder allows one test",
+            human_bytes(bytes),
+            human_bytes(config.max_test_memory)
+        ));
+    }
+    let pool = &counters.reserved_bytes;
+    match pool.fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+        used.checked_add(bytes).filter(|&t| t <= config.memory_budget)
+    }) {
+        Ok(_) => Ok(Reservation { pool, bytes }),
+        Err(used) => refused(format!(
+            "{what} needs {} of memory but running tests hold {} of this responder's {}; try again later",
+            human_bytes(bytes),
+            human_bytes(used),
+            human_bytes(config.memory_budget)
+        )),
+    }
+}
+
+/// Bytes in binary units, e.g. "1.5 GiB".
+fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
 }
 
 /// A bound responder.
@@ -81,6 +190,8 @@ pub struct Responder {
     listener: TcpListener,
     config: ResponderConfig,
     counters: Arc<ResponderCounters>,
+    /// Keeps the kernel's receive timestamping switched on between tests.
+    stamp_keeper: Result<TimestampKeeper, String>,
 }
 
 impl Responder {
@@ -89,11 +200,20 @@ impl Responder {
         let listener = TcpListener::bind(config.listen)
             .map_err(|e| io::Error::new(e.kind(), format!("responder: bind TCP {}: {e}", config.listen)))?;
         listener.set_nonblocking(true)?;
+        let stamp_keeper = TimestampKeeper::start(Duration::from_secs(1)).map_err(|e| e.to_string());
         Ok(Responder {
             listener,
             config,
             counters: Arc::default(),
+            stamp_keeper,
         })
+    }
+
+    /// True when the kernel was seen stamping datagrams as they arrive (checked at bind). When false,
+    /// receive times may be taken when a batch is read, and inter-arrival times, jitter and delay of
+    /// fast streams are then too coarse.
+    pub fn timestamping_live(&self) -> bool {
+        self.stamp_keeper.is_ok()
     }
 
     /// The bound control address.
@@ -109,18 +229,41 @@ impl Responder {
     /// Serves until `stop` is set, one thread per session; returns after every session ended.
     /// `log` receives one line per notable event.
     pub fn run(&self, stop: Arc<AtomicBool>, log: &(dyn Fn(&str) + Sync)) -> io::Result<()> {
+        if let Err(e) = &self.stamp_keeper {
+            log(&format!(
+                "warning: no kernel receive timestamps ({e}); inter-arrival times, jitter and one-way \
+                 delay of fast streams will be too coarse"
+            ));
+        }
+        let refusing = AtomicUsize::new(0);
         thread::scope(|scope| -> io::Result<()> {
             let mut handles = Vec::new();
             while !stop.load(Ordering::Relaxed) {
                 match self.listener.accept() {
                     Ok((stream, peer)) => {
-                        self.counters.sessions.fetch_add(1, Ordering::Relaxed);
-                        log(&format!("session from {peer}"));
-                        let stop = stop.clone();
-                        let counters = self.counters.clone();
+                        handles.retain(|h: &thread::ScopedJoinHandle<()>| !h.is_finished());
+                        let counters = &*self.counters;
                         let config = &self.config;
+                        let stop = &*stop;
+                        let Some(slot) = take_slot(&counters.active_sessions, config.max_sessions) else {
+                            counters.refused_sessions.fetch_add(1, Ordering::Relaxed);
+                            let limit = config.max_sessions;
+                            log(&format!("session from {peer} refused: {limit} sessions running"));
+                            // Answered on a thread of its own (a slow client must not hold up
+                            // accepting), a few at a time; beyond them the connection just closes.
+                            if let Some(refusing) = take_slot(&refusing, MAX_REFUSING) {
+                                handles.push(scope.spawn(move || {
+                                    let _refusing = refusing;
+                                    refuse_session(stream, config, stop);
+                                }));
+                            }
+                            continue;
+                        };
+                        counters.sessions.fetch_add(1, Ordering::Relaxed);
+                        log(&format!("session from {peer}"));
                         handles.push(scope.spawn(move || {
-                            if let Err(e) = serve_session(stream, config, &counters, &stop, &|m| {
+                            let _slot = slot;
+                            if let Err(e) = serve_session(stream, config, counters, stop, &|m| {
                                 log(&format!("session {peer}: {m}"))
                             }) {
                                 log(&format!("session {peer}: {e}"));
@@ -128,10 +271,9 @@ impl Responder {
                                 log(&format!("session {peer}: closed"));
                             }
                         }));
-                        handles.retain(|h| !h.is_finished());
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        poll_in(self.listener.as_raw_fd(), Duration::from_millis(100));
+                        poll_in(&self.listener, Duration::from_millis(100));
                     }
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                     Err(e) => {
@@ -147,15 +289,15 @@ impl Responder {
     }
 }
 
-fn poll_in(fd: i32, timeout: Duration) -> bool {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
+/// Waits at most `timeout` (whole milliseconds) for `fd` to be readable.
+fn poll_in(fd: &impl AsFd, timeout: Duration) -> bool {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i64;
+    let timeout = Timespec {
+        tv_sec: ms / 1000,
+        tv_nsec: (ms % 1000) * 1_000_000,
     };
-    // SAFETY: one valid pollfd.
-    let rc = unsafe { libc::poll(&mut pfd, 1, timeout.as_millis().min(i32::MAX as u128) as i32) };
-    rc > 0
+    poll(&mut [PollFd::new(fd, PollFlags::IN)], Some(&timeout)).is_ok_and(|n| n > 0)
 }
 
 /// Why a session ended early.
@@ -190,6 +332,26 @@ fn next_request(
             Err(ProtoError::Closed { .. }) => return Ok(None),
             Err(e) => return Err(e.into()),
         }
+    }
+}
+
+/// Tells a client that arrived while all sessions were taken that the responder is busy: reads its
+/// hello (so the close that follows is orderly and the client reads the reply) and answers with an
+/// error.
+fn refuse_session(stream: TcpStream, config: &ResponderConfig, stop: &AtomicBool) {
+    let Ok(()) = stream.set_nonblocking(false) else {
+        return;
+    };
+    let Ok(mut conn) = ControlConn::from_stream(stream, Duration::from_secs(2)) else {
+        return;
+    };
+    if let Ok(Some(_)) = next_request(&mut conn, Duration::from_secs(2), stop, "waiting for hello") {
+        let _ = conn.send(&Reply::Error {
+            message: format!(
+                "busy: this responder serves at most {} sessions at a time and all are in use; try again later",
+                config.max_sessions
+            ),
+        });
     }
 }
 
@@ -247,7 +409,7 @@ fn serve_session(
                 serve_lat(&mut conn, test_id, max_size, config, counters, stop, log)
             }
             Request::TcpStart { streams, recv_buffer } => {
-                serve_tcp(&mut conn, streams, recv_buffer, config, stop, log)
+                serve_tcp(&mut conn, streams, recv_buffer, config, counters, stop, log)
             }
             other => {
                 counters.bad_requests.fetch_add(1, Ordering::Relaxed);
@@ -304,9 +466,27 @@ fn serve_bw(
             format!("bw: size {} outside {HEADER_LEN}..={MAX_DATAGRAM}", setup.size),
         );
     }
+    let recv_buffer = setup.recv_buffer.unwrap_or(config.default_recv_buffer);
+    // Statistics, the receive thread's buffers and the kernel socket buffer (which the kernel sizes at
+    // twice the request).
+    let memory = ArrivalStats::memory_for(setup.count)
+        .saturating_add((BW_BATCH * (setup.size + 1)) as u64)
+        .saturating_add((recv_buffer as u64).saturating_mul(2));
+    let what = format!(
+        "bw test of {} packets ({BYTES_PER_PACKET} B each for statistics) with a {} receive buffer",
+        setup.count,
+        human_bytes(recv_buffer as u64)
+    );
+    let reservation = match reserve(&what, memory, config, counters) {
+        Ok(r) => r,
+        Err(message) => return refuse(conn, format!("bw: {message}")),
+    };
     let udp = UdpConfig {
-        recv_buffer: Some(setup.recv_buffer.unwrap_or(config.default_recv_buffer)),
+        recv_buffer: Some(recv_buffer),
         rxq_ovfl: true,
+        // Each datagram's own kernel receive time: inter-arrival times, jitter and one-way delay
+        // stay right when a batch of many datagrams is read at once.
+        timestamps: true,
         ..UdpConfig::receiver(test_socket_bind(conn))
     };
     let (sock, report) = match open_udp(&udp) {
@@ -319,7 +499,10 @@ fn serve_bw(
     let max_duration = Duration::from_millis(setup.max_duration_ms.min(3_600_000));
     // Storage for every announced packet is allocated and touched before the client hears "ready",
     // so the receive thread starts with nothing to do but receive.
-    let stats = ArrivalStats::new(setup.count);
+    let stats = match ArrivalStats::try_new(setup.count) {
+        Ok(s) => s,
+        Err(e) => return refuse(conn, format!("bw: {e}")),
+    };
     let receiver = {
         let ctl = ctl.clone();
         thread::spawn(move || bw_receive(sock, stats, setup, &ctl, max_duration))
@@ -366,6 +549,9 @@ fn serve_bw(
     };
     let host = HostSnapshot::take().since(&before);
     let arrivals = stats.summary(sent);
+    // Given back before the client hears the result, so its next test can use the memory.
+    drop(stats);
+    drop(reservation);
     counters
         .foreign_datagrams
         .fetch_add(arrivals.foreign, Ordering::Relaxed);
@@ -394,9 +580,8 @@ fn bw_receive(
     ctl: &BwControl,
     max_duration: Duration,
 ) -> (ArrivalStats, u64, u64) {
-    const BATCH: usize = 64;
-    let mut rx = BatchReceiver::new(BATCH);
-    let mut bufs = vec![vec![0u8; setup.size.max(HEADER_LEN) + 1]; BATCH];
+    let mut rx = BatchReceiver::new(BW_BATCH);
+    let mut bufs = vec![vec![0u8; setup.size.max(HEADER_LEN) + 1]; BW_BATCH];
     let mut bytes = 0u64;
     let hard_end = Instant::now() + max_duration + Duration::from_secs(10);
     let mut last_traffic = Instant::now();
@@ -419,7 +604,8 @@ fn bw_receive(
         if batch.is_empty() {
             continue;
         }
-        let now = realtime_ns();
+        // Only for a datagram without a kernel timestamp (SO_TIMESTAMPNS refused): the batch's time.
+        let batch_time = realtime_ns();
         last_traffic = Instant::now();
         drops = batch.kernel_drops();
         for (meta, buf) in batch.messages().iter().zip(bufs.iter()) {
@@ -427,7 +613,8 @@ fn bw_receive(
             match TestPacket::new_checked(&buf[..len]) {
                 Ok(p) if p.test_id() == setup.test_id && p.kind() == PacketKind::Data && !meta.truncated => {
                     bytes += meta.len as u64;
-                    stats.observe(p.seq(), p.send_ts_ns(), now);
+                    let recv_ts = meta.timestamp_ns.unwrap_or(batch_time);
+                    stats.observe(p.seq(), p.send_ts_ns(), recv_ts);
                 }
                 _ => stats.observe_foreign(),
             }
@@ -451,8 +638,13 @@ fn serve_lat(
             format!("lat: size {max_size} outside {HEADER_LEN}..={MAX_DATAGRAM}"),
         );
     }
+    let memory = (LAT_BATCH * (max_size + 1) + 2 * LAT_RECV_BUFFER) as u64;
+    let reservation = match reserve("lat test", memory, config, counters) {
+        Ok(r) => r,
+        Err(message) => return refuse(conn, format!("lat: {message}")),
+    };
     let udp = UdpConfig {
-        recv_buffer: Some(1 << 20),
+        recv_buffer: Some(LAT_RECV_BUFFER),
         ..UdpConfig::receiver(test_socket_bind(conn))
     };
     let (sock, report) = match open_udp(&udp) {
@@ -483,6 +675,7 @@ fn serve_lat(
         .join()
         .map_err(|_| SessionError::Other("lat echo thread panicked".into()))?;
     counters.foreign_datagrams.fetch_add(foreign, Ordering::Relaxed);
+    drop(reservation);
     match waited {
         Ok(Some(Request::LatFinish)) => {
             conn.send(&Reply::LatResult { echoed, foreign })?;
@@ -501,16 +694,15 @@ fn serve_lat(
 
 /// Echoes latency requests as replies until `done`.
 fn lat_echo(sock: UdpSocket, test_id: u32, max_size: usize, done: &AtomicBool) -> (u64, u64) {
-    const BATCH: usize = 16;
-    let mut rx = BatchReceiver::new(BATCH).with_source(true);
-    let mut bufs = vec![vec![0u8; max_size + 1]; BATCH];
+    let mut rx = BatchReceiver::new(LAT_BATCH).with_source(true);
+    let mut bufs = vec![vec![0u8; max_size + 1]; LAT_BATCH];
     let (mut echoed, mut foreign) = (0u64, 0u64);
     while !done.load(Ordering::Acquire) {
-        let metas: Vec<_> = match rx.recv(&sock, bufs.iter_mut().map(|b| b.as_mut_slice()), SLICE) {
-            Ok(b) => b.messages().to_vec(),
+        let batch = match rx.recv(&sock, bufs.iter_mut().map(|b| b.as_mut_slice()), SLICE) {
+            Ok(b) => b,
             Err(_) => break,
         };
-        for (meta, buf) in metas.iter().zip(bufs.iter_mut()) {
+        for (meta, buf) in batch.messages().iter().zip(bufs.iter_mut()) {
             let len = meta.len.min(buf.len());
             let ok = !meta.truncated
                 && matches!(TestPacket::new_checked(&buf[..len]),
@@ -534,12 +726,24 @@ fn serve_tcp(
     streams: u32,
     recv_buffer: Option<usize>,
     config: &ResponderConfig,
+    counters: &ResponderCounters,
     stop: &AtomicBool,
     log: &dyn Fn(&str),
 ) -> Result<(), SessionError> {
     if !(1..=64).contains(&streams) {
         return refuse(conn, format!("tcp: {streams} streams outside 1..=64"));
     }
+    // Per stream: the read buffer and the kernel socket buffer asked for (twice the request).
+    let per_stream =
+        (TCP_READ_SIZE as u64).saturating_add((recv_buffer.unwrap_or(0) as u64).saturating_mul(2));
+    let what = format!(
+        "tcp test of {streams} streams with {} receive buffers",
+        human_bytes(recv_buffer.unwrap_or(0) as u64)
+    );
+    let reservation = match reserve(&what, per_stream.saturating_mul(streams.into()), config, counters) {
+        Ok(r) => r,
+        Err(message) => return refuse(conn, format!("tcp: {message}")),
+    };
     let listener = match TcpListener::bind(test_socket_bind(conn)) {
         Ok(l) => l,
         Err(e) => return refuse(conn, format!("tcp: bind: {e}")),
@@ -567,6 +771,7 @@ fn serve_tcp(
     let (bytes, first_ns, last_ns, sockets) = acceptor
         .join()
         .map_err(|_| SessionError::Other("tcp receiver thread panicked".into()))?;
+    drop(reservation);
     match waited {
         Ok(Some(Request::TcpFinish)) => {
             let host = HostSnapshot::take().since(&before);
@@ -614,7 +819,7 @@ fn tcp_receive(
                     readers.push(scope.spawn(move || tcp_read(s, done, first, last)));
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    poll_in(listener.as_raw_fd(), SLICE);
+                    poll_in(&listener, SLICE);
                 }
                 Err(_) => break,
             }

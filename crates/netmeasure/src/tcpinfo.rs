@@ -1,8 +1,10 @@
 //! TCP socket state via `getsockopt`: TCP_INFO, TCP_CONGESTION and the buffer sizes.
 
 use serde::{Deserialize, Serialize};
-use std::mem;
-use std::os::fd::AsRawFd;
+use std::mem::{self, MaybeUninit};
+use std::os::fd::{AsFd, AsRawFd};
+
+use rustix::net::sockopt;
 
 /// A TCP socket's state at the end of a test.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -30,97 +32,58 @@ pub struct TcpSockInfo {
 }
 
 /// Reads what the kernel knows about a TCP socket; fields it refuses stay zero/empty.
-pub fn tcp_sock_info(sock: &impl AsRawFd) -> TcpSockInfo {
-    let fd = sock.as_raw_fd();
+pub fn tcp_sock_info(sock: &(impl AsFd + AsRawFd)) -> TcpSockInfo {
     let mut out = TcpSockInfo::default();
-    // SAFETY: tcp_info is plain old data; getsockopt writes at most `len` bytes into it.
-    unsafe {
-        let mut info: libc::tcp_info = mem::zeroed();
-        let mut len = mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-        if libc::getsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            &mut info as *mut _ as *mut libc::c_void,
-            &mut len,
-        ) == 0
-        {
-            out.rtt_us = info.tcpi_rtt;
-            out.rttvar_us = info.tcpi_rttvar;
-            out.snd_cwnd = info.tcpi_snd_cwnd;
-            out.snd_mss = info.tcpi_snd_mss;
-            out.pmtu = info.tcpi_pmtu;
-            out.total_retrans = info.tcpi_total_retrans;
-            out.rcv_space = info.tcpi_rcv_space;
-        }
-        let mut name = [0u8; 32];
-        let mut len = name.len() as libc::socklen_t;
-        if libc::getsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_CONGESTION,
-            name.as_mut_ptr() as *mut libc::c_void,
-            &mut len,
-        ) == 0
-        {
-            let end = name[..len as usize]
-                .iter()
-                .position(|&b| b == 0)
-                .unwrap_or(len as usize);
-            out.congestion = String::from_utf8_lossy(&name[..end]).into_owned();
-        }
+    if let Some(info) = tcp_info(sock) {
+        out.rtt_us = info.tcpi_rtt;
+        out.rttvar_us = info.tcpi_rttvar;
+        out.snd_cwnd = info.tcpi_snd_cwnd;
+        out.snd_mss = info.tcpi_snd_mss;
+        out.pmtu = info.tcpi_pmtu;
+        out.total_retrans = info.tcpi_total_retrans;
+        out.rcv_space = info.tcpi_rcv_space;
     }
-    out.send_buffer = get_int(fd, libc::SO_SNDBUF);
-    out.recv_buffer = get_int(fd, libc::SO_RCVBUF);
+    out.congestion = sockopt::tcp_congestion(sock).unwrap_or_default();
+    out.send_buffer = sockopt::socket_send_buffer_size(sock).unwrap_or(0);
+    out.recv_buffer = sockopt::socket_recv_buffer_size(sock).unwrap_or(0);
     out
 }
 
-fn get_int(fd: i32, name: libc::c_int) -> usize {
-    let mut v: libc::c_int = 0;
-    let mut len = mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: pointer to a live c_int and its size.
+/// TCP_INFO, which rustix has no wrapper for.
+fn tcp_info(sock: &impl AsRawFd) -> Option<libc::tcp_info> {
+    let mut info = MaybeUninit::<libc::tcp_info>::zeroed();
+    let mut len = mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: the descriptor is borrowed from a live socket; the kernel writes at most `len` bytes into
+    // `info`, which has room for exactly that many.
     let rc = unsafe {
         libc::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            name,
-            &mut v as *mut _ as *mut libc::c_void,
+            sock.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            info.as_mut_ptr().cast(),
             &mut len,
         )
     };
-    if rc == 0 {
-        v.max(0) as usize
-    } else {
-        0
-    }
+    // SAFETY: tcp_info is integers only, so the zeroed start is a valid value whatever part of it an
+    // older kernel (shorter struct) left unwritten.
+    (rc == 0).then(|| unsafe { info.assume_init() })
 }
 
 /// Requests a socket buffer size (privileged FORCE first, then the capped option); returns what the
 /// kernel granted.
-pub fn set_buffer(sock: &impl AsRawFd, recv: bool, bytes: usize) -> usize {
-    let fd = sock.as_raw_fd();
-    let (force, plain) = if recv {
-        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF)
-    } else {
-        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF)
-    };
-    let v = bytes.min(i32::MAX as usize / 2) as libc::c_int;
-    let set = |name| {
-        // SAFETY: pointer to a live c_int and its size.
-        unsafe {
-            libc::setsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                name,
-                &v as *const _ as *const libc::c_void,
-                mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
+pub fn set_buffer(sock: &impl AsFd, recv: bool, bytes: usize) -> usize {
+    let v = bytes.min(i32::MAX as usize / 2);
+    if recv {
+        if sockopt::set_socket_recv_buffer_size_force(sock, v).is_err() {
+            let _ = sockopt::set_socket_recv_buffer_size(sock, v);
         }
-    };
-    if set(force) != 0 {
-        set(plain);
+        sockopt::socket_recv_buffer_size(sock).unwrap_or(0)
+    } else {
+        if sockopt::set_socket_send_buffer_size_force(sock, v).is_err() {
+            let _ = sockopt::set_socket_send_buffer_size(sock, v);
+        }
+        sockopt::socket_send_buffer_size(sock).unwrap_or(0)
     }
-    get_int(fd, plain)
 }
 
 #[cfg(test)]

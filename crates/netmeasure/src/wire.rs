@@ -221,12 +221,7 @@ impl fmt::Display for TestPacketRepr {
 /// CLOCK_REALTIME in ns (comparable between processes and namespaces of one host; between hosts only
 /// up to their clock offset, which the one-way delay statistics remove).
 pub fn realtime_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid pointer to a timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Realtime);
     (ts.tv_sec as u64).wrapping_mul(1_000_000_000) + ts.tv_nsec as u64
 }
 

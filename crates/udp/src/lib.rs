@@ -11,6 +11,8 @@
 //!
 //! Everything allocates at construction only; the send and receive paths do not allocate.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 #[cfg(not(target_os = "linux"))]
 compile_error!("vlbiflow-udp uses Linux-only socket features (sendmmsg, recvmmsg, UDP GSO/GRO)");
 
@@ -23,7 +25,7 @@ pub mod socket;
 mod sys;
 
 pub use pace::{InvalidRate, Pacer, RateMeter, Wait, WindowStats};
-pub use recv::{BatchReceiver, DropCounter, RecvBatch, RecvMeta, RecvStats};
+pub use recv::{BatchReceiver, DropCounter, RecvBatch, RecvMeta, RecvStats, TimestampKeeper};
 pub use send::{
     Batch, BatchSender, GsoError, RetryPolicy, SendError, SendStats, Sent, GSO_MAX_SEGMENTS, MAX_PARTS,
     MAX_PARTS_LIMIT,

@@ -4,7 +4,7 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::ptr;
 use std::time::{Duration, Instant};
 
@@ -24,6 +24,11 @@ pub struct RecvMeta {
     pub gro_segment: Option<u16>,
     /// Sender address, when the receiver was asked to collect it.
     pub source: Option<SocketAddr>,
+    /// When the kernel received the datagram (CLOCK_REALTIME, ns since the Unix epoch), on a socket
+    /// opened with [`UdpConfig::timestamps`](crate::UdpConfig::timestamps); None otherwise. This is
+    /// per datagram, not per batch: a batch read late still shows when each datagram came in. A GRO
+    /// message carries one time for all its segments.
+    pub timestamp_ns: Option<u64>,
 }
 
 impl RecvMeta {
@@ -179,7 +184,7 @@ impl BatchReceiver {
             want_source: false,
             hdrs: RawArray::new(capacity, sys::zeroed),
             iovs: RawArray::new(capacity * MAX_RECV_PARTS, sys::zeroed),
-            cmsgs: RawArray::new(capacity, || [0u64; 8]),
+            cmsgs: RawArray::new(capacity, CmsgSpace::default),
             addrs: RawArray::new(capacity, sys::zeroed),
             metas: vec![RecvMeta::default(); capacity].into_boxed_slice(),
             drops: DropCounter::default(),
@@ -227,12 +232,7 @@ impl BatchReceiver {
     /// `timeout` for the first message, then takes whatever is queued without waiting. An empty batch
     /// means the timeout passed. A zero timeout never waits: one non-blocking `recvmmsg`, for callers
     /// that learn readiness from their own `epoll` over many sockets.
-    pub fn recv<'b, I>(
-        &mut self,
-        sock: &impl AsRawFd,
-        bufs: I,
-        timeout: Duration,
-    ) -> io::Result<RecvBatch<'_>>
+    pub fn recv<'b, I>(&mut self, sock: &impl AsFd, bufs: I, timeout: Duration) -> io::Result<RecvBatch<'_>>
     where
         I: IntoIterator<Item = &'b mut [u8]>,
     {
@@ -244,7 +244,7 @@ impl BatchReceiver {
     /// prefix from a frame that then lands in place (e.g. in a recorder's block buffer).
     pub fn recv_parts<'b, I>(
         &mut self,
-        sock: &impl AsRawFd,
+        sock: &impl AsFd,
         bufs: I,
         timeout: Duration,
     ) -> io::Result<RecvBatch<'_>>
@@ -259,7 +259,7 @@ impl BatchReceiver {
     /// a spare area so that a GRO super-datagram longer than the slots is never truncated.
     pub fn recv_scatter<'b, const N: usize, I>(
         &mut self,
-        sock: &impl AsRawFd,
+        sock: &impl AsFd,
         bufs: I,
         timeout: Duration,
     ) -> io::Result<RecvBatch<'_>>
@@ -280,7 +280,7 @@ impl BatchReceiver {
             }
             n += 1;
         }
-        self.recv_prepared(sock.as_raw_fd(), n, timeout)
+        self.recv_prepared(sock.as_fd(), n, timeout)
     }
 
     fn set_iov(&mut self, msg: usize, part: usize, buf: &mut [u8]) {
@@ -296,7 +296,12 @@ impl BatchReceiver {
     }
 
     /// Receives into the `n` messages whose iovecs are set.
-    fn recv_prepared(&mut self, fd: RawFd, n: usize, timeout: Duration) -> io::Result<RecvBatch<'_>> {
+    fn recv_prepared(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        n: usize,
+        timeout: Duration,
+    ) -> io::Result<RecvBatch<'_>> {
         self.batch_drop_counter = None;
         if n == 0 {
             return Ok(self.empty_batch());
@@ -308,7 +313,7 @@ impl BatchReceiver {
             // SAFETY: entries 0..n point at live buffers and owned control/address storage.
             let rc = unsafe {
                 libc::recvmmsg(
-                    fd,
+                    fd.as_raw_fd(),
                     self.hdrs.at(0),
                     n as libc::c_uint,
                     // MSG_TRUNC makes msg_len the datagram's real length even when it was cut.
@@ -337,7 +342,9 @@ impl BatchReceiver {
                         std::hint::spin_loop();
                         continue;
                     }
-                    if now >= end || !sys::poll_fd(fd, libc::POLLIN, end - now)? && Instant::now() >= end {
+                    if now >= end
+                        || !sys::poll_fd(fd, sys::PollFlags::IN, end - now)? && Instant::now() >= end
+                    {
                         self.stats.timeouts += 1;
                         return Ok(self.empty_batch());
                     }
@@ -373,7 +380,7 @@ impl BatchReceiver {
     /// datagrams with [`RecvMeta::segments`].
     pub fn recv_into(
         &mut self,
-        sock: &impl AsRawFd,
+        sock: &impl AsFd,
         buf: &mut [u8],
         timeout: Duration,
     ) -> io::Result<Option<RecvMeta>> {
@@ -419,6 +426,7 @@ impl BatchReceiver {
                 truncated: hdr.msg_flags & libc::MSG_TRUNC != 0,
                 gro_segment: None,
                 source: None,
+                timestamp_ns: None,
             };
             if self.want_source {
                 meta.source = sys::read_sockaddr(&*self.addrs.at(i), hdr.msg_namelen);
@@ -427,7 +435,11 @@ impl BatchReceiver {
             while !cmsg.is_null() {
                 let c = &*cmsg;
                 let data = libc::CMSG_DATA(cmsg);
-                if c.cmsg_level == sys::SOL_UDP && c.cmsg_type == sys::UDP_GRO {
+                // Payload bytes of this cmsg; each branch reads only when there are enough.
+                let payload = (c.cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize);
+                if payload < 4 {
+                    // Too short for any cmsg we read.
+                } else if c.cmsg_level == sys::SOL_UDP && c.cmsg_type == sys::UDP_GRO {
                     let size = ptr::read_unaligned(data as *const libc::c_int);
                     meta.gro_segment = u16::try_from(size).ok().filter(|&s| s > 0);
                 } else if c.cmsg_level == libc::SOL_SOCKET && c.cmsg_type == sys::SO_RXQ_OVFL {
@@ -435,12 +447,91 @@ impl BatchReceiver {
                     let counter = ptr::read_unaligned(data as *const u32);
                     self.drops.update(counter);
                     self.batch_drop_counter = Some(counter);
+                } else if c.cmsg_level == libc::SOL_SOCKET
+                    && payload >= 16
+                    && (c.cmsg_type == sys::SO_TIMESTAMPNS_NEW
+                        || (c.cmsg_type == sys::SO_TIMESTAMPNS_OLD && cfg!(target_pointer_width = "64")))
+                {
+                    // { i64 seconds, i64 nanoseconds } (the old form is a timespec with this layout on
+                    // 64-bit targets, the only ones where it is enabled).
+                    let sec = ptr::read_unaligned(data as *const i64);
+                    let nsec = ptr::read_unaligned((data as *const i64).add(1));
+                    meta.timestamp_ns = timespec_ns(sec, nsec);
                 }
                 cmsg = libc::CMSG_NXTHDR(hdr, cmsg);
             }
             meta
         }
     }
+}
+
+/// Keeps the kernel's receive timestamping switched on while it lives.
+///
+/// Linux stamps datagrams on their way in only while some socket has asked for timestamps, and
+/// switches that on (and off, when the last such socket closes) in a deferred kernel worker. Until it
+/// has run, datagrams are stamped when they are read instead, which is one time per batch again. So a
+/// timestamping socket opened while no other wants timestamps can get read-time stamps for its first
+/// datagrams, or longer when the worker is slow to run on a busy machine; and each test socket that
+/// closes can switch stamping off for the next. Hold one of these for as long as arrival times
+/// matter (e.g. a responder's lifetime).
+#[derive(Debug)]
+pub struct TimestampKeeper {
+    _sock: std::net::UdpSocket,
+}
+
+impl TimestampKeeper {
+    /// Asks for timestamps on a loopback socket and waits at most `timeout` until the kernel stamps
+    /// datagrams on arrival, seen by sending datagrams to that socket: a stamp taken on the way in is
+    /// earlier than the send returned. An error says what failed (no loopback, option refused, still
+    /// not stamping on arrival at the timeout).
+    pub fn start(timeout: Duration) -> io::Result<Self> {
+        let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+        let (sock, report) = crate::open_udp(&crate::UdpConfig {
+            timestamps: true,
+            ..crate::UdpConfig::receiver(loopback)
+        })
+        .map_err(|e| io::Error::new(e.source.kind(), e.to_string()))?;
+        if let crate::Feature::Unsupported(errno) = report.timestamps {
+            return Err(io::Error::from_raw_os_error(errno));
+        }
+        let mut rx = BatchReceiver::new(1);
+        let mut buf = [0u8; 8];
+        let deadline = Instant::now() + timeout;
+        loop {
+            sock.send_to(b"probe", report.local)?;
+            let sent = realtime_ns();
+            let meta = rx.recv_into(&sock, &mut buf, Duration::from_millis(100))?;
+            if meta.and_then(|m| m.timestamp_ns).is_some_and(|t| t <= sent) {
+                return Ok(TimestampKeeper { _sock: sock });
+            }
+            if Instant::now() >= deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "the kernel still stamps datagrams when they are read, not on arrival, {:.1} s after \
+                         timestamps were asked for",
+                        timeout.as_secs_f64()
+                    ),
+                ));
+            }
+            // Let the kernel worker that flips the switch run.
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+fn realtime_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// A kernel timestamp as ns since the epoch; None for times before it or nonsense nanoseconds.
+fn timespec_ns(sec: i64, nsec: i64) -> Option<u64> {
+    if sec < 0 || !(0..1_000_000_000).contains(&nsec) {
+        return None;
+    }
+    (sec as u64).checked_mul(1_000_000_000)?.checked_add(nsec as u64)
 }
 
 #[cfg(test)]
@@ -467,6 +558,7 @@ mod tests {
             truncated: false,
             gro_segment: Some(100),
             source: None,
+            timestamp_ns: None,
         };
         let parts: Vec<&[u8]> = meta.segments(&buf).collect();
         assert_eq!(parts.len(), 3);

@@ -8,7 +8,7 @@ use std::fmt;
 use std::io;
 use std::marker::PhantomData;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::ptr;
 use std::time::{Duration, Instant};
 
@@ -224,7 +224,7 @@ impl BatchSender {
             len: 0,
             hdrs: RawArray::new(capacity, sys::zeroed),
             iovs: RawArray::new(capacity * parts, sys::zeroed),
-            cmsgs: RawArray::new(capacity, || [0u64; 8]),
+            cmsgs: RawArray::new(capacity, CmsgSpace::default),
             addrs: RawArray::new(capacity, sys::zeroed),
             info: RawArray::new(capacity, MsgInfo::default),
             retry: RetryPolicy::default(),
@@ -268,12 +268,12 @@ impl BatchSender {
     }
 
     /// Sends every message of `msgs` (each up to [`MAX_PARTS`] slices) in batches of `capacity`.
-    pub fn send_all<'b, P, I>(&mut self, sock: &impl AsRawFd, msgs: I) -> Result<Sent, SendError>
+    pub fn send_all<'b, P, I>(&mut self, sock: &impl AsFd, msgs: I) -> Result<Sent, SendError>
     where
         P: AsRef<[&'b [u8]]>,
         I: IntoIterator<Item = P>,
     {
-        let fd = sock.as_raw_fd();
+        let fd = sock.as_fd();
         let mut total = Sent::default();
         let mut batch = self.batch();
         for msg in msgs {
@@ -293,7 +293,7 @@ impl BatchSender {
     /// (the last may be shorter).
     pub fn send_gso(
         &mut self,
-        sock: &impl AsRawFd,
+        sock: &impl AsFd,
         segments: &[u8],
         segment_size: u16,
     ) -> Result<Sent, SendError> {
@@ -372,7 +372,7 @@ impl BatchSender {
     }
 
     /// Sends messages `0..len` with as many `sendmmsg` calls as needed, then empties the batch.
-    fn flush_fd(&mut self, fd: RawFd) -> Result<Sent, SendError> {
+    fn flush_fd(&mut self, fd: BorrowedFd<'_>) -> Result<Sent, SendError> {
         let total = self.len;
         self.len = 0;
         let mut sent = Sent::default();
@@ -384,7 +384,7 @@ impl BatchSender {
             let todo = (total - sent.messages).min(u32::MAX as usize) as libc::c_uint;
             // SAFETY: entries sent.messages..total were filled by push_msg and their buffers are alive
             // (guaranteed by the Batch borrow).
-            let rc = unsafe { libc::sendmmsg(fd, self.hdrs.at(sent.messages), todo, 0) };
+            let rc = unsafe { libc::sendmmsg(fd.as_raw_fd(), self.hdrs.at(sent.messages), todo, 0) };
             if rc > 0 {
                 let n = rc as usize;
                 for i in sent.messages..sent.messages + n {
@@ -438,7 +438,7 @@ impl BatchSender {
                 backoff = (backoff * 2).min(self.retry.max_backoff);
             } else {
                 self.stats.would_block += 1;
-                if let Err(e) = sys::poll_fd(fd, libc::POLLOUT, deadline - now) {
+                if let Err(e) = sys::poll_fd(fd, sys::PollFlags::OUT, deadline - now) {
                     return Err(self.fail(sent, e));
                 }
             }
@@ -532,11 +532,11 @@ impl<'b> Batch<'_, 'b> {
 
     /// Sends everything collected (retrying partial sends, EINTR, and EAGAIN/ENOBUFS within the retry
     /// budget) and empties the batch for reuse. On error the unsent rest is discarded.
-    pub fn flush(&mut self, sock: &impl AsRawFd) -> Result<Sent, SendError> {
-        self.sender.flush_fd(sock.as_raw_fd())
+    pub fn flush(&mut self, sock: &impl AsFd) -> Result<Sent, SendError> {
+        self.sender.flush_fd(sock.as_fd())
     }
 
-    fn flush_fd(&mut self, fd: RawFd) -> Result<Sent, SendError> {
+    fn flush_fd(&mut self, fd: BorrowedFd<'_>) -> Result<Sent, SendError> {
         self.sender.flush_fd(fd)
     }
 }

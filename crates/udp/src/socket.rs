@@ -5,7 +5,9 @@ use std::fmt;
 use std::io;
 use std::mem;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+
+use rustix::net::sockopt;
 use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
@@ -31,6 +33,10 @@ pub struct UdpConfig {
     pub gro: bool,
     /// Enable SO_RXQ_OVFL: every received message carries the socket's cumulative kernel drop count.
     pub rxq_ovfl: bool,
+    /// Enable SO_TIMESTAMPNS: every received message carries the time the kernel received it
+    /// (CLOCK_REALTIME, ns; see [`RecvMeta::timestamp_ns`](crate::RecvMeta::timestamp_ns)), so
+    /// inter-arrival times stay right however late the application reads a batch.
+    pub timestamps: bool,
     /// Put the socket in non-blocking mode.
     pub nonblocking: bool,
     /// SO_RCVTIMEO for blocking reads (the batch receiver uses poll with its own timeout instead).
@@ -50,6 +56,7 @@ impl UdpConfig {
             reuse_port: false,
             gro: false,
             rxq_ovfl: false,
+            timestamps: false,
             nonblocking: false,
             read_timeout: None,
             write_timeout: None,
@@ -196,6 +203,8 @@ pub struct SocketReport {
     pub gro: Feature,
     /// SO_RXQ_OVFL status.
     pub rxq_ovfl: Feature,
+    /// SO_TIMESTAMPNS status.
+    pub timestamps: Feature,
 }
 
 impl SocketReport {
@@ -219,6 +228,12 @@ impl SocketReport {
                 io::Error::from_raw_os_error(e)
             ));
         }
+        if let Feature::Unsupported(e) = self.timestamps {
+            out.push(format!(
+                "SO_TIMESTAMPNS not supported (receive times are taken per batch instead): {}",
+                io::Error::from_raw_os_error(e)
+            ));
+        }
         out
     }
 }
@@ -236,7 +251,7 @@ pub fn open_udp(config: &UdpConfig) -> Result<(UdpSocket, SocketReport), SocketE
         sock.set_reuse_port(true)
             .map_err(err_at("setsockopt(SO_REUSEPORT)"))?;
     }
-    let fd = sock.as_raw_fd();
+    let fd = sock.as_fd();
     // Buffers are sized before bind so no datagram arrives into a default-sized queue.
     let recv_buffer = match config.recv_buffer {
         Some(n) => Some(size_buffer(fd, BufferKind::Receive, n).map_err(err_at("setsockopt(SO_RCVBUF)"))?),
@@ -253,6 +268,18 @@ pub fn open_udp(config: &UdpConfig) -> Result<(UdpSocket, SocketReport), SocketE
     };
     let rxq_ovfl = if config.rxq_ovfl {
         try_enable(fd, libc::SOL_SOCKET, sys::SO_RXQ_OVFL)
+    } else {
+        Feature::NotRequested
+    };
+    let timestamps = if config.timestamps {
+        match try_enable(fd, libc::SOL_SOCKET, sys::SO_TIMESTAMPNS_NEW) {
+            // Kernels before 5.1 only know the old option, whose timespec has the new layout on
+            // 64-bit targets.
+            Feature::Unsupported(_) if cfg!(target_pointer_width = "64") => {
+                try_enable(fd, libc::SOL_SOCKET, sys::SO_TIMESTAMPNS_OLD)
+            }
+            f => f,
+        }
     } else {
         Feature::NotRequested
     };
@@ -281,44 +308,50 @@ pub fn open_udp(config: &UdpConfig) -> Result<(UdpSocket, SocketReport), SocketE
         send_buffer,
         gro,
         rxq_ovfl,
+        timestamps,
     };
     Ok((sock.into(), report))
 }
 
 /// Requests `requested` bytes for one buffer: the privileged *FORCE option first, the capped option
 /// when that is not permitted; then reads back what the kernel granted.
-fn size_buffer(fd: RawFd, kind: BufferKind, requested: usize) -> io::Result<BufferReport> {
-    let (force, plain) = match kind {
-        BufferKind::Receive => (sys::SO_RCVBUFFORCE, libc::SO_RCVBUF),
-        BufferKind::Send => (sys::SO_SNDBUFFORCE, libc::SO_SNDBUF),
-    };
+fn size_buffer(fd: BorrowedFd<'_>, kind: BufferKind, requested: usize) -> io::Result<BufferReport> {
     // The kernel takes an int and doubles it; larger requests are clamped to what it can represent.
-    let value = requested.min(i32::MAX as usize / 2) as libc::c_int;
-    let forced = set_int(fd, libc::SOL_SOCKET, force, value).is_ok();
-    if !forced {
-        set_int(fd, libc::SOL_SOCKET, plain, value)?;
-    }
-    let granted = get_int(fd, libc::SOL_SOCKET, plain)?.max(0) as usize;
+    let value = requested.min(i32::MAX as usize / 2);
+    let (forced, granted) = match kind {
+        BufferKind::Receive => {
+            let forced = sockopt::set_socket_recv_buffer_size_force(fd, value).is_ok();
+            if !forced {
+                sockopt::set_socket_recv_buffer_size(fd, value)?;
+            }
+            (forced, sockopt::socket_recv_buffer_size(fd)?)
+        }
+        BufferKind::Send => {
+            let forced = sockopt::set_socket_send_buffer_size_force(fd, value).is_ok();
+            if !forced {
+                sockopt::set_socket_send_buffer_size(fd, value)?;
+            }
+            (forced, sockopt::socket_send_buffer_size(fd)?)
+        }
+    };
     Ok(BufferReport::new(kind, requested, granted, forced))
 }
 
-fn try_enable(fd: RawFd, level: libc::c_int, name: libc::c_int) -> Feature {
+fn try_enable(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int) -> Feature {
     match set_int(fd, level, name, 1) {
         Ok(()) => Feature::Enabled,
         Err(e) => Feature::Unsupported(e.raw_os_error().unwrap_or(0)),
     }
 }
 
-pub(crate) fn set_int(
-    fd: RawFd,
-    level: libc::c_int,
-    name: libc::c_int,
-    value: libc::c_int,
-) -> io::Result<()> {
-    // SAFETY: passes a pointer to a live c_int and its size.
+/// Sets an int-valued socket option. Only for the options rustix has no wrapper for (UDP_GRO,
+/// SO_RXQ_OVFL, SO_TIMESTAMPNS).
+fn set_int(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
+    // SAFETY: `fd` is a borrowed, open descriptor; the option value is a pointer to a live c_int with
+    // its exact size, which the kernel only reads.
     let rc = unsafe {
         libc::setsockopt(
-            fd,
+            fd.as_raw_fd(),
             level,
             name,
             &value as *const _ as *const libc::c_void,
@@ -332,34 +365,14 @@ pub(crate) fn set_int(
     }
 }
 
-pub(crate) fn get_int(fd: RawFd, level: libc::c_int, name: libc::c_int) -> io::Result<libc::c_int> {
-    let mut value: libc::c_int = 0;
-    let mut len = mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: passes a pointer to a live c_int and its size.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd,
-            level,
-            name,
-            &mut value as *mut _ as *mut libc::c_void,
-            &mut len,
-        )
-    };
-    if rc == 0 {
-        Ok(value)
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
 /// Reads the kernel's current receive-buffer size (as `getsockopt(SO_RCVBUF)` reports it).
-pub fn recv_buffer_size(sock: &impl AsRawFd) -> io::Result<usize> {
-    Ok(get_int(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF)?.max(0) as usize)
+pub fn recv_buffer_size(sock: &impl AsFd) -> io::Result<usize> {
+    Ok(sockopt::socket_recv_buffer_size(sock)?)
 }
 
 /// Reads the kernel's current send-buffer size (as `getsockopt(SO_SNDBUF)` reports it).
-pub fn send_buffer_size(sock: &impl AsRawFd) -> io::Result<usize> {
-    Ok(get_int(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF)?.max(0) as usize)
+pub fn send_buffer_size(sock: &impl AsFd) -> io::Result<usize> {
+    Ok(sockopt::socket_send_buffer_size(sock)?)
 }
 
 #[cfg(test)]

@@ -1,12 +1,12 @@
-//! Thin helpers over libc shared by the socket, send and receive modules: option constants (defined here so
-//! we do not depend on which libc target module happens to export them), a fixed heap array addressed only
+//! Thin helpers shared by the socket, send and receive modules: option constants (defined here so we do
+//! not depend on which libc target module happens to export them), a fixed heap array addressed only
 //! through raw pointers (so pointers handed to the kernel stay valid however the owner is moved), `poll`
-//! with a timeout, and socket-address conversion.
+//! with a timeout, socket-address conversion, and all-zero values of the C structs handed to the kernel.
 
 use std::io;
 use std::mem;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
-use std::os::fd::RawFd;
+use std::os::fd::BorrowedFd;
 use std::time::Duration;
 
 pub(crate) const SOL_UDP: libc::c_int = 17;
@@ -14,14 +14,20 @@ pub(crate) const SOL_UDP: libc::c_int = 17;
 pub(crate) const UDP_SEGMENT: libc::c_int = 103;
 /// `setsockopt`/cmsg: enable UDP generic receive offload; the cmsg carries the segment size.
 pub(crate) const UDP_GRO: libc::c_int = 104;
-pub(crate) const SO_SNDBUFFORCE: libc::c_int = 32;
-pub(crate) const SO_RCVBUFFORCE: libc::c_int = 33;
 /// Socket option and cmsg type carrying the cumulative count of datagrams dropped for this socket.
 pub(crate) const SO_RXQ_OVFL: libc::c_int = 40;
 
+/// Socket option and cmsg type carrying the kernel's receive time of each datagram as a 64-bit
+/// `{ seconds, nanoseconds }` pair on CLOCK_REALTIME (`SO_TIMESTAMPNS_NEW`, Linux 5.1 and later).
+pub(crate) const SO_TIMESTAMPNS_NEW: libc::c_int = 64;
+/// The older form of the same option; its cmsg carries a `struct timespec`, which has the same layout as
+/// the new form on 64-bit targets (the only ones where it is used as a fallback).
+pub(crate) const SO_TIMESTAMPNS_OLD: libc::c_int = 35;
+
 /// Control-message storage for one message: room for two 4-byte cmsgs (GRO segment size and the drop
-/// counter) with their headers, 8-byte aligned as `cmsghdr` requires.
-pub(crate) type CmsgSpace = [u64; 8];
+/// counter) and one 16-byte receive timestamp with their headers (24 + 24 + 32 bytes on 64-bit
+/// targets), 8-byte aligned as `cmsghdr` requires.
+pub(crate) type CmsgSpace = [u64; 12];
 
 /// A fixed-length heap array that is only ever accessed through the raw pointer taken at allocation, so
 /// pointers into it that were given to `msghdr`/`mmsghdr` never get invalidated by later reborrows.
@@ -71,57 +77,32 @@ pub(crate) fn errno() -> i32 {
 /// Waits until `fd` has any of `events`, for at most `timeout` (rounded up to whole milliseconds so a
 /// short positive timeout never becomes a busy poll). Returns false on timeout. EINTR counts as "not
 /// ready yet" and returns false, so callers re-check their own deadline and stop flags.
-pub(crate) fn poll_fd(fd: RawFd, events: libc::c_short, timeout: Duration) -> io::Result<bool> {
+pub(crate) fn poll_fd(fd: BorrowedFd<'_>, events: PollFlags, timeout: Duration) -> io::Result<bool> {
     let mut ms = timeout.as_millis();
     if Duration::from_millis(ms as u64) < timeout {
         ms += 1;
     }
-    let ms = ms.min(i32::MAX as u128) as libc::c_int;
-    let mut pfd = libc::pollfd {
-        fd,
-        events,
-        revents: 0,
+    let ms = ms.min(i32::MAX as u128) as u64;
+    let timeout = rustix::event::Timespec {
+        tv_sec: (ms / 1000) as _,
+        tv_nsec: ((ms % 1000) * 1_000_000) as _,
     };
-    // SAFETY: one valid pollfd.
-    let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
-    if rc < 0 {
-        let err = io::Error::last_os_error();
-        return if err.kind() == io::ErrorKind::Interrupted {
-            Ok(false)
-        } else {
-            Err(err)
-        };
+    let mut fds = [PollFd::from_borrowed_fd(fd, events)];
+    match rustix::event::poll(&mut fds, Some(&timeout)) {
+        Ok(n) => Ok(n > 0),
+        Err(rustix::io::Errno::INTR) => Ok(false),
+        Err(e) => Err(e.into()),
     }
-    Ok(rc > 0)
 }
+
+pub(crate) use rustix::event::{PollFd, PollFlags};
 
 /// Writes `addr` into `storage` and returns the length to pass as `msg_namelen`.
 pub(crate) fn write_sockaddr(addr: &SocketAddr, storage: &mut libc::sockaddr_storage) -> libc::socklen_t {
-    match addr {
-        SocketAddr::V4(a) => {
-            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
-            let sin = unsafe { &mut *(storage as *mut _ as *mut libc::sockaddr_in) };
-            sin.sin_family = libc::AF_INET as libc::sa_family_t;
-            sin.sin_port = a.port().to_be();
-            sin.sin_addr = libc::in_addr {
-                s_addr: u32::from_ne_bytes(a.ip().octets()),
-            };
-            sin.sin_zero = [0; 8];
-            mem::size_of::<libc::sockaddr_in>() as libc::socklen_t
-        }
-        SocketAddr::V6(a) => {
-            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
-            let sin6 = unsafe { &mut *(storage as *mut _ as *mut libc::sockaddr_in6) };
-            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
-            sin6.sin6_port = a.port().to_be();
-            sin6.sin6_flowinfo = a.flowinfo();
-            sin6.sin6_addr = libc::in6_addr {
-                s6_addr: a.ip().octets(),
-            };
-            sin6.sin6_scope_id = a.scope_id();
-            mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t
-        }
-    }
+    let sa = socket2::SockAddr::from(*addr);
+    let len = sa.len();
+    *storage = sa.as_storage();
+    len
 }
 
 /// Reads an IPv4/IPv6 address the kernel wrote into `storage`; None for other families or short lengths.
@@ -149,10 +130,26 @@ pub(crate) fn read_sockaddr(storage: &libc::sockaddr_storage, len: libc::socklen
     }
 }
 
+/// C structs for which all-zero bytes are a valid value: every field an integer, a raw pointer (null
+/// is a valid raw pointer) or a nested struct or array of such, so no references, `NonNull`, function
+/// pointers or enums.
+///
+/// # Safety
+/// Implement only for types that satisfy this; [`zeroed`] relies on it.
+pub(crate) unsafe trait Zeroable: Copy {}
+
+// SAFETY: mmsghdr is a msghdr (a raw name pointer, length, raw iovec pointer, count, raw control
+// pointer, length and flags: integers and raw pointers) and an unsigned length.
+unsafe impl Zeroable for libc::mmsghdr {}
+// SAFETY: iovec is a raw base pointer and a length.
+unsafe impl Zeroable for libc::iovec {}
+// SAFETY: sockaddr_storage is a family, padding bytes and an alignment integer.
+unsafe impl Zeroable for libc::sockaddr_storage {}
+
 /// An all-zero value of a plain C struct.
 #[inline]
-pub(crate) fn zeroed<T: Copy>() -> T {
-    // SAFETY: only used for libc POD structs (mmsghdr, iovec, sockaddr_storage) where all-zero is valid.
+pub(crate) fn zeroed<T: Zeroable>() -> T {
+    // SAFETY: `T: Zeroable` promises that all-zero bytes are a valid `T`.
     unsafe { mem::zeroed() }
 }
 
