@@ -10,6 +10,8 @@
 //! - [`report`]: runs a check and renders its verdict; [`gather`] writes a scan out as one frame stream;
 //!   [`ls`] lists the scans on disks.
 
+#![forbid(unsafe_code)]
+
 pub mod engine;
 pub mod finding;
 pub mod framer;

@@ -24,15 +24,8 @@ use vlbiflow_formats::vdif::VdifHeader;
 /// which keeps a disk streaming while the checker works on the previous piece.
 fn open_sequential(path: &Path) -> std::io::Result<File> {
     let file = File::open(path)?;
-    // SAFETY: advisory call on an open descriptor; its failure changes nothing.
-    unsafe {
-        libc::posix_fadvise(
-            std::os::fd::AsRawFd::as_raw_fd(&file),
-            0,
-            0,
-            libc::POSIX_FADV_SEQUENTIAL,
-        )
-    };
+    // Advisory: its failure changes nothing.
+    let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::Sequential);
     Ok(file)
 }
 
