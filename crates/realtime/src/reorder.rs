@@ -657,3 +657,401 @@ impl Reorderer {
         h.set_thread_id(thread);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vlbiflow_formats::fill::{is_mark5b_fill, is_vdif_fill};
+    use vlbiflow_formats::time::VdifTime;
+
+    const LEN: usize = 64;
+    const D: Duration = Duration::from_millis(200);
+
+    fn psn_reorderer(window: usize) -> Reorderer {
+        Reorderer::new(ReorderConfig::new(FrameKind::Vdif, LEN, KeyMode::Psn, window, D)).unwrap()
+    }
+
+    /// A frame whose payload names its key.
+    fn frame(key: u64) -> [u8; LEN] {
+        let mut f = [0u8; LEN];
+        f[32..40].copy_from_slice(&key.to_le_bytes());
+        f
+    }
+
+    fn ms(t0: Instant, n: u64) -> Instant {
+        t0 + Duration::from_millis(n)
+    }
+
+    /// Drains the output: (key, real?) pairs, checking real frames carry their key and fill is fill.
+    fn drain(r: &mut Reorderer, now: Instant) -> Vec<(u64, bool)> {
+        let mut out = Vec::new();
+        while let Some(o) = r.poll_output(now) {
+            match o.kind {
+                OutputKind::Real => assert_eq!(o.frame, &frame(o.key)[..]),
+                OutputKind::Fill => assert!(is_vdif_fill(o.frame)),
+            }
+            out.push((o.key, o.kind == OutputKind::Real));
+        }
+        out
+    }
+
+    #[test]
+    fn in_order_frames_go_out_at_once() {
+        let mut r = psn_reorderer(16);
+        let t0 = Instant::now();
+        assert_eq!(r.push(t0, 10, &frame(10)), Ok(Arrival::Start));
+        assert_eq!(drain(&mut r, t0), [(10, true)]);
+        assert_eq!(r.push(t0, 11, &frame(11)), Ok(Arrival::InOrder));
+        assert_eq!(drain(&mut r, t0), [(11, true)]);
+        assert_eq!(r.poll_timeout(), None);
+        assert_eq!(r.counters().delivered, 2);
+    }
+
+    #[test]
+    fn a_hole_is_filled_when_its_deadline_passes_counted_from_the_successor() {
+        let mut r = psn_reorderer(16);
+        let t0 = Instant::now();
+        r.push(t0, 0, &frame(0)).unwrap();
+        r.push(ms(t0, 1), 1, &frame(1)).unwrap();
+        assert_eq!(r.push(ms(t0, 5), 3, &frame(3)), Ok(Arrival::Gap { missing: 1 }));
+        r.push(ms(t0, 6), 4, &frame(4)).unwrap();
+        assert_eq!(drain(&mut r, ms(t0, 6)), [(0, true), (1, true)]);
+        // Key 2 became due when 3 arrived at 5 ms: released at 205 ms, not before.
+        assert_eq!(r.poll_timeout(), Some(ms(t0, 205)));
+        assert_eq!(drain(&mut r, ms(t0, 204)), []);
+        assert_eq!(drain(&mut r, ms(t0, 205)), [(2, false), (3, true), (4, true)]);
+        // Key 2 now is late, and a copy of 3 a duplicate.
+        assert_eq!(r.push(ms(t0, 206), 2, &frame(2)), Ok(Arrival::Late));
+        assert_eq!(r.push(ms(t0, 206), 3, &frame(3)), Ok(Arrival::Duplicate));
+        let c = r.counters();
+        assert_eq!((c.delivered, c.filled, c.late, c.duplicate), (4, 1, 1, 1));
+    }
+
+    #[test]
+    fn arrival_at_the_deadline_is_late_before_it_in_time_whenever_the_caller_polls() {
+        for (arrive, expect) in [(204, Arrival::OutOfOrder), (205, Arrival::Late)] {
+            let mut r = psn_reorderer(16);
+            let t0 = Instant::now();
+            r.push(t0, 0, &frame(0)).unwrap();
+            r.push(ms(t0, 5), 2, &frame(2)).unwrap();
+            // No poll in between: the decision rests on arrival times only.
+            assert_eq!(r.push(ms(t0, arrive), 1, &frame(1)), Ok(expect));
+            let out = drain(&mut r, ms(t0, 1000));
+            let real = expect == Arrival::OutOfOrder;
+            assert_eq!(out, [(0, true), (1, real), (2, true)]);
+        }
+    }
+
+    #[test]
+    fn duplicates_held_or_delivered_and_late_copies() {
+        let mut r = psn_reorderer(16);
+        let t0 = Instant::now();
+        r.push(t0, 0, &frame(0)).unwrap();
+        r.push(t0, 2, &frame(2)).unwrap();
+        assert_eq!(r.push(t0, 2, &frame(2)), Ok(Arrival::Duplicate), "held");
+        assert_eq!(drain(&mut r, t0), [(0, true)]);
+        assert_eq!(r.push(t0, 0, &frame(0)), Ok(Arrival::Duplicate), "delivered");
+        assert_eq!(drain(&mut r, ms(t0, 200)), [(1, false), (2, true)]);
+        assert_eq!(r.push(ms(t0, 300), 1, &frame(1)), Ok(Arrival::Late));
+        assert_eq!(r.push(ms(t0, 300), 1, &frame(1)), Ok(Arrival::Late));
+        assert_eq!(r.counters().duplicate, 2);
+        assert_eq!(r.counters().late, 2);
+    }
+
+    #[test]
+    fn a_full_window_forces_the_oldest_hole_out_before_its_deadline() {
+        let mut r = psn_reorderer(4);
+        let t0 = Instant::now();
+        r.push(t0, 0, &frame(0)).unwrap();
+        for k in 2..=4 {
+            r.push(t0, k, &frame(k)).unwrap();
+        }
+        assert_eq!(drain(&mut r, t0), [(0, true)]);
+        // Key 5 is 4 ahead of the hole at 1: the hole must go, as fill, at once.
+        assert_eq!(r.push(ms(t0, 1), 5, &frame(5)), Ok(Arrival::InOrder));
+        assert_eq!(r.push(ms(t0, 1), 6, &frame(6)), Err(Busy));
+        assert_eq!(r.push(ms(t0, 1), 1, &frame(1)), Err(Busy));
+        assert_eq!(
+            drain(&mut r, ms(t0, 1)),
+            [(1, false), (2, true), (3, true), (4, true), (5, true)]
+        );
+        assert_eq!(r.push(ms(t0, 2), 1, &frame(1)), Ok(Arrival::Late));
+        let c = r.counters();
+        assert_eq!((c.delivered, c.filled, c.late, c.received), (5, 1, 1, 6));
+    }
+
+    #[test]
+    fn a_jump_beyond_the_window_fills_the_gap_and_waits_for_the_last_window() {
+        let mut r = psn_reorderer(4);
+        let t0 = Instant::now();
+        r.push(t0, 0, &frame(0)).unwrap();
+        assert_eq!(
+            r.push(ms(t0, 1), 100, &frame(100)),
+            Ok(Arrival::Gap { missing: 99 })
+        );
+        let out = drain(&mut r, ms(t0, 1));
+        assert_eq!(out.len(), 97, "0 and the fill of 1..=96");
+        assert!(out[1..]
+            .iter()
+            .enumerate()
+            .all(|(i, &(k, real))| k == i as u64 + 1 && !real));
+        // 97..=99 may still come until 201 ms.
+        assert_eq!(r.push(ms(t0, 2), 98, &frame(98)), Ok(Arrival::OutOfOrder));
+        assert_eq!(r.push(ms(t0, 2), 96, &frame(96)), Ok(Arrival::Late));
+        // More than two windows behind the newest key: a stray, as in vlbiflow-seq.
+        assert_eq!(r.push(ms(t0, 2), 50, &frame(50)), Ok(Arrival::Stray));
+        assert_eq!(drain(&mut r, ms(t0, 200)), []);
+        assert_eq!(
+            drain(&mut r, ms(t0, 201)),
+            [(97, false), (98, true), (99, false), (100, true)]
+        );
+        assert_eq!(r.counters().filled, 98);
+    }
+
+    #[test]
+    fn strays_are_dropped_and_a_run_of_them_restarts_the_stream() {
+        let mut cfg = ReorderConfig::new(FrameKind::Vdif, LEN, KeyMode::Psn, 16, D);
+        cfg.max_gap = 1000;
+        let mut r = Reorderer::new(cfg).unwrap();
+        let t0 = Instant::now();
+        for k in 0..5 {
+            r.push(t0, k, &frame(k)).unwrap();
+        }
+        r.push(t0, 6, &frame(6)).unwrap();
+        assert_eq!(r.push(t0, 1 << 40, &frame(1 << 40)), Ok(Arrival::Stray));
+        assert_eq!(r.push(t0, 7, &frame(7)), Ok(Arrival::InOrder));
+        let start = 1u64 << 50;
+        for k in start..start + RESTART_AFTER as u64 - 1 {
+            assert_eq!(r.push(t0, k, &frame(k)), Ok(Arrival::Stray));
+        }
+        let last = start + RESTART_AFTER as u64 - 1;
+        assert_eq!(r.push(t0, last, &frame(last)), Ok(Arrival::Restart));
+        // The old stream is flushed (its hole at 5 filled), then the new one starts at the last stray.
+        let out = drain(&mut r, t0);
+        let mut want: Vec<(u64, bool)> = (0..8).map(|k| (k, k != 5)).collect();
+        want.push((last, true));
+        assert_eq!(out, want);
+        assert_eq!(r.push(t0, last + 1, &frame(last + 1)), Ok(Arrival::InOrder));
+        let c = r.counters();
+        assert_eq!((c.stray, c.restarts), (RESTART_AFTER as u64, 1));
+        // Far behind the new stream: stray, not late.
+        assert_eq!(r.push(t0, 3, &frame(3)), Ok(Arrival::Stray));
+    }
+
+    #[test]
+    fn psn_wraps_past_u64_max() {
+        let mut r = psn_reorderer(8);
+        let t0 = Instant::now();
+        let keys = [u64::MAX - 1, 0, u64::MAX, 1];
+        for k in keys {
+            r.push(t0, k, &frame(k)).unwrap();
+        }
+        assert_eq!(
+            drain(&mut r, t0),
+            [(u64::MAX - 1, true), (u64::MAX, true), (0, true), (1, true)]
+        );
+        assert_eq!(r.counters().out_of_order, 1);
+    }
+
+    #[test]
+    fn udps_datagrams_and_malformed_input() {
+        let mut r = psn_reorderer(8);
+        let t0 = Instant::now();
+        let mut d = [0u8; 8 + LEN];
+        d[..8].copy_from_slice(&psn::to_bytes(42));
+        d[8..].copy_from_slice(&frame(42));
+        assert_eq!(r.push_udps(t0, &d), Ok(Arrival::Start));
+        assert_eq!(r.push_udps(t0, &d[..5]), Ok(Arrival::Malformed));
+        assert_eq!(r.push_udps(t0, &d[..20]), Ok(Arrival::Malformed));
+        assert_eq!(r.push_vdif(t0, &frame(1)), Ok(Arrival::Malformed), "PSN mode");
+        assert_eq!(drain(&mut r, t0), [(42, true)]);
+        assert_eq!(r.counters().malformed, 3);
+        assert_eq!(r.counters().received, 4);
+    }
+
+    #[test]
+    fn mark5b_fill_is_jive5abs() {
+        let len = vlbiflow_formats::mark5b::FRAME_LEN;
+        let cfg = ReorderConfig::new(FrameKind::M5b, len, KeyMode::Psn, 8, D);
+        let mut r = Reorderer::new(cfg).unwrap();
+        let t0 = Instant::now();
+        let f = vec![0u8; len];
+        r.push(t0, 0, &f).unwrap();
+        r.push(t0, 2, &f).unwrap();
+        r.flush();
+        let kinds: Vec<OutputKind> = std::iter::from_fn(|| {
+            r.poll_output(t0).map(|o| {
+                assert_eq!(o.kind == OutputKind::Fill, is_mark5b_fill(o.frame));
+                o.kind
+            })
+        })
+        .collect();
+        assert_eq!(kinds, [OutputKind::Real, OutputKind::Fill, OutputKind::Real]);
+    }
+
+    const RATE: u32 = 100;
+    const SECOND: u32 = 5_000_000;
+
+    fn vdif_frame(thread: u16, index: u32) -> [u8; LEN] {
+        let mut f = [0u8; LEN];
+        let mut h = VdifHeader::new_unchecked(&mut f[..]);
+        h.set_epoch(48);
+        h.set_time(SECOND + index / RATE, index % RATE);
+        h.set_frame_len(LEN);
+        h.set_thread_id(thread);
+        h.set_station_id(0x4142);
+        h.set_bits_per_sample(2);
+        f[40] = 0xee; // payload
+        f
+    }
+
+    fn vdif_reorderer(threads: Vec<u16>, fill: FillMode) -> Reorderer {
+        let key = KeyMode::VdifTime {
+            frame_rate: RATE,
+            threads,
+        };
+        let mut cfg = ReorderConfig::new(FrameKind::Vdif, LEN, key, 64, D);
+        cfg.fill = fill;
+        Reorderer::new(cfg).unwrap()
+    }
+
+    /// (thread, index in the test's second count, real?) of each output frame.
+    fn drain_vdif(r: &mut Reorderer, now: Instant) -> Vec<(u16, u32, bool)> {
+        std::iter::from_fn(|| {
+            r.poll_output(now).map(|o| {
+                let h = VdifHeader::new_unchecked(o.frame);
+                let real = o.kind == OutputKind::Real;
+                assert_eq!(real, !is_vdif_fill(o.frame));
+                let index = (h.seconds() - SECOND) * RATE + h.frame_number();
+                (h.thread_id(), index, real)
+            })
+        })
+        .collect()
+    }
+
+    #[test]
+    fn vdif_threads_interleave_in_time_order_with_stamped_fill() {
+        let mut r = vdif_reorderer(vec![3, 0, 7], FillMode::Stamped);
+        let t0 = Instant::now();
+        // Index 99 and 100 (across a second), threads arriving in any order; (0, 100) lost.
+        let arrivals = [(3, 99), (7, 99), (0, 99), (7, 100), (3, 100), (3, 101)];
+        for (thread, index) in arrivals {
+            r.push_vdif(t0, &vdif_frame(thread, index)).unwrap();
+        }
+        assert_eq!(r.push_vdif(t0, &vdif_frame(5, 100)), Ok(Arrival::UnknownThread));
+        r.flush();
+        let out = drain_vdif(&mut r, t0);
+        assert_eq!(
+            out,
+            [
+                (3, 99, true),
+                (0, 99, true),
+                (7, 99, true),
+                (3, 100, true),
+                (0, 100, false),
+                (7, 100, true),
+                (3, 101, true)
+            ]
+        );
+        let c = r.counters();
+        assert_eq!((c.delivered, c.filled, c.unknown_thread), (6, 1, 1));
+        assert_eq!(
+            c.out_of_order, 2,
+            "(0, 99) after (7, 99); (3, 100) after (7, 100)"
+        );
+        // A frame older than the first one is late (the stream starts at its first frame).
+        let mut r = vdif_reorderer(vec![3, 0, 7], FillMode::Stamped);
+        r.push_vdif(t0, &vdif_frame(0, 99)).unwrap();
+        assert_eq!(r.push_vdif(t0, &vdif_frame(3, 99)), Ok(Arrival::Late));
+    }
+
+    #[test]
+    fn stamped_fill_header_names_the_missing_frame_and_jive5ab_fill_does_not() {
+        for mode in [FillMode::Stamped, FillMode::Jive5ab] {
+            let mut r = vdif_reorderer(vec![1], mode);
+            let t0 = Instant::now();
+            r.push_vdif(t0, &vdif_frame(1, 5)).unwrap();
+            r.push_vdif(t0, &vdif_frame(1, 7)).unwrap();
+            r.flush();
+            let mut frames = Vec::new();
+            while let Some(o) = r.poll_output(t0) {
+                frames.push(o.frame.to_vec());
+            }
+            let fill = &frames[1];
+            assert!(is_vdif_fill(fill));
+            let h = VdifHeader::new_unchecked(&fill[..]);
+            assert!(h.invalid());
+            assert_eq!(h.frame_len(), LEN);
+            if mode == FillMode::Stamped {
+                let t = VdifTime {
+                    epoch: h.epoch(),
+                    seconds: h.seconds(),
+                    frame: h.frame_number(),
+                };
+                assert_eq!(
+                    t,
+                    VdifTime {
+                        epoch: 48,
+                        seconds: SECOND,
+                        frame: 6
+                    }
+                );
+                assert_eq!(
+                    (h.thread_id(), h.station_id(), h.bits_per_sample()),
+                    (1, 0x4142, 2)
+                );
+            } else {
+                let mut jive = vec![0u8; LEN];
+                write_fill(FrameKind::Vdif, &mut jive);
+                assert_eq!(fill, &jive);
+            }
+        }
+    }
+
+    #[test]
+    fn bad_configurations_are_refused() {
+        let ok = ReorderConfig::new(FrameKind::Vdif, LEN, KeyMode::Psn, 8, D);
+        let bad = |f: &dyn Fn(&mut ReorderConfig)| {
+            let mut c = ok.clone();
+            f(&mut c);
+            Reorderer::new(c).unwrap_err()
+        };
+        assert!(matches!(bad(&|c| c.frame_len = 60), ConfigError::FrameLen(60, _)));
+        assert!(matches!(
+            bad(&|c| c.kind = FrameKind::M5b),
+            ConfigError::FrameLen(..)
+        ));
+        assert_eq!(bad(&|c| c.window = 0), ConfigError::Window(0));
+        assert_eq!(
+            bad(&|c| c.fill = FillMode::Stamped),
+            ConfigError::StampedNeedsVdifTime
+        );
+        let threads = |t: Vec<u16>| KeyMode::VdifTime {
+            frame_rate: 10,
+            threads: t,
+        };
+        assert!(matches!(
+            bad(&|c| c.key = threads(vec![])),
+            ConfigError::Threads(_)
+        ));
+        assert!(matches!(
+            bad(&|c| c.key = threads(vec![1, 1])),
+            ConfigError::Threads(_)
+        ));
+        assert!(matches!(
+            bad(&|c| c.key = threads(vec![1024])),
+            ConfigError::Threads(_)
+        ));
+        let rate0 = KeyMode::VdifTime {
+            frame_rate: 0,
+            threads: vec![0],
+        };
+        assert_eq!(bad(&|c| c.key = rate0.clone()), ConfigError::FrameRate(0));
+        assert_eq!(
+            Reorderer::new(ReorderConfig { window: 5, ..ok })
+                .unwrap()
+                .window(),
+            8
+        );
+    }
+}
