@@ -231,7 +231,9 @@ impl ForwardQueue {
         // Sendable once now >= tat + len x 1e9 - burst (in scaled units).
         let due = (self.tat + len * NS).saturating_sub(self.burst_scaled);
         let ns = due.div_ceil(u128::from(rate));
-        Some(origin + std::time::Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX)))
+        origin.checked_add(std::time::Duration::from_nanos(
+            u64::try_from(ns).unwrap_or(u64::MAX),
+        ))
     }
 }
 

@@ -555,8 +555,8 @@ impl Reorderer {
         self.forced = self.head.wrapping_sub(self.base);
     }
 
-    /// When [`Reorderer::poll_output`] has something to give without a push: `None` if nothing is pending,
-    /// a time at or before `now` if output is ready now.
+    /// When [`Reorderer::poll_output`] has something to give without a push: `None` if nothing will be
+    /// ready without another push, a time at or before `now` if output is ready now.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let origin = self.origin?;
         if self.staged.is_some() || self.forced > 0 {
@@ -569,7 +569,8 @@ impl Reorderer {
         if bit(&self.present, s as u64) {
             return Some(origin);
         }
-        Some(origin + Duration::from_nanos(self.opened[s].saturating_add(self.deadline)))
+        // A deadline beyond what `Instant` can hold is never: no timer.
+        origin.checked_add(Duration::from_nanos(self.opened[s].saturating_add(self.deadline)))
     }
 
     /// The next frame of the output stream, if one is ready at `now`.
@@ -1053,5 +1054,24 @@ mod tests {
                 .window(),
             8
         );
+    }
+}
+
+#[cfg(test)]
+mod timeout_tests {
+    use super::*;
+
+    #[test]
+    fn an_unrepresentable_deadline_means_no_timer_not_a_panic() {
+        let cfg = ReorderConfig::new(FrameKind::Vdif, 32, KeyMode::Psn, 4, Duration::MAX);
+        let mut r = Reorderer::new(cfg).unwrap();
+        let t0 = Instant::now();
+        r.push(t0, 0, &[0; 32]).unwrap();
+        r.push(t0, 2, &[0; 32]).unwrap();
+        assert!(r.poll_output(t0).is_some());
+        // Saturated at u64::MAX ns (584 years): a timer that far ahead, or none.
+        let later = t0 + Duration::from_secs(1 << 30);
+        assert!(r.poll_timeout().is_none_or(|t| t > later));
+        assert!(r.poll_output(later).is_none());
     }
 }
