@@ -730,13 +730,19 @@ mod tests {
 
     #[test]
     fn arrival_at_the_deadline_is_late_before_it_in_time_whenever_the_caller_polls() {
-        for (arrive, expect) in [(204, Arrival::OutOfOrder), (205, Arrival::Late)] {
+        for (arrive, expect) in [
+            (
+                Duration::from_millis(205) - Duration::from_nanos(1),
+                Arrival::OutOfOrder,
+            ),
+            (Duration::from_millis(205), Arrival::Late),
+        ] {
             let mut r = psn_reorderer(16);
             let t0 = Instant::now();
             r.push(t0, 0, &frame(0)).unwrap();
             r.push(ms(t0, 5), 2, &frame(2)).unwrap();
             // No poll in between: the decision rests on arrival times only.
-            assert_eq!(r.push(ms(t0, arrive), 1, &frame(1)), Ok(expect));
+            assert_eq!(r.push(t0 + arrive, 1, &frame(1)), Ok(expect));
             let out = drain(&mut r, ms(t0, 1000));
             let real = expect == Arrival::OutOfOrder;
             assert_eq!(out, [(0, true), (1, real), (2, true)]);
