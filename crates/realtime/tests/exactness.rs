@@ -162,7 +162,7 @@ proptest! {
     fn output_is_exactly_the_in_time_frames_with_fill_elsewhere(
         sent in (2usize..300, prop::sample::select(vec![3_000u64, 15_000, 60_000]))
             .prop_flat_map(|(n, d)| sent_strategy(n, d)),
-        window in prop::sample::select(vec![4usize, 8, 32, 1024]),
+        window in prop::sample::select(vec![1usize, 2, 4, 8, 32, 1024]),
         poll in prop::collection::vec(prop::bool::weighted(0.3), 1..20),
     ) {
         let arr = arrivals(&sent);
