@@ -11,7 +11,8 @@
 //! accumulation in the backend before the frame could be sent.
 
 use hdrhistogram::Histogram;
-use vlbiflow_formats::time::{FrameClock, UtcTime};
+use vlbiflow_formats::time::{epoch_start_unix, FrameClock, UtcTime};
+use vlbiflow_formats::vdif::{self, VdifHeader};
 
 /// Largest latency recorded exactly (1 hour); larger ones are recorded as this.
 pub const MAX_LATENCY_NS: u64 = 3_600_000_000_000;
@@ -86,6 +87,17 @@ impl LatencyHistogram {
         self.record(clock.utc_of(index), arrival)
     }
 
+    /// Records a VDIF frame by the time stamp in its header, at `clock`'s frame rate. `None` (nothing
+    /// recorded) if `frame` is shorter than a legacy header.
+    pub fn record_vdif(&mut self, clock: &FrameClock, frame: &[u8], arrival: UtcTime) -> Option<i64> {
+        if frame.len() < vdif::LEGACY_HEADER_LEN {
+            return None;
+        }
+        let h = VdifHeader::new_unchecked(frame);
+        let index = clock.index_of(epoch_start_unix(h.epoch()), h.seconds(), h.frame_number());
+        Some(self.record_index(clock, index, arrival))
+    }
+
     /// Adds another histogram's samples (same offset assumed).
     pub fn merge(&mut self, other: &LatencyHistogram) {
         // Same bounds on both sides, so adding cannot fail.
@@ -135,6 +147,20 @@ mod tests {
         assert_eq!(s.clock_offset_ns, 2_000_000);
         let p50 = s.p50_ns.unwrap();
         assert!((12_990_000..=13_010_000).contains(&p50), "{p50}");
+    }
+
+    #[test]
+    fn a_vdif_frame_is_timed_by_its_header() {
+        let clock = FrameClock::new(1000).unwrap();
+        let mut f = [0u8; 32];
+        let mut hdr = VdifHeader::new_unchecked(&mut f[..]);
+        hdr.set_epoch(48); // 2024-01-01 = 1704067200
+        hdr.set_time(100, 500); // 1704067300.5
+        let mut h = LatencyHistogram::new(0);
+        let arrival = UtcTime::from_unix(1_704_067_300, 520_000_000);
+        assert_eq!(h.record_vdif(&clock, &f, arrival), Some(20_000_000));
+        assert_eq!(h.record_vdif(&clock, &f[..8], arrival), None);
+        assert_eq!(h.summary().count, 1);
     }
 
     #[test]
