@@ -402,34 +402,46 @@ impl Reorderer {
         }
     }
 
-    /// A VDIF frame keyed by its time stamp and thread ([`KeyMode::VdifTime`]). With [`KeyMode::Psn`] the
-    /// frame is counted malformed.
+    /// A VDIF frame keyed by its time stamp and thread ([`KeyMode::VdifTime`]). With [`KeyMode::Psn`], a
+    /// wrong length or a frame number at or above the frame rate the frame is counted malformed.
     pub fn push_vdif(&mut self, now: Instant, frame: &[u8]) -> Result<Arrival, Busy> {
         if self.staged.is_some() {
             return Err(Busy);
         }
-        let Some(key) = self.vdif_key(frame) else {
-            self.counters.received += 1;
-            if self.vdif.is_some() && frame.len() == self.frame_len {
-                self.counters.unknown_thread += 1;
-                return Ok(Arrival::UnknownThread);
+        match self.classify_vdif(frame) {
+            Ok(key) => self.push(now, key, frame),
+            Err(arrival) => {
+                self.counters.received += 1;
+                match arrival {
+                    Arrival::UnknownThread => self.counters.unknown_thread += 1,
+                    _ => self.counters.malformed += 1,
+                }
+                Ok(arrival)
             }
-            self.counters.malformed += 1;
-            return Ok(Arrival::Malformed);
-        };
-        self.push(now, key, frame)
+        }
     }
 
-    /// The key of a VDIF frame of the right length, `None` for a wrong length or an unknown thread.
+    /// The key of a VDIF frame, `None` if [`Reorderer::push_vdif`] would not take it.
     pub fn vdif_key(&mut self, frame: &[u8]) -> Option<u64> {
-        let keys = self.vdif.as_mut()?;
+        self.classify_vdif(frame).ok()
+    }
+
+    fn classify_vdif(&mut self, frame: &[u8]) -> Result<u64, Arrival> {
+        let Some(keys) = self.vdif.as_mut() else {
+            return Err(Arrival::Malformed);
+        };
         if frame.len() != self.frame_len {
-            return None;
+            return Err(Arrival::Malformed);
         }
         let h = VdifHeader::new_unchecked(frame);
         let position = keys.position[usize::from(h.thread_id())];
         if position == 0 {
-            return None;
+            return Err(Arrival::UnknownThread);
+        }
+        let frame_number = h.frame_number();
+        if frame_number >= keys.clock.frame_rate() {
+            // A wrong configured rate or a corrupt header: it would alias a frame of the next second.
+            return Err(Arrival::Malformed);
         }
         let epoch = h.epoch();
         let start = match keys.cached_epoch {
@@ -440,9 +452,9 @@ impl Reorderer {
                 start
             }
         };
-        let index = keys.clock.index_of(start, h.seconds(), h.frame_number()) as u64;
+        let index = keys.clock.index_of(start, h.seconds(), frame_number) as u64;
         let n = keys.threads.len() as u64;
-        Some(index.wrapping_mul(n).wrapping_add(u64::from(position - 1)))
+        Ok(index.wrapping_mul(n).wrapping_add(u64::from(position - 1)))
     }
 
     /// Accounts for and (if it belongs in the output) stores frame `key` arriving at `now`.
@@ -946,6 +958,10 @@ mod tests {
             r.push_vdif(t0, &vdif_frame(thread, index)).unwrap();
         }
         assert_eq!(r.push_vdif(t0, &vdif_frame(5, 100)), Ok(Arrival::UnknownThread));
+        let mut too_high = vdif_frame(3, 101);
+        VdifHeader::new_unchecked(&mut too_high[..]).set_frame_number(RATE);
+        assert_eq!(r.push_vdif(t0, &too_high), Ok(Arrival::Malformed));
+        assert_eq!(r.push_vdif(t0, &too_high[..32]), Ok(Arrival::Malformed));
         r.flush();
         let out = drain_vdif(&mut r, t0);
         assert_eq!(
@@ -961,7 +977,10 @@ mod tests {
             ]
         );
         let c = r.counters();
-        assert_eq!((c.delivered, c.filled, c.unknown_thread), (6, 1, 1));
+        assert_eq!(
+            (c.delivered, c.filled, c.unknown_thread, c.malformed),
+            (6, 1, 1, 2)
+        );
         assert_eq!(
             c.out_of_order, 2,
             "(0, 99) after (7, 99); (3, 100) after (7, 100)"
