@@ -117,6 +117,13 @@ fn run(arr: &[(u64, u64)], window: usize, poll: &[bool]) -> (Vec<(u64, bool)>, R
         if poll[i % poll.len()] {
             drain(&mut r, now, &mut out);
         }
+        // Every frame pushed is accounted for at every moment.
+        let c = r.counters();
+        assert_eq!(
+            c.received,
+            c.delivered + c.late + c.duplicate + c.stray + c.malformed + c.unknown_thread + r.held()
+        );
+        assert_eq!(c.delivered + c.filled, out.len() as u64);
     }
     let end = t0 + Duration::from_micros(arr.last().unwrap().0) + Duration::from_secs(10);
     drain(&mut r, end, &mut out);
