@@ -1,0 +1,130 @@
+//! The per-frame paths allocate nothing: after construction, pushing and polling frames through the
+//! Reorderer (with loss, reordering, duplicates, a jump and stamped fill), offering and sending through a
+//! ForwardQueue and recording latencies make no heap allocation. Counted with a wrapping global allocator,
+//! on the test's own thread only (the harness's threads allocate when they like).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use vlbiflow_formats::time::{FrameClock, UtcTime};
+use vlbiflow_formats::vdif::VdifHeader;
+use vlbiflow_formats::FrameKind;
+use vlbiflow_realtime::forward::{ForwardConfig, ForwardQueue};
+use vlbiflow_realtime::latency::LatencyHistogram;
+use vlbiflow_realtime::reorder::{FillMode, KeyMode, ReorderConfig, Reorderer};
+
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// Set on the thread under test; const-initialised, so reading it never allocates.
+    static COUNTING: Cell<bool> = const { Cell::new(false) };
+}
+
+fn count() {
+    if COUNTING.with(Cell::get) {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count();
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count();
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+const LEN: usize = 1032;
+const RATE: u32 = 1000;
+
+#[test]
+fn per_frame_paths_do_not_allocate() {
+    let key = KeyMode::VdifTime {
+        frame_rate: RATE,
+        threads: vec![0, 1],
+    };
+    let mut cfg = ReorderConfig::new(FrameKind::Vdif, LEN, key, 64, Duration::from_millis(5));
+    cfg.fill = FillMode::Stamped;
+    let mut r = Reorderer::new(cfg).unwrap();
+    let mut q = ForwardQueue::new(ForwardConfig {
+        max_len: LEN,
+        capacity: 16,
+        rate_bytes_per_s: Some(LEN as u64 * 500),
+        burst_bytes: LEN as u64 * 2,
+        threads: Some(vec![1]),
+        header_offset: 0,
+    })
+    .unwrap();
+    let mut lat = LatencyHistogram::new(0);
+    let clock = FrameClock::new(RATE).unwrap();
+    let mut frame = [0u8; LEN];
+    let t0 = Instant::now();
+    COUNTING.with(|c| c.set(true));
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let mut out = 0u64;
+    for i in 0..20_000u32 {
+        // Index i / 2, thread i % 2; swap pairs, lose one in 50, duplicate one in 70, jump once.
+        let mut n = if i % 10 == 4 {
+            i + 1
+        } else if i % 10 == 5 {
+            i - 1
+        } else {
+            i
+        };
+        if i >= 10_000 {
+            n += 500;
+        }
+        let index = n / 2;
+        let now = t0 + Duration::from_micros(u64::from(i) * 500);
+        {
+            let mut h = VdifHeader::new_unchecked(&mut frame[..]);
+            h.set_epoch(50);
+            h.set_time(20_000_000 + index / RATE, index % RATE);
+            h.set_frame_len(LEN);
+            h.set_thread_id((n % 2) as u16);
+        }
+        q.offer(now, &frame);
+        while let Some(f) = q.poll_send(now) {
+            out += f.len() as u64;
+        }
+        let arrival = UtcTime::from_unix(1_700_000_000, (i % 1000) * 1_000_000);
+        lat.record_index(&clock, i64::from(index), arrival);
+        if i % 50 != 7 {
+            let copies = if i % 70 == 3 { 2 } else { 1 };
+            for _ in 0..copies {
+                while r.push_vdif(now, &frame).is_err() {
+                    while let Some(o) = r.poll_output(now) {
+                        out += o.frame.len() as u64;
+                    }
+                }
+            }
+        }
+        while let Some(o) = r.poll_output(now) {
+            out += o.frame.len() as u64;
+        }
+    }
+    r.flush();
+    while let Some(o) = r.poll_output(t0 + Duration::from_secs(100)) {
+        out += o.frame.len() as u64;
+    }
+    let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    COUNTING.with(|c| c.set(false));
+    let c = r.counters();
+    assert!(c.filled > 500 && c.duplicate > 0 && c.out_of_order > 0, "{c:?}");
+    assert!(q.counters().dropped_queue_full > 0 && q.counters().filtered > 0);
+    assert!(out > 0);
+    assert_eq!(allocations, 0, "allocations on the per-frame paths");
+}
