@@ -26,6 +26,8 @@ FRAME=1032         # VDIF frame bytes, header included (1000-byte payload)
 PPS=250            # frames per second (one thread)
 BLOCK_FRAMES=32    # frames per jive5ab block (Mark6 block / FlexBuff chunk)
 START=2026-03-01T12:00:00Z
+JUMP_FRAME=1000                   # the 'jump' fixture's last frame: generator frame 1000 (PSN FIRST_PSN + 1000)
+JUMP_START=2026-03-01T12:00:04Z   # its time stamp, START + JUMP_FRAME / PPS
 FIRST_PSN=7000
 MODE=VDIF_1000-2-1-2     # jive5ab's mode: payload bytes, Mb/s (250 x 8000 bits), channels, bits per sample
 
@@ -90,7 +92,7 @@ stop_jive5ab() {
     J5PID=
 }
 
-# record NAME LAYOUT(mark6|flexbuff) NDISKS THREAD DROP_EVERY COUNT KEEP_BLOCKS ABORT(no|stray)
+# record NAME LAYOUT(mark6|flexbuff) NDISKS THREAD DROP_EVERY COUNT KEEP_BLOCKS END(no|stray|jump)
 record() {
     local name=$1 layout=$2 ndisks=$3 thread=$4 drop=$5 count=$6 keep=$7 abort=$8
     local dir=$WORK/$name mk6 fmt disks=() i r
@@ -123,6 +125,15 @@ record() {
 s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)
 s.sendto(struct.pack("<Q",int(sys.argv[1]))+b"\0"*56,("127.0.0.1",int(sys.argv[2])))' "$psn" "$DATA_PORT"
         sleep 0.5
+    elif [ "$abort" = jump ]; then
+        # Then one whole frame far ahead, generator frame JUMP_FRAME (PSN and time stamp agree, as when a
+        # sender skips): jive5ab pushes the partly filled last block out whole and starts a new block with it.
+        local jump_args=(gen --dest "127.0.0.1:$DATA_PORT" --psn --first-psn $((FIRST_PSN + JUMP_FRAME))
+            --frame-size "$FRAME" --pps "$PPS" --count 1 --thread-ids "$thread" --station Xx
+            --start "$JUMP_START" --payload noise --quiet)
+        echo "# ${jump_args[*]}" >>"$LOG"
+        "$VLBIFLOW" "${jump_args[@]}" >>"$LOG"
+        sleep 0.5
     fi
     j5 "evlbi?" >/dev/null
     if [ "$abort" = stray ]; then
@@ -143,8 +154,9 @@ s.sendto(struct.pack("<Q",int(sys.argv[1]))+b"\0"*56,("127.0.0.1",int(sys.argv[2
     # kernel loss that is exactly the generator's drops before its last sent frame.
     local want=0 k
     if [ "$drop" -gt 0 ]; then for ((k = drop; k < count; k += drop)); do want=$((want + 1)); done; fi
-    # (a stray datagram 1000 PSNs past the last frame adds 1000: the aborted fixture has no drops)
+    # (the stray datagram 1000 PSNs past the last frame adds 1000, the jump JUMP_FRAME - count; no drops there)
     if [ "$abort" = stray ]; then want=$((want + 1000)); fi
+    if [ "$abort" = jump ]; then want=$((want + JUMP_FRAME - count)); fi
     if ! grep -q "loss : $want (" "$LOG"; then
         die "$name: jive5ab's evlbi? loss is not the $want expected (kernel loss?): $(grep evlbi -A1 "$LOG" | tail -1)"
     fi
@@ -190,10 +202,12 @@ PY
     echo "jive5ab-fixtures: $name: $(du -sb "$OUT/$name" | cut -f1) bytes"
 }
 
-#      NAME            LAYOUT   DISKS THREAD DROP COUNT KEEP ABORT
+#      NAME            LAYOUT   DISKS THREAD DROP COUNT KEEP END
 record j5_mk6_clean    mark6    4     0      0    500   8    no
 record j5_mk6_loss     mark6    4     0      50   500   8    no
 record j5_mk6_t5_loss  mark6    4     5      37   500   8    no
 record j5_fb_loss      flexbuff 2     0      40   500   8    no
 record j5_fb_t5        flexbuff 2     5      0    500   8    no
 record j5_mk6_abort    mark6    4     0      0    100   0    stray
+record j5_fb_abort     flexbuff 2     0      0    100   0    stray
+record j5_fb_jump      flexbuff 2     0      0    100   0    jump
