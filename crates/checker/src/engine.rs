@@ -14,7 +14,7 @@ use crate::source::FrameKind;
 use crate::stats::{SampleStats, StatsConfig};
 use serde::Serialize;
 use std::sync::Arc;
-use vlbiflow_formats::fill::is_fill_words as is_fill;
+use vlbiflow_formats::fill;
 use vlbiflow_formats::mark5b::{bcd_decode, Mark5bHeader};
 use vlbiflow_formats::time::{epoch_start_unix, FrameClock, UtcTime};
 use vlbiflow_formats::vdif::{self, VdifHeader};
@@ -245,9 +245,16 @@ pub struct EngineReport {
     pub duplicates: u64,
     pub out_of_order: u64,
     pub invalid: u64,
+    /// Fill frames (written by the recorder where data was missing) between data frames: each is a
+    /// missing frame and is counted in `missing`.
     pub fill: u64,
-    /// Frame-sized runs of fill words without a header (jive5ab fill of whole frames).
+    /// Of all fill frames, those made only of fill words (no header at all).
     pub headerless_fill: u64,
+    /// Fill frames after the last data frame: padding of the recorder's last block (jive5ab writes one when a
+    /// recording is aborted). Nothing follows them to say whether data was sent there: not counted as missing.
+    pub tail_fill: u64,
+    /// Fill frames before the first data frame, likewise not counted as missing.
+    pub leading_fill: u64,
     pub loss_fraction: f64,
     pub start_utc: Option<String>,
     pub end_utc: Option<String>,
@@ -270,6 +277,11 @@ pub struct Checker {
     epoch_start: [i64; 64],
     global_max: u32,
     headerless_fill: u64,
+    /// Fill frames since the last data frame, not yet attributed to a thread's gap.
+    pending_fill: u64,
+    leading_fill: u64,
+    /// Index (in `threads`) of the thread of the last data frame.
+    last_thread: Option<usize>,
     findings: Vec<Finding>,
     files: Arc<FileTable>,
     stats: Option<SampleStats>,
@@ -292,6 +304,9 @@ impl Checker {
             epoch_start,
             global_max: 0,
             headerless_fill: 0,
+            pending_fill: 0,
+            leading_fill: 0,
+            last_thread: None,
             findings: Vec::new(),
             files,
             stats,
@@ -329,7 +344,6 @@ impl Checker {
         );
         let thread = ((w3 >> 16) & 0x3ff) as u16;
         let invalid = w0 & (1 << 31) != 0;
-        let fill = invalid && is_fill(&frame[h.header_len()..]);
         let rate_hint = self.rate_hint();
         let global_max = self.global_max;
         let idx = self.thread_index(thread, sig, stamp, pos, || h.sample_rate_hz());
@@ -343,16 +357,22 @@ impl Checker {
                 self.global_max = stamp.1;
             }
         }
+        let before = t.last;
         if !t.advance(stamp, pos, rate_hint, global_max) {
             return;
         }
         t.frames += 1;
         t.bytes += frame.len() as u64;
+        let pending = std::mem::take(&mut self.pending_fill);
+        t.fill += pending;
+        let one_thread = self.threads.len() == 1;
+        self.last_thread = Some(idx);
+        if pending > 0 && one_thread {
+            self.fill_marks_frame_numbers(before, stamp, pending);
+        }
+        let t = &mut self.threads[idx];
         if invalid {
             t.invalid += 1;
-            if fill {
-                t.fill += 1;
-            }
         } else if let Some(s) = self.stats.as_mut() {
             s.offer(thread, stamp, frame);
         }
@@ -471,12 +491,27 @@ impl Checker {
             t.max_frame = stamp.1;
             self.global_max = self.global_max.max(stamp.1);
         }
+        let before = t.last;
         if t.advance(stamp, pos, rate_hint, global_max) {
             t.frames += 1;
             t.bytes += frame.len() as u64;
-            if is_fill(&frame[16..]) {
-                t.fill += 1;
-                t.invalid += 1;
+            let pending = std::mem::take(&mut self.pending_fill);
+            t.fill += pending;
+            self.last_thread = Some(idx);
+            if pending > 0 {
+                self.fill_marks_frame_numbers(before, stamp, pending);
+            }
+        }
+    }
+
+    /// Fill frames stand where frames were: `pending` of them between data frames `before` and `after` of
+    /// one thread. When the data frame after them opens a new second (frame 0), the second before held at
+    /// least `before.frame + pending + 1` frames: a frame rate learned from frame numbers must not be lower.
+    fn fill_marks_frame_numbers(&mut self, before: Stamp, after: Stamp, pending: u64) {
+        if after.0 == before.0 + 1 && after.1 == 0 {
+            let highest = u64::from(before.1) + pending;
+            if let Ok(h) = u32::try_from(highest) {
+                self.global_max = self.global_max.max(h);
             }
         }
     }
@@ -674,6 +709,8 @@ impl Checker {
             invalid,
             fill,
             headerless_fill: self.headerless_fill,
+            tail_fill: self.pending_fill,
+            leading_fill: self.leading_fill,
             loss_fraction: loss_fraction(missing, frames),
             start_utc,
             end_utc,
@@ -736,9 +773,21 @@ impl FrameSink for Checker {
         }
     }
 
+    /// A fill frame is a missing frame where it stands: whatever its header says (jive5ab writes time 0,
+    /// thread 0, station 0), it is neither a data frame, nor late, nor a duplicate, creates no thread and
+    /// changes no header. The gap it stands in is counted missing by the time stamps of the data frames
+    /// around it; it is attributed to the thread of the next data frame. Fill before the first or after
+    /// the last data frame is reported apart (`leading_fill`, `tail_fill`).
     fn fill(&mut self, frame: &[u8], pos: Position) {
-        let _ = (frame, pos);
-        self.headerless_fill += 1;
+        let _ = pos;
+        if fill::is_fill_words(frame) {
+            self.headerless_fill += 1;
+        }
+        if self.last_thread.is_none() {
+            self.leading_fill += 1;
+        } else {
+            self.pending_fill += 1;
+        }
     }
 
     fn finding(&mut self, finding: Finding) {

@@ -6,7 +6,7 @@
 
 use crate::finding::{FileTable, Finding, FindingKind, Position, Severity};
 use std::sync::Arc;
-use vlbiflow_formats::fill::is_fill_words as is_fill;
+use vlbiflow_formats::fill::{self, is_fill_words as is_fill};
 use vlbiflow_formats::mark5b::{FRAME_LEN as MARK5B_FRAME_LEN, SYNC_WORD as MARK5B_SYNC};
 use vlbiflow_formats::vdif::{VdifHeader, LEGACY_HEADER_LEN};
 use vlbiflow_formats::FrameKind;
@@ -75,6 +75,12 @@ impl Framer {
     /// Frame length in use (learned or given), once known.
     pub fn frame_len(&self) -> Option<usize> {
         self.shape.map(|s| s.frame_len)
+    }
+
+    /// A frame-sized piece that is fill: of this format (see `vlbiflow_formats::fill`) or fill words only.
+    #[inline]
+    fn is_fill_frame(&self, f: &[u8]) -> bool {
+        fill::is_fill(self.format, f) || is_fill(f)
     }
 
     /// Header plausible for this stream's shape; `strict` also requires the station.
@@ -230,15 +236,17 @@ impl Framer {
                 return len;
             }
             let f = &region[p..p + fl];
-            if self.header_ok(f, shape, self.garbage.is_some()) {
+            // Fill first: jive5ab's VDIF fill has a header (time 0, thread 0, station 0) that would pass as
+            // a frame of the right length.
+            if self.is_fill_frame(f) {
                 self.close_garbage(Self::pos(base, p), sink);
-                sink.frame(f, Self::pos(base, p));
+                sink.fill(f, Self::pos(base, p));
                 p += fl;
                 continue;
             }
-            if is_fill(f) {
+            if self.header_ok(f, shape, self.garbage.is_some()) {
                 self.close_garbage(Self::pos(base, p), sink);
-                sink.fill(f, Self::pos(base, p));
+                sink.frame(f, Self::pos(base, p));
                 p += fl;
                 continue;
             }
@@ -256,7 +264,8 @@ impl Framer {
                     return q;
                 }
                 let b = &region[q..];
-                let candidate = self.header_ok(b, shape, true) || (b.len() >= fl && is_fill(&b[..fl]));
+                let candidate =
+                    self.header_ok(b, shape, true) || (b.len() >= fl && self.is_fill_frame(&b[..fl]));
                 if candidate
                     && (b.len() < fl + 32
                         || self.header_ok(&b[fl..], shape, false)

@@ -174,20 +174,30 @@ pub fn check(rec: &Recording, mut config: CheckConfig, mut progress: impl FnMut(
             log.push(Finding::new(
                 Severity::Warn,
                 FindingKind::InvalidFrames,
-                format!(
-                    "thread {}: {} frames marked invalid, {} of them jive5ab fill (0x11223344)",
-                    t.thread, t.invalid, t.fill
-                ),
+                format!("thread {}: {} data frames marked invalid", t.thread, t.invalid),
             ));
         }
     }
-    if engine.headerless_fill > 0 {
+    if engine.fill > 0 {
         log.push(Finding::new(
-            Severity::Warn,
+            Severity::Info,
             FindingKind::InvalidFrames,
             format!(
-                "{} frame-sized runs of fill pattern 0x11223344 (data missing at recording)",
-                engine.headerless_fill
+                "{} of the missing frames are fill frames the recorder wrote in their place (invalid bit and \
+                 0x11223344 pattern; {} without a header)",
+                engine.fill,
+                engine.headerless_fill.min(engine.fill)
+            ),
+        ));
+    }
+    if engine.tail_fill > 0 || engine.leading_fill > 0 {
+        log.push(Finding::new(
+            Severity::Info,
+            FindingKind::InvalidFrames,
+            format!(
+                "{} fill frames after the last data frame and {} before the first: the recorder's padding of \
+                 its last (first) block, as jive5ab writes when a recording is aborted; not counted as missing",
+                engine.tail_fill, engine.leading_fill
             ),
         ));
     }
@@ -291,8 +301,8 @@ impl Report {
         }
         let _ = writeln!(
             s,
-            "frames {}  missing {}  loss fraction {:.3e}  duplicated {}  out-of-order {}  invalid {} (fill {})",
-            e.frames, e.missing, e.loss_fraction, e.duplicates, e.out_of_order, e.invalid, e.fill + e.headerless_fill
+            "frames {}  missing {} (fill {})  loss fraction {:.3e}  duplicated {}  out-of-order {}  invalid {}",
+            e.frames, e.missing, e.fill, e.loss_fraction, e.duplicates, e.out_of_order, e.invalid
         );
         if let (Some(a), Some(b), Some(d)) = (&e.start_utc, &e.end_utc, e.duration_s) {
             let _ = writeln!(s, "time {a} .. {b}  duration {d:.6} s");

@@ -81,7 +81,9 @@ fn frame_gaps_are_reported_exactly_with_position() {
 }
 
 #[test]
-fn jive5ab_fill_frames_are_counted() {
+fn fill_frames_are_missing_frames() {
+    // Fill with the missing frames' own (stamped) headers and the invalid bit, in the middle of the data:
+    // each is a missing frame, exactly like a gap left by a recorder that writes nothing.
     let dir = tempfile::tempdir().unwrap();
     let mut frames = stream(1, 200, &[]);
     for i in [10usize, 11, 150] {
@@ -90,10 +92,23 @@ fn jive5ab_fill_frames_are_counted() {
     let p = dir.path().join("fill.vdif");
     std::fs::write(&p, concat(&frames)).unwrap();
     let r = run(&[s(&p)], &[]);
-    assert_eq!(r.engine.invalid, 3);
+    assert_eq!(r.engine.invalid, 0);
     assert_eq!(r.engine.fill, 3);
-    assert_eq!(r.engine.missing, 0);
-    assert_eq!(r.verdict, "warn", "{}", r.human());
+    assert_eq!(r.engine.frames, 197);
+    assert_eq!(r.engine.missing, 3);
+    assert_eq!(r.verdict, "error", "{}", r.human());
+    let gap = frames
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| ![10, 11, 150].contains(i))
+        .map(|(_, f)| f.clone());
+    let p2 = dir.path().join("gap.vdif");
+    std::fs::write(&p2, concat(&gap.collect::<Vec<_>>())).unwrap();
+    let g = run(&[s(&p2)], &[]);
+    assert_eq!(
+        (g.engine.missing, g.engine.loss_fraction, g.verdict.as_str()),
+        (3, r.engine.loss_fraction, "error")
+    );
 }
 
 #[test]

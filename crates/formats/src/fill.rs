@@ -8,8 +8,10 @@
 //! header says nothing about which frame is missing: the position of the fill frame in the stream does.
 //!
 //! Recognition, used by every reader of the workspace:
-//! - VDIF ([`is_vdif_fill`]): the invalid bit is set and every word from word 4 (byte 16) to the end of the
-//!   frame is the fill word. The header's time, thread and station are ignored.
+//! - VDIF ([`is_vdif_fill`]): the invalid bit is set and every word of the payload (after the 32-byte
+//!   header, or the 16-byte legacy header) is the fill word. jive5ab's fill frames qualify (their words 4-7
+//!   are fill words too), and so do fill frames whose header a recorder stamped with the missing frame's
+//!   time and thread. The header's time, thread and station are ignored either way.
 //! - Mark5B ([`is_mark5b_fill`]): every word of the payload (after the 16-byte header) is the fill word,
 //!   whatever the header holds (jive5ab keeps or fills it).
 //! - Any format ([`is_fill_words`]): a run made only of fill words, header included (a frame-sized hole).
@@ -36,15 +38,24 @@ pub fn is_fill_words(bytes: &[u8]) -> bool {
     bytes.chunks_exact(4).all(|w| w == FILL_BYTES)
 }
 
-/// True if `frame` is a VDIF fill frame: invalid bit set and fill words from word 4 on (see module docs).
+/// True if `frame` is a VDIF fill frame: invalid bit set and the payload all fill words (see module docs).
 /// A frame of fill words only (no header) is fill too.
 #[inline]
 pub fn is_vdif_fill(frame: &[u8]) -> bool {
-    if frame.len() <= VDIF_FILL_FROM {
+    if frame.len() <= crate::vdif::HEADER_LEN {
         return false;
     }
+    if frame[..4] == FILL_BYTES {
+        return is_fill_words(frame);
+    }
     let invalid = frame[3] & 0x80 != 0;
-    (invalid || frame[..4] == FILL_BYTES) && is_fill_words(&frame[VDIF_FILL_FROM..])
+    let legacy = frame[3] & 0x40 != 0;
+    let header = if legacy {
+        crate::vdif::LEGACY_HEADER_LEN
+    } else {
+        crate::vdif::HEADER_LEN
+    };
+    invalid && is_fill_words(&frame[header..])
 }
 
 /// True if `frame` is a Mark5B fill frame: the payload after the 16-byte header is all fill words.
@@ -116,10 +127,15 @@ mod tests {
         let mut g = jive5ab_fill(1032);
         g[1000] = 0;
         assert!(!is_vdif_fill(&g));
+        // A recorder that stamps its fill frames: real header with the invalid bit, fill payload.
+        let mut stamped = jive5ab_fill(1032);
+        stamped[16..32].fill(0);
+        stamped[0] = 7;
+        assert!(is_vdif_fill(&stamped));
         // A frame made only of fill words, header included, is fill.
         let h: Vec<u8> = FILL_BYTES.iter().copied().cycle().take(1032).collect();
         assert!(is_vdif_fill(&h));
-        assert!(!is_vdif_fill(&h[..16]));
+        assert!(!is_vdif_fill(&h[..32]));
     }
 
     #[test]
