@@ -106,7 +106,7 @@ fn fill_frames_are_missing_frames() {
     std::fs::write(&p2, concat(&gap.collect::<Vec<_>>())).unwrap();
     let g = run(&[s(&p2)], &[]);
     assert_eq!(
-        (g.engine.missing, g.engine.loss_fraction, g.verdict.as_str()),
+        (g.engine.missing, g.engine.loss_fraction, g.verdict),
         (3, r.engine.loss_fraction, "error")
     );
 }
