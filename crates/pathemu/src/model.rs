@@ -321,7 +321,7 @@ impl Link {
             last_sent_seq: None,
             ge_bad: false,
             loss_rng: SmallRng::seed_from_u64(mix(cfg.seed)),
-            jitter_rng: SmallRng::seed_from_u64(mix(cfg.seed ^ 0x5eed_0f_0117_7e5)),
+            jitter_rng: SmallRng::seed_from_u64(mix(cfg.seed ^ 0x0005_eed0_f011_77e5)),
             counters: Counters::default(),
             cfg,
         })

@@ -228,7 +228,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     };
     link.buffer_bytes = match &a.buffer {
         Some(b) => match parse_bytes(b) {
-            Ok(v) if v >= 2 * 65_535 && v <= 1 << 36 => v as usize,
+            Ok(v) if (2 * 65_535..=1 << 36).contains(&v) => v as usize,
             Ok(_) => usage!("--buffer {b:?}: give 128KiB..64GiB"),
             Err(e) => usage!("--buffer: {e}"),
         },
