@@ -350,3 +350,51 @@ fn print_dir(name: &str, d: &DirReport) {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct T {
+        #[command(flatten)]
+        a: Args,
+    }
+
+    fn model(args: &[&str]) -> LossModel {
+        let t = T::try_parse_from(std::iter::once("t").chain(args.iter().copied())).unwrap();
+        loss_model(&t.a).unwrap()
+    }
+
+    #[test]
+    fn loss_options_parse_into_the_documented_models() {
+        assert_eq!(model(&[]), LossModel::None);
+        assert_eq!(model(&["--loss", "1%"]), LossModel::Random { p: 0.01 });
+        assert_eq!(model(&["--loss", "0.25"]), LossModel::Random { p: 0.25 });
+        // Gilbert's model by default: h = 0 (all lost in bad), k = 1 (none lost in good).
+        let m = model(&["--ge", "0.1%,10%"]);
+        assert_eq!(
+            m,
+            LossModel::GilbertElliott {
+                p: 0.001,
+                r: 0.1,
+                h: 0.0,
+                k: 1.0
+            }
+        );
+        assert!((m.stationary_loss() - 0.001 / 0.101).abs() < 1e-12);
+        assert_eq!(
+            model(&["--ge", "5%,20%,30%,0.99"]),
+            LossModel::GilbertElliott {
+                p: 0.05,
+                r: 0.2,
+                h: 0.3,
+                k: 0.99
+            }
+        );
+        assert!(probability("101%", "x").is_err());
+        assert!(probability("-1%", "x").is_err());
+        assert!(probability("1.5", "x").is_err());
+    }
+}
