@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 use vlbiflow_pathemu::{Emulator, Error, LinkConfig, LogFormat, LossModel, PathConfig, Report};
 
 const MS: u64 = 1_000_000;
+/// Datagrams per loss test.
+const N: u64 = 20_000;
 /// One test at a time: the timing checks should not compete with the flood.
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -189,19 +191,64 @@ fn rtt_matches_the_configured_delay() {
 )]
 fn random_loss_fraction_and_drop_log_name_the_missing_datagrams() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (missing, _) = loss_run("loss", LossModel::Random { p: 0.01 }, "random");
+    let k = missing.len() as f64;
+    eprintln!(
+        "loss 1%: {k} of {N} missing ({:.3}%), exactly those logged",
+        k * 100.0 / N as f64
+    );
+    // Binomial(20000, 0.01): mean 200, standard deviation 14.1; 5 of them either way.
+    assert!(
+        (k - 200.0).abs() < 5.0 * (N as f64 * 0.01 * 0.99).sqrt(),
+        "{k} lost"
+    );
+}
+
+#[test]
+#[cfg_attr(
+    not(pathemu_root),
+    ignore = "needs root (CAP_NET_ADMIN, /dev/net/tun); built as a non-root user"
+)]
+fn gilbert_elliott_loss_comes_in_bursts_at_its_stationary_rate() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // Mean burst 1/r = 5 packets, long-run loss p/(p+r) = 4.76%.
+    let (p, r) = (0.01, 0.2);
+    let model = LossModel::GilbertElliott { p, r, h: 0.0, k: 1.0 };
+    let (missing, _) = loss_run("ge", model, "burst");
+    let k = missing.len() as f64;
+    let runs = missing
+        .iter()
+        .filter(|&&s| s == 0 || !missing.contains(&(s - 1)))
+        .count() as f64;
+    let expect = model.stationary_loss() * N as f64;
+    eprintln!(
+        "Gilbert-Elliott p=1% r=20%: {k} of {N} missing (expected {expect:.0}), mean burst {:.2}",
+        k / runs
+    );
+    // The chain's loss count has variance n pi_B pi_G (1 + l) / (1 - l), l = 1 - p - r: 5 deviations.
+    let pi = model.stationary_loss();
+    let l = 1.0 - p - r;
+    let sd = (N as f64 * pi * (1.0 - pi) * (1.0 + l) / (1.0 - l)).sqrt();
+    assert!((k - expect).abs() < 5.0 * sd, "{k} lost, expected {expect}");
+    // Bursts: about 190 of them, geometric with mean 5 (standard error about 0.33).
+    assert!((k / runs - 1.0 / r).abs() < 1.5, "mean burst {}", k / runs);
+}
+
+/// Sends 20 000 numbered datagrams from A to B through a path with `loss` and checks that the drop log
+/// names exactly the missing ones, all with `reason`. Returns the missing sequence numbers and the report.
+fn loss_run(tag: &str, loss: LossModel, reason: &str) -> (BTreeSet<u64>, Report) {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("drops.csv");
     let link = LinkConfig {
         delay_ns: MS,
-        loss: LossModel::Random { p: 0.01 },
+        loss,
         seed: 77,
         ..LinkConfig::transparent()
     };
-    let emu = start("loss", link, Some(&log));
+    let emu = start(tag, link, Some(&log));
     let rx = udp_in(&emu.ns.1, "10.77.0.2:9001");
     let tx = udp_in(&emu.ns.0, "10.77.0.1:0");
     tx.connect("10.77.0.2:9001").unwrap();
-    const N: u64 = 20_000;
     const MARK: u64 = u64::MAX;
     let seen_mark = Arc::new(AtomicBool::new(false));
     let sm = seen_mark.clone();
@@ -256,7 +303,7 @@ fn random_loss_fraction_and_drop_log_name_the_missing_datagrams() {
     for l in lines {
         let f: Vec<&str> = l.split(',').collect();
         assert_eq!(f.len(), 11, "{l}");
-        assert_eq!(f[3], "random", "{l}");
+        assert_eq!(f[3], reason, "{l}");
         if f[2] != "a-b" {
             continue;
         }
@@ -271,29 +318,16 @@ fn random_loss_fraction_and_drop_log_name_the_missing_datagrams() {
             assert!(logged.insert(seq), "{seq} logged twice");
         }
     }
-    let d = &report.a_to_b;
-    eprintln!(
-        "loss 1%: {} of {N} missing ({:.3}%), {} logged; emulator: in {}, dropped {}",
-        missing.len(),
-        missing.len() as f64 * 100.0 / N as f64,
-        logged.len(),
-        d.counters.in_packets,
-        d.counters.dropped_random
-    );
     assert_eq!(
         missing, logged,
         "the drop log must list exactly the missing datagrams"
     );
-    assert_eq!(d.counters.dropped_random, a_to_b_lines);
+    let d = &report.a_to_b;
+    assert_eq!(d.counters.dropped_random + d.counters.dropped_burst, a_to_b_lines);
     assert_eq!(d.counters.in_packets, N + markers);
     assert_eq!((d.kernel_dropped_in, d.kernel_dropped_out), (Some(0), Some(0)));
     assert_eq!(report.drop_log_lost, 0);
-    // Binomial(20000, 0.01): mean 200, standard deviation 14.1; 5 of them either way.
-    let k = missing.len() as f64;
-    assert!(
-        (k - 200.0).abs() < 5.0 * (N as f64 * 0.01 * 0.99).sqrt(),
-        "{k} lost"
-    );
+    (missing, report)
 }
 
 #[test]
