@@ -180,7 +180,9 @@ impl LinkConfig {
     }
 
     /// A ring size that holds the full queue plus what is in flight at the rate limit (or at
-    /// `unlimited_bps` when there is none), with 25% and 1 MiB to spare.
+    /// `unlimited_bps` when there is none), with room to spare: twice the bandwidth-delay product, 25% more
+    /// queue and 32 MiB, so that a forwarding thread held off the CPU for a while catches up instead of
+    /// dropping (reason [`DropReason::Memory`]).
     pub fn default_buffer(&self, unlimited_bps: u64) -> usize {
         let rate = self.rate_bps.unwrap_or(unlimited_bps) as f64;
         let queue = if self.rate_bps.is_some() {
@@ -189,7 +191,7 @@ impl LinkConfig {
             0.0
         };
         let flight = rate / 8.0 * (self.delay_ns + self.jitter_ns) as f64 / 1e9;
-        let want = (queue + flight) * 1.25 + (1 << 20) as f64;
+        let want = queue * 1.25 + flight * 2.0 + (32 << 20) as f64;
         (want as usize).max(4 * MAX_PACKET)
     }
 
