@@ -78,7 +78,7 @@ fn forwards_between_namespaces_logs_drops_and_cleans_up() {
         .args([
             "pathemu", "--ns-a", &ns_a, "--ns-b", &ns_b, "--rtt", "10ms", "--loss", "30%", "--seed", "5",
         ])
-        .args(["--json", "--duration", "60", "--drop-log"])
+        .args(["--impair", "a-b", "--json", "--duration", "60", "--drop-log"])
         .arg(&log)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -145,6 +145,11 @@ fn forwards_between_namespaces_logs_drops_and_cleans_up() {
     let v: serde_json::Value = serde_json::from_str(&out).expect("JSON summary");
     let ab = &v["report"]["a_to_b"];
     assert_eq!(ab["in_packets"], u64::from(N) + markers);
+    // --impair a-b: the return direction has the delay and nothing else.
+    assert_eq!(v["config"]["loss"]["model"], "random");
+    assert_eq!(v["config_b_to_a"]["loss"]["model"], "none");
+    assert_eq!(v["config_b_to_a"]["delay_ns"], 5_000_000);
+    assert_eq!(v["report"]["b_to_a"]["dropped_random"], 0);
     let mut logged = BTreeSet::new();
     let mut lines = 0;
     for l in std::fs::read_to_string(&log).unwrap().lines() {

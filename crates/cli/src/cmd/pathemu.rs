@@ -26,9 +26,11 @@ Examples:
   ip netns exec vf-pe-a vlbiflow gen --dest 10.77.0.2:4001 --rate 1Gbps --duration 10 --psn
 
 Side A is 10.77.0.1 and side B 10.77.0.2 (point to point, MTU 9000). Impairments apply to both
-directions, each with its own queue and random-number stream. When the path is up a line
-\"pathemu: ready ...\" goes to standard error; the summary goes to standard output at the end
-(Ctrl-C, SIGTERM or --duration), then the devices and the namespaces it created are removed.
+directions, each with its own queue and random-number stream; --impair a-b (or b-a) keeps the other
+direction to the delay alone, e.g. a lossy data path with a clean return path for acknowledgements.
+When the path is up a line \"pathemu: ready ...\" goes to standard error; the summary goes to
+standard output at the end (Ctrl-C, SIGTERM or --duration), then the devices and the namespaces it
+created are removed.
 
 Loss models: --loss P drops each packet independently with probability P. --ge p,r[,h,k] is a
 Gilbert-Elliott chain: good->bad with probability p and bad->good with r after each packet; a packet
@@ -80,6 +82,9 @@ pub struct Args {
     /// Drop-tail queue limit at the bottleneck (default 1000 packets of the MTU)
     #[arg(long, value_name = "BYTES", requires = "rate")]
     queue: Option<String>,
+    /// Directions that get the jitter, loss, rate and queue (the delay applies both ways)
+    #[arg(long, value_enum, default_value_t = Impair::Both)]
+    impair: Impair,
     /// MTU of both devices
     #[arg(long, default_value_t = 9000)]
     mtu: u32,
@@ -98,6 +103,15 @@ pub struct Args {
     /// Print the summary as JSON
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Impair {
+    Both,
+    #[value(name = "a-b")]
+    AB,
+    #[value(name = "b-a")]
+    BA,
 }
 
 fn time_ns(s: &str, what: &str) -> anyhow::Result<u64> {
@@ -235,9 +249,21 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         // Without a rate limit, room for 10 Gb/s in flight.
         None => link.default_buffer(10_000_000_000),
     };
-    let b_to_a = LinkConfig {
+    let impaired_b_to_a = LinkConfig {
         seed: a.seed.wrapping_add(0x9e37_79b9),
         ..link.clone()
+    };
+    // The other direction of a one-way impairment: the same delay, nothing else.
+    let mut clean = LinkConfig {
+        delay_ns,
+        seed: link.seed,
+        ..LinkConfig::transparent()
+    };
+    clean.buffer_bytes = clean.default_buffer(10_000_000_000);
+    let (a_to_b, b_to_a) = match a.impair {
+        Impair::Both => (link.clone(), impaired_b_to_a),
+        Impair::AB => (link.clone(), clean.clone()),
+        Impair::BA => (clean.clone(), impaired_b_to_a),
     };
     let drop_log = a.drop_log.clone().map(|p| {
         let ext = p.extension().and_then(|e| e.to_str()).unwrap_or("");
@@ -255,8 +281,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         addr_b: a.addr_b,
         mtu: a.mtu,
         keep: a.keep,
-        a_to_b: link.clone(),
-        b_to_a,
+        a_to_b: a_to_b.clone(),
+        b_to_a: b_to_a.clone(),
         drop_log,
     };
 
@@ -275,15 +301,15 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         e => anyhow::Error::new(e),
     })?;
     let (dev_a, dev_b) = emu.devices();
+    let ways = if a.impair == Impair::Both {
+        format!("each way: {}", describe(&a_to_b))
+    } else {
+        format!("a-b: {}; b-a: {}", describe(&a_to_b), describe(&b_to_a))
+    };
     eprintln!(
         "pathemu: ready: A = namespace {} address {} (device {dev_a}), B = namespace {} address {} (device {dev_b}), \
-         MTU {}; each way: {}",
-        a.ns_a,
-        a.addr_a,
-        a.ns_b,
-        a.addr_b,
-        a.mtu,
-        describe(&link)
+         MTU {}; {ways}",
+        a.ns_a, a.addr_a, a.ns_b, a.addr_b, a.mtu,
     );
     eprintln!(
         "pathemu: use e.g. `ip netns exec {} vlbiflow net responder --listen {}:14233` and \
@@ -294,7 +320,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     if a.json {
         let v = serde_json::json!({
             "ns_a": a.ns_a, "ns_b": a.ns_b, "addr_a": a.addr_a, "addr_b": a.addr_b, "mtu": a.mtu,
-            "config": link, "report": report,
+            "config": a_to_b, "config_b_to_a": b_to_a, "report": report,
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
