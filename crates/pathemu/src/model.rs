@@ -499,8 +499,13 @@ impl Link {
     /// Hands out the next packet due at or before `now`, if any. The bytes stay valid until the next call
     /// that takes `&mut self`. Call repeatedly until it returns `None`.
     pub fn poll_transmit(&mut self, now: Nanos) -> Option<&[u8]> {
+        self.poll_transmit_due(now).map(|(_, p)| p)
+    }
+
+    /// [`Link::poll_transmit`] with the time the packet was due (to measure how late the I/O is).
+    pub fn poll_transmit_due(&mut self, now: Nanos) -> Option<(Nanos, &[u8])> {
         self.advance_queue(now);
-        let (offset, len) = if self.cfg.reorder {
+        let (offset, len, due) = if self.cfg.reorder {
             let Reverse((due, seq)) = *self.heap.peek()?;
             if due > now {
                 return None;
@@ -512,7 +517,7 @@ impl Link {
             self.last_sent_seq = Some(self.last_sent_seq.map_or(seq, |l| l.max(seq)));
             let r = &mut self.records[(seq - self.front_seq) as usize];
             r.sent = true;
-            let out = (r.offset, r.len);
+            let out = (r.offset, r.len, due);
             // Free the ring from the front as far as packets have gone.
             while self.records.front().is_some_and(|r| r.sent) && self.records.len() > self.queued {
                 self.records.pop_front();
@@ -524,7 +529,7 @@ impl Link {
             if r.due > now {
                 return None;
             }
-            let out = (r.offset, r.len);
+            let out = (r.offset, r.len, r.due);
             self.records.pop_front();
             self.front_seq += 1;
             out
@@ -534,7 +539,7 @@ impl Link {
         }
         self.counters.out_packets += 1;
         self.counters.out_bytes += len as u64;
-        Some(&self.buf[offset..offset + len])
+        Some((due, &self.buf[offset..offset + len]))
     }
 }
 

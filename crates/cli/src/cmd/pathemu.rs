@@ -100,6 +100,10 @@ pub struct Args {
     /// Stop after this long (default: until Ctrl-C or SIGTERM)
     #[arg(long, value_name = "SECONDS")]
     duration: Option<String>,
+    /// Run the forwarding threads as SCHED_FIFO real-time threads: tighter timing on a busy machine, but
+    /// a flood above what it can forward then takes a whole core from everything else
+    #[arg(long)]
+    realtime: bool,
     /// Print the summary as JSON
     #[arg(long)]
     json: bool,
@@ -284,6 +288,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         a_to_b: a_to_b.clone(),
         b_to_a: b_to_a.clone(),
         drop_log,
+        realtime: a.realtime,
     };
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -367,6 +372,17 @@ fn print_dir(name: &str, d: &DirReport) {
         c.queue_max_bytes,
         d.in_flight_at_stop
     );
+    let h = &d.late_hist;
+    if c.out_packets > 0 {
+        println!(
+            "  {name}: sent after their due time by <10 µs {}, 10-100 µs {}, 0.1-1 ms {}, >1 ms {} (latest {:.3} ms)",
+            h[0],
+            h[1],
+            h[2],
+            h[3],
+            d.late_max_ns as f64 / 1e6
+        );
+    }
     let kin = d.kernel_dropped_in.unwrap_or(0);
     let kout = d.kernel_dropped_out.unwrap_or(0);
     if kin + kout + d.write_errors + d.read_errors + c.reordered > 0 {
