@@ -17,12 +17,12 @@ Examples:
   # A 50 ms round trip at 2 Gb/s with 0.1% random loss, until Ctrl-C
   vlbiflow pathemu --rtt 50ms --rate 2Gbps --queue 4MB --loss 0.1%
 
-  # Bursty loss (Gilbert-Elliott, mean burst 1/r = 10 packets, about 0.9% lost) with a drop log
+  # Bursty loss (Gilbert-Elliott, mean burst 1/r = 10 packets, about 1% lost) with a drop log
   vlbiflow pathemu --delay 10ms --ge 0.1%,10% --drop-log drops.csv --duration 60 --json
 
   # Measure through it (in other terminals; vf-pe-a / vf-pe-b are the default namespaces)
   ip netns exec vf-pe-b vlbiflow net responder --listen 10.77.0.2:14233
-  ip netns exec vf-pe-a vlbiflow net lat 10.77.0.2
+  ip netns exec vf-pe-a vlbiflow net lat 10.77.0.2 --count 100
   ip netns exec vf-pe-a vlbiflow gen --dest 10.77.0.2:4001 --rate 1Gbps --duration 10 --psn
 
 Side A is 10.77.0.1 and side B 10.77.0.2 (point to point, MTU 9000). Impairments apply to both
