@@ -24,12 +24,13 @@ trap cleanup EXIT
 start_emu() {
   "$BIN" pathemu --ns-a $A --ns-b $B --json --duration 600 "$@" >"$TMP/emu.json" 2>"$TMP/emu.err" &
   EMU=$!
-  for _ in $(seq 100); do grep -q '^pathemu: ready' "$TMP/emu.err" && return; sleep 0.1; done
+  for _ in $(seq 100); do grep -q '^pathemu: ready' "$TMP/emu.err" 2>/dev/null && return; sleep 0.1; done
   echo "pathemu did not start:" >&2; cat "$TMP/emu.err" >&2; exit 1
 }
 stop_emu() { kill "$EMU"; wait "$EMU" || true; EMU=; }
 field() { python3 -c "import json,sys; d=json.load(open('$TMP/emu.json'))['report']; print(eval(sys.argv[1]))" "$1"; }
 
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "## Accuracy"
 start_emu --rtt 20ms
 ip netns exec $B "$BIN" net responder --listen 10.77.0.2:14233 >/dev/null 2>&1 &
