@@ -864,6 +864,90 @@ mod tests {
         }
     }
 
+    /// Random configurations and traffic: every packet comes out whole, never before arrival + delay - jitter,
+    /// in order unless reordering is on, and the counters add up.
+    #[test]
+    fn random_traffic_keeps_the_invariants() {
+        let mut rng = SmallRng::seed_from_u64(21);
+        for case in 0..200 {
+            let reorder = rng.gen_bool(0.3);
+            let jitter = if rng.gen_bool(0.5) {
+                rng.gen_range(0..2 * MS)
+            } else {
+                0
+            };
+            let c = LinkConfig {
+                rate_bps: rng
+                    .gen_bool(0.6)
+                    .then(|| rng.gen_range(1_000_000..10_000_000_000)),
+                queue_limit: rng.gen_range(9000..1_000_000),
+                delay_ns: rng.gen_range(0..5 * MS),
+                jitter_ns: jitter,
+                reorder: reorder && jitter > 0,
+                loss: match rng.gen_range(0..3) {
+                    0 => LossModel::None,
+                    1 => LossModel::Random {
+                        p: rng.gen_range(0.0..0.5),
+                    },
+                    _ => LossModel::GilbertElliott {
+                        p: rng.gen_range(0.001..0.5),
+                        r: rng.gen_range(0.01..1.0),
+                        h: rng.gen_range(0.0..1.0),
+                        k: rng.gen_range(0.5..1.0),
+                    },
+                },
+                buffer_bytes: rng.gen_range(2 * MAX_PACKET..4_000_000),
+                seed: case,
+            };
+            let (d, j) = (c.delay_ns, c.jitter_ns);
+            let in_order = !c.reorder;
+            let mut link = Link::new(c).unwrap();
+            let mut sent = std::collections::HashMap::new();
+            let mut now = 0;
+            let mut last_seq = None;
+            let mut check =
+                |t: Nanos, p: &[u8], sent: &mut std::collections::HashMap<u64, (Nanos, Vec<u8>)>| {
+                    let seq = seq_of(p);
+                    let (arrived, bytes) = sent.remove(&seq).expect("a packet that was accepted, once");
+                    assert_eq!(bytes, p);
+                    assert!(
+                        t + j >= arrived + d,
+                        "due {t} before arrival {arrived} + delay - jitter"
+                    );
+                    if in_order {
+                        assert!(last_seq.is_none_or(|l| seq > l), "out of order");
+                    }
+                    last_seq = Some(seq);
+                };
+            for i in 0..3000u64 {
+                now += rng.gen_range(0..50_000);
+                while let Some(w) = link.next_wakeup().filter(|&w| w <= now) {
+                    while let Some((due, p)) = link.poll_transmit_due(w) {
+                        assert!(due <= w);
+                        check(w, p, &mut sent);
+                    }
+                }
+                let p = pkt(i, rng.gen_range(8..9000));
+                if let Verdict::Accepted { due } = link.push(now, &p) {
+                    assert!(due + j >= now + d);
+                    sent.insert(i, (now, p));
+                }
+            }
+            while let Some(w) = link.next_wakeup() {
+                while let Some(p) = link.poll_transmit(w) {
+                    let p = p.to_vec();
+                    check(w, &p, &mut sent);
+                }
+            }
+            assert!(sent.is_empty());
+            let c = link.counters();
+            assert_eq!(c.in_packets, 3000);
+            assert_eq!(c.out_packets + c.dropped(), 3000);
+            assert_eq!(c.in_flight(), 0);
+            assert!(c.queue_max_bytes <= link.config().queue_limit);
+        }
+    }
+
     #[test]
     fn bad_configurations_are_refused() {
         assert!(Link::new(LinkConfig {

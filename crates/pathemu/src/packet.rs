@@ -280,6 +280,42 @@ mod tests {
     }
 
     #[test]
+    fn random_and_mutated_packets_do_not_panic() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(11);
+        let valid = udp4(&[9; 40]);
+        for _ in 0..200_000 {
+            let mut p = if rng.gen_bool(0.5) {
+                valid.clone()
+            } else {
+                let n = rng.gen_range(0..80);
+                (0..n).map(|_| rng.gen()).collect()
+            };
+            for _ in 0..rng.gen_range(0..4) {
+                if !p.is_empty() {
+                    let i = rng.gen_range(0..p.len());
+                    p[i] = rng.gen();
+                }
+            }
+            if rng.gen_bool(0.3) && !p.is_empty() {
+                p[0] = if rng.gen_bool(0.5) { 0x45 } else { 0x60 };
+            }
+            let n = rng.gen_range(0..=p.len());
+            let s = PacketSummary::parse(&p[..n]);
+            assert!(s.head().len() <= HEAD_LEN);
+            let rec = DropRecord {
+                t_ns: 1,
+                dir: Direction::BtoA,
+                reason: DropReason::Queue,
+                pkt: s,
+            };
+            let mut out = Vec::new();
+            rec.write_line(&mut out, LogFormat::JsonLines, 0.0).unwrap();
+            serde_json::from_slice::<serde_json::Value>(&out).expect("valid JSON");
+        }
+    }
+
+    #[test]
     fn short_and_odd_packets_do_not_panic() {
         for n in 0..60 {
             let p = udp4(&[7; 4]);
