@@ -19,8 +19,9 @@
 //!
 //! The packet bytes are copied into one preallocated byte ring; no call allocates once the record queue
 //! has reached its high-water mark (it is preallocated for the expected load). A packet that finds the ring
-//! full is dropped with reason [`DropReason::Memory`]: size the ring (`buffer_bytes`) above the queue limit
-//! plus the bandwidth-delay product, as [`LinkConfig::default_buffer`] does, and that never happens.
+//! full is dropped with reason [`DropReason::Memory`]: size the ring (`buffer_bytes`) well above the queue
+//! limit plus the bandwidth-delay product, as [`LinkConfig::default_buffer`] does, and it happens only when
+//! the caller falls far behind its schedule.
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
