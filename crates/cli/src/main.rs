@@ -46,6 +46,8 @@ enum Command {
     Status(cmd::status::Args),
     /// Measure the network: UDP throughput/loss/jitter, latency, TCP with CPU use; responder; archive
     Net(cmd::net::Args),
+    /// Emulate a long, lossy path (delay, jitter, loss, rate and queue limits) between two network namespaces
+    Pathemu(cmd::pathemu::Args),
 }
 
 fn main() -> ExitCode {
@@ -62,6 +64,7 @@ fn main() -> ExitCode {
         Command::Ctl(a) => cmd::ctl::run(a),
         Command::Status(a) => cmd::status::run(a),
         Command::Net(a) => cmd::net::run(a),
+        Command::Pathemu(a) => cmd::pathemu::run(a),
     };
     match result {
         Ok(code) => code,

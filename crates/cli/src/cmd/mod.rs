@@ -7,6 +7,7 @@ pub mod gather;
 pub mod gen;
 pub mod ls;
 pub mod net;
+pub mod pathemu;
 pub mod record;
 pub mod serve;
 pub mod sink;

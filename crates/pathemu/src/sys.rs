@@ -1,0 +1,174 @@
+//! The system calls: TUN devices (`/dev/net/tun`, TUNSETIFF), waiting for one to become readable with a
+//! nanosecond timeout (`ppoll`), the thread's timer slack, and the `ip` commands that make namespaces and
+//! move and address the devices.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::process::Command;
+use std::time::Duration;
+
+/// An L3 TUN device (IFF_TUN | IFF_NO_PI), non-blocking. Closing it removes the device, in whatever
+/// namespace it has been moved to.
+#[derive(Debug)]
+pub struct Tun {
+    fd: OwnedFd,
+    name: String,
+}
+
+impl Tun {
+    /// Creates the device `name` (at most 15 bytes) in the calling thread's network namespace.
+    pub fn create(name: &str) -> io::Result<Tun> {
+        if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.bytes().any(|b| b == 0 || b == b'/') {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("bad device name {name:?}"),
+            ));
+        }
+        let path = CString::new("/dev/net/tun").expect("no NUL");
+        // SAFETY: a valid NUL-terminated path; the result is checked.
+        let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC | libc::O_NONBLOCK) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just opened and is owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: ifreq is plain data; all zeros is a valid value.
+        let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+        for (d, s) in ifr.ifr_name.iter_mut().zip(name.bytes()) {
+            *d = s as libc::c_char;
+        }
+        ifr.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI) as libc::c_short;
+        // SAFETY: TUNSETIFF reads and writes one ifreq, which outlives the call.
+        if unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETIFF, &mut ifr) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Tun {
+            fd,
+            name: name.to_string(),
+        })
+    }
+
+    /// The device name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Reads one packet; `WouldBlock` when none is waiting.
+    pub fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        // SAFETY: writes at most buf.len() bytes into buf.
+        let n = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
+        }
+    }
+
+    /// Writes one packet (the kernel takes it whole or not at all).
+    pub fn write(&self, pkt: &[u8]) -> io::Result<usize> {
+        // SAFETY: reads pkt.len() bytes from pkt.
+        let n = unsafe { libc::write(self.fd.as_raw_fd(), pkt.as_ptr().cast(), pkt.len()) };
+        if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
+        }
+    }
+
+    /// Waits until a packet can be read or `timeout` has passed; `Ok(true)` when readable. An interrupting
+    /// signal counts as a timeout.
+    pub fn wait_readable(&self, timeout: Duration) -> io::Result<bool> {
+        let mut pfd = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: one valid pollfd, a valid timespec, no signal mask.
+        let n = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::Interrupted {
+                Ok(false)
+            } else {
+                Err(e)
+            };
+        }
+        Ok(n > 0 && pfd.revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0)
+    }
+}
+
+/// Sets the calling thread's timer slack (the kernel's default of 50 µs would blur every wake-up).
+pub fn set_timer_slack(ns: u64) {
+    // SAFETY: PR_SET_TIMERSLACK takes an unsigned long and touches no memory.
+    unsafe {
+        libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong, 0, 0, 0);
+    }
+}
+
+/// Puts the calling thread in the SCHED_FIFO real-time class at `priority` (1..99).
+pub fn set_realtime(priority: i32) -> io::Result<()> {
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
+    // SAFETY: pid 0 is the calling thread; `param` outlives the call.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Runs `ip ARGS`; an error names the command and repeats what `ip` said.
+pub fn ip(args: &[&str]) -> io::Result<String> {
+    let out = Command::new("ip").args(args).output().map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("running `ip {}` (is iproute2 installed?): {e}", args.join(" ")),
+        )
+    })?;
+    if !out.status.success() {
+        return Err(io::Error::other(format!(
+            "`ip {}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Whether the named network namespace exists (as `ip netns` keeps them, under /run/netns).
+pub fn netns_exists(name: &str) -> bool {
+    std::path::Path::new("/run/netns").join(name).exists()
+}
+
+/// Checks a namespace name: letters, digits, `-`, `_`, `.`, at most 64 bytes, not `.` or `..`.
+pub fn check_netns_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "namespace name {name:?}: use 1..64 letters, digits, '-', '_' or '.'"
+        ))
+    }
+}
+
+/// The kernel's drop counters of a device in a namespace: (tx_dropped, rx_dropped), from `ip -s -j link`.
+/// On a TUN device, tx are the packets the namespace sent into it (towards the emulator) and rx the ones
+/// the emulator wrote.
+pub fn link_drops(ns: &str, dev: &str) -> Option<(u64, u64)> {
+    let out = ip(&["-n", ns, "-s", "-j", "link", "show", "dev", dev]).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&out).ok()?;
+    let st = &v.get(0)?["stats64"];
+    Some((st["tx"]["dropped"].as_u64()?, st["rx"]["dropped"].as_u64()?))
+}
