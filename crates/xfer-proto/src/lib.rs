@@ -4,4 +4,5 @@
 //! [`Receiver`](receiver::Receiver) are state machines driven by datagrams, control messages and the
 //! `now` the caller passes in. See `docs/xfer-protocol.md`.
 
+pub mod rate;
 pub mod wire;
