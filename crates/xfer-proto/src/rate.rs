@@ -1,7 +1,8 @@
 //! Rate control: a fixed ceiling (`--rate R`) or an automatic, model-based mode (BBR-like).
 //!
-//! Both modes turn receiver feedback into a pacing rate (bytes/s) and, in automatic mode, a cap on the
-//! bytes in flight. See `docs/xfer-protocol.md` for the algorithm and the reasons.
+//! Both modes turn receiver feedback into a pacing rate and, in automatic mode, a cap on the bytes in
+//! flight. Rates are bytes on the wire (payload + data header + IP/UDP headers) per second, so that a
+//! `--rate` ceiling means what a network operator reads on the interface. See `docs/xfer-protocol.md` for the algorithm and the reasons.
 //!
 //! * **Fixed**: pace at `R`, never above. Over each evaluation window (at least 50 ms and one RTT) the
 //!   loss fraction is computed from feedback; above [`RateConfig::loss_backoff`] (default 10%, far above
@@ -71,7 +72,7 @@ impl RateConfig {
 pub struct FeedbackSample {
     /// RTT measured from the echoed timestamp, if any.
     pub rtt: Option<Duration>,
-    /// Receiver's accepted payload bytes in total.
+    /// Receiver's accepted bytes in total, counted on the wire.
     pub recv_bytes: u64,
     /// Receiver clock of that count, µs.
     pub recv_time_us: u64,

@@ -435,6 +435,7 @@ impl Receiver {
             highest_seq: self.highest,
             loss: std::mem::take(&mut self.loss),
             recv_bytes: self.recv_bytes,
+            recv_datagrams: self.stats.delivered,
             recv_time_us: now_us,
             rate_bps,
             echo_ts_us: self.echo_ts,

@@ -129,6 +129,11 @@ enum State {
     Aborted,
 }
 
+/// Bytes a datagram of `len` payload bytes occupies on the wire (what rate control counts).
+fn wire_of(len: u32) -> u64 {
+    len as u64 + (HEADER_LEN + wire::IP_UDP_OVERHEAD) as u64
+}
+
 /// The sender state machine.
 #[derive(Debug)]
 pub struct Sender {
@@ -340,9 +345,9 @@ impl Sender {
             self.inflight_base = seq;
         }
         self.inflight.push_back(Sent { file, offset, len, sent_at: now, presumed_lost: false });
-        self.inflight_bytes += len as u64;
+        self.inflight_bytes += wire_of(len);
         let rate = self.rate.pacing_rate();
-        let wire_len = (len as usize + HEADER_LEN + 48) as f64;
+        let wire_len = wire_of(len) as f64;
         let gap = Duration::from_secs_f64(wire_len / rate);
         let burst = gap * self.cfg.max_burst;
         // an idle sender may catch up by at most one burst (one GSO batch)
@@ -426,7 +431,7 @@ impl Sender {
             }
             if !s.presumed_lost {
                 s.presumed_lost = true;
-                self.inflight_bytes -= s.len as u64;
+                self.inflight_bytes -= wire_of(s.len);
                 self.retx.push_back((s.file, s.offset, s.len));
                 self.stats.tail_lost += 1;
             }
@@ -553,7 +558,7 @@ impl Sender {
                 }
                 let is_lost = ranges.peek().is_some_and(|&&(st, _)| st <= seq);
                 if !s.presumed_lost {
-                    self.inflight_bytes -= s.len as u64;
+                    self.inflight_bytes -= wire_of(s.len);
                 }
                 if is_lost {
                     lost += 1;
@@ -570,7 +575,7 @@ impl Sender {
             now,
             FeedbackSample {
                 rtt,
-                recv_bytes: f.recv_bytes,
+                recv_bytes: f.recv_bytes + f.recv_datagrams * (HEADER_LEN + wire::IP_UDP_OVERHEAD) as u64,
                 recv_time_us: f.recv_time_us,
                 lost,
                 delivered,

@@ -37,6 +37,8 @@ pub const FLAG_RETRANSMIT: u8 = 1;
 pub const MAX_CONTROL_LINE: usize = 1 << 20;
 /// Longest file name accepted in an announce.
 pub const MAX_NAME_LEN: usize = 4096;
+/// Bytes of IP (v6) and UDP header per datagram, counted by the rate control as on the wire.
+pub const IP_UDP_OVERHEAD: usize = 48;
 /// Largest payload a data datagram may carry (fits a 9000-byte jumbo frame with IPv6 + UDP headers).
 pub const MAX_PAYLOAD: usize = 9000 - 48 - HEADER_LEN;
 /// Smallest and largest chunk sizes (the unit of hashing and verification).
@@ -431,6 +433,8 @@ pub struct Feedback {
     pub loss: Vec<(u64, u32)>,
     /// Payload bytes accepted in total (duplicates excluded).
     pub recv_bytes: u64,
+    /// Datagrams accepted in total (duplicates excluded); with `recv_bytes` it gives the bytes on the wire.
+    pub recv_datagrams: u64,
     /// Receiver clock when this message was made, µs.
     pub recv_time_us: u64,
     /// Receive rate over the last interval, bits/s (informational; the sender derives its own samples
@@ -748,7 +752,7 @@ mod tests {
             e(r#"{"type":"announce","file":0,"name":"x","size":1,"chunk_size":65536}"#).contains("hashes")
         );
         assert!(e(r#"{"type":"chunk_hash","file":0,"chunk":0,"hash":"zz"}"#).contains("hash"));
-        assert!(e(r#"{"type":"feedback","highest_seq":5,"loss":[[4,3]],"recv_bytes":0,"recv_time_us":0,"rate_bps":0,"echo_ts_us":0,"echo_delay_us":0,"queue_delay_us":0,"owd_trend_us":0,"chunks_verified":0}"#).contains("feedback.loss"));
+        assert!(e(r#"{"type":"feedback","highest_seq":5,"loss":[[4,3]],"recv_bytes":0,"recv_datagrams":0,"recv_time_us":0,"rate_bps":0,"echo_ts_us":0,"echo_delay_us":0,"queue_delay_us":0,"owd_trend_us":0,"chunks_verified":0}"#).contains("feedback.loss"));
         assert!(e(r#"{"type":"warp"}"#).contains("warp"));
         let mut buf = [0u8; HEADER_LEN + 4];
         DataRepr {
