@@ -117,10 +117,11 @@ pub struct RateControl {
     window_lost: u64,
     window_delivered: u64,
     window_queue_min: Option<Duration>,
-    /// Number of cuts for standing queue and for heavy loss (for reports and tests).
+    /// Number of cuts for a standing queue (for reports and tests).
     pub cuts_queue: u64,
     /// Number of cuts for heavy loss.
     pub cuts_loss: u64,
+    cached: (f64, Option<u64>),
 }
 
 impl RateControl {
@@ -148,7 +149,14 @@ impl RateControl {
             window_queue_min: None,
             cuts_queue: 0,
             cuts_loss: 0,
+            cached: (0.0, None),
         }
+        .recache()
+    }
+
+    fn recache(mut self) -> Self {
+        self.cached = (self.compute_pacing_rate(), self.compute_cwnd());
+        self
     }
 
     /// The minimum RTT seen over the last 10 s.
@@ -168,15 +176,26 @@ impl RateControl {
         self.bw_samples.iter().map(|s| s.1).fold(0.0, f64::max)
     }
 
+    /// The ceiling, bytes/s; at least 1 kb/s whatever the configuration says (NaN included).
     fn ceiling(&self) -> f64 {
-        match self.cfg.mode {
-            RateMode::Fixed { bps } => bps / 8.0,
-            RateMode::Auto { max_bps, .. } => max_bps / 8.0,
-        }
+        let bps = match self.cfg.mode {
+            RateMode::Fixed { bps } => bps,
+            RateMode::Auto { max_bps, .. } => max_bps,
+        };
+        bps.max(1000.0) / 8.0
     }
 
-    /// Pacing rate now, bytes/s.
+    /// Pacing rate now, bytes/s (cached; changes only on feedback).
     pub fn pacing_rate(&self) -> f64 {
+        self.cached.0
+    }
+
+    /// Cap on bytes in flight (auto mode: twice the estimated BDP plus feedback slack), if any (cached).
+    pub fn cwnd(&self) -> Option<u64> {
+        self.cached.1
+    }
+
+    fn compute_pacing_rate(&self) -> f64 {
         let r = match self.cfg.mode {
             RateMode::Fixed { .. } => self.fixed_rate,
             RateMode::Auto { initial_bps, .. } => {
@@ -194,15 +213,15 @@ impl RateControl {
                 }
             }
         };
-        r.clamp(self.cfg.min_bps / 8.0, self.ceiling())
+        let c = self.ceiling();
+        r.min(c).max((self.cfg.min_bps / 8.0).min(c))
     }
 
-    /// Cap on bytes in flight (auto mode: twice the estimated BDP plus feedback slack), if any.
-    pub fn cwnd(&self) -> Option<u64> {
+    fn compute_cwnd(&self) -> Option<u64> {
         match self.cfg.mode {
             RateMode::Fixed { .. } => None,
             RateMode::Auto { .. } => {
-                let bw = self.btl_bw().max(self.pacing_rate());
+                let bw = self.btl_bw().max(self.compute_pacing_rate());
                 let rtt = self.round() + Duration::from_millis(10);
                 let gain = if self.phase == Phase::Startup {
                     STARTUP_GAIN
@@ -254,6 +273,7 @@ impl RateControl {
             }
             RateMode::Auto { .. } => self.auto_update(now, sample),
         }
+        self.cached = (self.compute_pacing_rate(), self.compute_cwnd());
     }
 
     fn window_loss(&self) -> f64 {

@@ -26,6 +26,8 @@ pub struct ReceiverConfig {
     pub data_key: Option<[u8; 32]>,
     /// Most files a transfer may announce.
     pub max_files: u32,
+    /// Most blocks a file may have (the bitmap costs one bit per block; default 2^28, 2 TiB at 8 KiB).
+    pub max_blocks_per_file: u64,
 }
 
 impl Default for ReceiverConfig {
@@ -36,6 +38,7 @@ impl Default for ReceiverConfig {
             dead_timeout: Duration::from_secs(10),
             data_key: None,
             max_files: 10_000_000,
+            max_blocks_per_file: 1 << 28,
         }
     }
 }
@@ -181,7 +184,8 @@ impl Receiver {
         if self.state != State::Running {
             return None;
         }
-        let Ok(repr) = DataPacket::new_checked(datagram).and_then(|p| DataRepr::parse(&p)) else {
+        // `parse` runs the checks of `new_checked`
+        let Ok(repr) = DataRepr::parse(&DataPacket::new_unchecked(datagram)) else {
             self.stats.malformed += 1;
             return None;
         };
@@ -227,7 +231,9 @@ impl Receiver {
         let owd = now_us as i64 - repr.timestamp_us as i64;
         self.interval_owd_min = Some(self.interval_owd_min.map_or(owd, |m| m.min(owd)));
         // the block
-        let Some(Some(f)) = self.files.get_mut(repr.file as usize) else { return None };
+        let Some(Some(f)) = self.files.get_mut(repr.file as usize) else {
+            return None;
+        };
         let b = (repr.offset / block) as usize;
         let c = (repr.offset / f.chunk_size) as usize;
         let word = &mut f.bits[b / 64];
@@ -248,7 +254,11 @@ impl Receiver {
                 len: f.chunk_len(c),
             });
         }
-        Some(Delivery { file: repr.file, offset: repr.offset, data: &datagram[HEADER_LEN..] })
+        Some(Delivery {
+            file: repr.file,
+            offset: repr.offset,
+            data: &datagram[HEADER_LEN..],
+        })
     }
 
     /// A control message from the sender.
@@ -262,30 +272,56 @@ impl Receiver {
             return self.abort(format!("bad control message from the sender: {e}"));
         }
         match msg {
-            ControlMsg::Hello { transfer_id, block_size, .. } => {
+            ControlMsg::Hello {
+                transfer_id,
+                block_size,
+                ..
+            } => {
                 if self.transfer_id.is_some() {
                     return self.abort("second hello".into());
                 }
                 self.transfer_id = Some(transfer_id);
                 self.block_size = block_size as u64;
             }
-            ControlMsg::Announce { file, name, size, chunk_size, hashes } => {
+            ControlMsg::Announce {
+                file,
+                name,
+                size,
+                chunk_size,
+                hashes,
+            } => {
                 if self.transfer_id.is_none() {
                     return self.abort("announce before hello".into());
                 }
                 if file >= self.cfg.max_files {
-                    return self.abort(format!("announce: file index {file} above the limit {}", self.cfg.max_files));
+                    return self.abort(format!(
+                        "announce: file index {file} above the limit {}",
+                        self.cfg.max_files
+                    ));
                 }
+                // files are announced in order, so the table grows by one and a peer cannot make it huge
+                if file as usize != self.files.len() {
+                    return self.abort(format!(
+                        "announce: file index {file}, expected {}",
+                        self.files.len()
+                    ));
+                }
+                let blocks = size.div_ceil(self.block_size);
+                if blocks > self.cfg.max_blocks_per_file {
+                    return self.abort(format!(
+                        "announce: file {file} has {blocks} blocks, above the limit {}",
+                        self.cfg.max_blocks_per_file
+                    ));
+                }
+                let blocks = blocks as usize;
                 let i = file as usize;
-                if self.files.len() <= i {
-                    self.files.resize_with(i + 1, || None);
-                }
-                if self.files[i].is_some() {
-                    return self.abort(format!("announce: file {file} announced twice"));
-                }
+                self.files.push(None);
                 let chunks = ControlMsg::chunk_count(size, chunk_size) as usize;
-                let blocks = size.div_ceil(self.block_size) as usize;
-                let expected = if hashes.is_empty() { vec![None; chunks] } else { hashes.into_iter().map(Some).collect() };
+                let expected = if hashes.is_empty() {
+                    vec![None; chunks]
+                } else {
+                    hashes.into_iter().map(Some).collect()
+                };
                 self.files[i] = Some(RFile {
                     size,
                     chunk_size,
@@ -296,7 +332,12 @@ impl Receiver {
                     n_verified: 0,
                 });
                 self.files_total += 1;
-                self.events.push_back(Event::FileAnnounced { file, name, size, chunk_size });
+                self.events.push_back(Event::FileAnnounced {
+                    file,
+                    name,
+                    size,
+                    chunk_size,
+                });
                 if chunks == 0 {
                     self.file_done(file);
                 }
@@ -331,13 +372,18 @@ impl Receiver {
                 self.state = State::Aborted;
                 self.events.push_back(Event::Aborted { reason });
             }
-            other => self.abort(format!("unexpected control message from the sender: {}", other.to_line())),
+            other => self.abort(format!(
+                "unexpected control message from the sender: {}",
+                other.to_line()
+            )),
         }
     }
 
     /// The I/O layer hashed chunk `chunk` of `file` as written (after [`Event::ChunkComplete`]).
     pub fn chunk_hashed(&mut self, file: u32, chunk: u32, hash: ChunkHash) {
-        let Some(Some(f)) = self.files.get_mut(file as usize) else { return };
+        let Some(Some(f)) = self.files.get_mut(file as usize) else {
+            return;
+        };
         if f.state.get(chunk as usize) != Some(&ChunkState::Complete) {
             return;
         }
@@ -348,7 +394,9 @@ impl Receiver {
     /// Resume: the I/O layer found chunk `chunk` of `file` already on disk with this hash. If it equals the
     /// announced hash the chunk counts as verified and the sender skips it. Returns whether it did.
     pub fn declare_verified(&mut self, file: u32, chunk: u32, hash: ChunkHash) -> bool {
-        let Some(Some(f)) = self.files.get_mut(file as usize) else { return false };
+        let Some(Some(f)) = self.files.get_mut(file as usize) else {
+            return false;
+        };
         let c = chunk as usize;
         if f.expected.get(c).copied().flatten() != Some(hash) || f.state[c] != ChunkState::Receiving {
             return false;
@@ -365,7 +413,9 @@ impl Receiver {
     }
 
     fn compare(&mut self, file: u32, chunk: u32, got: ChunkHash) {
-        let Some(Some(f)) = self.files.get_mut(file as usize) else { return };
+        let Some(Some(f)) = self.files.get_mut(file as usize) else {
+            return;
+        };
         let c = chunk as usize;
         match f.expected[c] {
             None => {}
@@ -381,19 +431,23 @@ impl Receiver {
                 f.chunk_bytes[c] = 0;
                 f.state[c] = ChunkState::Receiving;
                 self.stats.mismatches += 1;
-                self.control_out.push_back(ControlMsg::ChunkMismatch { file, chunk });
+                self.control_out
+                    .push_back(ControlMsg::ChunkMismatch { file, chunk });
                 self.events.push_back(Event::ChunkMismatch { file, chunk });
             }
         }
     }
 
     fn verified(&mut self, file: u32, chunk: u32) {
-        let Some(Some(f)) = self.files.get_mut(file as usize) else { return };
+        let Some(Some(f)) = self.files.get_mut(file as usize) else {
+            return;
+        };
         f.state[chunk as usize] = ChunkState::Verified;
         f.n_verified += 1;
         let done = f.n_verified == f.state.len() as u64;
         self.chunks_verified += 1;
-        self.control_out.push_back(ControlMsg::ChunkVerified { file, chunk });
+        self.control_out
+            .push_back(ControlMsg::ChunkVerified { file, chunk });
         self.events.push_back(Event::ChunkVerified { file, chunk });
         if done {
             self.file_done(file);
@@ -406,22 +460,32 @@ impl Receiver {
     }
 
     fn abort(&mut self, reason: String) {
-        self.control_out.push_back(ControlMsg::Abort { reason: reason.clone() });
+        self.control_out.push_back(ControlMsg::Abort {
+            reason: reason.clone(),
+        });
         self.state = State::Aborted;
         self.events.push_back(Event::Aborted { reason });
     }
 
     fn send_feedback(&mut self, now: Instant) {
         let now_us = self.us(now);
-        let dt = self.fb_at.map_or(0, |t| now.saturating_duration_since(t).as_micros() as u64);
-        let rate_bps = if dt > 0 { (self.recv_bytes - self.fb_bytes) * 8 * 1_000_000 / dt } else { 0 };
+        let dt = self
+            .fb_at
+            .map_or(0, |t| now.saturating_duration_since(t).as_micros() as u64);
+        let rate_bps = ((self.recv_bytes - self.fb_bytes) as u128 * 8_000_000)
+            .checked_div(dt as u128)
+            .map_or(0, |r| r.min(u64::MAX as u128) as u64);
         let (queue, trend) = match self.interval_owd_min.take() {
             Some(m) => {
                 while self.owd_window.back().is_some_and(|b| b.1 >= m) {
                     self.owd_window.pop_back();
                 }
                 self.owd_window.push_back((now, m));
-                while self.owd_window.front().is_some_and(|f| now.saturating_duration_since(f.0) > Duration::from_secs(10)) {
+                while self
+                    .owd_window
+                    .front()
+                    .is_some_and(|f| now.saturating_duration_since(f.0) > Duration::from_secs(10))
+                {
                     self.owd_window.pop_front();
                 }
                 let floor = self.owd_window.front().map_or(m, |f| f.1);
@@ -439,7 +503,9 @@ impl Receiver {
             recv_time_us: now_us,
             rate_bps,
             echo_ts_us: self.echo_ts,
-            echo_delay_us: self.echo_at.map_or(0, |t| now.saturating_duration_since(t).as_micros() as u64),
+            echo_delay_us: self
+                .echo_at
+                .map_or(0, |t| now.saturating_duration_since(t).as_micros() as u64),
             queue_delay_us: queue,
             owd_trend_us: trend,
             chunks_verified: self.chunks_verified,
@@ -457,8 +523,15 @@ impl Receiver {
             return None;
         }
         let base = self.fb_at.or(self.epoch)?;
-        let fb = if self.data_since_fb { base + self.cfg.feedback_interval } else { base + self.cfg.keepalive };
-        let dead = self.last_heard.or(self.epoch).map_or(fb, |l| l + self.cfg.dead_timeout);
+        let fb = if self.data_since_fb {
+            base + self.cfg.feedback_interval
+        } else {
+            base + self.cfg.keepalive
+        };
+        let dead = self
+            .last_heard
+            .or(self.epoch)
+            .map_or(fb, |l| l + self.cfg.dead_timeout);
         Some(fb.min(dead))
     }
 

@@ -69,7 +69,8 @@ impl Transmit {
     }
     /// Writes the header into `buf` (at least [`Self::datagram_len`] long; the payload follows it).
     pub fn emit_header(&self, buf: &mut [u8]) {
-        self.header.emit(&mut DataPacket::new_unchecked(&mut buf[..self.datagram_len()]));
+        self.header
+            .emit(&mut DataPacket::new_unchecked(&mut buf[..self.datagram_len()]));
     }
 }
 
@@ -164,8 +165,14 @@ pub struct Sender {
 impl Sender {
     /// A sender; the `hello` message is queued for the control connection.
     pub fn new(cfg: SenderConfig) -> Self {
-        assert!(cfg.block_size as usize <= wire::MAX_PAYLOAD && cfg.block_size > 0, "block size");
-        assert!((wire::MIN_CHUNK_SIZE..=wire::MAX_CHUNK_SIZE).contains(&cfg.chunk_size), "chunk size");
+        assert!(
+            cfg.block_size as usize <= wire::MAX_PAYLOAD && cfg.block_size > 0,
+            "block size"
+        );
+        assert!(
+            (wire::MIN_CHUNK_SIZE..=wire::MAX_CHUNK_SIZE).contains(&cfg.chunk_size),
+            "chunk size"
+        );
         let mut control_out = VecDeque::new();
         control_out.push_back(ControlMsg::Hello {
             version: wire::VERSION,
@@ -199,12 +206,20 @@ impl Sender {
     }
 
     /// Adds a file to the transfer; `hashes`, when known, holds one hash per chunk. Returns its index.
-    pub fn add_file(&mut self, name: &str, size: u64, hashes: Option<Vec<ChunkHash>>) -> Result<u32, wire::WireError> {
+    pub fn add_file(
+        &mut self,
+        name: &str,
+        size: u64,
+        hashes: Option<Vec<ChunkHash>>,
+    ) -> Result<u32, wire::WireError> {
         wire::validate_name(name)?;
         let n = ControlMsg::chunk_count(size, self.cfg.chunk_size) as usize;
         let hashes = match hashes {
             Some(h) if h.len() != n => {
-                return Err(wire::WireError::Field { field: "hashes", why: format!("{} for {n} chunks", h.len()) })
+                return Err(wire::WireError::Field {
+                    field: "hashes",
+                    why: format!("{} for {n} chunks", h.len()),
+                })
             }
             Some(h) => h.into_iter().map(Some).collect(),
             None => vec![None; n],
@@ -235,12 +250,17 @@ impl Sender {
 
     /// The I/O layer read chunk `chunk` of `file` and hashed it.
     pub fn set_chunk_hash(&mut self, file: u32, chunk: u32, hash: ChunkHash) {
-        let Some(f) = self.files.get_mut(file as usize) else { return };
-        let Some(slot) = f.hashes.get_mut(chunk as usize) else { return };
+        let Some(f) = self.files.get_mut(file as usize) else {
+            return;
+        };
+        let Some(slot) = f.hashes.get_mut(chunk as usize) else {
+            return;
+        };
         if slot.is_none() {
             *slot = Some(hash);
             if (file as usize) < self.announced {
-                self.control_out.push_back(ControlMsg::ChunkHash { file, chunk, hash });
+                self.control_out
+                    .push_back(ControlMsg::ChunkHash { file, chunk, hash });
             }
         }
     }
@@ -256,12 +276,20 @@ impl Sender {
                 name: f.name.clone(),
                 size: f.size,
                 chunk_size: f.chunk_size,
-                hashes: if known { f.hashes.iter().flatten().copied().collect() } else { Vec::new() },
+                hashes: if known {
+                    f.hashes.iter().flatten().copied().collect()
+                } else {
+                    Vec::new()
+                },
             });
             if !known {
                 for (c, h) in f.hashes.iter().enumerate() {
                     if let Some(hash) = h {
-                        self.control_out.push_back(ControlMsg::ChunkHash { file: i as u32, chunk: c as u32, hash: *hash });
+                        self.control_out.push_back(ControlMsg::ChunkHash {
+                            file: i as u32,
+                            chunk: c as u32,
+                            hash: *hash,
+                        });
                     }
                 }
             }
@@ -344,7 +372,13 @@ impl Sender {
         if self.inflight.is_empty() {
             self.inflight_base = seq;
         }
-        self.inflight.push_back(Sent { file, offset, len, sent_at: now, presumed_lost: false });
+        self.inflight.push_back(Sent {
+            file,
+            offset,
+            len,
+            sent_at: now,
+            presumed_lost: false,
+        });
         self.inflight_bytes += wire_of(len);
         let rate = self.rate.pacing_rate();
         let wire_len = wire_of(len) as f64;
@@ -397,7 +431,10 @@ impl Sender {
         if !self.running() {
             return None;
         }
-        let mut t = self.last_feedback.or(self.epoch).map(|l| l + self.cfg.dead_timeout);
+        let mut t = self
+            .last_feedback
+            .or(self.epoch)
+            .map(|l| l + self.cfg.dead_timeout);
         let mut min = |x: Instant| t = Some(t.map_or(x, |t| t.min(x)));
         if self.has_data() && self.window_open() {
             if let Some(n) = self.next_send {
@@ -437,7 +474,10 @@ impl Sender {
             }
             self.tail_idx += 1;
         }
-        if self.last_sent.is_none_or(|l| now.saturating_duration_since(l) >= Duration::from_secs(1)) {
+        if self
+            .last_sent
+            .is_none_or(|l| now.saturating_duration_since(l) >= Duration::from_secs(1))
+        {
             self.control_out.push_back(ControlMsg::Ping);
             self.last_sent = Some(now);
         }
@@ -446,6 +486,10 @@ impl Sender {
     /// A control message from the receiver.
     pub fn handle_control(&mut self, now: Instant, msg: ControlMsg) {
         if !self.running() {
+            return;
+        }
+        if msg.validate().is_err() {
+            self.stats.bad_control += 1;
             return;
         }
         match msg {
@@ -512,7 +556,9 @@ impl Sender {
 
     /// Ends the transfer and tells the receiver why.
     pub fn abort(&mut self, reason: String) {
-        self.control_out.push_back(ControlMsg::Abort { reason: reason.clone() });
+        self.control_out.push_back(ControlMsg::Abort {
+            reason: reason.clone(),
+        });
         self.state = State::Aborted;
         self.events.push_back(Event::Aborted { reason });
     }
@@ -524,9 +570,16 @@ impl Sender {
     }
 
     fn check_done(&mut self) {
-        if self.running() && self.closed && self.files_done == self.files.len() && self.announced == self.files.len() {
+        if self.running()
+            && self.closed
+            && self.files_done == self.files.len()
+            && self.announced == self.files.len()
+        {
             let bytes = self.files.iter().map(|f| f.size).sum();
-            self.control_out.push_back(ControlMsg::Done { files: self.files.len() as u32, bytes });
+            self.control_out.push_back(ControlMsg::Done {
+                files: self.files.len() as u32,
+                bytes,
+            });
             self.state = State::Done;
             self.events.push_back(Event::TransferDone);
         }
@@ -543,7 +596,9 @@ impl Sender {
                 return;
             }
             let now_us = self.us(now);
-            let r = now_us.saturating_sub(f.echo_ts_us).saturating_sub(f.echo_delay_us);
+            let r = now_us
+                .saturating_sub(f.echo_ts_us)
+                .saturating_sub(f.echo_delay_us);
             if f.echo_ts_us <= now_us && r > 0 {
                 rtt = Some(Duration::from_micros(r));
             }

@@ -17,7 +17,12 @@ enum Loss {
     None,
     Random(f64),
     /// Gilbert-Elliott: P(good->bad), P(bad->good), loss in good, loss in bad.
-    GilbertElliott { p_gb: f64, p_bg: f64, good: f64, bad: f64 },
+    GilbertElliott {
+        p_gb: f64,
+        p_bg: f64,
+        good: f64,
+        bad: f64,
+    },
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -96,6 +101,9 @@ struct Sim {
     rng: SmallRng,
     ge_bad: bool,
     busy_until: Instant,
+    /// In-order arrivals (the common case: times never decrease), and the rest (reordered, duplicated,
+    /// injected) in a heap; the next arrival is the earlier of the two fronts.
+    fifo: VecDeque<Pkt>,
     heap: BinaryHeap<Pkt>,
     pool: Vec<Vec<u8>>,
     next_id: u64,
@@ -131,7 +139,16 @@ struct Setup {
 
 impl Setup {
     fn new(link: LinkCfg, sizes: Vec<u64>) -> Self {
-        Setup { link, sizes, block: 8192, chunk: 1 << 20, rate: RateConfig::auto(50e6), store: true, key: None, seed: 1 }
+        Setup {
+            link,
+            sizes,
+            block: 8192,
+            chunk: 1 << 20,
+            rate: RateConfig::auto(50e6),
+            store: true,
+            key: None,
+            seed: 1,
+        }
     }
 }
 
@@ -142,13 +159,20 @@ impl Sim {
         sc.block_size = st.block;
         sc.chunk_size = st.chunk;
         sc.data_key = st.key;
-        let rc = ReceiverConfig { data_key: st.key, ..ReceiverConfig::default() };
+        let rc = ReceiverConfig {
+            data_key: st.key,
+            ..ReceiverConfig::default()
+        };
         let mut s = Sender::new(sc);
         for (i, &sz) in st.sizes.iter().enumerate() {
             s.add_file(&format!("exp/file{i:05}.vdif"), sz, None).unwrap();
         }
         s.close();
-        let sender_hashed = st.sizes.iter().map(|&sz| vec![false; sz.div_ceil(st.chunk) as usize]).collect();
+        let sender_hashed = st
+            .sizes
+            .iter()
+            .map(|&sz| vec![false; sz.div_ceil(st.chunk) as usize])
+            .collect();
         Sim {
             now: t0,
             t0,
@@ -158,12 +182,15 @@ impl Sim {
             rng: SmallRng::seed_from_u64(st.seed),
             ge_bad: false,
             busy_until: t0,
+            fifo: VecDeque::new(),
             heap: BinaryHeap::new(),
             pool: Vec::new(),
             next_id: 0,
             ctl_s2r: VecDeque::new(),
             ctl_r2s: VecDeque::new(),
-            disk: st.store.then(|| st.sizes.iter().map(|&sz| vec![0u8; sz as usize]).collect()),
+            disk: st
+                .store
+                .then(|| st.sizes.iter().map(|&sz| vec![0u8; sz as usize]).collect()),
             written: vec![0; st.sizes.len()],
             sizes: st.sizes,
             chunk_size: st.chunk,
@@ -183,7 +210,12 @@ impl Sim {
         match self.link.loss {
             Loss::None => false,
             Loss::Random(p) => self.rng.gen::<f64>() < p,
-            Loss::GilbertElliott { p_gb, p_bg, good, bad } => {
+            Loss::GilbertElliott {
+                p_gb,
+                p_bg,
+                good,
+                bad,
+            } => {
                 let flip = self.rng.gen::<f64>();
                 if self.ge_bad && flip < p_bg || !self.ge_bad && flip < p_gb {
                     self.ge_bad = !self.ge_bad;
@@ -193,46 +225,80 @@ impl Sim {
         }
     }
 
-    fn push(&mut self, at: Instant, data: Vec<u8>) {
+    fn push(&mut self, at: Instant, data: Vec<u8>, in_order: bool) {
         self.next_id += 1;
-        self.heap.push(Pkt { at, id: self.next_id, data });
+        let p = Pkt {
+            at,
+            id: self.next_id,
+            data,
+        };
+        if in_order && self.fifo.back().is_none_or(|b| b.at <= at) {
+            self.fifo.push_back(p);
+        } else {
+            self.heap.push(p);
+        }
+    }
+
+    fn next_arrival(&self) -> Option<Instant> {
+        match (self.fifo.front(), self.heap.peek()) {
+            (Some(a), Some(b)) => Some(a.at.min(b.at)),
+            (a, b) => a.or(b).map(|p| p.at),
+        }
+    }
+
+    fn pop_due(&mut self, now: Instant) -> Option<Pkt> {
+        let f = self.fifo.front().filter(|p| p.at <= now).map(|p| (p.at, p.id));
+        let h = self.heap.peek().filter(|p| p.at <= now).map(|p| (p.at, p.id));
+        match (f, h) {
+            (Some(a), Some(b)) if b < a => self.heap.pop(),
+            (Some(_), _) => self.fifo.pop_front(),
+            (None, Some(_)) => self.heap.pop(),
+            (None, None) => None,
+        }
     }
 
     /// The path: drop-tail queue at the bottleneck, then propagation with loss, reordering, duplication.
     fn send_on_link(&mut self, mut data: Vec<u8>) {
         self.datagrams_on_link += 1;
         let wire = (data.len() + wire::IP_UDP_OVERHEAD) as f64;
-        let backlog = self.busy_until.saturating_duration_since(self.now).as_secs_f64() * self.link.rate_bps / 8.0;
+        let backlog =
+            self.busy_until.saturating_duration_since(self.now).as_secs_f64() * self.link.rate_bps / 8.0;
         if backlog + wire > self.link.queue_bytes as f64 {
             self.link_drops += 1;
             self.pool.push(data);
             return;
         }
-        self.busy_until = self.busy_until.max(self.now) + Duration::from_secs_f64(wire * 8.0 / self.link.rate_bps);
+        self.busy_until =
+            self.busy_until.max(self.now) + Duration::from_secs_f64(wire * 8.0 / self.link.rate_bps);
         if self.lost_on_link() {
             self.pool.push(data);
             return;
         }
         let mut at = self.busy_until + self.link.one_way;
+        let mut in_order = true;
         if self.link.reorder > 0.0 && self.rng.gen::<f64>() < self.link.reorder {
             at += self.link.reorder_extra;
+            in_order = false;
         }
         if self.link.corrupt > 0.0 && self.rng.gen::<f64>() < self.link.corrupt {
-            let i = self.rng.gen_range(HEADER_LEN..data.len().max(HEADER_LEN + 1)).min(data.len() - 1);
+            let i = self
+                .rng
+                .gen_range(HEADER_LEN..data.len().max(HEADER_LEN + 1))
+                .min(data.len() - 1);
             data[i] ^= 0x40;
         }
         if self.link.dup > 0.0 && self.rng.gen::<f64>() < self.link.dup {
             let copy = data.clone();
-            self.push(at + Duration::from_micros(50), copy);
+            self.push(at + Duration::from_micros(50), copy, false);
         }
-        self.push(at, data);
+        self.push(at, data, in_order);
     }
 
     /// Spoofed and garbage datagrams injected at the receiver now.
     fn inject(&mut self, data: Vec<u8>) {
         self.injected += 1;
         let at = self.now;
-        self.push(at, data);
+        self.push(at, data, false);
     }
 
     fn receiver_alive(&self) -> bool {
@@ -259,7 +325,8 @@ impl Sim {
             self.send_on_link(buf);
         }
         while let Some(m) = self.s.poll_control() {
-            self.ctl_s2r.push_back((self.now + self.link.one_way, m.to_line()));
+            self.ctl_s2r
+                .push_back((self.now + self.link.one_way, m.to_line()));
         }
         while let Some(e) = self.s.poll_event() {
             self.s_events.push((self.now - self.t0, e));
@@ -268,10 +335,17 @@ impl Sim {
             return;
         }
         while let Some(m) = self.r.poll_control() {
-            self.ctl_r2s.push_back((self.now + self.link.one_way, m.to_line()));
+            self.ctl_r2s
+                .push_back((self.now + self.link.one_way, m.to_line()));
         }
         while let Some(e) = self.r.poll_event() {
-            if let Event::ChunkComplete { file, chunk, offset, len } = e {
+            if let Event::ChunkComplete {
+                file,
+                chunk,
+                offset,
+                len,
+            } = e
+            {
                 // the receiver's I/O hashes what it wrote
                 let h = match &self.disk {
                     Some(d) => ChunkHash::of(&d[file as usize][offset as usize..(offset + len) as usize]),
@@ -279,7 +353,8 @@ impl Sim {
                 };
                 self.r.chunk_hashed(file, chunk, h);
                 while let Some(m) = self.r.poll_control() {
-                    self.ctl_r2s.push_back((self.now + self.link.one_way, m.to_line()));
+                    self.ctl_r2s
+                        .push_back((self.now + self.link.one_way, m.to_line()));
                 }
             }
             self.r_events.push((self.now - self.t0, e));
@@ -298,7 +373,7 @@ impl Sim {
             min(self.r.poll_timeout());
             min(self.receiver_dies_at);
         }
-        min(self.heap.peek().map(|p| p.at));
+        min(self.next_arrival());
         min(self.ctl_s2r.front().map(|c| c.0));
         min(self.ctl_r2s.front().map(|c| c.0));
         t
@@ -309,18 +384,20 @@ impl Sim {
         if self.s.is_finished() && (self.r.is_finished() || !self.receiver_alive()) {
             return false;
         }
-        let Some(next) = self.next_time() else { return false };
+        let Some(next) = self.next_time() else {
+            return false;
+        };
         self.now = self.now.max(next);
         let now = self.now;
         let alive = self.receiver_alive();
-        while self.heap.peek().is_some_and(|p| p.at <= now) {
-            let p = self.heap.pop().unwrap();
+        while let Some(p) = self.pop_due(now) {
             if alive {
                 if let Some(d) = self.r.handle_datagram(now, &p.data) {
                     let f = d.file as usize;
                     self.written[f] += d.data.len() as u64;
                     match &mut self.disk {
-                        Some(disk) => disk[f][d.offset as usize..d.offset as usize + d.data.len()].copy_from_slice(d.data),
+                        Some(disk) => disk[f][d.offset as usize..d.offset as usize + d.data.len()]
+                            .copy_from_slice(d.data),
                         None => {
                             self.scratch.resize(d.data.len(), 0);
                             fill(d.file, d.offset, &mut self.scratch);
@@ -335,12 +412,14 @@ impl Sim {
         while self.ctl_s2r.front().is_some_and(|c| c.0 <= now) {
             let (_, line) = self.ctl_s2r.pop_front().unwrap();
             if alive {
-                self.r.handle_control(now, ControlMsg::parse_line(&line).expect("sender control line"));
+                self.r
+                    .handle_control(now, ControlMsg::parse_line(&line).expect("sender control line"));
             }
         }
         while self.ctl_r2s.front().is_some_and(|c| c.0 <= now) {
             let (_, line) = self.ctl_r2s.pop_front().unwrap();
-            self.s.handle_control(now, ControlMsg::parse_line(&line).expect("receiver control line"));
+            self.s
+                .handle_control(now, ControlMsg::parse_line(&line).expect("receiver control line"));
         }
         if self.s.poll_timeout().is_some_and(|t| t <= now) {
             self.s.handle_timeout(now);
@@ -353,7 +432,10 @@ impl Sim {
 
     fn run(&mut self, limit: Duration) -> Duration {
         while self.step() {
-            assert!(self.now - self.t0 < limit, "no completion within {limit:?} of simulated time");
+            assert!(
+                self.now - self.t0 < limit,
+                "no completion within {limit:?} of simulated time"
+            );
         }
         self.pump_out();
         self.now - self.t0
@@ -367,8 +449,16 @@ impl Sim {
     }
 
     fn check_exact(&mut self) {
-        assert!(self.sender_done(), "sender events: {:?}", self.s_events.iter().rev().take(3).collect::<Vec<_>>());
-        assert!(self.receiver_done(), "receiver events: {:?}", self.r_events.iter().rev().take(3).collect::<Vec<_>>());
+        assert!(
+            self.sender_done(),
+            "sender events: {:?}",
+            self.s_events.iter().rev().take(3).collect::<Vec<_>>()
+        );
+        assert!(
+            self.receiver_done(),
+            "receiver events: {:?}",
+            self.r_events.iter().rev().take(3).collect::<Vec<_>>()
+        );
         let mut scratch = Vec::new();
         if let Some(disk) = &self.disk {
             for (f, d) in disk.iter().enumerate() {
@@ -377,10 +467,18 @@ impl Sim {
                 assert!(d[..] == scratch[..], "file {f} differs");
             }
         }
-        let verified = self.r_events.iter().filter(|e| matches!(e.1, Event::ChunkVerified { .. })).count();
+        let verified = self
+            .r_events
+            .iter()
+            .filter(|e| matches!(e.1, Event::ChunkVerified { .. }))
+            .count();
         let chunks: u64 = self.sizes.iter().map(|s| s.div_ceil(self.chunk_size)).sum();
         assert_eq!(verified as u64, chunks);
-        let files = self.r_events.iter().filter(|e| matches!(e.1, Event::FileDone { .. })).count();
+        let files = self
+            .r_events
+            .iter()
+            .filter(|e| matches!(e.1, Event::FileDone { .. }))
+            .count();
         assert_eq!(files, self.sizes.len());
     }
 }
@@ -392,16 +490,36 @@ fn mb(x: f64) -> f64 {
 #[test]
 fn every_byte_exact_under_loss_bursts_reordering_duplication() {
     let mut link = LinkCfg::new(200e6, Duration::from_millis(40));
-    link.loss = Loss::GilbertElliott { p_gb: 0.002, p_bg: 0.1, good: 0.01, bad: 0.5 };
+    link.loss = Loss::GilbertElliott {
+        p_gb: 0.002,
+        p_bg: 0.1,
+        good: 0.01,
+        bad: 0.5,
+    };
     link.reorder = 0.05;
     link.dup = 0.01;
-    let sizes = vec![0, 1, 8191, 8192, 8193, 1 << 20, (1 << 20) + 1, 3_000_017, 20 << 20, 7, 12_345_678];
+    let sizes = vec![
+        0,
+        1,
+        8191,
+        8192,
+        8193,
+        1 << 20,
+        (1 << 20) + 1,
+        3_000_017,
+        20 << 20,
+        7,
+        12_345_678,
+    ];
     let mut sim = Sim::new(Setup::new(link, sizes));
     let t = sim.run(Duration::from_secs(120));
     sim.check_exact();
     let st = sim.s.stats();
     let rs = sim.r.stats();
-    eprintln!("impaired: {t:?}, sender {st:?}, receiver {rs:?}, link drops {}", sim.link_drops);
+    eprintln!(
+        "impaired: {t:?}, sender {st:?}, receiver {rs:?}, link drops {}",
+        sim.link_drops
+    );
     assert!(st.retransmits > 0 && rs.duplicates > 0);
     assert_eq!(rs.bad_tag + rs.malformed + rs.wrong_transfer, 0);
     for (f, &sz) in sim.sizes.iter().enumerate() {
@@ -455,7 +573,11 @@ fn goodput_at_one_percent_loss_and_100ms() {
             sim.s.rate().cuts_loss,
         );
         assert!(steady >= 0.90 * rate, "steady goodput {:.1} Mb/s", mb(steady));
-        assert!(whole >= 0.75 * rate, "whole-transfer goodput {:.1} Mb/s", mb(whole));
+        assert!(
+            whole >= 0.75 * rate,
+            "whole-transfer goodput {:.1} Mb/s",
+            mb(whole)
+        );
     }
 }
 
@@ -472,7 +594,11 @@ fn fixed_rate_stays_under_its_ceiling() {
     sim.check_exact();
     let wire = sim.datagrams_on_link as f64 * (8192.0 + 112.0) * 8.0;
     let g = bytes as f64 * 8.0 / t.as_secs_f64();
-    eprintln!("fixed 300 Mb/s on 1 Gb/s at 1% loss: goodput {:.1} Mb/s, wire {:.1} Mb/s", mb(g), mb(wire / t.as_secs_f64()));
+    eprintln!(
+        "fixed 300 Mb/s on 1 Gb/s at 1% loss: goodput {:.1} Mb/s, wire {:.1} Mb/s",
+        mb(g),
+        mb(wire / t.as_secs_f64())
+    );
     assert!(wire / t.as_secs_f64() <= 300e6 * 1.01);
     assert!(g >= 0.85 * 300e6);
 }
@@ -509,10 +635,16 @@ fn dying_receiver_is_detected_within_the_timeout() {
     let death = sim.t0 + Duration::from_secs(2);
     sim.receiver_dies_at = Some(death);
     sim.run(Duration::from_secs(60));
-    let dead = sim.s_events.iter().find(|e| e.1 == Event::PeerDead).expect("PeerDead");
+    let dead = sim
+        .s_events
+        .iter()
+        .find(|e| e.1 == Event::PeerDead)
+        .expect("PeerDead");
     let after = dead.0 - Duration::from_secs(2);
     eprintln!("receiver died at 2 s; sender reported PeerDead {after:?} later");
-    assert!(after >= Duration::from_secs(10) - Duration::from_millis(100) && after <= Duration::from_secs(11));
+    assert!(
+        after >= Duration::from_secs(10) - Duration::from_millis(100) && after <= Duration::from_secs(11)
+    );
     assert!(!sim.sender_done());
 }
 
@@ -578,7 +710,15 @@ fn spoofed_and_garbage_datagrams_are_dropped_and_counted() {
         k += 1;
         if k % 7 == 0 {
             // a well-formed datagram for a real file, sealed with the wrong key
-            let h = wire::DataRepr { transfer_id: 7, seq: k, file: 0, offset: 0, len: 8192, timestamp_us: 0, retransmit: false };
+            let h = wire::DataRepr {
+                transfer_id: 7,
+                seq: k,
+                file: 0,
+                offset: 0,
+                len: 8192,
+                timestamp_us: 0,
+                retransmit: false,
+            };
             let mut buf = vec![0xEE; h.buffer_len()];
             h.emit(&mut wire::DataPacket::new_unchecked(&mut buf[..]));
             wire::seal(&[1; 32], &mut buf);
@@ -604,7 +744,11 @@ fn corrupted_chunks_fail_verification_and_are_resent() {
     sim.run(Duration::from_secs(60));
     sim.check_exact();
     let rs = sim.r.stats();
-    eprintln!("corruption: {} mismatches, {} chunk resends", rs.mismatches, sim.s.stats().chunk_resends);
+    eprintln!(
+        "corruption: {} mismatches, {} chunk resends",
+        rs.mismatches,
+        sim.s.stats().chunk_resends
+    );
     assert!(rs.mismatches > 0);
 }
 
@@ -617,11 +761,15 @@ fn resume_sends_only_missing_chunks() {
     st.chunk = chunk;
     let mut sim = Sim::new(st);
     // the sender knows its hashes up front (announce carries them); the receiver has the even chunks
-    let hashes: Vec<ChunkHash> = (0..16).map(|c| gen_chunk_hash(0, c * chunk, chunk, &mut Vec::new())).collect();
+    let hashes: Vec<ChunkHash> = (0..16)
+        .map(|c| gen_chunk_hash(0, c * chunk, chunk, &mut Vec::new()))
+        .collect();
     let mut sc = SenderConfig::new(7, RateConfig::auto(50e6));
     sc.chunk_size = chunk;
     sim.s = Sender::new(sc);
-    sim.s.add_file("exp/resumed.vdif", size, Some(hashes.clone())).unwrap();
+    sim.s
+        .add_file("exp/resumed.vdif", size, Some(hashes.clone()))
+        .unwrap();
     sim.s.close();
     sim.sender_hashed[0].fill(true);
     {
@@ -632,7 +780,11 @@ fn resume_sends_only_missing_chunks() {
         }
     }
     // drive until the announce arrives, then declare what is on disk
-    while !sim.r_events.iter().any(|e| matches!(e.1, Event::FileAnnounced { .. })) {
+    while !sim
+        .r_events
+        .iter()
+        .any(|e| matches!(e.1, Event::FileAnnounced { .. }))
+    {
         assert!(sim.step());
     }
     for c in 0..16u32 {
