@@ -122,6 +122,7 @@ pub struct RateControl {
     /// Number of cuts for heavy loss.
     pub cuts_loss: u64,
     cached: (f64, Option<u64>),
+    last_queue: Duration,
 }
 
 impl RateControl {
@@ -150,6 +151,7 @@ impl RateControl {
             cuts_queue: 0,
             cuts_loss: 0,
             cached: (0.0, None),
+            last_queue: Duration::ZERO,
         }
         .recache()
     }
@@ -250,6 +252,7 @@ impl RateControl {
             self.min_rtt = self.rtt_samples.front().map(|f| f.1);
         }
         let sample = self.delivery_rate(s.recv_bytes, s.recv_time_us);
+        self.last_queue = s.queue_delay;
         self.window_lost += s.lost;
         self.window_delivered += s.delivered;
         self.window_queue_min = Some(
@@ -350,6 +353,11 @@ impl RateControl {
                     if self.startup_stall >= 3 {
                         self.enter(now, Phase::Drain);
                     }
+                }
+                // delay-based exit (like HyStart): a queue of an eighth of the RTT means we are past the
+                // bottleneck; leaving now spares the drop-tail buffer the rest of the 2.9x overshoot
+                if self.last_queue >= threshold.max(round / 8) && bw > 0.0 {
+                    self.enter(now, Phase::Drain);
                 }
             }
             Phase::Drain => {
