@@ -116,6 +116,11 @@ pub struct RateControl {
     window_start: Option<Instant>,
     window_lost: u64,
     window_delivered: u64,
+    // loss split by the queueing delay the receiver saw when it found the loss, per round
+    round_q: (u64, u64),
+    round_e: (u64, u64),
+    /// Long-run loss rate while the queue is empty: the path's random loss.
+    random_loss: f64,
     window_queue_min: Option<Duration>,
     /// Number of cuts for a standing queue (for reports and tests).
     pub cuts_queue: u64,
@@ -123,6 +128,9 @@ pub struct RateControl {
     pub cuts_loss: u64,
     cached: (f64, Option<u64>),
     last_queue: Duration,
+    bw_cap: Option<f64>,
+    cut_this_cycle: bool,
+    quiet_until: Option<Instant>,
 }
 
 impl RateControl {
@@ -147,11 +155,17 @@ impl RateControl {
             window_start: None,
             window_lost: 0,
             window_delivered: 0,
+            round_q: (0, 0),
+            round_e: (0, 0),
+            random_loss: 0.0,
             window_queue_min: None,
             cuts_queue: 0,
             cuts_loss: 0,
             cached: (0.0, None),
             last_queue: Duration::ZERO,
+            bw_cap: None,
+            cut_this_cycle: false,
+            quiet_until: None,
         }
         .recache()
     }
@@ -173,12 +187,21 @@ impl RateControl {
             .max(Duration::from_millis(1))
     }
 
-    /// Bottleneck bandwidth estimate, bytes/s (auto mode), or 0 before the first sample.
+    /// Bottleneck bandwidth estimate, bytes/s (auto mode): the windowed maximum of delivery-rate samples,
+    /// capped after congestion; 0 before the first sample.
     pub fn btl_bw(&self) -> f64 {
-        self.bw_samples.iter().map(|s| s.1).fold(0.0, f64::max)
+        let max = self.bw_samples.iter().map(|s| s.1).fold(0.0, f64::max);
+        self.bw_cap.map_or(max, |c| c.min(max))
     }
 
-    /// The ceiling, bytes/s; at least 1 kb/s whatever the configuration says (NaN included).
+    /// Congestion: cap the estimate 15% below where it is. The cap persists (delivery samples taken while
+    /// a queue drains would otherwise restore the old estimate at once) and is raised only by probing
+    /// through a whole gain cycle without congestion.
+    fn cut(&mut self) {
+        self.bw_cap = Some(self.btl_bw() * CUT);
+        self.cut_this_cycle = true;
+    }
+
     fn ceiling(&self) -> f64 {
         let bps = match self.cfg.mode {
             RateMode::Fixed { bps } => bps,
@@ -255,6 +278,14 @@ impl RateControl {
         self.last_queue = s.queue_delay;
         self.window_lost += s.lost;
         self.window_delivered += s.delivered;
+        let queued = s.queue_delay >= self.queue_threshold();
+        let bucket = if queued {
+            &mut self.round_q
+        } else {
+            &mut self.round_e
+        };
+        bucket.0 += s.lost;
+        bucket.1 += s.lost + s.delivered;
         self.window_queue_min = Some(
             self.window_queue_min
                 .map_or(s.queue_delay, |q| q.min(s.queue_delay)),
@@ -368,7 +399,15 @@ impl RateControl {
             }
             Phase::ProbeBw(i) => {
                 if now.duration_since(start) >= round {
-                    let next = (i + 1) % PROBE_GAINS.len();
+                    let mut next = (i + 1) % PROBE_GAINS.len();
+                    let quiet = self.quiet_until.is_some_and(|q| now < q);
+                    if quiet {
+                        self.round_q = (0, 0);
+                        self.round_e = (0, 0);
+                    }
+                    if !quiet && self.end_of_round() && next < 2 {
+                        next = 2; // congestion: no probing this cycle
+                    }
                     if next == 0 {
                         self.end_of_cycle(now, threshold);
                     }
@@ -378,20 +417,64 @@ impl RateControl {
         }
     }
 
+    fn queue_threshold(&self) -> Duration {
+        self.cfg.queue_threshold.max(self.round() / 16)
+    }
+
+    /// At the end of a round: loss that comes with a queue, clearly above the path's random loss (measured
+    /// while the queue is empty), is congestion (drop-tail overflow); it cuts the model. Returns whether
+    /// it did.
+    fn end_of_round(&mut self) -> bool {
+        let (el, et) = std::mem::take(&mut self.round_e);
+        let (ql, qt) = std::mem::take(&mut self.round_q);
+        if et >= 100 {
+            let r = el as f64 / et as f64;
+            self.random_loss = if self.random_loss == 0.0 {
+                r
+            } else {
+                0.9 * self.random_loss + 0.1 * r
+            };
+        }
+        if qt < 50 {
+            return false;
+        }
+        // significantly above the random loss (3 sigma of a binomial count) and above 2%
+        let base = self.random_loss.max(0.001);
+        let n = qt as f64;
+        let expected = base * n + 3.0 * (base * n).sqrt() + 1.0;
+        if ql as f64 > expected.max(0.02 * n) {
+            self.cuts_loss += 1;
+            self.cut();
+            return true;
+        }
+        false
+    }
+
     /// At the end of a gain cycle: a queue that never drained, or heavy loss, cuts the model.
     fn end_of_cycle(&mut self, now: Instant, threshold: Duration) {
         let standing = self.window_queue_min.is_some_and(|q| q >= threshold);
         let lossy = self.window_loss() > self.cfg.loss_backoff;
         if standing || lossy {
             if standing {
+                // a standing queue restarts the filter 15% lower: transient, so that a loss-based flow
+                // holding a queue for seconds does not drive this one to nothing
                 self.cuts_queue += 1;
+                let bw = self.btl_bw() * CUT;
+                self.bw_samples.clear();
+                self.bw_samples.push_back((now, bw));
             } else {
                 self.cuts_loss += 1;
+                self.cut();
             }
-            let bw = self.btl_bw() * CUT;
-            self.bw_samples.clear();
-            self.bw_samples.push_back((now, bw));
+        } else if !self.cut_this_cycle {
+            // a whole cycle, probe included, without congestion: raise the cap (and drop it once it no
+            // longer binds)
+            if let Some(c) = self.bw_cap {
+                let max = self.bw_samples.iter().map(|s| s.1).fold(0.0, f64::max);
+                self.bw_cap = (c * 1.25 < 2.0 * max).then_some(c * 1.25);
+            }
         }
+        self.cut_this_cycle = false;
         self.reset_window(now);
     }
 
@@ -400,6 +483,12 @@ impl RateControl {
         self.phase_start = Some(now);
         if phase == Phase::ProbeBw(2) || phase == Phase::Drain {
             self.reset_window(now);
+            self.round_q = (0, 0);
+            self.round_e = (0, 0);
+        }
+        if phase == Phase::ProbeBw(2) && self.quiet_until.is_none() {
+            // losses of the startup overshoot are still being reported for about an RTT: not congestion
+            self.quiet_until = Some(now + self.round() * 2);
         }
     }
 
