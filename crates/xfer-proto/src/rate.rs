@@ -11,13 +11,22 @@
 //! * **Auto**: the sender keeps a model of the path: bottleneck bandwidth = windowed maximum of delivery
 //!   rate samples (receiver bytes over receiver time, spans of at least 20 ms) over 10 RTTs; propagation
 //!   RTT = windowed minimum over 10 s. It paces at `gain x bandwidth` with a gain cycle of one RTT per phase
-//!   `[1.25, 0.75, 1, 1, 1, 1, 1, 1]` (probe up, drain the probe's queue, cruise). Startup doubles per RTT
-//!   (gain 2.885) until the bandwidth estimate stops growing by 25% for 3 RTTs, then drains.
+//!   `[1.25, 0.75, 1, 1, 1, 1, 1, 1]` (probe up, drain the probe's queue, cruise) and keeps at most
+//!   2 x BDP (+10 ms) in flight. Startup grows 2.885x per RTT until the estimate stops growing by 25% for
+//!   3 RTTs or the receiver sees a queue of RTT/8 (delay-based exit), then drains.
 //!   Random loss does not change the model (the delivery rate falls only by the lost fraction).
-//!   Congestion signals: a **standing queue** (the smallest one-way queueing delay stays above a threshold
-//!   for a whole gain cycle, drain phase included, so it is not our own probe) and **heavy loss** (above
-//!   `loss_backoff` over a whole cycle); either cuts the bandwidth estimate by 15% and restarts the filter,
-//!   so a competing TCP flow that fills the queue gets room instead of being starved.
+//!   Congestion signals:
+//!   - **loss that comes with a queue**: the receiver reports its queueing delay with every loss report;
+//!     losses found while the queue is empty estimate the path's random loss. A round whose queued-loss
+//!     rate is above 2% and 3 sigma above that random loss caps the estimate 15% lower (the cap stays
+//!     until a whole gain cycle passes without congestion, then rises 25% per cycle);
+//!   - **a standing queue** (the smallest queueing delay over a whole cycle, drain phase included, above
+//!     max(2 ms, RTT/16)): restarts the filter 15% lower, transiently, so that a loss-based flow holding
+//!     a queue for seconds does not drive this one to nothing;
+//!   - **heavy loss** (above `loss_backoff` over a whole cycle) caps like queued loss.
+//!
+//!   The simulator (`tests/sim.rs`) shares a 200 Mb/s, 40 ms, 1-BDP drop-tail bottleneck with a TCP Reno
+//!   flow and both keep a share; at 1% random loss and 100 ms the goodput stays above 90% of the link.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
