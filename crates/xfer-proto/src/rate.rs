@@ -1,0 +1,667 @@
+//! Rate control: a fixed ceiling (`--rate R`) or an automatic, model-based mode (BBR-like).
+//!
+//! Both modes turn receiver feedback into a pacing rate and, in automatic mode, a cap on the bytes in
+//! flight. Rates are bytes on the wire (payload + data header + IP/UDP headers) per second, so that a
+//! `--rate` ceiling means what a network operator reads on the interface. See `docs/xfer-protocol.md` for the algorithm and the reasons.
+//!
+//! * **Fixed**: pace at `R`, never above. Over each evaluation window (at least 50 ms and one RTT) the
+//!   loss fraction is computed from feedback; above [`RateConfig::loss_backoff`] (default 10%, far above
+//!   random loss on a healthy path) the receiver is not keeping up and the rate drops by 15%; otherwise it
+//!   grows back by 10% per window up to `R`.
+//! * **Auto**: the sender keeps a model of the path: bottleneck bandwidth = windowed maximum of delivery
+//!   rate samples (receiver bytes over receiver time, spans of at least 20 ms) over 10 RTTs; propagation
+//!   RTT = windowed minimum over 10 s. It paces at `gain x bandwidth` with a gain cycle of one RTT per phase
+//!   `[1.25, 0.75, 1, 1, 1, 1, 1, 1]` (probe up, drain the probe's queue, cruise) and keeps at most
+//!   2 x BDP (+10 ms) in flight. Startup grows 2.885x per RTT until the estimate stops growing by 25% for
+//!   3 RTTs or the receiver sees a queue of RTT/8 (delay-based exit), then drains.
+//!   Random loss does not change the model (the delivery rate falls only by the lost fraction).
+//!   Congestion signals:
+//!   - **loss that comes with a queue**: the receiver reports its queueing delay with every loss report;
+//!     losses found while the queue is empty estimate the path's random loss. A round whose queued-loss
+//!     rate is above 2% and 3 sigma above that random loss caps the estimate 15% lower (the cap stays
+//!     until a whole gain cycle passes without congestion, then rises 25% per cycle);
+//!   - **a standing queue** (the smallest queueing delay over a whole cycle, drain phase included, above
+//!     max(2 ms, RTT/16)): restarts the filter 15% lower, transiently, so that a loss-based flow holding
+//!     a queue for seconds does not drive this one to nothing;
+//!   - **heavy loss** (above `loss_backoff` over a whole cycle) caps like queued loss.
+//!
+//!   The simulator (`tests/sim.rs`) shares a 200 Mb/s, 40 ms, 1-BDP drop-tail bottleneck with a TCP Reno
+//!   flow and both keep a share; at 1% random loss and 100 ms the goodput stays above 90% of the link.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// Which rate control.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RateMode {
+    /// Fixed ceiling in bits/s.
+    Fixed { bps: f64 },
+    /// Model-based; `initial_bps` is the startup rate, `max_bps` a hard ceiling (e.g. the NIC rate).
+    Auto { initial_bps: f64, max_bps: f64 },
+}
+
+/// Tunables.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateConfig {
+    /// The mode.
+    pub mode: RateMode,
+    /// Loss fraction that counts as "the receiver or the path cannot keep up" (default 0.10).
+    pub loss_backoff: f64,
+    /// Smallest queueing delay counted as a queue (default 2 ms; the threshold is the larger of this and
+    /// a sixteenth of the minimum RTT).
+    pub queue_threshold: Duration,
+    /// Lowest rate either mode goes to, bits/s (default 1 Mb/s).
+    pub min_bps: f64,
+}
+
+impl RateConfig {
+    /// Fixed ceiling of `bps` bits/s with default tunables.
+    pub fn fixed(bps: f64) -> Self {
+        RateConfig {
+            mode: RateMode::Fixed { bps },
+            ..Self::auto(bps)
+        }
+    }
+    /// Automatic mode starting at `initial_bps`, never above `max_bps`.
+    pub fn auto(initial_bps: f64) -> Self {
+        RateConfig {
+            mode: RateMode::Auto {
+                initial_bps,
+                max_bps: 400e9,
+            },
+            loss_backoff: 0.10,
+            queue_threshold: Duration::from_millis(2),
+            min_bps: 1e6,
+        }
+    }
+}
+
+/// What one feedback message tells the rate control.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FeedbackSample {
+    /// RTT measured from the echoed timestamp, if any.
+    pub rtt: Option<Duration>,
+    /// Receiver's accepted bytes in total, counted on the wire.
+    pub recv_bytes: u64,
+    /// Receiver clock of that count, µs.
+    pub recv_time_us: u64,
+    /// Datagrams this feedback reports lost.
+    pub lost: u64,
+    /// Datagrams this feedback acknowledges (newly covered by `highest_seq`, lost ones excluded).
+    pub delivered: u64,
+    /// Receiver's queueing delay estimate.
+    pub queue_delay: Duration,
+}
+
+const PROBE_GAINS: [f64; 8] = [1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0];
+const STARTUP_GAIN: f64 = 2.885;
+const CUT: f64 = 0.85;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Startup,
+    Drain,
+    ProbeBw(usize),
+}
+
+/// The rate controller.
+#[derive(Debug)]
+pub struct RateControl {
+    cfg: RateConfig,
+    // shared
+    min_rtt: Option<Duration>,
+    rtt_samples: VecDeque<(Instant, Duration)>,
+    rate_points: VecDeque<(u64, u64)>,
+    // fixed
+    fixed_rate: f64,
+    // auto
+    phase: Phase,
+    phase_start: Option<Instant>,
+    bw_samples: VecDeque<(Instant, f64)>,
+    startup_best: f64,
+    startup_stall: u32,
+    startup_round: Option<Instant>,
+    // congestion signals, evaluated per window (fixed) or per gain cycle (auto)
+    window_start: Option<Instant>,
+    window_lost: u64,
+    window_delivered: u64,
+    // loss split by the queueing delay the receiver saw when it found the loss, per round
+    round_q: (u64, u64),
+    round_e: (u64, u64),
+    /// Long-run loss rate while the queue is empty: the path's random loss.
+    random_loss: f64,
+    window_queue_min: Option<Duration>,
+    /// Number of cuts for a standing queue (for reports and tests).
+    pub cuts_queue: u64,
+    /// Number of cuts for heavy loss.
+    pub cuts_loss: u64,
+    cached: (f64, Option<u64>),
+    last_queue: Duration,
+    bw_cap: Option<f64>,
+    cut_this_cycle: bool,
+    quiet_until: Option<Instant>,
+}
+
+impl RateControl {
+    /// A controller in its initial state.
+    pub fn new(cfg: RateConfig) -> Self {
+        let fixed_rate = match cfg.mode {
+            RateMode::Fixed { bps } => bps / 8.0,
+            RateMode::Auto { initial_bps, .. } => initial_bps / 8.0,
+        };
+        RateControl {
+            cfg,
+            min_rtt: None,
+            rtt_samples: VecDeque::new(),
+            rate_points: VecDeque::new(),
+            fixed_rate,
+            phase: Phase::Startup,
+            phase_start: None,
+            bw_samples: VecDeque::new(),
+            startup_best: 0.0,
+            startup_stall: 0,
+            startup_round: None,
+            window_start: None,
+            window_lost: 0,
+            window_delivered: 0,
+            round_q: (0, 0),
+            round_e: (0, 0),
+            random_loss: 0.0,
+            window_queue_min: None,
+            cuts_queue: 0,
+            cuts_loss: 0,
+            cached: (0.0, None),
+            last_queue: Duration::ZERO,
+            bw_cap: None,
+            cut_this_cycle: false,
+            quiet_until: None,
+        }
+        .recache()
+    }
+
+    fn recache(mut self) -> Self {
+        self.cached = (self.compute_pacing_rate(), self.compute_cwnd());
+        self
+    }
+
+    /// The minimum RTT seen over the last 10 s.
+    pub fn min_rtt(&self) -> Option<Duration> {
+        self.min_rtt
+    }
+
+    /// Round length used for phases: the minimum RTT, or 100 ms before there is one.
+    fn round(&self) -> Duration {
+        self.min_rtt
+            .unwrap_or(Duration::from_millis(100))
+            .max(Duration::from_millis(1))
+    }
+
+    /// Bottleneck bandwidth estimate, bytes/s (auto mode): the windowed maximum of delivery-rate samples,
+    /// capped after congestion; 0 before the first sample.
+    pub fn btl_bw(&self) -> f64 {
+        let max = self.bw_samples.iter().map(|s| s.1).fold(0.0, f64::max);
+        self.bw_cap.map_or(max, |c| c.min(max))
+    }
+
+    /// Congestion: cap the estimate 15% below where it is. The cap persists (delivery samples taken while
+    /// a queue drains would otherwise restore the old estimate at once) and is raised only by probing
+    /// through a whole gain cycle without congestion.
+    fn cut(&mut self) {
+        self.bw_cap = Some(self.btl_bw() * CUT);
+        self.cut_this_cycle = true;
+    }
+
+    fn ceiling(&self) -> f64 {
+        let bps = match self.cfg.mode {
+            RateMode::Fixed { bps } => bps,
+            RateMode::Auto { max_bps, .. } => max_bps,
+        };
+        bps.max(1000.0) / 8.0
+    }
+
+    /// Pacing rate now, bytes/s (cached; changes only on feedback).
+    pub fn pacing_rate(&self) -> f64 {
+        self.cached.0
+    }
+
+    /// Cap on bytes in flight (auto mode: twice the estimated BDP plus feedback slack), if any (cached).
+    pub fn cwnd(&self) -> Option<u64> {
+        self.cached.1
+    }
+
+    fn compute_pacing_rate(&self) -> f64 {
+        let r = match self.cfg.mode {
+            RateMode::Fixed { .. } => self.fixed_rate,
+            RateMode::Auto { initial_bps, .. } => {
+                let bw = self.btl_bw();
+                let base = if bw > 0.0 { bw } else { initial_bps / 8.0 };
+                let gain = match self.phase {
+                    Phase::Startup => STARTUP_GAIN,
+                    Phase::Drain => 1.0 / STARTUP_GAIN,
+                    Phase::ProbeBw(i) => PROBE_GAINS[i],
+                };
+                if bw > 0.0 || self.phase != Phase::Startup {
+                    base * gain
+                } else {
+                    base
+                }
+            }
+        };
+        let c = self.ceiling();
+        r.min(c).max((self.cfg.min_bps / 8.0).min(c))
+    }
+
+    fn compute_cwnd(&self) -> Option<u64> {
+        match self.cfg.mode {
+            RateMode::Fixed { .. } => None,
+            RateMode::Auto { .. } => {
+                let bw = self.btl_bw().max(self.compute_pacing_rate());
+                let rtt = self.round() + Duration::from_millis(10);
+                let gain = if self.phase == Phase::Startup {
+                    STARTUP_GAIN
+                } else {
+                    2.0
+                };
+                Some(((bw * rtt.as_secs_f64() * gain) as u64).max(256 * 1024))
+            }
+        }
+    }
+
+    /// Feeds one feedback message.
+    pub fn on_feedback(&mut self, now: Instant, s: FeedbackSample) {
+        if let Some(rtt) = s.rtt {
+            while self.rtt_samples.back().is_some_and(|b| b.1 >= rtt) {
+                self.rtt_samples.pop_back();
+            }
+            self.rtt_samples.push_back((now, rtt));
+            while self
+                .rtt_samples
+                .front()
+                .is_some_and(|f| now.duration_since(f.0) > Duration::from_secs(10))
+            {
+                self.rtt_samples.pop_front();
+            }
+            self.min_rtt = self.rtt_samples.front().map(|f| f.1);
+        }
+        let sample = self.delivery_rate(s.recv_bytes, s.recv_time_us);
+        self.last_queue = s.queue_delay;
+        self.window_lost += s.lost;
+        self.window_delivered += s.delivered;
+        let queued = s.queue_delay >= self.queue_threshold();
+        let bucket = if queued {
+            &mut self.round_q
+        } else {
+            &mut self.round_e
+        };
+        bucket.0 += s.lost;
+        bucket.1 += s.lost + s.delivered;
+        self.window_queue_min = Some(
+            self.window_queue_min
+                .map_or(s.queue_delay, |q| q.min(s.queue_delay)),
+        );
+        let ws = *self.window_start.get_or_insert(now);
+        match self.cfg.mode {
+            RateMode::Fixed { bps } => {
+                let span = self.round().max(Duration::from_millis(50));
+                if now.duration_since(ws) >= span {
+                    if self.window_loss() > self.cfg.loss_backoff {
+                        self.fixed_rate *= CUT;
+                        self.cuts_loss += 1;
+                    } else {
+                        self.fixed_rate = (self.fixed_rate * 1.10).min(bps / 8.0);
+                    }
+                    self.fixed_rate = self.fixed_rate.max(self.cfg.min_bps / 8.0);
+                    self.reset_window(now);
+                }
+            }
+            RateMode::Auto { .. } => self.auto_update(now, sample),
+        }
+        self.cached = (self.compute_pacing_rate(), self.compute_cwnd());
+    }
+
+    fn window_loss(&self) -> f64 {
+        let total = self.window_lost + self.window_delivered;
+        if total < 20 {
+            0.0
+        } else {
+            self.window_lost as f64 / total as f64
+        }
+    }
+
+    fn reset_window(&mut self, now: Instant) {
+        self.window_start = Some(now);
+        self.window_lost = 0;
+        self.window_delivered = 0;
+        self.window_queue_min = None;
+    }
+
+    /// A delivery-rate sample (bytes/s) over at least 20 ms of receiver time, if one completes.
+    fn delivery_rate(&mut self, bytes: u64, t_us: u64) -> Option<f64> {
+        if self
+            .rate_points
+            .back()
+            .is_some_and(|b| t_us <= b.1 || bytes < b.0)
+        {
+            return None; // stale or reordered report
+        }
+        self.rate_points.push_back((bytes, t_us));
+        let mut sample = None;
+        while self.rate_points.len() >= 2 {
+            let (b0, t0) = self.rate_points[0];
+            if t_us - t0 < 20_000 {
+                break;
+            }
+            // newest span of at least 20 ms
+            if self.rate_points.len() > 2 && t_us - self.rate_points[1].1 >= 20_000 {
+                self.rate_points.pop_front();
+                continue;
+            }
+            sample = Some((bytes - b0) as f64 * 1e6 / (t_us - t0) as f64);
+            break;
+        }
+        sample
+    }
+
+    fn auto_update(&mut self, now: Instant, sample: Option<f64>) {
+        let round = self.round();
+        if let Some(bw) = sample {
+            self.bw_samples.push_back((now, bw));
+        }
+        let window = (round * 10).max(Duration::from_millis(200));
+        while self.bw_samples.len() > 1
+            && self
+                .bw_samples
+                .front()
+                .is_some_and(|f| now.duration_since(f.0) > window)
+        {
+            self.bw_samples.pop_front();
+        }
+        let bw = self.btl_bw();
+        let start = *self.phase_start.get_or_insert(now);
+        let threshold = self.cfg.queue_threshold.max(round / 16);
+        match self.phase {
+            Phase::Startup => {
+                let r0 = *self.startup_round.get_or_insert(now);
+                if now.duration_since(r0) >= round {
+                    self.startup_round = Some(now);
+                    if bw >= self.startup_best * 1.25 {
+                        self.startup_best = bw;
+                        self.startup_stall = 0;
+                    } else if bw > 0.0 {
+                        self.startup_stall += 1;
+                    }
+                    if self.startup_stall >= 3 {
+                        self.enter(now, Phase::Drain);
+                    }
+                }
+                // delay-based exit (like HyStart): a queue of an eighth of the RTT means we are past the
+                // bottleneck; leaving now spares the drop-tail buffer the rest of the 2.9x overshoot
+                if self.last_queue >= threshold.max(round / 8) && bw > 0.0 {
+                    self.enter(now, Phase::Drain);
+                }
+            }
+            Phase::Drain => {
+                let drained = self.window_queue_min.is_some_and(|q| q < threshold);
+                if (drained && now.duration_since(start) >= round) || now.duration_since(start) >= round * 3 {
+                    self.enter(now, Phase::ProbeBw(2));
+                }
+            }
+            Phase::ProbeBw(i) => {
+                if now.duration_since(start) >= round {
+                    let mut next = (i + 1) % PROBE_GAINS.len();
+                    let quiet = self.quiet_until.is_some_and(|q| now < q);
+                    if quiet {
+                        self.round_q = (0, 0);
+                        self.round_e = (0, 0);
+                    }
+                    if !quiet && self.end_of_round() && next < 2 {
+                        next = 2; // congestion: no probing this cycle
+                    }
+                    if next == 0 {
+                        self.end_of_cycle(now, threshold);
+                    }
+                    self.enter(now, Phase::ProbeBw(next));
+                }
+            }
+        }
+    }
+
+    fn queue_threshold(&self) -> Duration {
+        self.cfg.queue_threshold.max(self.round() / 16)
+    }
+
+    /// At the end of a round: loss that comes with a queue, clearly above the path's random loss (measured
+    /// while the queue is empty), is congestion (drop-tail overflow); it cuts the model. Returns whether
+    /// it did.
+    fn end_of_round(&mut self) -> bool {
+        let (el, et) = std::mem::take(&mut self.round_e);
+        let (ql, qt) = std::mem::take(&mut self.round_q);
+        if et >= 100 {
+            let r = el as f64 / et as f64;
+            self.random_loss = if self.random_loss == 0.0 {
+                r
+            } else {
+                0.9 * self.random_loss + 0.1 * r
+            };
+        }
+        if qt < 50 {
+            return false;
+        }
+        // significantly above the random loss (3 sigma of a binomial count) and above 2%
+        let base = self.random_loss.max(0.001);
+        let n = qt as f64;
+        let expected = base * n + 3.0 * (base * n).sqrt() + 1.0;
+        if ql as f64 > expected.max(0.02 * n) {
+            self.cuts_loss += 1;
+            self.cut();
+            return true;
+        }
+        false
+    }
+
+    /// At the end of a gain cycle: a queue that never drained, or heavy loss, cuts the model.
+    fn end_of_cycle(&mut self, now: Instant, threshold: Duration) {
+        let standing = self.window_queue_min.is_some_and(|q| q >= threshold);
+        let lossy = self.window_loss() > self.cfg.loss_backoff;
+        if standing || lossy {
+            if standing {
+                // a standing queue restarts the filter 15% lower: transient, so that a loss-based flow
+                // holding a queue for seconds does not drive this one to nothing
+                self.cuts_queue += 1;
+                let bw = self.btl_bw() * CUT;
+                self.bw_samples.clear();
+                self.bw_samples.push_back((now, bw));
+            } else {
+                self.cuts_loss += 1;
+                self.cut();
+            }
+        } else if !self.cut_this_cycle {
+            // a whole cycle, probe included, without congestion: raise the cap (and drop it once it no
+            // longer binds)
+            if let Some(c) = self.bw_cap {
+                let max = self.bw_samples.iter().map(|s| s.1).fold(0.0, f64::max);
+                self.bw_cap = (c * 1.25 < 2.0 * max).then_some(c * 1.25);
+            }
+        }
+        self.cut_this_cycle = false;
+        self.reset_window(now);
+    }
+
+    fn enter(&mut self, now: Instant, phase: Phase) {
+        self.phase = phase;
+        self.phase_start = Some(now);
+        if phase == Phase::ProbeBw(2) || phase == Phase::Drain {
+            self.reset_window(now);
+            self.round_q = (0, 0);
+            self.round_e = (0, 0);
+        }
+        if phase == Phase::ProbeBw(2) && self.quiet_until.is_none() {
+            // losses of the startup overshoot are still being reported for about an RTT: not congestion
+            self.quiet_until = Some(now + self.round() * 2);
+        }
+    }
+
+    /// Whether startup is over (for reports).
+    pub fn in_startup(&self) -> bool {
+        self.phase == Phase::Startup
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fluid model of one bottleneck: `bw` bytes/s, `base` RTT, a drop-tail queue of `buf` bytes,
+    /// random loss `p`, and optionally a competing flow that keeps `standing` bytes queued.
+    struct Fluid {
+        bw: f64,
+        base: Duration,
+        buf: f64,
+        p: f64,
+        standing: f64,
+        competitor: f64,
+        queue: f64,
+        recv: f64,
+        t: Duration,
+        t0: Instant,
+    }
+
+    impl Fluid {
+        fn step(&mut self, rc: &mut RateControl, dt: Duration) -> f64 {
+            let t0 = self.t0;
+            let send = rc.pacing_rate();
+            let s = dt.as_secs_f64();
+            let arriving = send * s;
+            // a competing flow offering `competitor` bytes/s shares the link in proportion to arrivals
+            let share = if self.competitor > 0.0 {
+                send / (send + self.competitor)
+            } else {
+                1.0
+            };
+            let out = (self.queue + arriving)
+                .min(self.bw * s * share.max((1.0 - self.competitor / self.bw).max(0.0)));
+            let mut dropped = 0.0;
+            self.queue = (self.queue + arriving - out).max(0.0);
+            if self.queue > self.buf {
+                dropped = self.queue - self.buf;
+                self.queue = self.buf;
+            }
+            let qdelay = Duration::from_secs_f64((self.queue + self.standing) / self.bw);
+            let got = out * (1.0 - self.p);
+            self.recv += got;
+            self.t += dt;
+            let pkts = arriving / 8192.0;
+            rc.on_feedback(
+                t0 + self.t,
+                FeedbackSample {
+                    rtt: Some(self.base + qdelay),
+                    recv_bytes: self.recv as u64,
+                    recv_time_us: self.t.as_micros() as u64,
+                    lost: ((out * self.p + dropped) / 8192.0).round() as u64,
+                    delivered: (pkts - (out * self.p + dropped) / 8192.0).max(0.0) as u64,
+                    queue_delay: qdelay,
+                },
+            );
+            got / s
+        }
+
+        fn run(&mut self, rc: &mut RateControl, secs: f64) -> f64 {
+            let dt = Duration::from_millis(5);
+            let n = (secs / 0.005) as usize;
+            let mut sum = 0.0;
+            for i in 0..n {
+                let g = self.step(rc, dt);
+                if i >= n / 2 {
+                    sum += g;
+                }
+            }
+            sum / (n - n / 2) as f64
+        }
+    }
+
+    fn link(bw_bps: f64, p: f64) -> Fluid {
+        let bw = bw_bps / 8.0;
+        Fluid {
+            bw,
+            base: Duration::from_millis(100),
+            buf: bw * 0.05,
+            p,
+            standing: 0.0,
+            competitor: 0.0,
+            queue: 0.0,
+            recv: 0.0,
+            t: Duration::ZERO,
+            t0: Instant::now(),
+        }
+    }
+
+    #[test]
+    fn auto_finds_the_bottleneck_despite_random_loss() {
+        for p in [0.0, 0.01, 0.03] {
+            let mut rc = RateControl::new(RateConfig::auto(10e6));
+            let mut l = link(1e9, p);
+            let goodput = l.run(&mut rc, 20.0) * 8.0;
+            assert!(!rc.in_startup());
+            assert!(goodput > 0.93 * 1e9 * (1.0 - p), "p={p}: goodput {goodput:.3e}");
+            assert_eq!(rc.cuts_queue, 0, "p={p}");
+            assert_eq!(rc.cuts_loss, 0, "p={p}");
+        }
+    }
+
+    #[test]
+    fn auto_yields_to_a_standing_queue() {
+        let mut rc = RateControl::new(RateConfig::auto(10e6));
+        let mut l = link(1e9, 0.0);
+        l.run(&mut rc, 10.0);
+        let before = rc.btl_bw();
+        // a competing flow offers half the link and keeps 20 ms of queue standing
+        l.standing = l.bw * 0.02;
+        l.competitor = l.bw * 0.5;
+        l.run(&mut rc, 5.0);
+        assert!(rc.cuts_queue >= 2, "cuts {}", rc.cuts_queue);
+        assert!(rc.btl_bw() < 0.8 * before, "{} vs {before}", rc.btl_bw());
+        // the queue goes away: the rate comes back
+        l.standing = 0.0;
+        l.competitor = 0.0;
+        let g = l.run(&mut rc, 20.0);
+        assert!(g > 0.9 * l.bw, "recovered to {g:.3e} of {:.3e}", l.bw);
+    }
+
+    #[test]
+    fn auto_backs_off_under_heavy_loss() {
+        let mut rc = RateControl::new(RateConfig::auto(10e6));
+        let mut l = link(1e9, 0.0);
+        l.run(&mut rc, 5.0);
+        let before = rc.pacing_rate();
+        l.p = 0.3;
+        l.run(&mut rc, 5.0);
+        assert!(rc.cuts_loss > 0);
+        assert!(rc.pacing_rate() < before * 0.8);
+    }
+
+    #[test]
+    fn fixed_never_exceeds_ceiling_and_ignores_random_loss() {
+        let mut rc = RateControl::new(RateConfig::fixed(500e6));
+        let mut l = link(1e9, 0.01);
+        for _ in 0..2000 {
+            l.step(&mut rc, Duration::from_millis(5));
+            assert!(rc.pacing_rate() <= 500e6 / 8.0 + 1e-6);
+        }
+        assert_eq!(rc.cuts_loss, 0);
+        assert!((rc.pacing_rate() - 500e6 / 8.0).abs() < 1.0);
+        assert!(rc.cwnd().is_none());
+    }
+
+    #[test]
+    fn fixed_backs_off_when_the_receiver_cannot_keep_up_and_recovers() {
+        let mut rc = RateControl::new(RateConfig::fixed(2e9));
+        let mut l = link(1e9, 0.0); // ceiling twice the path: drop-tail losses ~50%
+        let g = l.run(&mut rc, 10.0);
+        assert!(rc.cuts_loss > 0);
+        assert!(rc.pacing_rate() < 2e9 / 8.0);
+        assert!(g > 0.7 * l.bw, "goodput {g:.3e}");
+        l.bw *= 4.0; // the receiver keeps up again
+        l.run(&mut rc, 5.0);
+        assert!((rc.pacing_rate() - 2e9 / 8.0).abs() < 1.0, "back at the ceiling");
+    }
+}

@@ -1,0 +1,574 @@
+//! The receiving side: checks and authenticates datagrams, keeps a bitmap of blocks per file, hands new
+//! data to the I/O layer, reports loss ranges and rate/delay feedback, and verifies every chunk against
+//! the sender's hash once the I/O layer has hashed what it wrote.
+//!
+//! The I/O layer passes each datagram to [`Receiver::handle_datagram`] and writes the returned
+//! [`Delivery`] at once; it feeds control messages to [`Receiver::handle_control`], sends
+//! [`Receiver::poll_control`] messages, answers [`Event::ChunkComplete`] with [`Receiver::chunk_hashed`]
+//! and wakes at [`Receiver::poll_timeout`].
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use crate::event::Event;
+use crate::wire::{self, ChunkHash, ControlMsg, DataPacket, DataRepr, Feedback, HEADER_LEN};
+
+/// Receiver settings.
+#[derive(Debug, Clone)]
+pub struct ReceiverConfig {
+    /// Feedback at least this often while data arrives (keep it well below the RTT).
+    pub feedback_interval: Duration,
+    /// Feedback at least this often when no data arrives (keep-alive).
+    pub keepalive: Duration,
+    /// Nothing from the sender for this long ends with [`Event::PeerDead`].
+    pub dead_timeout: Duration,
+    /// Key for datagram tags; with a key, datagrams with a wrong tag are dropped and counted.
+    pub data_key: Option<[u8; 32]>,
+    /// Most files a transfer may announce.
+    pub max_files: u32,
+    /// Most blocks a file may have (the bitmap costs one bit per block; default 2^28, 2 TiB at 8 KiB).
+    pub max_blocks_per_file: u64,
+}
+
+impl Default for ReceiverConfig {
+    fn default() -> Self {
+        ReceiverConfig {
+            feedback_interval: Duration::from_millis(5),
+            keepalive: Duration::from_secs(1),
+            dead_timeout: Duration::from_secs(10),
+            data_key: None,
+            max_files: 10_000_000,
+            max_blocks_per_file: 1 << 28,
+        }
+    }
+}
+
+/// New data for the I/O layer: write `data` to file `file` at `offset`.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Delivery<'a> {
+    /// File index.
+    pub file: u32,
+    /// Byte offset.
+    pub offset: u64,
+    /// The bytes (borrowed from the datagram).
+    pub data: &'a [u8],
+}
+
+/// Counters; everything dropped is counted here and never delivered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReceiverStats {
+    /// Datagrams whose data was delivered.
+    pub delivered: u64,
+    /// Datagrams for blocks already held (late, duplicated or redundant retransmissions).
+    pub duplicates: u64,
+    /// Datagrams that failed header checks or did not fit the announced file.
+    pub malformed: u64,
+    /// Datagrams with a wrong authentication tag.
+    pub bad_tag: u64,
+    /// Datagrams of another transfer, or before `hello`.
+    pub wrong_transfer: u64,
+    /// Datagrams for files not (yet) announced; reported as lost.
+    pub unknown_file: u64,
+    /// Sequence numbers reported lost.
+    pub reported_lost: u64,
+    /// Feedback messages sent.
+    pub feedbacks: u64,
+    /// Chunks that failed verification.
+    pub mismatches: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ChunkState {
+    Receiving,
+    /// All bytes delivered; waiting for the I/O layer's hash.
+    Complete,
+    /// Hashed; waiting for the sender's hash.
+    Hashed(ChunkHash),
+    Verified,
+}
+
+#[derive(Debug)]
+struct RFile {
+    size: u64,
+    chunk_size: u64,
+    bits: Vec<u64>,
+    chunk_bytes: Vec<u64>,
+    state: Vec<ChunkState>,
+    expected: Vec<Option<ChunkHash>>,
+    n_verified: u64,
+}
+
+impl RFile {
+    fn chunk_len(&self, c: usize) -> u64 {
+        let start = c as u64 * self.chunk_size;
+        self.chunk_size.min(self.size - start)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Running,
+    Done,
+    Dead,
+    Aborted,
+}
+
+/// The receiver state machine.
+#[derive(Debug)]
+pub struct Receiver {
+    cfg: ReceiverConfig,
+    epoch: Option<Instant>,
+    transfer_id: Option<u32>,
+    block_size: u64,
+    files: Vec<Option<RFile>>,
+    files_total: u64,
+    files_done: u64,
+    highest: Option<u64>,
+    loss: Vec<(u64, u32)>,
+    recv_bytes: u64,
+    echo_ts: u64,
+    echo_at: Option<Instant>,
+    interval_owd_min: Option<i64>,
+    prev_owd_min: Option<i64>,
+    owd_window: VecDeque<(Instant, i64)>,
+    fb_bytes: u64,
+    fb_at: Option<Instant>,
+    data_since_fb: bool,
+    last_heard: Option<Instant>,
+    chunks_verified: u64,
+    control_out: VecDeque<ControlMsg>,
+    events: VecDeque<Event>,
+    state: State,
+    stats: ReceiverStats,
+}
+
+impl Receiver {
+    /// A receiver waiting for `hello`.
+    pub fn new(cfg: ReceiverConfig) -> Self {
+        Receiver {
+            cfg,
+            epoch: None,
+            transfer_id: None,
+            block_size: 0,
+            files: Vec::new(),
+            files_total: 0,
+            files_done: 0,
+            highest: None,
+            loss: Vec::new(),
+            recv_bytes: 0,
+            echo_ts: 0,
+            echo_at: None,
+            interval_owd_min: None,
+            prev_owd_min: None,
+            owd_window: VecDeque::new(),
+            fb_bytes: 0,
+            fb_at: None,
+            data_since_fb: false,
+            last_heard: None,
+            chunks_verified: 0,
+            control_out: VecDeque::new(),
+            events: VecDeque::new(),
+            state: State::Running,
+            stats: ReceiverStats::default(),
+        }
+    }
+
+    fn us(&mut self, now: Instant) -> u64 {
+        let e = *self.epoch.get_or_insert(now);
+        now.saturating_duration_since(e).as_micros() as u64
+    }
+
+    /// One datagram from the network. Returns the data to write, if any is new; everything else is
+    /// counted in [`ReceiverStats`].
+    pub fn handle_datagram<'a>(&mut self, now: Instant, datagram: &'a [u8]) -> Option<Delivery<'a>> {
+        if self.state != State::Running {
+            return None;
+        }
+        // `parse` runs the checks of `new_checked`
+        let Ok(repr) = DataRepr::parse(&DataPacket::new_unchecked(datagram)) else {
+            self.stats.malformed += 1;
+            return None;
+        };
+        if let Some(k) = &self.cfg.data_key {
+            if wire::verify(k, datagram).is_err() {
+                self.stats.bad_tag += 1;
+                return None;
+            }
+        }
+        if self.transfer_id != Some(repr.transfer_id) {
+            self.stats.wrong_transfer += 1;
+            return None;
+        }
+        let block = self.block_size;
+        let Some(Some(f)) = self.files.get(repr.file as usize) else {
+            self.stats.unknown_file += 1;
+            return None;
+        };
+        let len = repr.len as u64;
+        if repr.offset % block != 0 || repr.offset >= f.size || len != block.min(f.size - repr.offset) {
+            self.stats.malformed += 1;
+            return None;
+        }
+        // accepted: sequence bookkeeping
+        let now_us = self.us(now);
+        self.last_heard = Some(now);
+        self.data_since_fb = true;
+        let next = self.highest.map_or(0, |h| h + 1);
+        if repr.seq >= next {
+            let mut gap = repr.seq - next;
+            let mut start = next;
+            while gap > 0 {
+                let l = gap.min(u32::MAX as u64);
+                self.loss.push((start, l as u32));
+                self.stats.reported_lost += l;
+                start += l;
+                gap -= l;
+            }
+            self.highest = Some(repr.seq);
+            self.echo_ts = repr.timestamp_us;
+            self.echo_at = Some(now);
+        }
+        let owd = now_us as i64 - repr.timestamp_us as i64;
+        self.interval_owd_min = Some(self.interval_owd_min.map_or(owd, |m| m.min(owd)));
+        // the block
+        let Some(Some(f)) = self.files.get_mut(repr.file as usize) else {
+            return None;
+        };
+        let b = (repr.offset / block) as usize;
+        let c = (repr.offset / f.chunk_size) as usize;
+        let word = &mut f.bits[b / 64];
+        if *word & (1 << (b % 64)) != 0 || f.state[c] != ChunkState::Receiving {
+            self.stats.duplicates += 1;
+            return None;
+        }
+        *word |= 1 << (b % 64);
+        f.chunk_bytes[c] += len;
+        self.recv_bytes += len;
+        self.stats.delivered += 1;
+        if f.chunk_bytes[c] == f.chunk_len(c) {
+            f.state[c] = ChunkState::Complete;
+            self.events.push_back(Event::ChunkComplete {
+                file: repr.file,
+                chunk: c as u32,
+                offset: c as u64 * f.chunk_size,
+                len: f.chunk_len(c),
+            });
+        }
+        Some(Delivery {
+            file: repr.file,
+            offset: repr.offset,
+            data: &datagram[HEADER_LEN..],
+        })
+    }
+
+    /// A control message from the sender.
+    pub fn handle_control(&mut self, now: Instant, msg: ControlMsg) {
+        if self.state != State::Running {
+            return;
+        }
+        self.us(now);
+        self.last_heard = Some(now);
+        if let Err(e) = msg.validate() {
+            return self.abort(format!("bad control message from the sender: {e}"));
+        }
+        match msg {
+            ControlMsg::Hello {
+                transfer_id,
+                block_size,
+                ..
+            } => {
+                if self.transfer_id.is_some() {
+                    return self.abort("second hello".into());
+                }
+                self.transfer_id = Some(transfer_id);
+                self.block_size = block_size as u64;
+            }
+            ControlMsg::Announce {
+                file,
+                name,
+                size,
+                chunk_size,
+                hashes,
+            } => {
+                if self.transfer_id.is_none() {
+                    return self.abort("announce before hello".into());
+                }
+                if file >= self.cfg.max_files {
+                    return self.abort(format!(
+                        "announce: file index {file} above the limit {}",
+                        self.cfg.max_files
+                    ));
+                }
+                // files are announced in order, so the table grows by one and a peer cannot make it huge
+                if file as usize != self.files.len() {
+                    return self.abort(format!(
+                        "announce: file index {file}, expected {}",
+                        self.files.len()
+                    ));
+                }
+                let blocks = size.div_ceil(self.block_size);
+                if blocks > self.cfg.max_blocks_per_file {
+                    return self.abort(format!(
+                        "announce: file {file} has {blocks} blocks, above the limit {}",
+                        self.cfg.max_blocks_per_file
+                    ));
+                }
+                let blocks = blocks as usize;
+                let i = file as usize;
+                self.files.push(None);
+                let chunks = ControlMsg::chunk_count(size, chunk_size) as usize;
+                let expected = if hashes.is_empty() {
+                    vec![None; chunks]
+                } else {
+                    hashes.into_iter().map(Some).collect()
+                };
+                self.files[i] = Some(RFile {
+                    size,
+                    chunk_size,
+                    bits: vec![0; blocks.div_ceil(64)],
+                    chunk_bytes: vec![0; chunks],
+                    state: vec![ChunkState::Receiving; chunks],
+                    expected,
+                    n_verified: 0,
+                });
+                self.files_total += 1;
+                self.events.push_back(Event::FileAnnounced {
+                    file,
+                    name,
+                    size,
+                    chunk_size,
+                });
+                if chunks == 0 {
+                    self.file_done(file);
+                }
+            }
+            ControlMsg::ChunkHash { file, chunk, hash } => {
+                let Some(Some(f)) = self.files.get_mut(file as usize) else {
+                    return self.abort(format!("chunk_hash: file {file} not announced"));
+                };
+                let Some(slot) = f.expected.get_mut(chunk as usize) else {
+                    return self.abort(format!("chunk_hash: file {file} has no chunk {chunk}"));
+                };
+                *slot = Some(hash);
+                if let ChunkState::Hashed(h) = f.state[chunk as usize] {
+                    self.compare(file, chunk, h);
+                }
+            }
+            ControlMsg::Ping | ControlMsg::Auth { .. } => {}
+            ControlMsg::Done { files, bytes } => {
+                let all = self.files_done == self.files_total && self.files_total == files as u64;
+                if all {
+                    self.state = State::Done;
+                    self.send_feedback(now);
+                    self.events.push_back(Event::TransferDone);
+                } else {
+                    self.abort(format!(
+                        "sender says done ({files} files, {bytes} bytes) but {} of {} files are verified here",
+                        self.files_done, files
+                    ));
+                }
+            }
+            ControlMsg::Abort { reason } => {
+                self.state = State::Aborted;
+                self.events.push_back(Event::Aborted { reason });
+            }
+            other => self.abort(format!(
+                "unexpected control message from the sender: {}",
+                other.to_line()
+            )),
+        }
+    }
+
+    /// The I/O layer hashed chunk `chunk` of `file` as written (after [`Event::ChunkComplete`]).
+    pub fn chunk_hashed(&mut self, file: u32, chunk: u32, hash: ChunkHash) {
+        let Some(Some(f)) = self.files.get_mut(file as usize) else {
+            return;
+        };
+        if f.state.get(chunk as usize) != Some(&ChunkState::Complete) {
+            return;
+        }
+        f.state[chunk as usize] = ChunkState::Hashed(hash);
+        self.compare(file, chunk, hash);
+    }
+
+    /// Resume: the I/O layer found chunk `chunk` of `file` already on disk with this hash. If it equals the
+    /// announced hash the chunk counts as verified and the sender skips it. Returns whether it did.
+    pub fn declare_verified(&mut self, file: u32, chunk: u32, hash: ChunkHash) -> bool {
+        let Some(Some(f)) = self.files.get_mut(file as usize) else {
+            return false;
+        };
+        let c = chunk as usize;
+        if f.expected.get(c).copied().flatten() != Some(hash) || f.state[c] != ChunkState::Receiving {
+            return false;
+        }
+        let block = self.block_size;
+        let first = (c as u64 * f.chunk_size / block) as usize;
+        let last = ((c as u64 * f.chunk_size + f.chunk_len(c)).div_ceil(block)) as usize;
+        for b in first..last {
+            f.bits[b / 64] |= 1 << (b % 64);
+        }
+        f.chunk_bytes[c] = f.chunk_len(c);
+        self.verified(file, chunk);
+        true
+    }
+
+    fn compare(&mut self, file: u32, chunk: u32, got: ChunkHash) {
+        let Some(Some(f)) = self.files.get_mut(file as usize) else {
+            return;
+        };
+        let c = chunk as usize;
+        match f.expected[c] {
+            None => {}
+            Some(e) if e == got => self.verified(file, chunk),
+            Some(_) => {
+                // forget the chunk's blocks: the sender sends it again
+                let block = self.block_size;
+                let first = c as u64 * f.chunk_size / block;
+                let last = (c as u64 * f.chunk_size + f.chunk_len(c)).div_ceil(block);
+                for b in first as usize..last as usize {
+                    f.bits[b / 64] &= !(1 << (b % 64));
+                }
+                f.chunk_bytes[c] = 0;
+                f.state[c] = ChunkState::Receiving;
+                self.stats.mismatches += 1;
+                self.control_out
+                    .push_back(ControlMsg::ChunkMismatch { file, chunk });
+                self.events.push_back(Event::ChunkMismatch { file, chunk });
+            }
+        }
+    }
+
+    fn verified(&mut self, file: u32, chunk: u32) {
+        let Some(Some(f)) = self.files.get_mut(file as usize) else {
+            return;
+        };
+        f.state[chunk as usize] = ChunkState::Verified;
+        f.n_verified += 1;
+        let done = f.n_verified == f.state.len() as u64;
+        self.chunks_verified += 1;
+        self.control_out
+            .push_back(ControlMsg::ChunkVerified { file, chunk });
+        self.events.push_back(Event::ChunkVerified { file, chunk });
+        if done {
+            self.file_done(file);
+        }
+    }
+
+    fn file_done(&mut self, file: u32) {
+        self.files_done += 1;
+        self.events.push_back(Event::FileDone { file });
+    }
+
+    fn abort(&mut self, reason: String) {
+        self.control_out.push_back(ControlMsg::Abort {
+            reason: reason.clone(),
+        });
+        self.state = State::Aborted;
+        self.events.push_back(Event::Aborted { reason });
+    }
+
+    fn send_feedback(&mut self, now: Instant) {
+        let now_us = self.us(now);
+        let dt = self
+            .fb_at
+            .map_or(0, |t| now.saturating_duration_since(t).as_micros() as u64);
+        let rate_bps = ((self.recv_bytes - self.fb_bytes) as u128 * 8_000_000)
+            .checked_div(dt as u128)
+            .map_or(0, |r| r.min(u64::MAX as u128) as u64);
+        let (queue, trend) = match self.interval_owd_min.take() {
+            Some(m) => {
+                while self.owd_window.back().is_some_and(|b| b.1 >= m) {
+                    self.owd_window.pop_back();
+                }
+                self.owd_window.push_back((now, m));
+                while self
+                    .owd_window
+                    .front()
+                    .is_some_and(|f| now.saturating_duration_since(f.0) > Duration::from_secs(10))
+                {
+                    self.owd_window.pop_front();
+                }
+                let floor = self.owd_window.front().map_or(m, |f| f.1);
+                let trend = self.prev_owd_min.map_or(0, |p| m - p);
+                self.prev_owd_min = Some(m);
+                ((m - floor).max(0) as u64, trend)
+            }
+            None => (0, 0),
+        };
+        let fb = Feedback {
+            highest_seq: self.highest,
+            loss: std::mem::take(&mut self.loss),
+            recv_bytes: self.recv_bytes,
+            recv_datagrams: self.stats.delivered,
+            recv_time_us: now_us,
+            rate_bps,
+            echo_ts_us: self.echo_ts,
+            echo_delay_us: self
+                .echo_at
+                .map_or(0, |t| now.saturating_duration_since(t).as_micros() as u64),
+            queue_delay_us: queue,
+            owd_trend_us: trend,
+            chunks_verified: self.chunks_verified,
+        };
+        self.fb_bytes = self.recv_bytes;
+        self.fb_at = Some(now);
+        self.data_since_fb = false;
+        self.stats.feedbacks += 1;
+        self.control_out.push_back(ControlMsg::Feedback(fb));
+    }
+
+    /// When [`Self::handle_timeout`] wants to run next.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.state != State::Running {
+            return None;
+        }
+        let base = self.fb_at.or(self.epoch)?;
+        let fb = if self.data_since_fb {
+            base + self.cfg.feedback_interval
+        } else {
+            base + self.cfg.keepalive
+        };
+        let dead = self
+            .last_heard
+            .or(self.epoch)
+            .map_or(fb, |l| l + self.cfg.dead_timeout);
+        Some(fb.min(dead))
+    }
+
+    /// Runs timers: feedback, keep-alive, dead peer.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.state != State::Running {
+            return;
+        }
+        let e = *self.epoch.get_or_insert(now);
+        if now.saturating_duration_since(self.last_heard.unwrap_or(e)) >= self.cfg.dead_timeout {
+            self.state = State::Dead;
+            self.events.push_back(Event::PeerDead);
+            return;
+        }
+        let since = now.saturating_duration_since(self.fb_at.unwrap_or(e));
+        if (self.data_since_fb && since >= self.cfg.feedback_interval) || since >= self.cfg.keepalive {
+            self.send_feedback(now);
+        }
+    }
+
+    /// The next control message to send.
+    pub fn poll_control(&mut self) -> Option<ControlMsg> {
+        self.control_out.pop_front()
+    }
+
+    /// The next event.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> ReceiverStats {
+        self.stats
+    }
+
+    /// Whether the transfer has ended (done, dead or aborted).
+    pub fn is_finished(&self) -> bool {
+        self.state != State::Running
+    }
+}

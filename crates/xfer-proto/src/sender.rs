@@ -1,0 +1,656 @@
+//! The sending side: announces files, paces data datagrams, retransmits what the receiver reports lost
+//! (before any new data), resends chunks that fail verification and finishes when every chunk is verified.
+//!
+//! The I/O layer drives it: it calls [`Sender::poll_transmit`] and, for each [`Transmit`], writes the
+//! header, reads `len` bytes of file `file` at `offset` into the payload, calls [`Sender::seal`] and sends
+//! the datagram; it sends every [`Sender::poll_control`] message on the control connection and feeds
+//! control messages from the receiver to [`Sender::handle_control`]; it wakes at
+//! [`Sender::poll_timeout`] and calls [`Sender::handle_timeout`].
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use crate::event::Event;
+use crate::rate::{FeedbackSample, RateConfig, RateControl};
+use crate::wire::{self, ChunkHash, ControlMsg, DataPacket, DataRepr, Feedback, HEADER_LEN};
+
+/// Sender settings.
+#[derive(Debug, Clone)]
+pub struct SenderConfig {
+    /// Transfer id carried in every datagram.
+    pub transfer_id: u32,
+    /// Payload bytes per datagram (8192 fits a 9000-byte jumbo frame).
+    pub block_size: u32,
+    /// Chunk size, the unit of hashing and verification (16-64 MiB in production).
+    pub chunk_size: u64,
+    /// Rate control.
+    pub rate: RateConfig,
+    /// No feedback for this long ends the transfer with [`Event::PeerDead`].
+    pub dead_timeout: Duration,
+    /// Key for the datagram tags (see [`wire::derive_data_key`]); `None` sends zero tags.
+    pub data_key: Option<[u8; 32]>,
+    /// Datagrams that may leave back to back (one GSO batch) before pacing applies.
+    pub max_burst: u32,
+    /// Files announced ahead of the one being sent, so that no file waits for its announce.
+    pub announce_ahead: usize,
+    /// A chunk that fails verification this many times aborts the transfer (the source changes under us).
+    pub max_chunk_retries: u32,
+}
+
+impl SenderConfig {
+    /// Defaults: 8192-byte blocks, 32 MiB chunks, 10 s dead timeout, bursts of 16, 256 files announced ahead.
+    pub fn new(transfer_id: u32, rate: RateConfig) -> Self {
+        SenderConfig {
+            transfer_id,
+            block_size: 8192,
+            chunk_size: 32 << 20,
+            rate,
+            dead_timeout: Duration::from_secs(10),
+            data_key: None,
+            max_burst: 16,
+            announce_ahead: 256,
+            max_chunk_retries: 3,
+        }
+    }
+}
+
+/// One datagram to send: its header; the payload is `header.len` bytes of file `header.file` at
+/// `header.offset`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transmit {
+    /// The header to emit.
+    pub header: DataRepr,
+}
+
+impl Transmit {
+    /// Length of the datagram.
+    pub fn datagram_len(&self) -> usize {
+        self.header.buffer_len()
+    }
+    /// Writes the header into `buf` (at least [`Self::datagram_len`] long; the payload follows it).
+    pub fn emit_header(&self, buf: &mut [u8]) {
+        self.header
+            .emit(&mut DataPacket::new_unchecked(&mut buf[..self.datagram_len()]));
+    }
+}
+
+/// Counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SenderStats {
+    /// Datagrams sent.
+    pub datagrams: u64,
+    /// Of which retransmissions.
+    pub retransmits: u64,
+    /// Payload bytes sent.
+    pub bytes: u64,
+    /// Datagrams the receiver reported lost.
+    pub reported_lost: u64,
+    /// Datagrams presumed lost by the tail timer.
+    pub tail_lost: u64,
+    /// Chunks resent after a mismatch.
+    pub chunk_resends: u64,
+    /// Control messages from the receiver that made no sense (ignored).
+    pub bad_control: u64,
+}
+
+#[derive(Debug)]
+struct SFile {
+    name: String,
+    size: u64,
+    chunk_size: u64,
+    hashes: Vec<Option<ChunkHash>>,
+    verified: Vec<bool>,
+    n_verified: u64,
+    retries: Vec<u8>,
+}
+
+impl SFile {
+    fn chunks(&self) -> u64 {
+        ControlMsg::chunk_count(self.size, self.chunk_size)
+    }
+    fn done(&self) -> bool {
+        self.n_verified == self.chunks()
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Sent {
+    file: u32,
+    offset: u64,
+    len: u32,
+    sent_at: Instant,
+    presumed_lost: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Running,
+    Done,
+    Dead,
+    Aborted,
+}
+
+/// Bytes a datagram of `len` payload bytes occupies on the wire (what rate control counts).
+fn wire_of(len: u32) -> u64 {
+    len as u64 + (HEADER_LEN + wire::IP_UDP_OVERHEAD) as u64
+}
+
+/// The sender state machine.
+#[derive(Debug)]
+pub struct Sender {
+    cfg: SenderConfig,
+    epoch: Option<Instant>,
+    files: Vec<SFile>,
+    closed: bool,
+    files_done: usize,
+    announced: usize,
+    cursor_file: usize,
+    cursor_offset: u64,
+    retx: VecDeque<(u32, u64, u32)>,
+    inflight: VecDeque<Sent>,
+    inflight_base: u64,
+    inflight_bytes: u64,
+    tail_idx: usize,
+    next_seq: u64,
+    next_send: Option<Instant>,
+    last_feedback: Option<Instant>,
+    last_sent: Option<Instant>,
+    control_out: VecDeque<ControlMsg>,
+    events: VecDeque<Event>,
+    rate: RateControl,
+    state: State,
+    stats: SenderStats,
+}
+
+impl Sender {
+    /// A sender; the `hello` message is queued for the control connection.
+    pub fn new(cfg: SenderConfig) -> Self {
+        assert!(
+            cfg.block_size as usize <= wire::MAX_PAYLOAD && cfg.block_size > 0,
+            "block size"
+        );
+        assert!(
+            (wire::MIN_CHUNK_SIZE..=wire::MAX_CHUNK_SIZE).contains(&cfg.chunk_size),
+            "chunk size"
+        );
+        let mut control_out = VecDeque::new();
+        control_out.push_back(ControlMsg::Hello {
+            version: wire::VERSION,
+            transfer_id: cfg.transfer_id,
+            block_size: cfg.block_size,
+        });
+        Sender {
+            rate: RateControl::new(cfg.rate),
+            cfg,
+            epoch: None,
+            files: Vec::new(),
+            closed: false,
+            files_done: 0,
+            announced: 0,
+            cursor_file: 0,
+            cursor_offset: 0,
+            retx: VecDeque::new(),
+            inflight: VecDeque::new(),
+            inflight_base: 0,
+            inflight_bytes: 0,
+            tail_idx: 0,
+            next_seq: 0,
+            next_send: None,
+            last_feedback: None,
+            last_sent: None,
+            control_out,
+            events: VecDeque::new(),
+            state: State::Running,
+            stats: SenderStats::default(),
+        }
+    }
+
+    /// Adds a file to the transfer; `hashes`, when known, holds one hash per chunk. Returns its index.
+    pub fn add_file(
+        &mut self,
+        name: &str,
+        size: u64,
+        hashes: Option<Vec<ChunkHash>>,
+    ) -> Result<u32, wire::WireError> {
+        wire::validate_name(name)?;
+        let n = ControlMsg::chunk_count(size, self.cfg.chunk_size) as usize;
+        let hashes = match hashes {
+            Some(h) if h.len() != n => {
+                return Err(wire::WireError::Field {
+                    field: "hashes",
+                    why: format!("{} for {n} chunks", h.len()),
+                })
+            }
+            Some(h) => h.into_iter().map(Some).collect(),
+            None => vec![None; n],
+        };
+        assert!(!self.closed, "add_file after close");
+        self.files.push(SFile {
+            name: name.to_owned(),
+            size,
+            chunk_size: self.cfg.chunk_size,
+            hashes,
+            verified: vec![false; n],
+            n_verified: 0,
+            retries: vec![0; n],
+        });
+        let idx = (self.files.len() - 1) as u32;
+        self.refill_announces();
+        if self.files[idx as usize].done() {
+            self.file_done(idx);
+        }
+        Ok(idx)
+    }
+
+    /// No more files will be added: the transfer finishes once every chunk is verified.
+    pub fn close(&mut self) {
+        self.closed = true;
+        self.check_done();
+    }
+
+    /// The I/O layer read chunk `chunk` of `file` and hashed it.
+    pub fn set_chunk_hash(&mut self, file: u32, chunk: u32, hash: ChunkHash) {
+        let Some(f) = self.files.get_mut(file as usize) else {
+            return;
+        };
+        let Some(slot) = f.hashes.get_mut(chunk as usize) else {
+            return;
+        };
+        if slot.is_none() {
+            *slot = Some(hash);
+            if (file as usize) < self.announced {
+                self.control_out
+                    .push_back(ControlMsg::ChunkHash { file, chunk, hash });
+            }
+        }
+    }
+
+    fn refill_announces(&mut self) {
+        let limit = (self.cursor_file + self.cfg.announce_ahead).min(self.files.len());
+        while self.announced < limit {
+            let i = self.announced;
+            let f = &self.files[i];
+            let known = f.hashes.iter().all(Option::is_some);
+            self.control_out.push_back(ControlMsg::Announce {
+                file: i as u32,
+                name: f.name.clone(),
+                size: f.size,
+                chunk_size: f.chunk_size,
+                hashes: if known {
+                    f.hashes.iter().flatten().copied().collect()
+                } else {
+                    Vec::new()
+                },
+            });
+            if !known {
+                for (c, h) in f.hashes.iter().enumerate() {
+                    if let Some(hash) = h {
+                        self.control_out.push_back(ControlMsg::ChunkHash {
+                            file: i as u32,
+                            chunk: c as u32,
+                            hash: *hash,
+                        });
+                    }
+                }
+            }
+            self.announced += 1;
+        }
+    }
+
+    fn us(&mut self, now: Instant) -> u64 {
+        let e = *self.epoch.get_or_insert(now);
+        now.saturating_duration_since(e).as_micros() as u64
+    }
+
+    fn rto(&self) -> Duration {
+        match self.rate.min_rtt() {
+            Some(r) => r * 2 + Duration::from_millis(50),
+            None => Duration::from_secs(1),
+        }
+    }
+
+    fn running(&self) -> bool {
+        self.state == State::Running
+    }
+
+    /// Next block of new data, advancing the cursor past verified chunks and finished files.
+    fn next_new(&mut self) -> Option<(u32, u64, u32)> {
+        loop {
+            let f = self.files.get(self.cursor_file)?;
+            if self.cursor_offset >= f.size {
+                self.cursor_file += 1;
+                self.cursor_offset = 0;
+                self.refill_announces();
+                continue;
+            }
+            let chunk = (self.cursor_offset / f.chunk_size) as usize;
+            if f.verified[chunk] {
+                self.cursor_offset = (chunk as u64 + 1) * f.chunk_size;
+                continue;
+            }
+            let len = (self.cfg.block_size as u64).min(f.size - self.cursor_offset) as u32;
+            let item = (self.cursor_file as u32, self.cursor_offset, len);
+            self.cursor_offset += len as u64;
+            return Some(item);
+        }
+    }
+
+    fn verified_at(&self, file: u32, offset: u64) -> bool {
+        let f = &self.files[file as usize];
+        f.verified[(offset / f.chunk_size) as usize]
+    }
+
+    fn has_data(&self) -> bool {
+        !self.retx.is_empty() || self.cursor_file < self.files.len()
+    }
+
+    fn window_open(&self) -> bool {
+        self.rate.cwnd().is_none_or(|w| self.inflight_bytes < w)
+    }
+
+    /// The next datagram to send now, if pacing, the in-flight cap and the queue allow one.
+    pub fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
+        if !self.running() || !self.window_open() {
+            return None;
+        }
+        if self.next_send.is_some_and(|t| t > now) {
+            return None;
+        }
+        let (file, offset, len, retransmit) = loop {
+            if let Some((f, o, l)) = self.retx.pop_front() {
+                if self.verified_at(f, o) {
+                    continue;
+                }
+                break (f, o, l, true);
+            }
+            let (f, o, l) = self.next_new()?;
+            break (f, o, l, false);
+        };
+        let ts = self.us(now);
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        if self.inflight.is_empty() {
+            self.inflight_base = seq;
+        }
+        self.inflight.push_back(Sent {
+            file,
+            offset,
+            len,
+            sent_at: now,
+            presumed_lost: false,
+        });
+        self.inflight_bytes += wire_of(len);
+        let rate = self.rate.pacing_rate();
+        let wire_len = wire_of(len) as f64;
+        let gap = Duration::from_secs_f64(wire_len / rate);
+        let burst = gap * self.cfg.max_burst;
+        // an idle sender may catch up by at most one burst (one GSO batch)
+        let base = match self.next_send {
+            Some(t) => now.checked_sub(burst).map_or(t, |floor| t.max(floor)),
+            None => now,
+        };
+        self.next_send = Some(base + gap);
+        self.last_sent = Some(now);
+        self.stats.datagrams += 1;
+        self.stats.bytes += len as u64;
+        if retransmit {
+            self.stats.retransmits += 1;
+        }
+        Some(Transmit {
+            header: DataRepr {
+                transfer_id: self.cfg.transfer_id,
+                seq,
+                file,
+                offset,
+                len,
+                timestamp_us: ts,
+                retransmit,
+            },
+        })
+    }
+
+    /// Writes the authentication tag of a complete datagram (no-op without a key).
+    pub fn seal(&self, datagram: &mut [u8]) {
+        if let Some(k) = &self.cfg.data_key {
+            wire::seal(k, datagram);
+        }
+    }
+
+    /// The next control message to send.
+    pub fn poll_control(&mut self) -> Option<ControlMsg> {
+        self.control_out.pop_front()
+    }
+
+    /// The next event.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// When [`Self::handle_timeout`] (or [`Self::poll_transmit`]) wants to run next.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if !self.running() {
+            return None;
+        }
+        let mut t = self
+            .last_feedback
+            .or(self.epoch)
+            .map(|l| l + self.cfg.dead_timeout);
+        let mut min = |x: Instant| t = Some(t.map_or(x, |t| t.min(x)));
+        if self.has_data() && self.window_open() {
+            if let Some(n) = self.next_send {
+                min(n);
+            }
+        }
+        if let Some(s) = self.inflight.get(self.tail_idx) {
+            min(s.sent_at + self.rto());
+        }
+        if let Some(l) = self.last_sent {
+            min(l + Duration::from_secs(1));
+        }
+        t
+    }
+
+    /// Runs timers: tail-loss detection, keep-alive, dead peer.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if !self.running() {
+            return;
+        }
+        let e = *self.epoch.get_or_insert(now);
+        if now.saturating_duration_since(self.last_feedback.unwrap_or(e)) >= self.cfg.dead_timeout {
+            self.state = State::Dead;
+            self.events.push_back(Event::PeerDead);
+            return;
+        }
+        let rto = self.rto();
+        while let Some(s) = self.inflight.get_mut(self.tail_idx) {
+            if s.sent_at + rto > now {
+                break;
+            }
+            if !s.presumed_lost {
+                s.presumed_lost = true;
+                self.inflight_bytes -= wire_of(s.len);
+                self.retx.push_back((s.file, s.offset, s.len));
+                self.stats.tail_lost += 1;
+            }
+            self.tail_idx += 1;
+        }
+        if self
+            .last_sent
+            .is_none_or(|l| now.saturating_duration_since(l) >= Duration::from_secs(1))
+        {
+            self.control_out.push_back(ControlMsg::Ping);
+            self.last_sent = Some(now);
+        }
+    }
+
+    /// A control message from the receiver.
+    pub fn handle_control(&mut self, now: Instant, msg: ControlMsg) {
+        if !self.running() {
+            return;
+        }
+        if msg.validate().is_err() {
+            self.stats.bad_control += 1;
+            return;
+        }
+        match msg {
+            ControlMsg::Feedback(f) => self.on_feedback(now, f),
+            ControlMsg::ChunkVerified { file, chunk } => {
+                self.last_feedback = Some(now);
+                let Some(f) = self.files.get_mut(file as usize) else {
+                    self.stats.bad_control += 1;
+                    return;
+                };
+                match f.verified.get_mut(chunk as usize) {
+                    Some(v) if !*v => {
+                        *v = true;
+                        f.n_verified += 1;
+                        self.events.push_back(Event::ChunkVerified { file, chunk });
+                        if f.done() {
+                            self.file_done(file);
+                        }
+                    }
+                    Some(_) => {}
+                    None => self.stats.bad_control += 1,
+                }
+            }
+            ControlMsg::ChunkMismatch { file, chunk } => {
+                self.last_feedback = Some(now);
+                let block = self.cfg.block_size as u64;
+                let max = self.cfg.max_chunk_retries;
+                let Some(f) = self.files.get_mut(file as usize) else {
+                    self.stats.bad_control += 1;
+                    return;
+                };
+                let Some(r) = f.retries.get_mut(chunk as usize) else {
+                    self.stats.bad_control += 1;
+                    return;
+                };
+                if f.verified[chunk as usize] {
+                    self.stats.bad_control += 1;
+                    return;
+                }
+                *r += 1;
+                if *r as u32 > max {
+                    let reason = format!("{}: chunk {chunk} failed verification {} times", f.name, *r);
+                    self.abort(reason);
+                    return;
+                }
+                self.stats.chunk_resends += 1;
+                self.events.push_back(Event::ChunkMismatch { file, chunk });
+                let start = chunk as u64 * f.chunk_size;
+                let end = (start + f.chunk_size).min(f.size);
+                let mut o = start;
+                while o < end {
+                    let l = block.min(end - o) as u32;
+                    self.retx.push_back((file, o, l));
+                    o += l as u64;
+                }
+            }
+            ControlMsg::Abort { reason } => {
+                self.state = State::Aborted;
+                self.events.push_back(Event::Aborted { reason });
+            }
+            _ => self.stats.bad_control += 1,
+        }
+    }
+
+    /// Ends the transfer and tells the receiver why.
+    pub fn abort(&mut self, reason: String) {
+        self.control_out.push_back(ControlMsg::Abort {
+            reason: reason.clone(),
+        });
+        self.state = State::Aborted;
+        self.events.push_back(Event::Aborted { reason });
+    }
+
+    fn file_done(&mut self, file: u32) {
+        self.events.push_back(Event::FileDone { file });
+        self.files_done += 1;
+        self.check_done();
+    }
+
+    fn check_done(&mut self) {
+        if self.running()
+            && self.closed
+            && self.files_done == self.files.len()
+            && self.announced == self.files.len()
+        {
+            let bytes = self.files.iter().map(|f| f.size).sum();
+            self.control_out.push_back(ControlMsg::Done {
+                files: self.files.len() as u32,
+                bytes,
+            });
+            self.state = State::Done;
+            self.events.push_back(Event::TransferDone);
+        }
+    }
+
+    fn on_feedback(&mut self, now: Instant, f: Feedback) {
+        self.last_feedback = Some(now);
+        let mut lost = 0u64;
+        let mut delivered = 0u64;
+        let mut rtt = None;
+        if let Some(h) = f.highest_seq {
+            if h >= self.next_seq {
+                self.stats.bad_control += 1;
+                return;
+            }
+            let now_us = self.us(now);
+            let r = now_us
+                .saturating_sub(f.echo_ts_us)
+                .saturating_sub(f.echo_delay_us);
+            if f.echo_ts_us <= now_us && r > 0 {
+                rtt = Some(Duration::from_micros(r));
+            }
+            let mut ranges = f.loss.iter().peekable();
+            while self.inflight_base <= h {
+                let Some(s) = self.inflight.pop_front() else { break };
+                let seq = self.inflight_base;
+                self.inflight_base += 1;
+                self.tail_idx = self.tail_idx.saturating_sub(1);
+                while ranges.peek().is_some_and(|&&(st, l)| st + l as u64 <= seq) {
+                    ranges.next();
+                }
+                let is_lost = ranges.peek().is_some_and(|&&(st, _)| st <= seq);
+                if !s.presumed_lost {
+                    self.inflight_bytes -= wire_of(s.len);
+                }
+                if is_lost {
+                    lost += 1;
+                    self.stats.reported_lost += 1;
+                    if !s.presumed_lost {
+                        self.retx.push_back((s.file, s.offset, s.len));
+                    }
+                } else {
+                    delivered += 1;
+                }
+            }
+        }
+        self.rate.on_feedback(
+            now,
+            FeedbackSample {
+                rtt,
+                recv_bytes: f.recv_bytes + f.recv_datagrams * (HEADER_LEN + wire::IP_UDP_OVERHEAD) as u64,
+                recv_time_us: f.recv_time_us,
+                lost,
+                delivered,
+                queue_delay: Duration::from_micros(f.queue_delay_us),
+            },
+        );
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> SenderStats {
+        self.stats
+    }
+
+    /// The rate controller (for reports).
+    pub fn rate(&self) -> &RateControl {
+        &self.rate
+    }
+
+    /// Whether the transfer has ended (done, dead or aborted).
+    pub fn is_finished(&self) -> bool {
+        !self.running()
+    }
+}

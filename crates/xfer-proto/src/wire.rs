@@ -1,0 +1,782 @@
+//! Byte layouts of `vlbiflow xfer`: the data datagram (UDP) and the control messages (TCP).
+//!
+//! **Data datagram**: a fixed 64-byte big-endian header followed by the payload (one block of a file).
+//!
+//! ```text
+//!  0  u16 magic 0x5846 ("XF")      2  u8 version (1)         3  u8 flags (bit 0: retransmission)
+//!  4  u32 transfer id              8  u64 sequence number (per transfer, +1 per datagram, never reused)
+//! 16  u32 file index              20  u32 payload length
+//! 24  u64 byte offset in the file 32  u64 send timestamp, µs on the sender's clock
+//! 40  u64 reserved (zero)         48  16-byte authentication tag (keyed BLAKE3 over the datagram
+//!                                     with this field zeroed; all zero when no key is in use)
+//! 64  payload
+//! ```
+//!
+//! [`DataPacket`] is a zero-copy view (checked constructor, accessors, setters), [`DataRepr`] the parsed form
+//! with [`DataRepr::parse`] / [`DataRepr::emit`]. [`seal`] and [`verify`] compute and check the tag.
+//!
+//! **Control messages** ([`ControlMsg`]) are single lines of JSON (serde, externally tagged by `"type"`),
+//! at most [`MAX_CONTROL_LINE`] bytes, one per line on the TCP control connection. They are few (a feedback
+//! message every few milliseconds, one announce per file), so readability and versioning win over the
+//! bytes a binary encoding would save. [`ControlMsg::parse_line`] validates everything a peer could get
+//! wrong and names the field.
+
+use serde::{Deserialize, Serialize};
+
+/// Length of the data datagram header, tag included.
+pub const HEADER_LEN: usize = 64;
+/// Magic number at the start of every data datagram.
+pub const MAGIC: u16 = 0x5846;
+/// Protocol version carried in data datagrams and in `hello`.
+pub const VERSION: u8 = 1;
+/// Length of the authentication tag.
+pub const TAG_LEN: usize = 16;
+/// Flag bit: this datagram is a retransmission.
+pub const FLAG_RETRANSMIT: u8 = 1;
+/// Longest control line accepted (bytes, without the newline).
+pub const MAX_CONTROL_LINE: usize = 1 << 20;
+/// Longest file name accepted in an announce.
+pub const MAX_NAME_LEN: usize = 4096;
+/// Bytes of IP (v6) and UDP header per datagram, counted by the rate control as on the wire.
+pub const IP_UDP_OVERHEAD: usize = 48;
+/// Largest payload a data datagram may carry (fits a 9000-byte jumbo frame with IPv6 + UDP headers).
+pub const MAX_PAYLOAD: usize = 9000 - 48 - HEADER_LEN;
+/// Smallest and largest chunk sizes (the unit of hashing and verification).
+pub const MIN_CHUNK_SIZE: u64 = 4096;
+/// Largest chunk size.
+pub const MAX_CHUNK_SIZE: u64 = 1 << 30;
+
+mod field {
+    use core::ops::Range;
+    pub const MAGIC: Range<usize> = 0..2;
+    pub const VERSION: usize = 2;
+    pub const FLAGS: usize = 3;
+    pub const TRANSFER: Range<usize> = 4..8;
+    pub const SEQ: Range<usize> = 8..16;
+    pub const FILE: Range<usize> = 16..20;
+    pub const LEN: Range<usize> = 20..24;
+    pub const OFFSET: Range<usize> = 24..32;
+    pub const TIMESTAMP: Range<usize> = 32..40;
+    pub const RESERVED: Range<usize> = 40..48;
+    pub const TAG: Range<usize> = 48..64;
+}
+
+/// What is wrong with a datagram or a control line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    /// The buffer is shorter than the structure it should hold.
+    #[error("{what}: truncated, need {need} bytes, got {got}")]
+    Truncated {
+        what: &'static str,
+        need: usize,
+        got: usize,
+    },
+    /// A field holds a value the protocol does not allow.
+    #[error("{field}: {why}")]
+    Field { field: &'static str, why: String },
+    /// A control line is not a valid message.
+    #[error("control message: {0}")]
+    Control(String),
+    /// The authentication tag does not match.
+    #[error("tag: authentication failed")]
+    BadTag,
+}
+
+fn bad(field: &'static str, why: impl Into<String>) -> WireError {
+    WireError::Field {
+        field,
+        why: why.into(),
+    }
+}
+
+/// A read/write view over a data datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataPacket<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+fn be16(b: &[u8]) -> u16 {
+    u16::from_be_bytes([b[0], b[1]])
+}
+fn be32(b: &[u8]) -> u32 {
+    u32::from_be_bytes([b[0], b[1], b[2], b[3]])
+}
+fn be64(b: &[u8]) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[..8]);
+    u64::from_be_bytes(a)
+}
+
+impl<T: AsRef<[u8]>> DataPacket<T> {
+    /// Wraps `buffer` without checks; accessors panic if it is shorter than [`HEADER_LEN`].
+    pub const fn new_unchecked(buffer: T) -> Self {
+        DataPacket { buffer }
+    }
+
+    /// Wraps `buffer` after [`check`](Self::check).
+    pub fn new_checked(buffer: T) -> Result<Self, WireError> {
+        let p = Self::new_unchecked(buffer);
+        p.check()?;
+        Ok(p)
+    }
+
+    /// Checks length, magic, version, reserved bits and that the length field matches the buffer.
+    pub fn check(&self) -> Result<(), WireError> {
+        let b = self.buffer.as_ref();
+        if b.len() < HEADER_LEN {
+            return Err(WireError::Truncated {
+                what: "data header",
+                need: HEADER_LEN,
+                got: b.len(),
+            });
+        }
+        if self.magic() != MAGIC {
+            return Err(bad(
+                "magic",
+                format!("{:#06x}, expected {MAGIC:#06x}", self.magic()),
+            ));
+        }
+        if self.version() != VERSION {
+            return Err(bad("version", format!("{}, expected {VERSION}", self.version())));
+        }
+        if self.flags() & !FLAG_RETRANSMIT != 0 {
+            return Err(bad("flags", format!("unknown bits {:#04x}", self.flags())));
+        }
+        if be64(&b[field::RESERVED]) != 0 {
+            return Err(bad("reserved", "not zero"));
+        }
+        let len = self.payload_len() as usize;
+        if len > MAX_PAYLOAD {
+            return Err(bad("payload length", format!("{len} > {MAX_PAYLOAD}")));
+        }
+        if b.len() != HEADER_LEN + len {
+            return Err(bad(
+                "payload length",
+                format!("{len}, but the datagram carries {}", b.len() - HEADER_LEN),
+            ));
+        }
+        if self.offset().checked_add(len as u64).is_none() {
+            return Err(bad("offset", "offset + length overflows"));
+        }
+        Ok(())
+    }
+
+    /// Consumes the view and returns the buffer.
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
+    /// Magic number.
+    pub fn magic(&self) -> u16 {
+        be16(&self.buffer.as_ref()[field::MAGIC])
+    }
+    /// Version.
+    pub fn version(&self) -> u8 {
+        self.buffer.as_ref()[field::VERSION]
+    }
+    /// Flags.
+    pub fn flags(&self) -> u8 {
+        self.buffer.as_ref()[field::FLAGS]
+    }
+    /// Transfer id.
+    pub fn transfer_id(&self) -> u32 {
+        be32(&self.buffer.as_ref()[field::TRANSFER])
+    }
+    /// Sequence number.
+    pub fn seq(&self) -> u64 {
+        be64(&self.buffer.as_ref()[field::SEQ])
+    }
+    /// File index.
+    pub fn file(&self) -> u32 {
+        be32(&self.buffer.as_ref()[field::FILE])
+    }
+    /// Payload length field.
+    pub fn payload_len(&self) -> u32 {
+        be32(&self.buffer.as_ref()[field::LEN])
+    }
+    /// Byte offset in the file.
+    pub fn offset(&self) -> u64 {
+        be64(&self.buffer.as_ref()[field::OFFSET])
+    }
+    /// Send timestamp (µs, sender clock).
+    pub fn timestamp_us(&self) -> u64 {
+        be64(&self.buffer.as_ref()[field::TIMESTAMP])
+    }
+    /// Authentication tag.
+    pub fn tag(&self) -> [u8; TAG_LEN] {
+        let mut t = [0u8; TAG_LEN];
+        t.copy_from_slice(&self.buffer.as_ref()[field::TAG]);
+        t
+    }
+    /// The payload (after the header; length from the buffer).
+    pub fn payload(&self) -> &[u8] {
+        &self.buffer.as_ref()[HEADER_LEN..]
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> DataPacket<T> {
+    fn b(&mut self) -> &mut [u8] {
+        self.buffer.as_mut()
+    }
+    /// Sets magic and version.
+    pub fn set_magic_version(&mut self) {
+        self.b()[field::MAGIC].copy_from_slice(&MAGIC.to_be_bytes());
+        self.b()[field::VERSION] = VERSION;
+    }
+    /// Sets the flags.
+    pub fn set_flags(&mut self, v: u8) {
+        self.b()[field::FLAGS] = v;
+    }
+    /// Sets the transfer id.
+    pub fn set_transfer_id(&mut self, v: u32) {
+        self.b()[field::TRANSFER].copy_from_slice(&v.to_be_bytes());
+    }
+    /// Sets the sequence number.
+    pub fn set_seq(&mut self, v: u64) {
+        self.b()[field::SEQ].copy_from_slice(&v.to_be_bytes());
+    }
+    /// Sets the file index.
+    pub fn set_file(&mut self, v: u32) {
+        self.b()[field::FILE].copy_from_slice(&v.to_be_bytes());
+    }
+    /// Sets the payload length field.
+    pub fn set_payload_len(&mut self, v: u32) {
+        self.b()[field::LEN].copy_from_slice(&v.to_be_bytes());
+    }
+    /// Sets the offset.
+    pub fn set_offset(&mut self, v: u64) {
+        self.b()[field::OFFSET].copy_from_slice(&v.to_be_bytes());
+    }
+    /// Sets the send timestamp.
+    pub fn set_timestamp_us(&mut self, v: u64) {
+        self.b()[field::TIMESTAMP].copy_from_slice(&v.to_be_bytes());
+    }
+    /// Sets the tag.
+    pub fn set_tag(&mut self, t: &[u8; TAG_LEN]) {
+        self.b()[field::TAG].copy_from_slice(t);
+    }
+    /// The payload, writable.
+    pub fn payload_mut(&mut self) -> &mut [u8] {
+        &mut self.b()[HEADER_LEN..]
+    }
+}
+
+/// The parsed header of a data datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataRepr {
+    /// Transfer id (from `hello`).
+    pub transfer_id: u32,
+    /// Sequence number.
+    pub seq: u64,
+    /// File index (from `announce`).
+    pub file: u32,
+    /// Byte offset of the payload in the file.
+    pub offset: u64,
+    /// Payload length.
+    pub len: u32,
+    /// Send timestamp, µs on the sender's clock.
+    pub timestamp_us: u64,
+    /// A retransmission?
+    pub retransmit: bool,
+}
+
+impl DataRepr {
+    /// Parses a checked view.
+    pub fn parse<T: AsRef<[u8]>>(p: &DataPacket<T>) -> Result<DataRepr, WireError> {
+        p.check()?;
+        Ok(DataRepr {
+            transfer_id: p.transfer_id(),
+            seq: p.seq(),
+            file: p.file(),
+            offset: p.offset(),
+            len: p.payload_len(),
+            timestamp_us: p.timestamp_us(),
+            retransmit: p.flags() & FLAG_RETRANSMIT != 0,
+        })
+    }
+
+    /// Length of the whole datagram.
+    pub fn buffer_len(&self) -> usize {
+        HEADER_LEN + self.len as usize
+    }
+
+    /// Writes the header (tag zeroed) into the view; the payload is the caller's.
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut DataPacket<T>) {
+        p.set_magic_version();
+        p.set_flags(if self.retransmit { FLAG_RETRANSMIT } else { 0 });
+        p.set_transfer_id(self.transfer_id);
+        p.set_seq(self.seq);
+        p.set_file(self.file);
+        p.set_payload_len(self.len);
+        p.set_offset(self.offset);
+        p.set_timestamp_us(self.timestamp_us);
+        p.b()[field::RESERVED].fill(0);
+        p.set_tag(&[0; TAG_LEN]);
+    }
+}
+
+/// A per-transfer data key, derived from the session secret (e.g. the Noise handshake hash or a PSK) and
+/// the transfer id, so that tags from one transfer are worthless in another.
+pub fn derive_data_key(session_secret: &[u8], transfer_id: u32) -> [u8; 32] {
+    let mut h = blake3::Hasher::new_derive_key("vlbiflow xfer v1 data datagram MAC");
+    h.update(session_secret);
+    h.update(&transfer_id.to_be_bytes());
+    *h.finalize().as_bytes()
+}
+
+fn compute_tag(key: &[u8; 32], datagram: &[u8]) -> [u8; TAG_LEN] {
+    let mut h = blake3::Hasher::new_keyed(key);
+    h.update(&datagram[..field::TAG.start]);
+    h.update(&[0u8; TAG_LEN]);
+    h.update(&datagram[field::TAG.end..]);
+    let mut t = [0u8; TAG_LEN];
+    t.copy_from_slice(&h.finalize().as_bytes()[..TAG_LEN]);
+    t
+}
+
+/// Writes the tag of a complete datagram (header emitted, payload filled) under `key`.
+/// Panics if `datagram` is shorter than the header (a caller bug, not external input).
+pub fn seal(key: &[u8; 32], datagram: &mut [u8]) {
+    let t = compute_tag(key, datagram);
+    datagram[field::TAG].copy_from_slice(&t);
+}
+
+/// Checks the tag of a datagram at least [`HEADER_LEN`] long (constant-time comparison).
+pub fn verify(key: &[u8; 32], datagram: &[u8]) -> Result<(), WireError> {
+    if datagram.len() < HEADER_LEN {
+        return Err(WireError::Truncated {
+            what: "data header",
+            need: HEADER_LEN,
+            got: datagram.len(),
+        });
+    }
+    let t = compute_tag(key, datagram);
+    let got = &datagram[field::TAG];
+    let diff = t.iter().zip(got).fold(0u8, |a, (x, y)| a | (x ^ y));
+    if diff == 0 {
+        Ok(())
+    } else {
+        Err(WireError::BadTag)
+    }
+}
+
+/// A 32-byte BLAKE3 chunk hash; hex on the wire.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ChunkHash(pub [u8; 32]);
+
+impl ChunkHash {
+    /// BLAKE3 of `data`.
+    pub fn of(data: &[u8]) -> ChunkHash {
+        ChunkHash(*blake3::hash(data).as_bytes())
+    }
+}
+
+impl core::fmt::Debug for ChunkHash {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        for b in &self.0[..8] {
+            write!(f, "{b:02x}")?;
+        }
+        f.write_str("…")
+    }
+}
+
+impl core::fmt::Display for ChunkHash {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        for b in &self.0 {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+impl Serialize for ChunkHash {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for ChunkHash {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        let b = s.as_bytes();
+        if b.len() != 64 {
+            return Err(serde::de::Error::custom(format!(
+                "hash: {} hex digits, expected 64",
+                b.len()
+            )));
+        }
+        let mut out = [0u8; 32];
+        for (i, pair) in b.chunks_exact(2).enumerate() {
+            let hex = |c: u8| match c {
+                b'0'..=b'9' => Some(c - b'0'),
+                b'a'..=b'f' => Some(c - b'a' + 10),
+                b'A'..=b'F' => Some(c - b'A' + 10),
+                _ => None,
+            };
+            match (hex(pair[0]), hex(pair[1])) {
+                (Some(h), Some(l)) => out[i] = h << 4 | l,
+                _ => return Err(serde::de::Error::custom("hash: not a hex digit")),
+            }
+        }
+        Ok(ChunkHash(out))
+    }
+}
+
+/// Receiver feedback, sent at least every feedback interval while data arrives (and as a keep-alive).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Feedback {
+    /// Highest sequence number accepted so far (`null` before the first).
+    pub highest_seq: Option<u64>,
+    /// Sequence numbers found missing since the previous feedback, as `[start, len]` ranges, ascending,
+    /// all above the previous feedback's `highest_seq`. Each missing number is reported exactly once
+    /// (the control channel is reliable); numbers above `highest_seq` are not reported.
+    pub loss: Vec<(u64, u32)>,
+    /// Payload bytes accepted in total (duplicates excluded).
+    pub recv_bytes: u64,
+    /// Datagrams accepted in total (duplicates excluded); with `recv_bytes` it gives the bytes on the wire.
+    pub recv_datagrams: u64,
+    /// Receiver clock when this message was made, µs.
+    pub recv_time_us: u64,
+    /// Receive rate over the last interval, bits/s (informational; the sender derives its own samples
+    /// from `recv_bytes` / `recv_time_us`).
+    pub rate_bps: u64,
+    /// Send timestamp of the datagram that carried `highest_seq`, echoed for RTT measurement.
+    pub echo_ts_us: u64,
+    /// How long the receiver held that echo before sending this message, µs.
+    pub echo_delay_us: u64,
+    /// Queueing delay: smallest one-way delay in the interval minus the smallest over the last 10 s, µs.
+    /// A value that stays high is a standing queue.
+    pub queue_delay_us: u64,
+    /// Change of the interval's smallest one-way delay since the previous feedback, µs (the trend).
+    pub owd_trend_us: i64,
+    /// Chunks verified so far.
+    pub chunks_verified: u64,
+}
+
+/// A control message (one JSON line on the control connection).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ControlMsg {
+    /// Sender -> receiver, first message: protocol version, transfer id, block (payload) size.
+    Hello {
+        version: u8,
+        transfer_id: u32,
+        block_size: u32,
+    },
+    /// Either way: authentication exchange placeholder (the I/O layer runs Noise/TLS before this).
+    Auth { scheme: String, payload: String },
+    /// Sender -> receiver: a file of the transfer. `hashes` is empty or has one hash per chunk.
+    Announce {
+        file: u32,
+        name: String,
+        size: u64,
+        chunk_size: u64,
+        hashes: Vec<ChunkHash>,
+    },
+    /// Sender -> receiver: the hash of a chunk, known once the sender has read it.
+    ChunkHash { file: u32, chunk: u32, hash: ChunkHash },
+    /// Receiver -> sender: loss, rate and delay report.
+    Feedback(Feedback),
+    /// Receiver -> sender: the chunk as written hashes to the sender's hash (also sent on resume for chunks
+    /// the receiver already holds).
+    ChunkVerified { file: u32, chunk: u32 },
+    /// Receiver -> sender: the chunk as written does not match; the sender sends it again.
+    ChunkMismatch { file: u32, chunk: u32 },
+    /// Sender -> receiver: keep-alive while no data flows.
+    Ping,
+    /// Sender -> receiver: every file is announced and every chunk verified.
+    Done { files: u32, bytes: u64 },
+    /// Either way: the transfer ends with an error.
+    Abort { reason: String },
+}
+
+impl ControlMsg {
+    /// Number of chunks of a file of `size` bytes in chunks of `chunk_size`.
+    pub fn chunk_count(size: u64, chunk_size: u64) -> u64 {
+        size.div_ceil(chunk_size.max(1))
+    }
+
+    /// Parses and validates one control line (without the newline).
+    pub fn parse_line(line: &str) -> Result<ControlMsg, WireError> {
+        if line.len() > MAX_CONTROL_LINE {
+            return Err(WireError::Truncated {
+                what: "control line (too long)",
+                need: MAX_CONTROL_LINE,
+                got: line.len(),
+            });
+        }
+        let msg: ControlMsg = serde_json::from_str(line).map_err(|e| WireError::Control(e.to_string()))?;
+        msg.validate()?;
+        Ok(msg)
+    }
+
+    /// The message as one JSON line (no newline).
+    pub fn to_line(&self) -> String {
+        serde_json::to_string(self).expect("control messages always serialise")
+    }
+
+    /// Checks the values a peer could get wrong.
+    pub fn validate(&self) -> Result<(), WireError> {
+        match self {
+            ControlMsg::Hello {
+                version, block_size, ..
+            } => {
+                if *version != VERSION {
+                    return Err(bad("hello.version", format!("{version}, expected {VERSION}")));
+                }
+                if *block_size == 0 || *block_size as usize > MAX_PAYLOAD {
+                    return Err(bad(
+                        "hello.block_size",
+                        format!("{block_size}, must be 1..={MAX_PAYLOAD}"),
+                    ));
+                }
+            }
+            ControlMsg::Announce {
+                name,
+                size,
+                chunk_size,
+                hashes,
+                ..
+            } => {
+                validate_name(name)?;
+                if !(MIN_CHUNK_SIZE..=MAX_CHUNK_SIZE).contains(chunk_size) {
+                    return Err(bad(
+                        "announce.chunk_size",
+                        format!("{chunk_size}, must be {MIN_CHUNK_SIZE}..={MAX_CHUNK_SIZE}"),
+                    ));
+                }
+                let n = Self::chunk_count(*size, *chunk_size);
+                if n > u32::MAX as u64 {
+                    return Err(bad("announce.size", "more than 2^32 chunks"));
+                }
+                if !hashes.is_empty() && hashes.len() as u64 != n {
+                    return Err(bad(
+                        "announce.hashes",
+                        format!("{} hashes for {n} chunks", hashes.len()),
+                    ));
+                }
+            }
+            ControlMsg::Feedback(f) => {
+                let mut floor = 0u64;
+                for (i, &(start, len)) in f.loss.iter().enumerate() {
+                    if len == 0 {
+                        return Err(bad("feedback.loss", format!("range {i} is empty")));
+                    }
+                    let end = start
+                        .checked_add(len as u64)
+                        .ok_or_else(|| bad("feedback.loss", "range overflows"))?;
+                    if start < floor {
+                        return Err(bad("feedback.loss", format!("range {i} not ascending")));
+                    }
+                    match f.highest_seq {
+                        Some(h) if end <= h => {}
+                        _ => {
+                            return Err(bad(
+                                "feedback.loss",
+                                format!("range {i} reaches past highest_seq"),
+                            ))
+                        }
+                    }
+                    floor = end;
+                }
+            }
+            ControlMsg::Abort { reason } if reason.len() > 4096 => {
+                return Err(bad("abort.reason", "longer than 4096 bytes"));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// A file name in an announce must be a relative path without `..`, empty components or NUL.
+pub fn validate_name(name: &str) -> Result<(), WireError> {
+    if name.is_empty() || name.len() > MAX_NAME_LEN {
+        return Err(bad(
+            "announce.name",
+            format!("length {}, must be 1..={MAX_NAME_LEN}", name.len()),
+        ));
+    }
+    if name.starts_with('/') || name.contains('\0') || name.contains('\\') {
+        return Err(bad(
+            "announce.name",
+            format!("{name:?} is not a plain relative path"),
+        ));
+    }
+    if name.split('/').any(|c| c.is_empty() || c == "." || c == "..") {
+        return Err(bad(
+            "announce.name",
+            format!("{name:?} has an empty, '.' or '..' component"),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn repr_strategy() -> impl Strategy<Value = DataRepr> {
+        (
+            any::<u32>(),
+            any::<u64>(),
+            any::<u32>(),
+            0u64..u64::MAX / 2,
+            0u32..=MAX_PAYLOAD as u32,
+            any::<u64>(),
+            any::<bool>(),
+        )
+            .prop_map(
+                |(transfer_id, seq, file, offset, len, timestamp_us, retransmit)| DataRepr {
+                    transfer_id,
+                    seq,
+                    file,
+                    offset,
+                    len,
+                    timestamp_us,
+                    retransmit,
+                },
+            )
+    }
+
+    proptest! {
+        #[test]
+        fn data_round_trip(r in repr_strategy(), key in any::<[u8; 32]>(), fill in any::<u8>()) {
+            let mut buf = vec![fill; r.buffer_len()];
+            r.emit(&mut DataPacket::new_unchecked(&mut buf[..]));
+            seal(&key, &mut buf);
+            let p = DataPacket::new_checked(&buf[..]).unwrap();
+            prop_assert_eq!(DataRepr::parse(&p).unwrap(), r);
+            prop_assert!(verify(&key, &buf).is_ok());
+            // any single flipped bit breaks the tag
+            let i = (r.seq as usize) % buf.len();
+            buf[i] ^= 1 << (r.file % 8);
+            prop_assert_eq!(verify(&key, &buf), Err(WireError::BadTag));
+        }
+
+        #[test]
+        fn data_garbage_never_panics(b in proptest::collection::vec(any::<u8>(), 0..200)) {
+            if let Ok(p) = DataPacket::new_checked(&b[..]) {
+                let _ = DataRepr::parse(&p);
+            }
+            let _ = verify(&[7; 32], &b);
+        }
+
+        #[test]
+        fn control_garbage_never_panics(s in ".{0,300}") {
+            let _ = ControlMsg::parse_line(&s);
+        }
+
+        #[test]
+        fn control_mutated_never_panics(i in 0usize..400, c in any::<char>()) {
+            let m = ControlMsg::Announce { file: 3, name: "a/b.vdif".into(), size: 1 << 30, chunk_size: 1 << 24,
+                hashes: vec![] };
+            let mut line: Vec<char> = m.to_line().chars().collect();
+            let i = i % line.len();
+            line[i] = c;
+            let s: String = line.into_iter().collect();
+            let _ = ControlMsg::parse_line(&s);
+        }
+
+        #[test]
+        fn feedback_round_trip(highest in 1000u64..1_000_000, starts in proptest::collection::vec(0u64..999, 0..20),
+                               bytes in any::<u64>(), trend in any::<i64>()) {
+            let mut starts = starts;
+            starts.sort();
+            starts.dedup();
+            let loss: Vec<(u64, u32)> = starts.iter().map(|&s| (s, 1)).collect();
+            let m = ControlMsg::Feedback(Feedback { highest_seq: Some(highest), loss, recv_bytes: bytes,
+                owd_trend_us: trend, ..Default::default() });
+            prop_assert_eq!(ControlMsg::parse_line(&m.to_line()).unwrap(), m);
+        }
+    }
+
+    #[test]
+    fn control_round_trip_every_kind() {
+        let h = ChunkHash::of(b"abc");
+        let msgs = vec![
+            ControlMsg::Hello {
+                version: VERSION,
+                transfer_id: 9,
+                block_size: 8192,
+            },
+            ControlMsg::Auth {
+                scheme: "none".into(),
+                payload: String::new(),
+            },
+            ControlMsg::Announce {
+                file: 0,
+                name: "exp/st/scan1.vdif".into(),
+                size: 100_000,
+                chunk_size: 65536,
+                hashes: vec![h, h],
+            },
+            ControlMsg::ChunkHash {
+                file: 1,
+                chunk: 2,
+                hash: h,
+            },
+            ControlMsg::Feedback(Feedback {
+                highest_seq: Some(10),
+                loss: vec![(2, 3), (7, 1)],
+                ..Default::default()
+            }),
+            ControlMsg::ChunkVerified { file: 1, chunk: 0 },
+            ControlMsg::ChunkMismatch { file: 1, chunk: 0 },
+            ControlMsg::Ping,
+            ControlMsg::Done { files: 2, bytes: 5 },
+            ControlMsg::Abort {
+                reason: "disk full".into(),
+            },
+        ];
+        for m in msgs {
+            let line = m.to_line();
+            assert!(!line.contains('\n'));
+            assert_eq!(ControlMsg::parse_line(&line).unwrap(), m, "{line}");
+        }
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let e = |s: &str| ControlMsg::parse_line(s).unwrap_err().to_string();
+        assert!(
+            e(r#"{"type":"announce","file":0,"name":"../x","size":1,"chunk_size":65536,"hashes":[]}"#)
+                .contains("announce.name")
+        );
+        assert!(
+            e(r#"{"type":"announce","file":0,"name":"x","size":1,"chunk_size":1,"hashes":[]}"#)
+                .contains("announce.chunk_size")
+        );
+        assert!(
+            e(r#"{"type":"announce","file":0,"name":"x","size":1,"chunk_size":65536}"#).contains("hashes")
+        );
+        assert!(e(r#"{"type":"chunk_hash","file":0,"chunk":0,"hash":"zz"}"#).contains("hash"));
+        assert!(e(r#"{"type":"feedback","highest_seq":5,"loss":[[4,3]],"recv_bytes":0,"recv_datagrams":0,"recv_time_us":0,"rate_bps":0,"echo_ts_us":0,"echo_delay_us":0,"queue_delay_us":0,"owd_trend_us":0,"chunks_verified":0}"#).contains("feedback.loss"));
+        assert!(e(r#"{"type":"warp"}"#).contains("warp"));
+        let mut buf = [0u8; HEADER_LEN + 4];
+        DataRepr {
+            transfer_id: 1,
+            seq: 1,
+            file: 0,
+            offset: 0,
+            len: 4,
+            timestamp_us: 0,
+            retransmit: false,
+        }
+        .emit(&mut DataPacket::new_unchecked(&mut buf[..]));
+        assert!(DataPacket::new_checked(&buf[..HEADER_LEN + 3])
+            .unwrap_err()
+            .to_string()
+            .contains("payload length"));
+        buf[0] = 0;
+        assert!(DataPacket::new_checked(&buf[..])
+            .unwrap_err()
+            .to_string()
+            .contains("magic"));
+        assert!(DataPacket::new_checked(&buf[..10])
+            .unwrap_err()
+            .to_string()
+            .contains("truncated"));
+    }
+}
