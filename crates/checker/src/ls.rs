@@ -168,6 +168,31 @@ fn vdif_at(file: &File, offset: u64) -> Option<((i64, u32), String)> {
     Some((stamp, shape))
 }
 
+/// The first (or, `backwards`, the last) VDIF data frame among the `len` bytes of frames of `frame_len` at
+/// `start`, passing over fill frames (their headers carry no time: `vlbiflow_formats::fill`).
+fn vdif_data_frame(
+    file: &File,
+    start: u64,
+    len: u64,
+    frame_len: u64,
+    backwards: bool,
+) -> Option<((i64, u32), String)> {
+    if frame_len < 32 || frame_len > 1 << 24 {
+        return vdif_at(file, start);
+    }
+    let n = len / frame_len;
+    let mut buf = vec![0u8; frame_len as usize];
+    for k in 0..n {
+        let i = if backwards { n - 1 - k } else { k };
+        let at = start + i * frame_len;
+        file.read_exact_at(&mut buf, at).ok()?;
+        if !vlbiflow_formats::fill::is_vdif_fill(&buf) {
+            return vdif_at(file, at);
+        }
+    }
+    None
+}
+
 /// (block number, data offset, data length) of a block.
 type BlockAt = (u32, u64, u64);
 
@@ -223,14 +248,19 @@ fn foreign_mark6(name: &str, files: &[PathBuf]) -> ScanListing {
         let Some(((fb, foff, _), (lb, loff, llen))) = mark6_extent(&f, len, &h) else {
             continue;
         };
+        let packet = u64::from(h.packet_size);
+        let first_len = if fb == lb {
+            llen
+        } else {
+            u64::from(h.block_size).saturating_sub(h.block_header_len() as u64)
+        };
         if !matches!(&first, Some(f) if f.0 <= fb) {
-            if let Some((stamp, shape)) = vdif_at(&f, foff) {
+            if let Some((stamp, shape)) = vdif_data_frame(&f, foff, first_len.max(packet), packet, false) {
                 first = Some((fb, stamp, shape));
             }
         }
-        let packet = u64::from(h.packet_size);
         if llen >= packet && !matches!(&last, Some(l) if l.0 >= lb) {
-            if let Some((stamp, _)) = vdif_at(&f, loff + (llen / packet - 1) * packet) {
+            if let Some((stamp, _)) = vdif_data_frame(&f, loff, llen, packet, true) {
                 last = Some((lb, stamp));
             }
         }
@@ -281,7 +311,13 @@ fn foreign_flexbuff(name: &str, dirs: &[PathBuf]) -> ScanListing {
             let mut w = [0u8; 4];
             if f.read_exact_at(&mut w, 0).is_ok() && u32::from_le_bytes(w) == MARK5B_SYNC {
                 streams.push("mark5b".to_string());
-            } else if let Some((stamp, shape)) = vdif_at(&f, 0) {
+            } else if let Some((stamp, shape)) = vdif_at(&f, 0)
+                .and_then(|(_, shape)| {
+                    let frame_len = shape.split(' ').nth(1).and_then(|l| l.parse::<u64>().ok())?;
+                    vdif_data_frame(&f, 0, file_len(p), frame_len, false)
+                })
+                .or_else(|| vdif_at(&f, 0))
+            {
                 start = Some(UtcTime::from_unix(stamp.0, 0).to_iso8601());
                 streams.push(shape);
             }

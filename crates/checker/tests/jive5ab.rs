@@ -112,3 +112,32 @@ fn frame_rate_is_learned_through_a_fill_frame_at_the_end_of_a_second() {
     assert_eq!(r.engine.frame_rate, Some(250), "{}", r.human());
     assert_eq!(r.engine.missing, 5, "{}", r.human());
 }
+
+#[test]
+fn ls_passes_over_fill_for_start_and_duration() {
+    // The aborted scan ends in 29 fill frames (time 0 in their headers): the listing still shows the true
+    // start and a duration within the data's one second.
+    for (name, layout) in [
+        ("j5_mk6_abort", "mark6"),
+        ("j5_mk6_t5_loss", "mark6"),
+        ("j5_fb_loss", "flexbuff"),
+    ] {
+        let disks: Vec<PathBuf> = std::fs::read_dir(fixtures().join(name))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.is_dir())
+            .collect();
+        let l = vlbiflow_checker::ls::list_scans(&disks);
+        let l = l
+            .iter()
+            .find(|l| l.name == name)
+            .unwrap_or_else(|| panic!("{name} listed"));
+        assert_eq!(l.layout, layout);
+        assert_eq!(l.start_utc.as_deref(), Some("2026-03-01T12:00:00Z"), "{name}");
+        if let Some(d) = l.duration_s {
+            assert!((1.0..=2.0).contains(&d), "{name}: duration {d}");
+        }
+        assert!(l.streams[0].contains("station Xx"), "{name}: {:?}", l.streams);
+    }
+}
