@@ -32,6 +32,9 @@ pub struct ScanListing {
     pub complete: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// The name jive5ab opens the scan by (`scan_set = NAME`): a Mark6 scan by its file name, extension
+    /// included (`exp_st_scan1.vdif`), a FlexBuff scan by its scan name.
+    pub jive5ab_name: String,
 }
 
 /// Parses the ISO-8601 UTC form vlbiflow writes (`YYYY-MM-DDTHH:MM:SS[.f]Z`).
@@ -146,6 +149,13 @@ fn listing_from_metadata(name: &str, disks: &[PathBuf], metas: &[ScanMetadata]) 
         complete: Some(meta.complete),
         note: (missing > 0)
             .then(|| format!("{missing} disk(s) listed in the metadata not among those given")),
+        jive5ab_name: match meta.format {
+            ScanFormat::Mark6 => {
+                let kind = meta.streams.first().map_or(FrameKind::Vdif, |s| s.kind);
+                format!("{name}.{}", kind.extension())
+            }
+            ScanFormat::Flexbuff => name.to_string(),
+        },
     }
 }
 
@@ -285,6 +295,7 @@ fn foreign_mark6(name: &str, files: &[PathBuf]) -> ScanListing {
         streams,
         complete: None,
         note: header.map(|h| format!("{:?}, block size {}", h.version, h.block_size)),
+        jive5ab_name: name.to_string(),
     }
 }
 
@@ -334,6 +345,7 @@ fn foreign_flexbuff(name: &str, dirs: &[PathBuf]) -> ScanListing {
         streams,
         complete: None,
         note: Some(format!("{} chunks", chunks.len())),
+        jive5ab_name: name.to_string(),
     }
 }
 

@@ -138,6 +138,32 @@ fn ls_lists_foreign_mark6_files_from_their_headers() {
         stdout.contains("exp_xx_0001.vdif") && stdout.contains("foreign"),
         "{stdout}"
     );
+    assert_eq!(v[0]["jive5ab_name"], "exp_xx_0001.vdif");
+}
+
+#[test]
+fn ls_names_a_vlbiflow_mark6_scan_as_jive5ab_opens_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (disks, _) = mark6_scan(dir.path(), "exp_xx_0002", 250, &[]);
+    let stream = serde_json::json!({"label": "a", "kind": "vdif", "address": "127.0.0.1:4001", "psn": true,
+        "frame_size": FRAME_LEN, "frame_rate": 250, "threads": [], "first_frame_utc": null,
+        "last_frame_utc": null, "counters": {"packets": 250, "bytes": 0, "lost": 0, "out_of_order": 0,
+        "duplicates": 0, "invalid_frames": 0, "rejected": 0, "filtered": 0, "dropped_no_buffer": 0,
+        "kernel_drops": 0}});
+    let meta = serde_json::json!({"metadata_version": 1, "writer": "test", "scan": "exp_xx_0002",
+        "experiment": null, "station": null, "format": "mark6", "block_size": 8 + 10 * FRAME_LEN,
+        "start_utc": "2024-03-01T12:00:00Z", "end_utc": null, "blocks": 25, "complete": true,
+        "streams": [stream], "disks": []});
+    for d in &disks {
+        std::fs::write(d.join("exp_xx_0002.vlbiflow.json"), meta.to_string()).unwrap();
+    }
+    let glob = format!("{}/disk*", dir.path().display());
+    let (code, stdout, stderr) = out(bin().args(["ls", &glob]));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("jive5ab: scan_set = exp_xx_0002.vdif"),
+        "{stdout}"
+    );
 }
 
 #[test]

@@ -13,6 +13,9 @@ Examples:
   # vlbiflow or jive5ab FlexBuff mount points, as JSON
   vlbiflow ls /mnt/disk0 /mnt/disk1 --json
 
+jive5ab opens a Mark6 scan only by its file name, extension included: where that differs from the scan
+name, the listing says so (`jive5ab: scan_set = exp_st_scan1.vdif`); see docs/jive5ab.md.
+
 Scans recorded by vlbiflow are described from their metadata (start, duration, streams, complete or not);
 Mark6 files and FlexBuff chunks of other recorders from their file and frame headers (duration in whole
 seconds, as the frame rate is not in the headers).";
@@ -69,6 +72,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             s.streams.join("; "),
             s.note.as_ref().map_or(String::new(), |n| format!(" [{n}]"))
         );
+        if s.jive5ab_name != s.name {
+            println!("{:<28} jive5ab: scan_set = {}", "", s.jive5ab_name);
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
