@@ -231,6 +231,19 @@ pub struct ThreadReport {
     pub jumps_total: u64,
     pub jumps: Vec<Jump>,
     pub header_changes: u64,
+    /// The recorded stream this thread belongs to, in scans of several streams.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stream: Option<String>,
+}
+
+impl ThreadReport {
+    /// "thread N", or "stream L thread N" in scans of several streams.
+    pub fn name(&self) -> String {
+        match &self.stream {
+            Some(l) => format!("stream {l} thread {}", self.thread),
+            None => format!("thread {}", self.thread),
+        }
+    }
 }
 
 /// Everything the engine concludes.
@@ -672,6 +685,7 @@ impl Checker {
                 jumps_total,
                 jumps,
                 header_changes: t.changes_total,
+                stream: None,
             });
             frames += t.frames;
             bytes += t.bytes;
@@ -792,5 +806,61 @@ impl FrameSink for Checker {
 
     fn finding(&mut self, finding: Finding) {
         self.findings.push(finding);
+    }
+}
+
+impl EngineReport {
+    /// One report for a scan of several streams, from each stream's own report: counts add up, threads
+    /// carry their stream's label, times span all streams.
+    pub fn merge(parts: Vec<(String, EngineReport)>) -> Option<EngineReport> {
+        let mut it = parts.into_iter();
+        let (label, mut acc) = it.next()?;
+        let tag = |label: &str, e: &mut EngineReport| {
+            for t in &mut e.threads {
+                t.stream = Some(label.to_string());
+            }
+            for f in &mut e.findings {
+                f.message = format!("stream {label}: {}", f.message);
+            }
+        };
+        tag(&label, &mut acc);
+        for (label, mut e) in it {
+            tag(&label, &mut e);
+            acc.frames += e.frames;
+            acc.bytes += e.bytes;
+            acc.missing += e.missing;
+            acc.duplicates += e.duplicates;
+            acc.out_of_order += e.out_of_order;
+            acc.invalid += e.invalid;
+            acc.fill += e.fill;
+            acc.headerless_fill += e.headerless_fill;
+            acc.tail_fill += e.tail_fill;
+            acc.leading_fill += e.leading_fill;
+            acc.start_utc = match (acc.start_utc.take(), e.start_utc) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            acc.end_utc = match (acc.end_utc.take(), e.end_utc) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            };
+            if acc.frame_rate != e.frame_rate {
+                acc.frame_rate_source = "differs between streams (see each thread)";
+            }
+            acc.threads.extend(e.threads);
+            acc.findings.extend(e.findings);
+        }
+        acc.loss_fraction = loss_fraction(acc.missing, acc.frames);
+        acc.duration_s = match (&acc.start_utc, &acc.end_utc) {
+            (Some(a), Some(b)) => crate::ls::parse_iso8601(b)
+                .zip(crate::ls::parse_iso8601(a))
+                .map(|(b, a)| b - a),
+            _ => None,
+        };
+        acc.data_rate_bps = acc
+            .duration_s
+            .filter(|d| *d > 0.0)
+            .map(|d| acc.bytes as f64 * 8.0 / d);
+        Some(acc)
     }
 }

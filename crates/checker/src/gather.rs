@@ -59,8 +59,34 @@ impl<W: Write> FrameSink for WriteSink<'_, W> {
 pub fn gather<W: Write>(
     rec: &Recording,
     out: &mut W,
+    progress: impl FnMut(u64, u64),
+) -> io::Result<GatherSummary> {
+    gather_stream(rec, None, out, progress)
+}
+
+/// The recorded streams of a scan whose metadata maps blocks to streams (scans of several streams), by
+/// label; empty otherwise (then the whole scan is one stream).
+pub fn stream_labels(rec: &Recording) -> Vec<String> {
+    match &rec.metadata {
+        Some(m) if m.streams.len() > 1 && m.streams.iter().any(|s| !s.blocks.is_empty()) => {
+            m.streams.iter().map(|s| s.label.clone()).collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// As [`gather`], but only the blocks of recorded stream `stream` (an index into the metadata's streams,
+/// see [`stream_labels`]); `None` gathers every block.
+pub fn gather_stream<W: Write>(
+    rec: &Recording,
+    stream: Option<usize>,
+    out: &mut W,
     mut progress: impl FnMut(u64, u64),
 ) -> io::Result<GatherSummary> {
+    let routes = rec
+        .metadata
+        .as_ref()
+        .filter(|_| stream.is_some() && !stream_labels(rec).is_empty());
     let total = rec.total_bytes();
     let mut log = FindingLog::default();
     for f in &rec.findings {
@@ -84,6 +110,11 @@ pub fn gather<W: Write>(
             ReadEvent::Finding(f) => sink.log.push(f),
             ReadEvent::Piece(p) => {
                 read += p.data().len() as u64;
+                if let (Some(m), Some(b)) = (routes, p.block) {
+                    if m.stream_of_block(u64::from(b)) != stream {
+                        continue;
+                    }
+                }
                 framer.push(p.data(), p.pos, p.segment_start, p.segment_end, &mut sink);
                 if let Some(e) = sink.error.take() {
                     return Err(e);

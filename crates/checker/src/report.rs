@@ -58,12 +58,29 @@ pub struct Report {
     pub engine: EngineReport,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub blocks: Option<BlockStats>,
+    /// Per recorded stream, in scans of several streams whose metadata maps blocks to streams.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub streams: Vec<StreamCheck>,
     pub garbage_bytes: u64,
     pub findings: Vec<Finding>,
     pub findings_omitted: Vec<OmittedFindings>,
     pub bytes_read: u64,
     pub elapsed_s: f64,
     pub read_rate_bytes_per_s: f64,
+}
+
+/// The check of one recorded stream of a scan of several streams.
+#[derive(Debug, Serialize)]
+pub struct StreamCheck {
+    pub label: String,
+    pub frames: u64,
+    pub missing: u64,
+    pub fill: u64,
+    pub duplicates: u64,
+    pub out_of_order: u64,
+    pub loss_fraction: f64,
+    /// Blocks (chunks) of the stream read.
+    pub blocks: u64,
 }
 
 /// Count of findings of one kind not listed.
@@ -113,8 +130,28 @@ pub fn check(rec: &Recording, mut config: CheckConfig, mut progress: impl FnMut(
     let plot_path = config.stats.as_ref().and_then(|s| s.plot.clone());
     let mut pipe = ReadPipeline::start(rec);
     let files = pipe.files();
-    let mut framer = Framer::new(rec.frame_format(), rec.frame_len_hint(), files.clone());
-    let mut checker = Checker::new(rec.frame_format(), config, files.clone());
+    // A scan of several streams whose metadata says which block holds which stream's frames is checked
+    // stream by stream (one framer and engine each), then reported per stream and in total.
+    let routes = rec
+        .metadata
+        .as_ref()
+        .filter(|m| m.streams.len() > 1 && m.streams.iter().any(|s| !s.blocks.is_empty()));
+    let lanes_n = routes.map_or(1, |m| m.streams.len());
+    let mut lanes: Vec<(Framer, Checker, u64)> = (0..lanes_n)
+        .map(|i| {
+            let mut cfg = config.clone();
+            if let Some(m) = routes {
+                cfg.metadata_frame_rate = m.streams[i].frame_rate.or(cfg.metadata_frame_rate);
+                if i > 0 {
+                    // Sample statistics and their plot for the first stream only.
+                    cfg.stats = None;
+                }
+            }
+            let framer = Framer::new(rec.frame_format(), rec.frame_len_hint(), files.clone());
+            (framer, Checker::new(rec.frame_format(), cfg, files.clone()), 0)
+        })
+        .collect();
+    let mut unassigned = 0u64;
     let mut read = 0u64;
     let mut next_progress = 256u64 << 20;
     while let Some(ev) = pipe.next_event() {
@@ -122,8 +159,18 @@ pub fn check(rec: &Recording, mut config: CheckConfig, mut progress: impl FnMut(
             ReadEvent::Finding(f) => log.push(f),
             ReadEvent::Piece(p) => {
                 read += p.data().len() as u64;
+                let lane = match (routes, p.block) {
+                    (Some(m), Some(b)) => m.stream_of_block(u64::from(b)),
+                    _ => Some(0),
+                };
+                let Some(lane) = lane else {
+                    unassigned += u64::from(p.segment_start);
+                    continue;
+                };
+                let (framer, checker, blocks) = &mut lanes[lane];
+                *blocks += u64::from(p.segment_start);
                 let mut sink = Sink {
-                    checker: &mut checker,
+                    checker,
                     log: &mut log,
                 };
                 framer.push(p.data(), p.pos, p.segment_start, p.segment_end, &mut sink);
@@ -134,13 +181,48 @@ pub fn check(rec: &Recording, mut config: CheckConfig, mut progress: impl FnMut(
             }
         }
     }
-    framer.finish_segment(&mut Sink {
-        checker: &mut checker,
-        log: &mut log,
-    });
+    for (framer, checker, _) in &mut lanes {
+        framer.finish_segment(&mut Sink {
+            checker,
+            log: &mut log,
+        });
+    }
+    if unassigned > 0 {
+        log.push(Finding::new(
+            Severity::Warn,
+            FindingKind::Note,
+            format!("{unassigned} blocks belong to no stream of the scan metadata: not checked"),
+        ));
+    }
+    let garbage_bytes = lanes.iter().map(|l| l.0.garbage_bytes).sum();
     let blocks = pipe.numbered().then(|| pipe.block_stats());
     drop(pipe);
-    let mut engine = checker.finish();
+    let mut streams = Vec::new();
+    let mut parts = Vec::new();
+    for (i, (_, checker, blocks)) in lanes.into_iter().enumerate() {
+        let e = checker.finish();
+        if let Some(m) = routes {
+            let label = m.streams[i].label.clone();
+            streams.push(StreamCheck {
+                label: label.clone(),
+                frames: e.frames,
+                missing: e.missing,
+                fill: e.fill,
+                duplicates: e.duplicates,
+                out_of_order: e.out_of_order,
+                loss_fraction: e.loss_fraction,
+                blocks,
+            });
+            parts.push((label, e));
+        } else {
+            parts.push((String::new(), e));
+        }
+    }
+    let mut engine = if routes.is_some() {
+        EngineReport::merge(parts).expect("at least one stream")
+    } else {
+        parts.pop().expect("one lane").1
+    };
     for f in std::mem::take(&mut engine.findings) {
         log.push(f);
     }
@@ -151,8 +233,11 @@ pub fn check(rec: &Recording, mut config: CheckConfig, mut progress: impl FnMut(
                 Severity::Error,
                 FindingKind::FrameGap,
                 format!(
-                    "thread {}: {} frames missing in {} gap(s), loss fraction {:.3e}",
-                    t.thread, t.missing, t.jumps_total, t.loss_fraction
+                    "{}: {} frames missing in {} gap(s), loss fraction {:.3e}",
+                    t.name(),
+                    t.missing,
+                    t.jumps_total,
+                    t.loss_fraction
                 ),
             ));
         }
@@ -160,21 +245,21 @@ pub fn check(rec: &Recording, mut config: CheckConfig, mut progress: impl FnMut(
             log.push(Finding::new(
                 Severity::Warn,
                 FindingKind::DuplicateFrame,
-                format!("thread {}: {} duplicated frames", t.thread, t.duplicates),
+                format!("{}: {} duplicated frames", t.name(), t.duplicates),
             ));
         }
         if t.out_of_order > 0 {
             log.push(Finding::new(
                 Severity::Warn,
                 FindingKind::OutOfOrder,
-                format!("thread {}: {} frames out of order", t.thread, t.out_of_order),
+                format!("{}: {} frames out of order", t.name(), t.out_of_order),
             ));
         }
         if t.invalid > 0 {
             log.push(Finding::new(
                 Severity::Warn,
                 FindingKind::InvalidFrames,
-                format!("thread {}: {} data frames marked invalid", t.thread, t.invalid),
+                format!("{}: {} data frames marked invalid", t.name(), t.invalid),
             ));
         }
     }
@@ -249,7 +334,8 @@ pub fn check(rec: &Recording, mut config: CheckConfig, mut progress: impl FnMut(
         verdict,
         engine,
         blocks,
-        garbage_bytes: framer.garbage_bytes,
+        streams,
+        garbage_bytes,
         findings: log.list,
         findings_omitted: omitted,
         bytes_read: read,
@@ -325,7 +411,24 @@ impl Report {
                 b.duplicate_blocks
             );
         }
+        for st in &self.streams {
+            let _ = writeln!(
+                s,
+                "stream {}: frames {} missing {} (fill {}) loss fraction {:.3e} dup {} ooo {} in {} blocks",
+                st.label,
+                st.frames,
+                st.missing,
+                st.fill,
+                st.loss_fraction,
+                st.duplicates,
+                st.out_of_order,
+                st.blocks
+            );
+        }
         for t in &e.threads {
+            if let Some(l) = &t.stream {
+                let _ = write!(s, "[{l}] ");
+            }
             let _ = writeln!(
                 s,
                 "thread {:>4} {} {}B {}-bit {}ch{}: frames {} missing {} ({:.3e}) dup {} ooo {} invalid {} | {} .. {} | {} gap(s)",

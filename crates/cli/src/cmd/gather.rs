@@ -5,7 +5,7 @@ use anyhow::Context;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use vlbiflow_checker::gather::gather;
+use vlbiflow_checker::gather::{gather_stream, stream_labels};
 use vlbiflow_checker::{locate, LocateError, Severity};
 
 const EXAMPLES: &str = "\
@@ -18,6 +18,11 @@ Examples:
 
   # Explicit scatter-gather files (all files of one scan)
   vlbiflow gather /data/*/exp_st_no0001.vdif -o out.vdif
+
+  # A scan vlbiflow recorded from several streams: one file per stream (out.a.vdif, out.b.vdif, ...),
+  # or only stream b
+  vlbiflow gather exp_st_no0002 --disk '/data/*' -o out.vdif
+  vlbiflow gather exp_st_no0002 --disk '/data/*' -o out_b.vdif --stream b
 
 Blocks are written in block-number order with their block headers stripped, like Haystack's gather and DiFX's
 mk6gather; garbage and partial frames are left out and reported on standard error. Exit status 1 if problems
@@ -33,8 +38,13 @@ pub struct Args {
     #[arg(long, short, value_name = "DIR")]
     disk: Vec<String>,
     /// Output file, or - for standard output
+    /// Output file, or - for standard output. For a scan of several streams (from its vlbiflow metadata)
+    /// each stream goes to its own file, the stream's label inserted before the extension
     #[arg(long, short, value_name = "FILE|-")]
     output: String,
+    /// Only the blocks of this recorded stream (scans of several streams)
+    #[arg(long, value_name = "LABEL")]
+    stream: Option<String>,
     /// Overwrite an existing output file
     #[arg(long)]
     force: bool,
@@ -60,49 +70,98 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             );
         }
     };
-    let summary = if args.output == "-" {
-        let stdout = std::io::stdout();
-        let mut lock = stdout.lock();
-        let s = gather(&rec, &mut lock, progress).context("writing to standard output")?;
-        lock.flush().context("writing to standard output")?;
-        s
-    } else {
-        let path = PathBuf::from(&args.output);
-        if path.exists() && !args.force {
-            usage!("{} exists; use --force to overwrite", path.display());
+    // Which streams go where: the whole scan, one stream, or each stream of a scan of several to its file.
+    let labels = stream_labels(&rec);
+    let jobs: Vec<(Option<usize>, String)> = match (&args.stream, labels.is_empty()) {
+        (Some(l), false) => match labels.iter().position(|x| x == l) {
+            Some(i) => vec![(Some(i), args.output.clone())],
+            None => usage!("--stream {l}: the scan's streams are {}", labels.join(", ")),
+        },
+        (Some(l), true) => {
+            usage!("--stream {l}: the scan has one stream (no per-stream blocks in its metadata)")
         }
-        let mut f = std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
-        let s = gather(&rec, &mut f, progress).with_context(|| format!("writing {}", path.display()))?;
-        f.sync_all()
-            .with_context(|| format!("writing {}", path.display()))?;
-        s
+        (None, true) => vec![(None, args.output.clone())],
+        (None, false) if args.output == "-" => usage!(
+            "the scan has {} streams ({}): choose one with --stream to write to standard output",
+            labels.len(),
+            labels.join(", ")
+        ),
+        (None, false) => labels
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (Some(i), per_stream_path(&args.output, l)))
+            .collect(),
     };
-    if show {
-        eprintln!();
+    for (_, out) in &jobs {
+        if out != "-" && PathBuf::from(out).exists() && !args.force {
+            usage!("{out} exists; use --force to overwrite");
+        }
     }
     let mut errors = false;
-    for f in &summary.findings {
-        errors |= f.severity == Severity::Error;
-        if !args.quiet && f.severity >= Severity::Warn {
-            eprintln!("{f}");
+    for (stream, out) in jobs {
+        let summary = if out == "-" {
+            let stdout = std::io::stdout();
+            let mut lock = stdout.lock();
+            let s = gather_stream(&rec, stream, &mut lock, progress).context("writing to standard output")?;
+            lock.flush().context("writing to standard output")?;
+            s
+        } else {
+            let path = PathBuf::from(&out);
+            let mut f =
+                std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+            let s = gather_stream(&rec, stream, &mut f, progress)
+                .with_context(|| format!("writing {}", path.display()))?;
+            f.sync_all()
+                .with_context(|| format!("writing {}", path.display()))?;
+            s
+        };
+        if show {
+            eprintln!();
         }
-    }
-    if !args.quiet {
-        eprintln!(
-            "gathered {} frames{} ({} bytes) from {} bytes read",
-            summary.frames,
-            if summary.fill > 0 {
-                format!(" and {} fill frames", summary.fill)
-            } else {
-                String::new()
-            },
-            summary.bytes_written,
-            summary.bytes_read
-        );
+        for f in &summary.findings {
+            errors |= f.severity == Severity::Error;
+            if !args.quiet && f.severity >= Severity::Warn {
+                eprintln!("{f}");
+            }
+        }
+        if !args.quiet {
+            eprintln!(
+                "gathered {} frames{} ({} bytes) from {} bytes read{}",
+                summary.frames,
+                if summary.fill > 0 {
+                    format!(" and {} fill frames", summary.fill)
+                } else {
+                    String::new()
+                },
+                summary.bytes_written,
+                summary.bytes_read,
+                if out == "-" {
+                    String::new()
+                } else {
+                    format!(" into {out}")
+                }
+            );
+        }
     }
     Ok(if errors {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// `out.vdif` with stream `a` -> `out.a.vdif` (no extension: `out.a`).
+fn per_stream_path(output: &str, label: &str) -> String {
+    let p = std::path::Path::new(output);
+    match (p.file_stem(), p.extension()) {
+        (Some(stem), Some(ext)) => p
+            .with_file_name(format!(
+                "{}.{label}.{}",
+                stem.to_string_lossy(),
+                ext.to_string_lossy()
+            ))
+            .display()
+            .to_string(),
+        _ => format!("{output}.{label}"),
+    }
 }
