@@ -187,7 +187,7 @@ fn vdif_data_frame(
     frame_len: u64,
     backwards: bool,
 ) -> Option<((i64, u32), String)> {
-    if frame_len < 32 || frame_len > 1 << 24 {
+    if !(32..=1 << 24).contains(&frame_len) {
         return vdif_at(file, start);
     }
     let n = len / frame_len;
