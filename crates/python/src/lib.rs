@@ -8,7 +8,7 @@ mod reader;
 use pyo3::create_exception;
 use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyBytes, PyDict};
+use pyo3::types::{PyBytes, PyDict};
 use reader::{is_damage, probe, ReadError, SampleReader};
 use std::io::Write;
 use vlbiflow_checker::frames::FrameReader;
@@ -41,16 +41,6 @@ fn locate_py(py: Python<'_>, args: Vec<String>, disks: Vec<String>) -> PyResult<
         LocateError::Io { .. } => PyOSError::new_err(e.to_string()),
         LocateError::Usage(m) => PyValueError::new_err(m),
     })
-}
-
-/// Reinterprets a bytearray's bytes as f32 (Python allocators align to at least 8 bytes).
-fn as_f32(buf: &mut [u8]) -> PyResult<&mut [f32]> {
-    // SAFETY: every bit pattern is a valid f32; align_to_mut only yields the aligned middle part.
-    let (head, mid, tail) = unsafe { buf.align_to_mut::<f32>() };
-    if !head.is_empty() || !tail.is_empty() {
-        return Err(PyValueError::new_err("output buffer not aligned for float32"));
-    }
-    Ok(mid)
 }
 
 /// Low-level sample reader; use `vlbiflow.open`.
@@ -125,6 +115,13 @@ impl Reader {
         self.inner.findings.iter().map(|f| f.to_string()).collect()
     }
 
+    /// Upper bound of the rows left to read, from the size of the files (gaps may add more).
+    fn max_rows(&self) -> u64 {
+        let i = &self.inner.info;
+        let frames = self.inner.total_bytes() / i.frame_len as u64;
+        (frames / i.threads.len() as u64 + 1) * i.samples_per_frame
+    }
+
     /// Read position in samples.
     fn tell(&self) -> u64 {
         self.inner.position
@@ -135,40 +132,36 @@ impl Reader {
         py.detach(|| inner.seek(sample)).map_err(read_err)
     }
 
-    /// Reads up to `count` time steps: (values bytearray of float32, mask bytearray of bool, rows read).
-    fn read<'py>(
+    /// Decodes up to `count` time steps into the C-contiguous float32 buffer at address `out` (room for
+    /// `count` rows of threads x values) and, if `mask` is given, the bool buffer there (`count` x threads).
+    /// Returns the rows written. The Python wrapper allocates both with numpy and keeps them alive.
+    #[pyo3(signature = (out, count, fill_value, mask=None))]
+    fn read_into(
         &mut self,
-        py: Python<'py>,
+        py: Python<'_>,
+        out: usize,
         count: usize,
         fill_value: f32,
-    ) -> PyResult<(Bound<'py, PyByteArray>, Bound<'py, PyByteArray>, usize)> {
+        mask: Option<usize>,
+    ) -> PyResult<usize> {
         let row = self.inner.info.row();
         let threads = self.inner.info.threads.len();
-        let nbytes = count
-            .checked_mul(row * 4)
+        let n = count
+            .checked_mul(row)
             .ok_or_else(|| PyValueError::new_err("count too large"))?;
-        let mut miss = vec![false; count * threads];
-        let mut rows = 0usize;
-        let mut err = None;
-        let inner = &mut self.inner;
-        let values = PyByteArray::new_with(py, nbytes, |buf| {
-            let out = as_f32(buf)?;
-            match py.detach(|| inner.read(out, &mut miss, fill_value)) {
-                Ok(n) => rows = n,
-                Err(e) => err = Some(e),
-            }
-            Ok(())
-        })?;
-        if let Some(e) = err {
-            return Err(read_err(e));
+        if out == 0 || out % std::mem::align_of::<f32>() != 0 {
+            return Err(PyValueError::new_err(
+                "output buffer address not aligned for float32",
+            ));
         }
-        let mask = PyByteArray::new_with(py, rows * threads, |b| {
-            for (d, &m) in b.iter_mut().zip(&miss) {
-                *d = u8::from(m);
-            }
-            Ok(())
-        })?;
-        Ok((values, mask, rows))
+        // SAFETY: the wrapper passes the data pointer of a writable, C-contiguous float32 numpy array of
+        // exactly count x row elements (and a bool array of count x threads for the mask) that it holds
+        // for the duration of the call; nothing else writes them meanwhile.
+        let out = unsafe { std::slice::from_raw_parts_mut(out as *mut f32, n) };
+        let mask = mask.map(|m| unsafe { std::slice::from_raw_parts_mut(m as *mut bool, count * threads) });
+        let inner = &mut self.inner;
+        py.detach(move || inner.read(out, mask, fill_value))
+            .map_err(read_err)
     }
 }
 

@@ -13,6 +13,8 @@ use vlbiflow_formats::FrameKind;
 
 /// Frame sets a frame may arrive late (after frames of later sets) and still be placed.
 const WINDOW: i64 = 256;
+/// Frame sets decoded together (spread over the CPUs).
+const DECODE_BATCH: usize = 64;
 /// Frames looked at to learn the stream's shape, at most.
 const PROBE_FRAMES: usize = 1 << 17;
 
@@ -51,6 +53,43 @@ pub struct Info {
     /// POSIX second of the first frame set, and its frame number.
     pub start_second: i64,
     pub start_frame: u32,
+}
+
+/// Per-byte decoding table: the values `samples::decode` gives for each byte value, times a scale. Decoding
+/// stays defined in one place (vlbiflow_formats::samples); the table only caches it with the unit change.
+pub struct ByteTable {
+    per_byte: usize,
+    values: Vec<f32>,
+}
+
+impl ByteTable {
+    pub fn new(bits: u8, scale: f32) -> ByteTable {
+        let format = SampleFormat::new(bits, 1, false).expect("bits checked by the probe");
+        let per_byte = format.values_per_byte();
+        let mut values = vec![0f32; 256 * per_byte];
+        for (b, out) in values.chunks_exact_mut(per_byte).enumerate() {
+            samples::decode(format, &[b as u8], out).expect("one byte of one-channel samples");
+            out.iter_mut().for_each(|v| *v *= scale);
+        }
+        ByteTable { per_byte, values }
+    }
+
+    fn decode_n<const N: usize>(&self, data: &[u8], out: &mut [f32]) {
+        for (o, &b) in out.chunks_exact_mut(N).zip(data) {
+            o.copy_from_slice(&self.values[usize::from(b) * N..][..N]);
+        }
+    }
+
+    /// Decodes `data` into `out` (`per_byte` values per byte).
+    pub fn decode(&self, data: &[u8], out: &mut [f32]) {
+        debug_assert_eq!(data.len() * self.per_byte, out.len());
+        match self.per_byte {
+            8 => self.decode_n::<8>(data, out),
+            4 => self.decode_n::<4>(data, out),
+            2 => self.decode_n::<2>(data, out),
+            _ => self.decode_n::<1>(data, out),
+        }
+    }
 }
 
 impl Info {
@@ -227,13 +266,12 @@ pub struct SampleReader {
     next_index: i64,
     done: bool,
     current: Option<Current>,
-    scratch: Vec<f32>,
     /// Read position in samples from the start.
     pub position: u64,
     pub counts: Counts,
     pub findings: Vec<Finding>,
-    /// Scale applied to the levels (1 for this workspace's units, BASEBAND_SCALE for baseband's).
-    pub scale: f32,
+    /// Decoding table with the units (this workspace's, or baseband's: BASEBAND_SCALE larger).
+    table: ByteTable,
 }
 
 impl SampleReader {
@@ -253,13 +291,17 @@ impl SampleReader {
             pool: Vec::new(),
             done: false,
             current: None,
-            scratch: vec![0.0; info.samples_per_frame as usize * info.values_per_time()],
             position: 0,
             counts: Counts::default(),
             findings: Vec::new(),
-            scale: if baseband_units { BASEBAND_SCALE } else { 1.0 },
+            table: ByteTable::new(info.bits, if baseband_units { BASEBAND_SCALE } else { 1.0 }),
             info,
         }
+    }
+
+    /// Bytes in the recording's files.
+    pub fn total_bytes(&self) -> u64 {
+        self.rec.total_bytes()
     }
 
     /// Back to the start of the recording.
@@ -367,49 +409,12 @@ impl SampleReader {
         }
     }
 
-    /// Decodes a frame set into `dst` (samples_per_frame rows) and `missing` (one flag per thread).
-    fn decode_set(&mut self, slot: &Option<Slot>, dst: &mut [f32], missing: &mut [bool], fill_value: f32) {
-        let vals = self.info.values_per_time();
-        let threads = self.info.threads.len();
-        let format = self.info.format();
-        let scale = self.scale;
-        for col in 0..threads {
-            let payload = slot.as_ref().and_then(|s| s.payloads[col].as_deref());
-            missing[col] = payload.is_none();
-            match payload {
-                Some(p) if threads == 1 => {
-                    samples::decode(format, p, dst).expect("payload length checked against the format");
-                    if scale != 1.0 {
-                        dst.iter_mut().for_each(|v| *v *= scale);
-                    }
-                }
-                Some(p) => {
-                    samples::decode(format, p, &mut self.scratch)
-                        .expect("payload length checked against the format");
-                    for (row, src) in dst
-                        .chunks_exact_mut(threads * vals)
-                        .zip(self.scratch.chunks_exact(vals))
-                    {
-                        for (d, s) in row[col * vals..(col + 1) * vals].iter_mut().zip(src) {
-                            *d = s * scale;
-                        }
-                    }
-                }
-                None => {
-                    for row in dst.chunks_exact_mut(threads * vals) {
-                        row[col * vals..(col + 1) * vals].fill(fill_value);
-                    }
-                }
-            }
-        }
-    }
-
-    /// Reads up to `out.len() / row` time steps into `out` (rows of threads x values) and `missing` (rows of
-    /// threads). Returns the number of rows written (fewer only at the end of the recording).
+    /// Reads up to `out.len() / row` time steps into `out` (rows of threads x values) and, if given,
+    /// `missing` (rows of threads). Returns the number of rows written (fewer only at the end).
     pub fn read(
         &mut self,
         out: &mut [f32],
-        missing: &mut [bool],
+        mut missing: Option<&mut [bool]>,
         fill_value: f32,
     ) -> Result<usize, ReadError> {
         let row = self.info.row();
@@ -422,8 +427,10 @@ impl SampleReader {
                 let n = (rows - r).min(spf - cur.offset);
                 out[r * row..(r + n) * row]
                     .copy_from_slice(&cur.values[cur.offset * row..(cur.offset + n) * row]);
-                for t in 0..n {
-                    missing[(r + t) * threads..(r + t + 1) * threads].copy_from_slice(&cur.missing);
+                if let Some(m) = missing.as_deref_mut() {
+                    for t in 0..n {
+                        m[(r + t) * threads..(r + t + 1) * threads].copy_from_slice(&cur.missing);
+                    }
                 }
                 cur.offset += n;
                 r += n;
@@ -433,26 +440,63 @@ impl SampleReader {
                 }
                 continue;
             }
-            let Some(slot) = self.next_set()? else { break };
-            if rows - r >= spf {
-                let mut miss = vec![false; threads];
-                self.decode_set(&slot, &mut out[r * row..(r + spf) * row], &mut miss, fill_value);
-                for t in 0..spf {
-                    missing[(r + t) * threads..(r + t + 1) * threads].copy_from_slice(&miss);
-                }
-                r += spf;
-                self.position += spf as u64;
-            } else {
+            let whole = ((rows - r) / spf).min(DECODE_BATCH);
+            if whole == 0 {
+                let Some(slot) = self.next_set()? else { break };
                 let mut values = vec![0f32; spf * row];
                 let mut miss = vec![false; threads];
-                self.decode_set(&slot, &mut values, &mut miss, fill_value);
+                decode_sets(
+                    &self.info,
+                    &self.table,
+                    std::slice::from_ref(&slot),
+                    &mut values,
+                    &mut miss,
+                    fill_value,
+                );
+                self.recycle(slot);
                 self.current = Some(Current {
                     values,
                     missing: miss,
                     offset: 0,
                 });
+                continue;
             }
-            self.recycle(slot);
+            let mut slots = Vec::with_capacity(whole);
+            while slots.len() < whole {
+                match self.next_set()? {
+                    Some(s) => slots.push(s),
+                    None => break,
+                }
+            }
+            let n = slots.len();
+            if n == 0 {
+                break;
+            }
+            let mut miss = vec![false; n * threads];
+            decode_sets(
+                &self.info,
+                &self.table,
+                &slots,
+                &mut out[r * row..(r + n * spf) * row],
+                &mut miss,
+                fill_value,
+            );
+            if let Some(m) = missing.as_deref_mut() {
+                for (k, mk) in miss.chunks_exact(threads).enumerate() {
+                    for t in 0..spf {
+                        let at = (r + k * spf + t) * threads;
+                        m[at..at + threads].copy_from_slice(mk);
+                    }
+                }
+            }
+            for s in slots {
+                self.recycle(s);
+            }
+            r += n * spf;
+            self.position += (n * spf) as u64;
+            if n < whole {
+                break;
+            }
         }
         Ok(r)
     }
@@ -484,9 +528,87 @@ impl SampleReader {
             let skip = (sample - self.position) as usize;
             let row = self.info.row();
             let mut out = vec![0f32; skip * row];
-            let mut miss = vec![false; skip * self.info.threads.len()];
-            self.read(&mut out, &mut miss, 0.0)?;
+            self.read(&mut out, None, 0.0)?;
         }
         Ok(())
     }
+}
+
+/// Decodes one frame set into `dst` (samples_per_frame rows of threads x values) and `missing` (a flag per
+/// thread), with `scratch` room for one frame's values.
+fn decode_set(
+    info: &Info,
+    table: &ByteTable,
+    slot: &Option<Slot>,
+    dst: &mut [f32],
+    missing: &mut [bool],
+    scratch: &mut [f32],
+    fill_value: f32,
+) {
+    let vals = info.values_per_time();
+    let threads = info.threads.len();
+    for col in 0..threads {
+        let payload = slot.as_ref().and_then(|s| s.payloads[col].as_deref());
+        missing[col] = payload.is_none();
+        match payload {
+            Some(p) if threads == 1 => table.decode(p, dst),
+            Some(p) => {
+                table.decode(p, scratch);
+                for (row, src) in dst
+                    .chunks_exact_mut(threads * vals)
+                    .zip(scratch.chunks_exact(vals))
+                {
+                    row[col * vals..(col + 1) * vals].copy_from_slice(src);
+                }
+            }
+            None => {
+                for row in dst.chunks_exact_mut(threads * vals) {
+                    row[col * vals..(col + 1) * vals].fill(fill_value);
+                }
+            }
+        }
+    }
+}
+
+/// Decodes consecutive frame sets into `dst` (their rows one after the other) and `missing` (threads flags
+/// per set), spreading the sets over the available CPUs.
+fn decode_sets(
+    info: &Info,
+    table: &ByteTable,
+    slots: &[Option<Slot>],
+    dst: &mut [f32],
+    missing: &mut [bool],
+    fill_value: f32,
+) {
+    let threads = info.threads.len();
+    let set_len = info.samples_per_frame as usize * info.row();
+    let frame_values = info.samples_per_frame as usize * info.values_per_time();
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(slots.len())
+        .max(1);
+    let per = slots.len().div_ceil(workers);
+    let work = |slots: &[Option<Slot>], dst: &mut [f32], missing: &mut [bool]| {
+        let mut scratch = vec![0f32; frame_values];
+        for ((slot, d), m) in slots
+            .iter()
+            .zip(dst.chunks_exact_mut(set_len))
+            .zip(missing.chunks_exact_mut(threads))
+        {
+            decode_set(info, table, slot, d, m, &mut scratch, fill_value);
+        }
+    };
+    if workers == 1 {
+        work(slots, dst, missing);
+        return;
+    }
+    std::thread::scope(|s| {
+        for ((sl, d), m) in slots
+            .chunks(per)
+            .zip(dst.chunks_mut(per * set_len))
+            .zip(missing.chunks_mut(per * threads))
+        {
+            s.spawn(move || work(sl, d, m));
+        }
+    });
 }

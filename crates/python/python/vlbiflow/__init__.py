@@ -191,7 +191,12 @@ class Scan:
         threads = len(self.info["threads"])
         vals = self.info["channels"] * (2 if self.info["complex"] else 1)
         if count is None:
-            parts = []
+            # One allocation of an upper bound (pages untouched beyond what is written), else in parts.
+            bound = self._r.max_rows()
+            first = self.read(bound + 1, fill)
+            if first.shape[0] <= bound:
+                return first
+            parts = [first]
             while True:
                 part = self.read(1 << 20, fill)
                 parts.append(part)
@@ -202,13 +207,17 @@ class Scan:
             return np.concatenate(parts, axis=0)
         if count < 0:
             raise ValueError("negative count")
-        values, mask, rows = self._r.read(int(count), _FILL[fill])
-        data = np.frombuffer(values, dtype=np.float32, count=rows * threads * vals)
-        data = data.reshape(rows, threads, vals)
+        count = int(count)
+        data = np.empty((count, threads, vals), dtype=np.float32)
+        mask = np.empty((count, threads), dtype=np.bool_) if fill == "mask" else None
+        rows = self._r.read_into(
+            data.ctypes.data, count, _FILL[fill], None if mask is None else mask.ctypes.data
+        )
+        data = data[:rows]
         if self.info["complex"]:
             data = data.view(np.complex64)
-        if fill == "mask":
-            m = np.frombuffer(mask, dtype=np.bool_).reshape(rows, threads, 1)
+        if mask is not None:
+            m = mask[:rows].reshape(rows, threads, 1)
             return np.ma.MaskedArray(data, mask=np.broadcast_to(m, data.shape).copy())
         return data
 
