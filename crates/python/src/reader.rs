@@ -176,7 +176,7 @@ pub fn probe(rec: &Recording, frame_rate: Option<u32>, strict: bool) -> Result<I
                 start = Some(st);
             }
             seen += 1;
-            if seen >= PROBE_FRAMES || max_fn.len() >= 3 || (rate_hint.is_some() && seen >= 4096) {
+            if seen >= PROBE_FRAMES || max_fn.len() >= 2 || (rate_hint.is_some() && seen >= 4096) {
                 break 'outer;
             }
         }
