@@ -30,14 +30,15 @@ def free_udp_port() -> int:
         return s.getsockname()[1]
 
 
-def record_mark6(tmp: Path, scan: str, threads: int, frames: int, payload: str, disks: int = 4) -> Path:
-    """Records `frames` frames sent by `vlbiflow gen` over loopback as a Mark6 scan across `disks` disks."""
+def record_scan(tmp: Path, scan: str, threads: int, frames: int, payload: str, disks: int = 4,
+                layout: str = "mark6") -> Path:
+    """Records `frames` frames sent by `vlbiflow gen` over loopback as a scan across `disks` disks."""
     for i in range(disks):
         (tmp / "d" / str(i)).mkdir(parents=True)
     port = free_udp_port()
     rec = subprocess.Popen(
         [vlbiflow_bin(), "record", "--stream", f"a=vdif@127.0.0.1:{port},psn,frame-size=1032", "--disk", str(tmp / "d" / "*"),
-         "--scan", scan, "--duration", "120", "--block-size", "128KB", "--buffered"],
+         "--scan", scan, "--duration", "120", "--block-size", "128KB", "--buffered", "--format", layout],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     lines: "queue.Queue[str]" = queue.Queue()
@@ -70,9 +71,21 @@ def record_mark6(tmp: Path, scan: str, threads: int, frames: int, payload: str, 
 def mark6_scan(tmp_path_factory):
     """A 2-thread 2-bit Mark6 scan on 4 disks, with its gathered file."""
     tmp = tmp_path_factory.mktemp("mark6")
-    disks = record_mark6(tmp, "t_py_001", threads=2, frames=2400, payload="tone:100kHz")
+    disks = record_scan(tmp, "t_py_001", threads=2, frames=2400, payload="tone:100kHz")
     gathered = tmp / "t_py_001.vdif"
     run("gather", "t_py_001", "--disk", str(disks / "*"), "-o", str(gathered))
     files = sorted(disks.glob("*/t_py_001.vdif"))
     assert len(files) == 4, files
     return {"scan": "t_py_001", "disks": str(disks / "*"), "gathered": gathered, "files": files}
+
+
+@pytest.fixture(scope="session")
+def flexbuff_scan(tmp_path_factory):
+    """A 4-thread 2-bit FlexBuff scan on 4 disks, with its gathered file."""
+    tmp = tmp_path_factory.mktemp("flexbuff")
+    disks = record_scan(tmp, "t_py_002", threads=4, frames=2400, payload="noise", layout="flexbuff")
+    gathered = tmp / "t_py_002.vdif"
+    run("gather", "t_py_002", "--disk", str(disks / "*"), "-o", str(gathered))
+    chunks = sorted(disks.glob("*/t_py_002/t_py_002.*"))
+    assert len({c.parent.parent for c in chunks}) == 4, chunks
+    return {"scan": "t_py_002", "disks": str(disks / "*"), "gathered": gathered}

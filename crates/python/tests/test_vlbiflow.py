@@ -32,6 +32,17 @@ def test_mark6_scan_decodes_like_baseband_reads_the_gathered_file(mark6_scan):
     assert scan.counts["frames"] == 2400 and scan.counts["fill"] == 0
 
 
+def test_flexbuff_scan_decodes_like_baseband_in_bounded_pieces(flexbuff_scan):
+    scan = vlbiflow.open(flexbuff_scan["scan"], disks=flexbuff_scan["disks"])
+    assert scan.info["threads"] == [0, 1, 2, 3]
+    ref, _ = baseband_read(flexbuff_scan["gathered"])
+    pieces = list(scan.iter_read(10_000))
+    assert all(p.shape[0] == 10_000 for p in pieces[:-1])
+    x = np.concatenate(pieces)
+    np.testing.assert_allclose(x, ref.reshape(x.shape), rtol=1e-6, atol=0)
+    assert scan.counts["frames"] == 2400
+
+
 def test_raw_stream_is_the_gathered_file_and_baseband_reads_it(mark6_scan):
     scan = vlbiflow.open(mark6_scan["scan"], disks=mark6_scan["disks"])
     gathered = mark6_scan["gathered"].read_bytes()

@@ -17,7 +17,7 @@ from __future__ import annotations
 import io
 import json
 import os
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -220,6 +220,22 @@ class Scan:
             m = mask[:rows].reshape(rows, threads, 1)
             return np.ma.MaskedArray(data, mask=np.broadcast_to(m, data.shape).copy())
         return data
+
+    def iter_read(self, count: int, fill: Optional[str] = None) -> Iterator[np.ndarray]:
+        """Yields the rest of the recording in pieces of ``count`` time samples (the last may be shorter):
+        a scan of any length in bounded memory.
+
+        Example::
+
+            >>> total = sum(float(np.nansum(x ** 2)) for x in scan.iter_read(1 << 20))   # doctest: +SKIP
+        """
+        while True:
+            x = self.read(count, fill)
+            if x.shape[0] == 0:
+                return
+            yield x
+            if x.shape[0] < count:
+                return
 
     def __getitem__(self, item: slice) -> np.ndarray:
         """``scan[a:b]``: samples a..b by index (ints) or by seconds from the start (floats)."""
