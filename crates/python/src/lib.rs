@@ -474,6 +474,11 @@ fn write_vdif_raw(
     let format =
         SampleFormat::new(bits, channels, complex).map_err(|e| PyValueError::new_err(e.to_string()))?;
     let vals = format.values_per_time();
+    if frame_rate == 0 || samples_per_frame == 0 {
+        return Err(PyValueError::new_err(
+            "frame_rate and samples_per_frame must be positive",
+        ));
+    }
     if data.len() % 4 != 0 || threads == 0 || thread_ids.len() != threads {
         return Err(PyValueError::new_err("data/threads/thread_ids disagree"));
     }
