@@ -15,6 +15,7 @@
 pub mod engine;
 pub mod finding;
 pub mod framer;
+pub mod frames;
 pub mod gather;
 pub mod ls;
 pub mod plot;

@@ -1,0 +1,441 @@
+"""Read Mark6, FlexBuff and plain VDIF/Mark5B recordings into numpy, check them, write VDIF.
+
+The reading, framing, fill recognition and sample decoding are vlbiflow's own Rust crates (the same code as
+``vlbiflow check`` and ``vlbiflow gather``); this package only hands their results to numpy.
+
+Example::
+
+    >>> import vlbiflow
+    >>> with vlbiflow.open("t_xx_001", disks="/tmp/d/*") as scan:      # doctest: +SKIP
+    ...     print(scan.info["threads"], scan.sample_rate)
+    ...     x = scan.read(4096)          # float32 (time, thread, channel), NaN where data is missing
+    ...     h = scan.headers()           # dict of numpy arrays, one entry per frame
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
+
+import numpy as np
+
+from . import _vlbiflow
+from ._vlbiflow import BASEBAND_SCALE, VlbiflowError
+
+__all__ = [
+    "open",
+    "check",
+    "ls",
+    "write_vdif",
+    "Scan",
+    "RawFile",
+    "VlbiflowError",
+    "BASEBAND_SCALE",
+]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def _args(scan_or_files: Union[PathLike, Sequence[PathLike]]) -> List[str]:
+    if isinstance(scan_or_files, (str, os.PathLike)):
+        return [os.fspath(scan_or_files)]
+    return [os.fspath(p) for p in scan_or_files]
+
+
+def _disks(disks: Union[None, PathLike, Sequence[PathLike]]) -> List[str]:
+    if disks is None:
+        return []
+    if isinstance(disks, (str, os.PathLike)):
+        return [os.fspath(disks)]
+    return [os.fspath(d) for d in disks]
+
+
+_FILL = {"nan": float("nan"), "mask": 0.0, "zero": 0.0}
+
+
+class RawFile(io.RawIOBase):
+    """The gathered frames of a recording as a read-only, seekable binary file.
+
+    It holds exactly what ``vlbiflow gather`` writes (frames in block order, block headers stripped), so any
+    VDIF reader can read it, e.g. ``baseband.vdif.open(scan.raw(), 'rs')``. Seeking backwards reads the
+    recording again from its start; the size costs one pass over the recording the first time it is asked.
+    """
+
+    def __init__(self, args: List[str], disks: List[str], strict: bool = True) -> None:
+        super().__init__()
+        self._s = _vlbiflow.RawStream(args, disks, strict)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        m = memoryview(b).cast("B")
+        data = self._s.read(len(m))
+        m[: len(data)] = data
+        return len(data)
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0:
+            return self.readall()
+        return self._s.read(size)
+
+    def readall(self) -> bytes:
+        return self._s.read(max(self._s.size() - self._s.tell(), 0))
+
+    def tell(self) -> int:
+        return self._s.tell()
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_CUR:
+            offset += self._s.tell()
+        elif whence == io.SEEK_END:
+            offset += self._s.size()
+        elif whence != io.SEEK_SET:
+            raise ValueError(f"invalid whence {whence}")
+        if offset < 0:
+            raise ValueError("negative seek position")
+        return self._s.seek(offset)
+
+
+class Scan:
+    """The frames of a recording in time order, decoded on demand. Made by :func:`open`.
+
+    Attributes:
+        info: stream facts (``bits``, ``channels``, ``complex``, ``threads``, ``frame_rate``,
+            ``samples_per_frame``, ``sample_rate``, ``start_time`` as POSIX seconds, ``station``, ...).
+        shape: ``(None, threads, channels)``: the time length is known only at the end of the recording.
+        dtype: ``float32``, or ``complex64`` for complex data.
+
+    Samples are in baseband's units (2-bit levels -3.3166, -1, +1, +3.3166) unless ``units="sigma"``
+    (the same divided by ``vlbiflow.BASEBAND_SCALE``). Missing or fill frames become NaN, zero or masked
+    values according to ``fill``.
+
+    Example::
+
+        >>> scan = vlbiflow.open("scan.vdif")                         # doctest: +SKIP
+        >>> x = scan.read(scan.info["samples_per_frame"])              # one frame per thread
+        >>> x.shape
+        (20000, 1, 1)
+        >>> y = scan[0.5:0.6]                                          # by time in seconds from the start
+        >>> z = scan[1000:2000]                                        # by sample index
+    """
+
+    def __init__(
+        self,
+        args: List[str],
+        disks: List[str],
+        fill: str = "nan",
+        frame_rate: Optional[int] = None,
+        strict: bool = True,
+        units: str = "baseband",
+    ) -> None:
+        if fill not in _FILL:
+            raise ValueError(f"fill must be 'nan', 'mask' or 'zero', not {fill!r}")
+        if units not in ("baseband", "sigma"):
+            raise ValueError(f"units must be 'baseband' or 'sigma', not {units!r}")
+        self._args, self._disks, self._strict = args, disks, strict
+        self._frame_rate = frame_rate
+        self.fill = fill
+        self._r = _vlbiflow.Reader(args, disks, frame_rate, strict, units == "baseband")
+        self.info: Dict[str, Any] = self._r.info()
+        self.dtype = np.dtype(np.complex64 if self.info["complex"] else np.float32)
+        self.shape = (None, len(self.info["threads"]), self.info["channels"])
+
+    # -- properties -------------------------------------------------------------------------------
+    @property
+    def sample_rate(self) -> float:
+        """Samples per second per channel (complex samples for complex data)."""
+        return float(self.info["sample_rate"])
+
+    @property
+    def start_time(self) -> float:
+        """POSIX time of the first sample."""
+        return float(self.info["start_time"])
+
+    @property
+    def findings(self) -> List[str]:
+        """What the reader found so far (block gaps; damage too when ``strict=False``)."""
+        return list(self._r.findings())
+
+    @property
+    def counts(self) -> Dict[str, int]:
+        """Frames read, and those not placed: fill, invalid, stray (unknown thread), late, duplicate."""
+        return dict(self._r.counts())
+
+    # -- reading ----------------------------------------------------------------------------------
+    def tell(self) -> int:
+        """Read position in samples from the start."""
+        return int(self._r.tell())
+
+    def seek(self, sample: int) -> int:
+        """Moves the read position to ``sample`` (from the start); returns the new position."""
+        if sample < 0:
+            raise ValueError("negative sample position")
+        self._r.seek(int(sample))
+        return self.tell()
+
+    def read(self, count: Optional[int] = None, fill: Optional[str] = None) -> np.ndarray:
+        """Decodes the next ``count`` time samples (all that is left if None).
+
+        Returns an array of shape (time, thread, channel), float32 or complex64; fewer rows at the end of the
+        recording. ``fill`` overrides the scan's choice: "nan", "zero", or "mask" for a numpy masked array.
+        """
+        fill = fill or self.fill
+        if fill not in _FILL:
+            raise ValueError(f"fill must be 'nan', 'mask' or 'zero', not {fill!r}")
+        threads = len(self.info["threads"])
+        vals = self.info["channels"] * (2 if self.info["complex"] else 1)
+        if count is None:
+            # One allocation of an upper bound (pages untouched beyond what is written), else in parts.
+            bound = self._r.max_rows()
+            first = self.read(bound + 1, fill)
+            if first.shape[0] <= bound:
+                return first
+            parts = [first]
+            while True:
+                part = self.read(1 << 20, fill)
+                parts.append(part)
+                if part.shape[0] < (1 << 20):
+                    break
+            if fill == "mask":
+                return np.ma.concatenate(parts, axis=0)
+            return np.concatenate(parts, axis=0)
+        if count < 0:
+            raise ValueError("negative count")
+        count = int(count)
+        data = np.empty((count, threads, vals), dtype=np.float32)
+        mask = np.empty((count, threads), dtype=np.bool_) if fill == "mask" else None
+        rows = self._r.read_into(
+            data.ctypes.data, count, _FILL[fill], None if mask is None else mask.ctypes.data
+        )
+        data = data[:rows]
+        if self.info["complex"]:
+            data = data.view(np.complex64)
+        if mask is not None:
+            m = mask[:rows].reshape(rows, threads, 1)
+            return np.ma.MaskedArray(data, mask=np.broadcast_to(m, data.shape).copy())
+        return data
+
+    def iter_read(self, count: int, fill: Optional[str] = None) -> Iterator[np.ndarray]:
+        """Yields the rest of the recording in pieces of ``count`` time samples (the last may be shorter):
+        a scan of any length in bounded memory.
+
+        Example::
+
+            >>> total = sum(float(np.nansum(x ** 2)) for x in scan.iter_read(1 << 20))   # doctest: +SKIP
+        """
+        while True:
+            x = self.read(count, fill)
+            if x.shape[0] == 0:
+                return
+            yield x
+            if x.shape[0] < count:
+                return
+
+    def __getitem__(self, item: slice) -> np.ndarray:
+        """``scan[a:b]``: samples a..b by index (ints) or by seconds from the start (floats)."""
+        if not isinstance(item, slice) or item.step not in (None, 1):
+            raise TypeError("index with a slice a:b of sample numbers (int) or seconds (float)")
+
+        def conv(v: Any, default: Optional[int]) -> Optional[int]:
+            if v is None:
+                return default
+            if isinstance(v, float):
+                return int(round(v * self.sample_rate))
+            return int(v)
+
+        start = conv(item.start, 0)
+        stop = conv(item.stop, None)
+        self.seek(start)
+        return self.read(None if stop is None else max(stop - start, 0))
+
+    def headers(self, limit: Optional[int] = None) -> Dict[str, np.ndarray]:
+        """Header fields of every frame in stream order (or the first ``limit``), as numpy arrays.
+
+        Keys: ``seconds``, ``frame_number``, ``epoch``, ``thread_id``, ``station_id``, ``invalid``,
+        ``fill`` (fill frames as recorders write them), ``file`` (index into ``files``), ``offset`` (byte
+        offset of the frame in that file), ``time`` (POSIX seconds of the frame's first sample; NaN for
+        fill), and ``files`` (the list of file paths).
+        """
+        d = _vlbiflow.headers(self._args, self._disks, self._frame_rate, limit, self._strict)
+        files = d.pop("_files")
+        out: Dict[str, Any] = {k: np.frombuffer(b, dtype=t) for k, (b, t) in d.items()}
+        out["files"] = files
+        return out
+
+    def raw(self) -> RawFile:
+        """A seekable binary file of the gathered frames (see :class:`RawFile`)."""
+        return RawFile(self._args, self._disks, self._strict)
+
+    def close(self) -> None:
+        """Stops the reader threads."""
+        self._r = None  # type: ignore[assignment]
+
+    def __enter__(self) -> "Scan":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        i = self.info
+        return (
+            f"<vlbiflow.Scan {self._args} {i['bits']}-bit {'complex' if i['complex'] else 'real'} "
+            f"threads={i['threads']} channels={i['channels']} sample_rate={self.sample_rate:g}>"
+        )
+
+
+def open(
+    scan_or_files: Union[PathLike, Sequence[PathLike]],
+    disks: Union[None, PathLike, Sequence[PathLike]] = None,
+    *,
+    fill: str = "nan",
+    frame_rate: Optional[int] = None,
+    strict: bool = True,
+    units: str = "baseband",
+) -> Scan:
+    """Opens a recording for reading samples.
+
+    Args:
+        scan_or_files: a scan name (with ``disks``), or one or more files: a Mark6 scatter-gather file,
+            a FlexBuff scan directory, plain VDIF files read one after the other.
+        disks: directories (glob patterns allowed, e.g. ``"/mnt/disks/*/*"``) holding the scan's files.
+        fill: what missing/fill frames become: ``"nan"`` (default), ``"zero"`` or ``"mask"``.
+        frame_rate: frames per second per thread, if neither metadata nor headers tell.
+        strict: raise :class:`VlbiflowError` on damaged input (corrupted headers, garbage, truncation);
+            if False, skip it and list it in ``Scan.findings``.
+        units: ``"baseband"`` (baseband's levels) or ``"sigma"``.
+
+    Raises:
+        FileNotFoundError: no such file or scan. VlbiflowError: damaged input, naming file and offset.
+
+    Example::
+
+        >>> scan = vlbiflow.open("t_xx_001", disks=["/tmp/d/0", "/tmp/d/1"])   # doctest: +SKIP
+        >>> x = scan.read(8192)
+    """
+    return Scan(_args(scan_or_files), _disks(disks), fill, frame_rate, strict, units)
+
+
+def check(
+    scan_or_files: Union[PathLike, Sequence[PathLike]],
+    disks: Union[None, PathLike, Sequence[PathLike]] = None,
+    *,
+    frame_rate: Optional[int] = None,
+    stats: bool = False,
+    plot: Optional[PathLike] = None,
+) -> Dict[str, Any]:
+    """Checks a recording: the report of ``vlbiflow check --json`` as a dict.
+
+    Example::
+
+        >>> r = vlbiflow.check("t_xx_001", disks="/tmp/d/*")   # doctest: +SKIP
+        >>> r["loss_fraction"], r["verdict"]
+    """
+    out = _vlbiflow.check_json(
+        _args(scan_or_files), _disks(disks), frame_rate, stats, None if plot is None else os.fspath(plot)
+    )
+    return json.loads(out)
+
+
+def ls(disks: Union[PathLike, Sequence[PathLike]]) -> List[Dict[str, Any]]:
+    """The scans on a set of disks: the list ``vlbiflow ls --json`` prints.
+
+    Example::
+
+        >>> [s["name"] for s in vlbiflow.ls("/tmp/d/*")]   # doctest: +SKIP
+    """
+    return json.loads(_vlbiflow.ls_json(_disks(disks)))
+
+
+def write_vdif(
+    path: PathLike,
+    samples: np.ndarray,
+    *,
+    bits: int = 2,
+    sample_rate: float,
+    samples_per_frame: Optional[int] = None,
+    start_time: float = 1_700_000_000,
+    station: str = "Xx",
+    thread_ids: Optional[Sequence[int]] = None,
+    units: str = "baseband",
+    append: bool = False,
+) -> int:
+    """Quantises samples and writes them as VDIF frames; returns the number of frames written.
+
+    Args:
+        samples: shape (time, thread, channel) (or (time,) / (time, thread)), real or complex; channels a
+            power of two. Values in baseband's units unless ``units="sigma"``.
+        bits: 1, 2, 4 or 8 bits per sample (per I or Q for complex data).
+        sample_rate: samples per second per channel; frames per second = sample_rate / samples_per_frame
+            must be a whole number.
+        samples_per_frame: time samples per frame (default: the largest giving a payload up to 8000 bytes
+            that divides the second and the data).
+        start_time: POSIX second of the first sample (whole seconds).
+        A numpy masked array may be given: frames whose samples are all masked are written as fill frames
+        (fill words with the invalid bit set, as jive5ab writes lost data).
+
+    Example::
+
+        >>> t = np.arange(64000) / 64e3
+        >>> x = np.sin(2 * np.pi * 5e3 * t).astype(np.float32)
+        >>> vlbiflow.write_vdif("tone.vdif", x, bits=2, sample_rate=64e3)   # doctest: +SKIP
+        8
+    """
+    mask = np.ma.getmaskarray(samples) if np.ma.isMaskedArray(samples) else None
+    x = np.ma.getdata(samples) if mask is not None else np.asarray(samples)
+    while x.ndim < 3:
+        x = x[..., np.newaxis]
+        if mask is not None:
+            mask = mask[..., np.newaxis]
+    if x.ndim != 3:
+        raise ValueError("samples must have shape (time, thread, channel)")
+    complex_ = np.iscomplexobj(x)
+    times, threads, channels = x.shape
+    vals = channels * (2 if complex_ else 1)
+    rate = int(round(sample_rate))
+    if rate <= 0 or rate != sample_rate:
+        raise ValueError("sample_rate must be a positive whole number of samples per second")
+    if samples_per_frame is None:
+        samples_per_frame = 0
+        for spf in range(1, times + 1):
+            payload = spf * vals * bits // 8
+            if payload > 8000:
+                break
+            if (spf * vals * bits) % 64 == 0 and rate % spf == 0 and times % spf == 0:
+                samples_per_frame = spf
+        if samples_per_frame == 0:
+            raise ValueError("no frame size fits; give samples_per_frame")
+    if rate % samples_per_frame:
+        raise ValueError(f"sample_rate {rate} is not a whole number of frames of {samples_per_frame} samples")
+    data = np.ascontiguousarray(x, dtype=np.complex64 if complex_ else np.float32)
+    fill = None
+    if mask is not None:
+        # A frame whose samples are all masked is written as a fill frame (as jive5ab writes lost data).
+        frames = times // samples_per_frame
+        per_frame = mask.reshape(frames, samples_per_frame, threads, channels).all(axis=(1, 3))
+        fill = per_frame.astype(np.uint8).tobytes()
+    if thread_ids is None:
+        thread_ids = list(range(threads))
+    return _vlbiflow.write_vdif_raw(
+        os.fspath(path),
+        data.view(np.float32).tobytes(),
+        threads,
+        channels,
+        complex_,
+        bits,
+        samples_per_frame,
+        rate // samples_per_frame,
+        int(start_time),
+        station,
+        list(thread_ids),
+        units == "baseband",
+        1 if rate % 1000 == 0 else 0,  # EDV 1 headers carry the sample rate (whole kHz)
+        append,
+        fill,
+    )
