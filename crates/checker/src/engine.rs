@@ -561,7 +561,33 @@ impl Checker {
         }
         let crossed = self.threads.iter().any(|t| t.cross_seconds > 0);
         if crossed {
-            (Some(self.global_max + 1), "learned (highest frame number + 1)")
+            let learned = self.global_max + 1;
+            // A second whose last frame is always lost reads one frame short: the sample rate the learned
+            // rate implies says so when one more frame per second makes it a round number.
+            if self.format == FrameKind::Vdif {
+                if let Some(t) = self.threads.first() {
+                    let bits = ((t.sig.w3 >> 26) & 0x1f) as u8 + 1;
+                    let channels = 1u32 << ((t.sig.w2 >> 24) & 0x1f);
+                    let complex = t.sig.w3 >> 31 != 0;
+                    let len = ((t.sig.w2 & 0xff_ffff) * 8) as usize;
+                    let hl = if t.sig.legacy { 16 } else { 32 };
+                    if let Ok(spf) = vdif::samples_per_frame(len.saturating_sub(hl), bits, channels, complex)
+                    {
+                        if let Some(r) = vdif::corrected_learned_rate(learned, spf) {
+                            return (
+                                Some(r),
+                                "learned and corrected: the highest frame number + 1 gives a sample rate that is \
+                                 not a round number, one frame more per second does (the last frame of each \
+                                 second looks lost); give --frame-rate if that is wrong",
+                            );
+                        }
+                    }
+                }
+            }
+            (
+                Some(learned),
+                "learned (highest frame number + 1; a frame lost at the end of every second would not show)",
+            )
         } else {
             (None, "unknown (less than a second of data; give --frame-rate)")
         }

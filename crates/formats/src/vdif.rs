@@ -703,6 +703,32 @@ pub fn samples_per_frame(payload_len: usize, bits: u8, channels: u32, complex: b
     Ok(payload_bits / bits_per_time)
 }
 
+/// How round a sample rate is, as VLBI backends set them: 2 for a whole number of MHz, 1 for a whole
+/// number of kHz (the unit EDV 1 and 3 encode), 0 otherwise.
+pub fn sample_rate_roundness(sample_rate_hz: u64) -> u8 {
+    if sample_rate_hz == 0 {
+        0
+    } else if sample_rate_hz % 1_000_000 == 0 {
+        2
+    } else if sample_rate_hz % 1_000 == 0 {
+        1
+    } else {
+        0
+    }
+}
+
+/// A frame rate learned as "highest frame number + 1" is one too low when the last frame of every second
+/// was lost. Returns `learned + 1` when that makes the sample rate (`rate x samples_per_frame`) rounder
+/// ([`sample_rate_roundness`]), i.e. when the data most likely lost its last frame of each second.
+pub fn corrected_learned_rate(learned: u32, samples_per_frame: u64) -> Option<u32> {
+    let sr = |r: u32| u64::from(r).checked_mul(samples_per_frame);
+    let next = learned.checked_add(1)?;
+    match (sr(learned), sr(next)) {
+        (Some(a), Some(b)) if sample_rate_roundness(b) > sample_rate_roundness(a) => Some(next),
+        _ => None,
+    }
+}
+
 /// Frames per second per thread for a sample rate (complex samples per second for complex data).
 /// Errors unless a second holds a whole number of frames, as VDIF requires.
 pub fn frame_rate(
@@ -955,5 +981,17 @@ mod tests {
             }
             let _ = VdifFrame::new_checked(&bytes[..]);
         }
+    }
+
+    #[test]
+    fn a_learned_rate_one_short_of_a_round_sample_rate_is_corrected() {
+        // R2DBE: 32768 samples per frame, 125000 frames/s = 4096 MHz; a lost last frame reads as 124999.
+        assert_eq!(corrected_learned_rate(124_999, 32_768), Some(125_000));
+        assert_eq!(corrected_learned_rate(125_000, 32_768), None);
+        // 4000 samples per frame: 249/s = 996 kHz (whole kHz) against 250/s = 1 MHz.
+        assert_eq!(corrected_learned_rate(249, 4000), Some(250));
+        // Neither is round: no correction.
+        assert_eq!(corrected_learned_rate(100, 4096), None);
+        assert_eq!(sample_rate_roundness(0), 0);
     }
 }

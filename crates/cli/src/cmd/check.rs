@@ -22,7 +22,8 @@ Examples:
   vlbiflow check scan.vdif --stats --plot spectra.png
 
 Loss fraction = missing / (present + missing) frames, as in Haystack's recording test tables. The frame rate
-comes from --frame-rate, the scan metadata, EDV 1/3 sample rates, or the highest frame number + 1.";
+comes from --frame-rate, the scan metadata, EDV 1/3 sample rates, or the highest frame number + 1 (raised
+by one when that makes the sample rate a round number of MHz or kHz: the last frame of each second was lost).";
 
 #[derive(clap::Args)]
 #[command(after_help = EXAMPLES)]
