@@ -324,7 +324,16 @@ fn netns_tbf_zero_loss_search_latency_and_archive() {
         r["slope_us_per_byte"].as_f64().unwrap(),
         r["intercept_us"].as_f64().unwrap(),
     );
-    assert!(slope > 0.0 && icpt > 0.0, "slope {slope} intercept {icpt}");
+    // Latency grows with size through the 200 Mbit/s bottleneck. The least-squares intercept itself is not
+    // asserted: tbf lets a packet within its burst pass unserialised, so the medians are not on one line and
+    // the fitted intercept went negative on a loaded machine although every median was positive.
+    let p50 = |i: usize| r["points"][i]["rtt_us"]["p50"].as_f64().unwrap();
+    assert!(
+        slope > 0.0 && p50(0) > 0.0 && p50(4) > p50(0),
+        "slope {slope} intercept {icpt}, medians {} .. {}",
+        p50(0),
+        p50(4)
+    );
 
     let out = run(&[BIN, "net", "history", "--archive", archive, "--json"]);
     let h = json(&out);
