@@ -16,6 +16,7 @@ pub mod names;
 pub mod samples;
 pub mod time;
 pub mod vdif;
+pub mod vex_time;
 
 pub use error::{Error, Result};
 pub use names::validate_scan_name;
