@@ -84,6 +84,16 @@ pub enum Answer {
     Later(Ticket),
 }
 
+impl Answer {
+    /// The reply if there is one now.
+    pub fn reply_now(self) -> Option<Reply> {
+        match self {
+            Answer::Now(r) => Some(r),
+            Answer::Later(_) => None,
+        }
+    }
+}
+
 /// What a `record=on` asked for.
 #[derive(Debug, Clone)]
 struct Plan {
@@ -1336,6 +1346,7 @@ pub fn describe(cfg: &DaemonConfig) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::disks::DiskProbe;
     use crate::proto::{parse_statement, ReturnCode};
     use std::sync::{Arc, Mutex};
     use vlbiflow_recorder::{DiskStatus, PoolStatus, ScanSummary, StreamStatus};
@@ -1651,6 +1662,50 @@ mod tests {
     }
 
     #[test]
+    fn disks_are_probed_through_the_trait() {
+        let disks = crate::disks::MemDisks::default();
+        disks.add_dir("/m/0", 1);
+        disks.add_dir("/m/1", 1);
+        disks.add_dir("/n/a", 2);
+        disks.set_space(1, 4_000_000_000, 10_000_000_000);
+        disks.set_space(2, 1_000_000_000, 2_000_000_000);
+        let cfg = DaemonConfig::from_toml("[groups]\nm = [\"/m/0\", \"/m/1\", \"/n/*\"]\nnew = [\"/p/q\"]")
+            .unwrap();
+        let mut ctl = Controller::new(cfg, Box::new(disks.clone()));
+        let mut engine = ScriptedEngine(Default::default());
+        let mut cmd = |c: &mut Controller, line: &str| {
+            c.execute_with(
+                &parse_statement(line.as_bytes()).unwrap(),
+                UtcTime::from_unix(T0, 0),
+                &mut engine,
+            )
+            .format()
+        };
+        // Two file systems: /m/0 and /m/1 share device 1 and count once.
+        assert_eq!(
+            cmd(&mut ctl, "mstat?m"),
+            "!mstat? 0 : m : 1 : m : 3 : 3 : 5.000 : 12.000 : closed : ready : sg ;"
+        );
+        disks.remove_dir(Path::new("/m/1"));
+        assert_eq!(
+            cmd(&mut ctl, "mstat?m"),
+            "!mstat? 0 : m : 1 : m : 2 : 3 : 5.000 : 12.000 : closed : disks missing : sg ;"
+        );
+        assert_eq!(
+            cmd(&mut ctl, "group=new:new"),
+            "!group = 0 : new : 1 disks : 1 created ;"
+        );
+        assert!(disks.is_dir(Path::new("/p/q")));
+        disks.fail_create("/r");
+        let cfg = DaemonConfig::from_toml("[groups]\nr = [\"/r/0\"]").unwrap();
+        let mut ctl = Controller::new(cfg, Box::new(disks.clone()));
+        assert_eq!(
+            cmd(&mut ctl, "group=new:r"),
+            "!group = 3 : /r/0: permission denied ;"
+        );
+    }
+
+    #[test]
     fn mstat_reports_each_group() {
         let mut f = fixture("");
         f.ready();
@@ -1752,6 +1807,118 @@ mod tests {
         let c = f.ctl.cumulative();
         assert_eq!(c.streams[0].1.packets, 1000);
         assert_eq!(c.scans_recorded, 1);
+    }
+
+    #[test]
+    fn scan_check_is_busy_until_the_latest_scan_is_complete() {
+        let mut f = fixture("");
+        f.ready();
+        f.cmd("record=on:30:scan1:exp:st");
+        f.cmd("record=off");
+        f.script.lock().unwrap().flushed = true;
+        f.tick(f.now);
+        assert_eq!(f.code("scan_check?"), 0);
+        *f.script.lock().unwrap() = Script {
+            packets: 500,
+            ..Default::default()
+        };
+        assert_eq!(
+            f.cmd("record=on:30:scan2:exp:st"),
+            "!record = 0 : recording : exp_st_scan2 ;"
+        );
+        assert_eq!(
+            f.cmd("scan_check?"),
+            "!scan_check? 5 : scan exp_st_scan2 is recording: retry when record? says off ;"
+        );
+        assert_eq!(f.cmd("record=off"), "!record = 0 : flushing : exp_st_scan2 ;");
+        // Still flushing: not the previous scan's answer, which a script would take for this one.
+        for q in ["scan_check?", "scan_check?exp_st_scan2", "scan_check?2"] {
+            assert_eq!(
+                f.cmd(q),
+                "!scan_check? 5 : scan exp_st_scan2 is flushing: retry when record? says off ;",
+                "{q}"
+            );
+        }
+        // Earlier scans still answer.
+        assert!(f
+            .cmd("scan_check?1")
+            .starts_with("!scan_check? 0 : 1 : exp_st_scan1 :"));
+        f.tick(f.now);
+        assert_eq!(f.code("scan_check?"), 5);
+        f.script.lock().unwrap().flushed = true;
+        f.tick(f.now);
+        assert!(
+            f.cmd("scan_check?")
+                .starts_with("!scan_check? 0 : 2 : exp_st_scan2 : complete :"),
+            "complete: answered"
+        );
+    }
+
+    #[test]
+    fn a_start_in_progress_is_pending_and_its_reply_comes_with_the_outcome() {
+        let mut f = fixture("");
+        f.ready();
+        let st = parse_statement(b"record=on:30:scan1:exp:st").unwrap();
+        let Answer::Later(ticket) = f.ctl.handle(&st, f.now) else {
+            panic!("record=on answered before the recording started")
+        };
+        let actions = f.ctl.take_actions();
+        assert!(
+            matches!(&actions[..], [Action::Start { ticket: t, config }] if *t == ticket && config.scan == "exp_st_scan1")
+        );
+        // While the caller starts it (outside the lock), the controller answers and says pending.
+        assert_eq!(f.cmd("record?"), "!record? 0 : pending : g1 : 1 : exp_st_scan1 ;");
+        assert_eq!(f.ctl.report(f.now).record.state, "pending");
+        assert_eq!(
+            f.cmd("record=off"),
+            "!record = 5 : scan exp_st_scan1 is starting: retry when record? says recording ;"
+        );
+        assert_eq!(f.code("record=on:30:scan2:exp:st"), 6);
+        let Action::Start { config, .. } = actions.into_iter().next().unwrap() else {
+            unreachable!()
+        };
+        let rec = f.engine.start(config);
+        let reply = f.ctl.started(ticket, rec, f.now).unwrap();
+        assert_eq!(reply.format(), "!record = 0 : recording : exp_st_scan1 ;");
+        assert_eq!(f.ctl.state_name(), "recording");
+        // A stale outcome (not the current ticket) is stopped and released, never adopted.
+        let again = f.script.lock().unwrap().started[0].clone();
+        let stale = f.engine.start(again);
+        assert!(f.ctl.started(ticket + 7, stale, f.now).is_none());
+        assert!(matches!(
+            &f.ctl.take_actions()[..],
+            [Action::Stop(_), Action::Release(_)]
+        ));
+        // record=off hands out the stop; the state is flushing before the recorder even knows.
+        assert_eq!(
+            f.ctl
+                .handle(&parse_statement(b"record=off").unwrap(), f.now)
+                .reply_now()
+                .unwrap()
+                .format(),
+            "!record = 0 : flushing : exp_st_scan1 ;"
+        );
+        assert!(!f.script.lock().unwrap().stopped);
+        assert_eq!(f.ctl.state_name(), "flushing");
+        assert!(matches!(&f.ctl.take_actions()[..], [Action::Stop(_)]));
+    }
+
+    #[test]
+    fn a_start_that_fails_answers_failed_and_leaves_off() {
+        let mut f = fixture("");
+        f.ready();
+        let st = parse_statement(b"record=on:30:scan1:exp:st").unwrap();
+        let Answer::Later(ticket) = f.ctl.handle(&st, f.now) else {
+            panic!()
+        };
+        f.ctl.take_actions();
+        let r = f
+            .ctl
+            .started(ticket, Err("cannot bind 127.0.0.1:4001".into()), f.now)
+            .unwrap();
+        assert_eq!(r.format(), "!record = 3 : cannot bind 127.0.0.1:4001 ;");
+        assert_eq!(f.ctl.state_name(), "off");
+        assert!(f.cmd("status?").contains("cannot bind"));
     }
 
     #[test]
