@@ -1706,6 +1706,15 @@ mod tests {
     }
 
     #[test]
+    fn a_configured_frame_rate_is_not_overridden_by_a_learned_one() {
+        let mut f = fixture("streams = [\"a=vdif@127.0.0.1:0,psn,frame-size=8224,frame-rate=2000\"]");
+        assert_eq!(f.code("group=open:g1"), 0);
+        assert_eq!(f.code("record=on:30:scan1:exp:st"), 0);
+        // The scripted recording reports a learned rate of 1000 frames/s.
+        assert_eq!(f.ctl.report(f.now).streams[0].frame_rate, Some(2000));
+    }
+
+    #[test]
     fn mstat_reports_each_group() {
         let mut f = fixture("");
         f.ready();

@@ -63,7 +63,8 @@ impl Controller {
                     r.dropped_no_buffer = c.dropped_no_buffer;
                     r.kernel_drops = c.kernel_drops;
                     r.loss_fraction = c.loss_fraction();
-                    r.frame_rate = ls.frame_rate;
+                    // A configured rate stands; the one learned from the data only fills in.
+                    r.frame_rate = s.frame_rate.or(ls.frame_rate);
                     r.recv_buffer = ls.recv_buffer;
                     r.vdif_times = ls
                         .threads
@@ -72,6 +73,8 @@ impl Controller {
                             let time: VdifTime = t.last_time?;
                             let delta = t
                                 .frame_rate
+                                .filter(|_| s.frame_rate.is_none())
+                                .or(s.frame_rate)
                                 .or(ls.frame_rate)
                                 .and_then(|rate| time.to_utc(rate).ok())
                                 .map(|u| u.as_f64() - now.as_f64());
