@@ -110,7 +110,8 @@ fn serve_ctl_status_session() {
         "!record = 0 : flushing : exp_st_scan1 ;\n"
     );
     let mut state = String::new();
-    for _ in 0..200 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
         state = ctl(&control, "record?").1;
         if state.starts_with("!record? 0 : off") {
             break;
@@ -229,7 +230,8 @@ fn a_daemon_killed_while_recording_leaves_a_readable_incomplete_scan_that_a_rest
     send_frames(port, 3000);
     // Wait until the daemon has counted every frame, then kill it without warning.
     let mut counted = String::new();
-    for _ in 0..400 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
         counted = ctl(&control, "evlbi?").1;
         if counted.contains("total : 3000 ") {
             break;

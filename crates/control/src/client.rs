@@ -7,6 +7,11 @@ use std::time::Duration;
 
 use crate::proto::count_statements;
 
+/// Largest HTTP response read (status, metrics and history are far smaller); more is an error.
+pub const MAX_HTTP_RESPONSE: u64 = 16 << 20;
+/// Longest reply line read from the command port; more is an error.
+pub const MAX_REPLY_LINE: u64 = 1 << 20;
+
 /// Connects to the first address `addr` resolves to.
 fn connect(addr: &str, timeout: Duration) -> std::io::Result<TcpStream> {
     let mut last = None;
@@ -56,17 +61,25 @@ impl CommandClient {
     /// Reads one reply line (without the newline).
     pub fn read_line(&mut self) -> std::io::Result<String> {
         let mut s = String::new();
-        if self.reader.read_line(&mut s)? == 0 {
+        let n = (&mut self.reader).take(MAX_REPLY_LINE).read_line(&mut s)?;
+        if n == 0 {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::UnexpectedEof,
                 "connection closed by the daemon",
+            ));
+        }
+        if !s.ends_with('\n') && n as u64 == MAX_REPLY_LINE {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("reply line longer than {MAX_REPLY_LINE} bytes: not a Mark6 daemon?"),
             ));
         }
         Ok(s.trim_end().to_string())
     }
 }
 
-/// GETs `path` from `addr`; returns the status code and body.
+/// GETs `path` from `addr`; returns the status code and body. The whole response must arrive within
+/// `timeout` and be at most [`MAX_HTTP_RESPONSE`] bytes.
 pub fn http_get(
     addr: &str,
     path: &str,
@@ -81,14 +94,37 @@ pub fn http_get(
         s,
         "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n"
     )?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw)?;
     let bad = |m: &str| {
         std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             format!("http://{addr}{path}: {m}"),
         )
     };
+    let deadline = std::time::Instant::now() + timeout;
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 16384];
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("http://{addr}{path}: response not complete within {timeout:?}"),
+            ));
+        }
+        s.set_read_timeout(Some(left))?;
+        let n = match s.read(&mut buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if n == 0 {
+            break;
+        }
+        if raw.len() as u64 + n as u64 > MAX_HTTP_RESPONSE {
+            return Err(bad(&format!("response larger than {MAX_HTTP_RESPONSE} bytes")));
+        }
+        raw.extend_from_slice(&buf[..n]);
+    }
     let split = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
@@ -123,6 +159,37 @@ fn dechunk(mut b: &[u8]) -> Option<Vec<u8>> {
 
 #[cfg(test)]
 mod tests {
+    use std::io::Write;
+    use std::net::TcpListener;
+    use std::time::Duration;
+
+    /// A server that sends `head` and then bytes until the client goes away.
+    fn endless(head: &'static [u8]) -> String {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let _ = s.write_all(head);
+            let chunk = vec![b'x'; 65536];
+            while s.write_all(&chunk).is_ok() {}
+        });
+        addr
+    }
+
+    #[test]
+    fn an_endless_http_body_is_an_error_not_unbounded_memory() {
+        let addr = endless(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n");
+        let e = super::http_get(&addr, "/metrics", None, Duration::from_secs(30)).unwrap_err();
+        assert!(e.to_string().contains("larger than"), "{e}");
+    }
+
+    #[test]
+    fn an_endless_reply_line_is_an_error() {
+        let addr = endless(b"!record? 0 : ");
+        let mut c = super::CommandClient::connect(&addr, Duration::from_secs(30)).unwrap();
+        let e = c.send("record?").unwrap_err();
+        assert!(e.to_string().contains("longer than"), "{e}");
+    }
     #[test]
     fn dechunks() {
         assert_eq!(

@@ -359,5 +359,10 @@ mod tests {
             let e = DaemonConfig::from_toml(text).unwrap_err().to_string();
             assert!(e.contains(field), "{text}: {e}");
         }
+        // VDIF thread IDs are 10 bits.
+        let e = DaemonConfig::from_toml("streams = [\"a=vdif@127.0.0.1:4001,threads=0,1024\"]")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("streams") && e.contains("1024"), "{e}");
     }
 }

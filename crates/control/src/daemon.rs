@@ -1,6 +1,9 @@
 //! The daemon's network side: the TCP command port (tokio) and the HTTP port (axum) around one
-//! [`Controller`]. Controller calls run on tokio's blocking pool, because `record=off` may wait up to a
-//! second for capture to stop and the async workers must keep serving meanwhile.
+//! [`Controller`] behind a mutex. Every controller call is short (it decides; it does not start or stop
+//! recordings): the slow work it hands out as [`Action`]s (starting a recording allocates its block pool,
+//! stopping one waits up to a second for capture) is carried out here, outside the lock, on tokio's
+//! blocking pool, and the outcome fed back. So other sessions, `/status` and `/metrics` keep answering
+//! while a recording starts or stops.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -18,10 +21,12 @@ use tokio::sync::{watch, Semaphore};
 use vlbiflow_formats::time::UtcTime;
 
 use crate::config::DaemonConfig;
-use crate::controller::Controller;
+use crate::controller::{Action, Answer, Controller, Ticket};
+use crate::disks::SystemDisks;
 use crate::engine::Engine;
+use crate::proto::Reply;
 use crate::report;
-use crate::session::{constant_time_eq, Mark6Session};
+use crate::session::{constant_time_eq, Mark6Session, Screened};
 
 /// The dashboard page (self-contained: inline CSS and JS, no external resources).
 pub const DASHBOARD_HTML: &str = include_str!("dashboard.html");
@@ -51,6 +56,8 @@ pub enum DaemonError {
 
 struct Shared {
     ctl: Mutex<Controller>,
+    /// Used only to carry out [`Action::Start`], never while `ctl` is locked.
+    engine: Mutex<Box<dyn Engine>>,
     token: Option<String>,
     control_token: Option<String>,
     http_token: Option<String>,
@@ -61,6 +68,42 @@ impl Shared {
     fn lock(&self) -> MutexGuard<'_, Controller> {
         self.ctl.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// Carries out the controller's actions outside its lock, feeding outcomes back (which may hand out more);
+/// returns the replies to the `record=on` statements whose starts these were.
+async fn perform(sh: &Arc<Shared>, mut actions: Vec<Action>) -> Vec<(Ticket, Reply)> {
+    let mut replies = Vec::new();
+    while !actions.is_empty() {
+        for a in std::mem::take(&mut actions) {
+            match a {
+                Action::Start { ticket, config } => {
+                    let sh2 = sh.clone();
+                    let outcome = tokio::task::spawn_blocking(move || {
+                        sh2.engine.lock().unwrap_or_else(|e| e.into_inner()).start(config)
+                    })
+                    .await
+                    .unwrap_or_else(|_| Err("the recorder panicked while starting".into()));
+                    let (reply, more) = with_ctl(sh, move |c| {
+                        let r = c.started(ticket, outcome, UtcTime::now());
+                        (r, c.take_actions())
+                    })
+                    .await;
+                    if let Some(r) = reply {
+                        replies.push((ticket, r));
+                    }
+                    actions.extend(more);
+                }
+                Action::Stop(rec) => {
+                    let _ = tokio::task::spawn_blocking(move || rec.stop()).await;
+                }
+                Action::Release(rec) => {
+                    let _ = tokio::task::spawn_blocking(move || drop(rec)).await;
+                }
+            }
+        }
+    }
+    replies
 }
 
 /// Runs `f` on the controller from the blocking pool.
@@ -201,7 +244,8 @@ async fn run(
         control_token,
         http_token,
         idle: cfg.idle_timeout,
-        ctl: Mutex::new(Controller::new(cfg, engine)),
+        ctl: Mutex::new(Controller::new(cfg, Box::new(SystemDisks))),
+        engine: Mutex::new(engine),
     });
     let _ = &sh.token;
     let ticker = tokio::spawn(tick_loop(sh.clone(), stop.clone(), log));
@@ -249,19 +293,42 @@ async fn run(
     drop(control);
     let _ = http_task.await;
     let _ = ticker.await;
-    let sh2 = sh.clone();
-    let _ = tokio::task::spawn_blocking(move || sh2.lock().shutdown(SHUTDOWN_FLUSH)).await;
+    shutdown(&sh).await;
+}
+
+/// Stops any recording and waits (bounded) for it to flush.
+async fn shutdown(sh: &Arc<Shared>) {
+    let actions = with_ctl(sh, |c| {
+        c.begin_shutdown();
+        c.take_actions()
+    })
+    .await;
+    perform(sh, actions).await;
+    let deadline = tokio::time::Instant::now() + SHUTDOWN_FLUSH;
+    loop {
+        let (idle, actions) = with_ctl(sh, |c| {
+            c.tick(UtcTime::now());
+            (c.is_idle(), c.take_actions())
+        })
+        .await;
+        perform(sh, actions).await;
+        if idle || tokio::time::Instant::now() >= deadline {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 async fn tick_loop(sh: Arc<Shared>, mut stop: watch::Receiver<bool>, log: bool) {
     let mut seen = 0;
     loop {
-        let (pending, lines, new_seen) = with_ctl(&sh, move |c| {
+        let (pending, lines, new_seen, actions) = with_ctl(&sh, move |c| {
             c.tick(UtcTime::now());
             let (lines, n) = c.events_since(seen);
-            (c.state_name() == "pending", lines, n)
+            (c.waiting_for_start(), lines, n, c.take_actions())
         })
         .await;
+        perform(&sh, actions).await;
         seen = new_seen;
         if log {
             for l in lines {
@@ -288,7 +355,7 @@ async fn refuse(mut stream: TcpStream, max: usize) {
 
 async fn connection(mut stream: TcpStream, sh: Arc<Shared>) {
     let _ = stream.set_nodelay(true);
-    let mut session = Some(Mark6Session::new(sh.control_token.clone()));
+    let mut session = Mark6Session::new(sh.control_token.clone());
     let mut buf = vec![0u8; 4096];
     loop {
         let n = match tokio::time::timeout(sh.idle, stream.read(&mut buf)).await {
@@ -303,25 +370,46 @@ async fn connection(mut stream: TcpStream, sh: Arc<Shared>) {
                 return;
             }
         };
-        let Some(mut s) = session.take() else { return };
-        let inputs = s.frame(&buf[..n]);
+        let inputs = session.frame(&buf[..n]);
         if inputs.is_empty() {
-            session = Some(s);
             continue;
         }
-        let (s, out) = with_ctl(&sh, move |c| {
-            let out = s.process(inputs, c, UtcTime::now());
-            (s, out)
-        })
-        .await;
+        let mut out = String::new();
+        for input in inputs {
+            let reply = match session.screen(input) {
+                None => break,
+                Some(Screened::Reply(r)) => r,
+                Some(Screened::Execute(st)) => execute(&sh, st).await,
+            };
+            out.push_str(&reply.format());
+            out.push('\n');
+        }
         match tokio::time::timeout(WRITE_TIMEOUT, stream.write_all(out.as_bytes())).await {
             Ok(Ok(())) => {}
             _ => return,
         }
-        if s.should_close() {
+        if session.should_close() {
             return;
         }
-        session = Some(s);
+    }
+}
+
+/// Executes one statement: the controller decides under its lock, the actions are carried out after.
+async fn execute(sh: &Arc<Shared>, st: crate::proto::Statement) -> Reply {
+    let (answer, actions) = with_ctl(sh, move |c| {
+        c.count_command();
+        let a = c.handle(&st, UtcTime::now());
+        (a, c.take_actions())
+    })
+    .await;
+    let replies = perform(sh, actions).await;
+    match answer {
+        Answer::Now(r) => r,
+        Answer::Later(t) => replies
+            .into_iter()
+            .find(|(k, _)| *k == t)
+            .map(|(_, r)| r)
+            .unwrap_or_else(|| Reply::protocol_error("the recording's start was lost")),
     }
 }
 

@@ -2,7 +2,12 @@
 //! [`RecorderEngine`], which drives `vlbiflow_recorder` exactly as `vlbiflow record` does; the controller's
 //! unit tests use a scripted engine so that every command's effect is checked deterministically.
 
-use vlbiflow_recorder::{Phase, Recorder, RecorderConfig, RecorderHandle, RecorderStatus, ScanSummary};
+use vlbiflow_recorder::{
+    Phase, Recorder, RecorderConfig, RecorderEvent, RecorderHandle, RecorderStatus, ScanSummary,
+};
+
+/// Most recorder events taken per call of [`Recording::events`]; the rest wait for the next call.
+pub const MAX_EVENTS_PER_CALL: usize = 256;
 
 /// Starts recordings.
 pub trait Engine: Send {
@@ -55,13 +60,56 @@ impl Recording for RecorderHandle {
     }
 
     fn events(&self) -> Vec<String> {
-        RecorderHandle::events(self)
-            .try_iter()
-            .map(|e| e.to_string())
-            .collect()
+        coalesce_events(RecorderHandle::events(self).try_iter())
     }
 
     fn local_addrs(&self) -> Vec<std::net::SocketAddr> {
         RecorderHandle::local_addrs(self).to_vec()
+    }
+}
+
+/// Takes at most [`MAX_EVENTS_PER_CALL`] events as text, keeping only the latest learned frame rate per
+/// stream and thread, so a stream whose rate keeps being re-learned cannot flood the daemon's event list.
+pub fn coalesce_events(events: impl Iterator<Item = RecorderEvent>) -> Vec<String> {
+    let mut out: Vec<(Option<(String, u16)>, String)> = Vec::new();
+    let mut repeated = 0u64;
+    for e in events.take(MAX_EVENTS_PER_CALL) {
+        let key = match &e {
+            RecorderEvent::RateLearned { stream, thread, .. } => Some((stream.clone(), *thread)),
+            _ => None,
+        };
+        if let Some(k) = &key {
+            if let Some(i) = out.iter().position(|(x, _)| x.as_ref() == Some(k)) {
+                out.remove(i);
+                repeated += 1;
+            }
+        }
+        out.push((key, e.to_string()));
+    }
+    let mut text: Vec<String> = out.into_iter().map(|(_, t)| t).collect();
+    if repeated > 0 {
+        text.push(format!(
+            "({repeated} earlier frame-rate changes of the same threads not shown)"
+        ));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn learned_rates_are_coalesced_and_events_bounded() {
+        let flood = (0..100_000u32).map(|i| RecorderEvent::RateLearned {
+            stream: "a".into(),
+            thread: (i % 2) as u16,
+            rate: 1000 + i,
+        });
+        let out = coalesce_events(flood);
+        assert_eq!(out.len(), 3, "{out:?}");
+        assert!(out[0].contains("thread 0: frame rate 1254"), "{out:?}");
+        assert!(out[1].contains("thread 1: frame rate 1255"), "{out:?}");
+        assert!(out[2].starts_with("(254 earlier"), "{out:?}");
     }
 }

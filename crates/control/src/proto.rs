@@ -26,6 +26,8 @@ pub enum ReturnCode {
     Failed = 3,
     /// Error in the request or the daemon.
     Error = 4,
+    /// Busy: the answer is not ready yet (e.g. the scan is still flushing); retry.
+    Busy = 5,
     /// Conflicts with what is going on (e.g. a recording).
     Conflict = 6,
     /// No such keyword.
@@ -48,6 +50,7 @@ impl ReturnCode {
             2 => Self::NotNow,
             3 => Self::Failed,
             4 => Self::Error,
+            5 => Self::Busy,
             6 => Self::Conflict,
             7 => Self::NoSuchKeyword,
             8 => Self::Parameter,
@@ -384,9 +387,9 @@ mod tests {
         let c = parse_reply("!input_stream = 8 : bad ;").unwrap();
         assert_eq!((c.query, c.code, c.fields[0].as_str()), (false, 8, "bad"));
         assert!(parse_reply("garbage").is_none());
-        for code in [0u8, 1, 2, 3, 4, 6, 7, 8] {
+        for code in [0u8, 1, 2, 3, 4, 5, 6, 7, 8] {
             assert_eq!(ReturnCode::from_code(code).unwrap().code(), code);
         }
-        assert!(ReturnCode::from_code(5).is_none());
+        assert!(ReturnCode::from_code(9).is_none());
     }
 }

@@ -167,11 +167,35 @@ fn esc_label(v: &str) -> String {
     s
 }
 
+/// One stream's counters summed over scans.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamTotals {
+    pub packets: u64,
+    pub bytes: u64,
+    pub lost: u64,
+    pub out_of_order: u64,
+    pub rejected: u64,
+    /// Dropped for want of a block buffer plus dropped by the kernel.
+    pub dropped: u64,
+}
+
+impl StreamTotals {
+    /// Adds `other` field by field.
+    pub fn add(&mut self, other: &StreamTotals) {
+        self.packets += other.packets;
+        self.bytes += other.bytes;
+        self.lost += other.lost;
+        self.out_of_order += other.out_of_order;
+        self.rejected += other.rejected;
+        self.dropped += other.dropped;
+    }
+}
+
 /// Counters kept across scans since the daemon started, so that Prometheus counters never go backwards.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Cumulative {
-    /// Per stream label: packets, bytes, lost, out of order, rejected, dropped (no buffer + kernel).
-    pub streams: Vec<(String, [u64; 6])>,
+    /// Per stream label.
+    pub streams: Vec<(String, StreamTotals)>,
     /// Per disk path: bytes written.
     pub disks: Vec<(String, u64)>,
     pub scans_recorded: u64,
@@ -194,47 +218,47 @@ pub fn prometheus(r: &StatusReport, c: &Cumulative) -> String {
             }
         }
     };
-    let stream_counter = |i: usize| -> Vec<(String, String)> {
+    let stream_counter = |field: fn(&StreamTotals) -> u64| -> Vec<(String, String)> {
         c.streams
             .iter()
-            .map(|(l, v)| (format!("stream=\"{}\"", esc_label(l)), v[i].to_string()))
+            .map(|(l, v)| (format!("stream=\"{}\"", esc_label(l)), field(v).to_string()))
             .collect()
     };
     family(
         "vlbiflow_stream_packets_total",
         "counter",
         "Datagrams (frames) stored, per stream, since the daemon started.",
-        stream_counter(0),
+        stream_counter(|t| t.packets),
     );
     family(
         "vlbiflow_stream_bytes_total",
         "counter",
         "Frame bytes stored, per stream, since the daemon started.",
-        stream_counter(1),
+        stream_counter(|t| t.bytes),
     );
     family(
         "vlbiflow_stream_lost_packets_total",
         "counter",
         "Frames missing from the sequence (PSN or VDIF time), per stream.",
-        stream_counter(2),
+        stream_counter(|t| t.lost),
     );
     family(
         "vlbiflow_stream_out_of_order_packets_total",
         "counter",
         "Frames that arrived after a later one, per stream.",
-        stream_counter(3),
+        stream_counter(|t| t.out_of_order),
     );
     family(
         "vlbiflow_stream_rejected_packets_total",
         "counter",
         "Datagrams that were not frames of the stream's size or format, per stream.",
-        stream_counter(4),
+        stream_counter(|t| t.rejected),
     );
     family(
         "vlbiflow_stream_dropped_packets_total",
         "counter",
         "Datagrams dropped by the recorder (no free block) or the kernel (socket overflow), per stream.",
-        stream_counter(5),
+        stream_counter(|t| t.dropped),
     );
     family(
         "vlbiflow_stream_receive_rate_bits_per_second",
@@ -520,7 +544,15 @@ mod tests {
             ..Default::default()
         };
         let c = Cumulative {
-            streams: vec![("a\"b".into(), [10, 80240, 1, 0, 0, 0])],
+            streams: vec![(
+                "a\"b".into(),
+                StreamTotals {
+                    packets: 10,
+                    bytes: 80240,
+                    lost: 1,
+                    ..Default::default()
+                },
+            )],
             disks: vec![("/d/0".into(), 99)],
             ..Default::default()
         };

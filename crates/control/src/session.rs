@@ -5,6 +5,7 @@
 use vlbiflow_formats::time::UtcTime;
 
 use crate::controller::Controller;
+use crate::engine::Engine;
 use crate::proto::{Framer, Input, Reply, ReturnCode, Statement};
 
 /// What executes statements: the controller in the daemon.
@@ -13,11 +14,24 @@ pub trait CommandTarget {
     fn execute(&mut self, st: &Statement, now: UtcTime) -> Reply;
 }
 
-impl CommandTarget for Controller {
+/// A controller with an engine that carries out its actions synchronously (tests, embedding). The daemon
+/// instead carries them out outside the controller's lock.
+pub struct WithEngine<'a>(pub &'a mut Controller, pub &'a mut dyn Engine);
+
+impl CommandTarget for WithEngine<'_> {
     fn execute(&mut self, st: &Statement, now: UtcTime) -> Reply {
-        self.count_command();
-        Controller::execute(self, st, now)
+        self.0.count_command();
+        self.0.execute_with(st, now, self.1)
     }
+}
+
+/// What the session makes of one framed input.
+#[derive(Debug)]
+pub enum Screened {
+    /// Answer this (a protocol error, an `auth`, or a refusal before authentication).
+    Reply(Reply),
+    /// Execute this statement.
+    Execute(Statement),
 }
 
 /// Wrong tokens tolerated on one connection before it is closed.
@@ -55,22 +69,32 @@ impl Mark6Session {
         self.auth_failures >= MAX_AUTH_FAILURES
     }
 
+    /// Screens one framed input: protocol errors and `auth` are answered here, statements before
+    /// authentication refused; `None` once the connection should close.
+    pub fn screen(&mut self, input: Input) -> Option<Screened> {
+        if self.should_close() {
+            return None;
+        }
+        Some(match input {
+            Input::Error(r) => Screened::Reply(r),
+            Input::Statement(st) if st.keyword == "auth" && !st.query => Screened::Reply(self.auth(&st)),
+            Input::Statement(st) if !self.authenticated => Screened::Reply(Reply::reason(
+                &st,
+                ReturnCode::Error,
+                "authentication required: send auth=<token>; first",
+            )),
+            Input::Statement(st) => Screened::Execute(st),
+        })
+    }
+
     /// Executes framed input against `target`, returning the reply lines (each ending in '\n').
     pub fn process(&mut self, inputs: Vec<Input>, target: &mut dyn CommandTarget, now: UtcTime) -> String {
         let mut out = String::new();
         for input in inputs {
-            if self.should_close() {
-                break;
-            }
-            let reply = match input {
-                Input::Error(r) => r,
-                Input::Statement(st) if st.keyword == "auth" && !st.query => self.auth(&st),
-                Input::Statement(st) if !self.authenticated => Reply::reason(
-                    &st,
-                    ReturnCode::Error,
-                    "authentication required: send auth=<token>; first",
-                ),
-                Input::Statement(st) => target.execute(&st, now),
+            let reply = match self.screen(input) {
+                None => break,
+                Some(Screened::Reply(r)) => r,
+                Some(Screened::Execute(st)) => target.execute(&st, now),
             };
             out.push_str(&reply.format());
             out.push('\n');

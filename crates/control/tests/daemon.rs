@@ -52,14 +52,11 @@ fn full_recording_over_the_command_port() {
     );
     send_frames(SocketAddr::from(([127, 0, 0, 1], port)), 7, 250);
     // The engine publishes counters once per batch: wait until the last frame is counted.
-    for _ in 0..200 {
+    until("the 250th frame to be counted", || {
         let (_, body) = http_get(&d.http_addr.to_string(), "/status", None, Duration::from_secs(5)).unwrap();
         let r: StatusReport = serde_json::from_str(&body).unwrap();
-        if r.streams[0].packets == 250 {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
+        (r.streams[0].packets == 250).then_some(())
+    });
     ctl.expect(
         "evlbi?",
         "!evlbi? 0 : total : 250 : loss : 0 (0.00%) : out-of-order : 0 (0.00%) : extent : n/a seqnr/pkt ;",
@@ -68,12 +65,8 @@ fn full_recording_over_the_command_port() {
         "status?",
         "!status? 0 : recording : main : 1 streams : 0 scans : ok ;",
     );
-    let t = Instant::now();
+    // That record=off (and record?) answer promptly while capture stops is tests/latency.rs's subject.
     ctl.expect("record=off", "!record = 0 : flushing : exp_st_scan1 ;");
-    let off = t.elapsed();
-    eprintln!("record=off answered in {off:?}");
-    // A hang detector, not a performance figure: the engine bounds stop() at one second.
-    assert!(off < Duration::from_secs(3), "record=off took {off:?}");
     ctl.wait_state("off");
     ctl.expect("record?", "!record? 0 : off : main : 1 : exp_st_scan1 ;");
     let check = parse_reply(&ctl.one("scan_check?")).unwrap();
@@ -161,7 +154,8 @@ fn bad_input_and_connection_floods_leave_the_daemon_answering() {
     for c in open.iter().flatten() {
         c.set_nonblocking(true).unwrap();
     }
-    for _ in 0..500 {
+    let deadline = Instant::now() + PATIENCE;
+    while Instant::now() < deadline {
         for slot in open.iter_mut() {
             let Some(c) = slot else { continue };
             let mut b = [0u8; 128];
@@ -201,7 +195,8 @@ fn bad_input_and_connection_floods_leave_the_daemon_answering() {
     let mut ok = 0;
     // Attempts made before the server has seen the served connections close are refused (and counted).
     let mut retried = 0;
-    for _ in 0..200 {
+    let deadline = Instant::now() + PATIENCE;
+    while Instant::now() < deadline {
         let mut c = Ctl::connect(addr);
         if c.0
             .send("record?")

@@ -1,5 +1,7 @@
 //! The dashboard in headless Chromium during a recording: the page loads, its script polls /status and the
-//! DOM shows the recording in progress with its scan name.
+//! DOM shows the recording in progress with its scan name; at 1400 px (a desktop) and 390 px (a phone) the
+//! page fits the window without horizontal scrolling (the page's script records that on `<html data-fit>`),
+//! with screenshots of both left in the test's temporary target directory.
 //!
 //! Needs Debian's `chromium` package (`apt-get install -y chromium`); set VLBIFLOW_SKIP_BROWSER=1 to skip.
 
@@ -53,6 +55,46 @@ fn dashboard_shows_a_recording_in_progress() {
     send_frames(SocketAddr::from(([127, 0, 0, 1], port)), 0, 150);
 
     let profile = tempfile::tempdir().unwrap();
+    let run = |extra: &[String]| {
+        let out = Command::new(&browser)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                "--hide-scrollbars",
+                "--virtual-time-budget=3000",
+            ])
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .args(extra)
+            .arg(format!("http://{}/", d.http_addr))
+            .output()
+            .expect("run chromium");
+        assert!(
+            out.status.success(),
+            "chromium failed: {}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    for (w, h) in [(1400, 900), (390, 844)] {
+        let size = format!("--window-size={w},{h}");
+        let dom = run(&[size.clone(), "--dump-dom".into()]);
+        assert!(
+            dom.contains(r#"data-fit="yes""#),
+            "at {w} px: {}",
+            &dom[..dom.len().min(300)]
+        );
+        let png = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("dashboard-{w}.png"));
+        run(&[size, format!("--screenshot={}", png.display())]);
+        assert!(std::fs::metadata(&png).unwrap().len() > 1000, "{}", png.display());
+        eprintln!("screenshot at {w} px: {}", png.display());
+    }
     let out = Command::new(&browser)
         .args([
             "--headless",
@@ -83,8 +125,11 @@ fn dashboard_shows_a_recording_in_progress() {
         "{dom}"
     );
     assert!(dom.contains("scan #1 exp_st_dash1"), "{dom}");
-    assert!(dom.contains("<td>RDBE1</td>"), "{dom}");
-    assert!(dom.contains(&format!("<td>127.0.0.1:{port} psn</td>")), "{dom}");
+    assert!(dom.contains(r#"<td data-label="stream">RDBE1</td>"#), "{dom}");
+    assert!(
+        dom.contains(&format!(r#"<td data-label="address">127.0.0.1:{port} psn</td>"#)),
+        "{dom}"
+    );
     assert!(dom.contains(&format!("{}", disks.disk(1).display())), "{dom}");
     assert!(dom.contains("updated "), "the poll succeeded: {dom}");
     ctl.expect("record=off", "!record = 0 : flushing : exp_st_dash1 ;");

@@ -21,6 +21,7 @@ pub mod psn;
 pub mod samples;
 pub mod time;
 pub mod vdif;
+pub mod vex_time;
 
 pub use error::{Error, Result};
 pub use kind::{FrameKind, UnknownFrameKind};

@@ -4,6 +4,14 @@
 
 #![forbid(unsafe_code)]
 
+/// Longest duration accepted, seconds (about 31.7 years): beyond it a typed duration is a mistake, and
+/// `std::time::Duration` would overflow not much further.
+pub const MAX_SECONDS: f64 = 1e9;
+/// Highest bit rate accepted, bits/s (100 Tb/s): beyond it a typed rate is a mistake.
+pub const MAX_BIT_RATE: f64 = 1e14;
+/// Highest frequency accepted, Hz (1 THz).
+pub const MAX_HZ: f64 = 1e12;
+
 /// Splits "12.5Gbps" into (12.5, "Gbps").
 fn split_number(s: &str) -> Result<(f64, &str), String> {
     let s = s.trim();
@@ -48,7 +56,13 @@ pub fn parse_bit_rate(s: &str) -> Result<f64, String> {
         .unwrap_or(unit);
     let m = prefix(p)
         .ok_or_else(|| format!("{s:?}: unknown rate unit {unit:?} (use e.g. 500Mbps, 4Gbps, 4Gb/s)"))?;
-    Ok(v * m)
+    let bps = v * m;
+    if bps > MAX_BIT_RATE {
+        return Err(format!(
+            "{s:?} is above the highest rate accepted, {MAX_BIT_RATE:e} b/s"
+        ));
+    }
+    Ok(bps)
 }
 
 /// A byte count: `10MB`, `10M`, `512KiB`, `8224`.
@@ -79,7 +93,18 @@ pub fn parse_seconds(s: &str) -> Result<f64, String> {
             ))
         }
     };
-    Ok(v * m)
+    let seconds = v * m;
+    if seconds > MAX_SECONDS {
+        return Err(format!(
+            "{s:?} is longer than the longest duration accepted, {MAX_SECONDS:e} s"
+        ));
+    }
+    Ok(seconds)
+}
+
+/// A duration as [`parse_seconds`] reads it, as a [`std::time::Duration`].
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    parse_seconds(s).map(std::time::Duration::from_secs_f64)
 }
 
 /// A frequency in Hz: `10MHz`, `1.5kHz`, `250000`.
@@ -87,7 +112,13 @@ pub fn parse_hz(s: &str) -> Result<f64, String> {
     let (v, unit) = split_number(s)?;
     let p = unit.strip_suffix("Hz").unwrap_or(unit);
     let m = prefix(p).ok_or_else(|| format!("{s:?}: unknown frequency unit {unit:?} (use e.g. 10MHz)"))?;
-    Ok(v * m)
+    let hz = v * m;
+    if hz > MAX_HZ {
+        return Err(format!(
+            "{s:?} is above the highest frequency accepted, {MAX_HZ:e} Hz"
+        ));
+    }
+    Ok(hz)
 }
 
 /// A value with an SI prefix (k, M, G, T) and `decimals` decimals: `fmt_si(2.5e9, "b/s", 2)` is `2.50 Gb/s`.
@@ -169,5 +200,25 @@ mod tests {
         assert_eq!(parse_seconds("500ms").unwrap(), 0.5);
         assert_eq!(parse_hz("10MHz").unwrap(), 10e6);
         assert!(parse_seconds("5 fortnights").is_err());
+        assert_eq!(parse_duration("90s").unwrap(), std::time::Duration::from_secs(90));
+    }
+
+    #[test]
+    fn out_of_range_and_non_numbers_are_clear_errors() {
+        for bad in [
+            "1e30", "NaN", "nan", "inf", "-5", "-0.5s", "1e400", "2e7h", "1e308h",
+        ] {
+            let e = parse_seconds(bad).unwrap_err();
+            assert!(e.contains(bad), "{bad}: {e}");
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+        assert!(parse_seconds("1e30").unwrap_err().contains("longest duration"));
+        assert_eq!(parse_seconds("1e9").unwrap(), 1e9);
+        for bad in ["1e300Gbps", "1e15", "NaN", "-1Gbps", "inf"] {
+            assert!(parse_bit_rate(bad).is_err(), "{bad}");
+        }
+        assert!(parse_bit_rate("1e15").unwrap_err().contains("highest rate"));
+        assert_eq!(parse_bit_rate("100Tbps").unwrap(), 1e14);
+        assert!(parse_hz("1e300THz").is_err());
     }
 }

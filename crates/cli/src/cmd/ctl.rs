@@ -16,8 +16,9 @@ Examples:
   vlbiflow ctl --host recorder1:14242 --token \"$TOKEN\"      # interactive, with history
 
 Each statement gets one reply line `!keyword = rc : ... ;`. The exit code is 0 when every reply's return
-code is 0 (done) or 1 (initiated), 1 otherwise. Commands: input_stream, group, mstat?, record, scan_check?,
-rtime?, status?, evlbi?, help? (docs/control.md).";
+code is 0 (done) or 1 (initiated), 1 otherwise. Return code 5 means busy, retry: e.g. `scan_check?` while
+the scan just stopped is still flushing (wait until `record?` says off). Commands: input_stream, group,
+mstat?, record, scan_check?, rtime?, status?, evlbi?, help? (docs/control.md).";
 
 /// Send Mark6 commands to the recorder daemon (one-shot, from stdin, or interactive)
 #[derive(clap::Args)]

@@ -12,6 +12,20 @@ use vlbiflow_formats::time::VdifTime;
 use vlbiflow_formats::vdif::VdifHeaderRepr;
 
 pub const FRAME: usize = 1032;
+/// How long a test waits for something the daemon will do (a hang detector, not a performance figure).
+pub const PATIENCE: Duration = Duration::from_secs(60);
+
+/// Polls `f` until it gives a value; panics naming `what` after [`PATIENCE`].
+pub fn until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(std::time::Instant::now() < deadline, "gave up waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
 pub const RATE: u32 = 100;
 
 pub struct Disks {
@@ -74,16 +88,12 @@ impl Ctl {
         assert_eq!(self.one(st), reply, "reply to {st}");
     }
 
-    /// Asks `record?` until the state is `state` (bounded: 200 tries, each a round trip plus 25 ms).
+    /// Asks `record?` until the state is `state` (bounded by [`PATIENCE`]).
     pub fn wait_state(&mut self, state: &str) -> String {
-        for _ in 0..200 {
+        until(&format!("record? to say {state}"), || {
             let r = self.one("record?");
-            if r.starts_with(&format!("!record? 0 : {state} :")) {
-                return r;
-            }
-            std::thread::sleep(Duration::from_millis(25));
-        }
-        panic!("record? never reached {state}");
+            r.starts_with(&format!("!record? 0 : {state} :")).then_some(r)
+        })
     }
 }
 

@@ -1,109 +1,95 @@
 //! The command state machine: input streams (staged and committed), disk groups, the recording state
 //! (off, pending, recording, flushing) and the scan list, driven by parsed statements and by the clock.
-//! Sans-IO: the time is passed in, recordings are started through an [`Engine`], and replies are values.
 //!
-//! One controller is owned by the daemon; every connection's statements go through [`Controller::execute`],
+//! Sans-IO: the time is passed in, the disks are probed through a [`DiskProbe`], and anything slow is not
+//! done here but handed out as an [`Action`] ("start this recording", "stop that one", "release that one")
+//! for the caller to carry out *outside* whatever lock guards the controller, feeding the outcome back
+//! ([`Controller::started`]). Meanwhile the state says what is going on: a recording being started is
+//! `pending`, one being stopped is `flushing`. A `record=on` that starts now is answered only once the
+//! engine has started (or refused) the recording: [`Controller::handle`] returns [`Answer::Later`] and the
+//! reply comes from [`Controller::started`].
+//!
+//! One controller is owned by the daemon; every connection's statements go through [`Controller::handle`],
 //! and [`Controller::tick`] is called a few times a second (it starts pending recordings on their second,
-//! collects finished ones into the scan list and samples the rates).
+//! collects finished ones into the scan list and samples the rates). [`Controller::execute_with`] drives
+//! the whole cycle synchronously against an [`Engine`] (tests, embedding).
 
-use std::collections::{BTreeMap, VecDeque};
-use std::net::{IpAddr, SocketAddr};
+mod status;
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
-use vlbiflow_formats::time::{days_from_civil, UtcTime, VdifTime};
-use vlbiflow_recorder::{Phase, RecorderConfig, RecorderStatus, StreamSpec};
-use vlbiflow_scan::{FrameKind, ScanFormat, ScanMetadata, StreamCounters};
+use vlbiflow_formats::time::{days_from_civil, UtcTime};
+use vlbiflow_formats::vex_time;
+use vlbiflow_recorder::{Phase, RecorderConfig, RecorderStatus};
+use vlbiflow_scan::{ScanFormat, ScanMetadata, StreamCounters};
 
 use crate::config::DaemonConfig;
+use crate::disks::DiskProbe;
 use crate::engine::{Engine, Recording};
 use crate::proto::{Reply, ReturnCode as Rc, Statement};
+pub use crate::rates::HISTORY_SECONDS;
+use crate::rates::{RateSampler, Totals};
 use crate::report::*;
+pub use crate::stream::{parse_input_stream, InputStream, UDP_HEADER_OFFSET};
 
-/// Bytes of Ethernet + IPv4 + UDP headers before a datagram's payload (Mark6 offsets count from the frame).
-pub const UDP_HEADER_OFFSET: u32 = 42;
-/// Seconds of rate history kept for the dashboard.
-pub const HISTORY_SECONDS: usize = 600;
 const MAX_EVENTS: usize = 50;
 
-/// One input stream as the Mark6 `input_stream=add` command describes it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InputStream {
-    pub label: String,
-    pub kind: FrameKind,
-    /// Frame size (Mark6 "payload size").
-    pub payload_size: u32,
-    /// Offset of the frame in the Ethernet frame (42 without PSN, 50 with).
-    pub payload_offset: u32,
-    pub psn_offset: u32,
-    /// Interface name as given; informational (the socket binds to the filter address).
-    pub interface: String,
-    /// Address to receive on.
-    pub address: SocketAddr,
-    /// The Mark6 field between port and threads, kept for `input_stream?`.
-    pub slot: String,
-    pub threads: Vec<u16>,
-    /// Frame rate from the configuration, if any.
-    pub frame_rate: Option<u32>,
+/// Mark6 time `yyyy'y'ddd'd'hh'h'mm'm'ss's'` to Unix seconds (see [`vex_time::parse`]).
+pub fn parse_mark6_time(s: &str) -> Option<i64> {
+    vex_time::parse(s)
 }
 
-impl InputStream {
-    /// The recorder's stream specification.
-    pub fn spec(&self) -> StreamSpec {
-        StreamSpec {
-            label: self.label.clone(),
-            kind: self.kind,
-            address: self.address,
-            threads: self.threads.clone(),
-            psn: self.payload_offset == UDP_HEADER_OFFSET + 8,
-            frame_size: self.payload_size,
-            frame_rate: self.frame_rate,
+/// Unix seconds as Mark6 time, e.g. `2025y190d12h00m00s` (see [`vex_time::format`]).
+pub fn format_mark6_time(unix: i64) -> String {
+    vex_time::format(unix)
+}
+
+/// Identifies a start handed out as [`Action::Start`], so its outcome can be matched to it.
+pub type Ticket = u64;
+
+/// Work the controller hands to its caller, to be carried out outside the controller's lock.
+pub enum Action {
+    /// Start a recording of `config` (allocates the block pool, opens sockets and files: may take
+    /// seconds); report the outcome with [`Controller::started`].
+    Start { ticket: Ticket, config: RecorderConfig },
+    /// Stop capture of this recording (returns within about a second); the writers keep flushing and
+    /// [`Controller::tick`] notices when the scan is complete.
+    Stop(Arc<dyn Recording>),
+    /// Let go of a finished recording (frees its block pool).
+    Release(Arc<dyn Recording>),
+}
+
+impl std::fmt::Debug for Action {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Action::Start { ticket, config } => write!(f, "Start({ticket}, {})", config.scan),
+            Action::Stop(_) => f.write_str("Stop"),
+            Action::Release(_) => f.write_str("Release"),
         }
     }
+}
 
-    /// From a configured stream.
-    pub fn from_spec(s: &StreamSpec) -> Self {
-        InputStream {
-            label: s.label.clone(),
-            kind: s.kind,
-            payload_size: s.frame_size,
-            payload_offset: UDP_HEADER_OFFSET + if s.psn { 8 } else { 0 },
-            psn_offset: if s.psn { UDP_HEADER_OFFSET } else { 0 },
-            interface: "-".into(),
-            address: s.address,
-            slot: String::new(),
-            threads: s.threads.clone(),
-            frame_rate: s.frame_rate,
+/// The answer to one statement.
+#[derive(Debug)]
+pub enum Answer {
+    /// The reply.
+    Now(Reply),
+    /// The reply comes from [`Controller::started`] with this ticket, once the caller has carried out
+    /// the [`Action::Start`] it takes from [`Controller::take_actions`].
+    Later(Ticket),
+}
+
+impl Answer {
+    /// The reply if there is one now.
+    pub fn reply_now(self) -> Option<Reply> {
+        match self {
+            Answer::Now(r) => Some(r),
+            Answer::Later(_) => None,
         }
-    }
-
-    fn fields(&self) -> Vec<String> {
-        vec![
-            self.label.clone(),
-            kind_name(self.kind).into(),
-            self.payload_size.to_string(),
-            self.payload_offset.to_string(),
-            self.psn_offset.to_string(),
-            self.interface.clone(),
-            self.address.ip().to_string(),
-            self.address.port().to_string(),
-            threads_text(&self.threads),
-        ]
-    }
-}
-
-fn kind_name(k: FrameKind) -> &'static str {
-    match k {
-        FrameKind::Vdif => "vdif",
-        FrameKind::M5b => "m5b",
-    }
-}
-
-fn threads_text(t: &[u16]) -> String {
-    if t.is_empty() {
-        "all".into()
-    } else {
-        t.iter().map(u16::to_string).collect::<Vec<_>>().join(",")
     }
 }
 
@@ -121,14 +107,23 @@ struct Plan {
 
 enum RecordState {
     Off,
+    /// Waiting for its start second.
     Pending {
         start: i64,
         plan: Plan,
     },
+    /// Handed to the caller to start ([`Action::Start`]); `reply_to` is the `record=on` to answer.
+    Starting {
+        ticket: Ticket,
+        plan: Plan,
+        reply_to: Option<Statement>,
+    },
     Active {
-        rec: Box<dyn Recording>,
+        rec: Arc<dyn Recording>,
         plan: Plan,
         started: UtcTime,
+        /// `record=off` (or the duration's end, or shutdown) asked it to stop.
+        stopping: bool,
     },
 }
 
@@ -152,18 +147,19 @@ impl ScanEntry {
 }
 
 /// The scan list as found on `disks` (every `<scan>.vlbiflow.json`), oldest first.
-pub fn scan_list_from_disks(disks: &[PathBuf]) -> Vec<ScanEntry> {
-    let mut list: Vec<ScanEntry> = vlbiflow_scan::find_scans(disks)
+pub fn scan_list(probe: &dyn DiskProbe, disks: &[PathBuf]) -> Vec<ScanEntry> {
+    let mut list: Vec<ScanEntry> = probe
+        .scans(disks)
         .into_iter()
         .map(|(name, copies)| {
             let mut error = None;
             let mut meta: Option<ScanMetadata> = None;
-            for (_, m) in copies {
+            for m in copies {
                 match m {
                     // Prefer a complete copy: a disk may hold an older refresh of the metadata.
                     Ok(m) if meta.as_ref().is_none_or(|old| !old.complete && m.complete) => meta = Some(m),
                     Ok(_) => {}
-                    Err(e) => error = Some(e.to_string()),
+                    Err(e) => error = Some(e),
                 }
             }
             ScanEntry { name, meta, error }
@@ -173,81 +169,12 @@ pub fn scan_list_from_disks(disks: &[PathBuf]) -> Vec<ScanEntry> {
     list
 }
 
-/// Free and total bytes of the file system holding `path`.
-pub fn disk_space(path: &Path) -> Option<(u64, u64)> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `c` is a valid NUL-terminated path and `st` a valid out-pointer.
-    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-        return None;
-    }
-    let frsize = st.f_frsize as u64;
-    Some((st.f_bavail as u64 * frsize, st.f_blocks as u64 * frsize))
+/// The scan list as found on `disks` of the real file system.
+pub fn scan_list_from_disks(disks: &[PathBuf]) -> Vec<ScanEntry> {
+    scan_list(&crate::disks::SystemDisks, disks)
 }
 
-/// Free and total bytes over `disks`, counting each file system once.
-fn space_of(disks: &[PathBuf]) -> (u64, u64, usize) {
-    use std::os::unix::fs::MetadataExt;
-    let mut seen = Vec::new();
-    let (mut free, mut total, mut found) = (0, 0, 0);
-    for d in disks {
-        let Ok(m) = std::fs::metadata(d) else { continue };
-        if !m.is_dir() {
-            continue;
-        }
-        found += 1;
-        if seen.contains(&m.dev()) {
-            continue;
-        }
-        seen.push(m.dev());
-        if let Some((f, t)) = disk_space(d) {
-            free += f;
-            total += t;
-        }
-    }
-    (free, total, found)
-}
-
-/// Mark6 time `yyyy'y'ddd'd'hh'h'mm'm'ss's'` (fraction of a second allowed and ignored) to Unix seconds.
-pub fn parse_mark6_time(s: &str) -> Option<i64> {
-    let s = s.trim().to_ascii_lowercase();
-    let (y, rest) = s.split_once('y')?;
-    let (d, rest) = rest.split_once('d')?;
-    let (h, rest) = rest.split_once('h')?;
-    let (m, rest) = rest.split_once('m')?;
-    let sec = rest.strip_suffix('s')?;
-    let sec = sec.split('.').next()?;
-    let num = |t: &str, max: i64| -> Option<i64> {
-        if t.is_empty() || t.len() > 4 || !t.bytes().all(|c| c.is_ascii_digit()) {
-            return None;
-        }
-        let v: i64 = t.parse().ok()?;
-        (v <= max).then_some(v)
-    };
-    let (y, d, h, m, sec) = (
-        num(y, 9999)?,
-        num(d, 366)?,
-        num(h, 23)?,
-        num(m, 59)?,
-        num(sec, 60)?,
-    );
-    if y < 1970 || d == 0 {
-        return None;
-    }
-    Some((days_from_civil(y, 1, 1) + d - 1) * 86400 + h * 3600 + m * 60 + sec)
-}
-
-/// Unix seconds as Mark6 time, e.g. `2025y190d12h00m00s`.
-pub fn format_mark6_time(unix: i64) -> String {
-    let (y, doy, sod) = UtcTime::from_unix(unix, 0).year_doy_sod();
-    format!(
-        "{y:04}y{doy:03}d{:02}h{:02}m{:02}s",
-        sod / 3600,
-        (sod / 60) % 60,
-        sod % 60
-    )
-}
+pub use crate::disks::disk_space;
 
 /// ISO-8601 `YYYY-MM-DDTHH:MM:SS[.f]Z` (as the metadata holds) to Unix seconds as a float.
 pub fn parse_iso(s: &str) -> Option<f64> {
@@ -265,65 +192,59 @@ pub fn parse_iso(s: &str) -> Option<f64> {
     Some((days_from_civil(y, mo, da) * 86400 + h * 3600 + mi * 60) as f64 + sec)
 }
 
-/// Cumulative totals at one sample: time, packets, bytes, lost, bytes per stream, bytes written per disk.
-type Totals = (f64, u64, u64, u64, BTreeMap<String, u64>, BTreeMap<String, u64>);
-
 /// The command state machine. See the module documentation.
 pub struct Controller {
     cfg: DaemonConfig,
-    engine: Box<dyn Engine>,
+    disks: Box<dyn DiskProbe>,
     staged: Vec<InputStream>,
     committed: Vec<InputStream>,
     open_group: Option<String>,
-    nominal: BTreeMap<String, usize>,
+    nominal: std::collections::BTreeMap<String, usize>,
     state: RecordState,
     scans: Vec<ScanEntry>,
     last_error: Option<String>,
     events: VecDeque<String>,
     events_total: u64,
     cumulative: Cumulative,
-    /// Cumulative totals at the previous sample: (unix time, packets... per label, written per disk).
-    prev: Option<Totals>,
-    rates: Rates,
-    stream_rates: BTreeMap<String, f64>,
-    disk_rates: BTreeMap<String, f64>,
-    history: VecDeque<Sample>,
+    rates: RateSampler,
     last_sample_second: i64,
+    actions: Vec<Action>,
+    next_ticket: Ticket,
+    shutting_down: bool,
 }
 
 type Result = std::result::Result<Reply, Reply>;
 
 impl Controller {
-    /// A controller for `cfg`: streams of the configuration committed, `open_group` opened, the scan list
-    /// read from every group's disks.
-    pub fn new(cfg: DaemonConfig, engine: Box<dyn Engine>) -> Self {
+    /// A controller for `cfg` probing `disks`: streams of the configuration committed, `open_group`
+    /// opened, the scan list read from every group's disks.
+    pub fn new(cfg: DaemonConfig, disks: Box<dyn DiskProbe>) -> Self {
         let committed: Vec<InputStream> = cfg.streams.iter().map(InputStream::from_spec).collect();
         let nominal = cfg
             .groups
-            .keys()
-            .map(|g| (g.clone(), cfg.group_disks(g).len()))
+            .iter()
+            .map(|(g, patterns)| (g.clone(), disks.expand(patterns).len()))
             .collect();
-        let scans = scan_list_from_disks(&cfg.all_disks());
         let mut c = Controller {
             staged: committed.clone(),
             committed,
             open_group: None,
             nominal,
             state: RecordState::Off,
-            scans,
+            scans: Vec::new(),
             last_error: None,
             events: VecDeque::new(),
             events_total: 0,
             cumulative: Cumulative::default(),
-            prev: None,
-            rates: Rates::default(),
-            stream_rates: BTreeMap::new(),
-            disk_rates: BTreeMap::new(),
-            history: VecDeque::new(),
+            rates: RateSampler::default(),
             last_sample_second: i64::MIN,
-            engine,
+            actions: Vec::new(),
+            next_ticket: 1,
+            shutting_down: false,
+            disks,
             cfg,
         };
+        c.scans = scan_list(&*c.disks, &c.all_disks());
         if let Some(g) = c.cfg.open_group.clone() {
             c.open_group = Some(g.clone());
             c.event(format!("group {g} opened (configuration)"));
@@ -344,6 +265,49 @@ impl Controller {
     /// The configuration in force.
     pub fn config(&self) -> &DaemonConfig {
         &self.cfg
+    }
+
+    /// Every directory of a group: globs expanded, plain paths as given.
+    fn group_disks(&self, group: &str) -> Vec<PathBuf> {
+        self.cfg
+            .groups
+            .get(group)
+            .map(|g| self.disks.expand(g))
+            .unwrap_or_default()
+    }
+
+    /// Every directory of every group, without repeats.
+    fn all_disks(&self) -> Vec<PathBuf> {
+        let mut out: Vec<PathBuf> = Vec::new();
+        for g in self.cfg.groups.keys() {
+            for d in self.group_disks(g) {
+                if !out.contains(&d) {
+                    out.push(d);
+                }
+            }
+        }
+        out
+    }
+
+    /// Free and total bytes over `disks` and how many exist, counting each file system once.
+    fn space_of(&self, disks: &[PathBuf]) -> (u64, u64, usize) {
+        let mut seen = Vec::new();
+        let (mut free, mut total, mut found) = (0, 0, 0);
+        for d in disks {
+            let Some(dev) = self.disks.dir_device(d) else {
+                continue;
+            };
+            found += 1;
+            if seen.contains(&dev) {
+                continue;
+            }
+            seen.push(dev);
+            if let Some((f, t)) = self.disks.space(d) {
+                free += f;
+                total += t;
+            }
+        }
+        (free, total, found)
     }
 
     /// Counts a statement received (for metrics).
@@ -379,12 +343,18 @@ impl Controller {
     pub fn state_name(&self) -> &'static str {
         match &self.state {
             RecordState::Off => "off",
-            RecordState::Pending { .. } => "pending",
+            RecordState::Pending { .. } | RecordState::Starting { .. } => "pending",
+            RecordState::Active { stopping: true, .. } => "flushing",
             RecordState::Active { rec, .. } => match rec.status().phase {
                 Phase::Recording => "recording",
                 _ => "flushing",
             },
         }
+    }
+
+    /// True while a start time is pending (the daemon ticks faster then).
+    pub fn waiting_for_start(&self) -> bool {
+        matches!(self.state, RecordState::Pending { .. })
     }
 
     /// Addresses the current recording's streams are bound to.
@@ -397,7 +367,7 @@ impl Controller {
 
     /// Rate history, oldest first.
     pub fn history(&self) -> Vec<Sample> {
-        self.history.iter().copied().collect()
+        self.rates.history()
     }
 
     fn event(&mut self, e: String) {
@@ -419,8 +389,13 @@ impl Controller {
         )
     }
 
-    /// Advances the clock: starts a pending recording whose second has come, collects a finished one,
-    /// drains engine events and samples the rates once per second.
+    /// The work handed out since the last call, to be carried out in order outside the controller's lock.
+    pub fn take_actions(&mut self) -> Vec<Action> {
+        std::mem::take(&mut self.actions)
+    }
+
+    /// Advances the clock: hands out the start of a pending recording whose second has come, collects a
+    /// finished one, drains engine events and samples the rates once per second.
     pub fn tick(&mut self, now: UtcTime) {
         if let RecordState::Pending { start, .. } = &self.state {
             if now.unix_seconds >= *start {
@@ -428,10 +403,7 @@ impl Controller {
                 else {
                     unreachable!()
                 };
-                if let Err(e) = self.start_now(plan, now) {
-                    self.last_error = Some(e.clone());
-                    self.event(format!("pending recording could not start: {e}"));
-                }
+                self.begin_start(plan, None);
             }
         }
         if let RecordState::Active { rec, .. } = &self.state {
@@ -440,10 +412,12 @@ impl Controller {
                 self.event(e);
             }
             if let Some(summary) = finished {
-                let RecordState::Active { plan, .. } = std::mem::replace(&mut self.state, RecordState::Off)
+                let RecordState::Active { plan, rec, .. } =
+                    std::mem::replace(&mut self.state, RecordState::Off)
                 else {
                     unreachable!()
                 };
+                self.actions.push(Action::Release(rec));
                 add_scan_counters(&mut self.cumulative, &summary.status);
                 self.cumulative.scans_recorded += 1;
                 let t = summary.metadata.totals();
@@ -470,65 +444,34 @@ impl Controller {
         }
         if now.unix_seconds != self.last_sample_second {
             self.last_sample_second = now.unix_seconds;
-            self.sample(now);
+            let totals = Totals::of(&self.cumulative(), now.as_f64());
+            self.rates.sample(totals);
         }
     }
 
-    fn sample(&mut self, now: UtcTime) {
-        let c = self.cumulative();
-        let t = now.as_f64();
-        let (mut packets, mut bytes, mut lost) = (0, 0, 0);
-        let mut per_stream = BTreeMap::new();
-        for (l, v) in &c.streams {
-            packets += v[0];
-            bytes += v[1];
-            lost += v[2];
-            per_stream.insert(l.clone(), v[1]);
-        }
-        let per_disk: BTreeMap<String, u64> = c.disks.iter().cloned().collect();
-        let written: u64 = per_disk.values().sum();
-        if let Some((t0, _p0, b0, l0, s0, d0)) = &self.prev {
-            let dt = (t - t0).max(1e-3);
-            self.rates = Rates {
-                rx_bps: bytes.saturating_sub(*b0) as f64 * 8.0 / dt,
-                lost_per_s: lost.saturating_sub(*l0) as f64 / dt,
-                write_bytes_per_s: written.saturating_sub(d0.values().sum()) as f64 / dt,
+    /// Executes one statement. A `record=on` that starts now answers [`Answer::Later`].
+    pub fn handle(&mut self, st: &Statement, now: UtcTime) -> Answer {
+        if st.keyword == "record" && !st.query {
+            return match self.record(st, now) {
+                Ok(Some(r)) | Err(r) => Answer::Now(r),
+                Ok(None) => match &self.state {
+                    RecordState::Starting { ticket, .. } => Answer::Later(*ticket),
+                    _ => unreachable!("record=on without a reply starts a recording"),
+                },
             };
-            self.stream_rates = per_stream
-                .iter()
-                .map(|(l, b)| {
-                    (
-                        l.clone(),
-                        b.saturating_sub(*s0.get(l).unwrap_or(&0)) as f64 * 8.0 / dt,
-                    )
-                })
-                .collect();
-            self.disk_rates = per_disk
-                .iter()
-                .map(|(d, b)| (d.clone(), b.saturating_sub(*d0.get(d).unwrap_or(&0)) as f64 / dt))
-                .collect();
-            if self.history.len() == HISTORY_SECONDS {
-                self.history.pop_front();
-            }
-            self.history.push_back(Sample {
-                t,
-                rx_bps: self.rates.rx_bps,
-                lost_per_s: self.rates.lost_per_s,
-                write_bytes_per_s: self.rates.write_bytes_per_s,
-            });
         }
-        self.prev = Some((t, packets, bytes, lost, per_stream, per_disk));
+        Answer::Now(self.execute(st, now))
     }
 
-    /// Executes one statement.
-    pub fn execute(&mut self, st: &Statement, now: UtcTime) -> Reply {
+    /// Executes one statement that is answered at once (every one but a `record=on` that starts now,
+    /// which [`Controller::handle`] takes).
+    fn execute(&mut self, st: &Statement, _now: UtcTime) -> Reply {
         let r = match (st.keyword.as_str(), st.query) {
             ("input_stream", false) => self.input_stream(st),
             ("input_stream", true) => Ok(self.input_stream_query(st)),
             ("group", false) => self.group(st),
             ("group", true) => Ok(self.group_query(st)),
             ("mstat", true) => self.mstat(st),
-            ("record", false) => self.record(st, now),
             ("record", true) => Ok(self.record_query(st)),
             ("scan_check", true) => self.scan_check(st),
             ("rtime", true) => Ok(self.rtime(st)),
@@ -670,13 +613,14 @@ impl Controller {
                     if p.contains(['*', '?', '[']) {
                         continue;
                     }
-                    if !Path::new(p).is_dir() {
-                        std::fs::create_dir_all(p)
+                    if !self.disks.is_dir(Path::new(p)) {
+                        self.disks
+                            .create_dir_all(Path::new(p))
                             .map_err(|e| Reply::reason(st, Rc::Failed, format!("{p}: {e}")))?;
                         created += 1;
                     }
                 }
-                let found = space_of(&self.cfg.group_disks(&name)).2;
+                let found = self.space_of(&self.group_disks(&name)).2;
                 Ok(Reply::to(
                     st,
                     Rc::Done,
@@ -692,8 +636,8 @@ impl Controller {
                         format!("{}: close it first", self.state_name()),
                     ));
                 }
-                let disks = self.cfg.group_disks(&name);
-                let found = space_of(&disks).2;
+                let disks = self.group_disks(&name);
+                let found = self.space_of(&disks).2;
                 if found == 0 {
                     return Err(Reply::reason(
                         st,
@@ -758,8 +702,8 @@ impl Controller {
         };
         let mut f = Vec::new();
         for (i, name) in names.into_iter().enumerate() {
-            let disks = self.cfg.group_disks(name);
-            let (free, total, found) = space_of(&disks);
+            let disks = self.group_disks(name);
+            let (free, total, found) = self.space_of(&disks);
             let nominal = self.nominal.get(name).copied().unwrap_or(disks.len());
             let open = self.open_group.as_deref() == Some(name.as_str());
             let status2 = if open && self.busy() {
@@ -791,10 +735,11 @@ impl Controller {
 
     // ---- record ----
 
-    fn record(&mut self, st: &Statement, now: UtcTime) -> Result {
+    /// `record=...`: `Ok(None)` when an [`Action::Start`] was handed out and the reply comes later.
+    fn record(&mut self, st: &Statement, now: UtcTime) -> std::result::Result<Option<Reply>, Reply> {
         let a0 = st.arg(0).to_ascii_lowercase();
         if a0 == "off" {
-            return Ok(self.record_off(st));
+            return Ok(Some(self.record_off(st)));
         }
         let bad = |reason: String| Err(Reply::reason(st, Rc::Parameter, reason));
         let (start, rest) = if a0 == "on" {
@@ -921,7 +866,7 @@ impl Controller {
             .cfg
             .group_disks(&group)
             .into_iter()
-            .filter(|d| d.is_dir())
+            .filter(|d| self.disks.is_dir(d))
             .collect();
         if disks.is_empty() {
             return Err(Reply::reason(
@@ -931,7 +876,7 @@ impl Controller {
             ));
         }
         if let Some(gb) = size_gb {
-            let free = space_of(&disks).0 as f64 / 1e9;
+            let free = self.space_of(&disks).0 as f64 / 1e9;
             if gb > free {
                 return Err(Reply::reason(
                     st,
@@ -953,27 +898,25 @@ impl Controller {
             Some(t) if t > now.unix_seconds => {
                 self.event(format!("scan {full} pending until {}", format_mark6_time(t)));
                 self.state = RecordState::Pending { start: t, plan };
-                Ok(Reply::to(
+                Ok(Some(Reply::to(
                     st,
                     Rc::Initiated,
                     vec!["pending".into(), full, format_mark6_time(t)],
-                ))
+                )))
             }
             // A start time within the current second starts now; an earlier one is an error.
             Some(t) if t < now.unix_seconds => {
                 bad(format!("start time {} is in the past", format_mark6_time(t)))
             }
-            _ => match self.start_now(plan, now) {
-                Ok(()) => Ok(Reply::to(st, Rc::Done, vec!["recording".into(), full])),
-                Err(e) => {
-                    self.last_error = Some(e.clone());
-                    Err(Reply::reason(st, Rc::Failed, e))
-                }
-            },
+            _ => {
+                self.begin_start(plan, Some(st.clone()));
+                Ok(None)
+            }
         }
     }
 
-    fn start_now(&mut self, plan: Plan, now: UtcTime) -> std::result::Result<(), String> {
+    /// Hands out the start of `plan`; the state is `pending` until [`Controller::started`].
+    fn begin_start(&mut self, plan: Plan, reply_to: Option<Statement>) {
         let mut c: RecorderConfig = self.cfg.recorder.clone();
         c.streams = plan.streams.iter().map(InputStream::spec).collect();
         c.disks = plan.disks.clone();
@@ -981,15 +924,65 @@ impl Controller {
         c.experiment = plan.experiment.clone();
         c.station = plan.station.clone();
         c.duration = plan.duration;
-        let rec = self.engine.start(c)?;
-        self.last_error = None;
-        self.event(format!("scan {} recording on group {}", plan.scan, plan.group));
-        self.state = RecordState::Active {
-            rec,
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        self.actions.push(Action::Start { ticket, config: c });
+        self.state = RecordState::Starting {
+            ticket,
             plan,
-            started: now,
+            reply_to,
         };
-        Ok(())
+    }
+
+    /// The outcome of [`Action::Start`] `ticket`, carried out at `now`; returns the reply to the
+    /// `record=on` that asked for it (`None` for a start time that came, or a ticket not current).
+    pub fn started(
+        &mut self,
+        ticket: Ticket,
+        outcome: std::result::Result<Box<dyn Recording>, String>,
+        now: UtcTime,
+    ) -> Option<Reply> {
+        let current = matches!(&self.state, RecordState::Starting { ticket: t, .. } if *t == ticket);
+        if !current {
+            // Not asked for any more (cannot happen today: record=off answers busy while starting).
+            if let Ok(rec) = outcome {
+                let rec: Arc<dyn Recording> = Arc::from(rec);
+                self.actions.push(Action::Stop(rec.clone()));
+                self.actions.push(Action::Release(rec));
+            }
+            return None;
+        }
+        let RecordState::Starting { plan, reply_to, .. } =
+            std::mem::replace(&mut self.state, RecordState::Off)
+        else {
+            unreachable!()
+        };
+        match outcome {
+            Ok(rec) => {
+                let rec: Arc<dyn Recording> = Arc::from(rec);
+                self.last_error = None;
+                self.event(format!("scan {} recording on group {}", plan.scan, plan.group));
+                let name = plan.scan.clone();
+                let stopping = self.shutting_down;
+                if stopping {
+                    self.actions.push(Action::Stop(rec.clone()));
+                }
+                self.state = RecordState::Active {
+                    rec,
+                    plan,
+                    started: now,
+                    stopping,
+                };
+                reply_to.map(|st| Reply::to(&st, Rc::Done, vec!["recording".into(), name]))
+            }
+            Err(e) => {
+                self.last_error = Some(e.clone());
+                if reply_to.is_none() {
+                    self.event(format!("pending recording could not start: {e}"));
+                }
+                reply_to.map(|st| Reply::reason(&st, Rc::Failed, e))
+            }
+        }
     }
 
     fn record_off(&mut self, st: &Statement) -> Reply {
@@ -999,12 +992,44 @@ impl Controller {
                 self.event(format!("pending scan {} cancelled", plan.scan));
                 Reply::to(st, Rc::Done, vec!["cancelled".into(), plan.scan])
             }
-            RecordState::Active { rec, plan, started } => {
-                // Bounded: the engine's stop returns within a second; flushing continues in the background.
-                rec.stop();
+            RecordState::Starting {
+                ticket,
+                plan,
+                reply_to,
+            } => {
+                let reply = Reply::reason(
+                    st,
+                    Rc::Busy,
+                    format!(
+                        "scan {} is starting: retry when record? says recording",
+                        plan.scan
+                    ),
+                );
+                self.state = RecordState::Starting {
+                    ticket,
+                    plan,
+                    reply_to,
+                };
+                reply
+            }
+            RecordState::Active {
+                rec,
+                plan,
+                started,
+                stopping,
+            } => {
+                // The caller stops capture outside the lock; flushing continues in the background.
                 let name = plan.scan.clone();
-                self.event(format!("scan {name}: record=off, flushing"));
-                self.state = RecordState::Active { rec, plan, started };
+                if !stopping {
+                    self.actions.push(Action::Stop(rec.clone()));
+                    self.event(format!("scan {name}: record=off, flushing"));
+                }
+                self.state = RecordState::Active {
+                    rec,
+                    plan,
+                    started,
+                    stopping: true,
+                };
                 Reply::to(st, Rc::Done, vec!["flushing".into(), name])
             }
         }
@@ -1020,7 +1045,9 @@ impl Controller {
                     .map(|s| s.name.clone())
                     .unwrap_or_else(|| "-".into()),
             ),
-            RecordState::Pending { plan, .. } | RecordState::Active { plan, .. } => {
+            RecordState::Pending { plan, .. }
+            | RecordState::Starting { plan, .. }
+            | RecordState::Active { plan, .. } => {
                 (plan.group.clone(), self.scans.len() + 1, plan.scan.clone())
             }
         };
@@ -1033,8 +1060,31 @@ impl Controller {
 
     // ---- queries on scans and rates ----
 
+    /// The scan being recorded or flushed (or about to be), if any.
+    fn current_scan(&self) -> Option<&str> {
+        match &self.state {
+            RecordState::Starting { plan, .. } | RecordState::Active { plan, .. } => Some(&plan.scan),
+            _ => None,
+        }
+    }
+
     fn scan_check(&self, st: &Statement) -> Result {
         let which = st.arg(0);
+        // The latest scan (or this one by name or number) is not complete yet: say so rather than answer
+        // for the one before, which a script would take for the scan it just recorded.
+        if let Some(current) = self.current_scan() {
+            let number = (self.scans.len() + 1).to_string();
+            if which.is_empty() || which == current || which == number {
+                return Err(Reply::reason(
+                    st,
+                    Rc::Busy,
+                    format!(
+                        "scan {current} is {}: retry when record? says off",
+                        self.state_name()
+                    ),
+                ));
+            }
+        }
         let (number, entry) = if which.is_empty() {
             match self.scans.last() {
                 Some(e) => (self.scans.len(), e),
@@ -1091,7 +1141,7 @@ impl Controller {
             f.extend([
                 s.label.clone(),
                 status.into(),
-                kind_name(s.kind).into(),
+                s.kind.name().into(),
                 first
                     .map(|t| format_mark6_time(t.floor() as i64))
                     .unwrap_or_else(|| "-".into()),
@@ -1124,7 +1174,7 @@ impl Controller {
         let Some(group) = &self.open_group else {
             return Reply::reason(st, Rc::NotNow, "no group open");
         };
-        let (free, total, _) = space_of(&self.cfg.group_disks(group));
+        let (free, total, _) = self.space_of(&self.group_disks(group));
         let rate = self.recent_rate();
         let seconds = if rate > 0.0 {
             format!("{:.0}", free as f64 * 8.0 / rate)
@@ -1199,198 +1249,60 @@ impl Controller {
         )
     }
 
-    // ---- status report ----
-
-    /// The full status at `now`.
-    pub fn report(&self, now: UtcTime) -> StatusReport {
-        let live: Option<RecorderStatus> = match &self.state {
-            RecordState::Active { rec, .. } => Some(rec.status()),
-            _ => None,
-        };
-        let (plan, started) = match &self.state {
-            RecordState::Pending { plan, start } => (Some(plan), Some(UtcTime::from_unix(*start, 0))),
-            RecordState::Active { plan, started, .. } => (Some(plan), Some(*started)),
-            RecordState::Off => (None, None),
-        };
-        let record = RecordReport {
-            state: self.state_name().into(),
-            group: plan.map(|p| p.group.clone()).or_else(|| self.open_group.clone()),
-            scan: plan.map(|p| p.scan.clone()),
-            scan_number: self.scans.len() + usize::from(plan.is_some()),
-            start_utc: started.map(|t| t.to_iso8601()),
-            elapsed_s: live.as_ref().map(|s| s.elapsed.as_secs_f64()).unwrap_or(0.0),
-            duration_s: plan.and_then(|p| p.duration).map(|d| d.as_secs_f64()),
-            last_error: self.last_error.clone(),
-        };
-        let streams_cfg = plan.map(|p| &p.streams).unwrap_or(&self.committed);
-        let streams = streams_cfg
-            .iter()
-            .map(|s| {
-                let mut r = StreamReport {
-                    label: s.label.clone(),
-                    format: kind_name(s.kind).into(),
-                    address: s.address.to_string(),
-                    interface: s.interface.clone(),
-                    psn: s.spec().psn,
-                    frame_size: s.payload_size,
-                    threads: s.threads.clone(),
-                    rate_bps: self.stream_rates.get(&s.label).copied().unwrap_or(0.0),
-                    ..Default::default()
-                };
-                if let Some(ls) = live
-                    .as_ref()
-                    .and_then(|l| l.streams.iter().find(|x| x.label == s.label))
-                {
-                    let c = &ls.counters;
-                    r.packets = c.packets;
-                    r.bytes = c.bytes;
-                    r.lost = c.lost;
-                    r.out_of_order = c.out_of_order;
-                    r.duplicates = c.duplicates;
-                    r.invalid_frames = c.invalid_frames;
-                    r.rejected = c.rejected;
-                    r.filtered = c.filtered;
-                    r.dropped_no_buffer = c.dropped_no_buffer;
-                    r.kernel_drops = c.kernel_drops;
-                    r.loss_fraction = c.loss_fraction();
-                    r.frame_rate = ls.frame_rate;
-                    r.recv_buffer = ls.recv_buffer;
-                    r.vdif_times = ls
-                        .threads
-                        .iter()
-                        .filter_map(|t| {
-                            let time: VdifTime = t.last_time?;
-                            let delta = t
-                                .frame_rate
-                                .or(ls.frame_rate)
-                                .and_then(|rate| time.to_utc(rate).ok())
-                                .map(|u| u.as_f64() - now.as_f64());
-                            Some(VdifTimeReport {
-                                thread: t.thread,
-                                epoch: time.epoch,
-                                second: time.seconds,
-                                frame: time.frame,
-                                delta_s: delta,
-                            })
-                        })
-                        .collect();
-                }
-                r
-            })
-            .collect();
-        let group_name = record.group.clone().unwrap_or_default();
-        let disk_paths: Vec<PathBuf> = match (plan, &self.open_group) {
-            (Some(p), _) => p.disks.clone(),
-            (None, Some(g)) => self.cfg.group_disks(g),
-            (None, None) => Vec::new(),
-        };
-        let disks = disk_paths
-            .iter()
-            .map(|p| {
-                let key = p.display().to_string();
-                let (free, total) = disk_space(p).unwrap_or((0, 0));
-                let ld = live.as_ref().and_then(|l| l.disks.iter().find(|d| &d.path == p));
-                DiskReport {
-                    path: key.clone(),
-                    group: group_name.clone(),
-                    free_bytes: free,
-                    total_bytes: total,
-                    written_bytes: ld.map(|d| d.bytes).unwrap_or(0),
-                    write_rate: self.disk_rates.get(&key).copied().unwrap_or(0.0),
-                    failed: ld.and_then(|d| d.failed.clone()),
-                    present: p.is_dir(),
-                }
-            })
-            .collect();
-        let groups = self
-            .cfg
-            .groups
-            .keys()
-            .map(|g| {
-                let (free, total, found) = space_of(&self.cfg.group_disks(g));
-                GroupReport {
-                    name: g.clone(),
-                    open: self.open_group.as_deref() == Some(g),
-                    disks_found: found,
-                    disks_nominal: self.nominal.get(g).copied().unwrap_or(0),
-                    free_bytes: free,
-                    total_bytes: total,
-                }
-            })
-            .collect();
-        let mut scans: Vec<ScanReport> = self
-            .scans
-            .iter()
-            .enumerate()
-            .map(|(i, s)| {
-                let t = s.meta.as_ref().map(|m| m.totals()).unwrap_or_default();
-                ScanReport {
-                    number: i + 1,
-                    name: s.name.clone(),
-                    state: match &s.meta {
-                        Some(m) if m.complete => "complete",
-                        Some(_) => "incomplete",
-                        None => "unreadable",
-                    }
-                    .into(),
-                    start_utc: s.meta.as_ref().map(|m| m.start_utc.clone()),
-                    end_utc: s.meta.as_ref().and_then(|m| m.end_utc.clone()),
-                    bytes: t.bytes,
-                    packets: t.packets,
-                    lost: t.lost,
-                    disks: s.meta.as_ref().map(|m| m.disks.len()).unwrap_or(0),
-                }
-            })
-            .collect();
-        if let (Some(p), Some(l)) = (plan, &live) {
-            let t = l.totals();
-            scans.push(ScanReport {
-                number: self.scans.len() + 1,
-                name: p.scan.clone(),
-                state: record.state.clone(),
-                start_utc: record.start_utc.clone(),
-                end_utc: None,
-                bytes: t.bytes,
-                packets: t.packets,
-                lost: t.lost,
-                disks: p.disks.len(),
-            });
-        }
-        StatusReport {
-            name: self.cfg.name.clone(),
-            version: format!("vlbiflow {}", env!("CARGO_PKG_VERSION")),
-            time_unix: now.as_f64(),
-            time_utc: now.to_iso8601(),
-            record,
-            streams,
-            disks,
-            groups,
-            pool: live.as_ref().map(|l| PoolReport {
-                total: l.pool.total,
-                free: l.pool.free,
-                queued: l.pool.queued,
-                block_bytes: l.pool.block_bytes,
-            }),
-            rates: self.rates.clone(),
-            scans,
-            events: self.events.iter().cloned().collect(),
+    /// Begins shutdown: a pending start is cancelled, a recording is stopped (an [`Action::Stop`] to
+    /// carry out; one still starting is stopped once it has). The caller then ticks until
+    /// [`Controller::is_idle`].
+    pub fn begin_shutdown(&mut self) {
+        self.shutting_down = true;
+        match &mut self.state {
+            RecordState::Pending { .. } => self.state = RecordState::Off,
+            RecordState::Active { rec, stopping, .. } if !*stopping => {
+                *stopping = true;
+                self.actions.push(Action::Stop(rec.clone()));
+            }
+            _ => {}
         }
     }
 
-    /// Stops any recording and waits (bounded by `timeout`) for it to flush; used at shutdown.
-    pub fn shutdown(&mut self, timeout: Duration) {
-        if let RecordState::Pending { .. } = self.state {
-            self.state = RecordState::Off;
+    /// True when nothing is recording, starting or flushing.
+    pub fn is_idle(&self) -> bool {
+        matches!(self.state, RecordState::Off)
+    }
+
+    /// Executes `st` and carries out every action synchronously against `engine` (stops and releases
+    /// inline); for tests and embedding without a daemon.
+    pub fn execute_with(&mut self, st: &Statement, now: UtcTime, engine: &mut dyn Engine) -> Reply {
+        let answer = self.handle(st, now);
+        let replies = self.run_actions(engine, now);
+        match answer {
+            Answer::Now(r) => r,
+            Answer::Later(t) => replies
+                .into_iter()
+                .find(|(k, _)| *k == t)
+                .map(|(_, r)| r)
+                .expect("a start's reply comes with its action"),
         }
-        if let RecordState::Active { rec, .. } = &self.state {
-            rec.stop();
-            let deadline = std::time::Instant::now() + timeout;
-            while std::time::Instant::now() < deadline {
-                if let RecordState::Off = self.state {
-                    break;
+    }
+
+    /// Carries out pending actions synchronously against `engine`; returns the replies of starts.
+    pub fn run_actions(&mut self, engine: &mut dyn Engine, now: UtcTime) -> Vec<(Ticket, Reply)> {
+        let mut replies = Vec::new();
+        loop {
+            let actions = self.take_actions();
+            if actions.is_empty() {
+                return replies;
+            }
+            for a in actions {
+                match a {
+                    Action::Start { ticket, config } => {
+                        let outcome = engine.start(config);
+                        if let Some(r) = self.started(ticket, outcome, now) {
+                            replies.push((ticket, r));
+                        }
+                    }
+                    Action::Stop(rec) => rec.stop(),
+                    Action::Release(rec) => drop(rec),
                 }
-                self.tick(UtcTime::now());
-                std::thread::sleep(Duration::from_millis(20));
             }
         }
     }
@@ -1399,16 +1311,16 @@ impl Controller {
 fn add_scan_counters(c: &mut Cumulative, st: &RecorderStatus) {
     for s in &st.streams {
         let k = &s.counters;
-        let add = [
-            k.packets,
-            k.bytes,
-            k.lost,
-            k.out_of_order,
-            k.rejected,
-            k.dropped_no_buffer + k.kernel_drops,
-        ];
+        let add = StreamTotals {
+            packets: k.packets,
+            bytes: k.bytes,
+            lost: k.lost,
+            out_of_order: k.out_of_order,
+            rejected: k.rejected,
+            dropped: k.dropped_no_buffer + k.kernel_drops,
+        };
         match c.streams.iter_mut().find(|(l, _)| *l == s.label) {
-            Some((_, v)) => v.iter_mut().zip(add).for_each(|(a, b)| *a += b),
+            Some((_, v)) => v.add(&add),
             None => c.streams.push((s.label.clone(), add)),
         }
     }
@@ -1421,100 +1333,6 @@ fn add_scan_counters(c: &mut Cumulative, st: &RecorderStatus) {
     }
 }
 
-/// Parses the fields after `input_stream=add`:
-/// `<label>:<vdif|m5b>:<payload size>:<payload offset>:<psn offset>:<interface>:<filter address>[:<port>[:<slot>]:<threads>]`.
-pub fn parse_input_stream(a: &[String]) -> std::result::Result<InputStream, String> {
-    if a.len() < 7 || a.len() > 10 {
-        return Err(format!(
-            "{} fields: expected <label>:<vdif|m5b>:<payload size>:<payload offset>:<psn offset>:<interface>:<filter address>[:<port>[:<slot>]:<threads>]",
-            a.len()
-        ));
-    }
-    let label = a[0].as_str();
-    if label.is_empty()
-        || label.len() > 32
-        || !label
-            .bytes()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.'))
-    {
-        return Err(format!("label {label:?}: 1 to 32 of A-Z a-z 0-9 _ - ."));
-    }
-    let kind = match a[1].to_ascii_lowercase().as_str() {
-        "vdif" => FrameKind::Vdif,
-        "m5b" | "mark5b" => FrameKind::M5b,
-        other => return Err(format!("format {other:?} is not vdif or m5b")),
-    };
-    let num = |i: usize, what: &str| -> std::result::Result<u32, String> {
-        a[i].parse::<u32>()
-            .map_err(|_| format!("{what} {:?} is not a number", a[i]))
-    };
-    let payload_size = num(2, "payload size")?;
-    let payload_offset = num(3, "payload offset")?;
-    let psn_offset = if a[4].is_empty() { 0 } else { num(4, "psn offset")? };
-    match (payload_offset, psn_offset) {
-        (UDP_HEADER_OFFSET, _) => {}
-        (o, UDP_HEADER_OFFSET) if o == UDP_HEADER_OFFSET + 8 => {}
-        _ => {
-            return Err(format!(
-                "payload offset {payload_offset} / psn offset {psn_offset}: a UDP socket sees datagrams from byte 42, \
-                 so the payload offset must be 42 (no PSN) or 50 with psn offset 42"
-            ))
-        }
-    }
-    let interface = a[5].clone();
-    if interface.len() > 32
-        || !interface
-            .bytes()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.'))
-    {
-        return Err(format!("interface {interface:?}: up to 32 of A-Z a-z 0-9 _ - ."));
-    }
-    let ip: IpAddr = a[6]
-        .parse()
-        .map_err(|_| format!("filter address {:?} is not an IP address", a[6]))?;
-    let port = match a.get(7).map(String::as_str) {
-        None | Some("") => 4001,
-        Some(p) => p
-            .parse::<u16>()
-            .map_err(|_| format!("port {p:?} is not 0..65535"))?,
-    };
-    let (slot, threads) = match a.len() {
-        10 => (a[8].clone(), a[9].as_str()),
-        9 => (String::new(), a[8].as_str()),
-        _ => (String::new(), ""),
-    };
-    let mut t = Vec::new();
-    for x in threads.split([',', '+']).map(str::trim).filter(|x| !x.is_empty()) {
-        match x.parse::<u16>() {
-            Ok(v) if v <= 1023 => t.push(v),
-            _ => return Err(format!("thread {x:?} is not a VDIF thread ID (0..=1023)")),
-        }
-    }
-    if kind == FrameKind::M5b && !t.is_empty() {
-        return Err("threads: Mark5B streams have no threads".into());
-    }
-    t.sort_unstable();
-    t.dedup();
-    let s = InputStream {
-        label: label.to_string(),
-        kind,
-        payload_size,
-        payload_offset,
-        psn_offset: if payload_offset == UDP_HEADER_OFFSET {
-            0
-        } else {
-            psn_offset
-        },
-        interface,
-        address: SocketAddr::new(ip, port),
-        slot,
-        threads: t,
-        frame_rate: None,
-    };
-    s.spec().validate().map_err(|e| e.to_string())?;
-    Ok(s)
-}
-
 /// Used by the daemon's start-up log.
 pub fn describe(cfg: &DaemonConfig) -> String {
     format!(
@@ -1524,10 +1342,10 @@ pub fn describe(cfg: &DaemonConfig) -> String {
         cfg.all_disks().len()
     )
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::disks::DiskProbe;
     use crate::proto::{parse_statement, ReturnCode};
     use std::sync::{Arc, Mutex};
     use vlbiflow_recorder::{DiskStatus, PoolStatus, ScanSummary, StreamStatus};
@@ -1686,6 +1504,7 @@ mod tests {
 
     struct Fixture {
         ctl: Controller,
+        engine: ScriptedEngine,
         script: Arc<Mutex<Script>>,
         _dir: tempfile::TempDir,
         now: UtcTime,
@@ -1705,9 +1524,10 @@ mod tests {
             packets: 1000,
             ..Default::default()
         }));
-        let ctl = Controller::new(cfg, Box::new(ScriptedEngine(script.clone())));
+        let ctl = Controller::new(cfg, Box::new(crate::disks::SystemDisks));
         Fixture {
             ctl,
+            engine: ScriptedEngine(script.clone()),
             script,
             _dir: dir,
             now: UtcTime::from_unix(T0, 0),
@@ -1717,11 +1537,16 @@ mod tests {
     impl Fixture {
         fn cmd(&mut self, line: &str) -> String {
             let st = parse_statement(line.as_bytes()).unwrap();
-            self.ctl.execute(&st, self.now).format()
+            self.ctl.execute_with(&st, self.now, &mut self.engine).format()
         }
         fn code(&mut self, line: &str) -> u8 {
             let st = parse_statement(line.as_bytes()).unwrap();
-            self.ctl.execute(&st, self.now).code.code()
+            self.ctl.execute_with(&st, self.now, &mut self.engine).code.code()
+        }
+        /// Ticks at `now` and carries out what the tick handed out.
+        fn tick(&mut self, now: UtcTime) {
+            self.ctl.tick(now);
+            self.ctl.run_actions(&mut self.engine, now);
         }
         fn ready(&mut self) {
             assert_eq!(
@@ -1826,13 +1651,67 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path().join("new/0");
         let cfg = DaemonConfig::from_toml(&format!("[groups]\nn = [\"{}\"]", d.display())).unwrap();
-        let mut ctl = Controller::new(cfg, Box::new(ScriptedEngine(Default::default())));
+        let mut ctl = Controller::new(cfg, Box::new(crate::disks::SystemDisks));
         let st = parse_statement(b"group=new:n").unwrap();
+        let mut engine = ScriptedEngine(Default::default());
         assert_eq!(
-            ctl.execute(&st, UtcTime::now()).format(),
+            ctl.execute_with(&st, UtcTime::now(), &mut engine).format(),
             "!group = 0 : n : 1 disks : 1 created ;"
         );
         assert!(d.is_dir());
+    }
+
+    #[test]
+    fn disks_are_probed_through_the_trait() {
+        let disks = crate::disks::MemDisks::default();
+        disks.add_dir("/m/0", 1);
+        disks.add_dir("/m/1", 1);
+        disks.add_dir("/n/a", 2);
+        disks.set_space(1, 4_000_000_000, 10_000_000_000);
+        disks.set_space(2, 1_000_000_000, 2_000_000_000);
+        let cfg = DaemonConfig::from_toml("[groups]\nm = [\"/m/0\", \"/m/1\", \"/n/*\"]\nnew = [\"/p/q\"]")
+            .unwrap();
+        let mut ctl = Controller::new(cfg, Box::new(disks.clone()));
+        let mut engine = ScriptedEngine(Default::default());
+        let mut cmd = |c: &mut Controller, line: &str| {
+            c.execute_with(
+                &parse_statement(line.as_bytes()).unwrap(),
+                UtcTime::from_unix(T0, 0),
+                &mut engine,
+            )
+            .format()
+        };
+        // Two file systems: /m/0 and /m/1 share device 1 and count once.
+        assert_eq!(
+            cmd(&mut ctl, "mstat?m"),
+            "!mstat? 0 : m : 1 : m : 3 : 3 : 5.000 : 12.000 : closed : ready : sg ;"
+        );
+        disks.remove_dir(Path::new("/m/1"));
+        assert_eq!(
+            cmd(&mut ctl, "mstat?m"),
+            "!mstat? 0 : m : 1 : m : 2 : 3 : 5.000 : 12.000 : closed : disks missing : sg ;"
+        );
+        assert_eq!(
+            cmd(&mut ctl, "group=new:new"),
+            "!group = 0 : new : 1 disks : 1 created ;"
+        );
+        assert!(disks.is_dir(Path::new("/p/q")));
+        disks.fail_create("/r");
+        let cfg = DaemonConfig::from_toml("[groups]\nr = [\"/r/0\"]").unwrap();
+        let mut ctl = Controller::new(cfg, Box::new(disks.clone()));
+        assert_eq!(
+            cmd(&mut ctl, "group=new:r"),
+            "!group = 3 : /r/0: permission denied ;"
+        );
+    }
+
+    #[test]
+    fn a_configured_frame_rate_is_not_overridden_by_a_learned_one() {
+        let mut f = fixture("streams = [\"a=vdif@127.0.0.1:0,psn,frame-size=8224,frame-rate=2000\"]");
+        assert_eq!(f.code("group=open:g1"), 0);
+        assert_eq!(f.code("record=on:30:scan1:exp:st"), 0);
+        // The scripted recording reports a learned rate of 1000 frames/s.
+        assert_eq!(f.ctl.report(f.now).streams[0].frame_rate, Some(2000));
     }
 
     #[test]
@@ -1921,10 +1800,10 @@ mod tests {
             f.cmd("record?"),
             "!record? 0 : flushing : g1 : 1 : exp_st_scan1 ;"
         );
-        f.ctl.tick(f.now);
+        f.tick(f.now);
         assert_eq!(f.ctl.state_name(), "flushing");
         f.script.lock().unwrap().flushed = true;
-        f.ctl.tick(f.now);
+        f.tick(f.now);
         assert_eq!(f.cmd("record?"), "!record? 0 : off : g1 : 1 : exp_st_scan1 ;");
         assert_eq!(
             f.cmd("scan_check?"),
@@ -1935,8 +1814,120 @@ mod tests {
         assert_eq!(f.code("scan_check?2"), 8);
         assert_eq!(f.code("record=on:30:scan1:exp:st"), 6, "scan exists");
         let c = f.ctl.cumulative();
-        assert_eq!(c.streams[0].1[0], 1000);
+        assert_eq!(c.streams[0].1.packets, 1000);
         assert_eq!(c.scans_recorded, 1);
+    }
+
+    #[test]
+    fn scan_check_is_busy_until_the_latest_scan_is_complete() {
+        let mut f = fixture("");
+        f.ready();
+        f.cmd("record=on:30:scan1:exp:st");
+        f.cmd("record=off");
+        f.script.lock().unwrap().flushed = true;
+        f.tick(f.now);
+        assert_eq!(f.code("scan_check?"), 0);
+        *f.script.lock().unwrap() = Script {
+            packets: 500,
+            ..Default::default()
+        };
+        assert_eq!(
+            f.cmd("record=on:30:scan2:exp:st"),
+            "!record = 0 : recording : exp_st_scan2 ;"
+        );
+        assert_eq!(
+            f.cmd("scan_check?"),
+            "!scan_check? 5 : scan exp_st_scan2 is recording: retry when record? says off ;"
+        );
+        assert_eq!(f.cmd("record=off"), "!record = 0 : flushing : exp_st_scan2 ;");
+        // Still flushing: not the previous scan's answer, which a script would take for this one.
+        for q in ["scan_check?", "scan_check?exp_st_scan2", "scan_check?2"] {
+            assert_eq!(
+                f.cmd(q),
+                "!scan_check? 5 : scan exp_st_scan2 is flushing: retry when record? says off ;",
+                "{q}"
+            );
+        }
+        // Earlier scans still answer.
+        assert!(f
+            .cmd("scan_check?1")
+            .starts_with("!scan_check? 0 : 1 : exp_st_scan1 :"));
+        f.tick(f.now);
+        assert_eq!(f.code("scan_check?"), 5);
+        f.script.lock().unwrap().flushed = true;
+        f.tick(f.now);
+        assert!(
+            f.cmd("scan_check?")
+                .starts_with("!scan_check? 0 : 2 : exp_st_scan2 : complete :"),
+            "complete: answered"
+        );
+    }
+
+    #[test]
+    fn a_start_in_progress_is_pending_and_its_reply_comes_with_the_outcome() {
+        let mut f = fixture("");
+        f.ready();
+        let st = parse_statement(b"record=on:30:scan1:exp:st").unwrap();
+        let Answer::Later(ticket) = f.ctl.handle(&st, f.now) else {
+            panic!("record=on answered before the recording started")
+        };
+        let actions = f.ctl.take_actions();
+        assert!(
+            matches!(&actions[..], [Action::Start { ticket: t, config }] if *t == ticket && config.scan == "exp_st_scan1")
+        );
+        // While the caller starts it (outside the lock), the controller answers and says pending.
+        assert_eq!(f.cmd("record?"), "!record? 0 : pending : g1 : 1 : exp_st_scan1 ;");
+        assert_eq!(f.ctl.report(f.now).record.state, "pending");
+        assert_eq!(
+            f.cmd("record=off"),
+            "!record = 5 : scan exp_st_scan1 is starting: retry when record? says recording ;"
+        );
+        assert_eq!(f.code("record=on:30:scan2:exp:st"), 6);
+        let Action::Start { config, .. } = actions.into_iter().next().unwrap() else {
+            unreachable!()
+        };
+        let rec = f.engine.start(config);
+        let reply = f.ctl.started(ticket, rec, f.now).unwrap();
+        assert_eq!(reply.format(), "!record = 0 : recording : exp_st_scan1 ;");
+        assert_eq!(f.ctl.state_name(), "recording");
+        // A stale outcome (not the current ticket) is stopped and released, never adopted.
+        let again = f.script.lock().unwrap().started[0].clone();
+        let stale = f.engine.start(again);
+        assert!(f.ctl.started(ticket + 7, stale, f.now).is_none());
+        assert!(matches!(
+            &f.ctl.take_actions()[..],
+            [Action::Stop(_), Action::Release(_)]
+        ));
+        // record=off hands out the stop; the state is flushing before the recorder even knows.
+        assert_eq!(
+            f.ctl
+                .handle(&parse_statement(b"record=off").unwrap(), f.now)
+                .reply_now()
+                .unwrap()
+                .format(),
+            "!record = 0 : flushing : exp_st_scan1 ;"
+        );
+        assert!(!f.script.lock().unwrap().stopped);
+        assert_eq!(f.ctl.state_name(), "flushing");
+        assert!(matches!(&f.ctl.take_actions()[..], [Action::Stop(_)]));
+    }
+
+    #[test]
+    fn a_start_that_fails_answers_failed_and_leaves_off() {
+        let mut f = fixture("");
+        f.ready();
+        let st = parse_statement(b"record=on:30:scan1:exp:st").unwrap();
+        let Answer::Later(ticket) = f.ctl.handle(&st, f.now) else {
+            panic!()
+        };
+        f.ctl.take_actions();
+        let r = f
+            .ctl
+            .started(ticket, Err("cannot bind 127.0.0.1:4001".into()), f.now)
+            .unwrap();
+        assert_eq!(r.format(), "!record = 3 : cannot bind 127.0.0.1:4001 ;");
+        assert_eq!(f.ctl.state_name(), "off");
+        assert!(f.cmd("status?").contains("cannot bind"));
     }
 
     #[test]
@@ -1948,9 +1939,9 @@ mod tests {
             "!record = 1 : pending : exp_st_scan1 : 2025y190d12h00m05s ;"
         );
         assert_eq!(f.cmd("record?"), "!record? 0 : pending : g1 : 1 : exp_st_scan1 ;");
-        f.ctl.tick(UtcTime::from_unix(T0 + 4, 999_000_000));
+        f.tick(UtcTime::from_unix(T0 + 4, 999_000_000));
         assert!(f.script.lock().unwrap().started.is_empty());
-        f.ctl.tick(UtcTime::from_unix(T0 + 5, 1_000_000));
+        f.tick(UtcTime::from_unix(T0 + 5, 1_000_000));
         assert_eq!(f.script.lock().unwrap().started.len(), 1);
         assert_eq!(f.ctl.state_name(), "recording");
         // The start time may also take the place of "on".
@@ -1990,7 +1981,7 @@ mod tests {
         f.ready();
         f.cmd("record=on:30:scan1:exp:st");
         f.script.lock().unwrap().flushed = true;
-        f.ctl.tick(f.now);
+        f.tick(f.now);
         let summary_meta = f.ctl.scans()[0].meta.clone().unwrap();
         for d in &f.script.lock().unwrap().started[0].disks {
             summary_meta
@@ -2000,7 +1991,7 @@ mod tests {
         // An unreadable copy of another scan still lists it.
         std::fs::write(f._dir.path().join("0/bad.vlbiflow.json"), b"{").unwrap();
         let cfg = f.ctl.config().clone();
-        let again = Controller::new(cfg, Box::new(ScriptedEngine(Default::default())));
+        let again = Controller::new(cfg, Box::new(crate::disks::SystemDisks));
         let names: Vec<_> = again.scans().iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["bad", "exp_st_scan1"]);
         assert!(again.scans()[0].meta.is_none());
@@ -2014,15 +2005,15 @@ mod tests {
         let mut f = fixture("");
         f.ready();
         f.cmd("record=on:30:scan1:exp:st");
-        f.ctl.tick(UtcTime::from_unix(T0, 0));
+        f.tick(UtcTime::from_unix(T0, 0));
         f.script.lock().unwrap().packets = 2000;
-        f.ctl.tick(UtcTime::from_unix(T0 + 1, 0));
+        f.tick(UtcTime::from_unix(T0 + 1, 0));
         let h = f.ctl.history();
         assert_eq!(h.len(), 1);
         assert_eq!(h[0].rx_bps, 1000.0 * 8224.0 * 8.0);
         assert_eq!(f.ctl.report(f.now).streams[0].rate_bps, 1000.0 * 8224.0 * 8.0);
         // A second tick within the same second adds nothing.
-        f.ctl.tick(UtcTime::from_unix(T0 + 1, 500_000_000));
+        f.tick(UtcTime::from_unix(T0 + 1, 500_000_000));
         assert_eq!(f.ctl.history().len(), 1);
     }
 
@@ -2031,7 +2022,11 @@ mod tests {
         let mut f = fixture("");
         let mut s = crate::session::Mark6Session::new(Some("abcdefgh".into()));
         let inputs = s.frame(b"record?;auth=wrong;auth=abcdefgh;record?;auth=x;\n");
-        let out = s.process(inputs, &mut f.ctl, f.now);
+        let out = s.process(
+            inputs,
+            &mut crate::session::WithEngine(&mut f.ctl, &mut f.engine),
+            f.now,
+        );
         let lines: Vec<_> = out.lines().collect();
         assert_eq!(
             lines,
@@ -2045,7 +2040,11 @@ mod tests {
         );
         assert!(!s.should_close());
         let inputs = s.frame(b"auth=y;auth=z;record?\n");
-        let out = s.process(inputs, &mut f.ctl, f.now);
+        let out = s.process(
+            inputs,
+            &mut crate::session::WithEngine(&mut f.ctl, &mut f.engine),
+            f.now,
+        );
         assert_eq!(
             out, "!auth = 4 : wrong token ;\n",
             "closes after the third wrong token"
