@@ -27,7 +27,7 @@ use vlbiflow_udp::{BatchReceiver, DropCounter, RecvMeta};
 
 use crate::config::StreamSpec;
 use crate::engine::{RecorderEvent, Shared};
-use crate::loss::{FrameIndexer, SequenceTracker};
+use crate::loss::{Arrival, FrameIndexer, SequenceTracker};
 use crate::pool::Block;
 use crate::status::{pack_time, ThreadStatus};
 
@@ -275,6 +275,16 @@ struct ThreadState {
     status: ThreadStatus,
     indexer: FrameIndexer,
     tracker: SequenceTracker,
+    /// Frames of this sequence that arrived but could not be stored (no free block); see [`Unstored`].
+    unstored: u64,
+}
+
+/// Whether a frame dropped for want of a buffer adds to `lost`: a frame the tracker took as part of the
+/// sequence (first, in order, after a gap, or filling a gap late) is one more frame sent and not stored; a
+/// duplicate or stray one is not.
+#[inline]
+fn counts_as_unstored(a: Arrival) -> bool {
+    !matches!(a, Arrival::Duplicate | Arrival::Stray)
 }
 
 /// Capture state of one stream on its capture thread.
@@ -287,6 +297,9 @@ pub(crate) struct StreamCapture {
     data_offset: usize,
     wanted: Option<Box<[bool; 1024]>>,
     psn: Option<SequenceTracker>,
+    /// Frames dropped for want of a buffer that count as lost at the stream level (PSN streams, and frames
+    /// without a time index in streams without PSN); per-thread ones are in [`ThreadState::unstored`].
+    unstored: u64,
     threads: Vec<Option<Box<ThreadState>>>,
     counters: StreamCounters,
     drops: DropCounter,
@@ -326,6 +339,7 @@ impl StreamCapture {
         StreamCapture {
             index,
             psn: spec.psn.then(SequenceTracker::default),
+            unstored: 0,
             spec,
             socket,
             current: None,
@@ -354,12 +368,12 @@ impl StreamCapture {
         self.epoch_cache.1
     }
 
-    /// Sum of loss counters over threads (streams without PSN).
+    /// Sum of loss counters over threads (streams without PSN); lost as in [`lost`](Self::lost).
     fn thread_loss(&self) -> (u64, u64, u64, u64) {
         let mut t = (0, 0, 0, 0);
         for s in self.threads.iter().flatten() {
             let c = s.tracker.counters();
-            t.0 += c.lost;
+            t.0 += c.lost + s.unstored;
             t.1 += c.out_of_order;
             t.2 += c.duplicates;
             t.3 += c.restarts;
@@ -367,20 +381,29 @@ impl StreamCapture {
         t
     }
 
+    /// The one place `lost` is computed: frames missing from the sequence (never arrived, counted by the
+    /// trackers) plus frames that arrived and were dropped for want of a buffer. With the trackers fed every
+    /// dropped frame's number, this is frames sent minus frames stored up to the last frame received, on
+    /// every way a recording ends.
+    /// Returns (lost, out_of_order, duplicates, restarts).
+    fn loss(&self) -> (u64, u64, u64, u64) {
+        match &self.psn {
+            Some(p) => {
+                let c = p.counters();
+                (c.lost + self.unstored, c.out_of_order, c.duplicates, c.restarts)
+            }
+            None => {
+                let (lost, ooo, dup, restarts) = self.thread_loss();
+                (lost + self.unstored, ooo, dup, restarts)
+            }
+        }
+    }
+
     fn publish(&mut self, shared: &Shared) {
-        let restarts = if let Some(p) = &self.psn {
-            let c = p.counters();
-            self.counters.lost = c.lost;
-            self.counters.out_of_order = c.out_of_order;
-            self.counters.duplicates = c.duplicates;
-            c.restarts
-        } else {
-            let (lost, ooo, dup, restarts) = self.thread_loss();
-            self.counters.lost = lost;
-            self.counters.out_of_order = ooo;
-            self.counters.duplicates = dup;
-            restarts
-        };
+        let (lost, ooo, dup, restarts) = self.loss();
+        self.counters.lost = lost;
+        self.counters.out_of_order = ooo;
+        self.counters.duplicates = dup;
         self.counters.kernel_drops = self.drops.total();
         shared.streams[self.index].publish(&self.counters, restarts);
         shared.streams[self.index]
@@ -397,7 +420,7 @@ impl StreamCapture {
                 let c = t.tracker.counters();
                 let mut s = t.status;
                 if self.psn.is_none() {
-                    s.lost = c.lost;
+                    s.lost = c.lost + t.unstored;
                     s.out_of_order = c.out_of_order;
                     s.duplicates = c.duplicates;
                 }
@@ -645,8 +668,10 @@ impl StreamCapture {
                     }
                 }
                 if !store || index >= cap + spill_room {
-                    // Not fed to the trackers: the gap it leaves is counted as lost when the next frame is stored.
+                    // Its number is known: the trackers see it (so the sequence goes on) and it is counted
+                    // lost at once, not only when a later frame is stored (at the end there may be none).
                     self.counters.dropped_no_buffer += 1;
+                    self.unstored(shared, psn, thread, time, m5b_index);
                     continue;
                 }
                 got.kept.push(match frame_piece {
@@ -743,42 +768,90 @@ impl StreamCapture {
         self.counters.packets += 1;
         self.counters.bytes += slot;
         self.counters.invalid_frames += u64::from(invalid);
-        let seq = match (time, m5b_index) {
-            (Some(t), _) => Some((self.epoch_start(t.epoch) + i64::from(t.seconds), t.frame)),
-            (None, idx) => idx,
-        };
-        let track = self.psn.is_none();
-        let label = &self.spec.label;
-        let th = self.threads[usize::from(thread)].get_or_insert_with(|| {
-            Box::new(ThreadState {
-                status: ThreadStatus {
-                    thread,
-                    frame_rate: self.spec.frame_rate,
-                    ..Default::default()
-                },
-                indexer: FrameIndexer::new(self.spec.frame_rate),
-                tracker: SequenceTracker::default(),
-            })
-        });
+        let th = self.thread_state(thread);
         th.status.packets += 1;
         th.status.bytes += slot;
         th.status.invalid_frames += u64::from(invalid);
         th.status.last_time = time;
-        if let Some((second, frame)) = seq {
-            let (index, learned) = th.indexer.index(second, frame);
-            if track {
-                th.tracker.observe(index);
-            }
-            if let Some(rate) = learned {
-                // A rate learned from frame numbers can only be low (the last frames of a second
-                // were lost), never high: the stream's rate is the highest any thread taught.
-                shared.streams[self.index].frame_rate.fetch_max(rate, Relaxed);
-                shared.event(RecorderEvent::RateLearned {
-                    stream: label.clone(),
+        self.track_time(shared, thread, time, m5b_index);
+    }
+
+    /// The loss state of `thread`, created on its first frame.
+    #[inline]
+    fn thread_state(&mut self, thread: u16) -> &mut ThreadState {
+        let rate = self.spec.frame_rate;
+        self.threads[usize::from(thread)].get_or_insert_with(|| {
+            Box::new(ThreadState {
+                status: ThreadStatus {
                     thread,
-                    rate,
-                });
+                    frame_rate: rate,
+                    ..Default::default()
+                },
+                indexer: FrameIndexer::new(rate),
+                tracker: SequenceTracker::default(),
+                unstored: 0,
+            })
+        })
+    }
+
+    /// Feeds a frame's time stamp to its thread's indexer and (streams without PSN) tracker; returns how the
+    /// tracker took it (None: no time index, or the stream is tracked by PSN).
+    #[inline]
+    fn track_time(
+        &mut self,
+        shared: &Shared,
+        thread: u16,
+        time: Option<VdifTime>,
+        m5b_index: Option<(i64, u32)>,
+    ) -> Option<Arrival> {
+        let seq = match (time, m5b_index) {
+            (Some(t), _) => Some((self.epoch_start(t.epoch) + i64::from(t.seconds), t.frame)),
+            (None, idx) => idx,
+        };
+        let (second, frame) = seq?;
+        let track = self.psn.is_none();
+        let index = self.index;
+        let th = self.thread_state(thread);
+        let (ix, learned) = th.indexer.index(second, frame);
+        let arrival = track.then(|| th.tracker.observe(ix));
+        if let Some(rate) = learned {
+            // A rate learned from frame numbers can only be low (the last frames of a second
+            // were lost), never high: the stream's rate is the highest any thread taught.
+            shared.streams[index].frame_rate.fetch_max(rate, Relaxed);
+            shared.event(RecorderEvent::RateLearned {
+                stream: self.spec.label.clone(),
+                thread,
+                rate,
+            });
+        }
+        arrival
+    }
+
+    /// Accounts a frame that arrived but was dropped for want of a free block: its sequence number (PSN or
+    /// time index) goes to the trackers so the sequence continues, and it counts as lost now.
+    #[cold]
+    fn unstored(
+        &mut self,
+        shared: &Shared,
+        psn: u64,
+        thread: u16,
+        time: Option<VdifTime>,
+        m5b_index: Option<(i64, u32)>,
+    ) {
+        if let Some(p) = &mut self.psn {
+            let a = p.observe(psn);
+            self.unstored += u64::from(counts_as_unstored(a));
+            // The time index still learns the rate and follows the thread.
+            self.track_time(shared, thread, time, m5b_index);
+            return;
+        }
+        match self.track_time(shared, thread, time, m5b_index) {
+            Some(a) => {
+                let th = self.thread_state(thread);
+                th.unstored += u64::from(counts_as_unstored(a));
             }
+            // No time index (a Mark5B header without a valid BCD time): still a frame not stored.
+            None => self.unstored += 1,
         }
     }
 }

@@ -110,6 +110,8 @@ pub(crate) struct Shared {
     pub start: Instant,
     pub start_utc: String,
     pub stop: AtomicBool,
+    /// Writers take no block while set (a test's way to starve the pool deterministically).
+    pub hold_writers: AtomicBool,
     pub phase: AtomicU8,
     pub captures_running: AtomicUsize,
     pub writers_alive: AtomicUsize,

@@ -242,6 +242,7 @@ impl Recorder {
             start: Instant::now(),
             start_utc: UtcTime::now().to_iso8601(),
             stop: AtomicBool::new(false),
+            hold_writers: AtomicBool::new(false),
             phase: AtomicU8::new(PHASE_RECORDING),
             captures_running: AtomicUsize::new(capture_threads),
             writers_alive: AtomicUsize::new(config.disks.len()),
@@ -372,6 +373,14 @@ impl RecorderHandle {
         while self.shared.captures_running.load(Relaxed) > 0 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+
+    /// Holds the writers (`true`: they take no block from the queue, so the pool drains as if the disks had
+    /// stalled) or lets them go on. For tests of the starved-pool paths; a held recorder must be released
+    /// before [`stop`](Self::stop) for the scan to finish.
+    #[doc(hidden)]
+    pub fn hold_writers(&self, hold: bool) {
+        self.shared.hold_writers.store(hold, Relaxed);
     }
 
     /// True once the recording has ended by itself (duration reached, all disks failed) or after `stop`.

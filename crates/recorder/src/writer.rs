@@ -291,6 +291,10 @@ impl Writer {
     fn run(&mut self) {
         let queue = self.shared.queue_rx.clone();
         loop {
+            if self.shared.hold_writers.load(Relaxed) {
+                std::thread::sleep(Duration::from_millis(5));
+                continue;
+            }
             match queue.recv_timeout(Duration::from_millis(50)) {
                 Ok(block) => {
                     if let Err((e, current)) = self.write(block) {

@@ -446,3 +446,51 @@ fn starved_pool_drops_whole_packets_and_counts_them() {
         c.packets, c.dropped_no_buffer
     );
 }
+
+/// The pool starved until the very end (writers held, three blocks): every frame after the third block is
+/// dropped for want of a buffer, the last ones after the last frame stored. `lost` must still be exactly
+/// the frames sent minus the frames on disk (read back independently), with and without a PSN.
+fn starved_to_the_end(opts: &str, psn: Option<u64>, scan: &str) {
+    let tmp = tempfile::tempdir().unwrap();
+    let disks = disks(tmp.path(), 1);
+    let mut c = config(vec![spec("a", opts)], disks.clone(), scan);
+    c.pool_blocks = Some(3);
+    c.block_size = 16 * 1024;
+    let (h, addrs) = start(c);
+    h.hold_writers(true);
+    // Sequence numbers 0..n; a few never sent (network loss) but never the last.
+    let n = 3_000u64;
+    let skip = |s: u64| s % 97 == 5;
+    let arrived = send_stream(addrs[0], n, FRAME, 1, psn, skip);
+    wait_until(&h, WAIT, "all datagrams accounted", |s| {
+        let c = s.streams[0].counters;
+        c.packets + c.dropped_no_buffer == arrived
+    });
+    h.hold_writers(false);
+    h.stop();
+    let sum = h.wait().unwrap();
+    assert_eq!(sum.error, None);
+    let c = sum.status.streams[0].counters;
+    let frames = frames_of(gather_mark6(&disks, scan).into_iter().map(|b| b.data), FRAME);
+    let stored = frames.len() as u64;
+    assert_eq!(stored, c.packets);
+    assert!(c.dropped_no_buffer > 0 && stored < 3 * 16, "{c:?}");
+    assert_eq!(
+        c.lost,
+        n - stored,
+        "lost must be sent ({n} numbered, {arrived} arrived) minus stored ({stored}): {c:?}"
+    );
+    // The metadata says the same.
+    let m = ScanMetadata::read(&vlbiflow_scan::metadata_path(&disks[0], scan)).unwrap();
+    assert_eq!(m.streams[0].counters.lost, n - stored);
+}
+
+#[test]
+fn pool_starved_to_the_end_counts_every_frame_not_stored_psn() {
+    starved_to_the_end(",psn", Some(1 << 40), "starved_psn");
+}
+
+#[test]
+fn pool_starved_to_the_end_counts_every_frame_not_stored_vdif_time() {
+    starved_to_the_end(",frame-rate=1000", None, "starved_time");
+}
