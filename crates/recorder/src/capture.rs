@@ -446,6 +446,12 @@ impl StreamCapture {
         block.len = block.frames as usize * self.spec.frame_size as usize;
         block.stream = self.index;
         block.number = shared.next_block.fetch_add(1, Relaxed);
+        // Once per block: which stream's frames block `number` holds (for the metadata).
+        shared.streams[self.index]
+            .blocks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(u64::from(block.number));
         shared.in_flight.fetch_add(1, AcqRel);
         let _ = shared.queue_tx.send(block);
     }

@@ -335,6 +335,53 @@ impl RecorderConfig {
         Ok(())
     }
 
+    /// Warnings (not errors): pairs of streams of this scan whose frames alone cannot be told apart. Every
+    /// block holds one stream's frames and the scan metadata lists each stream's blocks, but readers that
+    /// ignore vlbiflow's metadata (jive5ab, d-plane's gather) see only frames and would merge such streams:
+    /// two Mark5B streams (a Mark5B header names no stream), or two VDIF streams that may carry the same
+    /// thread IDs (no `threads=`, or overlapping lists), which then differ only if their station IDs do.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, a) in self.streams.iter().enumerate() {
+            for b in &self.streams[i + 1..] {
+                match (a.kind, b.kind) {
+                    (FrameKind::M5b, FrameKind::M5b) => out.push(format!(
+                        "streams {} and {} are both Mark5B: nothing in their frames tells them apart, so readers \
+                         that ignore vlbiflow's scan metadata (jive5ab, d-plane gather) would merge them; \
+                         record them into separate scans if such readers are used",
+                        a.label, b.label
+                    )),
+                    (FrameKind::Vdif, FrameKind::Vdif) => {
+                        let shared: Vec<u16> = if a.threads.is_empty() {
+                            b.threads.clone()
+                        } else if b.threads.is_empty() {
+                            a.threads.clone()
+                        } else {
+                            a.threads.iter().copied().filter(|t| b.threads.contains(t)).collect()
+                        };
+                        let both_all = a.threads.is_empty() && b.threads.is_empty();
+                        if both_all || !shared.is_empty() {
+                            let which = if both_all {
+                                "any thread".to_owned()
+                            } else {
+                                format!("threads {shared:?}")
+                            };
+                            out.push(format!(
+                                "streams {} and {} are both VDIF and may carry {which}: their frames differ only \
+                                 if their station IDs differ; otherwise readers that ignore vlbiflow's scan \
+                                 metadata (jive5ab, d-plane gather) would merge them (give disjoint threads= \
+                                 or record them into separate scans)",
+                                a.label, b.label
+                            ));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        out
+    }
+
     /// Blocks in the pool: the configured count, or one filling block per stream plus about 2 s of writer queue
     /// bounded to ~1 GiB in total (at least four per disk).
     pub fn effective_pool_blocks(&self) -> usize {
@@ -390,6 +437,37 @@ mod tests {
             let e = StreamSpec::parse(spec).unwrap_err().to_string();
             assert!(e.contains(field), "{spec}: {e}");
         }
+    }
+
+    #[test]
+    fn warns_about_streams_whose_frames_cannot_be_told_apart() {
+        let p = |s: &str| StreamSpec::parse(s).unwrap();
+        let mut c = RecorderConfig::new(
+            vec![
+                p("a=vdif@127.0.0.1:1,threads=0,1"),
+                p("b=vdif@127.0.0.1:2,threads=2"),
+            ],
+            vec!["/tmp/x".into()],
+            "t_xx_001",
+        );
+        assert!(c.warnings().is_empty());
+        c.streams[1] = p("b=vdif@127.0.0.1:2,threads=1,2");
+        let w = c.warnings();
+        assert_eq!(w.len(), 1);
+        assert!(w[0].contains("threads [1]") && w[0].contains("station"), "{w:?}");
+        c.streams[1] = p("b=vdif@127.0.0.1:2");
+        assert!(c.warnings()[0].contains("threads [0, 1]"));
+        c.streams[0] = p("a=vdif@127.0.0.1:1");
+        assert!(c.warnings()[0].contains("any thread"));
+        c.format = ScanFormat::Flexbuff;
+        c.streams = vec![
+            p("a=m5b@127.0.0.1:1"),
+            p("b=m5b@127.0.0.1:2"),
+            p("c=vdif@127.0.0.1:3"),
+        ];
+        let w = c.warnings();
+        assert_eq!(w.len(), 1);
+        assert!(w[0].contains("Mark5B"));
     }
 
     #[test]

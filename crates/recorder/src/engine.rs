@@ -49,6 +49,8 @@ pub enum RecorderEvent {
     MetadataFailed { disk: PathBuf, error: String },
     /// A receive error that stopped a stream's capture.
     CaptureFailed { stream: String, error: String },
+    /// A configuration warning (said at start): see [`RecorderConfig::warnings`](crate::RecorderConfig::warnings).
+    ConfigWarning(String),
     /// The kernel refused UDP generic receive offload (said once per recording): those streams receive
     /// one datagram per message, which costs more CPU at high packet rates but loses nothing.
     GroUnavailable { streams: usize, error: String },
@@ -90,6 +92,7 @@ impl fmt::Display for RecorderEvent {
                 write!(f, "disk {}: cannot write scan metadata: {error}", disk.display())
             }
             RecorderEvent::CaptureFailed { stream, error } => write!(f, "stream {stream}: receive failed: {error}"),
+            RecorderEvent::ConfigWarning(w) => write!(f, "warning: {w}"),
             RecorderEvent::GroUnavailable { streams, error } => write!(
                 f,
                 "UDP GRO not available on {streams} stream socket(s) ({error}); receiving single datagrams"

@@ -213,6 +213,9 @@ impl Recorder {
                 });
             }
         }
+        for w in config.warnings() {
+            let _ = events_tx.send(RecorderEvent::ConfigWarning(w));
+        }
         let gro_refused: Vec<i32> = sockets
             .iter()
             .filter_map(|(_, r)| match r.gro {
@@ -489,7 +492,8 @@ fn build_metadata(shared: &Shared, status: &RecorderStatus, complete: bool) -> S
             .streams
             .iter()
             .zip(&status.streams)
-            .map(|(spec, s)| StreamMeta {
+            .zip(&shared.streams)
+            .map(|((spec, s), sh)| StreamMeta {
                 label: spec.label.clone(),
                 kind: spec.kind,
                 address: spec.address.to_string(),
@@ -500,7 +504,7 @@ fn build_metadata(shared: &Shared, status: &RecorderStatus, complete: bool) -> S
                 first_frame_utc: time_utc(s.first_time, s.frame_rate),
                 last_frame_utc: time_utc(s.last_time, s.frame_rate),
                 counters: s.counters,
-                blocks: Default::default(),
+                blocks: sh.blocks.lock().unwrap_or_else(|e| e.into_inner()).clone(),
             })
             .collect(),
         disks: status

@@ -184,6 +184,8 @@ pub(crate) struct StreamShared {
     pub first_ns: AtomicU64,
     pub last_ns: AtomicU64,
     pub threads: Mutex<Vec<ThreadStatus>>,
+    /// Numbers of the blocks (FlexBuff: chunks) holding this stream's frames, pushed as they are sealed.
+    pub blocks: Mutex<vlbiflow_scan::BlockRanges>,
 }
 
 impl StreamShared {

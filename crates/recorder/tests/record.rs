@@ -494,3 +494,89 @@ fn pool_starved_to_the_end_counts_every_frame_not_stored_psn() {
 fn pool_starved_to_the_end_counts_every_frame_not_stored_vdif_time() {
     starved_to_the_end(",frame-rate=1000", None, "starved_time");
 }
+
+/// Two streams into one scan (Mark6 and FlexBuff): every block holds one stream's frames, and the
+/// metadata's per-stream block ranges name exactly those blocks (checked by reading every block back and
+/// telling the streams apart by the VDIF station ID in each frame).
+fn two_streams_block_ranges(format: ScanFormat, scan: &str) {
+    let tmp = tempfile::tempdir().unwrap();
+    let disks = disks(tmp.path(), 2);
+    let mut c = config(vec![spec("a", ",psn"), spec("b", ",psn")], disks.clone(), scan);
+    c.format = format;
+    c.block_size = 16 * 1024;
+    c.metadata_interval = Duration::from_millis(20);
+    let (h, addrs) = start(c);
+    let n = 1_500u64;
+    let sock = sender();
+    let mut buf = vec![0u8; FRAME + 8];
+    for seq in 0..n {
+        for (k, dest) in addrs.iter().enumerate() {
+            buf[..8].copy_from_slice(&seq.to_ne_bytes());
+            vdif_frame(&mut buf[8..], seq, 0);
+            // Station ID (word 3, low 16 bits): 0x4100 + stream index.
+            buf[8 + 12..8 + 14].copy_from_slice(&(0x4100u16 + k as u16).to_le_bytes());
+            send_all(&sock, &buf, *dest);
+        }
+        if seq % 256 == 0 {
+            std::thread::yield_now();
+        }
+    }
+    wait_until(&h, WAIT, "all frames", |s| {
+        s.streams.iter().all(|s| s.counters.packets == n)
+    });
+    // A periodic metadata write already lists the blocks sealed so far.
+    let periodic = ScanMetadata::read(&vlbiflow_scan::metadata_path(&disks[0], scan)).unwrap();
+    h.stop();
+    let sum = h.wait().unwrap();
+    assert_eq!(sum.error, None);
+    let blocks: Vec<(u32, Vec<u8>)> = match format {
+        ScanFormat::Mark6 => gather_mark6(&disks, scan)
+            .into_iter()
+            .map(|b| (b.number, b.data))
+            .collect(),
+        ScanFormat::Flexbuff => gather_flexbuff(&disks, scan),
+    };
+    let meta = ScanMetadata::read(&vlbiflow_scan::metadata_path(&disks[1], scan)).unwrap();
+    assert_eq!(meta.streams.len(), 2);
+    let mut per_stream = [0u64; 2];
+    for (number, data) in &blocks {
+        let stations: std::collections::BTreeSet<u16> = data
+            .chunks(FRAME)
+            .map(|f| u16::from_le_bytes([f[12], f[13]]))
+            .collect();
+        assert_eq!(stations.len(), 1, "block {number} mixes streams: {stations:?}");
+        let k = (stations.first().unwrap() - 0x4100) as usize;
+        per_stream[k] += (data.len() / FRAME) as u64;
+        assert_eq!(
+            meta.stream_of_block(u64::from(*number)),
+            Some(k),
+            "block {number} holds stream {k}'s frames: {:?}",
+            meta.streams.iter().map(|s| &s.blocks).collect::<Vec<_>>()
+        );
+    }
+    assert_eq!(per_stream, [n, n]);
+    // Exactly those blocks: the ranges count as many blocks as were written, none listed twice.
+    let listed: u64 = meta.streams.iter().map(|s| s.blocks.count()).sum();
+    assert_eq!(listed, blocks.len() as u64);
+    assert!(meta.streams.iter().all(|s| !s.blocks.is_empty()));
+    // The periodic metadata's ranges are a prefix of the final ones.
+    for (p, f) in periodic.streams.iter().zip(&meta.streams) {
+        for r in &p.blocks.0 {
+            assert!(
+                f.blocks.0.iter().any(|q| q[0] <= r[0] && r[1] <= q[1]),
+                "{r:?} not in {:?}",
+                f.blocks
+            );
+        }
+    }
+}
+
+#[test]
+fn two_streams_in_one_mark6_scan_have_their_block_ranges() {
+    two_streams_block_ranges(ScanFormat::Mark6, "two_m6");
+}
+
+#[test]
+fn two_streams_in_one_flexbuff_scan_have_their_chunk_ranges() {
+    two_streams_block_ranges(ScanFormat::Flexbuff, "two_fb");
+}
