@@ -1612,6 +1612,7 @@ mod tests {
                     block_bytes: 1000,
                 },
                 blocks: 1,
+                flow: Default::default(),
             }
         }
     }

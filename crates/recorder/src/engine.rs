@@ -127,8 +127,17 @@ pub(crate) struct Shared {
     pub free_rx: Receiver<Block>,
     pub queue_tx: Sender<Block>,
     pub queue_rx: Receiver<Block>,
-    pub pool_total: usize,
+    /// Blocks allocated so far (the pool grows up to `pool_limit` while the disks are behind).
+    pub pool_total: AtomicUsize,
+    /// Blocks the pool may grow to.
+    pub pool_limit: usize,
+    /// Blocks allocated at the start (writers size their share of unconfirmed blocks from it).
+    pub pool_start: usize,
     pub block_bytes: usize,
+    /// Block layout for blocks allocated later: (data_offset, headroom).
+    pub block_layout: (usize, usize),
+    /// Latest flow estimate (supervisor writes, snapshots read).
+    pub flow: std::sync::Mutex<crate::status::FlowStatus>,
     /// Nominal block size as written in Mark6 file headers and metadata.
     pub nominal_block_size: u64,
     pub events: Sender<RecorderEvent>,

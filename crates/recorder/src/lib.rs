@@ -38,7 +38,7 @@ use vlbiflow_udp::socket::{open_udp, UdpConfig};
 
 pub use config::{ConfigError, FrameKind, RecorderConfig, StreamSpec};
 pub use engine::RecorderEvent;
-pub use status::{DiskStatus, Phase, PoolStatus, RecorderStatus, StreamStatus, ThreadStatus};
+pub use status::{DiskStatus, FlowStatus, Phase, PoolStatus, RecorderStatus, StreamStatus, ThreadStatus};
 #[doc(hidden)]
 pub use writer::bench_mark6_write;
 
@@ -191,7 +191,9 @@ impl Recorder {
             ScanFormat::Flexbuff => 0,
         };
         let pool_total = config.effective_pool_blocks();
-        let (free_tx, free_rx) = crossbeam_channel::bounded(pool_total);
+        let pool_limit =
+            config.pool_limit_blocks(headroom + data_offset + block_bytes, pool::meminfo().map(|m| m.0));
+        let (free_tx, free_rx) = crossbeam_channel::bounded(pool_limit);
         for _ in 0..pool_total {
             let _ = free_tx.send(Block::new(block_bytes, data_offset, headroom));
         }
@@ -256,8 +258,15 @@ impl Recorder {
             free_rx,
             queue_tx,
             queue_rx,
-            pool_total,
+            pool_total: AtomicUsize::new(pool_total),
+            pool_limit,
+            pool_start: pool_total,
             block_bytes,
+            block_layout: (data_offset, headroom),
+            flow: Mutex::new(FlowStatus {
+                pool_limit,
+                ..Default::default()
+            }),
             nominal_block_size,
             events: events_tx,
             local_addrs,
@@ -414,6 +423,7 @@ impl Drop for RecorderHandle {
     fn drop(&mut self) {
         // Never leave threads running behind a dropped handle: stop and finish the scan cleanly.
         if self.supervisor.lock().map(|s| s.is_some()).unwrap_or(false) {
+            self.hold_writers(false);
             self.stop();
             let _ = self.wait();
         }
@@ -456,12 +466,115 @@ fn snapshot(shared: &Shared) -> RecorderStatus {
         streams,
         disks,
         pool: PoolStatus {
-            total: shared.pool_total,
+            total: shared.pool_total.load(Relaxed),
             free: shared.free_rx.len(),
             queued: shared.queue_rx.len(),
             block_bytes: shared.block_bytes,
         },
         blocks: u64::from(shared.next_block.load(Relaxed)),
+        flow: *shared.flow.lock().unwrap_or_else(|e| e.into_inner()),
+    }
+}
+
+/// Estimates the flow (input against write rate) between two samples and grows the pool while the disks are
+/// behind. Runs on the supervisor a few times a second; nothing here touches the capture path.
+struct FlowMonitor {
+    last: Option<(Instant, u64, u64)>,
+    input_rate: f64,
+    write_rate: f64,
+    /// Below this MemAvailable the pool stops growing (bytes).
+    reserve: u64,
+}
+
+/// How often the flow is estimated.
+const FLOW_INTERVAL: Duration = Duration::from_millis(500);
+
+impl FlowMonitor {
+    fn new() -> Self {
+        // Leave the system at least 1 GiB or 1/16 of its memory, whichever is more.
+        let reserve = pool::meminfo().map_or(1 << 30, |(_, total)| (total / 16).max(1 << 30));
+        FlowMonitor {
+            last: None,
+            input_rate: 0.0,
+            write_rate: 0.0,
+            reserve,
+        }
+    }
+
+    /// Frame bytes arrived (stored + dropped for want of a buffer) and bytes written, so far.
+    fn totals(shared: &Shared) -> (u64, u64) {
+        let input = shared
+            .config
+            .streams
+            .iter()
+            .zip(&shared.streams)
+            .map(|(spec, s)| {
+                (s.packets.load(Relaxed) + s.dropped_no_buffer.load(Relaxed)) * u64::from(spec.frame_size)
+            })
+            .sum();
+        let written = shared.disks.iter().map(|d| d.bytes.load(Relaxed)).sum();
+        (input, written)
+    }
+
+    fn update(&mut self, shared: &Shared) {
+        let now = Instant::now();
+        let (input, written) = Self::totals(shared);
+        match self.last {
+            Some((t, i0, w0)) if now.duration_since(t) >= FLOW_INTERVAL => {
+                let dt = now.duration_since(t).as_secs_f64();
+                self.input_rate = input.saturating_sub(i0) as f64 / dt;
+                self.write_rate = written.saturating_sub(w0) as f64 / dt;
+                self.last = Some((now, input, written));
+            }
+            Some(_) => {}
+            None => self.last = Some((now, input, written)),
+        }
+        let total = shared.pool_total.load(Relaxed);
+        let free = shared.free_rx.len();
+        let limit = shared.pool_limit;
+        let in_use = total.saturating_sub(free);
+        let excess = self.input_rate - self.write_rate;
+        let time_to_full = (excess > 0.02 * self.input_rate && excess > 0.0).then(|| {
+            let room = (limit - in_use.min(limit)) as f64 * shared.block_bytes as f64;
+            room / excess
+        });
+        *shared.flow.lock().unwrap_or_else(|e| e.into_inner()) = FlowStatus {
+            input_rate: self.input_rate,
+            write_rate: self.write_rate,
+            pool_limit: limit,
+            pool_fill: in_use as f64 / limit.max(1) as f64,
+            time_to_full,
+        };
+    }
+
+    /// Allocates blocks while fewer are free than about a second of input needs (at least 16), up to the
+    /// pool's limit and never below the memory reserve. Returns true if it may want to grow again at once.
+    fn grow(&mut self, shared: &Shared) -> bool {
+        let total = shared.pool_total.load(Relaxed);
+        if total >= shared.pool_limit {
+            return false;
+        }
+        let want_free = ((self.input_rate / shared.block_bytes.max(1) as f64).ceil() as usize).max(16);
+        if shared.free_rx.len() >= want_free {
+            return false;
+        }
+        if pool::meminfo().is_some_and(|(avail, _)| avail < self.reserve) {
+            return false;
+        }
+        let (data_offset, headroom) = shared.block_layout;
+        let step = (shared.pool_limit - total).min(8);
+        for _ in 0..step {
+            match Block::try_new(shared.block_bytes, data_offset, headroom) {
+                Some(b) => {
+                    shared.pool_total.fetch_add(1, Relaxed);
+                    if shared.free_tx.send(b).is_err() {
+                        return false;
+                    }
+                }
+                None => return false,
+            }
+        }
+        true
     }
 }
 
@@ -539,7 +652,10 @@ fn write_metadata(shared: &Shared, meta: &ScanMetadata) {
 fn supervise(shared: Arc<Shared>, wake: Receiver<()>, workers: Vec<JoinHandle<()>>) -> ScanSummary {
     let deadline = shared.config.duration.map(|d| shared.start + d);
     let mut next_meta = Instant::now() + shared.config.metadata_interval;
+    let mut flow = FlowMonitor::new();
     loop {
+        flow.update(&shared);
+        let growing = !shared.stopping() && flow.grow(&shared);
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
             shared.request_stop();
@@ -551,7 +667,7 @@ fn supervise(shared: Arc<Shared>, wake: Receiver<()>, workers: Vec<JoinHandle<()
             next_meta = now + shared.config.metadata_interval;
             write_metadata(&shared, &build_metadata(&shared, &snapshot(&shared), false));
         }
-        let mut wait = Duration::from_millis(100);
+        let mut wait = Duration::from_millis(if growing { 0 } else { 50 });
         if let Some(d) = deadline {
             wait = wait.min(d.saturating_duration_since(now));
         }
@@ -562,6 +678,7 @@ fn supervise(shared: Arc<Shared>, wake: Receiver<()>, workers: Vec<JoinHandle<()
         let _ = w.join();
     }
     shared.phase.store(PHASE_FINISHED, Relaxed);
+    flow.update(&shared);
     let status = snapshot(&shared);
     // Blocks still queued now had no disk left to take them.
     let leftover = shared.queue_rx.try_iter().count() as u64;

@@ -98,6 +98,29 @@ pub struct PoolStatus {
     pub block_bytes: usize,
 }
 
+/// Whether the disks keep up: rates over the last second or so, pool use and, while the pool fills, how
+/// long until it runs dry. Updated by the supervisor a few times a second.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct FlowStatus {
+    /// Frame bytes arriving from all streams (stored or dropped for want of a buffer), bytes per second.
+    pub input_rate: f64,
+    /// Bytes confirmed written by all disks, bytes per second.
+    pub write_rate: f64,
+    /// Blocks the pool may grow to (memory limit; the pool starts smaller and grows while disks are behind).
+    pub pool_limit: usize,
+    /// Blocks in use (filling or waiting for a disk) as a fraction of `pool_limit`, 0..=1.
+    pub pool_fill: f64,
+    /// Seconds until no block is free at the current rates (None while the pool is not filling).
+    pub time_to_full: Option<f64>,
+}
+
+impl FlowStatus {
+    /// True when the streams bring more than the disks write (by more than 2 %) and the pool fills.
+    pub fn disks_behind(&self) -> bool {
+        self.time_to_full.is_some()
+    }
+}
+
 /// Phase of the recording.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
@@ -118,6 +141,8 @@ pub struct RecorderStatus {
     pub pool: PoolStatus,
     /// Blocks sealed so far (the next block number).
     pub blocks: u64,
+    /// Input against write rate and pool headroom.
+    pub flow: FlowStatus,
 }
 
 impl RecorderStatus {

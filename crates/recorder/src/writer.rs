@@ -270,7 +270,7 @@ pub(crate) fn run_writer(shared: Arc<Shared>, index: usize, sink: DiskSink) {
         said_fallback: false,
     };
     // Leave most of the pool to capture: each disk may hold a share of it unconfirmed.
-    w.max_pending = (w.shared.pool_total / (4 * w.shared.config.disks.len())).max(1);
+    w.max_pending = (w.shared.pool_start / (4 * w.shared.config.disks.len())).max(1);
     if let DiskSink::Mark6(m) = &mut w.sink {
         if let Some(reason) = m.refused.take() {
             w.said_fallback = true;

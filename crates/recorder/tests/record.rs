@@ -580,3 +580,61 @@ fn two_streams_in_one_mark6_scan_have_their_block_ranges() {
 fn two_streams_in_one_flexbuff_scan_have_their_chunk_ranges() {
     two_streams_block_ranges(ScanFormat::Flexbuff, "two_fb");
 }
+
+/// Disks behind (writers held): the default pool grows past its starting size up to its memory limit
+/// without dropping a frame, then drops, and lost is still sent - stored.
+#[test]
+fn pool_grows_while_disks_are_behind_up_to_its_memory_limit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let disks = disks(tmp.path(), 1);
+    let mut c = config(vec![spec("a", ",psn")], disks.clone(), "grows");
+    c.pool_blocks = None;
+    c.block_size = 16 * 1024;
+    let start_blocks = c.effective_pool_blocks();
+    // A block buffer: page of headroom, block header, 15 frames of 1032 bytes (16 KiB - 8 holds 15).
+    let block_bytes = 4096 + 8 + 15 * FRAME;
+    let limit = start_blocks + 60;
+    c.pool_memory = Some((limit * block_bytes) as u64);
+    let (h, addrs) = start(c);
+    h.hold_writers(true);
+    assert_eq!(h.status().flow.pool_limit, limit);
+    let fpb = 15u64; // 1032-byte frames in 16 KiB - 8
+    let burst = 5 * fpb;
+    let mut sent = 0u64;
+    let sock = sender();
+    let mut buf = vec![0u8; FRAME + 8];
+    // Bursts of five blocks; before each, the pool has room again (or has reached its limit).
+    while (sent / fpb) as usize <= limit + 10 {
+        for seq in sent..sent + burst {
+            buf[..8].copy_from_slice(&seq.to_ne_bytes());
+            vdif_frame(&mut buf[8..], seq, 0);
+            send_all(&sock, &buf, addrs[0]);
+        }
+        sent += burst;
+        wait_until(&h, WAIT, "burst accounted, pool grown", |s| {
+            let c = s.streams[0].counters;
+            c.packets + c.dropped_no_buffer == sent && (s.pool.free >= 16 || s.pool.total == limit)
+        });
+        let s = h.status();
+        if s.pool.total < limit {
+            assert_eq!(
+                s.streams[0].counters.dropped_no_buffer, 0,
+                "dropped below the limit: {s:#?}"
+            );
+        }
+    }
+    let s = h.status();
+    assert_eq!(s.pool.total, limit);
+    assert!(s.streams[0].counters.dropped_no_buffer > 0);
+    h.hold_writers(false);
+    h.stop();
+    let sum = h.wait().unwrap();
+    let c = sum.status.streams[0].counters;
+    let stored = frames_of(gather_mark6(&disks, "grows").into_iter().map(|b| b.data), FRAME).len() as u64;
+    assert_eq!(stored, c.packets);
+    assert!(
+        stored > start_blocks as u64 * fpb,
+        "{stored} frames: the pool never grew"
+    );
+    assert_eq!(c.lost, sent - stored);
+}
