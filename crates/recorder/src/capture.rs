@@ -620,6 +620,17 @@ impl StreamCapture {
                 } else {
                     classify(self.spec.kind, slot, frame, frame_len)
                 };
+                // A configured frame rate is a fact about the stream, never silently overridden: a frame
+                // numbered at or beyond it has no valid time at that rate and is rejected.
+                let verdict = match (verdict, self.spec.frame_rate) {
+                    (Verdict::Frame { time, m5b_index, .. }, Some(rate))
+                        if time.map_or(false, |t| t.frame >= rate)
+                            || m5b_index.is_some_and(|(_, f)| f >= rate) =>
+                    {
+                        Verdict::Rejected("frame number at or beyond the configured frame-rate")
+                    }
+                    (v, _) => v,
+                };
                 let (thread, time, invalid, m5b_index) = match verdict {
                     Verdict::Frame {
                         thread,
@@ -818,7 +829,8 @@ impl StreamCapture {
         let track = self.psn.is_none();
         let index = self.index;
         let th = self.thread_state(thread);
-        let (ix, learned) = th.indexer.index(second, frame);
+        // A frame number beyond a configured rate never gets here (rejected in `process_batch`).
+        let (ix, learned) = th.indexer.index(second, frame)?;
         let arrival = track.then(|| th.tracker.observe(ix));
         if let Some(rate) = learned {
             // A rate learned from frame numbers can only be low (the last frames of a second

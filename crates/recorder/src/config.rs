@@ -520,6 +520,21 @@ mod tests {
     }
 
     #[test]
+    fn thread_ids_over_1023_are_refused_clearly() {
+        for spec in [
+            "a=vdif@127.0.0.1:1,threads=1024",
+            "a=vdif@127.0.0.1:1,threads=0,1,1024",
+            "a=vdif@127.0.0.1:1,threads=3+65535",
+            "a=vdif@127.0.0.1:1,threads=0,70000",
+        ] {
+            let e = StreamSpec::parse(spec).unwrap_err().to_string();
+            assert!(e.contains("threads") && e.contains("0..=1023"), "{spec}: {e}");
+        }
+        let s = StreamSpec::parse("a=vdif@127.0.0.1:1,threads=0,1023").unwrap();
+        assert_eq!(s.threads, vec![0, 1023]);
+    }
+
+    #[test]
     fn config_checks() {
         let s = StreamSpec::parse("a=vdif@127.0.0.1:4001").unwrap();
         let mut c = RecorderConfig::new(vec![s.clone()], vec!["/tmp/x".into()], "t_xx_001");

@@ -83,6 +83,10 @@ impl fmt::Display for RecorderEvent {
             RecorderEvent::BlocksAvailable { stream, dropped } => {
                 write!(f, "stream {stream}: block buffers available again after dropping {dropped} packet(s)")
             }
+            RecorderEvent::Rejecting { stream, datagram_len, expected, reason } if datagram_len == expected => write!(
+                f,
+                "stream {stream}: rejecting frames: {reason}; counted as rejected (check frame-rate=)"
+            ),
             RecorderEvent::Rejecting { stream, datagram_len, expected, reason } => write!(
                 f,
                 "stream {stream}: rejecting datagrams: got {datagram_len} B, expected {expected} B ({reason}); \

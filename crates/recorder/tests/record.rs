@@ -638,3 +638,35 @@ fn pool_grows_while_disks_are_behind_up_to_its_memory_limit() {
     );
     assert_eq!(c.lost, sent - stored);
 }
+
+/// A configured frame rate is never overridden by the data: frames numbered at or beyond it are rejected
+/// (said once), the rest indexed at the configured rate with nothing lost.
+#[test]
+fn configured_frame_rate_is_kept_and_frames_beyond_it_rejected() {
+    let tmp = tempfile::tempdir().unwrap();
+    let disks = disks(tmp.path(), 1);
+    // The test streams carry RATE (1000) frames per second; configure half of that.
+    let (h, addrs) = start(config(vec![spec("a", ",frame-rate=500")], disks.clone(), "rate"));
+    let events = h.events();
+    let n = 2 * u64::from(RATE);
+    send_stream(addrs[0], n, FRAME, 1, None, |_| false);
+    wait_until(&h, WAIT, "all", |s| {
+        let c = s.streams[0].counters;
+        c.packets + c.rejected == n
+    });
+    h.stop();
+    let sum = h.wait().unwrap();
+    let c = sum.status.streams[0].counters;
+    assert_eq!((c.packets, c.rejected, c.lost), (n / 2, n / 2, 0), "{c:?}");
+    assert_eq!(sum.status.streams[0].frame_rate, Some(500));
+    assert_eq!(sum.metadata.streams[0].frame_rate, Some(500));
+    let ev: Vec<RecorderEvent> = events.try_iter().collect();
+    assert!(
+        !ev.iter().any(|e| matches!(e, RecorderEvent::RateLearned { .. })),
+        "{ev:?}"
+    );
+    assert!(
+        ev.iter().any(|e| e.to_string().contains("configured frame-rate")),
+        "{ev:?}"
+    );
+}
