@@ -671,7 +671,7 @@ impl StreamCapture {
                 // numbered at or beyond it has no valid time at that rate and is rejected.
                 let verdict = match (verdict, self.spec.frame_rate) {
                     (Verdict::Frame { time, m5b_index, .. }, Some(rate))
-                        if time.map_or(false, |t| t.frame >= rate)
+                        if time.is_some_and(|t| t.frame >= rate)
                             || m5b_index.is_some_and(|(_, f)| f >= rate) =>
                     {
                         Verdict::Rejected("frame number at or beyond the configured frame-rate")
