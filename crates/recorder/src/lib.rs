@@ -443,7 +443,15 @@ fn snapshot(shared: &Shared) -> RecorderStatus {
         .zip(&shared.streams)
         .map(|(spec, s)| StreamStatus {
             label: spec.label.clone(),
-            counters: s.counters(),
+            counters: {
+                // Frames in blocks no disk could write were not stored after all: lost, not packets.
+                let mut c = s.counters();
+                let unwritten = s.unwritten.load(Relaxed);
+                c.packets -= unwritten.min(c.packets);
+                c.bytes -= (unwritten * u64::from(spec.frame_size)).min(c.bytes);
+                c.lost += unwritten;
+                c
+            },
             restarts: s.restarts.load(Relaxed),
             threads: s.threads.lock().unwrap_or_else(|e| e.into_inner()).clone(),
             frame_rate: Some(s.frame_rate.load(Relaxed)).filter(|&r| r > 0),
@@ -679,10 +687,16 @@ fn supervise(shared: Arc<Shared>, wake: Receiver<()>, workers: Vec<JoinHandle<()
     }
     shared.phase.store(PHASE_FINISHED, Relaxed);
     flow.update(&shared);
-    let status = snapshot(&shared);
     // Blocks still queued now had no disk left to take them.
-    let leftover = shared.queue_rx.try_iter().count() as u64;
+    let mut leftover = 0;
+    for b in shared.queue_rx.try_iter() {
+        leftover += 1;
+        shared.streams[b.stream]
+            .unwritten
+            .fetch_add(u64::from(b.frames), Relaxed);
+    }
     let lost_blocks = shared.lost_blocks.load(Relaxed) + leftover;
+    let status = snapshot(&shared);
     let alive = status.disks.iter().filter(|d| d.failed.is_none()).count();
     let error = if lost_blocks > 0 || alive == 0 {
         Some(format!(

@@ -209,6 +209,8 @@ pub(crate) struct StreamShared {
     pub first_ns: AtomicU64,
     pub last_ns: AtomicU64,
     pub threads: Mutex<Vec<ThreadStatus>>,
+    /// Frames in blocks that no disk could write (every disk failed): not stored after all.
+    pub unwritten: AtomicU64,
     /// Numbers of the blocks (FlexBuff: chunks) holding this stream's frames, pushed as they are sealed.
     pub blocks: Mutex<vlbiflow_scan::BlockRanges>,
 }

@@ -569,6 +569,9 @@ impl Writer {
         for mut b in back {
             if alive == 0 {
                 self.shared.lost_blocks.fetch_add(1, Relaxed);
+                self.shared.streams[b.stream]
+                    .unwritten
+                    .fetch_add(u64::from(b.frames), Relaxed);
                 self.shared.in_flight.fetch_sub(1, AcqRel);
                 b.reset();
                 let _ = self.shared.free_tx.send(b);

@@ -670,3 +670,35 @@ fn configured_frame_rate_is_kept_and_frames_beyond_it_rejected() {
         "{ev:?}"
     );
 }
+
+/// Every disk fails with frames in the pool: the frames no disk could write are not counted as stored but
+/// as lost, so lost is still sent - stored.
+#[test]
+fn all_disks_failing_counts_unwritten_frames_lost() {
+    let tmp = tempfile::tempdir().unwrap();
+    let disks = disks(tmp.path(), 2);
+    let mut c = config(vec![spec("a", ",psn")], disks.clone(), "gone");
+    c.format = ScanFormat::Flexbuff;
+    c.block_size = 16 * 1024;
+    let (h, addrs) = start(c);
+    h.hold_writers(true);
+    let n = 1_000u64;
+    send_stream(addrs[0], n, FRAME, 1, Some(0), |_| false);
+    wait_until(&h, WAIT, "all stored in the pool", |s| {
+        s.streams[0].counters.packets == n
+    });
+    // Take every disk's chunk directory away, then let the writers go: every write fails.
+    for d in &disks {
+        std::fs::remove_dir_all(d.join("gone")).unwrap();
+    }
+    let events = h.events();
+    h.hold_writers(false);
+    h.stop();
+    let sum = h.wait().unwrap();
+    assert!(sum.error.is_some(), "every disk failed: the scan must say so");
+    assert!(events.try_iter().any(|e| e == RecorderEvent::AllDisksFailed));
+    let stored = gather_flexbuff(&disks, "gone").len() as u64;
+    let c = sum.status.streams[0].counters;
+    assert_eq!(stored, 0);
+    assert_eq!((c.packets, c.lost), (stored, n - stored), "{c:?}");
+}
