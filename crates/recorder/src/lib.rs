@@ -541,11 +541,8 @@ impl FlowMonitor {
         let free = shared.free_rx.len();
         let limit = shared.pool_limit;
         let in_use = total.saturating_sub(free);
-        let excess = self.input_rate - self.write_rate;
-        let time_to_full = (excess > 0.02 * self.input_rate && excess > 0.0).then(|| {
-            let room = (limit - in_use.min(limit)) as f64 * shared.block_bytes as f64;
-            room / excess
-        });
+        let room = (limit - in_use.min(limit)) as f64 * shared.block_bytes as f64;
+        let time_to_full = status::time_to_full(self.input_rate, self.write_rate, room);
         *shared.flow.lock().unwrap_or_else(|e| e.into_inner()) = FlowStatus {
             input_rate: self.input_rate,
             write_rate: self.write_rate,

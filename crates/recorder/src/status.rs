@@ -121,6 +121,13 @@ impl FlowStatus {
     }
 }
 
+/// Seconds until `room` bytes of free pool are used up when `input` bytes/s arrive and `write` bytes/s leave
+/// for the disks; `None` unless the input exceeds the writes by more than 2 % (noise in the rates).
+pub fn time_to_full(input: f64, write: f64, room: f64) -> Option<f64> {
+    let excess = input - write;
+    (excess > 0.0 && excess > 0.02 * input).then(|| room.max(0.0) / excess)
+}
+
 /// Phase of the recording.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
@@ -288,5 +295,15 @@ mod tests {
         };
         assert_eq!(unpack_time(pack_time(z)), Some(z));
         assert_eq!(unpack_time(0), None);
+    }
+
+    #[test]
+    fn time_to_full_only_while_the_pool_fills() {
+        // 1 GB/s in, 0.5 GB/s written, 5 GB free: 10 s.
+        assert_eq!(time_to_full(1e9, 0.5e9, 5e9), Some(10.0));
+        assert_eq!(time_to_full(1e9, 1e9, 5e9), None);
+        assert_eq!(time_to_full(1e9, 0.99e9, 5e9), None);
+        assert_eq!(time_to_full(0.0, 0.0, 5e9), None);
+        assert_eq!(time_to_full(1e9, 0.0, 0.0), Some(0.0));
     }
 }
