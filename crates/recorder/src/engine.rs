@@ -49,6 +49,13 @@ pub enum RecorderEvent {
     MetadataFailed { disk: PathBuf, error: String },
     /// A receive error that stopped a stream's capture.
     CaptureFailed { stream: String, error: String },
+    /// The streams bring more than the disks write and the block pool is filling (said once, and again only
+    /// after the pool has emptied): rates in bytes per second, seconds until the pool is full.
+    DisksBehind {
+        input_rate: u64,
+        write_rate: u64,
+        time_to_full: u64,
+    },
     /// A configuration warning (said at start): see [`RecorderConfig::warnings`](crate::RecorderConfig::warnings).
     ConfigWarning(String),
     /// The kernel refused UDP generic receive offload (said once per recording): those streams receive
@@ -97,6 +104,13 @@ impl fmt::Display for RecorderEvent {
             }
             RecorderEvent::CaptureFailed { stream, error } => write!(f, "stream {stream}: receive failed: {error}"),
             RecorderEvent::ConfigWarning(w) => write!(f, "warning: {w}"),
+            RecorderEvent::DisksBehind { input_rate, write_rate, time_to_full } => write!(
+                f,
+                "DISKS BEHIND: streams bring {:.0} MB/s, disks write {:.0} MB/s; the block pool is full in about \
+                 {time_to_full} s, then whole packets are dropped (add disks or allow more --pool-memory)",
+                *input_rate as f64 / 1e6,
+                *write_rate as f64 / 1e6
+            ),
             RecorderEvent::GroUnavailable { streams, error } => write!(
                 f,
                 "UDP GRO not available on {streams} stream socket(s) ({error}); receiving single datagrams"

@@ -492,6 +492,8 @@ struct FlowMonitor {
     write_rate: f64,
     /// Below this MemAvailable the pool stops growing (bytes).
     reserve: u64,
+    /// `DisksBehind` was said (and the pool has not emptied since).
+    said_behind: bool,
 }
 
 /// How often the flow is estimated.
@@ -506,6 +508,7 @@ impl FlowMonitor {
             input_rate: 0.0,
             write_rate: 0.0,
             reserve,
+            said_behind: false,
         }
     }
 
@@ -543,11 +546,22 @@ impl FlowMonitor {
         let in_use = total.saturating_sub(free);
         let room = (limit - in_use.min(limit)) as f64 * shared.block_bytes as f64;
         let time_to_full = status::time_to_full(self.input_rate, self.write_rate, room);
+        let fill = in_use as f64 / limit.max(1) as f64;
+        if let Some(t) = time_to_full.filter(|_| !self.said_behind && fill > 0.05) {
+            self.said_behind = true;
+            shared.event(RecorderEvent::DisksBehind {
+                input_rate: self.input_rate as u64,
+                write_rate: self.write_rate as u64,
+                time_to_full: t as u64,
+            });
+        } else if fill < 0.01 {
+            self.said_behind = false;
+        }
         *shared.flow.lock().unwrap_or_else(|e| e.into_inner()) = FlowStatus {
             input_rate: self.input_rate,
             write_rate: self.write_rate,
             pool_limit: limit,
-            pool_fill: in_use as f64 / limit.max(1) as f64,
+            pool_fill: fill,
             time_to_full,
         };
     }
