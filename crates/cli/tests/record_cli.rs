@@ -222,3 +222,55 @@ fn bad_stream_spec_is_a_usage_error() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// Two streams whose frames cannot be told apart (both VDIF, any thread) are warned about at the start;
+/// `threads=1024` is a usage error naming the range.
+#[test]
+fn indistinguishable_streams_are_warned_about_and_bad_threads_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let disks = make_disks(tmp.path(), 1);
+    let out = Command::new(env!("CARGO_BIN_EXE_vlbiflow"))
+        .args([
+            "record",
+            "--scan",
+            "warned",
+            "--duration",
+            "0.2",
+            "--pool-blocks",
+            "8",
+        ])
+        .args(["--block-size", "64KB", "--recv-buffer", "1MiB"])
+        .args([
+            "--stream",
+            &format!("a=vdif@127.0.0.1:{},psn,frame-size={FRAME}", free_port()),
+        ])
+        .args([
+            "--stream",
+            &format!("b=vdif@127.0.0.1:{},psn,frame-size={FRAME}", free_port()),
+        ])
+        .arg("--disk")
+        .arg(&disks[0])
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{e}");
+    assert!(
+        e.contains("warning: streams a and b") && e.contains("station"),
+        "{e}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_vlbiflow"))
+        .args([
+            "record",
+            "--scan",
+            "x",
+            "--stream",
+            "a=vdif@127.0.0.1:1,threads=0,1024",
+        ])
+        .arg("--disk")
+        .arg(&disks[0])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("0..=1023"), "{e}");
+}

@@ -27,7 +27,7 @@ use vlbiflow_udp::{BatchReceiver, DropCounter, RecvMeta};
 
 use crate::config::StreamSpec;
 use crate::engine::{RecorderEvent, Shared};
-use crate::loss::{FrameIndexer, SequenceTracker};
+use crate::loss::{Arrival, FrameIndexer, SequenceTracker};
 use crate::pool::Block;
 use crate::status::{pack_time, ThreadStatus};
 
@@ -155,6 +155,79 @@ impl Region {
     }
 }
 
+/// Lays up to `capacity` messages out over `area_len` bytes (into `regions`, cleared first): consecutive
+/// regions from offset 0, each with room for `span` datagrams (the last maybe fewer), at least one region.
+/// Pure arithmetic, tested against a model below.
+fn plan_regions(area_len: usize, layout: Layout, capacity: usize, regions: &mut Vec<Region>) {
+    let Layout {
+        slot, prefix, span, ..
+    } = layout;
+    let wire = slot + prefix;
+    // A region for k datagrams: the first one's prefix goes to the PSN slot, so k * wire - prefix.
+    let region = |k: usize| k * wire - prefix;
+    regions.clear();
+    let mut base = 0;
+    while regions.len() < capacity {
+        let room = area_len - base;
+        let k = span.min((room + prefix) / wire);
+        if k == 0 {
+            break;
+        }
+        regions.push(Region {
+            base,
+            main: region(k),
+        });
+        base += region(k);
+    }
+    if regions.is_empty() {
+        // Less than one frame of room (only a scratch area): still take one message.
+        regions.push(Region {
+            base: 0,
+            main: area_len,
+        });
+    }
+}
+
+/// Moves kept frames to consecutive `slot`-byte slots: frame `k` to `area[k * slot..]` for `k < cap`, the
+/// rest to the frame areas of `spill` (`fpb` frames each). Sources only ever lie in order in `area` (or in
+/// `overflow`), so frames moving down are moved first, front to back, then the spilled ones are copied
+/// out, then frames moving up (behind an earlier message's overflow) back to front: no frame overwrites a
+/// frame not yet moved. One `memmove` per frame that is not already in its slot.
+fn place_frames(
+    kept: &[Src],
+    area: &mut [u8],
+    overflow: &[u8],
+    slot: usize,
+    cap: usize,
+    spill: &mut [Block],
+    fpb: usize,
+) {
+    for (k, src) in kept.iter().enumerate().take(cap) {
+        if let Src::Area(o) = *src {
+            if o > k * slot {
+                area.copy_within(o..o + slot, k * slot);
+            }
+        }
+    }
+    if kept.len() > cap {
+        for (k, src) in kept.iter().enumerate().skip(cap) {
+            let n = k - cap;
+            let dst = &mut spill[n / fpb].frame_area_mut()[(n % fpb) * slot..][..slot];
+            match *src {
+                Src::Area(o) => dst.copy_from_slice(&area[o..o + slot]),
+                Src::Overflow(o) => dst.copy_from_slice(&overflow[o..o + slot]),
+            }
+        }
+    }
+    for (k, src) in kept.iter().enumerate().take(cap).rev() {
+        match *src {
+            Src::Area(o) if o < k * slot => area.copy_within(o..o + slot, k * slot),
+            Src::Overflow(o) => area[k * slot..(k + 1) * slot].copy_from_slice(&overflow[o..o + slot]),
+            _ => {}
+        }
+    }
+}
+
 /// One capture thread's receive state, shared by all its sockets: the batch receiver, the side array
 /// that takes each message's 8-byte PSN prefix, the per-message overflow areas for GRO sockets and the
 /// per-batch layout and frame lists (allocated once, reused).
@@ -192,33 +265,7 @@ impl Receiver {
     /// Plans one receive into `area_len` bytes: as many messages as fit with room for `span` datagrams
     /// each (the last one maybe fewer), at least one. Returns the number of messages.
     fn plan(&mut self, area_len: usize, layout: Layout) -> usize {
-        let Layout {
-            slot, prefix, span, ..
-        } = layout;
-        let wire = slot + prefix;
-        // A region for k datagrams: the first one's prefix goes to the PSN slot, so k * wire - prefix.
-        let region = |k: usize| k * wire - prefix;
-        self.regions.clear();
-        let mut base = 0;
-        while self.regions.len() < self.rx.capacity() {
-            let room = area_len - base;
-            let k = span.min((room + prefix) / wire);
-            if k == 0 {
-                break;
-            }
-            self.regions.push(Region {
-                base,
-                main: region(k),
-            });
-            base += region(k);
-        }
-        if self.regions.is_empty() {
-            // Less than one frame of room (only a scratch area): still take one message.
-            self.regions.push(Region {
-                base: 0,
-                main: area_len,
-            });
-        }
+        plan_regions(area_len, layout, self.rx.capacity(), &mut self.regions);
         self.regions.len()
     }
 
@@ -275,6 +322,16 @@ struct ThreadState {
     status: ThreadStatus,
     indexer: FrameIndexer,
     tracker: SequenceTracker,
+    /// Frames of this sequence that arrived but could not be stored (no free block); see [`Unstored`].
+    unstored: u64,
+}
+
+/// Whether a frame dropped for want of a buffer adds to `lost`: a frame the tracker took as part of the
+/// sequence (first, in order, after a gap, or filling a gap late) is one more frame sent and not stored; a
+/// duplicate or stray one is not.
+#[inline]
+fn counts_as_unstored(a: Arrival) -> bool {
+    !matches!(a, Arrival::Duplicate | Arrival::Stray)
 }
 
 /// Capture state of one stream on its capture thread.
@@ -287,6 +344,9 @@ pub(crate) struct StreamCapture {
     data_offset: usize,
     wanted: Option<Box<[bool; 1024]>>,
     psn: Option<SequenceTracker>,
+    /// Frames dropped for want of a buffer that count as lost at the stream level (PSN streams, and frames
+    /// without a time index in streams without PSN); per-thread ones are in [`ThreadState::unstored`].
+    unstored: u64,
     threads: Vec<Option<Box<ThreadState>>>,
     counters: StreamCounters,
     drops: DropCounter,
@@ -326,6 +386,7 @@ impl StreamCapture {
         StreamCapture {
             index,
             psn: spec.psn.then(SequenceTracker::default),
+            unstored: 0,
             spec,
             socket,
             current: None,
@@ -354,12 +415,12 @@ impl StreamCapture {
         self.epoch_cache.1
     }
 
-    /// Sum of loss counters over threads (streams without PSN).
+    /// Sum of loss counters over threads (streams without PSN); lost as in [`lost`](Self::lost).
     fn thread_loss(&self) -> (u64, u64, u64, u64) {
         let mut t = (0, 0, 0, 0);
         for s in self.threads.iter().flatten() {
             let c = s.tracker.counters();
-            t.0 += c.lost;
+            t.0 += c.lost + s.unstored;
             t.1 += c.out_of_order;
             t.2 += c.duplicates;
             t.3 += c.restarts;
@@ -367,20 +428,29 @@ impl StreamCapture {
         t
     }
 
+    /// The one place `lost` is computed: frames missing from the sequence (never arrived, counted by the
+    /// trackers) plus frames that arrived and were dropped for want of a buffer. With the trackers fed every
+    /// dropped frame's number, this is frames sent minus frames stored up to the last frame received, on
+    /// every way a recording ends.
+    /// Returns (lost, out_of_order, duplicates, restarts).
+    fn loss(&self) -> (u64, u64, u64, u64) {
+        match &self.psn {
+            Some(p) => {
+                let c = p.counters();
+                (c.lost + self.unstored, c.out_of_order, c.duplicates, c.restarts)
+            }
+            None => {
+                let (lost, ooo, dup, restarts) = self.thread_loss();
+                (lost + self.unstored, ooo, dup, restarts)
+            }
+        }
+    }
+
     fn publish(&mut self, shared: &Shared) {
-        let restarts = if let Some(p) = &self.psn {
-            let c = p.counters();
-            self.counters.lost = c.lost;
-            self.counters.out_of_order = c.out_of_order;
-            self.counters.duplicates = c.duplicates;
-            c.restarts
-        } else {
-            let (lost, ooo, dup, restarts) = self.thread_loss();
-            self.counters.lost = lost;
-            self.counters.out_of_order = ooo;
-            self.counters.duplicates = dup;
-            restarts
-        };
+        let (lost, ooo, dup, restarts) = self.loss();
+        self.counters.lost = lost;
+        self.counters.out_of_order = ooo;
+        self.counters.duplicates = dup;
         self.counters.kernel_drops = self.drops.total();
         shared.streams[self.index].publish(&self.counters, restarts);
         shared.streams[self.index]
@@ -397,7 +467,7 @@ impl StreamCapture {
                 let c = t.tracker.counters();
                 let mut s = t.status;
                 if self.psn.is_none() {
-                    s.lost = c.lost;
+                    s.lost = c.lost + t.unstored;
                     s.out_of_order = c.out_of_order;
                     s.duplicates = c.duplicates;
                 }
@@ -423,6 +493,12 @@ impl StreamCapture {
         block.len = block.frames as usize * self.spec.frame_size as usize;
         block.stream = self.index;
         block.number = shared.next_block.fetch_add(1, Relaxed);
+        // Once per block: which stream's frames block `number` holds (for the metadata).
+        shared.streams[self.index]
+            .blocks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(u64::from(block.number));
         shared.in_flight.fetch_add(1, AcqRel);
         let _ = shared.queue_tx.send(block);
     }
@@ -591,6 +667,17 @@ impl StreamCapture {
                 } else {
                     classify(self.spec.kind, slot, frame, frame_len)
                 };
+                // A configured frame rate is a fact about the stream, never silently overridden: a frame
+                // numbered at or beyond it has no valid time at that rate and is rejected.
+                let verdict = match (verdict, self.spec.frame_rate) {
+                    (Verdict::Frame { time, m5b_index, .. }, Some(rate))
+                        if time.is_some_and(|t| t.frame >= rate)
+                            || m5b_index.is_some_and(|(_, f)| f >= rate) =>
+                    {
+                        Verdict::Rejected("frame number at or beyond the configured frame-rate")
+                    }
+                    (v, _) => v,
+                };
                 let (thread, time, invalid, m5b_index) = match verdict {
                     Verdict::Frame {
                         thread,
@@ -645,8 +732,10 @@ impl StreamCapture {
                     }
                 }
                 if !store || index >= cap + spill_room {
-                    // Not fed to the trackers: the gap it leaves is counted as lost when the next frame is stored.
+                    // Its number is known: the trackers see it (so the sequence goes on) and it is counted
+                    // lost at once, not only when a later frame is stored (at the end there may be none).
                     self.counters.dropped_no_buffer += 1;
+                    self.unstored(shared, psn, thread, time, m5b_index);
                     continue;
                 }
                 got.kept.push(match frame_piece {
@@ -692,41 +781,18 @@ impl StreamCapture {
         kept
     }
 
-    /// Moves the kept frames of a batch to consecutive slots: frame `k` to `area[k * slot..]`, or past
-    /// `cap` into the spill blocks. Sources only ever lie in order in `area` (or in the overflow areas),
-    /// so frames moving down are moved first, front to back, then the spilled ones are copied out, then
-    /// frames moving up (behind an earlier message's overflow) back to front: no frame overwrites a
-    /// frame not yet moved. One `memmove` per frame that is not already in its slot.
+    /// Moves the kept frames of a batch to consecutive slots (see [`place_frames`]).
     fn place(&mut self, got: &Received, area: &mut [u8], cap: usize) {
         let slot = self.spec.frame_size as usize;
-        let kept = &got.kept[..];
-        for (k, src) in kept.iter().enumerate().take(cap) {
-            if let Src::Area(o) = *src {
-                if o > k * slot {
-                    area.copy_within(o..o + slot, k * slot);
-                }
-            }
-        }
-        if kept.len() > cap {
-            let fpb = self.frames_per_block;
-            for (k, src) in kept.iter().enumerate().skip(cap) {
-                let n = k - cap;
-                let dst = &mut self.spill[n / fpb].frame_area_mut()[(n % fpb) * slot..][..slot];
-                match *src {
-                    Src::Area(o) => dst.copy_from_slice(&area[o..o + slot]),
-                    Src::Overflow(o) => dst.copy_from_slice(&got.overflow[o..o + slot]),
-                }
-            }
-        }
-        for (k, src) in kept.iter().enumerate().take(cap).rev() {
-            match *src {
-                Src::Area(o) if o < k * slot => area.copy_within(o..o + slot, k * slot),
-                Src::Overflow(o) => {
-                    area[k * slot..(k + 1) * slot].copy_from_slice(&got.overflow[o..o + slot])
-                }
-                _ => {}
-            }
-        }
+        place_frames(
+            got.kept,
+            area,
+            got.overflow,
+            slot,
+            cap,
+            &mut self.spill,
+            self.frames_per_block,
+        );
     }
 
     /// Counts one stored frame and feeds its thread's loss state.
@@ -743,42 +809,91 @@ impl StreamCapture {
         self.counters.packets += 1;
         self.counters.bytes += slot;
         self.counters.invalid_frames += u64::from(invalid);
-        let seq = match (time, m5b_index) {
-            (Some(t), _) => Some((self.epoch_start(t.epoch) + i64::from(t.seconds), t.frame)),
-            (None, idx) => idx,
-        };
-        let track = self.psn.is_none();
-        let label = &self.spec.label;
-        let th = self.threads[usize::from(thread)].get_or_insert_with(|| {
-            Box::new(ThreadState {
-                status: ThreadStatus {
-                    thread,
-                    frame_rate: self.spec.frame_rate,
-                    ..Default::default()
-                },
-                indexer: FrameIndexer::new(self.spec.frame_rate),
-                tracker: SequenceTracker::default(),
-            })
-        });
+        let th = self.thread_state(thread);
         th.status.packets += 1;
         th.status.bytes += slot;
         th.status.invalid_frames += u64::from(invalid);
         th.status.last_time = time;
-        if let Some((second, frame)) = seq {
-            let (index, learned) = th.indexer.index(second, frame);
-            if track {
-                th.tracker.observe(index);
-            }
-            if let Some(rate) = learned {
-                // A rate learned from frame numbers can only be low (the last frames of a second
-                // were lost), never high: the stream's rate is the highest any thread taught.
-                shared.streams[self.index].frame_rate.fetch_max(rate, Relaxed);
-                shared.event(RecorderEvent::RateLearned {
-                    stream: label.clone(),
+        self.track_time(shared, thread, time, m5b_index);
+    }
+
+    /// The loss state of `thread`, created on its first frame.
+    #[inline]
+    fn thread_state(&mut self, thread: u16) -> &mut ThreadState {
+        let rate = self.spec.frame_rate;
+        self.threads[usize::from(thread)].get_or_insert_with(|| {
+            Box::new(ThreadState {
+                status: ThreadStatus {
                     thread,
-                    rate,
-                });
+                    frame_rate: rate,
+                    ..Default::default()
+                },
+                indexer: FrameIndexer::new(rate),
+                tracker: SequenceTracker::default(),
+                unstored: 0,
+            })
+        })
+    }
+
+    /// Feeds a frame's time stamp to its thread's indexer and (streams without PSN) tracker; returns how the
+    /// tracker took it (None: no time index, or the stream is tracked by PSN).
+    #[inline]
+    fn track_time(
+        &mut self,
+        shared: &Shared,
+        thread: u16,
+        time: Option<VdifTime>,
+        m5b_index: Option<(i64, u32)>,
+    ) -> Option<Arrival> {
+        let seq = match (time, m5b_index) {
+            (Some(t), _) => Some((self.epoch_start(t.epoch) + i64::from(t.seconds), t.frame)),
+            (None, idx) => idx,
+        };
+        let (second, frame) = seq?;
+        let track = self.psn.is_none();
+        let index = self.index;
+        let th = self.thread_state(thread);
+        // A frame number beyond a configured rate never gets here (rejected in `process_batch`).
+        let (ix, learned) = th.indexer.index(second, frame)?;
+        let arrival = track.then(|| th.tracker.observe(ix));
+        if let Some(rate) = learned {
+            // A rate learned from frame numbers can only be low (the last frames of a second
+            // were lost), never high: the stream's rate is the highest any thread taught.
+            shared.streams[index].frame_rate.fetch_max(rate, Relaxed);
+            shared.event(RecorderEvent::RateLearned {
+                stream: self.spec.label.clone(),
+                thread,
+                rate,
+            });
+        }
+        arrival
+    }
+
+    /// Accounts a frame that arrived but was dropped for want of a free block: its sequence number (PSN or
+    /// time index) goes to the trackers so the sequence continues, and it counts as lost now.
+    #[cold]
+    fn unstored(
+        &mut self,
+        shared: &Shared,
+        psn: u64,
+        thread: u16,
+        time: Option<VdifTime>,
+        m5b_index: Option<(i64, u32)>,
+    ) {
+        if let Some(p) = &mut self.psn {
+            let a = p.observe(psn);
+            self.unstored += u64::from(counts_as_unstored(a));
+            // The time index still learns the rate and follows the thread.
+            self.track_time(shared, thread, time, m5b_index);
+            return;
+        }
+        match self.track_time(shared, thread, time, m5b_index) {
+            Some(a) => {
+                let th = self.thread_state(thread);
+                th.unstored += u64::from(counts_as_unstored(a));
             }
+            // No time index (a Mark5B header without a valid BCD time): still a frame not stored.
+            None => self.unstored += 1,
         }
     }
 }
@@ -936,5 +1051,120 @@ mod tests {
             classify(FrameKind::M5b, 10016, &f, 10016),
             Verdict::Rejected(_)
         ));
+    }
+
+    /// Fills `slot` bytes with a pattern naming frame `id`.
+    fn stamp(dst: &mut [u8], id: u32) {
+        for (n, c) in dst.chunks_mut(4).enumerate() {
+            let w = id.wrapping_mul(0x9e37_79b9) ^ n as u32;
+            c.copy_from_slice(&w.to_le_bytes()[..c.len()]);
+        }
+    }
+
+    proptest::proptest! {
+        /// The receive plan against its definition: consecutive regions from 0, each for 1..=span datagrams,
+        /// within the area, at most `capacity`, stopping only when full or out of room.
+        #[test]
+        fn plan_lays_out_consecutive_regions(
+            slot8 in 4usize..40, psn: bool, span in 1usize..6, capacity in 1usize..20, area in 0usize..20_000,
+        ) {
+            let slot = slot8 * 8;
+            let prefix = if psn { 8 } else { 0 };
+            let wire = slot + prefix;
+            let layout = Layout { slot, prefix, span, gro: true };
+            let mut regions = Vec::new();
+            plan_regions(area, layout, capacity, &mut regions);
+            proptest::prop_assert!(!regions.is_empty() && regions.len() <= capacity);
+            if area + prefix < wire {
+                // Not one frame of room: one message into whatever there is.
+                proptest::prop_assert_eq!(regions.len(), 1);
+                proptest::prop_assert_eq!((regions[0].base, regions[0].main), (0, area));
+                return Ok(());
+            }
+            let mut base = 0;
+            for r in &regions {
+                proptest::prop_assert_eq!(r.base, base);
+                let k = (r.main + prefix) / wire;
+                proptest::prop_assert!(k >= 1 && k <= span && k * wire - prefix == r.main);
+                base += r.main;
+            }
+            proptest::prop_assert!(base <= area);
+            if regions.len() < capacity {
+                proptest::prop_assert!(area - base + prefix < wire, "room for another frame left");
+            }
+        }
+
+        /// GRO placement against a model: messages of random segment counts (some beyond the span, so into the
+        /// overflow areas), some segments rejected; every kept frame ends up in its slot in arrival order,
+        /// in the area or the spill blocks, and `Region::piece` finds each frame where the receive put it.
+        #[test]
+        fn gro_placement_puts_every_kept_frame_in_its_slot(
+            slot8 in 4usize..40, psn: bool, span in 1usize..5, capacity in 1usize..8, area_frames in 1usize..24,
+            fpb in 1usize..6, segs in proptest::collection::vec(1usize..8, 8), keep in proptest::collection::vec(proptest::bool::weighted(0.8), 64),
+        ) {
+            let slot = slot8 * 8;
+            let prefix = if psn { 8 } else { 0 };
+            let wire = slot + prefix;
+            let layout = Layout { slot, prefix, span, gro: true };
+            let mut area = vec![0xeeu8; area_frames * slot];
+            let mut overflow = vec![0xddu8; capacity * OVERFLOW];
+            let mut regions = Vec::new();
+            plan_regions(area.len(), layout, capacity, &mut regions);
+            let mut kept = Vec::new();
+            let mut ids = Vec::new();
+            let mut id = 0u32;
+            for (i, region) in regions.iter().enumerate() {
+                let segments = segs[i % segs.len()];
+                for j in 0..segments {
+                    id += 1;
+                    let at = j * wire;
+                    let piece = region
+                        .piece(i, prefix, at + prefix, slot)
+                        .filter(|_| prefix == 0 || region.piece(i, prefix, at, 8).is_some());
+                    // Where the message's bytes at..at+wire landed, by the receive's own rule: prefix to
+                    // the PSN slot, then `main` bytes to the area, the rest to the overflow area.
+                    let off = at + prefix; // frame start within the message
+                    let expect = if off >= prefix && off + slot <= prefix + region.main {
+                        Some(Src::Area(region.base + off - prefix))
+                    } else if off >= prefix + region.main {
+                        Some(Src::Overflow(i * OVERFLOW + off - prefix - region.main))
+                    } else {
+                        None // straddles the area and the overflow: rejected ("truncated")
+                    };
+                    let src = match piece {
+                        Some(Piece::Area(o)) => Some(Src::Area(o)),
+                        Some(Piece::Overflow(o)) => Some(Src::Overflow(o)),
+                        _ => None,
+                    };
+                    if prefix == 0 || src.is_none() {
+                        proptest::prop_assert_eq!(src, expect);
+                    }
+                    let Some(src) = src else { continue };
+                    match src {
+                        Src::Area(o) => stamp(&mut area[o..o + slot], id),
+                        Src::Overflow(o) => stamp(&mut overflow[o..o + slot], id),
+                    }
+                    if keep[(id as usize) % keep.len()] {
+                        kept.push(src);
+                        ids.push(id);
+                    }
+                }
+            }
+            let cap = area_frames;
+            let spills = kept.len().saturating_sub(cap).div_ceil(fpb);
+            let mut spill: Vec<Block> = (0..spills).map(|_| Block::new(fpb * slot, 0, 0)).collect();
+            place_frames(&kept, &mut area, &overflow, slot, cap, &mut spill, fpb);
+            let mut want = vec![0u8; slot];
+            for (k, &id) in ids.iter().enumerate() {
+                stamp(&mut want, id);
+                let got = if k < cap {
+                    &area[k * slot..(k + 1) * slot]
+                } else {
+                    let n = k - cap;
+                    &spill[n / fpb].frame_area_mut()[(n % fpb) * slot..][..slot]
+                };
+                proptest::prop_assert_eq!(got, &want[..], "frame {} (id {})", k, id);
+            }
+        }
     }
 }

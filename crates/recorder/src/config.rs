@@ -12,6 +12,10 @@ pub const DEFAULT_VDIF_FRAME_SIZE: u32 = 8224;
 pub const MARK5B_FRAME_SIZE: u32 = vlbiflow_formats::mark5b::FRAME_LEN as u32;
 /// Default nominal block size (d-plane's 10 MB), block header included.
 pub const DEFAULT_BLOCK_SIZE: u64 = 10_000_000;
+/// Share of the memory available at the start (MemAvailable) the block pool may grow to by default.
+pub const DEFAULT_POOL_MEMORY_FRACTION: f64 = 0.5;
+/// Upper bound of the default pool memory.
+pub const DEFAULT_POOL_MEMORY_CAP: u64 = 64 << 30;
 /// Default socket receive buffer request per stream.
 pub const DEFAULT_RECV_BUFFER: usize = 256 << 20;
 
@@ -212,6 +216,10 @@ pub struct RecorderConfig {
     pub recv_buffer: usize,
     /// Blocks in the preallocated pool; `None` picks enough for every stream plus writer queues.
     pub pool_blocks: Option<usize>,
+    /// Memory the block pool may grow to when the disks fall behind (bytes; only without `pool_blocks`).
+    /// `None`: [`DEFAULT_POOL_MEMORY_FRACTION`] of MemAvailable at the start, capped at
+    /// [`DEFAULT_POOL_MEMORY_CAP`]. See [`pool_limit_blocks`](Self::pool_limit_blocks).
+    pub pool_memory: Option<u64>,
     /// Capture threads; streams are spread over them round-robin.
     pub capture_threads: usize,
     /// Messages per recvmmsg call (with GRO a message can hold several datagrams).
@@ -240,6 +248,7 @@ impl RecorderConfig {
             duration: None,
             recv_buffer: DEFAULT_RECV_BUFFER,
             pool_blocks: None,
+            pool_memory: None,
             capture_threads: 1,
             batch: 64,
             gro: true,
@@ -335,6 +344,71 @@ impl RecorderConfig {
         Ok(())
     }
 
+    /// Warnings (not errors): pairs of streams of this scan whose frames alone cannot be told apart. Every
+    /// block holds one stream's frames and the scan metadata lists each stream's blocks, but readers that
+    /// ignore vlbiflow's metadata (jive5ab, d-plane's gather) see only frames and would merge such streams:
+    /// two Mark5B streams (a Mark5B header names no stream), or two VDIF streams that may carry the same
+    /// thread IDs (no `threads=`, or overlapping lists), which then differ only if their station IDs do.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, a) in self.streams.iter().enumerate() {
+            for b in &self.streams[i + 1..] {
+                match (a.kind, b.kind) {
+                    (FrameKind::M5b, FrameKind::M5b) => out.push(format!(
+                        "streams {} and {} are both Mark5B: nothing in their frames tells them apart, so readers \
+                         that ignore vlbiflow's scan metadata (jive5ab, d-plane gather) would merge them; \
+                         record them into separate scans if such readers are used",
+                        a.label, b.label
+                    )),
+                    (FrameKind::Vdif, FrameKind::Vdif) => {
+                        let shared: Vec<u16> = if a.threads.is_empty() {
+                            b.threads.clone()
+                        } else if b.threads.is_empty() {
+                            a.threads.clone()
+                        } else {
+                            a.threads.iter().copied().filter(|t| b.threads.contains(t)).collect()
+                        };
+                        let both_all = a.threads.is_empty() && b.threads.is_empty();
+                        if both_all || !shared.is_empty() {
+                            let which = if both_all {
+                                "any thread".to_owned()
+                            } else {
+                                format!("threads {shared:?}")
+                            };
+                            out.push(format!(
+                                "streams {} and {} are both VDIF and may carry {which}: their frames differ only \
+                                 if their station IDs differ; otherwise readers that ignore vlbiflow's scan \
+                                 metadata (jive5ab, d-plane gather) would merge them (give disjoint threads= \
+                                 or record them into separate scans)",
+                                a.label, b.label
+                            ));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        out
+    }
+
+    /// Blocks the pool may grow to. With `pool_blocks` set, exactly that many (allocated at the start, never
+    /// more). Otherwise the pool starts at [`effective_pool_blocks`](Self::effective_pool_blocks) and grows
+    /// while the disks fall behind, up to `pool_memory` bytes or, by default,
+    /// [`DEFAULT_POOL_MEMORY_FRACTION`] of `mem_available` (MemAvailable from /proc/meminfo at the start)
+    /// capped at [`DEFAULT_POOL_MEMORY_CAP`]; never below the starting size. `block_bytes` is one block
+    /// buffer's size.
+    pub fn pool_limit_blocks(&self, block_bytes: usize, mem_available: Option<u64>) -> usize {
+        let start = self.effective_pool_blocks();
+        if self.pool_blocks.is_some() {
+            return start;
+        }
+        let memory = self.pool_memory.unwrap_or_else(|| {
+            let avail = mem_available.unwrap_or(0) as f64 * DEFAULT_POOL_MEMORY_FRACTION;
+            (avail as u64).min(DEFAULT_POOL_MEMORY_CAP)
+        });
+        start.max((memory / block_bytes.max(1) as u64) as usize)
+    }
+
     /// Blocks in the pool: the configured count, or one filling block per stream plus about 2 s of writer queue
     /// bounded to ~1 GiB in total (at least four per disk).
     pub fn effective_pool_blocks(&self) -> usize {
@@ -390,6 +464,74 @@ mod tests {
             let e = StreamSpec::parse(spec).unwrap_err().to_string();
             assert!(e.contains(field), "{spec}: {e}");
         }
+    }
+
+    #[test]
+    fn warns_about_streams_whose_frames_cannot_be_told_apart() {
+        let p = |s: &str| StreamSpec::parse(s).unwrap();
+        let mut c = RecorderConfig::new(
+            vec![
+                p("a=vdif@127.0.0.1:1,threads=0,1"),
+                p("b=vdif@127.0.0.1:2,threads=2"),
+            ],
+            vec!["/tmp/x".into()],
+            "t_xx_001",
+        );
+        assert!(c.warnings().is_empty());
+        c.streams[1] = p("b=vdif@127.0.0.1:2,threads=1,2");
+        let w = c.warnings();
+        assert_eq!(w.len(), 1);
+        assert!(w[0].contains("threads [1]") && w[0].contains("station"), "{w:?}");
+        c.streams[1] = p("b=vdif@127.0.0.1:2");
+        assert!(c.warnings()[0].contains("threads [0, 1]"));
+        c.streams[0] = p("a=vdif@127.0.0.1:1");
+        assert!(c.warnings()[0].contains("any thread"));
+        c.format = ScanFormat::Flexbuff;
+        c.streams = vec![
+            p("a=m5b@127.0.0.1:1"),
+            p("b=m5b@127.0.0.1:2"),
+            p("c=vdif@127.0.0.1:3"),
+        ];
+        let w = c.warnings();
+        assert_eq!(w.len(), 1);
+        assert!(w[0].contains("Mark5B"));
+    }
+
+    #[test]
+    fn pool_limit_follows_memory_never_below_the_start() {
+        let s = StreamSpec::parse("a=vdif@127.0.0.1:4001").unwrap();
+        let mut c = RecorderConfig::new(vec![s], vec!["/tmp/a".into(), "/tmp/b".into()], "t_xx_001");
+        let start = c.effective_pool_blocks();
+        let bb = 10_000_000;
+        // Half of 24 GB available: 1200 blocks of 10 MB.
+        assert_eq!(c.pool_limit_blocks(bb, Some(24_000_000_000)), 1200);
+        // Capped.
+        assert_eq!(
+            c.pool_limit_blocks(bb, Some(1 << 50)),
+            (DEFAULT_POOL_MEMORY_CAP / bb as u64) as usize
+        );
+        // Little memory or none known: the starting pool.
+        assert_eq!(c.pool_limit_blocks(bb, Some(100_000_000)), start);
+        assert_eq!(c.pool_limit_blocks(bb, None), start);
+        c.pool_memory = Some(2_000_000_000);
+        assert_eq!(c.pool_limit_blocks(bb, Some(1 << 40)), 200);
+        c.pool_blocks = Some(9);
+        assert_eq!(c.pool_limit_blocks(bb, Some(1 << 40)), 9);
+    }
+
+    #[test]
+    fn thread_ids_over_1023_are_refused_clearly() {
+        for spec in [
+            "a=vdif@127.0.0.1:1,threads=1024",
+            "a=vdif@127.0.0.1:1,threads=0,1,1024",
+            "a=vdif@127.0.0.1:1,threads=3+65535",
+            "a=vdif@127.0.0.1:1,threads=0,70000",
+        ] {
+            let e = StreamSpec::parse(spec).unwrap_err().to_string();
+            assert!(e.contains("threads") && e.contains("0..=1023"), "{spec}: {e}");
+        }
+        let s = StreamSpec::parse("a=vdif@127.0.0.1:1,threads=0,1023").unwrap();
+        assert_eq!(s.threads, vec![0, 1023]);
     }
 
     #[test]

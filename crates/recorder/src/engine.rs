@@ -49,6 +49,15 @@ pub enum RecorderEvent {
     MetadataFailed { disk: PathBuf, error: String },
     /// A receive error that stopped a stream's capture.
     CaptureFailed { stream: String, error: String },
+    /// The streams bring more than the disks write and the block pool is filling (said once, and again only
+    /// after the pool has emptied): rates in bytes per second, seconds until the pool is full.
+    DisksBehind {
+        input_rate: u64,
+        write_rate: u64,
+        time_to_full: u64,
+    },
+    /// A configuration warning (said at start): see [`RecorderConfig::warnings`](crate::RecorderConfig::warnings).
+    ConfigWarning(String),
     /// The kernel refused UDP generic receive offload (said once per recording): those streams receive
     /// one datagram per message, which costs more CPU at high packet rates but loses nothing.
     GroUnavailable { streams: usize, error: String },
@@ -81,6 +90,10 @@ impl fmt::Display for RecorderEvent {
             RecorderEvent::BlocksAvailable { stream, dropped } => {
                 write!(f, "stream {stream}: block buffers available again after dropping {dropped} packet(s)")
             }
+            RecorderEvent::Rejecting { stream, datagram_len, expected, reason } if datagram_len == expected => write!(
+                f,
+                "stream {stream}: rejecting frames: {reason}; counted as rejected (check frame-rate=)"
+            ),
             RecorderEvent::Rejecting { stream, datagram_len, expected, reason } => write!(
                 f,
                 "stream {stream}: rejecting datagrams: got {datagram_len} B, expected {expected} B ({reason}); \
@@ -90,6 +103,14 @@ impl fmt::Display for RecorderEvent {
                 write!(f, "disk {}: cannot write scan metadata: {error}", disk.display())
             }
             RecorderEvent::CaptureFailed { stream, error } => write!(f, "stream {stream}: receive failed: {error}"),
+            RecorderEvent::ConfigWarning(w) => write!(f, "warning: {w}"),
+            RecorderEvent::DisksBehind { input_rate, write_rate, time_to_full } => write!(
+                f,
+                "DISKS BEHIND: streams bring {:.0} MB/s, disks write {:.0} MB/s; the block pool is full in about \
+                 {time_to_full} s, then whole packets are dropped (add disks or allow more --pool-memory)",
+                *input_rate as f64 / 1e6,
+                *write_rate as f64 / 1e6
+            ),
             RecorderEvent::GroUnavailable { streams, error } => write!(
                 f,
                 "UDP GRO not available on {streams} stream socket(s) ({error}); receiving single datagrams"
@@ -110,6 +131,8 @@ pub(crate) struct Shared {
     pub start: Instant,
     pub start_utc: String,
     pub stop: AtomicBool,
+    /// Writers take no block while set (a test's way to starve the pool deterministically).
+    pub hold_writers: AtomicBool,
     pub phase: AtomicU8,
     pub captures_running: AtomicUsize,
     pub writers_alive: AtomicUsize,
@@ -122,8 +145,17 @@ pub(crate) struct Shared {
     pub free_rx: Receiver<Block>,
     pub queue_tx: Sender<Block>,
     pub queue_rx: Receiver<Block>,
-    pub pool_total: usize,
+    /// Blocks allocated so far (the pool grows up to `pool_limit` while the disks are behind).
+    pub pool_total: AtomicUsize,
+    /// Blocks the pool may grow to.
+    pub pool_limit: usize,
+    /// Blocks allocated at the start (writers size their share of unconfirmed blocks from it).
+    pub pool_start: usize,
     pub block_bytes: usize,
+    /// Block layout for blocks allocated later: (data_offset, headroom).
+    pub block_layout: (usize, usize),
+    /// Latest flow estimate (supervisor writes, snapshots read).
+    pub flow: std::sync::Mutex<crate::status::FlowStatus>,
     /// Nominal block size as written in Mark6 file headers and metadata.
     pub nominal_block_size: u64,
     pub events: Sender<RecorderEvent>,

@@ -38,7 +38,7 @@ use vlbiflow_udp::socket::{open_udp, UdpConfig};
 
 pub use config::{ConfigError, FrameKind, RecorderConfig, StreamSpec};
 pub use engine::RecorderEvent;
-pub use status::{DiskStatus, Phase, PoolStatus, RecorderStatus, StreamStatus, ThreadStatus};
+pub use status::{DiskStatus, FlowStatus, Phase, PoolStatus, RecorderStatus, StreamStatus, ThreadStatus};
 #[doc(hidden)]
 pub use writer::bench_mark6_write;
 
@@ -191,7 +191,9 @@ impl Recorder {
             ScanFormat::Flexbuff => 0,
         };
         let pool_total = config.effective_pool_blocks();
-        let (free_tx, free_rx) = crossbeam_channel::bounded(pool_total);
+        let pool_limit =
+            config.pool_limit_blocks(headroom + data_offset + block_bytes, pool::meminfo().map(|m| m.0));
+        let (free_tx, free_rx) = crossbeam_channel::bounded(pool_limit);
         for _ in 0..pool_total {
             let _ = free_tx.send(Block::new(block_bytes, data_offset, headroom));
         }
@@ -212,6 +214,9 @@ impl Recorder {
                     granted,
                 });
             }
+        }
+        for w in config.warnings() {
+            let _ = events_tx.send(RecorderEvent::ConfigWarning(w));
         }
         let gro_refused: Vec<i32> = sockets
             .iter()
@@ -242,6 +247,7 @@ impl Recorder {
             start: Instant::now(),
             start_utc: UtcTime::now().to_iso8601(),
             stop: AtomicBool::new(false),
+            hold_writers: AtomicBool::new(false),
             phase: AtomicU8::new(PHASE_RECORDING),
             captures_running: AtomicUsize::new(capture_threads),
             writers_alive: AtomicUsize::new(config.disks.len()),
@@ -252,8 +258,15 @@ impl Recorder {
             free_rx,
             queue_tx,
             queue_rx,
-            pool_total,
+            pool_total: AtomicUsize::new(pool_total),
+            pool_limit,
+            pool_start: pool_total,
             block_bytes,
+            block_layout: (data_offset, headroom),
+            flow: Mutex::new(FlowStatus {
+                pool_limit,
+                ..Default::default()
+            }),
             nominal_block_size,
             events: events_tx,
             local_addrs,
@@ -374,6 +387,14 @@ impl RecorderHandle {
         }
     }
 
+    /// Holds the writers (`true`: they take no block from the queue, so the pool drains as if the disks had
+    /// stalled) or lets them go on. For tests of the starved-pool paths; a held recorder must be released
+    /// before [`stop`](Self::stop) for the scan to finish.
+    #[doc(hidden)]
+    pub fn hold_writers(&self, hold: bool) {
+        self.shared.hold_writers.store(hold, Relaxed);
+    }
+
     /// True once the recording has ended by itself (duration reached, all disks failed) or after `stop`.
     pub fn is_stopping(&self) -> bool {
         self.shared.stopping()
@@ -402,6 +423,7 @@ impl Drop for RecorderHandle {
     fn drop(&mut self) {
         // Never leave threads running behind a dropped handle: stop and finish the scan cleanly.
         if self.supervisor.lock().map(|s| s.is_some()).unwrap_or(false) {
+            self.hold_writers(false);
             self.stop();
             let _ = self.wait();
         }
@@ -421,7 +443,15 @@ fn snapshot(shared: &Shared) -> RecorderStatus {
         .zip(&shared.streams)
         .map(|(spec, s)| StreamStatus {
             label: spec.label.clone(),
-            counters: s.counters(),
+            counters: {
+                // Frames in blocks no disk could write were not stored after all: lost, not packets.
+                let mut c = s.counters();
+                let unwritten = s.unwritten.load(Relaxed);
+                c.packets -= unwritten.min(c.packets);
+                c.bytes -= (unwritten * u64::from(spec.frame_size)).min(c.bytes);
+                c.lost += unwritten;
+                c
+            },
             restarts: s.restarts.load(Relaxed),
             threads: s.threads.lock().unwrap_or_else(|e| e.into_inner()).clone(),
             frame_rate: Some(s.frame_rate.load(Relaxed)).filter(|&r| r > 0),
@@ -444,12 +474,126 @@ fn snapshot(shared: &Shared) -> RecorderStatus {
         streams,
         disks,
         pool: PoolStatus {
-            total: shared.pool_total,
+            total: shared.pool_total.load(Relaxed),
             free: shared.free_rx.len(),
             queued: shared.queue_rx.len(),
             block_bytes: shared.block_bytes,
         },
         blocks: u64::from(shared.next_block.load(Relaxed)),
+        flow: *shared.flow.lock().unwrap_or_else(|e| e.into_inner()),
+    }
+}
+
+/// Estimates the flow (input against write rate) between two samples and grows the pool while the disks are
+/// behind. Runs on the supervisor a few times a second; nothing here touches the capture path.
+struct FlowMonitor {
+    last: Option<(Instant, u64, u64)>,
+    input_rate: f64,
+    write_rate: f64,
+    /// Below this MemAvailable the pool stops growing (bytes).
+    reserve: u64,
+    /// `DisksBehind` was said (and the pool has not emptied since).
+    said_behind: bool,
+}
+
+/// How often the flow is estimated.
+const FLOW_INTERVAL: Duration = Duration::from_millis(500);
+
+impl FlowMonitor {
+    fn new() -> Self {
+        // Leave the system at least 1 GiB or 1/16 of its memory, whichever is more.
+        let reserve = pool::meminfo().map_or(1 << 30, |(_, total)| (total / 16).max(1 << 30));
+        FlowMonitor {
+            last: None,
+            input_rate: 0.0,
+            write_rate: 0.0,
+            reserve,
+            said_behind: false,
+        }
+    }
+
+    /// Frame bytes arrived (stored + dropped for want of a buffer) and bytes written, so far.
+    fn totals(shared: &Shared) -> (u64, u64) {
+        let input = shared
+            .config
+            .streams
+            .iter()
+            .zip(&shared.streams)
+            .map(|(spec, s)| {
+                (s.packets.load(Relaxed) + s.dropped_no_buffer.load(Relaxed)) * u64::from(spec.frame_size)
+            })
+            .sum();
+        let written = shared.disks.iter().map(|d| d.bytes.load(Relaxed)).sum();
+        (input, written)
+    }
+
+    fn update(&mut self, shared: &Shared) {
+        let now = Instant::now();
+        let (input, written) = Self::totals(shared);
+        match self.last {
+            Some((t, i0, w0)) if now.duration_since(t) >= FLOW_INTERVAL => {
+                let dt = now.duration_since(t).as_secs_f64();
+                self.input_rate = input.saturating_sub(i0) as f64 / dt;
+                self.write_rate = written.saturating_sub(w0) as f64 / dt;
+                self.last = Some((now, input, written));
+            }
+            Some(_) => {}
+            None => self.last = Some((now, input, written)),
+        }
+        let total = shared.pool_total.load(Relaxed);
+        let free = shared.free_rx.len();
+        let limit = shared.pool_limit;
+        let in_use = total.saturating_sub(free);
+        let room = (limit - in_use.min(limit)) as f64 * shared.block_bytes as f64;
+        let time_to_full = status::time_to_full(self.input_rate, self.write_rate, room);
+        let fill = in_use as f64 / limit.max(1) as f64;
+        if let Some(t) = time_to_full.filter(|_| !self.said_behind && fill > 0.05) {
+            self.said_behind = true;
+            shared.event(RecorderEvent::DisksBehind {
+                input_rate: self.input_rate as u64,
+                write_rate: self.write_rate as u64,
+                time_to_full: t as u64,
+            });
+        } else if fill < 0.01 {
+            self.said_behind = false;
+        }
+        *shared.flow.lock().unwrap_or_else(|e| e.into_inner()) = FlowStatus {
+            input_rate: self.input_rate,
+            write_rate: self.write_rate,
+            pool_limit: limit,
+            pool_fill: fill,
+            time_to_full,
+        };
+    }
+
+    /// Allocates blocks while fewer are free than about a second of input needs (at least 16), up to the
+    /// pool's limit and never below the memory reserve. Returns true if it may want to grow again at once.
+    fn grow(&mut self, shared: &Shared) -> bool {
+        let total = shared.pool_total.load(Relaxed);
+        if total >= shared.pool_limit {
+            return false;
+        }
+        let want_free = ((self.input_rate / shared.block_bytes.max(1) as f64).ceil() as usize).max(16);
+        if shared.free_rx.len() >= want_free {
+            return false;
+        }
+        if pool::meminfo().is_some_and(|(avail, _)| avail < self.reserve) {
+            return false;
+        }
+        let (data_offset, headroom) = shared.block_layout;
+        let step = (shared.pool_limit - total).min(8);
+        for _ in 0..step {
+            match Block::try_new(shared.block_bytes, data_offset, headroom) {
+                Some(b) => {
+                    shared.pool_total.fetch_add(1, Relaxed);
+                    if shared.free_tx.send(b).is_err() {
+                        return false;
+                    }
+                }
+                None => return false,
+            }
+        }
+        true
     }
 }
 
@@ -480,7 +624,8 @@ fn build_metadata(shared: &Shared, status: &RecorderStatus, complete: bool) -> S
             .streams
             .iter()
             .zip(&status.streams)
-            .map(|(spec, s)| StreamMeta {
+            .zip(&shared.streams)
+            .map(|((spec, s), sh)| StreamMeta {
                 label: spec.label.clone(),
                 kind: spec.kind,
                 address: spec.address.to_string(),
@@ -491,7 +636,7 @@ fn build_metadata(shared: &Shared, status: &RecorderStatus, complete: bool) -> S
                 first_frame_utc: time_utc(s.first_time, s.frame_rate),
                 last_frame_utc: time_utc(s.last_time, s.frame_rate),
                 counters: s.counters,
-                blocks: Default::default(),
+                blocks: sh.blocks.lock().unwrap_or_else(|e| e.into_inner()).clone(),
             })
             .collect(),
         disks: status
@@ -526,7 +671,10 @@ fn write_metadata(shared: &Shared, meta: &ScanMetadata) {
 fn supervise(shared: Arc<Shared>, wake: Receiver<()>, workers: Vec<JoinHandle<()>>) -> ScanSummary {
     let deadline = shared.config.duration.map(|d| shared.start + d);
     let mut next_meta = Instant::now() + shared.config.metadata_interval;
+    let mut flow = FlowMonitor::new();
     loop {
+        flow.update(&shared);
+        let growing = !shared.stopping() && flow.grow(&shared);
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
             shared.request_stop();
@@ -538,7 +686,7 @@ fn supervise(shared: Arc<Shared>, wake: Receiver<()>, workers: Vec<JoinHandle<()
             next_meta = now + shared.config.metadata_interval;
             write_metadata(&shared, &build_metadata(&shared, &snapshot(&shared), false));
         }
-        let mut wait = Duration::from_millis(100);
+        let mut wait = Duration::from_millis(if growing { 0 } else { 50 });
         if let Some(d) = deadline {
             wait = wait.min(d.saturating_duration_since(now));
         }
@@ -549,10 +697,17 @@ fn supervise(shared: Arc<Shared>, wake: Receiver<()>, workers: Vec<JoinHandle<()
         let _ = w.join();
     }
     shared.phase.store(PHASE_FINISHED, Relaxed);
-    let status = snapshot(&shared);
+    flow.update(&shared);
     // Blocks still queued now had no disk left to take them.
-    let leftover = shared.queue_rx.try_iter().count() as u64;
+    let mut leftover = 0;
+    for b in shared.queue_rx.try_iter() {
+        leftover += 1;
+        shared.streams[b.stream]
+            .unwritten
+            .fetch_add(u64::from(b.frames), Relaxed);
+    }
     let lost_blocks = shared.lost_blocks.load(Relaxed) + leftover;
+    let status = snapshot(&shared);
     let alive = status.disks.iter().filter(|d| d.failed.is_none()).count();
     let error = if lost_blocks > 0 || alive == 0 {
         Some(format!(

@@ -23,10 +23,17 @@ impl AlignedBuf {
     pub fn new(len: usize) -> Self {
         let len = len.max(1).div_ceil(ALIGN) * ALIGN;
         let layout = Layout::from_size_align(len, ALIGN).expect("block layout");
+        Self::try_new(len).unwrap_or_else(|| std::alloc::handle_alloc_error(layout))
+    }
+
+    /// As [`new`](Self::new), but `None` when the allocator has no memory left.
+    pub fn try_new(len: usize) -> Option<Self> {
+        let len = len.max(1).div_ceil(ALIGN) * ALIGN;
+        let layout = Layout::from_size_align(len, ALIGN).ok()?;
         // SAFETY: layout has non-zero size.
         let ptr = unsafe { alloc_zeroed(layout) };
         if ptr.is_null() {
-            std::alloc::handle_alloc_error(layout);
+            return None;
         }
         let mut buf = AlignedBuf { ptr, len };
         for page in buf.as_mut_slice().chunks_mut(ALIGN) {
@@ -34,7 +41,7 @@ impl AlignedBuf {
             // SAFETY: page is a valid, exclusively borrowed slice.
             unsafe { std::ptr::write_volatile(page.as_mut_ptr(), 0) };
         }
-        buf
+        Some(buf)
     }
 
     pub fn as_slice(&self) -> &[u8] {
@@ -96,6 +103,20 @@ impl Block {
             stream: 0,
             number: 0,
         }
+    }
+
+    /// As [`new`](Self::new), but `None` when the allocator has no memory left.
+    pub fn try_new(capacity: usize, data_offset: usize, headroom: usize) -> Option<Self> {
+        Some(Block {
+            buf: AlignedBuf::try_new(headroom + data_offset + capacity)?,
+            headroom,
+            start: headroom,
+            data_offset,
+            len: 0,
+            frames: 0,
+            stream: 0,
+            number: 0,
+        })
     }
 
     /// Space for frames.
@@ -161,8 +182,35 @@ impl Block {
     }
 }
 
+/// (MemAvailable, MemTotal) in bytes from `/proc/meminfo`, if it can be read.
+pub fn meminfo() -> Option<(u64, u64)> {
+    parse_meminfo(&std::fs::read_to_string("/proc/meminfo").ok()?)
+}
+
+/// (MemAvailable, MemTotal) in bytes from the text of `/proc/meminfo`.
+pub fn parse_meminfo(text: &str) -> Option<(u64, u64)> {
+    let field = |name: &str| {
+        text.lines().find_map(|l| {
+            let rest = l.strip_prefix(name)?.strip_prefix(':')?;
+            let kb: u64 = rest.trim().trim_end_matches("kB").trim().parse().ok()?;
+            Some(kb * 1024)
+        })
+    };
+    Some((field("MemAvailable")?, field("MemTotal")?))
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn reads_meminfo() {
+        let t = "MemTotal:       24684096 kB\nMemFree:        15827132 kB\nMemAvailable:   23581740 kB\n";
+        assert_eq!(
+            super::parse_meminfo(t),
+            Some((23_581_740 * 1024, 24_684_096 * 1024))
+        );
+        assert_eq!(super::parse_meminfo("MemTotal: 1 kB\n"), None);
+    }
+
     use super::*;
 
     #[test]

@@ -98,6 +98,36 @@ pub struct PoolStatus {
     pub block_bytes: usize,
 }
 
+/// Whether the disks keep up: rates over the last second or so, pool use and, while the pool fills, how
+/// long until it runs dry. Updated by the supervisor a few times a second.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct FlowStatus {
+    /// Frame bytes arriving from all streams (stored or dropped for want of a buffer), bytes per second.
+    pub input_rate: f64,
+    /// Bytes confirmed written by all disks, bytes per second.
+    pub write_rate: f64,
+    /// Blocks the pool may grow to (memory limit; the pool starts smaller and grows while disks are behind).
+    pub pool_limit: usize,
+    /// Blocks in use (filling or waiting for a disk) as a fraction of `pool_limit`, 0..=1.
+    pub pool_fill: f64,
+    /// Seconds until no block is free at the current rates (None while the pool is not filling).
+    pub time_to_full: Option<f64>,
+}
+
+impl FlowStatus {
+    /// True when the streams bring more than the disks write (by more than 2 %) and the pool fills.
+    pub fn disks_behind(&self) -> bool {
+        self.time_to_full.is_some()
+    }
+}
+
+/// Seconds until `room` bytes of free pool are used up when `input` bytes/s arrive and `write` bytes/s leave
+/// for the disks; `None` unless the input exceeds the writes by more than 2 % (noise in the rates).
+pub fn time_to_full(input: f64, write: f64, room: f64) -> Option<f64> {
+    let excess = input - write;
+    (excess > 0.0 && excess > 0.02 * input).then(|| room.max(0.0) / excess)
+}
+
 /// Phase of the recording.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
@@ -118,6 +148,8 @@ pub struct RecorderStatus {
     pub pool: PoolStatus,
     /// Blocks sealed so far (the next block number).
     pub blocks: u64,
+    /// Input against write rate and pool headroom.
+    pub flow: FlowStatus,
 }
 
 impl RecorderStatus {
@@ -184,6 +216,10 @@ pub(crate) struct StreamShared {
     pub first_ns: AtomicU64,
     pub last_ns: AtomicU64,
     pub threads: Mutex<Vec<ThreadStatus>>,
+    /// Frames in blocks that no disk could write (every disk failed): not stored after all.
+    pub unwritten: AtomicU64,
+    /// Numbers of the blocks (FlexBuff: chunks) holding this stream's frames, pushed as they are sealed.
+    pub blocks: Mutex<vlbiflow_scan::BlockRanges>,
 }
 
 impl StreamShared {
@@ -259,5 +295,15 @@ mod tests {
         };
         assert_eq!(unpack_time(pack_time(z)), Some(z));
         assert_eq!(unpack_time(0), None);
+    }
+
+    #[test]
+    fn time_to_full_only_while_the_pool_fills() {
+        // 1 GB/s in, 0.5 GB/s written, 5 GB free: 10 s.
+        assert_eq!(time_to_full(1e9, 0.5e9, 5e9), Some(10.0));
+        assert_eq!(time_to_full(1e9, 1e9, 5e9), None);
+        assert_eq!(time_to_full(1e9, 0.99e9, 5e9), None);
+        assert_eq!(time_to_full(0.0, 0.0, 5e9), None);
+        assert_eq!(time_to_full(1e9, 0.0, 0.0), Some(0.0));
     }
 }

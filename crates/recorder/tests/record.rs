@@ -446,3 +446,259 @@ fn starved_pool_drops_whole_packets_and_counts_them() {
         c.packets, c.dropped_no_buffer
     );
 }
+
+/// The pool starved until the very end (writers held, three blocks): every frame after the third block is
+/// dropped for want of a buffer, the last ones after the last frame stored. `lost` must still be exactly
+/// the frames sent minus the frames on disk (read back independently), with and without a PSN.
+fn starved_to_the_end(opts: &str, psn: Option<u64>, scan: &str) {
+    let tmp = tempfile::tempdir().unwrap();
+    let disks = disks(tmp.path(), 1);
+    let mut c = config(vec![spec("a", opts)], disks.clone(), scan);
+    c.pool_blocks = Some(3);
+    c.block_size = 16 * 1024;
+    let (h, addrs) = start(c);
+    h.hold_writers(true);
+    // Sequence numbers 0..n; a few never sent (network loss) but never the last.
+    let n = 3_000u64;
+    let skip = |s: u64| s % 97 == 5;
+    let arrived = send_stream(addrs[0], n, FRAME, 1, psn, skip);
+    wait_until(&h, WAIT, "all datagrams accounted", |s| {
+        let c = s.streams[0].counters;
+        c.packets + c.dropped_no_buffer == arrived
+    });
+    h.hold_writers(false);
+    h.stop();
+    let sum = h.wait().unwrap();
+    assert_eq!(sum.error, None);
+    let c = sum.status.streams[0].counters;
+    let frames = frames_of(gather_mark6(&disks, scan).into_iter().map(|b| b.data), FRAME);
+    let stored = frames.len() as u64;
+    assert_eq!(stored, c.packets);
+    assert!(c.dropped_no_buffer > 0 && stored < 3 * 16, "{c:?}");
+    assert_eq!(
+        c.lost,
+        n - stored,
+        "lost must be sent ({n} numbered, {arrived} arrived) minus stored ({stored}): {c:?}"
+    );
+    // The metadata says the same.
+    let m = ScanMetadata::read(&vlbiflow_scan::metadata_path(&disks[0], scan)).unwrap();
+    assert_eq!(m.streams[0].counters.lost, n - stored);
+}
+
+#[test]
+fn pool_starved_to_the_end_counts_every_frame_not_stored_psn() {
+    starved_to_the_end(",psn", Some(1 << 40), "starved_psn");
+}
+
+#[test]
+fn pool_starved_to_the_end_counts_every_frame_not_stored_vdif_time() {
+    starved_to_the_end(",frame-rate=1000", None, "starved_time");
+}
+
+/// Two streams into one scan (Mark6 and FlexBuff): every block holds one stream's frames, and the
+/// metadata's per-stream block ranges name exactly those blocks (checked by reading every block back and
+/// telling the streams apart by the VDIF station ID in each frame).
+fn two_streams_block_ranges(format: ScanFormat, scan: &str) {
+    let tmp = tempfile::tempdir().unwrap();
+    let disks = disks(tmp.path(), 2);
+    let mut c = config(vec![spec("a", ",psn"), spec("b", ",psn")], disks.clone(), scan);
+    c.format = format;
+    c.block_size = 16 * 1024;
+    c.metadata_interval = Duration::from_millis(20);
+    let (h, addrs) = start(c);
+    let n = 1_500u64;
+    let sock = sender();
+    let mut buf = vec![0u8; FRAME + 8];
+    for seq in 0..n {
+        for (k, dest) in addrs.iter().enumerate() {
+            buf[..8].copy_from_slice(&seq.to_ne_bytes());
+            vdif_frame(&mut buf[8..], seq, 0);
+            // Station ID (word 3, low 16 bits): 0x4100 + stream index.
+            buf[8 + 12..8 + 14].copy_from_slice(&(0x4100u16 + k as u16).to_le_bytes());
+            send_all(&sock, &buf, *dest);
+        }
+        if seq % 256 == 0 {
+            std::thread::yield_now();
+        }
+    }
+    wait_until(&h, WAIT, "all frames", |s| {
+        s.streams.iter().all(|s| s.counters.packets == n)
+    });
+    // A periodic metadata write already lists the blocks sealed so far.
+    let periodic = ScanMetadata::read(&vlbiflow_scan::metadata_path(&disks[0], scan)).unwrap();
+    h.stop();
+    let sum = h.wait().unwrap();
+    assert_eq!(sum.error, None);
+    let blocks: Vec<(u32, Vec<u8>)> = match format {
+        ScanFormat::Mark6 => gather_mark6(&disks, scan)
+            .into_iter()
+            .map(|b| (b.number, b.data))
+            .collect(),
+        ScanFormat::Flexbuff => gather_flexbuff(&disks, scan),
+    };
+    let meta = ScanMetadata::read(&vlbiflow_scan::metadata_path(&disks[1], scan)).unwrap();
+    assert_eq!(meta.streams.len(), 2);
+    let mut per_stream = [0u64; 2];
+    for (number, data) in &blocks {
+        let stations: std::collections::BTreeSet<u16> = data
+            .chunks(FRAME)
+            .map(|f| u16::from_le_bytes([f[12], f[13]]))
+            .collect();
+        assert_eq!(stations.len(), 1, "block {number} mixes streams: {stations:?}");
+        let k = (stations.first().unwrap() - 0x4100) as usize;
+        per_stream[k] += (data.len() / FRAME) as u64;
+        assert_eq!(
+            meta.stream_of_block(u64::from(*number)),
+            Some(k),
+            "block {number} holds stream {k}'s frames: {:?}",
+            meta.streams.iter().map(|s| &s.blocks).collect::<Vec<_>>()
+        );
+    }
+    assert_eq!(per_stream, [n, n]);
+    // Exactly those blocks: the ranges count as many blocks as were written, none listed twice.
+    let listed: u64 = meta.streams.iter().map(|s| s.blocks.count()).sum();
+    assert_eq!(listed, blocks.len() as u64);
+    assert!(meta.streams.iter().all(|s| !s.blocks.is_empty()));
+    // The periodic metadata's ranges are a prefix of the final ones.
+    for (p, f) in periodic.streams.iter().zip(&meta.streams) {
+        for r in &p.blocks.0 {
+            assert!(
+                f.blocks.0.iter().any(|q| q[0] <= r[0] && r[1] <= q[1]),
+                "{r:?} not in {:?}",
+                f.blocks
+            );
+        }
+    }
+}
+
+#[test]
+fn two_streams_in_one_mark6_scan_have_their_block_ranges() {
+    two_streams_block_ranges(ScanFormat::Mark6, "two_m6");
+}
+
+#[test]
+fn two_streams_in_one_flexbuff_scan_have_their_chunk_ranges() {
+    two_streams_block_ranges(ScanFormat::Flexbuff, "two_fb");
+}
+
+/// Disks behind (writers held): the default pool grows past its starting size up to its memory limit
+/// without dropping a frame, then drops, and lost is still sent - stored.
+#[test]
+fn pool_grows_while_disks_are_behind_up_to_its_memory_limit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let disks = disks(tmp.path(), 1);
+    let mut c = config(vec![spec("a", ",psn")], disks.clone(), "grows");
+    c.pool_blocks = None;
+    c.block_size = 16 * 1024;
+    let start_blocks = c.effective_pool_blocks();
+    // A block buffer: page of headroom, block header, 15 frames of 1032 bytes (16 KiB - 8 holds 15).
+    let block_bytes = 4096 + 8 + 15 * FRAME;
+    let limit = start_blocks + 60;
+    c.pool_memory = Some((limit * block_bytes) as u64);
+    let (h, addrs) = start(c);
+    h.hold_writers(true);
+    assert_eq!(h.status().flow.pool_limit, limit);
+    let fpb = 15u64; // 1032-byte frames in 16 KiB - 8
+    let burst = 5 * fpb;
+    let mut sent = 0u64;
+    let sock = sender();
+    let mut buf = vec![0u8; FRAME + 8];
+    // Bursts of five blocks; before each, the pool has room again (or has reached its limit).
+    while (sent / fpb) as usize <= limit + 10 {
+        for seq in sent..sent + burst {
+            buf[..8].copy_from_slice(&seq.to_ne_bytes());
+            vdif_frame(&mut buf[8..], seq, 0);
+            send_all(&sock, &buf, addrs[0]);
+        }
+        sent += burst;
+        wait_until(&h, WAIT, "burst accounted, pool grown", |s| {
+            let c = s.streams[0].counters;
+            c.packets + c.dropped_no_buffer == sent && (s.pool.free >= 16 || s.pool.total == limit)
+        });
+        let s = h.status();
+        if s.pool.total < limit {
+            assert_eq!(
+                s.streams[0].counters.dropped_no_buffer, 0,
+                "dropped below the limit: {s:#?}"
+            );
+        }
+    }
+    let s = h.status();
+    assert_eq!(s.pool.total, limit);
+    assert!(s.streams[0].counters.dropped_no_buffer > 0);
+    h.hold_writers(false);
+    h.stop();
+    let sum = h.wait().unwrap();
+    let c = sum.status.streams[0].counters;
+    let stored = frames_of(gather_mark6(&disks, "grows").into_iter().map(|b| b.data), FRAME).len() as u64;
+    assert_eq!(stored, c.packets);
+    assert!(
+        stored > start_blocks as u64 * fpb,
+        "{stored} frames: the pool never grew"
+    );
+    assert_eq!(c.lost, sent - stored);
+}
+
+/// A configured frame rate is never overridden by the data: frames numbered at or beyond it are rejected
+/// (said once), the rest indexed at the configured rate with nothing lost.
+#[test]
+fn configured_frame_rate_is_kept_and_frames_beyond_it_rejected() {
+    let tmp = tempfile::tempdir().unwrap();
+    let disks = disks(tmp.path(), 1);
+    // The test streams carry RATE (1000) frames per second; configure half of that.
+    let (h, addrs) = start(config(vec![spec("a", ",frame-rate=500")], disks.clone(), "rate"));
+    let events = h.events();
+    let n = 2 * u64::from(RATE);
+    send_stream(addrs[0], n, FRAME, 1, None, |_| false);
+    wait_until(&h, WAIT, "all", |s| {
+        let c = s.streams[0].counters;
+        c.packets + c.rejected == n
+    });
+    h.stop();
+    let sum = h.wait().unwrap();
+    let c = sum.status.streams[0].counters;
+    assert_eq!((c.packets, c.rejected, c.lost), (n / 2, n / 2, 0), "{c:?}");
+    assert_eq!(sum.status.streams[0].frame_rate, Some(500));
+    assert_eq!(sum.metadata.streams[0].frame_rate, Some(500));
+    let ev: Vec<RecorderEvent> = events.try_iter().collect();
+    assert!(
+        !ev.iter().any(|e| matches!(e, RecorderEvent::RateLearned { .. })),
+        "{ev:?}"
+    );
+    assert!(
+        ev.iter().any(|e| e.to_string().contains("configured frame-rate")),
+        "{ev:?}"
+    );
+}
+
+/// Every disk fails with frames in the pool: the frames no disk could write are not counted as stored but
+/// as lost, so lost is still sent - stored.
+#[test]
+fn all_disks_failing_counts_unwritten_frames_lost() {
+    let tmp = tempfile::tempdir().unwrap();
+    let disks = disks(tmp.path(), 2);
+    let mut c = config(vec![spec("a", ",psn")], disks.clone(), "gone");
+    c.format = ScanFormat::Flexbuff;
+    c.block_size = 16 * 1024;
+    let (h, addrs) = start(c);
+    h.hold_writers(true);
+    let n = 1_000u64;
+    send_stream(addrs[0], n, FRAME, 1, Some(0), |_| false);
+    wait_until(&h, WAIT, "all stored in the pool", |s| {
+        s.streams[0].counters.packets == n
+    });
+    // Take every disk's chunk directory away, then let the writers go: every write fails.
+    for d in &disks {
+        std::fs::remove_dir_all(d.join("gone")).unwrap();
+    }
+    let events = h.events();
+    h.hold_writers(false);
+    h.stop();
+    let sum = h.wait().unwrap();
+    assert!(sum.error.is_some(), "every disk failed: the scan must say so");
+    assert!(events.try_iter().any(|e| e == RecorderEvent::AllDisksFailed));
+    let stored = gather_flexbuff(&disks, "gone").len() as u64;
+    let c = sum.status.streams[0].counters;
+    assert_eq!(stored, 0);
+    assert_eq!((c.packets, c.lost), (stored, n - stored), "{c:?}");
+}

@@ -238,11 +238,13 @@ impl SequenceTracker {
 /// With the rate unknown it numbers frames within the first second as they come, and at the first change
 /// of second learns the rate as one more than the highest frame number seen, continuing the numbering so the
 /// sequence tracker sees no jump. Frames missing at the very end of that first second are therefore not
-/// counted. A frame number at or above the rate later raises the rate (re-basing so the index stays
-/// continuous). A configured rate is used from the first frame.
+/// counted. A frame number at or above a learned rate later raises the rate (re-basing so the index stays
+/// continuous). A configured rate is used from the first frame and never changed: a frame number at or
+/// above it is out of range (the frame's time is invalid at that rate) and gets no index.
 #[derive(Debug, Clone)]
 pub struct FrameIndexer {
     state: IndexerState,
+    configured: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -265,7 +267,15 @@ impl FrameIndexer {
                 max_frame: 0,
             },
         };
-        FrameIndexer { state }
+        FrameIndexer {
+            state,
+            configured: rate.is_some(),
+        }
+    }
+
+    /// True when the rate was configured (it is then never changed).
+    pub fn is_configured(&self) -> bool {
+        self.configured
     }
 
     /// The frame rate in use, once configured or learned.
@@ -285,20 +295,23 @@ impl FrameIndexer {
     }
 
     /// Global index of frame `frame` in second `second`; the second value is `Some(rate)` when this call
-    /// learned or raised the rate.
+    /// learned or raised the rate. `None` when the rate was configured and `frame` is at or above it.
     #[inline]
-    pub fn index(&mut self, second: i64, frame: u32) -> (u64, Option<u32>) {
+    pub fn index(&mut self, second: i64, frame: u32) -> Option<(u64, Option<u32>)> {
         match &mut self.state {
             IndexerState::Known { rate, offset } => {
                 let index = Self::absolute(*rate, *offset, second, frame);
                 if frame < *rate {
-                    return (index, None);
+                    return Some((index, None));
                 }
-                // The data has more frames per second than assumed: raise the rate, keeping this index.
+                if self.configured {
+                    return None;
+                }
+                // The data has more frames per second than learned: raise the rate, keeping this index.
                 *rate = frame + 1;
                 *offset = 0;
                 *offset = index.wrapping_sub(Self::absolute(*rate, 0, second, frame));
-                (index, Some(*rate))
+                Some((index, Some(*rate)))
             }
             IndexerState::Learning {
                 first_second,
@@ -307,13 +320,13 @@ impl FrameIndexer {
                 let first = *first_second.get_or_insert(second);
                 if second <= first {
                     *max_frame = (*max_frame).max(frame);
-                    return (u64::from(frame), None);
+                    return Some((u64::from(frame), None));
                 }
                 let rate = (*max_frame + 1).max(frame + 1);
                 let continued = u64::from(rate) * (second - first) as u64 + u64::from(frame);
                 let offset = continued.wrapping_sub(Self::absolute(rate, 0, second, frame));
                 self.state = IndexerState::Known { rate, offset };
-                (continued, Some(rate))
+                Some((continued, Some(rate)))
             }
         }
     }
@@ -487,7 +500,7 @@ mod tests {
                 if (s, f) == (11, 99) || (s, f) == (12, 0) {
                     continue;
                 }
-                t.observe(ix.index(s, f).0);
+                t.observe(ix.index(s, f).unwrap().0);
             }
         }
         assert_eq!(t.counters().lost, 2);
@@ -504,7 +517,7 @@ mod tests {
                 if (s == 0 && f < 40) || (s, f) == (1, 50) || (s == 3 && f < 3) {
                     continue;
                 }
-                let (i, l) = ix.index(s, f);
+                let (i, l) = ix.index(s, f).unwrap();
                 if l.is_some() {
                     learned = l;
                 }
@@ -518,20 +531,45 @@ mod tests {
     }
 
     #[test]
-    fn rate_too_low_is_raised_keeping_continuity() {
-        let mut ix = FrameIndexer::new(Some(50));
+    fn learned_rate_too_low_is_raised_keeping_continuity() {
+        let mut ix = FrameIndexer::new(None);
         let mut t = SequenceTracker::default();
-        let mut raised = None;
+        let mut raised = Vec::new();
+        // The first second shows frames 0..50 only (the rest lost): 50 is learned, then raised.
         for s in 0..3i64 {
             for f in 0..100u32 {
-                let (i, r) = ix.index(s, f);
-                raised = raised.or(r);
+                if s == 0 && f >= 50 {
+                    continue;
+                }
+                let (i, r) = ix.index(s, f).unwrap();
+                raised.extend(r);
                 t.observe(i);
             }
         }
-        assert_eq!(raised, Some(51));
+        assert_eq!(raised.first(), Some(&50));
         assert_eq!(ix.rate(), Some(100));
+        assert!(!ix.is_configured());
         let c = t.counters();
-        assert_eq!((c.lost, c.duplicates, c.restarts), (0, 0, 0));
+        assert_eq!((c.duplicates, c.restarts), (0, 0));
+    }
+
+    #[test]
+    fn configured_rate_is_never_overridden() {
+        let mut ix = FrameIndexer::new(Some(50));
+        let mut out_of_range = 0;
+        for s in 0..3i64 {
+            for f in 0..100u32 {
+                match ix.index(s, f) {
+                    Some((i, r)) => {
+                        assert_eq!(r, None);
+                        assert_eq!(i, s as u64 * 50 + u64::from(f));
+                    }
+                    None => out_of_range += 1,
+                }
+            }
+        }
+        assert_eq!(out_of_range, 150);
+        assert_eq!(ix.rate(), Some(50));
+        assert!(ix.is_configured());
     }
 }

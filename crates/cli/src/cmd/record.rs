@@ -63,9 +63,14 @@ pub struct Args {
     /// Socket receive buffer per stream (forced past net.core.rmem_max when privileged)
     #[arg(long, value_name = "SIZE", default_value = "256MiB")]
     recv_buffer: String,
-    /// Block buffers to preallocate (default: one per stream plus ~1 GB of writer queue)
+    /// Fixed number of block buffers (default: start with one per stream plus ~1 GB of writer queue and
+    /// grow while the disks are behind, up to --pool-memory)
     #[arg(long, value_name = "N")]
     pool_blocks: Option<usize>,
+    /// Memory the block pool may grow to while the disks are behind (default: half of MemAvailable at the
+    /// start, at most 64 GiB; never below the starting pool)
+    #[arg(long, value_name = "SIZE", conflicts_with = "pool_blocks")]
+    pool_memory: Option<String>,
     /// Capture threads (streams are spread over them)
     #[arg(long, value_name = "N", default_value_t = 1)]
     capture_threads: usize,
@@ -130,6 +135,12 @@ fn build_config(args: &Args) -> anyhow::Result<RecorderConfig> {
         }
     }
     c.pool_blocks = args.pool_blocks;
+    if let Some(m) = &args.pool_memory {
+        c.pool_memory = match parse_bytes(m) {
+            Ok(b) => Some(b),
+            Err(e) => usage!("--pool-memory: {e}"),
+        };
+    }
     c.capture_threads = args.capture_threads;
     c.experiment = args.experiment.clone();
     c.station = args.station.clone();
@@ -292,8 +303,19 @@ impl Progress {
             s.pool.free,
             s.pool.total,
         );
+        // Disks behind: say how fast the pool fills and when it runs dry.
+        let f = &s.flow;
+        line.push_str(&format!(
+            " | in {} write {} pool {:.0}%",
+            fmt_bit_rate(f.input_rate * 8.0),
+            fmt_bit_rate(f.write_rate * 8.0),
+            f.pool_fill * 100.0
+        ));
+        if let Some(t) = f.time_to_full {
+            line.push_str(&format!(" DISKS BEHIND: pool full in {t:.0}s"));
+        }
         if self.tty {
-            line.truncate(200);
+            line.truncate(240);
             eprint!("\r\x1b[2K{line}");
             self.dirty = true;
         } else {
@@ -359,6 +381,26 @@ pub(crate) fn print_summary(out: &mut dyn std::io::Write, sum: &ScanSummary, rec
             fmt_bytes(d.write_rate() as u64),
             if d.direct { " (O_DIRECT)" } else { "" },
             state
+        );
+    }
+    let dropped = sum.status.totals().dropped_no_buffer;
+    let p = &sum.status.pool;
+    if dropped > 0 {
+        let bytes: u64 = sum
+            .status
+            .streams
+            .iter()
+            .zip(&m.streams)
+            .map(|(s, meta)| s.counters.dropped_no_buffer * u64::from(meta.frame_size))
+            .sum();
+        let _ = writeln!(
+            out,
+            "  DROPPED {dropped} frame(s) ({}) for lack of buffer memory: the disks fell behind and the pool \
+             ({} blocks of {}, {} at most) was full; add disks, or allow more memory (--pool-memory)",
+            fmt_bytes(bytes),
+            p.total,
+            fmt_bytes(p.block_bytes as u64),
+            fmt_bytes((sum.status.flow.pool_limit * p.block_bytes) as u64),
         );
     }
     if let Some(e) = &sum.error {

@@ -1430,6 +1430,7 @@ mod tests {
                     block_bytes: 1000,
                 },
                 blocks: 1,
+                flow: Default::default(),
             }
         }
     }
