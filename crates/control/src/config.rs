@@ -294,14 +294,12 @@ pub fn expand(patterns: &[String]) -> Vec<PathBuf> {
 }
 
 fn host_name() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it on success.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return "vlbiflow".into();
+    let name = rustix::system::uname().nodename().to_string_lossy().into_owned();
+    if name.is_empty() {
+        "vlbiflow".into()
+    } else {
+        name
     }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
 #[cfg(test)]

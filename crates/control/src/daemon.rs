@@ -80,7 +80,10 @@ async fn perform(sh: &Arc<Shared>, mut actions: Vec<Action>) -> Vec<(Ticket, Rep
                 Action::Start { ticket, config } => {
                     let sh2 = sh.clone();
                     let outcome = tokio::task::spawn_blocking(move || {
-                        sh2.engine.lock().unwrap_or_else(|e| e.into_inner()).start(config)
+                        sh2.engine
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .start(*config)
                     })
                     .await
                     .unwrap_or_else(|_| Err("the recorder panicked while starting".into()));

@@ -33,15 +33,9 @@ pub struct SystemDisks;
 
 /// Free and total bytes of the file system holding `path` (statvfs).
 pub fn disk_space(path: &Path) -> Option<(u64, u64)> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `c` is a valid NUL-terminated path and `st` a valid out-pointer.
-    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-        return None;
-    }
-    let frsize = st.f_frsize as u64;
-    Some((st.f_bavail as u64 * frsize, st.f_blocks as u64 * frsize))
+    let st = rustix::fs::statvfs(path).ok()?;
+    let frsize = st.f_frsize;
+    Some((st.f_bavail * frsize, st.f_blocks * frsize))
 }
 
 impl DiskProbe for SystemDisks {

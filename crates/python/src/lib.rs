@@ -158,7 +158,10 @@ impl Reader {
         // exactly count x row elements (and a bool array of count x threads for the mask) that it holds
         // for the duration of the call; nothing else writes them meanwhile.
         let out = unsafe { std::slice::from_raw_parts_mut(out as *mut f32, n) };
-        let mask = mask.map(|m| unsafe { std::slice::from_raw_parts_mut(m as *mut bool, count * threads) });
+        let mask = mask.map(|m| {
+            // SAFETY: as above, for the wrapper's bool mask array of count x threads elements.
+            unsafe { std::slice::from_raw_parts_mut(m as *mut bool, count * threads) }
+        });
         let inner = &mut self.inner;
         py.detach(move || inner.read(out, mask, fill_value))
             .map_err(read_err)

@@ -30,16 +30,21 @@ fn count() {
     }
 }
 
+// SAFETY: every call is passed unchanged to the system allocator, which upholds GlobalAlloc's contract;
+// counting touches only a thread-local and an atomic (no allocation).
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         count();
+        // SAFETY: the caller's contract for `alloc` is the system allocator's.
         unsafe { System.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` came from this allocator, i.e. from the system allocator, with `layout`.
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         count();
+        // SAFETY: as for `dealloc`; the caller's contract for `realloc` is the system allocator's.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
 }

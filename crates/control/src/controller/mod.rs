@@ -55,7 +55,10 @@ pub type Ticket = u64;
 pub enum Action {
     /// Start a recording of `config` (allocates the block pool, opens sockets and files: may take
     /// seconds); report the outcome with [`Controller::started`].
-    Start { ticket: Ticket, config: RecorderConfig },
+    Start {
+        ticket: Ticket,
+        config: Box<RecorderConfig>,
+    },
     /// Stop capture of this recording (returns within about a second); the writers keep flushing and
     /// [`Controller::tick`] notices when the scan is complete.
     Stop(Arc<dyn Recording>),
@@ -926,7 +929,10 @@ impl Controller {
         c.duration = plan.duration;
         let ticket = self.next_ticket;
         self.next_ticket += 1;
-        self.actions.push(Action::Start { ticket, config: c });
+        self.actions.push(Action::Start {
+            ticket,
+            config: Box::new(c),
+        });
         self.state = RecordState::Starting {
             ticket,
             plan,
@@ -1295,7 +1301,7 @@ impl Controller {
             for a in actions {
                 match a {
                     Action::Start { ticket, config } => {
-                        let outcome = engine.start(config);
+                        let outcome = engine.start(*config);
                         if let Some(r) = self.started(ticket, outcome, now) {
                             replies.push((ticket, r));
                         }
@@ -1887,7 +1893,7 @@ mod tests {
         let Action::Start { config, .. } = actions.into_iter().next().unwrap() else {
             unreachable!()
         };
-        let rec = f.engine.start(config);
+        let rec = f.engine.start(*config);
         let reply = f.ctl.started(ticket, rec, f.now).unwrap();
         assert_eq!(reply.format(), "!record = 0 : recording : exp_st_scan1 ;");
         assert_eq!(f.ctl.state_name(), "recording");
