@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use vlbiflow_formats::flexbuff::parse_chunk_file_name;
 use vlbiflow_formats::mark5b::SYNC_WORD as MARK5B_SYNC;
 use vlbiflow_formats::mark6::{Mark6BlockHeader, Mark6FileHeaderRepr, PacketFormat, FILE_HEADER_LEN};
-use vlbiflow_formats::time::{days_from_civil, epoch_start_unix, UtcTime};
+use vlbiflow_formats::time::{epoch_start_unix, UtcTime};
 use vlbiflow_formats::vdif::VdifHeader;
 use vlbiflow_scan::{find_scans, FrameKind, ScanFormat, ScanMetadata, METADATA_SUFFIX};
 
@@ -39,18 +39,7 @@ pub struct ScanListing {
 
 /// Parses the ISO-8601 UTC form vlbiflow writes (`YYYY-MM-DDTHH:MM:SS[.f]Z`).
 pub fn parse_iso8601(s: &str) -> Option<f64> {
-    let s = s.strip_suffix('Z')?;
-    let (date, time) = s.split_once('T')?;
-    let mut d = date.splitn(3, '-');
-    let (y, m, dd): (i64, u32, u32) = (
-        d.next()?.parse().ok()?,
-        d.next()?.parse().ok()?,
-        d.next()?.parse().ok()?,
-    );
-    let mut t = time.splitn(3, ':');
-    let (h, mi): (i64, i64) = (t.next()?.parse().ok()?, t.next()?.parse().ok()?);
-    let sec: f64 = t.next()?.parse().ok()?;
-    Some((days_from_civil(y, m, dd) * 86400 + h * 3600 + mi * 60) as f64 + sec)
+    UtcTime::parse_iso8601(s)
 }
 
 fn file_len(p: &Path) -> u64 {

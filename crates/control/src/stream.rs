@@ -7,9 +7,9 @@ use vlbiflow_recorder::StreamSpec;
 use vlbiflow_scan::FrameKind;
 
 /// Bytes of Ethernet + IPv4 + UDP headers before a datagram's payload (Mark6 offsets count from the frame).
-pub const UDP_HEADER_OFFSET: u32 = 42;
+pub const UDP_HEADER_OFFSET: u32 = vlbiflow_formats::psn::MARK6_PSN_OFFSET;
 /// Highest VDIF thread ID (10 bits).
-pub const MAX_THREAD_ID: u16 = 1023;
+pub const MAX_THREAD_ID: u16 = vlbiflow_formats::vdif::MAX_THREAD_ID;
 
 /// One input stream as the Mark6 `input_stream=add` command describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -148,7 +148,7 @@ pub fn parse_input_stream(a: &[String]) -> std::result::Result<InputStream, Stri
     let mut t = Vec::new();
     for x in threads.split([',', '+']).map(str::trim).filter(|x| !x.is_empty()) {
         match x.parse::<u16>() {
-            Ok(v) if v <= 1023 => t.push(v),
+            Ok(v) if v <= MAX_THREAD_ID => t.push(v),
             _ => return Err(format!("thread {x:?} is not a VDIF thread ID (0..=1023)")),
         }
     }

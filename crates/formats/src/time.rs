@@ -74,6 +74,26 @@ impl UtcTime {
         )
     }
 
+    /// Parses the form [`UtcTime::to_iso8601`] writes (`YYYY-MM-DDTHH:MM:SS[.f]Z`) into Unix seconds.
+    pub fn parse_iso8601(s: &str) -> Option<f64> {
+        let s = s.strip_suffix('Z')?;
+        let (date, time) = s.split_once('T')?;
+        let mut d = date.splitn(3, '-');
+        let (y, m, dd): (i64, u32, u32) = (
+            d.next()?.parse().ok()?,
+            d.next()?.parse().ok()?,
+            d.next()?.parse().ok()?,
+        );
+        if !(1..=12).contains(&m) || !(1..=31).contains(&dd) {
+            return None;
+        }
+        let mut t = time.splitn(3, ':');
+        let (h, mi): (i64, i64) = (t.next()?.parse().ok()?, t.next()?.parse().ok()?);
+        let sec: f64 = t.next()?.parse().ok()?;
+        sec.is_finite()
+            .then(|| (days_from_civil(y, m, dd) * 86400 + h * 3600 + mi * 60) as f64 + sec)
+    }
+
     /// ISO-8601 with nanosecond precision trimmed to what is non-zero, e.g. `2024-01-01T00:00:05.5Z`.
     pub fn to_iso8601(&self) -> String {
         let days = self.unix_seconds.div_euclid(86400);
@@ -312,5 +332,13 @@ mod tests {
             prop_assert_eq!(clock.index_at_or_after(utc), idx);
             prop_assert_eq!(clock.utc_of(idx), utc);
         }
+    }
+
+    #[test]
+    fn iso8601_parses_what_it_writes() {
+        let t = UtcTime::from_unix(1_704_067_205, 500_000_000);
+        assert_eq!(UtcTime::parse_iso8601(&t.to_iso8601()), Some(1_704_067_205.5));
+        assert_eq!(UtcTime::parse_iso8601("2024-13-01T00:00:00Z"), None);
+        assert_eq!(UtcTime::parse_iso8601("2024-01-01 00:00:00"), None);
     }
 }

@@ -191,7 +191,7 @@ impl StreamSpec {
 
 fn parse_thread(t: &str) -> Result<u16, String> {
     match t.parse::<u16>() {
-        Ok(v) if v <= 1023 => Ok(v),
+        Ok(v) if v <= vlbiflow_formats::vdif::MAX_THREAD_ID => Ok(v),
         _ => Err(format!("{t:?} is not a VDIF thread ID (0..=1023)")),
     }
 }

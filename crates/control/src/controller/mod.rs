@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use vlbiflow_formats::time::{days_from_civil, UtcTime};
+use vlbiflow_formats::time::UtcTime;
 use vlbiflow_formats::vex_time;
 use vlbiflow_recorder::{Phase, RecorderConfig, RecorderStatus};
 use vlbiflow_scan::{ScanFormat, ScanMetadata, StreamCounters};
@@ -181,18 +181,7 @@ pub use crate::disks::disk_space;
 
 /// ISO-8601 `YYYY-MM-DDTHH:MM:SS[.f]Z` (as the metadata holds) to Unix seconds as a float.
 pub fn parse_iso(s: &str) -> Option<f64> {
-    let s = s.strip_suffix('Z')?;
-    let (date, time) = s.split_once('T')?;
-    let mut d = date.split('-');
-    let (y, mo, da): (i64, u32, u32) = (
-        d.next()?.parse().ok()?,
-        d.next()?.parse().ok()?,
-        d.next()?.parse().ok()?,
-    );
-    let mut t = time.split(':');
-    let (h, mi): (i64, i64) = (t.next()?.parse().ok()?, t.next()?.parse().ok()?);
-    let sec: f64 = t.next()?.parse().ok()?;
-    Some((days_from_civil(y, mo, da) * 86400 + h * 3600 + mi * 60) as f64 + sec)
+    UtcTime::parse_iso8601(s)
 }
 
 /// The command state machine. See the module documentation.
