@@ -269,9 +269,10 @@ pub fn check(rec: &Recording, mut config: CheckConfig, mut progress: impl FnMut(
             FindingKind::InvalidFrames,
             format!(
                 "{} of the missing frames are fill frames the recorder wrote in their place (invalid bit and \
-                 0x11223344 pattern; {} without a header)",
+                 0x11223344 pattern; of all {} fill frames, {} have no header)",
                 engine.fill,
-                engine.headerless_fill.min(engine.fill)
+                engine.fill + engine.tail_fill + engine.leading_fill,
+                engine.headerless_fill
             ),
         ));
     }

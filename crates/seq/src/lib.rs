@@ -105,22 +105,6 @@ impl SequenceTracker {
         self.next
     }
 
-    /// Counts `n` numbers the receiver knows were sent after the last one it saw and will never see (for
-    /// example frames it had to drop itself, or the tail of a stream whose sender reported its last number):
-    /// they are lost and the sequence continues after them.
-    pub fn skip(&mut self, n: u64) {
-        if let Some(next) = self.next {
-            if n > 0 {
-                self.counters.lost += n;
-                let last = next.wrapping_add(n - 1);
-                self.advance_to(last, next);
-                // `advance_to` marks `last` as seen; it was not.
-                let (w, b) = self.bit(last);
-                self.seen_bits[w] &= !b;
-            }
-        }
-    }
-
     #[inline]
     fn bit(&self, n: u64) -> (usize, u64) {
         let i = n % self.window;
@@ -440,18 +424,6 @@ mod tests {
         assert_eq!(c.stray, 0);
         // 51..=81 minus the ones present: 55, 60, 65, 70, 75, 80 are missing.
         assert_eq!(c.lost, 6);
-    }
-
-    #[test]
-    fn skip_counts_known_tail_loss() {
-        let mut t = SequenceTracker::default();
-        feed(&mut t, &[7, 8, 9]);
-        t.skip(5);
-        assert_eq!(t.counters().lost, 5);
-        // The skipped numbers may still arrive late.
-        assert_eq!(t.observe(12), Arrival::Late);
-        assert_eq!(t.observe(15), Arrival::InOrder);
-        assert_eq!(t.counters().lost, 4);
     }
 
     #[test]
