@@ -299,8 +299,13 @@ fn mark6_file_replaced_mid_scan_loses_no_frame() {
     assert_eq!(sum.status.streams[0].counters.lost, 0);
 }
 
-/// Fails one disk for real with ENOSPC on a 1 MiB tmpfs (needs root to mount; otherwise the test says so
+/// Fails one disk for real with ENOSPC on a small tmpfs (needs root to mount; otherwise the test says so
 /// and checks the same property through a FlexBuff chunk directory taken away).
+///
+/// The tmpfs is filled beforehand so that the scan's file header fits but no whole block does: the first
+/// block the small disk's writer takes fails, whichever disk happens to be fastest on the machine running
+/// the test. Frames are sent in rounds until that has happened (bounded), so the test does not depend on
+/// how the writers share the queue (on CI the three other writers once took all but two blocks).
 #[test]
 fn disk_full_mid_scan_loses_no_frame() {
     let tmp = tempfile::tempdir().unwrap();
@@ -322,6 +327,17 @@ fn disk_full_mid_scan_loses_no_frame() {
         }
     }
     let _guard = Unmount(small.clone(), mounted);
+    if mounted {
+        // Leave 16 KiB free: room for the Mark6 file header, none for a 64 KiB block.
+        let filler = small.join("filler");
+        let free = |p: &std::path::Path| {
+            let st = rustix::fs::statvfs(p).unwrap();
+            st.f_bavail * st.f_frsize
+        };
+        let size = free(&small).saturating_sub(16 * 1024);
+        std::fs::write(&filler, vec![0xa5u8; size as usize]).unwrap();
+        assert!(free(&small) < 64 * 1024, "filler left {} bytes", free(&small));
+    }
     disks.push(small.clone());
     let mut c = config(vec![spec("a", ",psn")], disks.clone(), "full");
     if !mounted {
@@ -331,32 +347,54 @@ fn disk_full_mid_scan_loses_no_frame() {
         c.format = ScanFormat::Flexbuff;
     }
     let (h, addrs) = start(c);
-    let n = 6_000; // ~6 MB: several times what the small disk holds
-    if mounted {
-        send_stream(addrs[0], n, FRAME, 1, Some(0), |_| false);
-    } else {
-        send_stream(addrs[0], n / 2, FRAME, 1, Some(0), |_| false);
-        wait_until(&h, WAIT, "half", |s| {
-            s.streams[0].counters.packets == n / 2 && s.disks[3].blocks > 0
-        });
-        std::fs::rename(small.join("full"), tmp.path().join("full.moved")).unwrap();
-        let sock = sender();
-        let mut buf = vec![0u8; FRAME + 8];
-        for seq in n / 2..n {
+    let round = 1_000u64; // ~1 MB, about 16 blocks
+    let mut n = 0u64;
+    let sock = sender();
+    let mut buf = vec![0u8; FRAME + 8];
+    let mut send = |from: u64, to: u64| {
+        for seq in from..to {
             buf[..8].copy_from_slice(&seq.to_ne_bytes());
             vdif_frame(&mut buf[8..], seq, 0);
             send_all(&sock, &buf, addrs[0]);
+            if seq % 256 == 0 {
+                std::thread::yield_now();
+            }
+        }
+    };
+    if !mounted {
+        // Until the small disk holds a chunk, then take its chunk directory away.
+        while n < 50 * round {
+            send(n, n + round);
+            n += round;
+            wait_until(&h, WAIT, "round", |s| s.streams[0].counters.packets == n);
+            if h.status().disks[3].blocks > 0 {
+                break;
+            }
+        }
+        std::fs::rename(small.join("full"), tmp.path().join("full.moved")).unwrap();
+    }
+    // Until the small disk has failed (and at least one more round after it, written elsewhere).
+    let limit = n + 50 * round;
+    loop {
+        send(n, n + round);
+        n += round;
+        wait_until(&h, WAIT, "round", |s| s.streams[0].counters.packets == n);
+        if h.status().disks[3].failed.is_some() || n >= limit {
+            break;
         }
     }
+    send(n, n + round);
+    n += round;
     wait_until(&h, WAIT, "all", |s| s.streams[0].counters.packets == n);
     h.stop();
     let sum = h.wait().unwrap();
     assert_eq!(sum.error, None);
     assert!(
         sum.status.disks[3].failed.is_some(),
-        "small disk should have failed: {:?}",
+        "small disk should have failed after {n} frames: {:?}",
         sum.status.disks[3]
     );
+    assert_eq!(sum.status.streams[0].counters.lost, 0);
     let frames = if mounted {
         // The full disk's file was cut back to its last whole block: it parses cleanly.
         frames_of(gather_mark6(&disks, "full").into_iter().map(|b| b.data), FRAME)
