@@ -27,7 +27,7 @@ pub struct LatencyHistogram {
 }
 
 /// What a [`LatencyHistogram`] holds, for JSON and printing. Quantiles are `None` with no samples.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct LatencySummary {
     /// The stated clock offset, host minus backend, in nanoseconds.
     pub clock_offset_ns: i64,
