@@ -192,7 +192,8 @@ pub struct ReceiveStatus {
 }
 
 /// Runs the receiver until `stop`, the duration, the frame count or the idle timeout; `progress` is
-/// called about once a second with the live status. Returns the final status.
+/// called once when the socket is bound (`elapsed_s` 0, `listen` the bound address), then about once a
+/// second with the live status. Returns the final status.
 pub fn run_receive(
     config: &ReceiveConfig,
     stop: &AtomicBool,
@@ -257,6 +258,8 @@ pub fn run_receive(
         _ => None,
     };
 
+    // Listening: the caller may say so (scripts wait for it before starting a sender).
+    progress(&st);
     let start = Instant::now();
     let end = config.duration.map(|d| start + d);
     let mut last_datagram: Option<Instant> = None;

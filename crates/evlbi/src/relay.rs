@@ -96,7 +96,8 @@ pub struct RelayStatus {
     pub stopped: Option<String>,
 }
 
-/// Runs the relay until `stop`, the duration or the idle timeout; `progress` about once a second.
+/// Runs the relay until `stop`, the duration or the idle timeout; `progress` once when listening
+/// (`elapsed_s` 0), then about once a second.
 pub fn run_relay(
     config: &RelayConfig,
     stop: &AtomicBool,
@@ -153,6 +154,7 @@ pub fn run_relay(
         protocol: format!("{:?}", config.protocol).to_lowercase(),
         ..Default::default()
     };
+    progress(&st);
     let start = Instant::now();
     let end = config.duration.map(|d| start + d);
     let mut last_datagram: Option<Instant> = None;

@@ -252,6 +252,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let tty = std::io::stderr().is_terminal();
     let mut last = (0u64, 0.0f64);
     let st = run_receive(&config, &stop, &mut |s| {
+        if s.elapsed_s == 0.0 {
+            eprintln!("receive: ready on {}", s.listen);
+            return;
+        }
         let rate = (s.output_bytes - last.0) as f64 * 8.0 / (s.elapsed_s - last.1).max(1e-3);
         last = (s.output_bytes, s.elapsed_s);
         let line = progress_line(s, rate);

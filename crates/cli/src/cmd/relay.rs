@@ -190,6 +190,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     );
     let tty = std::io::stderr().is_terminal();
     let st = run_relay(&c, &stop, &mut |s| {
+        if s.elapsed_s == 0.0 {
+            eprintln!("relay: ready on {}", s.listen);
+            return;
+        }
         let line = format!(
             "{:>6.1}s in {} forwarded {} rejected {} | {}",
             s.elapsed_s,
