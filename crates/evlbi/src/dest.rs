@@ -3,8 +3,9 @@
 //! `[LABEL=]PROTO@HOST:PORT[,threads=0,1][,rate=RATE][,burst=SIZE][,queue=FRAMES][,stream=LABEL][,psn=N]`
 //!
 //! - `PROTO`: `udps` (8-byte packet sequence number, little-endian, then the frame: jive5ab's and Mark6's
-//!   format, the e-EVN default), `vdif` (the frame alone, one per datagram; also for Mark5B frames) or
-//!   `tcp` (frames back to back on a TCP connection, reconnected when it breaks, as EVN once ran).
+//!   format, the e-EVN default; jive5ab's `udp` means the same), `vdif` (the frame alone, one per
+//!   datagram, also for Mark5B frames; jive5ab's `pudp`) or `tcp` (frames back to back on a TCP
+//!   connection, reconnected when it breaks, as EVN once ran).
 //! - `threads=0,1`: forward only these VDIF threads (all by default).
 //! - `rate=1.9Gbps`: pace to this rate (bits of UDP payload or TCP data per second) with a token bucket of
 //!   `burst` bytes (default the larger of 8 datagrams and 1 ms at the rate); unpaced by default.
@@ -38,11 +39,11 @@ impl Protocol {
         }
     }
 
-    /// Parses `udps`, `vdif` (also `udp`) or `tcp`.
+    /// Parses `udps`, `vdif` or `tcp`; as in jive5ab, `udp` means `udps` and `pudp` plain datagrams.
     pub fn parse(s: &str) -> Option<Protocol> {
         match s.trim().to_ascii_lowercase().as_str() {
-            "udps" => Some(Protocol::Udps),
-            "vdif" | "udp" => Some(Protocol::Vdif),
+            "udps" | "udp" => Some(Protocol::Udps),
+            "vdif" | "pudp" => Some(Protocol::Vdif),
             "tcp" => Some(Protocol::Tcp),
             _ => None,
         }

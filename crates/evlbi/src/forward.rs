@@ -160,6 +160,9 @@ impl DestShared {
 /// The producer side: offered every frame, on the producer's thread.
 pub struct ForwardTap {
     dests: Vec<TapDest>,
+    /// While this is false, [`offer_frames`](ForwardTap::offer_frames) forwards nothing (the daemon's
+    /// `in2net=off`); frames not forwarded take no PSN.
+    gate: Option<Arc<AtomicBool>>,
 }
 
 struct TapDest {
@@ -254,8 +257,18 @@ impl ForwardTap {
         }
     }
 
-    /// Offers every frame of `frames` (`frame_len` bytes each) and publishes.
+    /// Forwards only while `gate` is true (looked at once per [`offer_frames`](Self::offer_frames)).
+    pub fn with_gate(mut self, gate: Arc<AtomicBool>) -> Self {
+        self.gate = Some(gate);
+        self
+    }
+
+    /// Offers every frame of `frames` (`frame_len` bytes each) and publishes; nothing while the gate
+    /// is closed.
     pub fn offer_frames(&mut self, frames: &[u8], frame_len: usize) {
+        if self.gate.as_ref().is_some_and(|g| !g.load(Relaxed)) {
+            return;
+        }
         for f in frames.chunks_exact(frame_len.max(1)) {
             self.offer(f);
         }
@@ -395,7 +408,13 @@ impl Forwarder {
                 }
             }
         }
-        Ok((Forwarder { dests, threads, stop }, ForwardTap { dests: taps }))
+        Ok((
+            Forwarder { dests, threads, stop },
+            ForwardTap {
+                dests: taps,
+                gate: None,
+            },
+        ))
     }
 
     /// Live status of every destination.
