@@ -119,7 +119,7 @@ impl Output {
                 let f = o
                     .open(p)
                     .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", p.display())))?;
-                writer(Box::new(f))
+                writer(Box::new(SteadyFile::new(f)))
             }
             OutputSpec::Fifo(p) => writer(Box::new(open_fifo(p, wait)?)),
             OutputSpec::Unix(p) => {
@@ -243,5 +243,173 @@ fn open_fifo(p: &std::path::Path, wait: Duration) -> io::Result<File> {
                 return Err(io::Error::new(e.kind(), format!("{}: {why}", p.display())));
             }
         }
+    }
+}
+
+/// An [`Output`] on its own thread behind a ring of frames, so that a slow disk or reader does not hold
+/// up the receiving thread until the ring (`buffer_bytes`) is full; only then does
+/// [`write_frame`](Self::write_frame) wait (counted in [`stalls`](Self::stalls)): the output stays
+/// continuous, and the socket buffer absorbs what comes meanwhile.
+pub struct OutputWriter {
+    producer: crate::ring::Producer,
+    thread: Option<std::thread::JoinHandle<io::Result<()>>>,
+    stalls: u64,
+}
+
+impl OutputWriter {
+    /// Starts the writer thread for `output` with a ring of about `buffer_bytes` of `frame_len`-byte frames.
+    pub fn start(mut output: Output, frame_len: usize, buffer_bytes: usize) -> io::Result<Self> {
+        let slots = (buffer_bytes / frame_len.max(1)).clamp(64, 1 << 22);
+        let (producer, mut consumer) = crate::ring::ring(slots, frame_len);
+        let thread =
+            std::thread::Builder::new()
+                .name("vf-output".into())
+                .spawn(move || -> io::Result<()> {
+                    loop {
+                        let n = consumer.wait(Duration::from_millis(50));
+                        if n == 0 {
+                            output.flush()?;
+                            if consumer.producer_gone() && consumer.available() == 0 {
+                                return Ok(());
+                            }
+                            continue;
+                        }
+                        for i in 0..n {
+                            output.write_frame(consumer.get(i))?;
+                        }
+                        consumer.release(n);
+                        if consumer.available() == 0 {
+                            output.flush()?;
+                        }
+                    }
+                })?;
+        Ok(OutputWriter {
+            producer,
+            thread: Some(thread),
+            stalls: 0,
+        })
+    }
+
+    /// Queues one frame for the writer; waits while the ring is full. An error if the writer failed.
+    #[inline]
+    pub fn write_frame(&mut self, frame: &[u8]) -> io::Result<()> {
+        if self.producer.try_push(&[frame]) {
+            return Ok(());
+        }
+        self.stalls += 1;
+        self.producer.notify();
+        loop {
+            if self.producer.consumer_gone() {
+                return Err(self.failure());
+            }
+            std::thread::sleep(Duration::from_micros(100));
+            if self.producer.try_push(&[frame]) {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Wakes the writer; call once per batch.
+    #[inline]
+    pub fn publish(&self) {
+        self.producer.notify();
+    }
+
+    /// Frames that had to wait for room in the ring (the output was slower than the stream).
+    pub fn stalls(&self) -> u64 {
+        self.stalls
+    }
+
+    fn failure(&mut self) -> io::Error {
+        match self.thread.take().map(|t| t.join()) {
+            Some(Ok(Err(e))) => e,
+            Some(Err(_)) => io::Error::other("the output thread panicked"),
+            _ => io::Error::other("the output stopped"),
+        }
+    }
+
+    /// Writes out everything queued and stops the thread.
+    pub fn finish(mut self) -> io::Result<()> {
+        let t = self.thread.take();
+        drop(self.producer);
+        match t.map(|t| t.join()) {
+            Some(Ok(r)) => r,
+            Some(Err(_)) => Err(io::Error::other("the output thread panicked")),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Writeback is started every `WRITEBACK_CHUNK` bytes and waited for one chunk behind.
+const WRITEBACK_CHUNK: u64 = 32 << 20;
+
+/// A file written at a steady pace: its dirty pages are written back as it goes (`sync_file_range` on each
+/// 32 MiB written, waiting for the chunk before) and dropped from the page cache, so a long output neither
+/// fills memory with dirty pages nor meets the kernel's dirty-page throttling in bursts (the recorder's
+/// disks are written the same way).
+struct SteadyFile {
+    file: File,
+    written: u64,
+    started: u64,
+    waited: u64,
+    /// tmpfs and the like have no writeback: nothing to do.
+    memory: bool,
+}
+
+impl SteadyFile {
+    fn new(file: File) -> Self {
+        let memory = rustix::fs::fstatfs(&file).is_ok_and(|s| {
+            // TMPFS_MAGIC, RAMFS_MAGIC
+            matches!(s.f_type as u64, 0x0102_1994 | 0x8584_58f6)
+        });
+        SteadyFile {
+            file,
+            written: 0,
+            started: 0,
+            waited: 0,
+            memory,
+        }
+    }
+
+    fn sync_range(&self, start: u64, len: u64, wait: bool) {
+        use std::os::fd::AsRawFd;
+        let flags = if wait {
+            libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE | libc::SYNC_FILE_RANGE_WAIT_AFTER
+        } else {
+            libc::SYNC_FILE_RANGE_WRITE
+        };
+        // SAFETY: a plain system call on a descriptor this value owns; no memory is passed.
+        let _ = unsafe { libc::sync_file_range(self.file.as_raw_fd(), start as i64, len as i64, flags) };
+        if wait {
+            // Advisory only: its failure changes nothing.
+            let _ = rustix::fs::fadvise(
+                &self.file,
+                start,
+                std::num::NonZeroU64::new(len),
+                rustix::fs::Advice::DontNeed,
+            );
+        }
+    }
+}
+
+impl Write for SteadyFile {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.file.write(buf)?;
+        self.written += n as u64;
+        if !self.memory {
+            while self.written - self.started >= WRITEBACK_CHUNK {
+                self.sync_range(self.started, WRITEBACK_CHUNK, false);
+                self.started += WRITEBACK_CHUNK;
+                if self.started - self.waited > WRITEBACK_CHUNK {
+                    self.sync_range(self.waited, WRITEBACK_CHUNK, true);
+                    self.waited += WRITEBACK_CHUNK;
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.file.flush()
     }
 }

@@ -29,7 +29,7 @@ use vlbiflow_seq::FrameIndexer;
 use vlbiflow_udp::recv::BatchReceiver;
 use vlbiflow_udp::socket::{open_udp, UdpConfig};
 
-use crate::output::{Output, OutputSpec};
+use crate::output::{Output, OutputSpec, OutputWriter};
 
 /// What arrives on the socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -83,6 +83,8 @@ pub struct ReceiveConfig {
     pub output_wait: Duration,
     /// Write the key of every fill frame, one per line.
     pub fill_log: Option<PathBuf>,
+    /// Memory between the receiving thread and the output's thread.
+    pub output_buffer: usize,
 }
 
 impl ReceiveConfig {
@@ -109,6 +111,7 @@ impl ReceiveConfig {
             overwrite: false,
             output_wait: Duration::from_secs(30),
             fill_log: None,
+            output_buffer: 256 << 20,
         }
     }
 
@@ -177,6 +180,8 @@ pub struct ReceiveStatus {
     /// Frames written (delivered + filled).
     pub output_frames: u64,
     pub output_bytes: u64,
+    /// Frames that waited for the output (slower than the stream; the socket buffer took up the slack).
+    pub output_stalls: u64,
     /// Datagrams the kernel dropped on the socket (SO_RXQ_OVFL).
     pub kernel_drops: u64,
     pub first_key: Option<u64>,
@@ -211,13 +216,15 @@ pub fn run_receive(
     udp.nonblocking = true;
     let (sock, report) = open_udp(&udp).map_err(|e| ReceiveError::Socket(config.listen, e.to_string()))?;
     let listen = report.local;
-    let mut output = Output::open(
+    let output = Output::open(
         &config.output,
         config.frame_len,
         config.output_wait,
         config.overwrite,
     )
     .map_err(|e| ReceiveError::Output(config.output.describe(), e))?;
+    let mut output = OutputWriter::start(output, config.frame_len, config.output_buffer)
+        .map_err(|e| ReceiveError::Output(config.output.describe(), e))?;
     let mut fill_log = match &config.fill_log {
         None => None,
         Some(p) => {
@@ -385,12 +392,7 @@ pub fn run_receive(
             config.count,
         )
         .map_err(|e| ReceiveError::Output(config.output.describe(), e))?;
-        if metas.is_empty() {
-            // A pause: what is buffered goes out now rather than waiting for more.
-            output
-                .flush()
-                .map_err(|e| ReceiveError::Output(config.output.describe(), e))?;
-        }
+        output.publish();
         if now >= next_progress {
             next_progress += Duration::from_secs(1);
             st.reorder = reorderer.counters();
@@ -398,6 +400,7 @@ pub fn run_receive(
             st.kernel_drops = kernel_drops;
             st.latency = latency.summary();
             st.elapsed_s = start.elapsed().as_secs_f64();
+            st.output_stalls = output.stalls();
             progress(&st);
         }
     };
@@ -416,8 +419,9 @@ pub fn run_receive(
         config.count,
     )
     .map_err(|e| ReceiveError::Output(config.output.describe(), e))?;
+    st.output_stalls = output.stalls();
     output
-        .flush()
+        .finish()
         .map_err(|e| ReceiveError::Output(config.output.describe(), e))?;
     if let Some(w) = &mut fill_log {
         w.flush()
@@ -463,7 +467,7 @@ pub(crate) fn is_frame(kind: FrameKind, frame: &[u8]) -> bool {
 fn drain_until(
     r: &mut Reorderer,
     now: Instant,
-    out: &mut Output,
+    out: &mut OutputWriter,
     st: &mut ReceiveStatus,
     fill_log: &mut Option<io::BufWriter<std::fs::File>>,
     limit: Option<u64>,

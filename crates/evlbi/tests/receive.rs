@@ -94,6 +94,7 @@ fn base_config(output: OutputSpec) -> ReceiveConfig {
     c.count = Some(N);
     c.idle = Some(Duration::from_secs(20));
     c.recv_buffer = 16 << 20;
+    c.output_buffer = 8 << 20;
     c
 }
 

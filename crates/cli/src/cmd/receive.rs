@@ -95,6 +95,9 @@ pub struct Args {
     /// Overwrite an existing output file
     #[arg(long)]
     force: bool,
+    /// Memory between receiving and the output's own thread (a slow disk or reader is absorbed here)
+    #[arg(long, value_name = "SIZE", default_value = "256MiB")]
+    output_buffer: String,
     /// How long to wait for a FIFO's or Unix socket's reader
     #[arg(long, value_name = "TIME", default_value = "30s")]
     output_wait: String,
@@ -214,6 +217,10 @@ fn build(a: &Args) -> anyhow::Result<ReceiveConfig> {
         Err(e) => usage!("--output-wait: {e}"),
     };
     c.overwrite = a.force;
+    c.output_buffer = match parse_bytes(&a.output_buffer) {
+        Ok(b) => b as usize,
+        Err(e) => usage!("--output-buffer: {e}"),
+    };
     c.fill_log = a.fill_log.clone();
     c.clock_offset_ns = match parse_signed_ns(&a.clock_offset) {
         Ok(n) => n,
@@ -313,6 +320,13 @@ fn print_summary(s: &ReceiveStatus) {
     );
     if let (Some(first), Some(next)) = (s.first_key, s.next_key) {
         eprintln!("  keys {first} .. {}", next.wrapping_sub(1));
+    }
+    if s.output_stalls > 0 {
+        eprintln!(
+            "  the output was slower than the stream: {} frames waited for it (the socket buffer took the slack; \
+             see kernel drops)",
+            s.output_stalls
+        );
     }
     eprintln!(
         "  datagrams {}: received {}, late {}, duplicate {}, out of order {} (delivered), stray {}, restarts {}, \
