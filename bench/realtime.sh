@@ -216,7 +216,7 @@ relay_bench() {
             [ "$who" = jive5ab ] && [ -z "${JIVE5AB:-}" ] && continue
             local tag="relay-r$rate-$who" in=$((47300 + rate * 10)) out=$((47301 + rate * 10)) ctl=$((47302 + rate * 10))
             mkdir -p "$RUN/$tag"
-            "$VLBIFLOW" receive --listen 127.0.0.1:$out --output null --idle 4s --json \
+            "$VLBIFLOW" receive --listen 127.0.0.1:$out --output null --idle 4s --duration $((secs + 30)) --json \
                 >"$RUN/$tag/recv.json" 2>"$RUN/$tag/recv.err" &
             local recv=$!
             PIDS+=($recv)
@@ -233,20 +233,23 @@ relay_bench() {
                 local rel=$!
                 PIDS+=($rel)
                 for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$ctl) 2>/dev/null && break; sleep 0.1; done
-                j5() { exec 3<>/dev/tcp/127.0.0.1/$ctl; printf '%s\n' "$1" >&3; IFS= read -r -t 30 r <&3; exec 3>&-; echo "$1 -> $r" >>"$RUN/$tag/j5.log"; }
-                j5 "runtime = in"; j5 "mode = VDIF_8192-$((rate * 1000))-1-2"
-                j5 "net_protocol = udps : 64M"; j5 "net_port = $in"; j5 "net2mem = open"
-                j5 "runtime = out"; j5 "mode = VDIF_8192-$((rate * 1000))-1-2"
-                j5 "net_protocol = udps : 64M"; j5 "net_port = $out"; j5 "ipd = 0"
-                j5 "mem2net = connect : 127.0.0.1"; j5 "mem2net = on"
+                # One connection per command: the runtime is chosen on the same line (it is per connection).
+                j5() { exec 3<>/dev/tcp/127.0.0.1/$ctl; printf 'runtime = %s ; %s\n' "$1" "$2" >&3; IFS= read -r -t 30 r <&3; exec 3>&-; echo "$1: $2 -> $r" >>"$RUN/$tag/j5.log"; }
+                local mode="VDIF_8192-$((rate * 1000))-1-2"
+                j5 in "mode = $mode"; j5 in "mtu = 9000"; j5 in "net_protocol = udps : 64M"; j5 in "net_port = $in"
+                j5 in "net2mem = open"
+                j5 out "mode = $mode"; j5 out "mtu = 9000"; j5 out "net_protocol = udps : 64M"; j5 out "net_port = $out"
+                j5 out "ipd = 0"
+                j5 out "mem2net = connect : 127.0.0.1"; j5 out "mem2net = on"
             fi
             "$VLBIFLOW" gen --dest 127.0.0.1:$in --psn --rate "${rate}Gbps" --duration "$secs" --quiet 2>/dev/null
             wait "$recv" || true
             if [ "$who" = vlbiflow ]; then
                 wait "$rel" || true
             else
-                j5 "runtime = out"; j5 "mem2net = disconnect"; j5 "runtime = in"; j5 "net2mem = close"
-                kill -TERM "$rel"; wait "$rel" || true
+                j5 out "mem2net = disconnect"; j5 in "net2mem = close"
+                # GNU time passes on nothing: signal jive5ab, its child, and let time report.
+                kill -TERM "$(pgrep -P "$rel")"; wait "$rel" || true
             fi
             python3 - "$RUN/$tag" "$rate" "$who" "$secs" >>"$RUN/relay.csv" <<'EOF'
 import json, os, sys

@@ -43,6 +43,18 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const RECONNECT_PAUSE: Duration = Duration::from_secs(1);
 /// Longest single sleep of a sender (it looks at its stop flag at least this often).
 const MAX_SLEEP: Duration = Duration::from_millis(50);
+/// How much nicer than the rest of the process a sender thread runs: when the CPU is short, the
+/// capture (or receive) thread that feeds it gets about three times its share, so forwarding loses
+/// frames (counted) before the recording does.
+pub const SENDER_NICENESS: i32 = 5;
+
+/// Lowers the calling thread's scheduling priority by `by` nice steps (best effort).
+pub(crate) fn be_nicer(by: i32) {
+    let tid = rustix::thread::gettid();
+    if let Ok(now) = rustix::process::getpriority_process(Some(tid)) {
+        let _ = rustix::process::setpriority_process(Some(tid), (now + by).min(19));
+    }
+}
 
 /// Live counters of one destination (written by the producer and the sender thread, read by anyone).
 #[derive(Debug, Default)]
@@ -472,6 +484,7 @@ impl Sender {
     }
 
     fn run(mut self) {
+        be_nicer(SENDER_NICENESS);
         loop {
             if self.stop.load(Relaxed) {
                 let left = self.consumer.available();

@@ -265,6 +265,8 @@ impl OutputWriter {
             std::thread::Builder::new()
                 .name("vf-output".into())
                 .spawn(move || -> io::Result<()> {
+                    // The receiving thread comes first when the CPU is short (the ring absorbs the wait).
+                    crate::forward::be_nicer(crate::forward::SENDER_NICENESS);
                     loop {
                         let n = consumer.wait(Duration::from_millis(50));
                         if n == 0 {
