@@ -85,7 +85,7 @@ pub enum Output {
     Writer(BufWriter<Box<dyn Write + Send>>),
     Udp {
         socket: UdpSocket,
-        sender: BatchSender,
+        sender: Box<BatchSender>,
         psn: bool,
         next_psn: u64,
         frame_len: usize,
@@ -143,7 +143,7 @@ impl Output {
                     open_udp(&cfg).map_err(|e| io::Error::new(e.source.kind(), e.to_string()))?;
                 Output::Udp {
                     socket,
-                    sender: BatchSender::new(UDP_BATCH),
+                    sender: Box::new(BatchSender::new(UDP_BATCH)),
                     psn: *psn,
                     next_psn: 0,
                     frame_len,

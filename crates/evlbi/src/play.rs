@@ -110,9 +110,12 @@ pub struct PlayStatus {
     pub interrupted: bool,
 }
 
+/// A frame's time: (second, frame number).
+type FrameTime = (i64, u32);
+
 /// A frame's time index parts: (second, frame number); None for fill or an unreadable time.
 #[inline]
-fn frame_time(kind: FrameKind, frame: &[u8]) -> Option<(i64, u32)> {
+fn frame_time(kind: FrameKind, frame: &[u8]) -> Option<FrameTime> {
     if is_fill(kind, frame) {
         return None;
     }
@@ -206,7 +209,7 @@ pub fn run_play(
     let mut sent_bytes_schedule: u64 = 0;
     let mut next_progress: Option<Instant> = None;
     'outer: while let Some(batch) = reader.next_batch() {
-        let frames: Vec<(&[u8], Option<(i64, u32)>)> =
+        let frames: Vec<(&[u8], Option<FrameTime>)> =
             batch.iter().map(|(_, f)| (f, frame_time(kind, f))).collect();
         if st.frame_len == 0 {
             st.frame_len = frames.first().map_or(0, |(f, _)| f.len());
