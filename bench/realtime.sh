@@ -176,7 +176,10 @@ accept_run() { # NAME PATHEMU-ARGS FORWARD-OPTIONS RATE
     # The recorder has every frame the receiver could get; stop it (Ctrl-C: flush and final metadata). GNU
     # time ignores SIGINT: signal the recorder, its child.
     sleep 1
-    kill -INT "$(pgrep -P "$rec")"; wait "$rec" || true
+    local child
+    child=$(pgrep -P "$rec" || true)
+    [ -n "$child" ] && kill -INT "$child"
+    wait "$rec" || true
     kill -TERM "$emu"; wait "$emu" || true
     python3 - "$out" <<'EOF'
 import json, os, sys
@@ -201,7 +204,7 @@ print(f"delivered + filled = sent by gen: {r['delivered'] + r['filled'] == g['fr
       f"({r['delivered'] + r['filled']} vs {g['frames']}; a tail lost after the last frame received is not filled without --count)")
 EOF
     # shellcheck disable=SC2046
-    "$VLBIFLOW" check "accept_$name" $(disks "$out/st") | head -3
+    "$VLBIFLOW" check "accept_$name" $(disks "$out/st") | head -3 || true
     compare_fill "$out/fills.txt" "$out/drops.csv" "$port" "$out/rec.json" "$out/emu.json" "$out/recv.json" "$name" || true
     rm -rf "$out/st" "$out/corr.vdif"
 }
@@ -255,7 +258,10 @@ relay_bench() {
             else
                 j5 out "mem2net = disconnect"; j5 in "net2mem = close"
                 # GNU time passes on nothing: signal jive5ab, its child, and let time report.
-                kill -TERM "$(pgrep -P "$rel")"; wait "$rel" || true
+                local child
+                child=$(pgrep -P "$rel" || true)
+                [ -n "$child" ] && kill -TERM "$child"
+                wait "$rel" || true
             fi
             python3 - "$RUN/$tag" "$rate" "$who" "$secs" >>"$RUN/relay.csv" <<'EOF'
 import json, os, sys

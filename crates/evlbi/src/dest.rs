@@ -9,7 +9,8 @@
 //! - `threads=0,1`: forward only these VDIF threads (all by default).
 //! - `rate=1.9Gbps`: pace to this rate (bits of UDP payload or TCP data per second) with a token bucket of
 //!   `burst` bytes (default the larger of 8 datagrams and 1 ms at the rate); unpaced by default.
-//! - `queue=N`: frames the destination may hold while it cannot keep up (default: 8192, at most 64 MiB);
+//! - `queue=N`: frames the destination may hold while it cannot keep up (default: 32768, at most 256 MiB:
+//!   about a second at 2 Gb/s);
 //!   beyond that frames are dropped for this destination and counted, never waited for.
 //! - `stream=LABEL`: which recorded stream to forward (`record` with several streams).
 //! - `psn=N`: first packet sequence number (default 0).
@@ -51,9 +52,9 @@ impl Protocol {
 }
 
 /// Default frames a destination queues.
-pub const DEFAULT_QUEUE_FRAMES: usize = 8192;
+pub const DEFAULT_QUEUE_FRAMES: usize = 32768;
 /// Default memory cap of one destination's queue.
-pub const DEFAULT_QUEUE_BYTES: usize = 64 << 20;
+pub const DEFAULT_QUEUE_BYTES: usize = 256 << 20;
 
 /// One destination.
 #[derive(Debug, Clone, PartialEq)]
@@ -282,7 +283,7 @@ mod tests {
         let d = DestSpec::parse("tcp@localhost:2630").unwrap();
         assert_eq!(d.protocol, Protocol::Tcp);
         assert_eq!(d.label, "tcp@127.0.0.1:2630");
-        assert_eq!(d.queue_frames(8224), 8152);
+        assert_eq!(d.queue_frames(8224), 32608);
         assert_eq!(d.pacing(8224), None);
         let d = DestSpec::parse("vdif@127.0.0.1:1,rate=1Gbps").unwrap();
         // 125 MB/s: 1 ms is 125 kB, more than 8 frames.

@@ -44,9 +44,9 @@ const RECONNECT_PAUSE: Duration = Duration::from_secs(1);
 /// Longest single sleep of a sender (it looks at its stop flag at least this often).
 const MAX_SLEEP: Duration = Duration::from_millis(50);
 /// How much nicer than the rest of the process a sender thread runs: when the CPU is short, the
-/// capture (or receive) thread that feeds it gets about three times its share, so forwarding loses
-/// frames (counted) before the recording does.
-pub const SENDER_NICENESS: i32 = 5;
+/// capture (or receive) thread that feeds it gets about twice its share, so forwarding loses frames
+/// (counted) before the recording does.
+pub const SENDER_NICENESS: i32 = 3;
 
 /// Lowers the calling thread's scheduling priority by `by` nice steps (best effort).
 pub(crate) fn be_nicer(by: i32) {
