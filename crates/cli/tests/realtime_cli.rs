@@ -69,9 +69,10 @@ impl Proc {
         }
     }
 
-    fn signal(&self, sig: &str) {
+    fn signal(&self, sig: libc::c_int) {
         let pid = self.child.as_ref().unwrap().id();
-        let _ = Command::new("kill").args([sig, &pid.to_string()]).status();
+        // SAFETY: signalling our own child, which has not been waited for.
+        unsafe { libc::kill(pid as libc::pid_t, sig) };
     }
 
     /// Waits for the process to end by itself (bounded by PATIENCE); returns its output.
@@ -85,7 +86,8 @@ impl Proc {
         match rx.recv_timeout(PATIENCE) {
             Ok(o) => o.unwrap(),
             Err(_) => {
-                let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+                // SAFETY: killing our own child, not yet reaped (its waiter thread still runs).
+                unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
                 panic!("{} did not end", self.name);
             }
         }
@@ -181,7 +183,7 @@ fn start_path(tag: &str, dir: &Path, impair: &[&str]) -> Path2 {
 impl Path2 {
     /// Stops the emulator; returns its summary.
     fn stop(self) -> serde_json::Value {
-        self.emu.signal("-TERM");
+        self.emu.signal(libc::SIGTERM);
         let out = self.emu.finish();
         for ns in [&self.ns_a, &self.ns_b] {
             assert!(!Path::new("/run/netns").join(ns).exists(), "{ns} left behind");
@@ -296,7 +298,7 @@ impl Station {
     /// `vlbiflow check`.
     fn stop_and_check(self, scan: &str, frames: u64) -> serde_json::Value {
         wait_recorded(&self.disks[0], scan, frames);
-        self.record.signal("-INT");
+        self.record.signal(libc::SIGINT);
         let out = self.record.finish();
         let v = json("record", &out);
         let c = &v["streams"][0]["counters"];
@@ -595,7 +597,7 @@ fn a_replayed_scan_is_recorded_again_identically() {
     assert!(out.status.success());
     let frames = |v: &serde_json::Value| v["streams"][0]["counters"]["packets"].as_u64();
     wait_recorded(&disks1[0], "rt_orig", n);
-    rec1.signal("-INT");
+    rec1.signal(libc::SIGINT);
     let m1 = json("record", &rec1.finish());
     assert_eq!(frames(&m1), Some(n));
     // Replayed at its original rate, recorded again.
@@ -614,7 +616,7 @@ fn a_replayed_scan_is_recorded_again_identically() {
     assert_eq!(pj["frames"], n);
     assert_eq!(pj["threads"], 2);
     wait_recorded(&disks2[0], "rt_replay", n);
-    rec2.signal("-INT");
+    rec2.signal(libc::SIGINT);
     let m2 = json("record", &rec2.finish());
     assert_eq!(frames(&m2), Some(n));
     // Both scans check OK and hold the same frames, frame for frame.
