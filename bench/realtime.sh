@@ -7,6 +7,9 @@
 #                                               four directories forwarding udps through pathemu (30 ms RTT,
 #                                               0.1% loss, 2.5 Gb/s) -> receive into one VDIF file; then the
 #                                               same with the forward link limited to 1 Gb/s
+#   bench/realtime.sh replay  [DIR] [SECONDS]   gen 2 Gb/s, 2 threads -> record scan A; play A at its original rate
+#                                               -> record scan B; check both, compare them frame for frame, and
+#                                               the replay's per-second rate against the recording's
 #   bench/realtime.sh relay   [DIR] [SECONDS]   vlbiflow relay vs jive5ab (net2mem + mem2net, set JIVE5AB=path
 #                                               to a jive5ab binary you built) at 1, 2, 4 Gb/s on loopback
 #
@@ -284,9 +287,55 @@ EOF
     column -s, -t "$RUN/relay.csv"
 }
 
+replay_bench() {
+    local secs=${SECS:-20} port=47600 out="$RUN/replay"
+    mkdir -p "$out"
+    echo "## replay: gen 2 Gb/s 2 threads $secs s -> record A; play A (original rate) -> record B; check, compare"
+    rec() { # SCAN DIRPREFIX
+        # shellcheck disable=SC2046
+        "$VLBIFLOW" record --stream "a=vdif@127.0.0.1:$port,psn" $(disks "$out/$2") --scan "$1" \
+            --duration $((secs + 6)) --json >"$out/$1.json" 2>"$out/$1.err" &
+        RECPID=$!
+        PIDS+=($RECPID)
+        wait_line "$out/$1.err" "stream a: Vdif"
+    }
+    rec replay_a a
+    "$VLBIFLOW" gen --dest 127.0.0.1:$port --psn --threads 2 --rate 2Gbps --duration "$secs" --payload noise \
+        --json >"$out/gen.json" 2>/dev/null
+    wait "$RECPID" || true
+    rec replay_b b
+    # shellcheck disable=SC2046
+    "$VLBIFLOW" play replay_a $(disks "$out/a") --dest 127.0.0.1:$port --json >"$out/play.json" 2>"$out/play.err"
+    wait "$RECPID" || true
+    # shellcheck disable=SC2046
+    "$VLBIFLOW" check replay_a $(disks "$out/a") | head -3 || true
+    # shellcheck disable=SC2046
+    "$VLBIFLOW" check replay_b $(disks "$out/b") | head -3 || true
+    # shellcheck disable=SC2046
+    "$VLBIFLOW" gather replay_a $(disks "$out/a") -o "$out/a.vdif" >/dev/null 2>&1
+    # shellcheck disable=SC2046
+    "$VLBIFLOW" gather replay_b $(disks "$out/b") -o "$out/b.vdif" >/dev/null 2>&1
+    if cmp -s "$out/a.vdif" "$out/b.vdif"; then echo "scans identical frame for frame: yes ($(stat -c %s "$out/a.vdif") bytes)"
+    else echo "scans identical frame for frame: NO"; fi
+    python3 - "$out" <<'EOF'
+import json, os, sys
+d = sys.argv[1]
+g = json.load(open(os.path.join(d, "gen.json")))
+p = json.load(open(os.path.join(d, "play.json")))
+a = json.load(open(os.path.join(d, "replay_a.json")))["streams"][0]["counters"]
+b = json.load(open(os.path.join(d, "replay_b.json")))["streams"][0]["counters"]
+print(f"gen: {g['frames']} frames at {g['achieved_bps']/1e9:.4f} Gb/s, worst whole 1 s window {g['worst_window_error']*100:+.4f}%")
+print(f"record A: {a['packets']} frames, lost {a['lost']}; record B: {b['packets']} frames, lost {b['lost']}")
+print(f"play: {p['frames']} frames at {p['achieved_bps']/1e9:.4f} Gb/s (target {p['target_bps']/1e9:.4f}), "
+      f"worst whole 1 s window {p['worst_window_error']*100:+.4f}% over {p['windows']} windows, latest batch {p['max_late_s']*1e3:.2f} ms late")
+EOF
+    rm -rf "$out/a" "$out/b" "$out/a.vdif" "$out/b.vdif"
+}
+
 case $WHAT in
     forward) forward_bench ;;
     accept) accept_bench ;;
     relay) relay_bench ;;
-    *) echo "usage: bench/realtime.sh forward|accept|relay [DIR] [SECONDS]" >&2; exit 2 ;;
+    replay) replay_bench ;;
+    *) echo "usage: bench/realtime.sh forward|accept|replay|relay [DIR] [SECONDS]" >&2; exit 2 ;;
 esac

@@ -51,6 +51,8 @@ pub struct PlayConfig {
     pub count: Option<u64>,
     /// Frames per `sendmmsg` at most.
     pub batch: usize,
+    /// Memory read ahead of the schedule (absorbs slow reads).
+    pub read_ahead: usize,
     pub send_buffer: usize,
 }
 
@@ -65,6 +67,7 @@ impl PlayConfig {
             start: None,
             count: None,
             batch: 32,
+            read_ahead: 256 << 20,
             send_buffer: 32 << 20,
         }
     }
@@ -134,16 +137,19 @@ fn frame_time(kind: FrameKind, frame: &[u8]) -> Option<FrameTime> {
     }
 }
 
-/// Looks at the first second of the recording: (frame rate learned from its frame numbers, threads).
-fn survey(rec: &Recording) -> (Option<u32>, usize) {
+/// Looks at the first second of the recording: (frame rate learned from its frame numbers, threads,
+/// largest frame).
+fn survey(rec: &Recording) -> (Option<u32>, usize, usize) {
     let mut reader = FrameReader::open(rec);
     let kind = reader.kind();
     let mut first: Option<i64> = None;
     let mut max_frame = 0u32;
     let mut threads = std::collections::BTreeSet::new();
     let mut full = false;
+    let mut max_len = 0;
     'read: while let Some(batch) = reader.next_batch() {
         for (_, f) in batch.iter() {
+            max_len = max_len.max(f.len());
             let Some((sec, n)) = frame_time(kind, f) else {
                 continue;
             };
@@ -159,7 +165,40 @@ fn survey(rec: &Recording) -> (Option<u32>, usize) {
         }
     }
     let threads = threads.len().max(1);
-    (full.then_some(max_frame + 1), threads)
+    (full.then_some(max_frame + 1), threads, max_len)
+}
+
+/// Reads the recording on its own thread into the ring, ahead of the sender, so that a slow read (a
+/// busy disk) is absorbed by the ring rather than delaying the schedule. Returns the reader's findings and
+/// the frames it had to skip (longer than a ring slot).
+fn read_ahead(
+    rec: Recording,
+    mut ring: crate::ring::Producer,
+) -> std::thread::JoinHandle<(Vec<String>, u64)> {
+    std::thread::spawn(move || {
+        // The sending thread comes first when the CPU is short; the ring covers the reader's wait.
+        crate::forward::be_nicer(crate::forward::SENDER_NICENESS);
+        let mut reader = FrameReader::open(&rec);
+        let mut skipped = 0u64;
+        'read: while let Some(batch) = reader.next_batch() {
+            for (_, f) in batch.iter() {
+                if f.len() > ring.slot_len() {
+                    skipped += 1;
+                    continue;
+                }
+                while !ring.try_push(&[f]) {
+                    if ring.consumer_gone() {
+                        break 'read;
+                    }
+                    ring.notify();
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+            ring.notify();
+        }
+        let findings = reader.take_findings().iter().map(|f| f.to_string()).collect();
+        (findings, skipped)
+    })
 }
 
 /// Replays `rec` until its end, `count` or `stop`; `progress` about once a second.
@@ -170,7 +209,7 @@ pub fn run_play(
     progress: &mut dyn FnMut(&PlayStatus),
 ) -> Result<PlayStatus, PlayError> {
     let kind = rec.frame_format();
-    let (learned, threads) = survey(rec);
+    let (learned, threads, max_len) = survey(rec);
     let frame_rate = config.frame_rate.or(rec.frame_rate_hint()).or(learned);
     if config.rate == PlayRate::Original && frame_rate.is_none() {
         return Err(PlayError::Config(
@@ -185,7 +224,21 @@ pub fn run_play(
     let batch_max = config.batch.clamp(1, 1024);
     let mut sender = BatchSender::new(batch_max);
     let mut psns = vec![[0u8; PSN_LEN]; batch_max];
-    let mut reader = FrameReader::open(rec);
+    let slot = max_len.max(1);
+    let (producer, mut ahead) = crate::ring::ring((config.read_ahead / slot).clamp(64, 1 << 22), slot);
+    let reader = read_ahead(rec.clone(), producer);
+    // Pre-roll: the schedule starts once the read-ahead is three quarters full (or the recording is all
+    // read), so the first second is not the one that waits for the disk.
+    let preroll = Instant::now() + Duration::from_secs(30);
+    while ahead.available() < ahead.capacity() * 3 / 4
+        && !(ahead.producer_gone() && ahead.available() == 0)
+        && !ahead.producer_gone()
+        && Instant::now() < preroll
+        && !stop.load(Ordering::Relaxed)
+    {
+        ahead.wait(Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let mut st = PlayStatus {
         scan: rec.name.clone(),
         dest: config.dest.to_string(),
@@ -208,9 +261,24 @@ pub fn run_play(
     let mut last_due: u64 = 0;
     let mut sent_bytes_schedule: u64 = 0;
     let mut next_progress: Option<Instant> = None;
-    'outer: while let Some(batch) = reader.next_batch() {
-        let frames: Vec<(&[u8], Option<FrameTime>)> =
-            batch.iter().map(|(_, f)| (f, frame_time(kind, f))).collect();
+    'outer: loop {
+        let available = ahead.wait(Duration::from_millis(50));
+        if available == 0 {
+            if ahead.producer_gone() && ahead.available() == 0 {
+                break;
+            }
+            if stop.load(Ordering::Relaxed) {
+                st.interrupted = true;
+                break;
+            }
+            continue;
+        }
+        let frames: Vec<(&[u8], Option<FrameTime>)> = (0..available)
+            .map(|i| {
+                let f = ahead.get(i);
+                (f, frame_time(kind, f))
+            })
+            .collect();
         if st.frame_len == 0 {
             st.frame_len = frames.first().map_or(0, |(f, _)| f.len());
             st.target_bps = match config.rate {
@@ -340,6 +408,8 @@ pub fn run_play(
                 progress(&st);
             }
         }
+        drop(frames);
+        ahead.release(available);
     }
     // The run ends when the last frame's time is over (closing the last whole window), as gen does.
     if let (Some(p), false) = (pacer.as_mut(), st.interrupted) {
@@ -353,7 +423,14 @@ pub fn run_play(
         m.close_until(Instant::now());
     }
     fill(&mut st, meter.as_ref(), t0);
-    st.findings = reader.take_findings().iter().map(|f| f.to_string()).collect();
+    drop(ahead);
+    let (findings, skipped) = reader.join().unwrap_or_default();
+    st.findings = findings;
+    if skipped > 0 {
+        st.findings.push(format!(
+            "{skipped} frames longer than those of the first second were not sent"
+        ));
+    }
     Ok(st)
 }
 

@@ -189,6 +189,8 @@ pub struct ReceiveStatus {
     pub next_key: Option<u64>,
     pub frame_rate: Option<u32>,
     pub latency: LatencySummary,
+    /// The latency histogram: bins doubling from 100 us (final status only).
+    pub latency_bins: Vec<vlbiflow_realtime::LatencyBin>,
     pub elapsed_s: f64,
     /// Output frame bits per second over the run.
     pub output_bps: f64,
@@ -431,6 +433,7 @@ pub fn run_receive(
     st.next_key = reorderer.next_key();
     st.kernel_drops = kernel_drops;
     st.latency = latency.summary();
+    st.latency_bins = latency.bins();
     st.elapsed_s = start.elapsed().as_secs_f64();
     st.output_bps = st.output_bytes as f64 * 8.0 / st.elapsed_s.max(1e-9);
     st.stopped = Some(stopped);

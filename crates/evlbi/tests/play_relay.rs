@@ -39,6 +39,7 @@ fn play_sends_every_frame_in_order_with_psn_at_the_recorded_rate() {
     let (rx, addr) = common::listener();
     let reader = std::thread::spawn(move || common::recv_n(&rx, 2 * n as usize));
     let mut c = PlayConfig::new(addr);
+    c.read_ahead = 4 << 20;
     c.first_psn = 42;
     let st = run_play(&rec, &c, &AtomicBool::new(false), &mut |_| {}).unwrap();
     let got = reader.join().unwrap();
@@ -66,6 +67,7 @@ fn play_starts_at_a_frame_time_and_at_a_set_rate() {
     let (rx, addr) = common::listener();
     let reader = std::thread::spawn(move || common::recv_n(&rx, 400));
     let mut c = PlayConfig::new(addr);
+    c.read_ahead = 4 << 20;
     c.psn = false;
     // Second 1001 of epoch 50 is index 1000: frames 2000.. of the file.
     c.start = Some((vlbiflow_formats::time::epoch_start_unix(50) + 1001) as f64);

@@ -67,6 +67,9 @@ pub struct Args {
     /// Most frames per sendmmsg (a batch leaves when its first frame is due)
     #[arg(long, value_name = "N", default_value_t = 32)]
     batch: usize,
+    /// Memory read ahead of the schedule (a slow disk is absorbed here)
+    #[arg(long, value_name = "SIZE", default_value = "256MiB")]
+    read_ahead: String,
     /// Print the counters as JSON on standard output
     #[arg(long)]
     json: bool,
@@ -120,6 +123,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     }
     config.count = a.count;
     config.batch = a.batch.max(1);
+    config.read_ahead = match crate::units::parse_bytes(&a.read_ahead) {
+        Ok(b) => b as usize,
+        Err(e) => usage!("--read-ahead: {e}"),
+    };
     let rec = match locate(&a.scan, &a.disk) {
         Ok(r) => r,
         Err(LocateError::Usage(m)) => usage!("{m}"),

@@ -365,4 +365,13 @@ fn print_summary(s: &ReceiveStatus) {
             }
         );
     }
+    let bins: Vec<String> = s
+        .latency_bins
+        .iter()
+        .filter(|b| b.count > 0)
+        .map(|b| format!("<{} {}", ms(Some(b.upper_ns)), b.count))
+        .collect();
+    if !bins.is_empty() {
+        eprintln!("  latency histogram (ms: frames): {}", bins.join(", "));
+    }
 }
