@@ -639,3 +639,107 @@ fn a_replayed_scan_is_recorded_again_identically() {
     assert_eq!(g1.len(), n as usize * 8224);
     assert!(g1 == g2, "the replayed scan differs from the original");
 }
+
+#[test]
+fn help_has_examples_and_bad_arguments_are_one_line_usage_errors() {
+    for cmd in ["receive", "relay", "play"] {
+        let out = Command::new(BIN).args([cmd, "--help"]).output().unwrap();
+        let help = String::from_utf8(out.stdout).unwrap();
+        assert!(out.status.success() && help.contains("Examples:"), "{cmd}");
+    }
+    let record_help = Command::new(BIN).args(["record", "--help"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&record_help.stdout).contains("--forward"));
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display().to_string();
+    for (args, want) in [
+        (
+            vec!["receive", "--listen", "nowhere", "--output", "null"],
+            "--listen",
+        ),
+        (
+            vec![
+                "receive",
+                "--listen",
+                "127.0.0.1:0",
+                "--output",
+                "udp:127.0.0.1:0",
+            ],
+            "--output",
+        ),
+        (
+            vec![
+                "receive",
+                "--listen",
+                "127.0.0.1:0",
+                "--output",
+                "null",
+                "--deadline",
+                "soon",
+            ],
+            "--deadline",
+        ),
+        (
+            vec!["receive", "--listen", "127.0.0.1:0", "--output", "-", "--json"],
+            "standard output",
+        ),
+        (
+            vec!["relay", "--listen", "127.0.0.1:0", "--to", "ftp@127.0.0.1:1"],
+            "--to",
+        ),
+        (
+            vec![
+                "relay",
+                "--listen",
+                "127.0.0.1:0",
+                "--to",
+                "udps@127.0.0.1:1,rate=fast",
+            ],
+            "rate",
+        ),
+        (vec!["play", "x", "--dest", "127.0.0.1:0"], "--dest"),
+        (
+            vec!["play", "x", "--dest", "127.0.0.1:9", "--rate", "1 parsec"],
+            "--rate",
+        ),
+        (
+            vec!["play", "x", "--dest", "127.0.0.1:9", "--start", "yesterday"],
+            "--start",
+        ),
+        (
+            vec![
+                "record",
+                "--stream",
+                "a=vdif@127.0.0.1:0,psn",
+                "--disk",
+                &d,
+                "--scan",
+                "s",
+                "--forward",
+                "udps@h",
+            ],
+            "--forward",
+        ),
+        (
+            vec![
+                "record",
+                "--stream",
+                "a=vdif@127.0.0.1:0",
+                "--stream",
+                "b=vdif@127.0.0.1:0",
+                "--disk",
+                &d,
+                "--scan",
+                "s",
+                "--forward",
+                "udps@127.0.0.1:9",
+            ],
+            "stream=LABEL",
+        ),
+    ] {
+        let out = Command::new(BIN).args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: one line: {err}");
+    }
+}
