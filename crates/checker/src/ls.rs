@@ -57,9 +57,9 @@ fn listing_from_metadata(name: &str, disks: &[PathBuf], metas: &[ScanMetadata]) 
         let b: u64 = match meta.format {
             ScanFormat::Mark6 => [FrameKind::Vdif, FrameKind::M5b]
                 .iter()
-                .map(|k| file_len(&vlbiflow_scan::mark6_path(d, name, *k)))
+                .map(|k| file_len(&vlbiflow_formats::mark6::file_path(d, name, *k)))
                 .sum(),
-            ScanFormat::Flexbuff => std::fs::read_dir(vlbiflow_scan::flexbuff_dir(d, name))
+            ScanFormat::Flexbuff => std::fs::read_dir(vlbiflow_formats::flexbuff::chunk_dir(d, name))
                 .map(|it| {
                     it.flatten()
                         .filter_map(|e| e.metadata().ok())
@@ -162,7 +162,7 @@ fn vdif_at(file: &File, offset: u64) -> Option<((i64, u32), String)> {
         h.frame_len(),
         h.bits_per_sample(),
         h.channels(),
-        crate::engine::station_str(h.station_id())
+        vlbiflow_formats::vdif::VdifHeaderRepr::station_to_string(h.station_id())
     );
     Some((stamp, shape))
 }

@@ -266,7 +266,7 @@ pub fn locate_scan(scan: &str, disks: &[PathBuf]) -> Result<Recording, LocateErr
     let mut flex = Vec::new();
     let mut metadata: Option<ScanMetadata> = None;
     for disk in disks {
-        let meta_path = disk.join(format!("{scan}{METADATA_SUFFIX}"));
+        let meta_path = vlbiflow_scan::metadata_path(disk, scan);
         if meta_path.exists() {
             match ScanMetadata::read(&meta_path) {
                 Ok(m) => {
@@ -287,7 +287,7 @@ pub fn locate_scan(scan: &str, disks: &[PathBuf]) -> Result<Recording, LocateErr
                 )),
             }
         }
-        for name in [format!("{scan}.vdif"), format!("{scan}.m5b"), scan.to_string()] {
+        for name in vlbiflow_formats::mark6::file_names(scan) {
             let p = disk.join(&name);
             if p.is_file() && is_mark6_file(&p) {
                 mark6.push(mark6_source(p, &mut findings)?);
@@ -295,7 +295,7 @@ pub fn locate_scan(scan: &str, disks: &[PathBuf]) -> Result<Recording, LocateErr
                 break;
             }
         }
-        let dir = disk.join(scan);
+        let dir = vlbiflow_formats::flexbuff::chunk_dir(disk, scan);
         if dir.is_dir() {
             let chunks = chunks_in(&dir, Some(scan));
             if !chunks.is_empty() {
