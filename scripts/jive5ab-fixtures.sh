@@ -430,3 +430,4 @@ record j5_fb_t5        flexbuff 2     5      0    500   8    no
 record j5_mk6_abort    mark6    4     0      0    100   0    stray
 record j5_fb_abort     flexbuff 2     0      0    100   0    stray
 record j5_fb_jump      flexbuff 2     0      0    100   0    jump
+record j5_fb_t5_loss_abort flexbuff 2   5      37   100   0    stray

@@ -15,7 +15,7 @@ fn jive5ab_scans_check_exactly_as_their_ground_truth() {
     let truth: serde_json::Value =
         serde_json::from_slice(&std::fs::read(fixtures().join("EXPECTED.json")).unwrap()).unwrap();
     let list = truth["fixtures"].as_array().unwrap();
-    assert!(list.len() >= 8, "all fixtures listed");
+    assert!(list.len() >= 9, "all fixtures listed");
     for fx in list {
         let name = fx["name"].as_str().unwrap();
         let scan = fx["scan"].as_str().unwrap();
@@ -123,6 +123,7 @@ fn ls_passes_over_fill_for_start_and_duration() {
         ("j5_mk6_t5_loss", "mark6", 2.0),
         ("j5_fb_loss", "flexbuff", 2.0),
         ("j5_fb_abort", "flexbuff", 1.0),
+        ("j5_fb_t5_loss_abort", "flexbuff", 1.0),
     ] {
         let disks: Vec<PathBuf> = std::fs::read_dir(fixtures().join(name))
             .unwrap()
