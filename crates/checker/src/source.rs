@@ -235,6 +235,18 @@ pub fn locate(args: &[String], disks: &[String]) -> Result<Recording, LocateErro
         ));
     }
     let disk_dirs = expand_disks(disks)?;
+    // With --disk, a bare name is the scan's name even where the current directory holds a file or
+    // directory of that name: standing on one disk (a FlexBuff mount point, a Mark6 data directory), that
+    // is the scan's part on this disk only. Read as a path it would give one disk's blocks or chunks.
+    if let [name] = args {
+        let bare = Path::new(name).file_name() == Some(std::ffi::OsStr::new(name));
+        if bare && !disk_dirs.is_empty() {
+            match locate_scan(name, &disk_dirs) {
+                Err(LocateError::NotFound(_)) if Path::new(name).exists() => {}
+                found => return found,
+            }
+        }
+    }
     let paths_exist: Vec<bool> = args.iter().map(|a| Path::new(a).exists()).collect();
     if paths_exist.iter().all(|e| !e) {
         if args.len() > 1 {
