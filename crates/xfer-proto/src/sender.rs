@@ -100,6 +100,9 @@ struct SFile {
     chunk_size: u64,
     hashes: Vec<Option<ChunkHash>>,
     verified: Vec<bool>,
+    /// The receiver already holds these chunks (agreed by hash before the file was added): not sent
+    /// unless the receiver reports a mismatch.
+    held: Vec<bool>,
     n_verified: u64,
     retries: Vec<u8>,
 }
@@ -212,7 +215,6 @@ impl Sender {
         size: u64,
         hashes: Option<Vec<ChunkHash>>,
     ) -> Result<u32, wire::WireError> {
-        wire::validate_name(name)?;
         let n = ControlMsg::chunk_count(size, self.cfg.chunk_size) as usize;
         let hashes = match hashes {
             Some(h) if h.len() != n => {
@@ -224,6 +226,38 @@ impl Sender {
             Some(h) => h.into_iter().map(Some).collect(),
             None => vec![None; n],
         };
+        self.add_file_held(name, size, hashes, Vec::new())
+    }
+
+    /// Adds a file of which the receiver already holds some chunks (resume): `hashes` has one entry per
+    /// chunk (`None` where not known yet), `held[c]` says the receiver holds chunk `c` with the hash
+    /// `hashes[c]` (agreed before the file was added). Held chunks are not sent; the receiver confirms
+    /// them with `chunk_verified` (after `Receiver::declare_verified`) or asks for them with
+    /// `chunk_mismatch`, and then they are sent like any other. `held` may be shorter than the chunk
+    /// count (missing entries are false). A held chunk needs its hash.
+    pub fn add_file_held(
+        &mut self,
+        name: &str,
+        size: u64,
+        hashes: Vec<Option<ChunkHash>>,
+        held: Vec<bool>,
+    ) -> Result<u32, wire::WireError> {
+        wire::validate_name(name)?;
+        let n = ControlMsg::chunk_count(size, self.cfg.chunk_size) as usize;
+        if hashes.len() != n {
+            return Err(wire::WireError::Field {
+                field: "hashes",
+                why: format!("{} for {n} chunks", hashes.len()),
+            });
+        }
+        let mut held = held;
+        held.resize(n, false);
+        if let Some(c) = (0..n).find(|&c| held[c] && hashes[c].is_none()) {
+            return Err(wire::WireError::Field {
+                field: "held",
+                why: format!("chunk {c} is held but its hash is not known"),
+            });
+        }
         assert!(!self.closed, "add_file after close");
         self.files.push(SFile {
             name: name.to_owned(),
@@ -231,6 +265,7 @@ impl Sender {
             chunk_size: self.cfg.chunk_size,
             hashes,
             verified: vec![false; n],
+            held,
             n_verified: 0,
             retries: vec![0; n],
         });
@@ -324,7 +359,7 @@ impl Sender {
                 continue;
             }
             let chunk = (self.cursor_offset / f.chunk_size) as usize;
-            if f.verified[chunk] {
+            if f.verified[chunk] || f.held[chunk] {
                 self.cursor_offset = (chunk as u64 + 1) * f.chunk_size;
                 continue;
             }
@@ -529,19 +564,38 @@ impl Sender {
                     self.stats.bad_control += 1;
                     return;
                 }
-                *r += 1;
-                if *r as u32 > max {
-                    let reason = format!("{}: chunk {chunk} failed verification {} times", f.name, *r);
-                    self.abort(reason);
+                let start = chunk as u64 * f.chunk_size;
+                let end = (start + f.chunk_size).min(f.size);
+                // what of the chunk the data cursor has passed (the rest goes out as new data anyway)
+                let sent_end = match (file as usize).cmp(&self.cursor_file) {
+                    std::cmp::Ordering::Less => end,
+                    std::cmp::Ordering::Equal => end.min(self.cursor_offset),
+                    std::cmp::Ordering::Greater => start,
+                };
+                let was_held = std::mem::take(&mut f.held[chunk as usize]);
+                // a held chunk the cursor passed was skipped whole; an unsent one goes out as new data
+                let resend_end = match (was_held, sent_end > start) {
+                    (true, true) => end,
+                    (true, false) => start,
+                    (false, _) => sent_end,
+                };
+                if resend_end <= start {
+                    // a resume declaration that did not match, before any of the chunk was sent
                     return;
+                }
+                if !was_held {
+                    *r += 1;
+                    if *r as u32 > max {
+                        let reason = format!("{}: chunk {chunk} failed verification {} times", f.name, *r);
+                        self.abort(reason);
+                        return;
+                    }
                 }
                 self.stats.chunk_resends += 1;
                 self.events.push_back(Event::ChunkMismatch { file, chunk });
-                let start = chunk as u64 * f.chunk_size;
-                let end = (start + f.chunk_size).min(f.size);
                 let mut o = start;
-                while o < end {
-                    let l = block.min(end - o) as u32;
+                while o < resend_end {
+                    let l = block.min(resend_end - o) as u32;
                     self.retx.push_back((file, o, l));
                     o += l as u64;
                 }
