@@ -1,0 +1,125 @@
+//! Client verbs: connect, authenticate, ask, and run the sending or receiving side.
+
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use vlbiflow_xfer_proto::RateConfig;
+
+use crate::error::{failed, XferError};
+use crate::key::Key;
+use crate::link::{Inbound, Link};
+use crate::progress::Progress;
+use crate::secure::{self, AuthError, SecureConn};
+use crate::send::{self, SendOutcome, SendParams};
+use crate::session::{FileSpec, Options, Session};
+use crate::source::SourceSet;
+
+/// How to reach a daemon.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// `HOST:PORT` of the daemon's control port.
+    pub server: String,
+    /// The pre-shared key.
+    pub key: Key,
+    /// Connecting and authenticating may take this long.
+    pub connect_timeout: Duration,
+    /// Dead-peer timeout.
+    pub dead_timeout: Duration,
+}
+
+impl ClientConfig {
+    /// Defaults: 10 s to connect, 10 s dead-peer timeout.
+    pub fn new(server: impl Into<String>, key: Key) -> Self {
+        ClientConfig {
+            server: server.into(),
+            key,
+            connect_timeout: Duration::from_secs(10),
+            dead_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Connects and authenticates.
+pub fn connect(cfg: &ClientConfig) -> Result<SecureConn, XferError> {
+    let addrs: Vec<SocketAddr> = cfg
+        .server
+        .to_socket_addrs()
+        .map_err(|e| XferError::Usage(format!("daemon address {:?}: {e}", cfg.server)))?
+        .collect();
+    let mut last = None;
+    for a in addrs {
+        match TcpStream::connect_timeout(&a, cfg.connect_timeout) {
+            Ok(s) => {
+                return secure::client_handshake(s, &cfg.key.0, cfg.connect_timeout).map_err(|e| match e {
+                    AuthError::BadKey(m) | AuthError::Blocked(m) => XferError::Refused(m),
+                    other => failed!("{a}: {other}"),
+                })
+            }
+            Err(e) => last = Some(format!("{a}: {e}")),
+        }
+    }
+    Err(failed!(
+        "cannot reach the daemon at {}: {}",
+        cfg.server,
+        last.unwrap_or_else(|| "no address".into())
+    ))
+}
+
+/// Pushes `set` into `dest` (`ROOT/relative/dir`) on the daemon. Returns when every file is verified and
+/// committed there.
+pub fn push(
+    cfg: &ClientConfig,
+    set: SourceSet,
+    dest: &str,
+    options: Options,
+    rate: RateConfig,
+    progress: &Progress,
+    stop: &AtomicBool,
+) -> Result<SendOutcome, XferError> {
+    set.check_names()?;
+    let conn = connect(cfg)?;
+    let (secret, peer) = (conn.secret, conn.peer);
+    let link = Link::start(conn, cfg.dead_timeout + Duration::from_secs(20));
+    let files: Vec<FileSpec> = set
+        .files
+        .iter()
+        .map(|f| FileSpec {
+            name: f.name.clone(),
+            size: f.size,
+        })
+        .collect();
+    link.send_session(&Session::Push {
+        dest: dest.to_string(),
+        files,
+        options: options.clone(),
+    });
+    progress.set_phase("waiting for the daemon to accept");
+    let (transfer_id, data_port, have) = match link.rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(Inbound::Sess(Session::Accept {
+            transfer_id,
+            data_port,
+            have,
+            ..
+        })) => (transfer_id, data_port, have),
+        Ok(Inbound::Sess(Session::Refuse { error })) => {
+            return Err(XferError::Refused(format!("the daemon refused: {error}")))
+        }
+        Ok(Inbound::Closed(why)) => return Err(failed!("{why}")),
+        Ok(other) => return Err(failed!("unexpected answer from the daemon: {other:?}")),
+        Err(_) => return Err(failed!("the daemon did not answer the request within 60 s")),
+    };
+    let params = SendParams {
+        transfer_id,
+        secret,
+        options,
+        rate,
+        dest: SocketAddr::new(peer.ip(), data_port),
+        dead_timeout: cfg.dead_timeout,
+        commit_timeout: Duration::from_secs(600),
+    };
+    let out = send::run_sender(&link, Arc::new(set), &have, &params, progress, stop);
+    link.close();
+    out
+}

@@ -1,0 +1,381 @@
+//! The serving daemon: accepts authenticated control connections, checks each request against its roots,
+//! and runs the transfers (several at once, each on its own threads and UDP port).
+//!
+//! Unauthenticated connections get nothing but a handshake attempt: a peer that cannot complete it within
+//! the handshake timeout is dropped (a port scan or a probe is counted, nothing else happens); a wrong key
+//! is counted as a failed login, and an address with too many failed logins in a minute is refused for a
+//! minute before any handshake.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use vlbiflow_udp::{open_udp, UdpConfig};
+
+use crate::dest::Roots;
+use crate::error::XferError;
+use crate::key::Key;
+use crate::link::{Inbound, Link};
+use crate::progress::Progress;
+use crate::recv::{self, RecvParams};
+use crate::secure::{self, AuthError};
+use crate::session::Session;
+
+/// Daemon settings.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// Control address (TCP); data ports are opened on the same IP.
+    pub listen: SocketAddr,
+    /// Where files may be written and read.
+    pub roots: Roots,
+    /// The pre-shared key.
+    pub key: Key,
+    /// Dead-peer timeout of transfers.
+    pub dead_timeout: Duration,
+    /// Time allowed for the handshake and the request.
+    pub handshake_timeout: Duration,
+    /// Most transfers at once (more are refused with a clear message).
+    pub max_transfers: usize,
+    /// Failed logins from one address within a minute before it is refused for a minute.
+    pub max_failed_logins: u32,
+    /// Write a line per event to standard error.
+    pub log: bool,
+}
+
+impl ServeConfig {
+    /// Defaults: 10 s dead timeout, 10 s handshake, 16 transfers, 5 failed logins a minute.
+    pub fn new(listen: SocketAddr, roots: Roots, key: Key) -> Self {
+        ServeConfig {
+            listen,
+            roots,
+            key,
+            dead_timeout: Duration::from_secs(10),
+            handshake_timeout: Duration::from_secs(10),
+            max_transfers: 16,
+            max_failed_logins: 5,
+            log: false,
+        }
+    }
+}
+
+/// Daemon-wide counters (exported as metrics).
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub connections: AtomicU64,
+    pub probes: AtomicU64,
+    pub auth_failures: AtomicU64,
+    pub auth_blocked: AtomicU64,
+    pub refused: AtomicU64,
+    pub transfers_ok: AtomicU64,
+    pub transfers_failed: AtomicU64,
+    pub bytes_received: AtomicU64,
+    pub datagrams_bad_tag: AtomicU64,
+    pub datagrams_malformed: AtomicU64,
+}
+
+/// A transfer the daemon runs now.
+#[derive(Debug)]
+pub struct Active {
+    pub id: u32,
+    pub peer: SocketAddr,
+    pub direction: &'static str,
+    pub path: String,
+    pub data_port: u16,
+    pub progress: Arc<Progress>,
+}
+
+struct Shared {
+    cfg: ServeConfig,
+    counters: Counters,
+    active: Mutex<Vec<Arc<Active>>>,
+    failed: Mutex<HashMap<IpAddr, (u32, Instant, Option<Instant>)>>,
+    stop: AtomicBool,
+}
+
+/// A running daemon.
+pub struct Daemon {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// Current UTC time, RFC 3339.
+pub fn utc_now() -> String {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let secs = d.as_secs() as i64;
+    let days = secs.div_euclid(86400);
+    let rem = secs.rem_euclid(86400);
+    // civil from days (Howard Hinnant's algorithm)
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let dd = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!(
+        "{y:04}-{m:02}-{dd:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+macro_rules! log {
+    ($sh:expr, $($t:tt)*) => {
+        if $sh.cfg.log {
+            eprintln!("{} xfer: {}", utc_now(), format!($($t)*));
+        }
+    };
+}
+
+impl Daemon {
+    /// Binds the control port and starts accepting.
+    pub fn start(cfg: ServeConfig) -> Result<Daemon, XferError> {
+        let l = TcpListener::bind(cfg.listen)
+            .map_err(|e| XferError::Usage(format!("listening on {}: {e}", cfg.listen)))?;
+        l.set_nonblocking(true)
+            .map_err(|e| XferError::Usage(format!("listening on {}: {e}", cfg.listen)))?;
+        let addr = l.local_addr().map_err(|e| XferError::Usage(e.to_string()))?;
+        let shared = Arc::new(Shared {
+            cfg,
+            counters: Counters::default(),
+            active: Mutex::new(Vec::new()),
+            failed: Mutex::new(HashMap::new()),
+            stop: AtomicBool::new(false),
+        });
+        let sh = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("xfer-accept".into())
+            .spawn(move || accept_loop(l, sh))
+            .map_err(|e| XferError::Usage(e.to_string()))?;
+        Ok(Daemon {
+            addr,
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// The control address it listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Daemon-wide counters.
+    pub fn counters(&self) -> &Counters {
+        &self.shared.counters
+    }
+
+    /// Transfers running now.
+    pub fn active(&self) -> Vec<Arc<Active>> {
+        self.shared.active.lock().map(|a| a.clone()).unwrap_or_default()
+    }
+
+    /// Stops accepting, tells running transfers to stop (they keep their `.part` files) and waits for them.
+    pub fn shutdown(mut self) {
+        self.stop_and_join();
+    }
+
+    fn stop_and_join(&mut self) {
+        self.shared.stop.store(true, Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.stop_and_join();
+    }
+}
+
+fn accept_loop(l: TcpListener, sh: Arc<Shared>) {
+    let mut sessions: Vec<JoinHandle<()>> = Vec::new();
+    while !sh.stop.load(Relaxed) {
+        match l.accept() {
+            Ok((s, peer)) => {
+                sh.counters.connections.fetch_add(1, Relaxed);
+                sessions.retain(|h| !h.is_finished());
+                if sessions.len() >= sh.cfg.max_transfers + 16 {
+                    // too many connections at once: drop this one unanswered
+                    drop(s);
+                    continue;
+                }
+                let sh2 = sh.clone();
+                if let Ok(h) = std::thread::Builder::new()
+                    .name("xfer-session".into())
+                    .spawn(move || session(s, peer, sh2))
+                {
+                    sessions.push(h);
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+    for h in sessions {
+        let _ = h.join();
+    }
+}
+
+fn blocked(sh: &Shared, ip: IpAddr) -> bool {
+    let mut m = sh.failed.lock().expect("failed logins");
+    match m.get(&ip) {
+        Some(&(_, _, Some(until))) if Instant::now() < until => true,
+        Some(&(_, _, Some(_))) => {
+            m.remove(&ip);
+            false
+        }
+        _ => false,
+    }
+}
+
+fn note_failure(sh: &Shared, ip: IpAddr) {
+    let mut m = sh.failed.lock().expect("failed logins");
+    let now = Instant::now();
+    let e = m.entry(ip).or_insert((0, now, None));
+    if now.duration_since(e.1) > Duration::from_secs(60) {
+        *e = (0, now, None);
+    }
+    e.0 += 1;
+    if e.0 >= sh.cfg.max_failed_logins {
+        e.2 = Some(now + Duration::from_secs(60));
+    }
+    if m.len() > 100_000 {
+        m.retain(|_, v| now.duration_since(v.1) < Duration::from_secs(60));
+    }
+}
+
+fn session(s: TcpStream, peer: SocketAddr, sh: Arc<Shared>) {
+    if blocked(&sh, peer.ip()) {
+        sh.counters.auth_blocked.fetch_add(1, Relaxed);
+        secure::refuse_blocked(s);
+        return;
+    }
+    let conn = match secure::server_handshake(s, &sh.cfg.key.0, sh.cfg.handshake_timeout) {
+        Ok(c) => c,
+        Err(AuthError::BadKey(why)) => {
+            sh.counters.auth_failures.fetch_add(1, Relaxed);
+            note_failure(&sh, peer.ip());
+            log!(sh, "{peer}: failed login: {why}");
+            return;
+        }
+        Err(_) => {
+            sh.counters.probes.fetch_add(1, Relaxed);
+            return;
+        }
+    };
+    let secret = conn.secret;
+    let link = Link::start(conn, sh.cfg.dead_timeout + Duration::from_secs(20));
+    let req = match link.rx.recv_timeout(sh.cfg.handshake_timeout) {
+        Ok(Inbound::Sess(s)) => s,
+        Ok(other) => {
+            log!(sh, "{peer}: expected a request, got {other:?}");
+            return;
+        }
+        Err(_) => return,
+    };
+    let refuse = |why: String| {
+        sh.counters.refused.fetch_add(1, Relaxed);
+        log!(sh, "{peer}: refused: {why}");
+        link.send_session(&Session::Refuse { error: why });
+    };
+    match req {
+        Session::Push { dest, files, options } => {
+            let (root, comps) = match sh.cfg.roots.resolve(&dest) {
+                Ok(x) => x,
+                Err(e) => return refuse(e),
+            };
+            let plan = match recv::plan(&root.path, &comps, &files, &options) {
+                Ok(p) => Arc::new(p),
+                Err(e) => return refuse(e),
+            };
+            let n_active = sh.active.lock().map(|a| a.len()).unwrap_or(0);
+            if n_active >= sh.cfg.max_transfers {
+                return refuse(format!(
+                    "busy: {n_active} transfers running, the limit is {}; retry later",
+                    sh.cfg.max_transfers
+                ));
+            }
+            let mut ucfg = UdpConfig::receiver(SocketAddr::new(sh.cfg.listen.ip(), 0));
+            ucfg.recv_buffer = Some(64 << 20);
+            ucfg.gro = true;
+            let (sock, _rep) = match open_udp(&ucfg) {
+                Ok(x) => x,
+                Err(e) => return refuse(format!("no data port: {e}")),
+            };
+            let data_port = sock.local_addr().map(|a| a.port()).unwrap_or(0);
+            let transfer_id: u32 = rand::random();
+            let progress = Arc::new(Progress::default());
+            let act = Arc::new(Active {
+                id: transfer_id,
+                peer,
+                direction: "receive",
+                path: dest.clone(),
+                data_port,
+                progress: progress.clone(),
+            });
+            sh.active.lock().expect("active").push(act.clone());
+            link.send_session(&Session::Accept {
+                transfer_id,
+                data_port,
+                have: plan.have(),
+                files: Vec::new(),
+            });
+            let total: u64 = files.iter().map(|f| f.size).sum();
+            log!(
+                sh,
+                "{peer}: transfer {transfer_id:08x}: receiving {} files, {total} bytes into {dest} (data port {data_port})",
+                files.len()
+            );
+            let params = RecvParams {
+                transfer_id,
+                secret,
+                dead_timeout: sh.cfg.dead_timeout,
+                source: peer.to_string(),
+            };
+            let r = recv::run_receiver(&link, &sock, plan, &params, &progress, &sh.stop);
+            sh.active
+                .lock()
+                .expect("active")
+                .retain(|a| !Arc::ptr_eq(a, &act));
+            match r {
+                Ok(o) => {
+                    sh.counters.transfers_ok.fetch_add(1, Relaxed);
+                    log!(
+                        sh,
+                        "{peer}: transfer {transfer_id:08x}: verified and committed {} files ({} bytes already here) in {:.1} s",
+                        o.committed.len(),
+                        o.bytes_resumed,
+                        o.seconds
+                    );
+                    sh.counters.datagrams_bad_tag.fetch_add(o.stats.bad_tag, Relaxed);
+                    sh.counters.datagrams_malformed.fetch_add(
+                        o.stats.malformed + o.stats.wrong_transfer + o.stats.unknown_file,
+                        Relaxed,
+                    );
+                }
+                Err(e) => {
+                    sh.counters.transfers_failed.fetch_add(1, Relaxed);
+                    log!(sh, "{peer}: transfer {transfer_id:08x} failed: {e}");
+                }
+            }
+            link.close();
+        }
+        other => refuse(format!(
+            "this daemon does not serve {:?} requests yet",
+            other.to_line()
+        )),
+    }
+}
