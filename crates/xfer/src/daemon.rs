@@ -311,6 +311,7 @@ fn session(s: TcpStream, peer: SocketAddr, sh: Arc<Shared>) {
             let mut ucfg = UdpConfig::receiver(SocketAddr::new(sh.cfg.listen.ip(), 0));
             ucfg.recv_buffer = Some(64 << 20);
             ucfg.gro = true;
+            ucfg.rxq_ovfl = true;
             let (sock, _rep) = match open_udp(&ucfg) {
                 Ok(x) => x,
                 Err(e) => return refuse(format!("no data port: {e}")),
@@ -355,10 +356,16 @@ fn session(s: TcpStream, peer: SocketAddr, sh: Arc<Shared>) {
                     sh.counters.transfers_ok.fetch_add(1, Relaxed);
                     log!(
                         sh,
-                        "{peer}: transfer {transfer_id:08x}: verified and committed {} files ({} bytes already here) in {:.1} s",
+                        "{peer}: transfer {transfer_id:08x}: verified and committed {} files ({} bytes already here) in {:.1} s; datagrams: {} accepted, {} duplicate, {} reported lost, {} bad tag, {} malformed, {} for files not yet announced",
                         o.committed.len(),
                         o.bytes_resumed,
-                        o.seconds
+                        o.seconds,
+                        o.stats.delivered,
+                        o.stats.duplicates,
+                        o.stats.reported_lost,
+                        o.stats.bad_tag,
+                        o.stats.malformed + o.stats.wrong_transfer,
+                        o.stats.unknown_file
                     );
                     sh.counters.datagrams_bad_tag.fetch_add(o.stats.bad_tag, Relaxed);
                     sh.counters.datagrams_malformed.fetch_add(

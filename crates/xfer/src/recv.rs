@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{unbounded, Receiver as ChanRx, Sender as ChanTx};
-use vlbiflow_udp::BatchReceiver;
+use vlbiflow_udp::{BatchReceiver, RecvMeta};
 use vlbiflow_xfer_proto::wire::derive_data_key;
 use vlbiflow_xfer_proto::{ChunkHash, ControlMsg, Event, Receiver, ReceiverConfig, ReceiverStats};
 
@@ -457,7 +457,8 @@ struct RecvLoop<'a> {
 }
 
 const BATCH: usize = 64;
-const BUF: usize = 65536;
+/// Receive buffer per message: a GRO super-datagram can exceed 64 KiB (8 jumbo segments).
+const BUF: usize = 128 << 10;
 
 fn abort(link: &Link, reason: String) -> XferError {
     link.send(
@@ -489,6 +490,7 @@ fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
     let mut files: Vec<Option<OpenFile>> = (0..nfiles).map(|_| None).collect();
     let mut rx = BatchReceiver::new(BATCH);
     let mut bufs: Vec<Vec<u8>> = (0..BATCH).map(|_| vec![0u8; BUF]).collect();
+    let mut metas = [RecvMeta::default(); BATCH];
     let mut committed: Vec<Option<Committed>> = vec![None; nfiles];
     let mut n_committed = 0usize;
     let mut transfer_done = false;
@@ -565,9 +567,10 @@ fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
         let batch = rx
             .recv(sock, bufs.iter_mut().map(|b| &mut b[..]), timeout)
             .map_err(|e| abort(link, format!("data socket: {e}")))?;
-        let metas: Vec<_> = batch.messages().to_vec();
+        let n = batch.len();
+        metas[..n].copy_from_slice(batch.messages());
         let now = Instant::now();
-        for (i, m) in metas.iter().enumerate() {
+        for (i, m) in metas[..n].iter().enumerate() {
             for dgram in m.segments(&bufs[i]) {
                 if let Some(dl) = r.handle_datagram(now, dgram) {
                     started.get_or_insert(now);

@@ -55,6 +55,8 @@ pub struct SendOutcome {
     pub bytes_resumed: u64,
     /// Wall time from the first datagram to the commit report.
     pub seconds: f64,
+    /// Wall time from the first datagram to the last chunk verified (before the receiver's final sync).
+    pub verified_seconds: f64,
 }
 
 /// Bytes the hashing thread may read ahead of the data cursor (it waits beyond).
@@ -436,6 +438,10 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
                     stats: st,
                     bytes_resumed,
                     seconds: started.map_or(0.0, |t| t.elapsed().as_secs_f64()),
+                    verified_seconds: match (started, done_at) {
+                        (Some(a), Some(b)) => b.saturating_duration_since(a).as_secs_f64(),
+                        _ => 0.0,
+                    },
                 });
             }
         }
@@ -504,17 +510,13 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
                 HashMsg::Error(e) => Err(failed!("{e}")),
             }
         };
-        if wait > Duration::from_micros(150) {
-            let w = (wait - Duration::from_micros(80)).min(Duration::from_millis(50));
-            select! {
-                recv(link.rx) -> m => if let Ok(m) = m { handle(m, s)? },
-                recv(hrx) -> m => if let Ok(m) = m { hash_msg(m, s)? },
-                default(w) => {},
-            }
-        } else {
-            while Instant::now() < deadline.unwrap_or(now) {
-                std::hint::spin_loop();
-            }
+        // Never spin: sleeping at least a quarter millisecond lets the sender's pacing catch up by up to
+        // one burst on waking, which then leaves in one GSO batch (spinning per datagram cost a core).
+        let w = wait.clamp(Duration::from_micros(250), Duration::from_millis(50));
+        select! {
+            recv(link.rx) -> m => if let Ok(m) = m { handle(m, s)? },
+            recv(hrx) -> m => if let Ok(m) = m { hash_msg(m, s)? },
+            default(w) => {},
         }
         // drain whatever else is waiting
         while let Ok(m) = link.rx.try_recv() {

@@ -171,3 +171,91 @@ fn refusals_write_nothing() {
     );
     let _ = Duration::ZERO;
 }
+
+#[test]
+fn garbage_datagrams_and_connection_probes_change_only_counters() {
+    use std::io::Write;
+    use std::net::{TcpStream, UdpSocket};
+    let e = env();
+    let f = e.src.join("g.vdif");
+    let size = 48 << 20;
+    std::fs::write(&f, content(5, size)).unwrap();
+    let addr = e.daemon.local_addr();
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    // the attacker: waits for the transfer's data port, then sends 100,000 random datagrams (a third of
+    // them with our magic and version, so they reach the tag check) and probes the control port
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<u16>();
+    let blaster = std::thread::spawn(move || {
+        let port = ready_rx.recv_timeout(Duration::from_secs(30)).expect("data port");
+        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut x = 0x1234_5678_9abc_def0u64;
+        let mut buf = vec![0u8; 8256];
+        for i in 0..100_000u32 {
+            let len = [8256usize, 64, 100, 1500, 9000][i as usize % 5].min(buf.len());
+            for b in buf[..len].iter_mut() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                *b = x as u8;
+            }
+            if i % 3 == 0 {
+                buf[0..3].copy_from_slice(&[0x58, 0x46, 1]);
+                buf[3] = 0;
+                buf[40..48].fill(0);
+                buf[20..24].copy_from_slice(&((len.max(64) - 64) as u32).to_be_bytes());
+            }
+            let _ = s.send_to(&buf[..len], ("127.0.0.1", port));
+        }
+        // control port: bare connects, garbage, a half handshake
+        for i in 0..300 {
+            if let Ok(mut c) = TcpStream::connect(addr) {
+                if i % 3 == 1 {
+                    let _ = c.write_all(b"GET / HTTP/1.0\r\n\r\n");
+                } else if i % 3 == 2 {
+                    let _ = c.write_all(&[0, 48, 1, 2, 3]);
+                }
+            }
+        }
+    });
+    let watcher = {
+        let d = &e.daemon;
+        let t0 = std::time::Instant::now();
+        move || loop {
+            if let Some(a) = d.active().first() {
+                let _ = ready_tx.send(a.data_port);
+                return;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(30), "no transfer started");
+            std::thread::yield_now();
+        }
+    };
+    let out = std::thread::scope(|s| {
+        s.spawn(watcher);
+        let (set, _) = collect_paths(&[f.clone()]).unwrap();
+        let cfg = ClientConfig::new(addr.to_string(), e.key.clone());
+        client::push(
+            &cfg,
+            set,
+            "data/g",
+            opts(4 << 20),
+            RateConfig::fixed(200e6),
+            &Progress::default(),
+            &stop,
+        )
+    })
+    .unwrap();
+    blaster.join().unwrap();
+    assert_eq!(std::fs::read(e.root.join("g/g.vdif")).unwrap(), std::fs::read(&f).unwrap());
+    assert_eq!(out.committed[0].blake3, blake3::hash(&std::fs::read(&f).unwrap()).to_hex().to_string());
+    let c = e.daemon.counters();
+    let bad = c.datagrams_bad_tag.load(std::sync::atomic::Ordering::Relaxed);
+    let malformed = c.datagrams_malformed.load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!(
+        "counters: bad tag {bad}, malformed {malformed}, probes {}, failed logins {}",
+        c.probes.load(std::sync::atomic::Ordering::Relaxed),
+        c.auth_failures.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    // what arrived while the transfer ran was counted (the rest hit a closed port), nothing was written
+    assert!(bad + malformed > 0);
+    assert_eq!(tree(&e.root), ["g/g.vdif", "g/g.vdif.blake3.json"]);
+}

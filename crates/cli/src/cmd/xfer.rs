@@ -383,6 +383,7 @@ fn print_summary(out: &SendOutcome, total: u64, json: bool) {
             "retransmits": out.stats.retransmits,
             "chunk_resends": out.stats.chunk_resends,
             "seconds": out.seconds,
+            "verified_seconds": out.verified_seconds,
             "goodput_bps": goodput,
         });
         println!("{}", serde_json::to_string_pretty(&v).expect("json"));
