@@ -214,6 +214,8 @@ struct OpenFile {
     /// The existing final file, opened read-only: nothing may be written to it.
     read_only: bool,
     hashes: Vec<Option<ChunkHash>>,
+    /// Chunks declared from what was on disk (and not found different since).
+    declared: Vec<bool>,
 }
 
 enum Job {
@@ -309,6 +311,7 @@ struct Finalize {
     dir: Arc<OwnedFd>,
     read_only: bool,
     hashes: Vec<ChunkHash>,
+    resumed: u64,
 }
 
 /// Runs the receiving side of an accepted request on `sock` until the sender is done and every file is
@@ -434,10 +437,7 @@ fn finalize(plan: &Plan, j: Finalize, overwrite: bool, source: &str) -> Result<C
         name: f.name.clone(),
         size: f.size,
         blake3: hex(&whole),
-        resumed_chunks: match f.resume {
-            Resume::Nothing => 0,
-            Resume::Part(c) | Resume::Complete(c) => c as u64,
-        },
+        resumed_chunks: j.resumed,
     })
 }
 
@@ -729,9 +729,10 @@ fn handle_events(
                     ),
                     _ => {
                         let f = dest::open_part(&dir, &fp.leaf).map_err(|e| abort(link, format!("{name}: {e}")))?;
+                        // not pre-sized: after an interruption its length tells how far it got
                         let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-                        if len != size {
-                            f.set_len(size).map_err(|e| abort(link, format!("{name}: sizing the .part: {e}")))?;
+                        if len > size {
+                            f.set_len(size).map_err(|e| abort(link, format!("{name}: truncating the .part: {e}")))?;
                         }
                         (f, false)
                     }
@@ -742,6 +743,7 @@ fn handle_events(
                     dir: Arc::new(dir),
                     read_only,
                     hashes: vec![None; n],
+                    declared: vec![false; n],
                 };
                 let have = store.lock().expect("resume hashes")[file as usize].clone();
                 for (ci, h) in have.iter().enumerate() {
@@ -749,7 +751,7 @@ fn handle_events(
                         return Err(abort(link, format!("{name}: chunk {ci} was announced before it was re-verified here")));
                     };
                     of.hashes[ci] = Some(*h);
-                    r.declare_verified(file, ci as u32, *h);
+                    of.declared[ci] = r.declare_verified(file, ci as u32, *h);
                 }
                 files[file as usize] = Some(of);
             }
@@ -773,10 +775,9 @@ fn handle_events(
                 let l = (c.chunk_len)(file as usize, chunk);
                 *c.bytes_verified += l;
                 progress.bytes_verified.store(*c.bytes_verified, Relaxed);
-                let resumed = match plan.files[file as usize].resume {
-                    Resume::Part(n) | Resume::Complete(n) => chunk < n,
-                    Resume::Nothing => false,
-                };
+                let resumed = files[file as usize]
+                    .as_ref()
+                    .is_some_and(|of| of.declared.get(chunk as usize) == Some(&true));
                 if resumed {
                     *c.bytes_resumed += l;
                     progress.bytes_resumed.store(*c.bytes_resumed, Relaxed);
@@ -785,6 +786,7 @@ fn handle_events(
             Event::ChunkMismatch { file, chunk } => {
                 let of = files[file as usize].as_mut().expect("open file");
                 of.hashes[chunk as usize] = None;
+                of.declared[chunk as usize] = false;
                 if of.read_only {
                     return Err(abort(
                         link,
@@ -810,6 +812,7 @@ fn handle_events(
                         dir: Arc::new(dir),
                         read_only: false,
                         hashes: Vec::new(),
+                        declared: Vec::new(),
                     });
                 }
                 let of = files[file as usize].as_ref().expect("open file");
@@ -823,6 +826,7 @@ fn handle_events(
                     dir: of.dir.clone(),
                     read_only: of.read_only,
                     hashes,
+                    resumed: of.declared.iter().filter(|d| **d).count() as u64,
                 });
             }
             Event::TransferDone => {

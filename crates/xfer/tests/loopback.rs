@@ -245,8 +245,14 @@ fn garbage_datagrams_and_connection_probes_change_only_counters() {
     })
     .unwrap();
     blaster.join().unwrap();
-    assert_eq!(std::fs::read(e.root.join("g/g.vdif")).unwrap(), std::fs::read(&f).unwrap());
-    assert_eq!(out.committed[0].blake3, blake3::hash(&std::fs::read(&f).unwrap()).to_hex().to_string());
+    assert_eq!(
+        std::fs::read(e.root.join("g/g.vdif")).unwrap(),
+        std::fs::read(&f).unwrap()
+    );
+    assert_eq!(
+        out.committed[0].blake3,
+        blake3::hash(&std::fs::read(&f).unwrap()).to_hex().to_string()
+    );
     let c = e.daemon.counters();
     let bad = c.datagrams_bad_tag.load(std::sync::atomic::Ordering::Relaxed);
     let malformed = c.datagrams_malformed.load(std::sync::atomic::Ordering::Relaxed);
