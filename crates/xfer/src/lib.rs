@@ -24,6 +24,7 @@ pub mod key;
 pub mod link;
 pub mod progress;
 pub mod recv;
+pub mod scan;
 pub mod secure;
 pub mod send;
 pub mod session;

@@ -13,6 +13,7 @@ use vlbiflow_units::{fmt_bit_rate, fmt_bytes, parse_bit_rate, parse_bytes, parse
 use vlbiflow_xfer::client::{self, ClientConfig};
 use vlbiflow_xfer::daemon::{Daemon, ServeConfig};
 use vlbiflow_xfer::dest::Roots;
+use vlbiflow_xfer::scan::{scan_source, Layout};
 use vlbiflow_xfer::send::SendOutcome;
 use vlbiflow_xfer::session::Options;
 use vlbiflow_xfer::source::collect_paths;
@@ -91,6 +92,11 @@ Examples:
   vlbiflow xfer push /data/exp1 corr/data --rate 2Gbps
   vlbiflow xfer push big.vdif '[::1]:46230/data' --chunk-size 64MiB --json
 
+  # A Mark6 scan on its module disks, read in place, arriving as one VDIF file (no gather step)
+  vlbiflow xfer push --scan exp_st_no0001 --disk '/mnt/disks/*/*/data' corr/data/exp
+  # ... or in its own layout, or as FlexBuff chunks
+  vlbiflow xfer push --scan exp_st_no0001 --disk '/mnt/disks/*/*/data' --layout flexbuff corr/data/fb
+
 The destination is DAEMON[:PORT]/ROOT/DIR (port 46230 by default). A directory arrives as DIR/<its name>/...
 Every chunk is hashed (BLAKE3) where it is read and where it is written; the command succeeds only when all
 match and the daemon has synced and renamed every file. Rerun the same command after an interruption: what
@@ -99,9 +105,19 @@ is already there is re-verified at disk speed and only what is missing or differ
 #[derive(clap::Args)]
 #[command(after_help = PUSH_EXAMPLES)]
 struct PushArgs {
-    /// Files or directories, then the destination DAEMON[:PORT]/ROOT/DIR
-    #[arg(required = true, num_args = 2.., value_name = "SOURCE... DEST")]
+    /// Files or directories, then the destination DAEMON[:PORT]/ROOT/DIR (with --scan: only the destination)
+    #[arg(required = true, num_args = 1.., value_name = "SOURCE... DEST")]
     args: Vec<String>,
+    /// Send this Mark6 or FlexBuff scan, found by name on --disk, read in place
+    #[arg(long, value_name = "NAME", requires = "disk")]
+    scan: Option<String>,
+    /// Disk directories of the scan; repeat, or a glob pattern ('/mnt/disks/*/*/data')
+    #[arg(long, short, value_name = "DIR")]
+    disk: Vec<String>,
+    /// Layout of a scan at the destination: gather (one VDIF/Mark5B file, what DiFX reads), same (one
+    /// directory per source disk) or flexbuff (one chunk file per block)
+    #[arg(long, default_value = "gather", value_parser = ["gather", "same", "flexbuff"])]
+    layout: String,
     #[command(flatten)]
     common: Common,
 }
@@ -420,14 +436,39 @@ fn push(a: PushArgs) -> anyhow::Result<ExitCode> {
         Err(e) => usage!("{e}"),
     };
     let opts = options(&a.common)?;
-    let paths: Vec<PathBuf> = args.iter().map(PathBuf::from).collect();
-    let (set, skipped) = match collect_paths(&paths) {
-        Ok(x) => x,
-        Err(e) => return xerr(e),
+    let set = if let Some(scan) = &a.scan {
+        if !args.is_empty() {
+            usage!("with --scan give only the destination, not {}", args.join(" "));
+        }
+        let layout: Layout = a
+            .layout
+            .parse()
+            .map_err(|e: String| anyhow::Error::new(crate::cmd::UsageError(e)))?;
+        match scan_source(scan, &a.disk, layout) {
+            Ok((set, info)) => {
+                if info.complete == Some(false) && !a.common.quiet {
+                    eprintln!("vlbiflow: scan {scan} is not marked complete by its recorder (still recording, or the recorder died)");
+                }
+                set
+            }
+            Err(e) => return xerr(e),
+        }
+    } else {
+        if args.is_empty() {
+            usage!(
+                "give the files or directories to send before the destination (or --scan NAME --disk DIR)"
+            );
+        }
+        let paths: Vec<PathBuf> = args.iter().map(PathBuf::from).collect();
+        let (set, skipped) = match collect_paths(&paths) {
+            Ok(x) => x,
+            Err(e) => return xerr(e),
+        };
+        for s in &skipped {
+            eprintln!("vlbiflow: skipped {s}");
+        }
+        set
     };
-    for s in &skipped {
-        eprintln!("vlbiflow: skipped {s}");
-    }
     let key = match Key::load(&a.common.key.clone().unwrap_or_else(default_key)) {
         Ok(k) => k,
         Err(e) => return xerr(e),
