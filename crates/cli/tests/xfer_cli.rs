@@ -219,4 +219,34 @@ fn kill_9_of_the_receiver_then_the_same_command_moves_only_the_rest() {
         v["files"][0]["blake3"].as_str().unwrap(),
         blake3::hash(&std::fs::read(&src).unwrap()).to_hex().as_str()
     );
+    // the archive holds the failed push, the verified push and the daemon's verified receive
+    let out = Command::new(BIN)
+        .args(["xfer", "history", "--json"])
+        .env("XDG_STATE_HOME", &state)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let rows: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        rows.iter().any(|r| r["role"] == "send" && r["ok"] == false),
+        "{rows:?}"
+    );
+    assert!(
+        rows.iter().any(|r| r["role"] == "send" && r["ok"] == true),
+        "{rows:?}"
+    );
+    assert!(
+        rows.iter().any(|r| r["role"] == "receive" && r["ok"] == true),
+        "{rows:?}"
+    );
+    let table = Command::new(BIN)
+        .args(["xfer", "history"])
+        .env("XDG_STATE_HOME", &state)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&table.stdout).contains("FAILED"));
 }

@@ -5,7 +5,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use vlbiflow_xfer_proto::RateConfig;
+use vlbiflow_xfer_proto::{RateConfig, RateMode};
 
 use crate::error::{failed, XferError};
 use crate::key::Key;
@@ -96,19 +96,34 @@ pub fn push(
         options: options.clone(),
     });
     progress.set_phase("waiting for the daemon to accept");
-    let (transfer_id, data_port, have) = match link.rx.recv_timeout(Duration::from_secs(60)) {
+    let (transfer_id, data_port, have, cap) = match link.rx.recv_timeout(Duration::from_secs(60)) {
         Ok(Inbound::Sess(Session::Accept {
             transfer_id,
             data_port,
             have,
+            rate_cap_bps,
             ..
-        })) => (transfer_id, data_port, have),
+        })) => (transfer_id, data_port, have, rate_cap_bps),
         Ok(Inbound::Sess(Session::Refuse { error })) => {
             return Err(XferError::Refused(format!("the daemon refused: {error}")))
         }
         Ok(Inbound::Closed(why)) => return Err(failed!("{why}")),
         Ok(other) => return Err(failed!("unexpected answer from the daemon: {other:?}")),
         Err(_) => return Err(failed!("the daemon did not answer the request within 60 s")),
+    };
+    let rate = match (cap, rate.mode) {
+        (Some(c), RateMode::Fixed { bps }) => RateConfig {
+            mode: RateMode::Fixed { bps: bps.min(c) },
+            ..rate
+        },
+        (Some(c), RateMode::Auto { initial_bps, max_bps }) => RateConfig {
+            mode: RateMode::Auto {
+                initial_bps: initial_bps.min(c),
+                max_bps: max_bps.min(c),
+            },
+            ..rate
+        },
+        (None, _) => rate,
     };
     let params = SendParams {
         transfer_id,

@@ -43,6 +43,14 @@ pub struct ServeConfig {
     pub max_failed_logins: u32,
     /// Write a line per event to standard error.
     pub log: bool,
+    /// Archive of transfers (SQLite), if any.
+    pub archive: Option<std::path::PathBuf>,
+    /// Prometheus metrics on this address (loopback only), if any.
+    pub metrics: Option<SocketAddr>,
+    /// Rate ceiling of each transfer, bits/s on the wire.
+    pub max_rate_bps: Option<f64>,
+    /// Rate ceiling of all transfers together, shared equally among those running when one starts.
+    pub total_rate_bps: Option<f64>,
 }
 
 impl ServeConfig {
@@ -57,6 +65,10 @@ impl ServeConfig {
             max_transfers: 16,
             max_failed_logins: 5,
             log: false,
+            archive: None,
+            metrics: None,
+            max_rate_bps: None,
+            total_rate_bps: None,
         }
     }
 }
@@ -88,6 +100,7 @@ pub struct Active {
 }
 
 struct Shared {
+    archive: Option<Mutex<crate::archive::Archive>>,
     cfg: ServeConfig,
     counters: Counters,
     active: Mutex<Vec<Arc<Active>>>,
@@ -98,8 +111,10 @@ struct Shared {
 /// A running daemon.
 pub struct Daemon {
     addr: SocketAddr,
+    metrics_addr: Option<SocketAddr>,
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
+    metrics_thread: Option<JoinHandle<()>>,
 }
 
 /// Current UTC time, RFC 3339.
@@ -145,7 +160,27 @@ impl Daemon {
         l.set_nonblocking(true)
             .map_err(|e| XferError::Usage(format!("listening on {}: {e}", cfg.listen)))?;
         let addr = l.local_addr().map_err(|e| XferError::Usage(e.to_string()))?;
+        let archive = match &cfg.archive {
+            Some(p) => Some(Mutex::new(
+                crate::archive::Archive::open(p).map_err(XferError::Usage)?,
+            )),
+            None => None,
+        };
+        let metrics = match cfg.metrics {
+            Some(m) if !m.ip().is_loopback() => {
+                return Err(XferError::Usage(format!(
+                    "--metrics {m}: metrics are served on loopback only (they are not authenticated); scrape through an authenticating proxy or an SSH tunnel"
+                )))
+            }
+            Some(m) => {
+                let ml = TcpListener::bind(m).map_err(|e| XferError::Usage(format!("metrics on {m}: {e}")))?;
+                ml.set_nonblocking(true).map_err(|e| XferError::Usage(e.to_string()))?;
+                Some(ml)
+            }
+            None => None,
+        };
         let shared = Arc::new(Shared {
+            archive,
             cfg,
             counters: Counters::default(),
             active: Mutex::new(Vec::new()),
@@ -157,16 +192,41 @@ impl Daemon {
             .name("xfer-accept".into())
             .spawn(move || accept_loop(l, sh))
             .map_err(|e| XferError::Usage(e.to_string()))?;
+        let metrics_addr = metrics.as_ref().and_then(|m| m.local_addr().ok());
+        let metrics_thread = match metrics {
+            Some(ml) => {
+                let sh = shared.clone();
+                Some(
+                    std::thread::Builder::new()
+                        .name("xfer-metrics".into())
+                        .spawn(move || metrics_loop(ml, sh))
+                        .map_err(|e| XferError::Usage(e.to_string()))?,
+                )
+            }
+            None => None,
+        };
         Ok(Daemon {
             addr,
+            metrics_addr,
             shared,
             thread: Some(thread),
+            metrics_thread,
         })
     }
 
     /// The control address it listens on.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The metrics address, if serving metrics.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
+    }
+
+    /// The metrics text (Prometheus exposition format).
+    pub fn metrics_text(&self) -> String {
+        metrics_text(&self.shared)
     }
 
     /// Daemon-wide counters.
@@ -187,6 +247,9 @@ impl Daemon {
     fn stop_and_join(&mut self) {
         self.shared.stop.store(true, Relaxed);
         if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        if let Some(t) = self.metrics_thread.take() {
             let _ = t.join();
         }
     }
@@ -328,12 +391,19 @@ fn session(s: TcpStream, peer: SocketAddr, sh: Arc<Shared>) {
                 progress: progress.clone(),
             });
             sh.active.lock().expect("active").push(act.clone());
+            let share = sh.cfg.total_rate_bps.map(|t| t / (n_active + 1) as f64);
+            let rate_cap_bps = match (sh.cfg.max_rate_bps, share) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             link.send_session(&Session::Accept {
                 transfer_id,
                 data_port,
                 have: plan.have(),
                 files: Vec::new(),
+                rate_cap_bps,
             });
+            let started = utc_now();
             let total: u64 = files.iter().map(|f| f.size).sum();
             log!(
                 sh,
@@ -351,6 +421,36 @@ fn session(s: TcpStream, peer: SocketAddr, sh: Arc<Shared>) {
                 .lock()
                 .expect("active")
                 .retain(|a| !Arc::ptr_eq(a, &act));
+            if let Some(a) = &sh.archive {
+                let e = crate::archive::Entry {
+                    id: 0,
+                    started,
+                    ended: utc_now(),
+                    role: "receive".into(),
+                    peer: peer.to_string(),
+                    path: dest.clone(),
+                    transfer_id: format!("{transfer_id:08x}"),
+                    files: files.len() as u64,
+                    bytes: total,
+                    bytes_resumed: Progress::get(&progress.bytes_resumed),
+                    bytes_moved: Progress::get(&progress.bytes_moved),
+                    seconds: r.as_ref().map_or(0.0, |o| o.seconds),
+                    ok: r.is_ok(),
+                    error: r.as_ref().err().map(|e| e.to_string()),
+                    detail: match &r {
+                        Ok(o) => serde_json::json!({
+                            "files": o.committed,
+                            "datagrams": o.stats.delivered, "duplicates": o.stats.duplicates,
+                            "reported_lost": o.stats.reported_lost, "bad_tag": o.stats.bad_tag,
+                            "malformed": o.stats.malformed + o.stats.wrong_transfer + o.stats.unknown_file,
+                        }),
+                        Err(_) => serde_json::Value::Null,
+                    },
+                };
+                if let Err(x) = a.lock().expect("archive").insert(&e) {
+                    log!(sh, "{x}");
+                }
+            }
             match r {
                 Ok(o) => {
                     sh.counters.transfers_ok.fetch_add(1, Relaxed);
@@ -384,5 +484,125 @@ fn session(s: TcpStream, peer: SocketAddr, sh: Arc<Shared>) {
             "this daemon does not serve {:?} requests yet",
             other.to_line()
         )),
+    }
+}
+
+fn metrics_text(sh: &Shared) -> String {
+    use std::fmt::Write;
+    let c = &sh.counters;
+    let g = |a: &AtomicU64| a.load(Relaxed);
+    let mut t = String::new();
+    let mut counter = |name: &str, help: &str, v: u64| {
+        let _ = writeln!(t, "# HELP vlbiflow_xfer_{name} {help}\n# TYPE vlbiflow_xfer_{name} counter\nvlbiflow_xfer_{name} {v}");
+    };
+    counter(
+        "connections_total",
+        "Control connections accepted.",
+        g(&c.connections),
+    );
+    counter(
+        "probes_total",
+        "Connections that sent no complete handshake (probes, port scans).",
+        g(&c.probes),
+    );
+    counter(
+        "auth_failures_total",
+        "Handshakes with a wrong key.",
+        g(&c.auth_failures),
+    );
+    counter(
+        "auth_blocked_total",
+        "Connections refused after too many failed logins.",
+        g(&c.auth_blocked),
+    );
+    counter(
+        "refused_total",
+        "Authenticated requests refused (root, path, exists, busy).",
+        g(&c.refused),
+    );
+    counter(
+        "transfers_ok_total",
+        "Transfers verified and committed.",
+        g(&c.transfers_ok),
+    );
+    counter(
+        "transfers_failed_total",
+        "Transfers that failed (kept for a resume).",
+        g(&c.transfers_failed),
+    );
+    counter(
+        "datagrams_bad_tag_total",
+        "Data datagrams dropped for a wrong authentication tag (finished transfers).",
+        g(&c.datagrams_bad_tag),
+    );
+    counter(
+        "datagrams_malformed_total",
+        "Data datagrams dropped as malformed (finished transfers).",
+        g(&c.datagrams_malformed),
+    );
+    let active = sh.active.lock().map(|a| a.clone()).unwrap_or_default();
+    let _ = writeln!(t, "# HELP vlbiflow_xfer_active_transfers Transfers running now.\n# TYPE vlbiflow_xfer_active_transfers gauge\nvlbiflow_xfer_active_transfers {}", active.len());
+    let per = [
+        ("bytes_total", "Bytes of all files of the transfer."),
+        ("bytes_verified", "Bytes in verified chunks."),
+        ("bytes_resumed", "Bytes found already at the destination."),
+        ("datagrams", "Datagrams accepted."),
+        ("datagrams_bad_tag", "Datagrams dropped for a wrong tag."),
+        (
+            "datagrams_malformed",
+            "Datagrams dropped as malformed or of another transfer.",
+        ),
+        ("datagrams_lost", "Datagrams reported lost."),
+    ];
+    for (name, help) in per {
+        let _ = writeln!(
+            t,
+            "# HELP vlbiflow_xfer_transfer_{name} {help}\n# TYPE vlbiflow_xfer_transfer_{name} gauge"
+        );
+        for a in &active {
+            let p = &a.progress;
+            let v = match name {
+                "bytes_total" => g(&p.bytes_total),
+                "bytes_verified" => g(&p.bytes_verified),
+                "bytes_resumed" => g(&p.bytes_resumed),
+                "datagrams" => g(&p.datagrams),
+                "datagrams_bad_tag" => g(&p.bad_tag),
+                "datagrams_malformed" => g(&p.malformed),
+                _ => g(&p.lost),
+            };
+            let _ = writeln!(
+                t,
+                "vlbiflow_xfer_transfer_{name}{{id=\"{:08x}\",peer=\"{}\",direction=\"{}\"}} {v}",
+                a.id, a.peer, a.direction
+            );
+        }
+    }
+    t
+}
+
+fn metrics_loop(l: TcpListener, sh: Arc<Shared>) {
+    use std::io::{Read, Write};
+    while !sh.stop.load(Relaxed) {
+        match l.accept() {
+            Ok((mut s, _)) => {
+                let _ = s.set_nonblocking(false);
+                let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+                let _ = s.set_write_timeout(Some(Duration::from_secs(2)));
+                let mut req = [0u8; 2048];
+                let n = s.read(&mut req).unwrap_or(0);
+                let line = String::from_utf8_lossy(&req[..n]);
+                let (status, body) = if line.starts_with("GET /metrics ") {
+                    ("200 OK", metrics_text(&sh))
+                } else {
+                    ("404 Not Found", "only /metrics here\n".to_string())
+                };
+                let _ = write!(
+                    s,
+                    "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
     }
 }

@@ -15,6 +15,7 @@
 //!   the protocol's sender, batched GRO receives).
 //! - [`client`], [`daemon`]: the client verbs and the serving daemon.
 
+pub mod archive;
 pub mod client;
 pub mod daemon;
 pub mod dest;

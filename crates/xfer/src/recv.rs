@@ -491,6 +491,7 @@ fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
     let mut rx = BatchReceiver::new(BATCH);
     let mut bufs: Vec<Vec<u8>> = (0..BATCH).map(|_| vec![0u8; BUF]).collect();
     let mut metas = [RecvMeta::default(); BATCH];
+    let mut moved = 0u64;
     let mut committed: Vec<Option<Committed>> = vec![None; nfiles];
     let mut n_committed = 0usize;
     let mut transfer_done = false;
@@ -590,6 +591,7 @@ fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
                             ),
                         ));
                     }
+                    moved += dl.data.len() as u64;
                     if let Err(e) = of.file.write_all_at(dl.data, dl.offset) {
                         let f = &plan.files[dl.file as usize];
                         return Err(abort(link, format!("writing {}: {e}", f.name)));
@@ -651,7 +653,7 @@ fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
             }
         }
         let st = r.stats();
-        progress.bytes_moved.fetch_max(0, Relaxed);
+        progress.bytes_moved.store(moved, Relaxed);
         progress.datagrams.store(st.delivered, Relaxed);
         progress.bad_tag.store(st.bad_tag, Relaxed);
         progress

@@ -300,9 +300,11 @@ pub fn scan_source(scan: &str, disks: &[String], layout: Layout) -> Result<(Sour
                 }
             }
         }
-        Sources::Plain(..) => return Err(XferError::Usage(format!(
+        Sources::Plain(..) => {
+            return Err(XferError::Usage(format!(
             "{scan:?} is not a Mark6 or FlexBuff scan on the given disks; send plain files by path instead"
-        ))),
+        )))
+        }
     }
     set.check_names()?;
     Ok((set, info))

@@ -91,6 +91,9 @@ pub enum Session {
         /// Pull: the files that will come (the client is the receiver).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         files: Vec<FileSpec>,
+        /// The daemon's rate ceiling for this transfer, bits/s on the wire.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rate_cap_bps: Option<f64>,
     },
     /// Daemon -> client: request refused; nothing was written.
     Refuse { error: String },
@@ -148,6 +151,7 @@ mod tests {
                 complete: false,
             }],
             files: vec![],
+            rate_cap_bps: None,
         };
         let l = m.to_line();
         assert!(Session::is_session_line(&l), "{l}");

@@ -265,3 +265,53 @@ fn garbage_datagrams_and_connection_probes_change_only_counters() {
     assert!(bad + malformed > 0);
     assert_eq!(tree(&e.root), ["g/g.vdif", "g/g.vdif.blake3.json"]);
 }
+
+#[test]
+fn archive_and_metrics() {
+    use std::io::{Read, Write};
+    let s = tempfile::tempdir().unwrap();
+    let r = tempfile::tempdir().unwrap();
+    let key = Key([1; 32]);
+    let roots = Roots::parse(&[format!("data={}", r.path().display())]).unwrap();
+    let mut cfg = ServeConfig::new("127.0.0.1:0".parse().unwrap(), roots.clone(), key.clone());
+    cfg.metrics = Some("0.0.0.0:0".parse().unwrap());
+    assert!(Daemon::start(cfg.clone())
+        .err()
+        .unwrap()
+        .to_string()
+        .contains("loopback only"));
+    cfg.metrics = Some("127.0.0.1:0".parse().unwrap());
+    cfg.archive = Some(s.path().join("a/xfer.sqlite"));
+    let d = Daemon::start(cfg).unwrap();
+    let f = s.path().join("m.vdif");
+    std::fs::write(&f, content(3, 300_000)).unwrap();
+    let (set, _) = collect_paths(&[f]).unwrap();
+    let ccfg = ClientConfig::new(d.local_addr().to_string(), key);
+    client::push(
+        &ccfg,
+        set,
+        "data",
+        opts(1 << 20),
+        RateConfig::auto(100e6),
+        &Progress::default(),
+        &AtomicBool::new(false),
+    )
+    .unwrap();
+    let mut c = std::net::TcpStream::connect(d.metrics_addr().unwrap()).unwrap();
+    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut body = String::new();
+    c.read_to_string(&mut body).unwrap();
+    assert!(body.starts_with("HTTP/1.1 200"), "{body}");
+    assert!(body.contains("vlbiflow_xfer_transfers_ok_total 1"), "{body}");
+    assert!(body.contains("vlbiflow_xfer_active_transfers 0"), "{body}");
+    drop(d);
+    let a = vlbiflow_xfer::archive::Archive::open(&s.path().join("a/xfer.sqlite")).unwrap();
+    let l = a.list(10).unwrap();
+    assert_eq!(l.len(), 1);
+    assert!(
+        l[0].ok && l[0].role == "receive" && l[0].bytes == 300_000,
+        "{:?}",
+        l[0]
+    );
+    assert_eq!(l[0].detail["files"][0]["name"], "m.vdif");
+}

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use vlbiflow_units::{fmt_bit_rate, fmt_bytes, parse_bit_rate, parse_bytes, parse_duration};
+use vlbiflow_xfer::archive::{Archive, Entry};
 use vlbiflow_xfer::client::{self, ClientConfig};
 use vlbiflow_xfer::daemon::{Daemon, ServeConfig};
 use vlbiflow_xfer::dest::Roots;
@@ -53,6 +54,25 @@ enum Cmd {
     Push(PushArgs),
     /// Show the key's fingerprint (compare it on both hosts), or create a key file
     Key(KeyArgs),
+    /// List past transfers from the archive (this host's daemon and client runs)
+    History(HistoryArgs),
+}
+
+#[derive(clap::Args)]
+#[command(
+    after_help = "Examples:\n  vlbiflow xfer history\n  vlbiflow xfer history --limit 100 --json\n\nThe archive is \
+~/.local/state/vlbiflow/xfer/xfer.sqlite unless --archive says otherwise; `serve` and `push` write to it."
+)]
+struct HistoryArgs {
+    /// Archive file
+    #[arg(long, value_name = "FILE")]
+    archive: Option<PathBuf>,
+    /// Newest N transfers
+    #[arg(long, default_value_t = 20)]
+    limit: usize,
+    /// JSON lines instead of a table
+    #[arg(long)]
+    json: bool,
 }
 
 const SERVE_EXAMPLES: &str = "\
@@ -84,6 +104,18 @@ struct ServeArgs {
     /// A peer silent this long is dead
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     dead_timeout: Duration,
+    /// Archive of transfers (SQLite; default ~/.local/state/vlbiflow/xfer/xfer.sqlite)
+    #[arg(long, value_name = "FILE")]
+    archive: Option<PathBuf>,
+    /// Serve Prometheus metrics at http://ADDR/metrics (loopback addresses only)
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<std::net::SocketAddr>,
+    /// Rate ceiling of each transfer (e.g. 2Gbps)
+    #[arg(long, value_parser = parse_bit_rate)]
+    max_rate: Option<f64>,
+    /// Rate ceiling of all transfers together, shared among those running when one starts
+    #[arg(long, value_parser = parse_bit_rate)]
+    total_rate: Option<f64>,
 }
 
 const PUSH_EXAMPLES: &str = "\
@@ -188,6 +220,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Cmd::Serve(a) => serve(a),
         Cmd::Push(a) => push(a),
         Cmd::Key(a) => key(a),
+        Cmd::History(a) => history(a),
     }
 }
 
@@ -196,6 +229,48 @@ fn stop_flag() -> Arc<AtomicBool> {
     let s = stop.clone();
     let _ = ctrlc::set_handler(move || s.store(true, Ordering::SeqCst));
     stop
+}
+
+fn history(a: HistoryArgs) -> anyhow::Result<ExitCode> {
+    let path = a.archive.unwrap_or_else(|| state_dir().join("xfer.sqlite"));
+    if !path.exists() {
+        usage!("no archive at {} yet (serve and push write it)", path.display());
+    }
+    let arch = match Archive::open(&path) {
+        Ok(x) => x,
+        Err(e) => usage!("{e}"),
+    };
+    let list = match arch.list(a.limit) {
+        Ok(l) => l,
+        Err(e) => usage!("{e}"),
+    };
+    if a.json {
+        for e in &list {
+            println!("{}", serde_json::to_string(e).expect("json"));
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<20}  {:<7}  {:<21}  {:>10}  {:>10}  {:>8}  {:>12}  {:<8}  path",
+        "started (UTC)", "role", "peer", "bytes", "resumed", "seconds", "goodput", "result"
+    );
+    for e in &list {
+        let goodput = (e.bytes - e.bytes_resumed.min(e.bytes)) as f64 * 8.0 / e.seconds.max(1e-9);
+        println!(
+            "{:<20}  {:<7}  {:<21}  {:>10}  {:>10}  {:>8.1}  {:>12}  {:<8}  {}{}",
+            e.started,
+            e.role,
+            e.peer,
+            fmt_bytes(e.bytes),
+            fmt_bytes(e.bytes_resumed),
+            e.seconds,
+            if e.ok { fmt_bit_rate(goodput) } else { "-".into() },
+            if e.ok { "verified" } else { "FAILED" },
+            e.path,
+            e.error.as_ref().map(|x| format!("  ({x})")).unwrap_or_default()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn key(a: KeyArgs) -> anyhow::Result<ExitCode> {
@@ -240,6 +315,10 @@ fn serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
     cfg.max_transfers = a.max_transfers;
     cfg.dead_timeout = a.dead_timeout;
     cfg.log = true;
+    cfg.archive = Some(a.archive.unwrap_or_else(|| state_dir().join("xfer.sqlite")));
+    cfg.metrics = a.metrics;
+    cfg.max_rate_bps = a.max_rate;
+    cfg.total_rate_bps = a.total_rate;
     let stop = stop_flag();
     let d = match Daemon::start(cfg) {
         Ok(d) => d,
@@ -428,6 +507,43 @@ fn print_summary(out: &SendOutcome, total: u64, json: bool) {
     }
 }
 
+/// Logs a client run to the local archive (problems with the archive are reported, not fatal).
+fn archive_push(
+    server: &str,
+    dest: &str,
+    started: String,
+    files: u64,
+    total: u64,
+    progress: &Progress,
+    r: &Result<SendOutcome, XferError>,
+) {
+    let e = Entry {
+        id: 0,
+        started,
+        ended: vlbiflow_xfer::daemon::utc_now(),
+        role: "send".into(),
+        peer: server.to_string(),
+        path: dest.to_string(),
+        transfer_id: String::new(),
+        files,
+        bytes: total,
+        bytes_resumed: Progress::get(&progress.bytes_resumed),
+        bytes_moved: Progress::get(&progress.bytes_moved),
+        seconds: r.as_ref().map_or(0.0, |o| o.seconds),
+        ok: r.is_ok(),
+        error: r.as_ref().err().map(|e| e.to_string()),
+        detail: match r {
+            Ok(o) => serde_json::json!({"files": o.committed, "retransmits": o.stats.retransmits,
+                "datagrams": o.stats.datagrams}),
+            Err(_) => serde_json::Value::Null,
+        },
+    };
+    let path = state_dir().join("xfer.sqlite");
+    if let Err(x) = Archive::open(&path).and_then(|a| a.insert(&e)) {
+        eprintln!("vlbiflow: warning: {x}");
+    }
+}
+
 fn push(a: PushArgs) -> anyhow::Result<ExitCode> {
     let mut args = a.args;
     let dest = args.pop().expect("two arguments at least");
@@ -479,9 +595,12 @@ fn push(a: PushArgs) -> anyhow::Result<ExitCode> {
     let progress = Arc::new(Progress::default());
     let stop = stop_flag();
     let rate = rate_config(&a.common);
+    let started = vlbiflow_xfer::daemon::utc_now();
+    let files = set.files.len() as u64;
     let r = with_progress(&progress, a.common.quiet || a.common.json, || {
         client::push(&cfg, set, &dest_path, opts, rate, &progress, &stop)
     });
+    archive_push(&cfg.server, &dest_path, started, files, total, &progress, &r);
     match r {
         Ok(out) => {
             print_summary(&out, total, a.common.json);
