@@ -925,7 +925,9 @@ fn resume_with_held_chunks_sends_only_the_rest() {
         d[(12 * chunk) as usize..].fill(0);
     }
     let on_disk: Vec<ChunkHash> = (0..12u64)
-        .map(|c| ChunkHash::of(&sim.disk.as_ref().unwrap()[0][(c * chunk) as usize..((c + 1) * chunk) as usize]))
+        .map(|c| {
+            ChunkHash::of(&sim.disk.as_ref().unwrap()[0][(c * chunk) as usize..((c + 1) * chunk) as usize])
+        })
         .collect();
     let mut sc = SenderConfig::new(7, RateConfig::auto(50e6));
     sc.chunk_size = chunk;
@@ -934,7 +936,9 @@ fn resume_with_held_chunks_sends_only_the_rest() {
     let known: Vec<Option<ChunkHash>> = (0..16).map(|c| (c < 12).then(|| hashes[c])).collect();
     let held: Vec<bool> = (0..12).map(|c| on_disk[c] == hashes[c]).collect();
     assert_eq!(held.iter().filter(|h| !**h).count(), 1);
-    sim.s.add_file_held("exp/resumed.vdif", size, known, held).unwrap();
+    sim.s
+        .add_file_held("exp/resumed.vdif", size, known, held)
+        .unwrap();
     sim.s.close();
     for c in 0..12 {
         sim.sender_hashed[0][c] = true;
@@ -953,7 +957,10 @@ fn resume_with_held_chunks_sends_only_the_rest() {
     sim.check_exact();
     let st = sim.s.stats();
     let fresh = st.bytes - st.retransmits * 8192;
-    eprintln!("held resume: sent {} bytes ({} retransmissions) of {size}", st.bytes, st.retransmits);
+    eprintln!(
+        "held resume: sent {} bytes ({} retransmissions) of {size}",
+        st.bytes, st.retransmits
+    );
     assert!(fresh <= 5 * chunk, "new data {fresh}");
     assert!(st.bytes >= 5 * chunk);
     assert_eq!(st.chunk_resends, 1, "chunk 5 once");

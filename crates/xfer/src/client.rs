@@ -138,3 +138,63 @@ pub fn push(
     link.close();
     out
 }
+
+/// Pulls `sources` (`ROOT/path` on the daemon, files or directories) into the local directory `into`.
+/// Returns when every file is verified and synced under its final name here.
+pub fn pull(
+    cfg: &ClientConfig,
+    sources: &[String],
+    into: &std::path::Path,
+    options: Options,
+    progress: &Progress,
+    stop: &AtomicBool,
+) -> Result<crate::recv::RecvOutcome, XferError> {
+    if !into.is_dir() {
+        return Err(XferError::Usage(format!("{}: not a directory", into.display())));
+    }
+    let conn = connect(cfg)?;
+    let (secret, peer) = (conn.secret, conn.peer);
+    let mut ucfg = vlbiflow_udp::UdpConfig::receiver(SocketAddr::new(
+        match peer.ip() {
+            std::net::IpAddr::V4(_) => std::net::Ipv4Addr::UNSPECIFIED.into(),
+            std::net::IpAddr::V6(_) => std::net::Ipv6Addr::UNSPECIFIED.into(),
+        },
+        0,
+    ));
+    ucfg.recv_buffer = Some(64 << 20);
+    ucfg.gro = true;
+    let (sock, _) = vlbiflow_udp::open_udp(&ucfg).map_err(|e| failed!("data socket: {e}"))?;
+    let data_port = sock.local_addr().map_err(|e| failed!("data socket: {e}"))?.port();
+    let link = Link::start(conn, cfg.dead_timeout + Duration::from_secs(20));
+    link.send_session(&Session::Pull {
+        sources: sources.to_vec(),
+        options: options.clone(),
+        data_port,
+    });
+    progress.set_phase("waiting for the daemon to accept");
+    let (transfer_id, files) = match link.rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(Inbound::Sess(Session::Accept { transfer_id, files, .. })) => (transfer_id, files),
+        Ok(Inbound::Sess(Session::Refuse { error })) => return Err(XferError::Refused(format!("the daemon refused: {error}"))),
+        Ok(Inbound::Closed(why)) => return Err(failed!("{why}")),
+        Ok(other) => return Err(failed!("unexpected answer from the daemon: {other:?}")),
+        Err(_) => return Err(failed!("the daemon did not answer the request within 60 s")),
+    };
+    let canon = into.canonicalize().map_err(|e| XferError::Usage(format!("{}: {e}", into.display())))?;
+    let plan = match crate::recv::plan(&canon, &[], &files, &options) {
+        Ok(p) => std::sync::Arc::new(p),
+        Err(e) => {
+            link.send(vlbiflow_xfer_proto::ControlMsg::Abort { reason: format!("the client cannot take the files: {e}") }.to_line());
+            return Err(XferError::Usage(format!("{}: {e}", into.display())));
+        }
+    };
+    link.send_session(&Session::Ready { have: plan.have() });
+    let params = crate::recv::RecvParams {
+        transfer_id,
+        secret,
+        dead_timeout: cfg.dead_timeout,
+        source: peer.to_string(),
+    };
+    let out = crate::recv::run_receiver(&link, &sock, plan, &params, progress, stop);
+    link.close();
+    out
+}

@@ -480,6 +480,11 @@ fn session(s: TcpStream, peer: SocketAddr, sh: Arc<Shared>) {
             }
             link.close();
         }
+        Session::Pull {
+            sources,
+            options,
+            data_port,
+        } => pull_session(&sh, &link, peer, secret, sources, options, data_port, &refuse),
         other => refuse(format!(
             "this daemon does not serve {:?} requests yet",
             other.to_line()
@@ -603,6 +608,150 @@ fn metrics_loop(l: TcpListener, sh: Arc<Shared>) {
                 );
             }
             Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
+
+/// Resolves `ROOT/rel` sources to real paths under the roots (canonicalised: a symbolic link may not lead
+/// out of its root).
+fn resolve_sources(roots: &Roots, sources: &[String]) -> Result<Vec<std::path::PathBuf>, String> {
+    let mut out = Vec::new();
+    for s in sources {
+        let (root, comps) = roots.resolve(s)?;
+        let mut p = root.path.clone();
+        for c in &comps {
+            p.push(c);
+        }
+        let canon = p.canonicalize().map_err(|e| format!("{s}: {e}"))?;
+        if !canon.starts_with(&root.path) {
+            return Err(format!("{s} leads outside root {:?} (through a symbolic link)", root.name));
+        }
+        out.push(canon);
+    }
+    Ok(out)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn pull_session(
+    sh: &Arc<Shared>,
+    link: &Link,
+    peer: SocketAddr,
+    secret: [u8; 32],
+    sources: Vec<String>,
+    options: crate::session::Options,
+    data_port: u16,
+    refuse: &dyn Fn(String),
+) {
+    let paths = match resolve_sources(&sh.cfg.roots, &sources) {
+        Ok(p) => p,
+        Err(e) => return refuse(e),
+    };
+    let set = match crate::source::collect_paths(&paths) {
+        Ok((set, _)) => set,
+        Err(e) => return refuse(e.to_string()),
+    };
+    if !crate::hash::valid_chunk_size(options.chunk_size) {
+        return refuse(format!("chunk size {} is not a power of two of at least 4 KiB", options.chunk_size));
+    }
+    let n_active = sh.active.lock().map(|a| a.len()).unwrap_or(0);
+    if n_active >= sh.cfg.max_transfers {
+        return refuse(format!("busy: {n_active} transfers running, the limit is {}; retry later", sh.cfg.max_transfers));
+    }
+    let transfer_id: u32 = rand::random();
+    let files: Vec<crate::session::FileSpec> = set
+        .files
+        .iter()
+        .map(|f| crate::session::FileSpec {
+            name: f.name.clone(),
+            size: f.size,
+        })
+        .collect();
+    let total = set.total_bytes();
+    link.send_session(&Session::Accept {
+        transfer_id,
+        data_port: 0,
+        have: Vec::new(),
+        files: files.clone(),
+        rate_cap_bps: None,
+    });
+    let have = match link.rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(Inbound::Sess(Session::Ready { have })) => have,
+        Ok(other) => {
+            log!(sh, "{peer}: pull: expected ready, got {other:?}");
+            return;
+        }
+        Err(_) => return,
+    };
+    let progress = Arc::new(Progress::default());
+    let act = Arc::new(Active {
+        id: transfer_id,
+        peer,
+        direction: "send",
+        path: sources.join(" "),
+        data_port,
+        progress: progress.clone(),
+    });
+    sh.active.lock().expect("active").push(act.clone());
+    log!(sh, "{peer}: transfer {transfer_id:08x}: sending {} files, {total} bytes from {}", files.len(), sources.join(" "));
+    let started = utc_now();
+    let cap = [sh.cfg.max_rate_bps, sh.cfg.total_rate_bps.map(|t| t / (n_active + 1) as f64)]
+        .into_iter()
+        .flatten()
+        .fold(f64::INFINITY, f64::min);
+    let rate = match options.rate_bps {
+        Some(r) => vlbiflow_xfer_proto::RateConfig::fixed(r.min(cap)),
+        None => {
+            let mut rc = vlbiflow_xfer_proto::RateConfig::auto(100e6f64.min(cap));
+            if let vlbiflow_xfer_proto::RateMode::Auto { max_bps, .. } = &mut rc.mode {
+                *max_bps = max_bps.min(cap);
+            }
+            rc
+        }
+    };
+    let params = crate::send::SendParams {
+        transfer_id,
+        secret,
+        options,
+        rate,
+        dest: SocketAddr::new(peer.ip(), data_port),
+        dead_timeout: sh.cfg.dead_timeout,
+        commit_timeout: Duration::from_secs(600),
+    };
+    let r = crate::send::run_sender(link, Arc::new(set), &have, &params, &progress, &sh.stop);
+    sh.active.lock().expect("active").retain(|a| !Arc::ptr_eq(a, &act));
+    match &r {
+        Ok(o) => {
+            sh.counters.transfers_ok.fetch_add(1, Relaxed);
+            log!(sh, "{peer}: transfer {transfer_id:08x}: sent, verified and committed at the client in {:.1} s", o.seconds);
+        }
+        Err(e) => {
+            sh.counters.transfers_failed.fetch_add(1, Relaxed);
+            log!(sh, "{peer}: transfer {transfer_id:08x} failed: {e}");
+        }
+    }
+    if let Some(a) = &sh.archive {
+        let e = crate::archive::Entry {
+            id: 0,
+            started,
+            ended: utc_now(),
+            role: "send".into(),
+            peer: peer.to_string(),
+            path: sources.join(" "),
+            transfer_id: format!("{transfer_id:08x}"),
+            files: files.len() as u64,
+            bytes: total,
+            bytes_resumed: Progress::get(&progress.bytes_resumed),
+            bytes_moved: Progress::get(&progress.bytes_moved),
+            seconds: r.as_ref().map_or(0.0, |o| o.seconds),
+            ok: r.is_ok(),
+            error: r.as_ref().err().map(|e| e.to_string()),
+            detail: match &r {
+                Ok(o) => serde_json::json!({"files": o.committed, "retransmits": o.stats.retransmits, "datagrams": o.stats.datagrams}),
+                Err(_) => serde_json::Value::Null,
+            },
+        };
+        if let Err(x) = a.lock().expect("archive").insert(&e) {
+            log!(sh, "{x}");
         }
     }
 }

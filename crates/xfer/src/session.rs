@@ -97,6 +97,9 @@ pub enum Session {
     },
     /// Daemon -> client: request refused; nothing was written.
     Refuse { error: String },
+    /// Client -> daemon (pull): what the client already holds of the files in the accept; `have` lines
+    /// follow as for a push.
+    Ready { have: Vec<Have> },
     /// Receiver -> sender: the hash of a complete chunk already on the receiver's disk.
     Have { file: u32, chunk: u32, hash: ChunkHash },
     /// Receiver -> sender: every `have` has been sent.

@@ -171,8 +171,8 @@ fn base_name(p: &Path) -> Result<String, XferError> {
 }
 
 /// Plain files and directory trees: a file lands under its own name, a directory `d` as `d/...` with every
-/// regular file below it (sorted; symbolic links and special files are skipped and listed in the second
-/// return value).
+/// regular file below it (sorted; symbolic links, special files and a receiver's own `.part` and
+/// `.blake3.json` files are skipped and listed in the second return value).
 pub fn collect_paths(args: &[PathBuf]) -> Result<(SourceSet, Vec<String>), XferError> {
     let mut set = SourceSet::default();
     let mut skipped = Vec::new();
@@ -211,6 +211,11 @@ fn walk(set: &mut SourceSet, dir: &Path, prefix: &str, skipped: &mut Vec<String>
             .file_type()
             .map_err(|err| XferError::Usage(format!("{}: {err}", path.display())))?;
         let rel = format!("{prefix}/{name}");
+        if name.ends_with(crate::dest::PART_SUFFIX) || name.ends_with(crate::dest::MANIFEST_SUFFIX) {
+            // a receiver's own files (incomplete data, manifests): the destination makes its own
+            skipped.push(format!("{} (receiver's .part or manifest file)", path.display()));
+            continue;
+        }
         if ft.is_dir() {
             walk(set, &path, &rel, skipped)?;
         } else if ft.is_file() {

@@ -315,3 +315,35 @@ fn archive_and_metrics() {
     );
     assert_eq!(l[0].detail["files"][0]["name"], "m.vdif");
 }
+
+#[test]
+fn pull_a_tree_then_resume_and_refuse_escapes() {
+    let e = env();
+    let tree_dir = e.root.join("exp");
+    std::fs::create_dir_all(tree_dir.join("s")).unwrap();
+    std::fs::write(tree_dir.join("a.vdif"), content(11, 3 << 20)).unwrap();
+    std::fs::write(tree_dir.join("s/b.vdif"), content(12, 123_457)).unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret"), b"x").unwrap();
+    std::os::unix::fs::symlink(outside.path(), e.root.join("link")).unwrap();
+    let local = tempfile::tempdir().unwrap();
+    let cfg = ClientConfig::new(e.daemon.local_addr().to_string(), e.key.clone());
+    let pull = |srcs: &[&str]| {
+        let s: Vec<String> = srcs.iter().map(|x| x.to_string()).collect();
+        client::pull(&cfg, &s, local.path(), opts(1 << 20), &Progress::default(), &AtomicBool::new(false))
+    };
+    let out = pull(&["data/exp"]).unwrap();
+    assert_eq!(out.committed.len(), 2);
+    for n in ["exp/a.vdif", "exp/s/b.vdif"] {
+        assert!(std::fs::read(local.path().join(n)).unwrap() == std::fs::read(e.root.join(n)).unwrap(), "{n}");
+    }
+    // again: everything is there, nothing moves
+    let again = pull(&["data/exp"]).unwrap();
+    assert_eq!(again.stats.delivered, 0);
+    assert_eq!(again.bytes_resumed, (3 << 20) + 123_457);
+    // a link out of the root, '..', an unknown root
+    for (src, want) in [("data/link/secret", "outside root"), ("data/../x", "'..'"), ("x/y", "unknown root")] {
+        let err = pull(&[src]).unwrap_err();
+        assert!(matches!(err, XferError::Refused(_)) && err.to_string().contains(want), "{src}: {err}");
+    }
+}

@@ -52,6 +52,8 @@ enum Cmd {
     Serve(ServeArgs),
     /// Send files or directories to a daemon
     Push(PushArgs),
+    /// Fetch files or directories from a daemon's roots into a local directory
+    Pull(PullArgs),
     /// Show the key's fingerprint (compare it on both hosts), or create a key file
     Key(KeyArgs),
     /// List past transfers from the archive (this host's daemon and client runs)
@@ -154,6 +156,25 @@ struct PushArgs {
     common: Common,
 }
 
+const PULL_EXAMPLES: &str = "\
+Examples:
+  vlbiflow xfer pull corr:46230/data/exp1 /local/exp1
+  vlbiflow xfer pull station/data/exp1/scan1.vdif station/data/exp1/scan2.vdif . --json
+
+Sources are DAEMON[:PORT]/ROOT/PATH (files or directories under the daemon's roots, all on one daemon); the
+last argument is the local directory. The daemon sends to this host's UDP port, so the daemon must be able
+to reach it. Rerun after an interruption: what is here already is re-verified and only the rest moves.";
+
+#[derive(clap::Args)]
+#[command(after_help = PULL_EXAMPLES)]
+struct PullArgs {
+    /// Sources DAEMON[:PORT]/ROOT/PATH, then the local directory
+    #[arg(required = true, num_args = 2.., value_name = "SOURCE... DIR")]
+    args: Vec<String>,
+    #[command(flatten)]
+    common: Common,
+}
+
 #[derive(clap::Args)]
 struct Common {
     /// Key file (default ~/.local/state/vlbiflow/xfer/xfer.key)
@@ -219,6 +240,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.cmd {
         Cmd::Serve(a) => serve(a),
         Cmd::Push(a) => push(a),
+        Cmd::Pull(a) => pull(a),
         Cmd::Key(a) => key(a),
         Cmd::History(a) => history(a),
     }
@@ -604,6 +626,68 @@ fn push(a: PushArgs) -> anyhow::Result<ExitCode> {
     match r {
         Ok(out) => {
             print_summary(&out, total, a.common.json);
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => xerr(e),
+    }
+}
+
+fn pull(a: PullArgs) -> anyhow::Result<ExitCode> {
+    let mut args = a.args;
+    let into = PathBuf::from(args.pop().expect("two arguments at least"));
+    let opts = options(&a.common)?;
+    let mut server: Option<String> = None;
+    let mut sources = Vec::new();
+    for s in &args {
+        let (h, p) = match split_dest(s) {
+            Ok(x) => x,
+            Err(e) => usage!("{e}"),
+        };
+        if server.as_ref().is_some_and(|x| *x != h) {
+            usage!("all sources must be on one daemon ({} and {h})", server.unwrap_or_default());
+        }
+        server = Some(h);
+        sources.push(p);
+    }
+    let key = match Key::load(&a.common.key.clone().unwrap_or_else(default_key)) {
+        Ok(k) => k,
+        Err(e) => return xerr(e),
+    };
+    let mut cfg = ClientConfig::new(server.expect("a source"), key);
+    cfg.dead_timeout = a.common.dead_timeout;
+    let progress = Arc::new(Progress::default());
+    let stop = stop_flag();
+    let r = with_progress(&progress, a.common.quiet || a.common.json, || {
+        client::pull(&cfg, &sources, &into, opts, &progress, &stop)
+    });
+    match r {
+        Ok(out) => {
+            let total: u64 = out.committed.iter().map(|c| c.size).sum();
+            let goodput = (total - out.bytes_resumed) as f64 * 8.0 / out.seconds.max(1e-9);
+            if a.common.json {
+                let v = serde_json::json!({
+                    "verified": true,
+                    "files": out.committed,
+                    "bytes_total": total,
+                    "bytes_already_there": out.bytes_resumed,
+                    "datagrams": out.stats.delivered,
+                    "seconds": out.seconds,
+                    "goodput_bps": goodput,
+                });
+                println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+            } else {
+                println!(
+                    "verified: {} files, {} ({} already here, re-verified) in {:.1} s: {} goodput",
+                    out.committed.len(),
+                    fmt_bytes(total),
+                    fmt_bytes(out.bytes_resumed),
+                    out.seconds,
+                    fmt_bit_rate(goodput)
+                );
+                for c in out.committed.iter().take(20) {
+                    println!("  {}  {}  {}", c.blake3, fmt_bytes(c.size), c.name);
+                }
+            }
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => xerr(e),
