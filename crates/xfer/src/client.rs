@@ -173,17 +173,28 @@ pub fn pull(
     });
     progress.set_phase("waiting for the daemon to accept");
     let (transfer_id, files) = match link.rx.recv_timeout(Duration::from_secs(60)) {
-        Ok(Inbound::Sess(Session::Accept { transfer_id, files, .. })) => (transfer_id, files),
-        Ok(Inbound::Sess(Session::Refuse { error })) => return Err(XferError::Refused(format!("the daemon refused: {error}"))),
+        Ok(Inbound::Sess(Session::Accept {
+            transfer_id, files, ..
+        })) => (transfer_id, files),
+        Ok(Inbound::Sess(Session::Refuse { error })) => {
+            return Err(XferError::Refused(format!("the daemon refused: {error}")))
+        }
         Ok(Inbound::Closed(why)) => return Err(failed!("{why}")),
         Ok(other) => return Err(failed!("unexpected answer from the daemon: {other:?}")),
         Err(_) => return Err(failed!("the daemon did not answer the request within 60 s")),
     };
-    let canon = into.canonicalize().map_err(|e| XferError::Usage(format!("{}: {e}", into.display())))?;
+    let canon = into
+        .canonicalize()
+        .map_err(|e| XferError::Usage(format!("{}: {e}", into.display())))?;
     let plan = match crate::recv::plan(&canon, &[], &files, &options) {
         Ok(p) => std::sync::Arc::new(p),
         Err(e) => {
-            link.send(vlbiflow_xfer_proto::ControlMsg::Abort { reason: format!("the client cannot take the files: {e}") }.to_line());
+            link.send(
+                vlbiflow_xfer_proto::ControlMsg::Abort {
+                    reason: format!("the client cannot take the files: {e}"),
+                }
+                .to_line(),
+            );
             return Err(XferError::Usage(format!("{}: {e}", into.display())));
         }
     };
@@ -197,4 +208,106 @@ pub fn pull(
     let out = crate::recv::run_receiver(&link, &sock, plan, &params, progress, stop);
     link.close();
     out
+}
+
+/// What a relay reported at the end.
+#[derive(Debug, Clone)]
+pub struct RelayOutcome {
+    pub files: Vec<crate::session::Committed>,
+    pub bytes_moved: u64,
+    pub seconds: f64,
+    pub attempts: u32,
+}
+
+/// Asks the daemon of `cfg` to push `sources` (its `ROOT/path`s) to the daemon `to` into `dest`, and follows
+/// its progress (`progress` is filled from its reports; `on_retry` hears of failed attempts).
+#[allow(clippy::too_many_arguments)]
+pub fn relay(
+    cfg: &ClientConfig,
+    sources: &[String],
+    to: &str,
+    dest: &str,
+    options: Options,
+    retries: u32,
+    progress: &Progress,
+    on_retry: &dyn Fn(u32, &str, f64),
+) -> Result<RelayOutcome, XferError> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let conn = connect(cfg)?;
+    let link = Link::start(conn, Duration::from_secs(120));
+    link.send_session(&Session::Relay {
+        peer: to.to_string(),
+        sources: sources.to_vec(),
+        dest: dest.to_string(),
+        options,
+        retries,
+    });
+    match link.rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(Inbound::Sess(Session::Accept { .. })) => {}
+        Ok(Inbound::Sess(Session::Refuse { error })) => {
+            return Err(XferError::Refused(format!("the daemon refused: {error}")))
+        }
+        Ok(Inbound::Closed(why)) => return Err(failed!("{why}")),
+        Ok(other) => return Err(failed!("unexpected answer from the daemon: {other:?}")),
+        Err(_) => return Err(failed!("the daemon did not answer the request within 60 s")),
+    }
+    progress.set_phase("daemon to daemon");
+    let mut attempts = 1;
+    loop {
+        match link.rx.recv_timeout(Duration::from_secs(120)) {
+            Ok(Inbound::Sess(Session::Progress {
+                bytes_total,
+                bytes_verified,
+                bytes_sent,
+                retransmits,
+                rate_bps,
+            })) => {
+                progress.bytes_total.store(bytes_total, Relaxed);
+                progress.bytes_verified.store(bytes_verified, Relaxed);
+                progress.bytes_moved.store(bytes_sent, Relaxed);
+                progress.retransmits.store(retransmits, Relaxed);
+                progress.rate_bps.store(rate_bps as u64, Relaxed);
+            }
+            Ok(Inbound::Sess(Session::Retrying {
+                attempt,
+                error,
+                wait_s,
+            })) => {
+                attempts = attempt + 1;
+                on_retry(attempt, &error, wait_s);
+            }
+            Ok(Inbound::Sess(Session::Result {
+                ok,
+                error,
+                files,
+                bytes_moved,
+                seconds,
+            })) => {
+                link.close();
+                return if ok {
+                    Ok(RelayOutcome {
+                        files,
+                        bytes_moved,
+                        seconds,
+                        attempts,
+                    })
+                } else {
+                    let e = error.unwrap_or_default();
+                    // refusals by the destination daemon stay refusals
+                    if e.contains("refused") || e.contains("key") {
+                        Err(XferError::Refused(e))
+                    } else {
+                        Err(failed!("{e}"))
+                    }
+                };
+            }
+            Ok(Inbound::Closed(why)) => {
+                return Err(failed!(
+                    "{why} (the daemon may still be retrying; see its log and `xfer history` there)"
+                ))
+            }
+            Ok(_) => {}
+            Err(_) => return Err(failed!("no report from the daemon for 120 s")),
+        }
+    }
 }

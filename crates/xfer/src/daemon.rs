@@ -51,6 +51,8 @@ pub struct ServeConfig {
     pub max_rate_bps: Option<f64>,
     /// Rate ceiling of all transfers together, shared equally among those running when one starts.
     pub total_rate_bps: Option<f64>,
+    /// Key for daemons this one pushes to on a client's behalf (default: its own key).
+    pub peer_key: Option<Key>,
 }
 
 impl ServeConfig {
@@ -69,6 +71,7 @@ impl ServeConfig {
             metrics: None,
             max_rate_bps: None,
             total_rate_bps: None,
+            peer_key: None,
         }
     }
 }
@@ -485,6 +488,13 @@ fn session(s: TcpStream, peer: SocketAddr, sh: Arc<Shared>) {
             options,
             data_port,
         } => pull_session(&sh, &link, peer, secret, sources, options, data_port, &refuse),
+        Session::Relay {
+            peer: to,
+            sources,
+            dest,
+            options,
+            retries,
+        } => relay_session(&sh, &link, peer, to, sources, dest, options, retries, &refuse),
         other => refuse(format!(
             "this daemon does not serve {:?} requests yet",
             other.to_line()
@@ -624,7 +634,10 @@ fn resolve_sources(roots: &Roots, sources: &[String]) -> Result<Vec<std::path::P
         }
         let canon = p.canonicalize().map_err(|e| format!("{s}: {e}"))?;
         if !canon.starts_with(&root.path) {
-            return Err(format!("{s} leads outside root {:?} (through a symbolic link)", root.name));
+            return Err(format!(
+                "{s} leads outside root {:?} (through a symbolic link)",
+                root.name
+            ));
         }
         out.push(canon);
     }
@@ -651,11 +664,17 @@ fn pull_session(
         Err(e) => return refuse(e.to_string()),
     };
     if !crate::hash::valid_chunk_size(options.chunk_size) {
-        return refuse(format!("chunk size {} is not a power of two of at least 4 KiB", options.chunk_size));
+        return refuse(format!(
+            "chunk size {} is not a power of two of at least 4 KiB",
+            options.chunk_size
+        ));
     }
     let n_active = sh.active.lock().map(|a| a.len()).unwrap_or(0);
     if n_active >= sh.cfg.max_transfers {
-        return refuse(format!("busy: {n_active} transfers running, the limit is {}; retry later", sh.cfg.max_transfers));
+        return refuse(format!(
+            "busy: {n_active} transfers running, the limit is {}; retry later",
+            sh.cfg.max_transfers
+        ));
     }
     let transfer_id: u32 = rand::random();
     let files: Vec<crate::session::FileSpec> = set
@@ -692,12 +711,20 @@ fn pull_session(
         progress: progress.clone(),
     });
     sh.active.lock().expect("active").push(act.clone());
-    log!(sh, "{peer}: transfer {transfer_id:08x}: sending {} files, {total} bytes from {}", files.len(), sources.join(" "));
+    log!(
+        sh,
+        "{peer}: transfer {transfer_id:08x}: sending {} files, {total} bytes from {}",
+        files.len(),
+        sources.join(" ")
+    );
     let started = utc_now();
-    let cap = [sh.cfg.max_rate_bps, sh.cfg.total_rate_bps.map(|t| t / (n_active + 1) as f64)]
-        .into_iter()
-        .flatten()
-        .fold(f64::INFINITY, f64::min);
+    let cap = [
+        sh.cfg.max_rate_bps,
+        sh.cfg.total_rate_bps.map(|t| t / (n_active + 1) as f64),
+    ]
+    .into_iter()
+    .flatten()
+    .fold(f64::INFINITY, f64::min);
     let rate = match options.rate_bps {
         Some(r) => vlbiflow_xfer_proto::RateConfig::fixed(r.min(cap)),
         None => {
@@ -718,11 +745,18 @@ fn pull_session(
         commit_timeout: Duration::from_secs(600),
     };
     let r = crate::send::run_sender(link, Arc::new(set), &have, &params, &progress, &sh.stop);
-    sh.active.lock().expect("active").retain(|a| !Arc::ptr_eq(a, &act));
+    sh.active
+        .lock()
+        .expect("active")
+        .retain(|a| !Arc::ptr_eq(a, &act));
     match &r {
         Ok(o) => {
             sh.counters.transfers_ok.fetch_add(1, Relaxed);
-            log!(sh, "{peer}: transfer {transfer_id:08x}: sent, verified and committed at the client in {:.1} s", o.seconds);
+            log!(
+                sh,
+                "{peer}: transfer {transfer_id:08x}: sent, verified and committed at the client in {:.1} s",
+                o.seconds
+            );
         }
         Err(e) => {
             sh.counters.transfers_failed.fetch_add(1, Relaxed);
@@ -746,7 +780,9 @@ fn pull_session(
             ok: r.is_ok(),
             error: r.as_ref().err().map(|e| e.to_string()),
             detail: match &r {
-                Ok(o) => serde_json::json!({"files": o.committed, "retransmits": o.stats.retransmits, "datagrams": o.stats.datagrams}),
+                Ok(o) => {
+                    serde_json::json!({"files": o.committed, "retransmits": o.stats.retransmits, "datagrams": o.stats.datagrams})
+                }
                 Err(_) => serde_json::Value::Null,
             },
         };
@@ -754,4 +790,156 @@ fn pull_session(
             log!(sh, "{x}");
         }
     }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn relay_session(
+    sh: &Arc<Shared>,
+    link: &Link,
+    client: SocketAddr,
+    to: String,
+    sources: Vec<String>,
+    dest: String,
+    options: crate::session::Options,
+    retries: u32,
+    refuse: &dyn Fn(String),
+) {
+    let paths = match resolve_sources(&sh.cfg.roots, &sources) {
+        Ok(p) => p,
+        Err(e) => return refuse(e),
+    };
+    let set = match crate::source::collect_paths(&paths) {
+        Ok((set, _)) => set,
+        Err(e) => return refuse(e.to_string()),
+    };
+    link.send_session(&Session::Accept {
+        transfer_id: 0,
+        data_port: 0,
+        have: Vec::new(),
+        files: set
+            .files
+            .iter()
+            .map(|f| crate::session::FileSpec {
+                name: f.name.clone(),
+                size: f.size,
+            })
+            .collect(),
+        rate_cap_bps: None,
+    });
+    let key = sh.cfg.peer_key.clone().unwrap_or_else(|| sh.cfg.key.clone());
+    let mut ccfg = crate::client::ClientConfig::new(to.clone(), key);
+    ccfg.dead_timeout = sh.cfg.dead_timeout;
+    let rate = match options.rate_bps {
+        Some(r) => vlbiflow_xfer_proto::RateConfig::fixed(r),
+        None => vlbiflow_xfer_proto::RateConfig::auto(100e6),
+    };
+    let total = set.total_bytes();
+    log!(
+        sh,
+        "{client}: relay of {} files, {total} bytes from {} to {to}/{dest}",
+        set.files.len(),
+        sources.join(" ")
+    );
+    let started = utc_now();
+    let t0 = Instant::now();
+    let mut attempt = 0u32;
+    let result = loop {
+        attempt += 1;
+        let progress = Arc::new(Progress::default());
+        let done = AtomicBool::new(false);
+        let r = std::thread::scope(|s| {
+            s.spawn(|| {
+                while !done.load(Relaxed) {
+                    link.send_session(&Session::Progress {
+                        bytes_total: Progress::get(&progress.bytes_total),
+                        bytes_verified: Progress::get(&progress.bytes_verified),
+                        bytes_sent: Progress::get(&progress.bytes_moved),
+                        retransmits: Progress::get(&progress.retransmits),
+                        rate_bps: Progress::get(&progress.rate_bps) as f64,
+                    });
+                    let t = Instant::now();
+                    while !done.load(Relaxed) && t.elapsed() < Duration::from_millis(500) {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                }
+            });
+            let r = crate::client::push(
+                &ccfg,
+                set.clone(),
+                &dest,
+                options.clone(),
+                rate,
+                &progress,
+                &sh.stop,
+            );
+            done.store(true, Relaxed);
+            r
+        });
+        match r {
+            Err(XferError::Failed(e)) if attempt <= retries && !sh.stop.load(Relaxed) => {
+                let wait = Duration::from_secs(1 << (attempt - 1).min(6));
+                log!(
+                    sh,
+                    "{client}: relay to {to}: attempt {attempt} failed ({e}); retrying in {wait:?}"
+                );
+                link.send_session(&Session::Retrying {
+                    attempt,
+                    error: e,
+                    wait_s: wait.as_secs_f64(),
+                });
+                let until = Instant::now() + wait;
+                while Instant::now() < until && !sh.stop.load(Relaxed) {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+            other => break other,
+        }
+    };
+    let (ok, error, files, moved) = match &result {
+        Ok(o) => (true, None, o.committed.clone(), o.stats.bytes),
+        Err(e) => (false, Some(e.to_string()), Vec::new(), 0),
+    };
+    log!(
+        sh,
+        "{client}: relay to {to}: {}",
+        if ok {
+            "verified and committed there".to_string()
+        } else {
+            format!("failed: {}", error.clone().unwrap_or_default())
+        }
+    );
+    if ok {
+        sh.counters.transfers_ok.fetch_add(1, Relaxed);
+    } else {
+        sh.counters.transfers_failed.fetch_add(1, Relaxed);
+    }
+    if let Some(a) = &sh.archive {
+        let e = crate::archive::Entry {
+            id: 0,
+            started,
+            ended: utc_now(),
+            role: "relay".into(),
+            peer: to.clone(),
+            path: format!("{} -> {dest}", sources.join(" ")),
+            transfer_id: String::new(),
+            files: set.files.len() as u64,
+            bytes: total,
+            bytes_resumed: result.as_ref().map_or(0, |o| o.bytes_resumed),
+            bytes_moved: moved,
+            seconds: t0.elapsed().as_secs_f64(),
+            ok,
+            error: error.clone(),
+            detail: serde_json::json!({"files": files, "attempts": attempt, "client": client.to_string()}),
+        };
+        if let Err(x) = a.lock().expect("archive").insert(&e) {
+            log!(sh, "{x}");
+        }
+    }
+    link.send_session(&Session::Result {
+        ok,
+        error,
+        files,
+        bytes_moved: moved,
+        seconds: t0.elapsed().as_secs_f64(),
+    });
 }

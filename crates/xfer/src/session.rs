@@ -76,12 +76,14 @@ pub enum Session {
         options: Options,
         data_port: u16,
     },
-    /// Client -> daemon: push these sources of yours to the daemon at `peer` into its `dest`.
+    /// Client -> daemon: push these sources of yours to the daemon at `peer` into its `dest`, retrying
+    /// failed attempts up to `retries` times with exponential backoff (each retry resumes).
     Relay {
         peer: String,
         sources: Vec<String>,
         dest: String,
         options: Options,
+        retries: u32,
     },
     /// Daemon -> client: request accepted.
     Accept {
@@ -113,6 +115,12 @@ pub enum Session {
         bytes_sent: u64,
         retransmits: u64,
         rate_bps: f64,
+    },
+    /// Daemon -> client of a relay: an attempt failed and will be retried.
+    Retrying {
+        attempt: u32,
+        error: String,
+        wait_s: f64,
     },
     /// Daemon -> client of a relay: the result.
     Result {

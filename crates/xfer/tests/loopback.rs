@@ -330,20 +330,96 @@ fn pull_a_tree_then_resume_and_refuse_escapes() {
     let cfg = ClientConfig::new(e.daemon.local_addr().to_string(), e.key.clone());
     let pull = |srcs: &[&str]| {
         let s: Vec<String> = srcs.iter().map(|x| x.to_string()).collect();
-        client::pull(&cfg, &s, local.path(), opts(1 << 20), &Progress::default(), &AtomicBool::new(false))
+        client::pull(
+            &cfg,
+            &s,
+            local.path(),
+            opts(1 << 20),
+            &Progress::default(),
+            &AtomicBool::new(false),
+        )
     };
     let out = pull(&["data/exp"]).unwrap();
     assert_eq!(out.committed.len(), 2);
     for n in ["exp/a.vdif", "exp/s/b.vdif"] {
-        assert!(std::fs::read(local.path().join(n)).unwrap() == std::fs::read(e.root.join(n)).unwrap(), "{n}");
+        assert!(
+            std::fs::read(local.path().join(n)).unwrap() == std::fs::read(e.root.join(n)).unwrap(),
+            "{n}"
+        );
     }
     // again: everything is there, nothing moves
     let again = pull(&["data/exp"]).unwrap();
     assert_eq!(again.stats.delivered, 0);
     assert_eq!(again.bytes_resumed, (3 << 20) + 123_457);
     // a link out of the root, '..', an unknown root
-    for (src, want) in [("data/link/secret", "outside root"), ("data/../x", "'..'"), ("x/y", "unknown root")] {
+    for (src, want) in [
+        ("data/link/secret", "outside root"),
+        ("data/../x", "'..'"),
+        ("x/y", "unknown root"),
+    ] {
         let err = pull(&[src]).unwrap_err();
-        assert!(matches!(err, XferError::Refused(_)) && err.to_string().contains(want), "{src}: {err}");
+        assert!(
+            matches!(err, XferError::Refused(_)) && err.to_string().contains(want),
+            "{src}: {err}"
+        );
     }
+}
+
+#[test]
+fn daemon_to_daemon_started_by_a_third_party_retries_until_the_peer_is_up() {
+    // A holds the data; B does not run yet when the third party asks A to push to it
+    let a = env();
+    let b_root = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let b_addr = format!("127.0.0.1:{port}");
+    std::fs::create_dir_all(a.root.join("exp")).unwrap();
+    std::fs::write(a.root.join("exp/s.vdif"), content(21, (2 << 20) + 77)).unwrap();
+    let cfg = ClientConfig::new(a.daemon.local_addr().to_string(), a.key.clone());
+    let b: std::sync::Mutex<Option<Daemon>> = std::sync::Mutex::new(None);
+    let retried = std::sync::atomic::AtomicU32::new(0);
+    let on_retry = |attempt: u32, err: &str, _wait: f64| {
+        retried.store(attempt, std::sync::atomic::Ordering::SeqCst);
+        assert!(err.contains("cannot reach"), "{err}");
+        let roots = Roots::parse(&[format!("in={}", b_root.path().display())]).unwrap();
+        let mut g = b.lock().unwrap();
+        if g.is_none() {
+            *g =
+                Some(Daemon::start(ServeConfig::new(b_addr.parse().unwrap(), roots, a.key.clone())).unwrap());
+        }
+    };
+    let out = client::relay(
+        &cfg,
+        &["data/exp".to_string()],
+        &b_addr,
+        "in/copy",
+        opts(1 << 20),
+        3,
+        &Progress::default(),
+        &on_retry,
+    )
+    .unwrap();
+    assert_eq!(retried.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(out.attempts, 2);
+    assert_eq!(out.files.len(), 1);
+    assert!(std::fs::read(b_root.path().join("copy/exp/s.vdif")).unwrap() == content(21, (2 << 20) + 77));
+    // a refusal at the far end is reported as one
+    let err = client::relay(
+        &cfg,
+        &["data/exp".to_string()],
+        &b_addr,
+        "nope/x",
+        opts(1 << 20),
+        3,
+        &Progress::default(),
+        &|_, _, _| {},
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err, XferError::Refused(_)) && err.to_string().contains("unknown root"),
+        "{err}"
+    );
 }

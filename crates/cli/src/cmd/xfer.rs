@@ -54,6 +54,8 @@ enum Cmd {
     Push(PushArgs),
     /// Fetch files or directories from a daemon's roots into a local directory
     Pull(PullArgs),
+    /// Have one daemon push files from its roots to another daemon (started from a third host)
+    Copy(CopyArgs),
     /// Show the key's fingerprint (compare it on both hosts), or create a key file
     Key(KeyArgs),
     /// List past transfers from the archive (this host's daemon and client runs)
@@ -118,6 +120,9 @@ struct ServeArgs {
     /// Rate ceiling of all transfers together, shared among those running when one starts
     #[arg(long, value_parser = parse_bit_rate)]
     total_rate: Option<f64>,
+    /// Key for the daemons this one pushes to on behalf of `xfer copy` (default: its own key)
+    #[arg(long, value_name = "FILE")]
+    peer_key: Option<PathBuf>,
 }
 
 const PUSH_EXAMPLES: &str = "\
@@ -171,6 +176,31 @@ struct PullArgs {
     /// Sources DAEMON[:PORT]/ROOT/PATH, then the local directory
     #[arg(required = true, num_args = 2.., value_name = "SOURCE... DIR")]
     args: Vec<String>,
+    #[command(flatten)]
+    common: Common,
+}
+
+const COPY_EXAMPLES: &str = "\
+Examples:
+  # From this laptop: the station's daemon sends to the correlator's daemon
+  vlbiflow xfer copy station:46230/data/exp1 corr.example.org:46230/data/exp1
+
+  # Retry up to 10 times (backoff 1, 2, 4, ... 64 s); every retry resumes
+  vlbiflow xfer copy station/data/exp1/scan1.vdif corr/data/exp1 --retries 10 --json
+
+The destination address is used by the source daemon, so give it as that daemon reaches it. The source
+daemon authenticates to the destination with its --peer-key (default: its own key). The command follows the
+transfer; if it is interrupted the source daemon still finishes (see `xfer history` there).";
+
+#[derive(clap::Args)]
+#[command(after_help = COPY_EXAMPLES)]
+struct CopyArgs {
+    /// Sources SRC_DAEMON[:PORT]/ROOT/PATH, then the destination DST_DAEMON[:PORT]/ROOT/DIR
+    #[arg(required = true, num_args = 2.., value_name = "SOURCE... DEST")]
+    args: Vec<String>,
+    /// Attempts after the first that fail for a network or peer reason
+    #[arg(long, default_value_t = 5)]
+    retries: u32,
     #[command(flatten)]
     common: Common,
 }
@@ -241,6 +271,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Cmd::Serve(a) => serve(a),
         Cmd::Push(a) => push(a),
         Cmd::Pull(a) => pull(a),
+        Cmd::Copy(a) => copy(a),
         Cmd::Key(a) => key(a),
         Cmd::History(a) => history(a),
     }
@@ -340,6 +371,12 @@ fn serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
     cfg.archive = Some(a.archive.unwrap_or_else(|| state_dir().join("xfer.sqlite")));
     cfg.metrics = a.metrics;
     cfg.max_rate_bps = a.max_rate;
+    if let Some(p) = &a.peer_key {
+        cfg.peer_key = match Key::load(p) {
+            Ok(k) => Some(k),
+            Err(e) => return xerr(e),
+        };
+    }
     cfg.total_rate_bps = a.total_rate;
     let stop = stop_flag();
     let d = match Daemon::start(cfg) {
@@ -632,6 +669,81 @@ fn push(a: PushArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
+fn copy(a: CopyArgs) -> anyhow::Result<ExitCode> {
+    let mut args = a.args;
+    let dest = args.pop().expect("two arguments at least");
+    let (to, dest_path) = match split_dest(&dest) {
+        Ok(x) => x,
+        Err(e) => usage!("{e}"),
+    };
+    let opts = options(&a.common)?;
+    let mut server: Option<String> = None;
+    let mut sources = Vec::new();
+    for s in &args {
+        let (h, p) = match split_dest(s) {
+            Ok(x) => x,
+            Err(e) => usage!("{e}"),
+        };
+        if server.as_ref().is_some_and(|x| *x != h) {
+            usage!(
+                "all sources must be on one daemon ({} and {h})",
+                server.unwrap_or_default()
+            );
+        }
+        server = Some(h);
+        sources.push(p);
+    }
+    let key = match Key::load(&a.common.key.clone().unwrap_or_else(default_key)) {
+        Ok(k) => k,
+        Err(e) => return xerr(e),
+    };
+    let cfg = ClientConfig::new(server.expect("a source"), key);
+    let progress = Arc::new(Progress::default());
+    let quiet = a.common.quiet || a.common.json;
+    let r = with_progress(&progress, quiet, || {
+        client::relay(
+            &cfg,
+            &sources,
+            &to,
+            &dest_path,
+            opts,
+            a.retries,
+            &progress,
+            &|n, e, w| {
+                if !quiet {
+                    eprintln!("vlbiflow: attempt {n} failed ({e}); the daemon retries in {w:.0} s");
+                }
+            },
+        )
+    });
+    match r {
+        Ok(out) => {
+            let total: u64 = out.files.iter().map(|c| c.size).sum();
+            if a.common.json {
+                let v = serde_json::json!({
+                    "verified": true, "files": out.files, "bytes_total": total, "bytes_sent": out.bytes_moved,
+                    "seconds": out.seconds, "attempts": out.attempts,
+                });
+                println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+            } else {
+                println!(
+                    "verified at {to}: {} files, {} ({} sent) in {:.1} s, {} attempt(s)",
+                    out.files.len(),
+                    fmt_bytes(total),
+                    fmt_bytes(out.bytes_moved),
+                    out.seconds,
+                    out.attempts
+                );
+                for c in out.files.iter().take(20) {
+                    println!("  {}  {}  {}", c.blake3, fmt_bytes(c.size), c.name);
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => xerr(e),
+    }
+}
+
 fn pull(a: PullArgs) -> anyhow::Result<ExitCode> {
     let mut args = a.args;
     let into = PathBuf::from(args.pop().expect("two arguments at least"));
@@ -644,7 +756,10 @@ fn pull(a: PullArgs) -> anyhow::Result<ExitCode> {
             Err(e) => usage!("{e}"),
         };
         if server.as_ref().is_some_and(|x| *x != h) {
-            usage!("all sources must be on one daemon ({} and {h})", server.unwrap_or_default());
+            usage!(
+                "all sources must be on one daemon ({} and {h})",
+                server.unwrap_or_default()
+            );
         }
         server = Some(h);
         sources.push(p);
