@@ -170,7 +170,7 @@ fn kill_9_of_the_receiver_then_the_same_command_moves_only_the_rest() {
         "4MiB",
         "--json",
     ];
-    let mut client = push(&state, &args)
+    let client = push(&state, &args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

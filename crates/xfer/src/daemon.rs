@@ -102,12 +102,15 @@ pub struct Active {
     pub progress: Arc<Progress>,
 }
 
+/// Failed logins of one address: count, start of the counting minute, refused until.
+type FailedLogins = (u32, Instant, Option<Instant>);
+
 struct Shared {
     archive: Option<Mutex<crate::archive::Archive>>,
     cfg: ServeConfig,
     counters: Counters,
     active: Mutex<Vec<Arc<Active>>>,
-    failed: Mutex<HashMap<IpAddr, (u32, Instant, Option<Instant>)>>,
+    failed: Mutex<HashMap<IpAddr, FailedLogins>>,
     stop: AtomicBool,
 }
 

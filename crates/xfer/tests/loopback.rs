@@ -145,18 +145,18 @@ fn refusals_write_nothing() {
     let f = e.src.join("a.vdif");
     std::fs::write(&f, content(1, 50_000)).unwrap();
     let bad = Key([8; 32]);
-    let err = push(&e, &bad, &[f.clone()], "data/x", opts(1 << 20)).unwrap_err();
+    let err = push(&e, &bad, std::slice::from_ref(&f), "data/x", opts(1 << 20)).unwrap_err();
     assert!(matches!(err, XferError::Refused(_)), "{err}");
     assert!(err.to_string().contains("key"), "{err}");
-    let err = push(&e, &e.key, &[f.clone()], "nope/x", opts(1 << 20)).unwrap_err();
+    let err = push(&e, &e.key, std::slice::from_ref(&f), "nope/x", opts(1 << 20)).unwrap_err();
     assert!(err.to_string().contains("unknown root \"nope\""), "{err}");
-    let err = push(&e, &e.key, &[f.clone()], "data/../x", opts(1 << 20)).unwrap_err();
+    let err = push(&e, &e.key, std::slice::from_ref(&f), "data/../x", opts(1 << 20)).unwrap_err();
     assert!(err.to_string().contains(".."), "{err}");
     assert!(tree(&e.root).is_empty(), "{:?}", tree(&e.root));
     // an existing different file is not overwritten unless asked
     std::fs::create_dir_all(e.root.join("x")).unwrap();
     std::fs::write(e.root.join("x/a.vdif"), content(2, 50_000)).unwrap();
-    let err = push(&e, &e.key, &[f.clone()], "data/x", opts(1 << 20)).unwrap_err();
+    let err = push(&e, &e.key, std::slice::from_ref(&f), "data/x", opts(1 << 20)).unwrap_err();
     assert!(err.to_string().contains("different content"), "{err}");
     assert_eq!(
         std::fs::read(e.root.join("x/a.vdif")).unwrap(),
@@ -164,7 +164,7 @@ fn refusals_write_nothing() {
     );
     let mut o = opts(1 << 20);
     o.overwrite = true;
-    push(&e, &e.key, &[f.clone()], "data/x", o).unwrap();
+    push(&e, &e.key, std::slice::from_ref(&f), "data/x", o).unwrap();
     assert_eq!(
         std::fs::read(e.root.join("x/a.vdif")).unwrap(),
         content(1, 50_000)
@@ -231,7 +231,7 @@ fn garbage_datagrams_and_connection_probes_change_only_counters() {
     };
     let out = std::thread::scope(|s| {
         s.spawn(watcher);
-        let (set, _) = collect_paths(&[f.clone()]).unwrap();
+        let (set, _) = collect_paths(std::slice::from_ref(&f)).unwrap();
         let cfg = ClientConfig::new(addr.to_string(), e.key.clone());
         client::push(
             &cfg,
