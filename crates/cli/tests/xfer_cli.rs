@@ -250,3 +250,123 @@ fn kill_9_of_the_receiver_then_the_same_command_moves_only_the_rest() {
         .unwrap();
     assert!(String::from_utf8_lossy(&table.stdout).contains("FAILED"));
 }
+
+/// A path emulator between two namespaces made for this test (names and subnet from the pid); stopped
+/// with SIGTERM on drop, which removes the namespaces.
+struct Path2 {
+    emu: Child,
+    ns_a: String,
+    ns_b: String,
+    addr_b: String,
+}
+
+impl Path2 {
+    fn start(tag: &str, args: &[&str]) -> Path2 {
+        let pid = std::process::id();
+        let (ns_a, ns_b) = (format!("vf-xf-{pid}-{tag}a"), format!("vf-xf-{pid}-{tag}b"));
+        let net = format!("10.{}.{}", 120 + (pid % 100), (pid / 100) % 250);
+        let (addr_a, addr_b) = (format!("{net}.1"), format!("{net}.2"));
+        let mut emu = Command::new(BIN)
+            .args([
+                "pathemu", "--ns-a", &ns_a, "--ns-b", &ns_b, "--addr-a", &addr_a, "--addr-b", &addr_b,
+            ])
+            .args(["--mtu", "9000", "--duration", "120"])
+            .args(args)
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let (tx, rx) = mpsc::channel();
+        let err = emu.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for l in BufReader::new(err).lines().map_while(Result::ok) {
+                eprintln!("pathemu: {l}");
+                if tx.send(l).is_err() {
+                    return;
+                }
+            }
+        });
+        loop {
+            match rx.recv_timeout(Duration::from_secs(30)) {
+                Ok(l) if l.starts_with("pathemu: ready") => break,
+                Ok(_) => {}
+                Err(e) => {
+                    let _ = emu.kill();
+                    panic!("pathemu not ready: {e}");
+                }
+            }
+        }
+        Path2 {
+            emu,
+            ns_a,
+            ns_b,
+            addr_b,
+        }
+    }
+}
+
+impl Drop for Path2 {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on the pid of our own child process.
+        unsafe { libc::kill(self.emu.id() as i32, libc::SIGTERM) };
+        let _ = self.emu.wait();
+    }
+}
+
+#[test]
+#[ignore = "needs root: network namespaces and TUN devices (vlbiflow pathemu)"]
+fn push_through_an_emulated_lossy_path_between_namespaces() {
+    let d = tempfile::tempdir().unwrap();
+    let (state, root) = (d.path().join("state"), d.path().join("root"));
+    std::fs::create_dir_all(&root).unwrap();
+    let src = d.path().join("obs.vdif");
+    std::fs::write(&src, content(8, 24 << 20)).unwrap();
+    // 20 ms round trip, 400 Mb/s bottleneck, 1% random loss both ways, jumbo MTU
+    let p = Path2::start("p", &["--rtt", "20ms", "--rate", "400Mbps", "--loss", "1%"]);
+    let listen = format!("{}:46230", p.addr_b);
+    let mut daemon = Command::new("ip")
+        .args([
+            "netns", "exec", &p.ns_b, BIN, "xfer", "serve", "--listen", &listen, "--root",
+        ])
+        .arg(format!("data={}", root.display()))
+        .env("XDG_STATE_HOME", &state)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = daemon.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(err).lines().map_while(Result::ok) {
+            eprintln!("daemon: {l}");
+            let _ = tx.send(l);
+        }
+    });
+    loop {
+        let l = rx.recv_timeout(Duration::from_secs(20)).expect("daemon serving");
+        if l.starts_with("xfer: serving on") {
+            break;
+        }
+    }
+    let out = Command::new("ip")
+        .args(["netns", "exec", &p.ns_a, BIN, "xfer", "push"])
+        .arg(&src)
+        .arg(format!("{listen}/data/in"))
+        .args(["--chunk-size", "4MiB", "--json"])
+        .env("XDG_STATE_HOME", &state)
+        .output()
+        .unwrap();
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    eprintln!(
+        "through 400 Mb/s, 20 ms, 1% loss: {:.0} Mb/s goodput, {} retransmissions of {} datagrams",
+        v["goodput_bps"].as_f64().unwrap() / 1e6,
+        v["retransmits"],
+        v["datagrams"]
+    );
+    assert!(v["retransmits"].as_u64().unwrap() > 0, "1% loss must show");
+    assert!(std::fs::read(root.join("in/obs.vdif")).unwrap() == std::fs::read(&src).unwrap());
+    drop(p);
+}

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{unbounded, Receiver as ChanRx, Sender as ChanTx};
 use vlbiflow_udp::{BatchReceiver, RecvMeta};
-use vlbiflow_xfer_proto::wire::derive_data_key;
+use vlbiflow_xfer_proto::wire::{derive_data_aead_key, derive_data_key, open_encrypted};
 use vlbiflow_xfer_proto::{ChunkHash, ControlMsg, Event, Receiver, ReceiverConfig, ReceiverStats};
 
 use crate::dest::{self, Existing, Manifest};
@@ -331,9 +331,10 @@ pub fn run_receiver(
         .store(plan.files.iter().map(|f| f.size).sum(), Relaxed);
     progress.files_total.store(nfiles as u64, Relaxed);
 
-    let key = derive_data_key(&p.secret, p.transfer_id);
+    // encrypted transfers are opened (checked and decrypted) before the protocol's receiver sees them
+    let encrypt = plan.options.encrypt;
     let mut r = Receiver::new(ReceiverConfig {
-        data_key: Some(key),
+        data_key: (!encrypt).then(|| derive_data_key(&p.secret, p.transfer_id)),
         dead_timeout: p.dead_timeout,
         max_files: nfiles as u32 + 1,
         ..ReceiverConfig::default()
@@ -387,7 +388,9 @@ pub fn run_receiver(
         })
         .expect("spawn finalizer");
 
+    let aead_key = encrypt.then(|| derive_data_aead_key(&p.secret, p.transfer_id));
     let result = recv_loop(RecvLoop {
+        aead_key,
         link,
         sock,
         plan: &plan,
@@ -442,6 +445,7 @@ fn finalize(plan: &Plan, j: Finalize, overwrite: bool, source: &str) -> Result<C
 }
 
 struct RecvLoop<'a> {
+    aead_key: Option<[u8; 32]>,
     link: &'a Link,
     sock: &'a UdpSocket,
     plan: &'a Plan,
@@ -472,6 +476,7 @@ fn abort(link: &Link, reason: String) -> XferError {
 
 fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
     let RecvLoop {
+        aead_key,
         link,
         sock,
         plan,
@@ -492,6 +497,7 @@ fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
     let mut bufs: Vec<Vec<u8>> = (0..BATCH).map(|_| vec![0u8; BUF]).collect();
     let mut metas = [RecvMeta::default(); BATCH];
     let mut moved = 0u64;
+    let mut aead_bad = 0u64;
     let mut committed: Vec<Option<Committed>> = vec![None; nfiles];
     let mut n_committed = 0usize;
     let mut transfer_done = false;
@@ -572,7 +578,15 @@ fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
         metas[..n].copy_from_slice(batch.messages());
         let now = Instant::now();
         for (i, m) in metas[..n].iter().enumerate() {
-            for dgram in m.segments(&bufs[i]) {
+            let seg = m.segment_size().max(1);
+            let len = m.len.min(bufs[i].len());
+            for dgram in bufs[i][..len].chunks_mut(seg) {
+                if let Some(k) = &aead_key {
+                    if open_encrypted(k, dgram).is_err() {
+                        aead_bad += 1;
+                        continue;
+                    }
+                }
                 if let Some(dl) = r.handle_datagram(now, dgram) {
                     started.get_or_insert(now);
                     let Some(of) = files[dl.file as usize].as_ref() else {
@@ -652,7 +666,8 @@ fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
                 Err(e) => return Err(abort(link, e)),
             }
         }
-        let st = r.stats();
+        let mut st = r.stats();
+        st.bad_tag += aead_bad;
         progress.bytes_moved.store(moved, Relaxed);
         progress.datagrams.store(st.delivered, Relaxed);
         progress.bad_tag.store(st.bad_tag, Relaxed);

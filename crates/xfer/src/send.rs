@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, select, Receiver};
 use vlbiflow_udp::{open_udp, BatchSender, UdpConfig};
-use vlbiflow_xfer_proto::wire::{derive_data_key, HEADER_LEN, MAX_PAYLOAD};
+use vlbiflow_xfer_proto::wire::{
+    derive_data_aead_key, derive_data_key, seal_encrypted, HEADER_LEN, MAX_PAYLOAD,
+};
 use vlbiflow_xfer_proto::{ChunkHash, ControlMsg, Event, RateConfig, Sender, SenderConfig, SenderStats};
 
 use crate::error::{failed, XferError};
@@ -210,11 +212,11 @@ pub fn run_sender(
     let (sock, _report) = open_udp(&cfg).map_err(|e| failed!("data socket to {}: {e}", p.dest))?;
     let mut tx = BatchSender::new(GSO_MSGS);
 
-    let key = derive_data_key(&p.secret, p.transfer_id);
     let mut sc = SenderConfig::new(p.transfer_id, p.rate);
     sc.block_size = p.options.block_size;
     sc.chunk_size = chunk_size;
-    sc.data_key = Some(key);
+    // authenticated (keyed BLAKE3 tag, sealed by the protocol's sender) or encrypted (AEAD, sealed here)
+    sc.data_key = (!p.options.encrypt).then(|| derive_data_key(&p.secret, p.transfer_id));
     sc.dead_timeout = p.dead_timeout;
     sc.max_burst = 32;
     let mut s = Sender::new(sc);
@@ -278,6 +280,10 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
     } = d;
     let chunk_size = p.options.chunk_size;
     let nfiles = set.files.len();
+    let aead_key = p
+        .options
+        .encrypt
+        .then(|| derive_data_aead_key(&p.secret, p.transfer_id));
     let file_start: Vec<u64> = set
         .files
         .iter()
@@ -365,7 +371,10 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
                 s.abort(format!("the sender cannot read its data: {e}"));
                 break;
             }
-            s.seal(slot);
+            match &aead_key {
+                Some(k) => seal_encrypted(k, slot),
+                None => s.seal(slot),
+            }
             if !h.retransmit {
                 cursor.fetch_max(file_start[h.file as usize] + h.offset + h.len as u64, Relaxed);
             }

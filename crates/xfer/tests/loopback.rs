@@ -297,6 +297,17 @@ fn archive_and_metrics() {
         &AtomicBool::new(false),
     )
     .unwrap();
+    // the client returns when the commit report arrives; the daemon finishes its books right after
+    let t0 = std::time::Instant::now();
+    while d
+        .counters()
+        .transfers_ok
+        .load(std::sync::atomic::Ordering::SeqCst)
+        == 0
+    {
+        assert!(t0.elapsed() < Duration::from_secs(30));
+        std::thread::yield_now();
+    }
     let mut c = std::net::TcpStream::connect(d.metrics_addr().unwrap()).unwrap();
     c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
     let mut body = String::new();
@@ -422,4 +433,19 @@ fn daemon_to_daemon_started_by_a_third_party_retries_until_the_peer_is_up() {
         matches!(err, XferError::Refused(_)) && err.to_string().contains("unknown root"),
         "{err}"
     );
+}
+
+#[test]
+fn encrypted_push_arrives_identical() {
+    let e = env();
+    let f = e.src.join("enc.vdif");
+    std::fs::write(&f, content(31, (5 << 20) + 999)).unwrap();
+    let mut o = opts(1 << 20);
+    o.encrypt = true;
+    let out = push(&e, &e.key, std::slice::from_ref(&f), "data/enc", o).unwrap();
+    assert_eq!(
+        out.committed[0].blake3,
+        blake3::hash(&std::fs::read(&f).unwrap()).to_hex().as_str()
+    );
+    assert!(std::fs::read(e.root.join("enc/enc.vdif")).unwrap() == std::fs::read(&f).unwrap());
 }

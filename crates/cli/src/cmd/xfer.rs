@@ -222,6 +222,9 @@ struct Common {
     /// Replace files that exist at the destination with different content
     #[arg(long)]
     overwrite: bool,
+    /// Encrypt the data (ChaCha20-Poly1305) instead of only authenticating it (control is always encrypted)
+    #[arg(long)]
+    encrypt: bool,
     /// A peer silent this long is dead
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     dead_timeout: Duration,
@@ -463,7 +466,7 @@ fn options(c: &Common) -> anyhow::Result<Options> {
         chunk_size: c.chunk_size,
         block_size: c.block_size,
         overwrite: c.overwrite,
-        encrypt: false,
+        encrypt: c.encrypt,
         rate_bps: c.rate,
     })
 }
