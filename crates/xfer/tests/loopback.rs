@@ -449,3 +449,70 @@ fn encrypted_push_arrives_identical() {
     );
     assert!(std::fs::read(e.root.join("enc/enc.vdif")).unwrap() == std::fs::read(&f).unwrap());
 }
+
+#[test]
+fn failed_logins_are_rate_limited_and_transfers_run_side_by_side() {
+    let e = env();
+    let f = e.src.join("c.vdif");
+    std::fs::write(&f, content(41, 3 << 20)).unwrap();
+    // five wrong keys within a minute: then even the right key is refused from this address for a while
+    for _ in 0..5 {
+        let err = push(
+            &e,
+            &Key([66; 32]),
+            std::slice::from_ref(&f),
+            "data/x",
+            opts(1 << 20),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("rejected our key"), "{err}");
+    }
+    let err = push(&e, &e.key, std::slice::from_ref(&f), "data/x", opts(1 << 20)).unwrap_err();
+    assert!(
+        matches!(err, XferError::Refused(_)) && err.to_string().contains("too many failed logins"),
+        "{err}"
+    );
+    assert_eq!(
+        e.daemon
+            .counters()
+            .auth_failures
+            .load(std::sync::atomic::Ordering::SeqCst),
+        5
+    );
+    assert!(tree(&e.root).is_empty());
+
+    // another daemon: three pushes at once, each verified
+    let e = env();
+    let files: Vec<PathBuf> = (0..3)
+        .map(|i| {
+            let p = e.src.join(format!("p{i}.vdif"));
+            std::fs::write(&p, content(50 + i, (4 << 20) + i as usize)).unwrap();
+            p
+        })
+        .collect();
+    std::thread::scope(|s| {
+        let hs: Vec<_> = files
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let e = &e;
+                s.spawn(move || {
+                    push(
+                        e,
+                        &e.key,
+                        std::slice::from_ref(p),
+                        &format!("data/c{i}"),
+                        opts(1 << 20),
+                    )
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap().unwrap();
+        }
+    });
+    for (i, p) in files.iter().enumerate() {
+        let got = std::fs::read(e.root.join(format!("c{i}/p{i}.vdif"))).unwrap();
+        assert!(got == std::fs::read(p).unwrap(), "p{i}");
+    }
+}
