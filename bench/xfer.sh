@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Benchmark of `vlbiflow xfer` (docs/bench-xfer.md): through `vlbiflow pathemu` (2 Gb/s bottleneck, MTU 9000),
-# vlbiflow xfer (file to file on disk) against TCP CUBIC and TCP BBR (memory to memory, `vlbiflow net tcp`),
+# vlbiflow xfer (file to file on disk) against TCP CUBIC and TCP BBR (memory to memory, iperf3 -C when installed),
 # alternating in one run, over RTT 0/20/100 ms and random loss 0/0.1/1/5 %, with CPU seconds per GB at both
 # ends; then disk to disk on loopback against cp. Needs root. Namespaces vf-bx-<pid>-a/b and a subnet from
 # the pid are made and removed for each point. Data goes to a scratch directory on disk (not tmpfs) that is
@@ -71,34 +71,44 @@ for rtt in $RTTS; do
     c1=$(cpu_of $SRV)
     kill $SRV; wait $SRV 2>/dev/null || true; SRV=
     if [ -s "$SCRATCH/xfer.json" ]; then
-      gp=$(json "$SCRATCH/xfer.json" "d['goodput_bps']/1e6")
-      rtx=$(json "$SCRATCH/xfer.json" "'%.2f %%' % (100*d['retransmits']/max(1,d['datagrams']))")
       scpu=$(awk '{print $1 + $2}' "$SCRATCH/time")
-      python3 -c "print('| $rtt ms | $loss % | xfer | %.0f | %.1f | %.2f | %.2f | $rtx |' % ($gp, $gp/20, $scpu/($SIZE_MB/1000), ($c1-$c0)/($SIZE_MB/1000)))"
+      python3 - "$SCRATCH/xfer.json" "$rtt" "$loss" "$scpu" "$c0" "$c1" "$SIZE_MB" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+rtt, loss, scpu, c0, c1, mb = sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6]), float(sys.argv[7])
+gp = d["goodput_bps"] / 1e6
+rtx = 100 * d["retransmits"] / max(1, d["datagrams"])
+print(f"| {rtt} ms | {loss} % | xfer | {gp:.0f} | {gp/20:.1f} | {scpu/(mb/1000):.2f} | {(c1-c0)/(mb/1000):.2f} | {rtx:.2f} % |")
+PY
     else
       echo "| $rtt ms | $loss % | xfer | failed | | | | |"
     fi
-    # TCP, memory to memory
-    ip netns exec $B "$BIN" net responder --listen $IB:14233 >/dev/null 2>&1 &
-    SRV=$!
-    sleep 0.3
-    for cc in cubic bbr; do
-      ip netns exec $A sysctl -qw net.ipv4.tcp_congestion_control=$cc
-      ip netns exec $A "$BIN" net tcp $IB --duration $TCP_SECS --json --no-archive --quiet >"$SCRATCH/tcp.json" 2>/dev/null || true
-      python3 - "$SCRATCH/tcp.json" "$rtt" "$loss" "$cc" <<'PY'
+    # TCP, memory to memory: iperf3 with the congestion control set per socket (TCP_CONGESTION)
+    if command -v iperf3 >/dev/null; then
+      ip netns exec $B iperf3 -s -B $IB -p 15201 >/dev/null 2>&1 &
+      SRV=$!
+      sleep 0.5
+      for cc in cubic bbr; do
+        ip netns exec $A iperf3 -c $IB -p 15201 -C $cc -t $TCP_SECS -J >"$SCRATCH/tcp.json" 2>/dev/null || true
+        python3 - "$SCRATCH/tcp.json" "$rtt" "$loss" "$cc" "$TCP_SECS" <<'PY'
 import json, sys
 try:
-    r = json.load(open(sys.argv[1]))["results"][0]
-    mbps = r["rate_mbps"]
-    gb = r["bytes_received"] / 1e9
-    s = (r["local_host"]["process"]["user_s"] + r["local_host"]["process"]["system_s"]) / max(gb, 1e-9)
-    rx = r.get("receiver_cpu_s_per_gb")
-    rtx = r["local_sockets"][0].get("total_retrans", 0)
-    print(f"| {sys.argv[2]} ms | {sys.argv[3]} % | TCP {sys.argv[4]} | {mbps:.0f} | {mbps/20:.1f} | {s:.2f} | {rx:.2f} | {rtx} segments |")
-except Exception as e:
-    print(f"| {sys.argv[2]} ms | {sys.argv[3]} % | TCP {sys.argv[4]} | failed ({e}) | | | | |")
-PY    done
-    kill $SRV; wait $SRV 2>/dev/null || true; SRV=
+    d = json.load(open(sys.argv[1]))
+    e = d["end"]
+    mbps = e["sum_received"]["bits_per_second"] / 1e6
+    gb = e["sum_received"]["bytes"] / 1e9
+    secs = float(sys.argv[5])
+    cpu = e["cpu_utilization_percent"]
+    snd = cpu["host_total"] / 100 * secs / max(gb, 1e-9)
+    rcv = cpu["remote_total"] / 100 * secs / max(gb, 1e-9)
+    rtx = e["sum_sent"].get("retransmits", 0)
+    print(f"| {sys.argv[2]} ms | {sys.argv[3]} % | TCP {sys.argv[4]} | {mbps:.0f} | {mbps/20:.1f} | {snd:.2f} | {rcv:.2f} | {rtx} segments |")
+except Exception as ex:
+    print(f"| {sys.argv[2]} ms | {sys.argv[3]} % | TCP {sys.argv[4]} | failed ({ex}) | | | | |")
+PY
+      done
+      kill $SRV; wait $SRV 2>/dev/null || true; SRV=
+    fi
     stop_emu
   done
 done
