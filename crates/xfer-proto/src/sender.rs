@@ -161,6 +161,9 @@ pub struct Sender {
     control_out: VecDeque<ControlMsg>,
     events: VecDeque<Event>,
     rate: RateControl,
+    /// Smoothed RTT and its mean deviation (RFC 6298), for the tail timer.
+    srtt: Option<Duration>,
+    rttvar: Duration,
     state: State,
     stats: SenderStats,
 }
@@ -184,6 +187,8 @@ impl Sender {
         });
         Sender {
             rate: RateControl::new(cfg.rate),
+            srtt: None,
+            rttvar: Duration::ZERO,
             cfg,
             epoch: None,
             files: Vec::new(),
@@ -337,10 +342,16 @@ impl Sender {
         now.saturating_duration_since(e).as_micros() as u64
     }
 
+    /// How long after sending a datagram without an acknowledgement the tail timer presumes it lost:
+    /// twice the minimum RTT or the smoothed RTT plus four deviations (RFC 6298), whichever is larger, plus
+    /// 50 ms. The smoothed term keeps a queue that grows (ours, or a busy host's) from turning into
+    /// spurious retransmissions: with the minimum alone, 2.5% of datagrams were sent twice on a path that
+    /// lost none.
     fn rto(&self) -> Duration {
-        match self.rate.min_rtt() {
-            Some(r) => r * 2 + Duration::from_millis(50),
-            None => Duration::from_secs(1),
+        match (self.rate.min_rtt(), self.srtt) {
+            (Some(m), Some(s)) => (m * 2).max(s + self.rttvar * 4) + Duration::from_millis(50),
+            (Some(m), None) => m * 2 + Duration::from_millis(50),
+            _ => Duration::from_secs(1),
         }
     }
 
@@ -677,6 +688,19 @@ impl Sender {
                     }
                 } else {
                     delivered += 1;
+                }
+            }
+        }
+        if let Some(r) = rtt {
+            match self.srtt {
+                None => {
+                    self.srtt = Some(r);
+                    self.rttvar = r / 2;
+                }
+                Some(s) => {
+                    let d = if r > s { r - s } else { s - r };
+                    self.rttvar = (self.rttvar * 3 + d) / 4;
+                    self.srtt = Some((s * 7 + r) / 8);
                 }
             }
         }
