@@ -698,7 +698,7 @@ impl Sender {
                     self.rttvar = r / 2;
                 }
                 Some(s) => {
-                    let d = if r > s { r - s } else { s - r };
+                    let d = r.abs_diff(s);
                     self.rttvar = (self.rttvar * 3 + d) / 4;
                     self.srtt = Some((s * 7 + r) / 8);
                 }
