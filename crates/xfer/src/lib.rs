@@ -15,6 +15,8 @@
 //!   the protocol's sender, batched GRO receives).
 //! - [`client`], [`daemon`]: the client verbs and the serving daemon.
 
+#![forbid(unsafe_code)]
+
 pub mod archive;
 pub mod client;
 pub mod daemon;
