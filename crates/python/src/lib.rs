@@ -77,8 +77,8 @@ impl Reader {
         };
         let inner = py
             .detach(|| {
-                let info = probe(&rec, frame_rate, strict, m5b)?;
-                Ok(SampleReader::new(rec, info, strict, baseband_units))
+                let probe = probe(&rec, frame_rate, strict, m5b)?;
+                Ok(SampleReader::new(rec, probe, strict, baseband_units))
             })
             .map_err(read_err)?;
         Ok(Reader { inner })
@@ -226,7 +226,7 @@ fn headers<'py>(
     }
     let (cols, files) = py
         .detach(|| -> Result<_, ReadError> {
-            let info = probe(&rec, frame_rate, strict, m5b)?;
+            let info = probe(&rec, frame_rate, strict, m5b)?.info;
             let mut fr = FrameReader::open(&rec);
             let mut c = Cols::default();
             let limit = limit.unwrap_or(usize::MAX);

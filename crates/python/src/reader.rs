@@ -206,13 +206,21 @@ fn today_mjd() -> i64 {
     vlbiflow_formats::time::UtcTime::now().mjd().0
 }
 
+/// What [`probe`] learned, and its frame reader when it stopped inside the first batch: a
+/// [`SampleReader`] then starts from that batch instead of reading the start of the recording again.
+pub struct Probe {
+    pub info: Info,
+    /// The reader, still on its first batch, and the findings taken from it.
+    reader: Option<(FrameReader, Vec<Finding>)>,
+}
+
 /// Learns the shape of a recording from its first frames.
 pub fn probe(
     rec: &Recording,
     frame_rate: Option<u32>,
     strict: bool,
     m5b: Mark5bOptions,
-) -> Result<Info, ReadError> {
+) -> Result<Probe, ReadError> {
     let mut fr = FrameReader::open(rec);
     let kind = fr.kind();
     if !matches!(kind, FrameKind::Vdif | FrameKind::M5b) {
@@ -229,7 +237,10 @@ pub fn probe(
     let mut max_fn: BTreeMap<i64, u32> = BTreeMap::new();
     let mut start: Option<(i64, u32)> = None;
     let mut seen = 0usize;
+    let mut batches = 0usize;
+    let mut in_first_batch = false;
     'outer: while let Some(batch) = fr.next_batch() {
+        batches += 1;
         for (e, bytes) in batch.iter() {
             if e.fill {
                 continue;
@@ -250,6 +261,7 @@ pub fn probe(
             }
             seen += 1;
             if seen >= PROBE_FRAMES || max_fn.len() >= 2 || (rate_hint.is_some() && seen >= 4096) {
+                in_first_batch = batches == 1;
                 break 'outer;
             }
         }
@@ -259,8 +271,9 @@ pub fn probe(
             }
         }
     }
+    let findings = fr.take_findings();
     if strict {
-        if let Some(f) = fr.take_findings().into_iter().find(is_damage) {
+        if let Some(f) = findings.iter().find(|f| is_damage(f)) {
             return Err(ReadError::damage(f.to_string()));
         }
     }
@@ -349,7 +362,7 @@ pub fn probe(
         )));
     }
     let (start_second, start_frame) = start.expect("a valid frame sets the start");
-    Ok(Info {
+    let info = Info {
         kind,
         frame_len,
         header_len,
@@ -365,6 +378,10 @@ pub fn probe(
         start_second,
         start_frame,
         ref_mjd,
+    };
+    Ok(Probe {
+        info,
+        reader: in_first_batch.then_some((fr, findings)),
     })
 }
 
@@ -417,12 +434,17 @@ pub struct SampleReader {
 }
 
 impl SampleReader {
-    pub fn new(rec: Recording, info: Info, strict: bool, baseband_units: bool) -> SampleReader {
+    pub fn new(rec: Recording, probe: Probe, strict: bool, baseband_units: bool) -> SampleReader {
+        let info = probe.info;
         let mut column = vec![-1i32; 1024];
         for (i, &t) in info.threads.iter().enumerate() {
             column[usize::from(t)] = i as i32;
         }
-        let frames = FrameReader::open(&rec);
+        // Start from the probe's first batch if it is still there, else from the start again.
+        let (frames, cursor, findings) = match probe.reader {
+            Some((frames, findings)) => (frames, Some(0), findings),
+            None => (FrameReader::open(&rec), None, Vec::new()),
+        };
         SampleReader {
             next_index: i64::from(info.start_frame),
             max_seen: None,
@@ -435,10 +457,10 @@ impl SampleReader {
             done: false,
             current: None,
             present: Vec::new(),
-            cursor: None,
+            cursor,
             position: 0,
             counts: Counts::default(),
-            findings: Vec::new(),
+            findings,
             table: ByteTable::new(
                 info.kind,
                 info.bits,

@@ -185,6 +185,24 @@ def test_corrupted_header_raises_naming_file_and_offset(tmp_path):
     assert any(f"{path}@{1032 * 10}" in f for f in scan.findings)
 
 
+def test_damage_seen_while_probing_is_reported_once(tmp_path):
+    # Long enough that open() learns the stream within the first piece it reads and reading starts there.
+    path = plain_file(tmp_path, frames=1500)
+    data = bytearray(path.read_bytes())
+    data[1032 * 10 : 1032 * 10 + 32] = b"\xff" * 32
+    path.write_bytes(bytes(data))
+    with pytest.raises(vlbiflow.VlbiflowError, match=rf"{path}@{1032 * 10}"):
+        vlbiflow.open(path)
+    scan = vlbiflow.open(path, strict=False, fill="mask")
+    x = scan.read()
+    spf = scan.info["samples_per_frame"]
+    assert x.shape[0] == 1500 * spf
+    assert np.ma.getmaskarray(x)[:, 0, 0].sum() == spf
+    assert np.ma.getmaskarray(x)[10 * spf : 11 * spf].all()
+    assert [f for f in scan.findings if f"{path}@{1032 * 10}" in f] == scan.findings[:1]
+    assert len(scan.findings) == 1
+
+
 def test_truncated_frame_raises_naming_file_and_offset(tmp_path):
     path = plain_file(tmp_path)
     with open(path, "ab") as f:
