@@ -775,44 +775,55 @@ impl SampleReader {
     }
 }
 
-/// Values of the scratch buffer a multi-thread decode goes through, at least (whole time steps).
-const SCRATCH: usize = 1024;
-
-/// A scratch buffer for [`decode_frame`]: a power of two of values holding whole time steps and bytes.
-fn scratch_for(vals: usize) -> Vec<f32> {
-    vec![0f32; SCRATCH.max(vals.next_power_of_two())]
-}
-
 /// Decodes one frame's payload into its thread column of a frame set (`dst`: samples_per_frame rows of
-/// threads x values), through `scratch` (from [`scratch_for`]) when there are several threads.
+/// threads x values), straight from the byte table into the strided places.
 fn decode_frame(
     table: &ByteTable,
     payload: &[u8],
     dst: &mut [f32],
     col: usize,
     (threads, vals): (usize, usize),
-    scratch: &mut [f32],
 ) {
     if threads == 1 {
         table.decode(payload, dst);
         return;
     }
-    // Values per time step and per byte are powers of two, so the scratch length is a whole number of
-    // both.
     let row = threads * vals;
-    let mut rows = dst.chunks_exact_mut(row);
-    for piece in payload.chunks(scratch.len() / table.per_byte) {
-        let n = piece.len() * table.per_byte;
-        table.decode(piece, &mut scratch[..n]);
-        if vals == 1 {
-            // One value per time step (real, one channel): a plain strided store.
-            for (&v, r) in scratch[..n].iter().zip(&mut rows) {
-                r[col] = v;
-            }
-        } else {
-            for (src, r) in scratch[..n].chunks_exact(vals).zip(&mut rows) {
-                r[col * vals..(col + 1) * vals].copy_from_slice(src);
-            }
+    let per = table.per_byte;
+    // Values per byte and per time step are both powers of two.
+    if vals >= per {
+        // Whole bytes per time step: each decodes into its row's column.
+        let bytes = vals / per;
+        for (src, r) in payload.chunks_exact(bytes).zip(dst.chunks_exact_mut(row)) {
+            table.decode(src, &mut r[col * vals..(col + 1) * vals]);
+        }
+        return;
+    }
+    let t = &table.values[..];
+    match (per, vals) {
+        (8, 1) => spread::<8, 1>(t, payload, dst, col, row),
+        (8, 2) => spread::<8, 2>(t, payload, dst, col, row),
+        (8, 4) => spread::<8, 4>(t, payload, dst, col, row),
+        (4, 1) => spread::<4, 1>(t, payload, dst, col, row),
+        (4, 2) => spread::<4, 2>(t, payload, dst, col, row),
+        _ => spread::<2, 1>(t, payload, dst, col, row),
+    }
+}
+
+/// Several time steps per byte (`PER` values per byte, `VALS` per time step): each byte's values go to
+/// `PER / VALS` consecutive rows of `row` values, at column `col`.
+fn spread<const PER: usize, const VALS: usize>(
+    table: &[f32],
+    payload: &[u8],
+    dst: &mut [f32],
+    col: usize,
+    row: usize,
+) {
+    let steps = PER / VALS;
+    for (&b, rows) in payload.iter().zip(dst.chunks_exact_mut(row * steps)) {
+        let v = &table[usize::from(b) * PER..][..PER];
+        for k in 0..steps {
+            rows[k * row + col * VALS..][..VALS].copy_from_slice(&v[k * VALS..(k + 1) * VALS]);
         }
     }
 }
@@ -871,19 +882,16 @@ fn decode_placements(
         threads,
         vals,
     } = shape;
-    let run = |todo: &[Placement<'_>], dst: &mut [f32], first_set: usize, scratch: &mut Vec<f32>| {
-        if threads > 1 && scratch.is_empty() {
-            *scratch = scratch_for(vals);
-        }
+    let run = |todo: &[Placement<'_>], dst: &mut [f32], first_set: usize| {
         for p in todo {
             let at = (p.set - first_set) * set_len;
             let d = &mut dst[at..at + set_len];
-            decode_frame(table, p.payload, d, p.col, (threads, vals), scratch);
+            decode_frame(table, p.payload, d, p.col, (threads, vals));
         }
     };
     let bytes: usize = todo.iter().map(|p| p.payload.len()).sum();
     if workers <= 1 || bytes < 2 * TASK_BYTES {
-        run(todo, dst, 0, &mut Vec::new());
+        run(todo, dst, 0);
         return;
     }
     todo.sort_unstable_by_key(|p| (p.set, p.col));
@@ -909,13 +917,10 @@ fn decode_placements(
         begin = end;
     }
     let queue = std::sync::Mutex::new(tasks.into_iter());
-    let work = || {
-        let mut scratch = Vec::new();
-        loop {
-            let task = queue.lock().unwrap_or_else(|e| e.into_inner()).next();
-            let Some((part, d, first)) = task else { break };
-            run(part, d, first, &mut scratch);
-        }
+    let work = || loop {
+        let task = queue.lock().unwrap_or_else(|e| e.into_inner()).next();
+        let Some((part, d, first)) = task else { break };
+        run(part, d, first);
     };
     std::thread::scope(|s| {
         for _ in 1..workers {
