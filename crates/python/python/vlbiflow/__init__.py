@@ -324,6 +324,12 @@ class Scan:
         offset of the frame in that file), ``time`` (POSIX seconds of the frame's first sample; NaN for
         fill), and ``files`` (the list of file paths). For Mark5B, ``seconds`` is the second of the day,
         ``mjd`` the day (resolved as for reading), and ``epoch``, ``thread_id`` and ``station_id`` are 0.
+
+        Example::
+
+            >>> h = scan.headers()                                          # doctest: +SKIP
+            >>> lost = h["fill"] | h["invalid"]
+            >>> [(h["files"][f], o) for f, o in zip(h["file"][lost], h["offset"][lost])][:3]
         """
         bits, nchan, ref_mjd = self._m5b
         d = _vlbiflow.headers(
@@ -335,7 +341,14 @@ class Scan:
         return out
 
     def raw(self) -> RawFile:
-        """A seekable binary file of the gathered frames (see :class:`RawFile`)."""
+        """A seekable binary file of the gathered frames (see :class:`RawFile`).
+
+        Example::
+
+            >>> from baseband import vdif                                   # doctest: +SKIP
+            >>> with vdif.open(scan.raw(), "rs") as fh:
+            ...     x = fh.read(4096)
+        """
         return RawFile(self._args, self._disks, self._strict)
 
     def close(self) -> None:
