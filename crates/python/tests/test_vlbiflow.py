@@ -185,6 +185,15 @@ def test_corrupted_header_raises_naming_file_and_offset(tmp_path):
     assert any(f"{path}@{1032 * 10}" in f for f in scan.findings)
 
 
+def test_sample_format_options_must_agree_with_vdif_headers(tmp_path):
+    path = plain_file(tmp_path)
+    assert vlbiflow.open(path, bits=2, nchan=1).info["bits"] == 2
+    with pytest.raises(ValueError, match="say 2 bits per sample, not 4 as given"):
+        vlbiflow.open(path, bits=4)
+    with pytest.raises(ValueError, match="say 1 channels, not 8 as given"):
+        vlbiflow.open(path, nchan=8)
+
+
 def test_damage_seen_while_probing_is_reported_once(tmp_path):
     # Long enough that open() learns the stream within the first piece it reads and reading starts there.
     path = plain_file(tmp_path, frames=1500)
