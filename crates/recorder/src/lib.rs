@@ -88,8 +88,13 @@ pub struct RecorderHandle {
 impl Recorder {
     /// Validates `config`, creates the scan on every disk (refusing to overwrite an existing one), binds
     /// every stream's socket, allocates the block pool and starts capture, writer and supervisor threads.
-    pub fn start(config: RecorderConfig) -> Result<RecorderHandle, StartError> {
+    pub fn start(mut config: RecorderConfig) -> Result<RecorderHandle, StartError> {
         config.validate()?;
+        let warnings = config.warnings();
+        if config.discard {
+            // Capture only: no disk is touched, so none is part of the scan.
+            config.disks.clear();
+        }
         let first = &config.streams[0];
         let data_offset = match config.format {
             ScanFormat::Mark6 => vlbiflow_formats::mark6::BLOCK_HEADER_LEN_V2,
@@ -215,7 +220,7 @@ impl Recorder {
                 });
             }
         }
-        for w in config.warnings() {
+        for w in warnings {
             let _ = events_tx.send(RecorderEvent::ConfigWarning(w));
         }
         let gro_refused: Vec<i32> = sockets
@@ -250,7 +255,7 @@ impl Recorder {
             hold_writers: AtomicBool::new(false),
             phase: AtomicU8::new(PHASE_RECORDING),
             captures_running: AtomicUsize::new(capture_threads),
-            writers_alive: AtomicUsize::new(config.disks.len()),
+            writers_alive: AtomicUsize::new(if config.discard { 1 } else { config.disks.len() }),
             in_flight: AtomicU64::new(0),
             lost_blocks: AtomicU64::new(0),
             next_block: AtomicU32::new(0),
@@ -284,6 +289,13 @@ impl Recorder {
                 .map_err(StartError::Thread)
         };
         let mut workers = Vec::new();
+        if shared.config.discard {
+            let sh = shared.clone();
+            workers.push(spawn(
+                "vf-discard".into(),
+                Box::new(move || writer::run_discard(sh)),
+            )?);
+        }
         for (i, sink) in sinks.into_iter().enumerate() {
             let sh = shared.clone();
             workers.push(spawn(
@@ -709,7 +721,7 @@ fn supervise(shared: Arc<Shared>, wake: Receiver<()>, workers: Vec<JoinHandle<()
     let lost_blocks = shared.lost_blocks.load(Relaxed) + leftover;
     let status = snapshot(&shared);
     let alive = status.disks.iter().filter(|d| d.failed.is_none()).count();
-    let error = if lost_blocks > 0 || alive == 0 {
+    let error = if lost_blocks > 0 || (alive == 0 && !shared.config.discard) {
         Some(format!(
             "every disk failed; {lost_blocks} block(s) could not be written"
         ))
