@@ -3,7 +3,7 @@
 //! one sender thread, received by one thread of the responder over each transport of
 //! [`vlbiflow_rx::Transport`]. Per test: Gb/s delivered, loss (from each flow's packet sequence numbers),
 //! CPU seconds per GB of the sending and the receiving thread (user and system, from
-//! `/proc/thread-self/stat`), of both processes and of the whole host (user, system, softirq from
+//! `getrusage(RUSAGE_THREAD)`), of both processes and of the whole host (user, system, softirq from
 //! `/proc/stat`), and energy per GB and Gb/s per Watt from RAPL where the host exposes it.
 //!
 //! Protocol (on the control connection of [`crate::proto`]): `EffProbe` -> `EffTransports` (what the
@@ -591,20 +591,48 @@ pub struct EffResult {
     pub metrics: EffMetrics,
 }
 
+/// Reads a figure written as `null` (how JSON carries NaN: no value, e.g. CPU below the tick resolution)
+/// back as NaN.
+fn nan<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
+}
+
+/// As [`nan`] for a pair.
+fn nan2<'de, D: serde::Deserializer<'de>>(d: D) -> Result<(f64, f64), D::Error> {
+    let (a, b) = <(Option<f64>, Option<f64>)>::deserialize(d)?;
+    Ok((a.unwrap_or(f64::NAN), b.unwrap_or(f64::NAN)))
+}
+
+/// As [`nan`] for a triple.
+fn nan3<'de, D: serde::Deserializer<'de>>(d: D) -> Result<(f64, f64, f64), D::Error> {
+    let (a, b, c) = <(Option<f64>, Option<f64>, Option<f64>)>::deserialize(d)?;
+    Ok((
+        a.unwrap_or(f64::NAN),
+        b.unwrap_or(f64::NAN),
+        c.unwrap_or(f64::NAN),
+    ))
+}
+
 /// Figures derived from one test.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct EffMetrics {
     /// Payload Gb/s received (bytes over first-to-last arrival).
+    #[serde(deserialize_with = "nan")]
     pub gbps: f64,
     /// Fraction of datagrams sent that were not received (UDP; 0 for TCP).
+    #[serde(deserialize_with = "nan")]
     pub loss: f64,
     /// GB received.
+    #[serde(deserialize_with = "nan")]
     pub gb: f64,
     /// Sending thread CPU seconds per GB sent: user, system.
+    #[serde(deserialize_with = "nan2")]
     pub send_cpu_s_per_gb: (f64, f64),
     /// Receiving thread CPU seconds per GB received: user, system.
+    #[serde(deserialize_with = "nan2")]
     pub recv_cpu_s_per_gb: (f64, f64),
     /// Whole host (both ends when they share it) per GB received: user, system, softirq.
+    #[serde(deserialize_with = "nan3")]
     pub host_cpu_s_per_gb: (f64, f64, f64),
     /// Both ends share one kernel (same boot id): host counters and energy counted once.
     pub same_host: bool,
@@ -708,32 +736,46 @@ pub struct TransportSummary {
     /// Repeats measured.
     pub repeats: usize,
     /// Median Gb/s.
+    #[serde(deserialize_with = "nan")]
     pub gbps: f64,
     /// (max - min) / median of Gb/s over the repeats.
+    #[serde(deserialize_with = "nan")]
     pub gbps_spread: f64,
     /// Median loss fraction.
+    #[serde(deserialize_with = "nan")]
     pub loss: f64,
     /// Median sending-thread CPU s/GB (user + system).
+    #[serde(deserialize_with = "nan")]
     pub send_cpu: f64,
     /// Median receiving-thread CPU s/GB (user + system).
+    #[serde(deserialize_with = "nan")]
     pub recv_cpu: f64,
     /// (max - min) / median of the receiving thread's CPU s/GB.
+    #[serde(deserialize_with = "nan")]
     pub recv_cpu_spread: f64,
     /// Median receiving-thread user and system s/GB.
+    #[serde(deserialize_with = "nan")]
     pub recv_user: f64,
     /// See `recv_user`.
+    #[serde(deserialize_with = "nan")]
     pub recv_system: f64,
     /// Median sending-thread user and system s/GB.
+    #[serde(deserialize_with = "nan")]
     pub send_user: f64,
     /// See `send_user`.
+    #[serde(deserialize_with = "nan")]
     pub send_system: f64,
     /// Median host softirq s/GB (machine-wide).
+    #[serde(deserialize_with = "nan")]
     pub host_softirq: f64,
     /// Median host busy (user + system + softirq) s/GB (machine-wide).
+    #[serde(deserialize_with = "nan")]
     pub host_busy: f64,
     /// GB received per receiving-thread CPU second, relative to the best transport of the series (1 = best).
+    #[serde(deserialize_with = "nan")]
     pub recv_efficiency: f64,
     /// GB moved per CPU second of both threads, relative to the best (1 = best).
+    #[serde(deserialize_with = "nan")]
     pub both_efficiency: f64,
     /// Median J/GB where RAPL was readable.
     pub joules_per_gb: Option<f64>,
@@ -752,6 +794,15 @@ fn median(mut v: Vec<f64>) -> f64 {
         v[n / 2]
     } else {
         (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// 1/x, or NaN when x is not a positive figure (CPU time below the tick resolution of a short test).
+fn inverse(x: f64) -> f64 {
+    if x > 0.0 && x.is_finite() {
+        1.0 / x
+    } else {
+        f64::NAN
     }
 }
 
@@ -809,8 +860,8 @@ pub fn summarise(runs: &[EffResult]) -> Vec<TransportSummary> {
             host_busy: median(col(&|m| {
                 m.host_cpu_s_per_gb.0 + m.host_cpu_s_per_gb.1 + m.host_cpu_s_per_gb.2
             })),
-            recv_efficiency: 1.0 / median(recv),
-            both_efficiency: 1.0 / median(col(&|m| m.both_cpu_s_per_gb())),
+            recv_efficiency: inverse(median(recv)),
+            both_efficiency: inverse(median(col(&|m| m.both_cpu_s_per_gb()))),
             joules_per_gb: opt(&|m| m.joules_per_gb),
             gbps_per_watt: opt(&|m| m.gbps_per_watt),
         });

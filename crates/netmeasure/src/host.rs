@@ -168,13 +168,20 @@ impl ProcessCpu {
             .unwrap_or_default()
     }
 
-    /// The calling thread's CPU time (/proc/thread-self/stat; zeros when unreadable).
+    /// The calling thread's CPU time (`getrusage(RUSAGE_THREAD)`: the total is the scheduler's exact
+    /// run time, split into user and system by the kernel's tick samples; zeros if it fails).
     pub fn read_thread() -> ProcessCpu {
-        let hz = rustix::param::clock_ticks_per_second().max(1) as f64;
-        fs::read_to_string("/proc/thread-self/stat")
-            .ok()
-            .and_then(|t| ProcessCpu::parse(&t, hz))
-            .unwrap_or_default()
+        // SAFETY: an all-zero rusage is a valid value for getrusage to overwrite.
+        let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: `u` is a valid, exclusively borrowed rusage for the call to fill.
+        if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut u) } != 0 {
+            return ProcessCpu::default();
+        }
+        let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        ProcessCpu {
+            user_s: secs(u.ru_utime),
+            system_s: secs(u.ru_stime),
+        }
     }
 
     /// CPU seconds used since `earlier`.
