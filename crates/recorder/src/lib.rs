@@ -258,6 +258,7 @@ impl Recorder {
             writers_alive: AtomicUsize::new(if config.discard { 1 } else { config.disks.len() }),
             in_flight: AtomicU64::new(0),
             lost_blocks: AtomicU64::new(0),
+            discarded_bytes: AtomicU64::new(0),
             next_block: AtomicU32::new(0),
             free_tx,
             free_rx,
@@ -535,7 +536,8 @@ impl FlowMonitor {
                 (s.packets.load(Relaxed) + s.dropped_no_buffer.load(Relaxed)) * u64::from(spec.frame_size)
             })
             .sum();
-        let written = shared.disks.iter().map(|d| d.bytes.load(Relaxed)).sum();
+        let written = shared.disks.iter().map(|d| d.bytes.load(Relaxed)).sum::<u64>()
+            + shared.discarded_bytes.load(Relaxed);
         (input, written)
     }
 

@@ -264,6 +264,7 @@ pub(crate) fn run_discard(shared: Arc<Shared>) {
     loop {
         match queue.recv_timeout(Duration::from_millis(50)) {
             Ok(mut block) => {
+                shared.discarded_bytes.fetch_add(block.len as u64, Relaxed);
                 block.reset();
                 shared.in_flight.fetch_sub(1, AcqRel);
                 let _ = shared.free_tx.send(block);
