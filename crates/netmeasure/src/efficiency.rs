@@ -384,6 +384,9 @@ pub struct EffParams {
     pub gso: u16,
     /// Send buffer per socket, bytes.
     pub send_buffer: usize,
+    /// TCP: congestion control of the sending connections (e.g. "cubic"); None: the host's default.
+    #[serde(default)]
+    pub tcp_congestion: Option<String>,
 }
 
 impl EffParams {
@@ -421,6 +424,9 @@ pub struct SendOutcome {
     pub active_s: f64,
     /// The sending thread's CPU.
     pub thread: ProcessCpu,
+    /// TCP: the congestion control the connections used (read back from the first one).
+    #[serde(default)]
+    pub tcp_congestion: Option<String>,
 }
 
 /// Sends `p` to `dests` (one per UDP flow; TCP: one address, `streams` connections) from this thread
@@ -520,11 +526,24 @@ fn send_tcp(
     let n = p.setup.streams as usize;
     let mut conns = Vec::with_capacity(n);
     for _ in 0..n {
-        let c = TcpStream::connect_timeout(&dest, Duration::from_secs(5))?;
-        c.set_nodelay(false)?;
+        let sock = socket2::Socket::new(
+            socket2::Domain::for_address(dest),
+            socket2::Type::STREAM,
+            Some(socket2::Protocol::TCP),
+        )?;
+        if let Some(cc) = &p.tcp_congestion {
+            sock.set_tcp_congestion(cc.as_bytes())
+                .map_err(|e| io::Error::new(e.kind(), format!("TCP congestion control {cc:?}: {e}")))?;
+        }
+        sock.connect_timeout(&dest.into(), Duration::from_secs(5))?;
+        let c: TcpStream = sock.into();
         c.set_nonblocking(true)?;
         conns.push(c);
     }
+    let tcp_congestion = socket2::SockRef::from(&conns[0])
+        .tcp_congestion()
+        .ok()
+        .map(|v| String::from_utf8_lossy(&v).trim_end_matches('\0').to_owned());
     let chunk = TURN * p.setup.size;
     let buf = vec![0x5Au8; chunk];
     let mut sent = vec![0u64; n];
@@ -570,6 +589,7 @@ fn send_tcp(
     Ok(SendOutcome {
         sent,
         bytes: total,
+        tcp_congestion,
         ..Default::default()
     })
 }
@@ -733,6 +753,9 @@ pub struct TransportSummary {
     pub transport: Option<Transport>,
     /// How the receive path was set up (from the first repeat).
     pub detail: String,
+    /// TCP: the sender's congestion control (from the first repeat).
+    #[serde(default)]
+    pub tcp_congestion: Option<String>,
     /// Repeats measured.
     pub repeats: usize,
     /// Median Gb/s.
@@ -845,6 +868,7 @@ pub fn summarise(runs: &[EffResult]) -> Vec<TransportSummary> {
         out.push(TransportSummary {
             transport: Some(t),
             detail: mine[0].remote.detail.clone(),
+            tcp_congestion: mine[0].send.tcp_congestion.clone(),
             repeats: mine.len(),
             gbps: median(gbps.clone()),
             gbps_spread: spread(&gbps),
@@ -1092,8 +1116,12 @@ pub fn table_lines(r: &EffReport) -> Vec<String> {
         }
     }
     for s in &r.summary {
+        let cc = match &s.tcp_congestion {
+            Some(cc) => format!("; sender congestion control {cc}"),
+            None => String::new(),
+        };
         out.push(format!(
-            "{}: {}",
+            "{}: {}{cc}",
             s.transport.map(|t| t.name()).unwrap_or(""),
             s.detail
         ));
@@ -1126,6 +1154,7 @@ mod tests {
                 rate_bps: None,
                 gso: 0,
                 send_buffer: 1 << 20,
+                tcp_congestion: None,
             },
             repeat: 0,
             send: SendOutcome::default(),
@@ -1184,6 +1213,7 @@ mod tests {
                 user_s: 0.01,
                 system_s: 0.03,
             },
+            tcp_congestion: None,
         };
         let mut remote = EffRemote {
             received: 990,

@@ -199,21 +199,38 @@ pub fn plot_efficiency(path: &Path, report: &EffReport) -> Result<(), PlotError>
 
 /// Series of Gb/s against path loss (percent), one per transport, from reports carrying `path_loss`.
 pub fn loss_series(reports: &[EffReport]) -> Vec<Series> {
+    // One series per transport, TCP once per congestion control the senders used.
+    let mut keys: Vec<(vlbiflow_rx::Transport, Option<String>)> = Vec::new();
+    for r in reports.iter().filter(|r| r.path_loss.is_some()) {
+        for s in &r.summary {
+            if let Some(t) = s.transport {
+                let k = (t, s.tcp_congestion.clone());
+                if !keys.contains(&k) {
+                    keys.push(k);
+                }
+            }
+        }
+    }
+    keys.sort();
     let mut out: Vec<Series> = Vec::new();
-    for t in vlbiflow_rx::Transport::ALL {
+    for (t, cc) in keys {
         let mut pts: Vec<(f64, f64)> = reports
             .iter()
             .filter_map(|r| {
                 let loss = r.path_loss?;
-                let s = r.summary.iter().find(|s| s.transport == Some(t))?;
+                let s = r
+                    .summary
+                    .iter()
+                    .find(|s| s.transport == Some(t) && s.tcp_congestion == cc)?;
                 Some((loss * 100.0, s.gbps))
             })
             .collect();
-        if pts.is_empty() {
-            continue;
-        }
         pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-        out.push((t.name().to_owned(), pts));
+        let name = match &cc {
+            Some(cc) => format!("{} ({cc})", t.name()),
+            None => t.name().to_owned(),
+        };
+        out.push((name, pts));
     }
     out
 }
@@ -255,6 +272,7 @@ mod tests {
                 rate_bps: None,
                 gso: 0,
                 send_buffer: 1 << 20,
+                tcp_congestion: None,
             },
             repeat: 0,
             send: SendOutcome::default(),

@@ -74,6 +74,9 @@ pub struct Args {
     /// Send buffer per socket
     #[arg(long, default_value = "8MiB", value_name = "BYTES")]
     send_buffer: String,
+    /// TCP: congestion control of the sending connections, e.g. cubic (default: the host's)
+    #[arg(long, value_name = "NAME")]
+    tcp_congestion: Option<String>,
     /// Random loss the path was set to (e.g. 1% or 0.01), recorded with the results for --plot-loss
     #[arg(long, value_name = "FRACTION")]
     path_loss: Option<String>,
@@ -153,6 +156,7 @@ fn params(a: &Args) -> anyhow::Result<EffParams> {
         rate_bps,
         gso: a.gso,
         send_buffer,
+        tcp_congestion: a.tcp_congestion.clone(),
     };
     if let Err(e) = p.validate() {
         usage!("{e}");
