@@ -522,7 +522,14 @@ impl Client {
         let send = match sent {
             Ok(s) => s,
             Err(e) => {
-                let _ = self.conn.send(&Request::EffFinish { sent: Vec::new() });
+                // End the test at the responder and take its answer, so the session stays in step.
+                if self.conn.send(&Request::EffFinish { sent: Vec::new() }).is_ok() {
+                    let _ = self.conn.recv::<Reply>(
+                        self.timeout + Duration::from_secs(6),
+                        "waiting for the end of a failed efficiency test",
+                        "reply",
+                    );
+                }
                 return Err(NetError::Io {
                     what: format!("efficiency: sending over {}", p.setup.transport),
                     source: e,

@@ -1012,7 +1012,10 @@ pub fn run_series(
                         repeat: r,
                         error: e.to_string(),
                     });
-                    if matches!(e, crate::NetError::Proto(_)) {
+                    // A refusal or failure the responder reported leaves the session usable; a broken or
+                    // confused control connection does not.
+                    if matches!(&e, crate::NetError::Proto(p) if !matches!(p, crate::proto::ProtoError::Remote(_)))
+                    {
                         return Err(e);
                     }
                 }
