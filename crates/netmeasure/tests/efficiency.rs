@@ -91,7 +91,7 @@ fn every_transport_alternating_with_summaries() {
     assert_eq!(report.runs.len(), 2 * measured.len());
     for run in &report.runs {
         let t = run.params.setup.transport;
-        assert_eq!(run.metrics.same_host, true);
+        assert!(run.metrics.same_host);
         if t == Transport::Tcp {
             assert_eq!(run.remote.bytes, run.send.bytes, "TCP delivers every byte");
             assert_eq!(run.send.sent.len(), 3);
