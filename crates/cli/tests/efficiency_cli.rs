@@ -260,7 +260,7 @@ fn netns_efficiency_every_transport_table_json_plots() {
     let runs = r["runs"].as_array().unwrap();
     let unavailable = r["unavailable"].as_array().unwrap();
     // Every transport is either measured or said to be unavailable, with a reason.
-    assert_eq!(runs.len() + unavailable.len(), 5, "{r}");
+    assert_eq!(runs.len() + unavailable.len(), 6, "{r}");
     assert!(unavailable
         .iter()
         .all(|u| u["unavailable"].as_str().is_some_and(|s| !s.is_empty())));

@@ -219,6 +219,41 @@ impl Receiving {
         let stop = Arc::new(RecvControl::default());
         let max_wait = Duration::from_millis(setup.duration_ms) + Duration::from_secs(15);
         let s = setup.clone();
+        if setup.transport == Transport::Xdp {
+            let IpAddr::V4(ip4) = ip else {
+                return Err("xdp: IPv4 only".into());
+            };
+            if setup.size > vlbiflow_rx::xdp::MAX_PAYLOAD {
+                return Err(format!(
+                    "xdp: {}-byte datagrams do not fit one 4 KiB UMEM chunk (at most {} here; would need \
+                     multi-buffer AF_XDP or a UMEM in huge pages)",
+                    setup.size,
+                    vlbiflow_rx::xdp::MAX_PAYLOAD
+                ));
+            }
+            let (socks, base) = vlbiflow_rx::xdp::open_consecutive(ip, setup.streams as usize)
+                .map_err(|e| format!("xdp: {e}"))?;
+            let ports: Vec<u16> = (0..setup.streams as u16).map(|k| base + k).collect();
+            let ctl = stop.clone();
+            let p = ports.clone();
+            let handle = thread::Builder::new()
+                .name("vf-eff-recv".into())
+                .spawn(move || {
+                    let meter = EndMeter::start();
+                    let t0 = ProcessCpu::read_thread();
+                    let rx = vlbiflow_rx::XdpRx::new(ip4, &p, s.size).map_err(|e| format!("xdp: {e}"))?;
+                    let r = receive_loop(Rx::Xdp(Box::new(rx)), &s, &ctl, meter, t0, max_wait);
+                    drop(socks);
+                    r
+                })
+                .map_err(|e| format!("receive thread: {e}"))?;
+            return Ok(Receiving {
+                ports,
+                granted_buffer: 0,
+                stop,
+                handle,
+            });
+        }
         if setup.transport.is_udp() {
             let recv_buffer = setup.recv_buffer.unwrap_or(default_recv_buffer);
             let socks = open_udp_sockets(ip, setup.streams as usize, recv_buffer, setup.transport.gro())
@@ -989,6 +1024,9 @@ pub fn run_series(
     }
     for r in 0..repeats {
         for t in order(&usable, r) {
+            if report.unavailable.iter().any(|a| a.transport == t) {
+                continue;
+            }
             if stop.load(Ordering::Relaxed) {
                 report.summary = summarise(&report.runs);
                 return Ok(report);
@@ -1007,6 +1045,15 @@ pub fn run_series(
                 }
                 Err(crate::NetError::Interrupted) => break,
                 Err(e) => {
+                    if let crate::NetError::Proto(crate::proto::ProtoError::Remote(why)) = &e {
+                        // Refused by the responder (e.g. a size the path cannot take): said once, not retried.
+                        if !report.unavailable.iter().any(|a| a.transport == t) {
+                            report.unavailable.push(Availability {
+                                transport: t,
+                                unavailable: Some(why.clone()),
+                            });
+                        }
+                    }
                     on_event(EffEvent::Failed {
                         transport: t,
                         repeat: r,

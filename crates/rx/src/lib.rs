@@ -5,7 +5,8 @@
 //! | `udp` | `recvmmsg` batches, one datagram per message ([`mmsg`]) |
 //! | `udp-gro` | `recvmmsg` with UDP GRO: runs of equal datagrams of a flow arrive as one super-datagram |
 //! | `uring` | io_uring multishot `recvmsg` per socket into a ring of provided buffers ([`uring`]) |
-//! | `uring-gro` | the same with UDP GRO |
+//! | `uring-gro` | the same with GRO |
+//! | `xdp` | AF_XDP socket on queue 0 of the interface, generic (copy) mode, an XDP program redirecting the streams' ports ([`xdp`]) |
 //! | `tcp` | TCP byte streams with the kernel's buffer autotuning, `read` per ready connection ([`tcp`]) |
 //!
 //! [`Rx`] wraps them behind one `poll(timeout, |stream, bytes| ..)`: a UDP path hands over every datagram
@@ -18,12 +19,13 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 #[cfg(not(target_os = "linux"))]
-compile_error!("vlbiflow-rx uses Linux-only interfaces (recvmmsg, UDP GRO, io_uring)");
+compile_error!("vlbiflow-rx uses Linux-only interfaces (recvmmsg, UDP GRO, io_uring, AF_XDP)");
 
 pub mod mmsg;
 mod sys;
 pub mod tcp;
 pub mod uring;
+pub mod xdp;
 
 use std::fmt;
 use std::io;
@@ -35,6 +37,7 @@ use serde::{Deserialize, Serialize};
 pub use mmsg::MmsgRx;
 pub use tcp::TcpRx;
 pub use uring::UringRx;
+pub use xdp::XdpRx;
 
 /// A way to receive a stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -51,6 +54,9 @@ pub enum Transport {
     /// UDP with GRO, io_uring multishot `recvmsg` into provided buffers.
     #[serde(rename = "uring-gro")]
     UringGro,
+    /// UDP through an AF_XDP socket (generic mode: the kernel copies each frame into the UMEM).
+    #[serde(rename = "xdp")]
+    Xdp,
     /// TCP with receive-buffer autotuning.
     #[serde(rename = "tcp")]
     Tcp,
@@ -58,11 +64,12 @@ pub enum Transport {
 
 impl Transport {
     /// Every transport, in the order tables list them.
-    pub const ALL: [Transport; 5] = [
+    pub const ALL: [Transport; 6] = [
         Transport::Udp,
         Transport::UdpGro,
         Transport::Uring,
         Transport::UringGro,
+        Transport::Xdp,
         Transport::Tcp,
     ];
 
@@ -73,6 +80,7 @@ impl Transport {
             Transport::UdpGro => "udp-gro",
             Transport::Uring => "uring",
             Transport::UringGro => "uring-gro",
+            Transport::Xdp => "xdp",
             Transport::Tcp => "tcp",
         }
     }
@@ -85,6 +93,9 @@ impl Transport {
             Transport::Uring => "UDP socket, io_uring multishot recvmsg into a provided-buffer ring",
             Transport::UringGro => {
                 "UDP socket with GRO, io_uring multishot recvmsg into a provided-buffer ring"
+            }
+            Transport::Xdp => {
+                "AF_XDP socket, generic (copy) mode, XDP program redirecting the streams' ports"
             }
             Transport::Tcp => "TCP with receive-buffer autotuning, read() per ready connection",
         }
@@ -112,11 +123,12 @@ impl Transport {
     }
 
     /// Whether this kernel and process can use the transport: Ok, or why not. Cheap (creates and drops a
-    /// ring).
+    /// ring, an AF_XDP socket; the interface and the XDP program are checked when the path is opened).
     pub fn probe(self) -> Result<(), String> {
         match self {
             Transport::Udp | Transport::UdpGro | Transport::Tcp => Ok(()),
             Transport::Uring | Transport::UringGro => uring::probe(),
+            Transport::Xdp => xdp::probe(),
         }
     }
 }
@@ -152,6 +164,8 @@ pub enum Rx {
     Mmsg(Box<MmsgRx>),
     /// `uring` and `uring-gro`.
     Uring(Box<UringRx>),
+    /// `xdp`.
+    Xdp(Box<XdpRx>),
     /// `tcp`.
     Tcp(TcpRx),
 }
@@ -172,7 +186,7 @@ impl Rx {
                 max_datagram,
                 transport.gro(),
             )?))),
-            Transport::Tcp => Err(io::Error::new(
+            Transport::Xdp | Transport::Tcp => Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("{transport} is not opened over UDP sockets"),
             )),
@@ -186,6 +200,7 @@ impl Rx {
         match self {
             Rx::Mmsg(r) => r.poll(timeout, f),
             Rx::Uring(r) => r.poll(timeout, f),
+            Rx::Xdp(r) => r.poll(timeout, f),
             Rx::Tcp(r) => r.poll(timeout, f),
         }
     }
@@ -195,6 +210,7 @@ impl Rx {
         match self {
             Rx::Mmsg(r) => r.stats(),
             Rx::Uring(r) => r.stats(),
+            Rx::Xdp(r) => r.stats(),
             Rx::Tcp(r) => r.stats(),
         }
     }
@@ -204,6 +220,7 @@ impl Rx {
         match self {
             Rx::Mmsg(r) => r.detail(),
             Rx::Uring(r) => r.detail(),
+            Rx::Xdp(r) => r.detail(),
             Rx::Tcp(_) => "read() into a 256 KiB buffer".into(),
         }
     }

@@ -32,7 +32,8 @@ Examples:
   vlbiflow net efficiency --from loss-0.json --from loss-1.json --from loss-5.json --plot-loss loss.png
 
 Transports: udp (recvmmsg), udp-gro (recvmmsg with UDP GRO), uring (io_uring multishot recvmsg into
-provided buffers), uring-gro, tcp (autotuned). The sender is one thread (sendmmsg, optionally --gso; TCP:
+provided buffers), uring-gro, xdp (AF_XDP, generic mode, datagrams up to 3798 bytes; root at the
+responder), tcp (autotuned). The sender is one thread (sendmmsg, optionally --gso; TCP:
 non-blocking writes of 32 messages); the receiver is one thread of the responder. Each datagram starts
 with an 8-byte sequence number per flow, so loss is counted exactly. CPU is the sending and the
 receiving thread's user and system time per GB, plus the whole host's (/proc/stat) including softirq;
