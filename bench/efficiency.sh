@@ -3,6 +3,7 @@
 # (MTU 9000), as root:
 #   1. one flow of 8232-byte datagrams flat out, every transport (`net efficiency`, alternating repeats)
 #   2. a LOFAR-like load: 50 flows at $LOFAR_RATE in total, every transport, received by one thread
+#   2b. 4 flows of 1472-byte datagrams at $SMALL_RATE (default 1Gbps), every transport including AF_XDP
 #   3. the recorder on the same load from `gen` (50 streams, GSO 7): capture only and writing to disk,
 #      alternating, with the recorder's CPU per GB
 #   4. bandwidth against random loss on the path (vlbiflow pathemu, 0..5%), udp/uring/tcp (host default
@@ -10,7 +11,7 @@
 # Results (JSON, tables, PNG) go to OUTDIR.
 # Usage: bench/efficiency.sh [OUTDIR] [SECONDS per test] [REPEATS]
 # Environment: LOFAR_RATE (default 6Gbps), LOSS_LEVELS (default "0 0.5% 1% 2% 5%"), LOSS_RATE (1Gbps),
-#              SKIP (space-separated parts to leave out: single lofar record loss)
+#              SMALL_RATE (1Gbps), SKIP (space-separated parts to leave out: single lofar small record loss)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-/var/tmp/vlbiflow-eff}
@@ -74,6 +75,12 @@ if [[ $skip != *" lofar "* ]]; then
   echo "== 2. LOFAR-like: 50 flows, $lofar_rate in total, one receiving thread"
   eff --streams 50 --rate "$lofar_rate" --json --plot "$out/lofar.png" > "$out/lofar.json"
   "$bin" net efficiency --from "$out/lofar.json" | tee "$out/lofar.txt"
+fi
+
+if [[ $skip != *" small "* ]]; then
+  echo "== 2b. 4 flows of 1472-byte datagrams, ${SMALL_RATE:-1Gbps} in total, every transport (AF_XDP takes datagrams up to 3798 bytes)"
+  eff --streams 4 --size 1472 --rate "${SMALL_RATE:-1Gbps}" --recv-buffer 64MiB --json --plot "$out/small.png" > "$out/small.json"
+  "$bin" net efficiency --from "$out/small.json" | tee "$out/small.txt"
 fi
 
 if [[ $skip != *" record "* ]]; then

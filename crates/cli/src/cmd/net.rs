@@ -41,7 +41,7 @@ Examples:
   # Results over time
   vlbiflow net history --kind bw-zero-loss --plot history.png
 
-  # What receiving costs per transport (recvmmsg, GRO, io_uring, TCP), with a plot
+  # What receiving costs per transport (recvmmsg, GRO, io_uring, AF_XDP, TCP), with a plot
   vlbiflow net efficiency far.example.org --plot eff.png";
 
 /// Network measurement: throughput, loss, jitter, latency and TCP tests against a responder.
@@ -64,7 +64,7 @@ enum NetCmd {
     Tcp(TcpArgs),
     /// List or plot archived results over time
     History(HistoryArgs),
-    /// Receive cost per transport (UDP recvmmsg/GRO, io_uring, TCP): Gb/s, loss, CPU per GB, energy
+    /// Receive cost per transport (UDP recvmmsg/GRO, io_uring, AF_XDP, TCP): Gb/s, loss, CPU per GB, energy
     Efficiency(super::efficiency::Args),
 }
 
