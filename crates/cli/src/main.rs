@@ -48,6 +48,8 @@ enum Command {
     Net(cmd::net::Args),
     /// Emulate a long, lossy path (delay, jitter, loss, rate and queue limits) between two network namespaces
     Pathemu(cmd::pathemu::Args),
+    /// Move files and scans to a correlator: verified, resumable, authenticated transfer over UDP
+    Xfer(cmd::xfer::Args),
 }
 
 fn main() -> ExitCode {
@@ -65,6 +67,7 @@ fn main() -> ExitCode {
         Command::Status(a) => cmd::status::run(a),
         Command::Net(a) => cmd::net::run(a),
         Command::Pathemu(a) => cmd::pathemu::run(a),
+        Command::Xfer(a) => cmd::xfer::run(a),
     };
     match result {
         Ok(code) => code,

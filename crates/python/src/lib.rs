@@ -81,7 +81,10 @@ impl Reader {
         d.set_item("bits", i.bits)?;
         d.set_item("channels", i.channels)?;
         d.set_item("complex", i.complex)?;
-        d.set_item("station", vlbiflow_checker::engine::station_str(i.station))?;
+        d.set_item(
+            "station",
+            vlbiflow_formats::vdif::VdifHeaderRepr::station_to_string(i.station),
+        )?;
         d.set_item("edv", i.edv)?;
         d.set_item("threads", i.threads.clone())?;
         d.set_item("frame_rate", i.frame_rate)?;

@@ -276,7 +276,7 @@ pub struct SampleReader {
 
 impl SampleReader {
     pub fn new(rec: Recording, info: Info, strict: bool, baseband_units: bool) -> SampleReader {
-        let mut column = vec![-1i32; 1024];
+        let mut column = vec![-1i32; usize::from(vlbiflow_formats::vdif::MAX_THREAD_ID) + 1];
         for (i, &t) in info.threads.iter().enumerate() {
             column[usize::from(t)] = i as i32;
         }

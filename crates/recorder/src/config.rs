@@ -62,16 +62,7 @@ impl StreamSpec {
             .split_once('=')
             .ok_or_else(|| err("label", "expected LABEL=vdif@HOST:PORT[,options]".into()))?;
         let label = label.trim();
-        if label.is_empty()
-            || !label
-                .bytes()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.'))
-        {
-            return Err(err(
-                "label",
-                "must be non-empty and use only A-Z a-z 0-9 _ - .".into(),
-            ));
-        }
+        vlbiflow_scan::validate_stream_label(label).map_err(|e| err("label", e))?;
         let mut parts = rest.split(',');
         let head = parts.next().unwrap_or_default();
         let (kind, addr) = head

@@ -161,13 +161,18 @@ pub(crate) struct Shared {
     /// Nominal block size as written in Mark6 file headers and metadata.
     pub nominal_block_size: u64,
     pub events: Sender<RecorderEvent>,
+    /// Events the full queue did not take.
+    pub events_dropped: AtomicU64,
     /// Address each stream's socket is bound to (the real port when 0 was asked for).
     pub local_addrs: Vec<std::net::SocketAddr>,
 }
 
 impl Shared {
+    /// Queues an event for the reader; never blocks: a full queue counts the event as dropped.
     pub fn event(&self, e: RecorderEvent) {
-        let _ = self.events.send(e);
+        if let Err(crossbeam_channel::TrySendError::Full(_)) = self.events.try_send(e) {
+            self.events_dropped.fetch_add(1, Relaxed);
+        }
     }
 
     pub fn stopping(&self) -> bool {

@@ -38,6 +38,10 @@ use vlbiflow_udp::socket::{open_udp, UdpConfig};
 
 pub use config::{ConfigError, FrameKind, RecorderConfig, StreamSpec};
 pub use engine::RecorderEvent;
+
+/// Events the recorder queues for its reader before it counts further ones as dropped
+/// ([`RecorderStatus::events_dropped`]).
+pub const EVENT_QUEUE: usize = 4096;
 pub use status::{DiskStatus, FlowStatus, Phase, PoolStatus, RecorderStatus, StreamStatus, ThreadStatus};
 #[doc(hidden)]
 pub use writer::bench_mark6_write;
@@ -165,7 +169,9 @@ impl Recorder {
         }
 
         // Sockets.
-        let (events_tx, events_rx) = crossbeam_channel::unbounded();
+        // Bounded: a stream that keeps teaching new frame rates, or a reader that stopped reading, must not
+        // grow memory without limit. Events beyond it are counted (`events_dropped`), never waited for.
+        let (events_tx, events_rx) = crossbeam_channel::bounded(EVENT_QUEUE);
         let mut sockets = Vec::new();
         for s in &config.streams {
             let mut udp = UdpConfig::receiver(s.address);
@@ -213,7 +219,7 @@ impl Recorder {
                 streams[i].frame_rate.store(r, Relaxed);
             }
             if granted < config.recv_buffer {
-                let _ = events_tx.send(RecorderEvent::SocketBufferCapped {
+                let _ = events_tx.try_send(RecorderEvent::SocketBufferCapped {
                     stream: s.label.clone(),
                     requested: config.recv_buffer,
                     granted,
@@ -221,7 +227,7 @@ impl Recorder {
             }
         }
         for w in warnings {
-            let _ = events_tx.send(RecorderEvent::ConfigWarning(w));
+            let _ = events_tx.try_send(RecorderEvent::ConfigWarning(w));
         }
         let gro_refused: Vec<i32> = sockets
             .iter()
@@ -231,7 +237,7 @@ impl Recorder {
             })
             .collect();
         if let Some(&e) = gro_refused.first() {
-            let _ = events_tx.send(RecorderEvent::GroUnavailable {
+            let _ = events_tx.try_send(RecorderEvent::GroUnavailable {
                 streams: gro_refused.len(),
                 error: std::io::Error::from_raw_os_error(e).to_string(),
             });
@@ -275,6 +281,7 @@ impl Recorder {
             }),
             nominal_block_size,
             events: events_tx,
+            events_dropped: AtomicU64::new(0),
             local_addrs,
             config,
         });
@@ -344,7 +351,7 @@ fn remove_created<'a>(config: &RecorderConfig, disks: impl Iterator<Item = &'a P
     for disk in disks {
         match config.format {
             ScanFormat::Mark6 => {
-                let _ = std::fs::remove_file(vlbiflow_scan::mark6_path(
+                let _ = std::fs::remove_file(vlbiflow_formats::mark6::file_path(
                     disk,
                     &config.scan,
                     config.streams[0].kind,
@@ -494,6 +501,7 @@ fn snapshot(shared: &Shared) -> RecorderStatus {
         },
         blocks: u64::from(shared.next_block.load(Relaxed)),
         flow: *shared.flow.lock().unwrap_or_else(|e| e.into_inner()),
+        events_dropped: shared.events_dropped.load(Relaxed),
     }
 }
 

@@ -114,21 +114,24 @@ impl Mark6Sink {
         };
         if direct {
             match set_direct(&sink.file, true) {
-                Ok(()) => {
-                    // The header is the first carry: the first block's write rewrites page 0 with it.
-                    let mut page = AlignedBuf::new(ALIGN);
-                    page.as_mut_slice()[..header.len()].copy_from_slice(header);
-                    sink.direct = Some(DirectCarry {
-                        page,
-                        len: header.len(),
-                        on_disk: header.len() as u64,
-                        padded: false,
-                    });
-                }
+                Ok(()) => sink.start_carry(header),
                 Err(e) => sink.refused = Some(format!("open with O_DIRECT refused: {e}")),
             }
         }
         Ok(sink)
+    }
+
+    /// Starts the O_DIRECT carry: the header is the first carry, and the first block's write rewrites
+    /// page 0 with it. (The carry's arithmetic works on any descriptor; only O_DIRECT needs it.)
+    fn start_carry(&mut self, header: &[u8]) {
+        let mut page = AlignedBuf::new(ALIGN);
+        page.as_mut_slice()[..header.len()].copy_from_slice(header);
+        self.direct = Some(DirectCarry {
+            page,
+            len: header.len(),
+            on_disk: header.len() as u64,
+            padded: false,
+        });
     }
 
     /// Bytes `[0, n)` of the file are on disk (buffered: writeback is tracked per block instead).
@@ -705,7 +708,7 @@ pub(crate) fn open_sink(
     let direct = direct && !memory;
     match format {
         ScanFormat::Mark6 => {
-            let path = vlbiflow_scan::mark6_path(disk, scan, kind);
+            let path = vlbiflow_formats::mark6::file_path(disk, scan, kind);
             let (file, header) = create_mark6_file(&path, nominal_block_size, kind, frame_size)
                 .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
             let mut sink = Mark6Sink::new(file, path, &header, direct)?;
@@ -843,7 +846,11 @@ mod tests {
             let header: Vec<u8> = (0..header_len).map(|i| (i * 7 + 1) as u8).collect();
             file.write_all_at(&header, 0).unwrap();
             let mut sink = Mark6Sink::new(file, path.clone(), &header, true).unwrap();
-            let direct = sink.direct.is_some();
+            if sink.direct.is_none() {
+                // This filesystem refuses O_DIRECT (tmpfs): test the carry's arithmetic through the
+                // buffered descriptor, which takes the same aligned writes.
+                sink.start_carry(&header);
+            }
             let mut model = header.clone();
             let mut block = Block::new(3 * ALIGN, 8, ALIGN);
             for (n, op) in ops.iter().enumerate() {
@@ -855,33 +862,25 @@ mod tests {
                             *b = (i as u8).wrapping_mul(31) ^ n as u8;
                         }
                         model.extend_from_slice(block.with_header_mut());
-                        if direct {
-                            sink.write_direct(&mut block).unwrap();
-                        } else {
-                            let at = sink.offset;
-                            sink.file.write_all_at(block.with_header_mut(), at).unwrap();
-                            sink.offset += (8 + len) as u64;
-                        }
+                        sink.write_direct(&mut block).unwrap();
                     }
                     Op::Flush => {
                         sink.flush_carry().unwrap();
-                        if let Some(d) = &sink.direct {
-                            proptest::prop_assert_eq!(d.on_disk, sink.offset);
-                        }
+                        let d = sink.direct.as_ref().expect("carry");
+                        proptest::prop_assert_eq!(d.on_disk, sink.offset);
                     }
                 }
                 proptest::prop_assert_eq!(sink.offset, model.len() as u64);
-                if let Some(d) = &sink.direct {
-                    proptest::prop_assert!(d.len < ALIGN);
-                    proptest::prop_assert!(sink.offset - d.len as u64 <= d.on_disk && d.on_disk <= sink.offset);
-                    proptest::prop_assert_eq!(&d.page.as_slice()[..d.len], &model[model.len() - d.len..]);
-                }
+                let d = sink.direct.as_ref().expect("carry");
+                proptest::prop_assert!(d.len < ALIGN);
+                proptest::prop_assert!(sink.offset - d.len as u64 <= d.on_disk && d.on_disk <= sink.offset);
+                proptest::prop_assert_eq!(&d.page.as_slice()[..d.len], &model[model.len() - d.len..]);
             }
             sink.flush_carry().unwrap();
             sink.trim().unwrap();
             let on_file = std::fs::read(&path).unwrap();
             proptest::prop_assert_eq!(on_file.len(), model.len());
-            proptest::prop_assert!(on_file == model, "file differs from the model (direct: {})", direct);
+            proptest::prop_assert!(on_file == model, "file differs from the model");
         }
     }
 }

@@ -13,6 +13,7 @@ pub mod record;
 pub mod serve;
 pub mod sink;
 pub mod status;
+pub mod xfer;
 
 /// An error in what the user asked for (arguments, configuration): reported in one line, exit code 2,
 /// before anything is sent or written.
