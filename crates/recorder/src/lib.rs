@@ -92,9 +92,10 @@ pub struct RecorderHandle {
 impl Recorder {
     /// Validates `config`, creates the scan on every disk (refusing to overwrite an existing one), binds
     /// every stream's socket, allocates the block pool and starts capture, writer and supervisor threads.
-    pub fn start(mut config: RecorderConfig) -> Result<RecorderHandle, StartError> {
+    pub fn start(config: RecorderConfig) -> Result<RecorderHandle, StartError> {
         config.validate()?;
         let warnings = config.warnings();
+        let mut config = config;
         if config.discard {
             // Capture only: no disk is touched, so none is part of the scan.
             config.disks.clear();
