@@ -354,10 +354,7 @@ impl Writer {
             }
             DiskSink::Flexbuff { disk, scan, .. } => {
                 let dir = File::open(flexbuff::chunk_dir(disk, scan))?;
-                // SAFETY: plain syscall on an open descriptor.
-                if unsafe { libc::syncfs(dir.as_raw_fd()) } != 0 {
-                    return Err(io::Error::last_os_error());
-                }
+                rustix::fs::syncfs(&dir)?;
                 dir.sync_all()
             }
         }
@@ -675,22 +672,9 @@ fn is_memory_fs(st: &rustix::fs::StatFs) -> bool {
 
 /// Turns O_DIRECT on or off for an open file (the kernel refuses to turn it on where unsupported).
 fn set_direct(file: &File, on: bool) -> io::Result<()> {
-    // SAFETY: fcntl on an open descriptor with integer arguments.
-    unsafe {
-        let flags = libc::fcntl(file.as_raw_fd(), libc::F_GETFL);
-        if flags < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let flags = if on {
-            flags | libc::O_DIRECT
-        } else {
-            flags & !libc::O_DIRECT
-        };
-        if libc::fcntl(file.as_raw_fd(), libc::F_SETFL, flags) < 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(())
+    let mut flags = rustix::fs::fcntl_getfl(file)?;
+    flags.set(rustix::fs::OFlags::DIRECT, on);
+    Ok(rustix::fs::fcntl_setfl(file, flags)?)
 }
 
 /// The sink for `disk` in `format`, created (file header written / chunk directory made) up front so a
