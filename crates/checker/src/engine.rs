@@ -17,7 +17,7 @@ use std::sync::Arc;
 use vlbiflow_formats::fill;
 use vlbiflow_formats::mark5b::{bcd_decode, Mark5bHeader};
 use vlbiflow_formats::time::{epoch_start_unix, FrameClock, UtcTime};
-use vlbiflow_formats::vdif::{self, VdifHeader};
+use vlbiflow_formats::vdif::{self, VdifHeader, VdifHeaderRepr};
 
 /// Jumps kept per thread with full detail; the rest are counted.
 pub const MAX_JUMPS_LISTED: usize = 1000;
@@ -47,16 +47,37 @@ struct RawJump {
     pos: Position,
 }
 
-/// Header fields that must stay constant within a thread.
+/// Header fields that must stay constant within a thread: the first 20 bytes of its header (words 0-4;
+/// 0-3 of a legacy header) with the time (seconds, frame number), the thread ID and the invalid flag
+/// cleared, read back through [`VdifHeader`]. Mark5B frames have an all-zero signature.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Signature {
-    /// Word 2 (version, log2 channels, length), word 3 less the thread ID (complex, bits, station),
-    /// word 4's EDV byte, the legacy bit and the epoch.
-    w2: u32,
-    w3: u32,
-    edv: u8,
-    legacy: bool,
-    epoch: u8,
+struct Signature([u8; 20]);
+
+impl Signature {
+    const NONE: Signature = Signature([0; 20]);
+
+    #[inline]
+    fn of_vdif(frame: &[u8], legacy: bool) -> Self {
+        let mut b = [0u8; 20];
+        let n = if legacy { vdif::LEGACY_HEADER_LEN } else { 20 };
+        b[..n].copy_from_slice(&frame[..n]);
+        let mut v = VdifHeader::new_unchecked(&mut b[..]);
+        v.set_time(0, 0);
+        v.set_thread_id(0);
+        v.set_invalid(false);
+        Signature(b)
+    }
+
+    #[inline]
+    fn header(&self) -> VdifHeader<&[u8]> {
+        VdifHeader::new_unchecked(&self.0[..])
+    }
+
+    /// Samples per frame this header implies.
+    fn samples_per_frame(&self) -> Option<u64> {
+        let h = self.header();
+        vdif::samples_per_frame(h.payload_len(), h.bits_per_sample(), h.channels(), h.complex()).ok()
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -284,7 +305,7 @@ pub struct EngineReport {
 pub struct Checker {
     format: FrameKind,
     config: CheckConfig,
-    /// Thread index by thread ID (1024 slots; `u16::MAX` = not seen).
+    /// Thread index by thread ID (one slot per possible ID; `u16::MAX` = not seen).
     slot: Vec<u16>,
     threads: Vec<ThreadState>,
     epoch_start: [i64; 64],
@@ -312,7 +333,7 @@ impl Checker {
         Checker {
             format,
             config,
-            slot: vec![u16::MAX; 1024],
+            slot: vec![u16::MAX; usize::from(vdif::MAX_THREAD_ID) + 1],
             threads: Vec::new(),
             epoch_start,
             global_max: 0,
@@ -338,25 +359,13 @@ impl Checker {
     #[inline]
     fn vdif_frame(&mut self, frame: &[u8], pos: Position) {
         let h = VdifHeader::new_unchecked(frame);
-        let w0 = h.raw_word(0);
-        let w1 = h.raw_word(1);
-        let w2 = h.raw_word(2);
-        let w3 = h.raw_word(3);
-        let legacy = w0 & (1 << 30) != 0;
-        let epoch = ((w1 >> 24) & 0x3f) as u8;
-        let sig = Signature {
-            w2,
-            w3: w3 & !(0x3ff << 16),
-            edv: if legacy { 0 } else { (h.raw_word(4) >> 24) as u8 },
-            legacy,
-            epoch,
-        };
+        let sig = Signature::of_vdif(frame, h.legacy());
         let stamp = (
-            self.epoch_start[epoch as usize] + i64::from(w0 & 0x3fff_ffff),
-            w1 & 0x00ff_ffff,
+            self.epoch_start[h.epoch() as usize] + i64::from(h.seconds()),
+            h.frame_number(),
         );
-        let thread = ((w3 >> 16) & 0x3ff) as u16;
-        let invalid = w0 & (1 << 31) != 0;
+        let thread = h.thread_id();
+        let invalid = h.invalid();
         let rate_hint = self.rate_hint();
         let global_max = self.global_max;
         let idx = self.thread_index(thread, sig, stamp, pos, || h.sample_rate_hz());
@@ -412,55 +421,42 @@ impl Checker {
 
     #[cold]
     fn header_change(t: &mut ThreadState, sig: Signature, pos: Position) {
-        let old = t.sig;
+        let (old, new) = (t.sig.header(), sig.header());
         let mut what = Vec::new();
-        let field = |w: u32, shift: u32, mask: u32| (w >> shift) & mask;
-        if field(old.w2, 0, 0xff_ffff) != field(sig.w2, 0, 0xff_ffff) {
-            what.push(format!(
-                "frame length {} -> {}",
-                field(old.w2, 0, 0xff_ffff) * 8,
-                field(sig.w2, 0, 0xff_ffff) * 8
-            ));
+        if old.frame_len() != new.frame_len() {
+            what.push(format!("frame length {} -> {}", old.frame_len(), new.frame_len()));
         }
-        if field(old.w2, 24, 0x1f) != field(sig.w2, 24, 0x1f) {
-            what.push(format!(
-                "channels {} -> {}",
-                1u64 << field(old.w2, 24, 0x1f),
-                1u64 << field(sig.w2, 24, 0x1f)
-            ));
+        if old.channels() != new.channels() {
+            what.push(format!("channels {} -> {}", old.channels(), new.channels()));
         }
-        if field(old.w2, 29, 7) != field(sig.w2, 29, 7) {
-            what.push(format!(
-                "VDIF version {} -> {}",
-                field(old.w2, 29, 7),
-                field(sig.w2, 29, 7)
-            ));
+        if old.version() != new.version() {
+            what.push(format!("VDIF version {} -> {}", old.version(), new.version()));
         }
-        if field(old.w3, 26, 0x1f) != field(sig.w3, 26, 0x1f) {
+        if old.bits_per_sample() != new.bits_per_sample() {
             what.push(format!(
                 "bits per sample {} -> {}",
-                field(old.w3, 26, 0x1f) + 1,
-                field(sig.w3, 26, 0x1f) + 1
+                old.bits_per_sample(),
+                new.bits_per_sample()
             ));
         }
-        if field(old.w3, 31, 1) != field(sig.w3, 31, 1) {
+        if old.complex() != new.complex() {
             what.push("complex flag changed".to_string());
         }
-        if field(old.w3, 0, 0xffff) != field(sig.w3, 0, 0xffff) {
+        if old.station_id() != new.station_id() {
             what.push(format!(
                 "station {} -> {}",
-                station_str(old.w3 as u16),
-                station_str(sig.w3 as u16)
+                VdifHeaderRepr::station_to_string(old.station_id()),
+                VdifHeaderRepr::station_to_string(new.station_id())
             ));
         }
-        if old.edv != sig.edv {
-            what.push(format!("EDV {} -> {}", old.edv, sig.edv));
+        if old.edv() != new.edv() {
+            what.push(format!("EDV {} -> {}", old.edv(), new.edv()));
         }
-        if old.legacy != sig.legacy {
+        if old.legacy() != new.legacy() {
             what.push("legacy flag changed".to_string());
         }
-        if old.epoch != sig.epoch {
-            what.push(format!("reference epoch {} -> {}", old.epoch, sig.epoch));
+        if old.epoch() != new.epoch() {
+            what.push(format!("reference epoch {} -> {}", old.epoch(), new.epoch()));
         }
         t.changes_total += 1;
         if t.changes.len() < MAX_CHANGES_LISTED {
@@ -489,13 +485,7 @@ impl Checker {
             (mjd - vlbiflow_formats::time::MJD_UNIX_EPOCH) * 86400 + i64::from(sod),
             u32::from(h.frame_number()),
         );
-        let sig = Signature {
-            w2: 0,
-            w3: 0,
-            edv: 0,
-            legacy: false,
-            epoch: 0,
-        };
+        let sig = Signature::NONE;
         let rate_hint = self.rate_hint();
         let global_max = self.global_max;
         let idx = self.thread_index(0, sig, stamp, pos, || None);
@@ -548,12 +538,14 @@ impl Checker {
         if self.format == FrameKind::Vdif {
             if let Some(t) = self.threads.first() {
                 if let Some(hz) = t.sample_rate_hz {
-                    let bits = ((t.sig.w3 >> 26) & 0x1f) as u8 + 1;
-                    let channels = 1u32 << ((t.sig.w2 >> 24) & 0x1f);
-                    let complex = t.sig.w3 >> 31 != 0;
-                    let len = ((t.sig.w2 & 0xff_ffff) * 8) as usize;
-                    let hl = if t.sig.legacy { 16 } else { 32 };
-                    if let Ok(r) = vdif::frame_rate(hz, bits, channels, complex, len.saturating_sub(hl)) {
+                    let h = t.sig.header();
+                    if let Ok(r) = vdif::frame_rate(
+                        hz,
+                        h.bits_per_sample(),
+                        h.channels(),
+                        h.complex(),
+                        h.payload_len(),
+                    ) {
                         return (Some(r), "EDV sample rate");
                     }
                 }
@@ -566,13 +558,7 @@ impl Checker {
             // rate implies says so when one more frame per second makes it a round number.
             if self.format == FrameKind::Vdif {
                 if let Some(t) = self.threads.first() {
-                    let bits = ((t.sig.w3 >> 26) & 0x1f) as u8 + 1;
-                    let channels = 1u32 << ((t.sig.w2 >> 24) & 0x1f);
-                    let complex = t.sig.w3 >> 31 != 0;
-                    let len = ((t.sig.w2 & 0xff_ffff) * 8) as usize;
-                    let hl = if t.sig.legacy { 16 } else { 32 };
-                    if let Ok(spf) = vdif::samples_per_frame(len.saturating_sub(hl), bits, channels, complex)
-                    {
+                    if let Some(spf) = t.sig.samples_per_frame() {
                         if let Some(r) = vdif::corrected_learned_rate(learned, spf) {
                             return (
                                 Some(r),
@@ -678,24 +664,24 @@ impl Checker {
                 first_index = Some(first_index.map_or(fi, |x| x.min(fi)));
                 end_index = Some(end_index.map_or(li, |x| x.max(li)));
             }
-            let sig = t.sig;
+            let h = t.sig.header();
             threads.push(ThreadReport {
                 thread: t.id,
                 station: if self.format == FrameKind::Vdif {
-                    station_str(sig.w3 as u16)
+                    VdifHeaderRepr::station_to_string(h.station_id())
                 } else {
                     String::new()
                 },
                 frame_len: if self.format == FrameKind::Vdif {
-                    ((sig.w2 & 0xff_ffff) * 8) as usize
+                    h.frame_len()
                 } else {
                     vlbiflow_formats::mark5b::FRAME_LEN
                 },
-                bits_per_sample: ((sig.w3 >> 26) & 0x1f) as u8 + 1,
-                channels: 1 << ((sig.w2 >> 24) & 0x1f),
-                complex: sig.w3 >> 31 != 0,
-                edv: sig.edv,
-                version: (sig.w2 >> 29) as u8,
+                bits_per_sample: h.bits_per_sample(),
+                channels: h.channels(),
+                complex: h.complex(),
+                edv: h.edv(),
+                version: h.version(),
                 frames: t.frames,
                 bytes: t.bytes,
                 missing: m,
@@ -768,16 +754,8 @@ impl Checker {
             .iter()
             .map(|t| {
                 let from_header = t.sample_rate_hz.map(|hz| hz as f64);
-                let derived = rate.and_then(|r| {
-                    let bits = ((t.sig.w3 >> 26) & 0x1f) as u8 + 1;
-                    let channels = 1u32 << ((t.sig.w2 >> 24) & 0x1f);
-                    let complex = t.sig.w3 >> 31 != 0;
-                    let len = ((t.sig.w2 & 0xff_ffff) * 8) as usize;
-                    let hl = if t.sig.legacy { 16 } else { 32 };
-                    vdif::samples_per_frame(len.saturating_sub(hl), bits, channels, complex)
-                        .ok()
-                        .map(|spf| spf as f64 * f64::from(r))
-                });
+                let derived =
+                    rate.and_then(|r| t.sig.samples_per_frame().map(|spf| spf as f64 * f64::from(r)));
                 (t.id, from_header.or(derived))
             })
             .collect()
@@ -791,16 +769,6 @@ pub fn loss_fraction(missing: u64, present: u64) -> f64 {
         0.0
     } else {
         missing as f64 / total as f64
-    }
-}
-
-/// Two-character station ID, or its number if not printable.
-pub fn station_str(id: u16) -> String {
-    let b = id.to_be_bytes();
-    if b.iter().all(|c| c.is_ascii_graphic()) {
-        String::from_utf8_lossy(&b).into_owned()
-    } else {
-        format!("0x{id:04x}")
     }
 }
 

@@ -57,9 +57,9 @@ fn listing_from_metadata(name: &str, disks: &[PathBuf], metas: &[ScanMetadata]) 
         let b: u64 = match meta.format {
             ScanFormat::Mark6 => [FrameKind::Vdif, FrameKind::M5b]
                 .iter()
-                .map(|k| file_len(&vlbiflow_scan::mark6_path(d, name, *k)))
+                .map(|k| file_len(&vlbiflow_formats::mark6::file_path(d, name, *k)))
                 .sum(),
-            ScanFormat::Flexbuff => std::fs::read_dir(vlbiflow_scan::flexbuff_dir(d, name))
+            ScanFormat::Flexbuff => std::fs::read_dir(vlbiflow_formats::flexbuff::chunk_dir(d, name))
                 .map(|it| {
                     it.flatten()
                         .filter_map(|e| e.metadata().ok())
@@ -162,7 +162,7 @@ fn vdif_at(file: &File, offset: u64) -> Option<((i64, u32), String)> {
         h.frame_len(),
         h.bits_per_sample(),
         h.channels(),
-        crate::engine::station_str(h.station_id())
+        vlbiflow_formats::vdif::VdifHeaderRepr::station_to_string(h.station_id())
     );
     Some((stamp, shape))
 }
@@ -306,6 +306,7 @@ fn foreign_flexbuff(name: &str, dirs: &[PathBuf]) -> ScanListing {
     chunks.sort();
     let mut start = None;
     let mut streams = vec![];
+    let mut frame_len = None;
     if let Some((_, p)) = chunks.first() {
         if let Ok(f) = File::open(p) {
             let mut w = [0u8; 4];
@@ -313,24 +314,32 @@ fn foreign_flexbuff(name: &str, dirs: &[PathBuf]) -> ScanListing {
                 streams.push("mark5b".to_string());
             } else if let Some((stamp, shape)) = vdif_at(&f, 0)
                 .and_then(|(_, shape)| {
-                    let frame_len = shape.split(' ').nth(1).and_then(|l| l.parse::<u64>().ok())?;
-                    vdif_data_frame(&f, 0, file_len(p), frame_len, false)
+                    frame_len = shape.split(' ').nth(1).and_then(|l| l.parse::<u64>().ok());
+                    vdif_data_frame(&f, 0, file_len(p), frame_len?, false)
                 })
                 .or_else(|| vdif_at(&f, 0))
             {
-                start = Some(UtcTime::from_unix(stamp.0, 0).to_iso8601());
+                start = Some(stamp);
                 streams.push(shape);
             }
         }
     }
+    // The last data frame, from the end of the last chunks (passing over an aborted recording's fill).
+    let last = frame_len.and_then(|fl| {
+        chunks.iter().rev().take(4).find_map(|(_, p)| {
+            let f = File::open(p).ok()?;
+            vdif_data_frame(&f, 0, file_len(p), fl, true).map(|(stamp, _)| stamp)
+        })
+    });
     ScanListing {
         name: name.to_string(),
         layout: "flexbuff",
         described_by: "file headers",
         disks: dirs.len(),
         bytes,
-        start_utc: start,
-        duration_s: None,
+        start_utc: start.map(|s: (i64, u32)| UtcTime::from_unix(s.0, 0).to_iso8601()),
+        // As for Mark6 files: without the frame rate only whole seconds are known.
+        duration_s: start.zip(last).map(|(a, b)| (b.0 - a.0 + 1) as f64),
         streams,
         complete: None,
         note: Some(format!("{} chunks", chunks.len())),

@@ -235,6 +235,18 @@ pub fn locate(args: &[String], disks: &[String]) -> Result<Recording, LocateErro
         ));
     }
     let disk_dirs = expand_disks(disks)?;
+    // With --disk, a bare name is the scan's name even where the current directory holds a file or
+    // directory of that name: standing on one disk (a FlexBuff mount point, a Mark6 data directory), that
+    // is the scan's part on this disk only. Read as a path it would give one disk's blocks or chunks.
+    if let [name] = args {
+        let bare = Path::new(name).file_name() == Some(std::ffi::OsStr::new(name));
+        if bare && !disk_dirs.is_empty() {
+            match locate_scan(name, &disk_dirs) {
+                Err(LocateError::NotFound(_)) if Path::new(name).exists() => {}
+                found => return found,
+            }
+        }
+    }
     let paths_exist: Vec<bool> = args.iter().map(|a| Path::new(a).exists()).collect();
     if paths_exist.iter().all(|e| !e) {
         if args.len() > 1 {
@@ -266,7 +278,7 @@ pub fn locate_scan(scan: &str, disks: &[PathBuf]) -> Result<Recording, LocateErr
     let mut flex = Vec::new();
     let mut metadata: Option<ScanMetadata> = None;
     for disk in disks {
-        let meta_path = disk.join(format!("{scan}{METADATA_SUFFIX}"));
+        let meta_path = vlbiflow_scan::metadata_path(disk, scan);
         if meta_path.exists() {
             match ScanMetadata::read(&meta_path) {
                 Ok(m) => {
@@ -287,7 +299,7 @@ pub fn locate_scan(scan: &str, disks: &[PathBuf]) -> Result<Recording, LocateErr
                 )),
             }
         }
-        for name in [format!("{scan}.vdif"), format!("{scan}.m5b"), scan.to_string()] {
+        for name in vlbiflow_formats::mark6::file_names(scan) {
             let p = disk.join(&name);
             if p.is_file() && is_mark6_file(&p) {
                 mark6.push(mark6_source(p, &mut findings)?);
@@ -295,7 +307,7 @@ pub fn locate_scan(scan: &str, disks: &[PathBuf]) -> Result<Recording, LocateErr
                 break;
             }
         }
-        let dir = disk.join(scan);
+        let dir = vlbiflow_formats::flexbuff::chunk_dir(disk, scan);
         if dir.is_dir() {
             let chunks = chunks_in(&dir, Some(scan));
             if !chunks.is_empty() {

@@ -15,7 +15,7 @@ fn jive5ab_scans_check_exactly_as_their_ground_truth() {
     let truth: serde_json::Value =
         serde_json::from_slice(&std::fs::read(fixtures().join("EXPECTED.json")).unwrap()).unwrap();
     let list = truth["fixtures"].as_array().unwrap();
-    assert!(list.len() >= 8, "all fixtures listed");
+    assert!(list.len() >= 9, "all fixtures listed");
     for fx in list {
         let name = fx["name"].as_str().unwrap();
         let scan = fx["scan"].as_str().unwrap();
@@ -115,12 +115,15 @@ fn frame_rate_is_learned_through_a_fill_frame_at_the_end_of_a_second() {
 
 #[test]
 fn ls_passes_over_fill_for_start_and_duration() {
-    // The aborted scan ends in 29 fill frames (time 0 in their headers): the listing still shows the true
-    // start and a duration within the data's one second.
-    for (name, layout) in [
-        ("j5_mk6_abort", "mark6"),
-        ("j5_mk6_t5_loss", "mark6"),
-        ("j5_fb_loss", "flexbuff"),
+    // The aborted scans end in 29 fill frames (time 0 in their headers; j5_fb_abort's last chunk is one
+    // fill frame): the listing still shows the true start, and the seconds the data touch (the frame rate
+    // is not in the headers): 1 for the aborted scans' 0.4 s, 2 for 1.024 s from a whole second.
+    for (name, layout, seconds) in [
+        ("j5_mk6_abort", "mark6", 1.0),
+        ("j5_mk6_t5_loss", "mark6", 2.0),
+        ("j5_fb_loss", "flexbuff", 2.0),
+        ("j5_fb_abort", "flexbuff", 1.0),
+        ("j5_fb_t5_loss_abort", "flexbuff", 1.0),
     ] {
         let disks: Vec<PathBuf> = std::fs::read_dir(fixtures().join(name))
             .unwrap()
@@ -135,9 +138,7 @@ fn ls_passes_over_fill_for_start_and_duration() {
             .unwrap_or_else(|| panic!("{name} listed"));
         assert_eq!(l.layout, layout);
         assert_eq!(l.start_utc.as_deref(), Some("2026-03-01T12:00:00Z"), "{name}");
-        if let Some(d) = l.duration_s {
-            assert!((1.0..=2.0).contains(&d), "{name}: duration {d}");
-        }
+        assert_eq!(l.duration_s, Some(seconds), "{name}: duration");
         assert!(l.streams[0].contains("station Xx"), "{name}: {:?}", l.streams);
     }
 }

@@ -54,6 +54,8 @@ enum Command {
     Play(cmd::play::Args),
     /// Emulate a long, lossy path (delay, jitter, loss, rate and queue limits) between two network namespaces
     Pathemu(cmd::pathemu::Args),
+    /// Move files and scans to a correlator: verified, resumable, authenticated transfer over UDP
+    Xfer(cmd::xfer::Args),
 }
 
 fn main() -> ExitCode {
@@ -74,6 +76,7 @@ fn main() -> ExitCode {
         Command::Receive(a) => cmd::receive::run(a),
         Command::Relay(a) => cmd::relay::run(a),
         Command::Play(a) => cmd::play::run(a),
+        Command::Xfer(a) => cmd::xfer::run(a),
     };
     match result {
         Ok(code) => code,

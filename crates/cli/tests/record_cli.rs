@@ -61,6 +61,17 @@ fn wait_for(what: &str, limit: Duration, cond: impl Fn() -> bool) {
     }
 }
 
+/// True when a UDP socket is bound to `port` (from /proc/net/udp: local address `HEXIP:HEXPORT`).
+fn udp_port_bound(port: u16) -> bool {
+    let table = std::fs::read_to_string("/proc/net/udp").unwrap_or_default();
+    let want = format!(":{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .any(|local| local.ends_with(&want))
+}
+
 fn make_disks(dir: &Path, n: usize) -> Vec<PathBuf> {
     (0..n)
         .map(|i| {
@@ -143,6 +154,106 @@ fn sigterm_finishes_a_complete_scan() {
         .unwrap();
     assert_eq!(seqs.len() as u64, packets);
     assert!(seqs.windows(2).all(|w| w[0] < w[1]));
+}
+
+/// How a recording is ended in [`lost_is_sent_minus_stored`].
+#[derive(Clone, Copy, Debug)]
+enum Ending {
+    Sigterm,
+    Sigint,
+    Duration,
+}
+
+/// `lost` = frames sent minus frames stored, exactly, however the recording ends: every 97th frame is left
+/// out by the sender; the PSN range the recorder saw (first..=last) must equal the frames it stored plus
+/// the frames it reports lost, and the frames on disk must be exactly the frames it says it stored.
+fn lost_is_sent_minus_stored(ending: Ending) {
+    let tmp = tempfile::tempdir().unwrap();
+    let disks = make_disks(tmp.path(), 2);
+    let port = free_port();
+    let scan = format!("end_{ending:?}").to_lowercase();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_vlbiflow"));
+    cmd.arg("record")
+        .arg("--stream")
+        .arg(format!("a=vdif@127.0.0.1:{port},psn,frame-size={FRAME}"))
+        .args([
+            "--scan",
+            &scan,
+            "--block-size",
+            "64KB",
+            "--recv-buffer",
+            "16MiB",
+            "--json",
+        ]);
+    if let Ending::Duration = ending {
+        cmd.args(["--duration", "2s"]);
+    }
+    for d in &disks {
+        cmd.arg("--disk").arg(d);
+    }
+    let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    wait_for("metadata", Duration::from_secs(10), || {
+        disks[0].join(format!("{scan}.vlbiflow.json")).exists()
+    });
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let skipped = |seq: u64| seq % 97 == 50;
+    for seq in (0..3000).filter(|&s| !skipped(s)) {
+        sock.send_to(&frame(seq), ("127.0.0.1", port)).unwrap();
+        if seq % 64 == 0 {
+            std::thread::yield_now();
+        }
+    }
+    let signal = match ending {
+        Ending::Sigterm => Some("-TERM"),
+        Ending::Sigint => Some("-INT"),
+        Ending::Duration => None,
+    };
+    if let Some(sig) = signal {
+        let pid = child.id().to_string();
+        assert!(Command::new("kill").args([sig, &pid]).status().unwrap().success());
+    }
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{ending:?}: {stderr}");
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let c = &summary["streams"][0]["counters"];
+    let (packets, lost) = (c["packets"].as_u64().unwrap(), c["lost"].as_u64().unwrap());
+    let mut blocks: Vec<_> = disks
+        .iter()
+        .flat_map(|d| whole_blocks(&d.join(format!("{scan}.vdif"))))
+        .collect();
+    blocks.sort_by_key(|b| b.0);
+    let seqs: Vec<u64> = blocks.into_iter().flat_map(|b| b.1).collect();
+    assert_eq!(seqs.len() as u64, packets, "{ending:?}: frames on disk vs stored");
+    assert!(!seqs.is_empty(), "{ending:?}: nothing stored");
+    let (first, last) = (seqs[0], *seqs.last().unwrap());
+    let sent = (first..=last).count() as u64;
+    let left_out = (first..=last).filter(|&s| skipped(s)).count() as u64;
+    assert_eq!(
+        packets + lost,
+        sent,
+        "{ending:?}: stored + lost = sent in {first}..={last}"
+    );
+    assert_eq!(lost, left_out, "{ending:?}: lost = frames the sender left out");
+    assert!(
+        stderr.contains(&format!("lost {lost}")) || lost == 0,
+        "{ending:?}: {stderr}"
+    );
+}
+
+#[test]
+fn lost_is_sent_minus_stored_after_sigterm() {
+    lost_is_sent_minus_stored(Ending::Sigterm);
+}
+
+#[test]
+fn lost_is_sent_minus_stored_after_ctrl_c() {
+    lost_is_sent_minus_stored(Ending::Sigint);
+}
+
+#[test]
+fn lost_is_sent_minus_stored_after_the_duration() {
+    lost_is_sent_minus_stored(Ending::Duration);
 }
 
 #[test]
@@ -273,4 +384,117 @@ fn indistinguishable_streams_are_warned_about_and_bad_threads_refused() {
     assert_eq!(out.status.code(), Some(2));
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(e.contains("0..=1023"), "{e}");
+}
+
+/// `sink` and `record` count the same stream the same way (one sequence tracker, vlbiflow-seq): the same
+/// datagrams, with gaps, late frames and duplicates, go to both at once, and their lost, out-of-order and
+/// duplicate counts agree with each other and with what was done to the stream.
+#[test]
+fn sink_and_record_report_the_same_loss_for_the_same_stream() {
+    let tmp = tempfile::tempdir().unwrap();
+    let disks = make_disks(tmp.path(), 1);
+    let (rport, sport) = (free_port(), free_port());
+    let mut rec = Command::new(env!("CARGO_BIN_EXE_vlbiflow"));
+    rec.arg("record")
+        .arg("--stream")
+        .arg(format!("a=vdif@127.0.0.1:{rport},psn,frame-size={FRAME}"))
+        .args([
+            "--scan",
+            "same_001",
+            "--block-size",
+            "64KB",
+            "--recv-buffer",
+            "16MiB",
+            "--json",
+        ])
+        .arg("--disk")
+        .arg(&disks[0]);
+    let rec = rec.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let sink = Command::new(env!("CARGO_BIN_EXE_vlbiflow"))
+        .args([
+            "sink",
+            "--listen",
+            &format!("127.0.0.1:{sport}"),
+            "--psn",
+            "--json",
+        ])
+        .args([
+            "--recv-buffer",
+            "16MiB",
+            "--idle-timeout",
+            "0",
+            "--duration",
+            "60",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for("metadata", Duration::from_secs(10), || {
+        disks[0].join("same_001.vlbiflow.json").exists()
+    });
+    // The order the "network" delivers: 0..3000 with every 101st left out (lost), every 211th held back
+    // by 5 places (late: out of order), and every 307th sent twice (duplicate).
+    let mut order: Vec<u64> = (0..3000).filter(|s| s % 101 != 17).collect();
+    let late: Vec<usize> = (0..order.len()).filter(|i| i % 211 == 100).collect();
+    for &i in late.iter().rev() {
+        let f = order.remove(i);
+        order.insert(i + 5, f);
+    }
+    let dups: Vec<u64> = order.iter().copied().filter(|s| s % 307 == 3).collect();
+    for d in dups {
+        let at = order.iter().position(|&s| s == d).unwrap();
+        order.insert(at + 1, d);
+    }
+    let lost_expected = (0..3000u64).filter(|s| s % 101 == 17).count() as u64;
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    // The sink says nothing in --json mode before data arrives: wait until its port shows in the
+    // kernel's table of bound UDP sockets.
+    wait_for("sink bound", Duration::from_secs(10), || udp_port_bound(sport));
+    for (i, &seq) in order.iter().enumerate() {
+        let d = frame(seq);
+        sock.send_to(&d, ("127.0.0.1", rport)).unwrap();
+        sock.send_to(&d, ("127.0.0.1", sport)).unwrap();
+        if i % 64 == 0 {
+            std::thread::yield_now();
+        }
+    }
+    // Both have everything once the recorder's metadata counts every datagram; then stop both.
+    let delivered = order.len() as u64;
+    wait_for("recorder counted every datagram", Duration::from_secs(20), || {
+        let m = meta(&disks[0], "same_001");
+        let c = &m["streams"][0]["counters"];
+        c["packets"].as_u64().unwrap_or(0) + c["duplicates"].as_u64().unwrap_or(0) >= delivered
+    });
+    for child in [&rec, &sink] {
+        let pid = child.id().to_string();
+        assert!(Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .unwrap()
+            .success());
+    }
+    let rec = rec.wait_with_output().unwrap();
+    let sink = sink.wait_with_output().unwrap();
+    assert!(rec.status.success(), "{}", String::from_utf8_lossy(&rec.stderr));
+    assert!(sink.status.success(), "{}", String::from_utf8_lossy(&sink.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&rec.stdout).unwrap();
+    let rc = &r["streams"][0]["counters"];
+    let summary = String::from_utf8_lossy(&sink.stdout)
+        .lines()
+        .find(|l| l.contains("\"summary\""))
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .expect("sink summary line");
+    let of = |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k} in {v}"));
+    assert_eq!(of(&summary, "kernel_drops"), 0, "sink: kernel dropped datagrams");
+    assert_eq!(of(rc, "kernel_drops"), 0, "record: kernel dropped datagrams");
+    let record = (of(rc, "lost"), of(rc, "out_of_order"), of(rc, "duplicates"));
+    let sinks = (
+        of(&summary, "lost"),
+        of(&summary, "out_of_order"),
+        of(&summary, "duplicate"),
+    );
+    assert_eq!(record, sinks, "record (lost, out of order, duplicates) vs sink");
+    assert_eq!(record.0, lost_expected, "lost");
+    assert_eq!(record.1, late.len() as u64, "out of order");
 }

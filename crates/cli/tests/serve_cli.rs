@@ -109,22 +109,29 @@ fn serve_ctl_status_session() {
         String::from_utf8_lossy(&out.stdout),
         "!record = 0 : flushing : exp_st_scan1 ;\n"
     );
-    let mut state = String::new();
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while std::time::Instant::now() < deadline {
-        state = ctl(&control, "record?").1;
-        if state.starts_with("!record? 0 : off") {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    assert_eq!(state, "!record? 0 : off : main : 1 : exp_st_scan1 ;\n");
-    let (ok, out) = ctl(&control, "scan_check?");
-    assert!(ok);
+    // As the README does it: right after record=off, scan_check? waits while the scan is flushing.
+    let out = Command::new(BIN)
+        .args([
+            "ctl",
+            "--host",
+            &control,
+            "--wait-busy",
+            "60",
+            "record?; scan_check?",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(lines[0].starts_with("!record? 0 : "), "{text}");
     assert!(
-        out.starts_with("!scan_check? 0 : 1 : exp_st_scan1 : complete : RDBE1 : OK : vdif : "),
-        "{out}"
+        lines[1].starts_with("!scan_check? 0 : 1 : exp_st_scan1 : complete : RDBE1 : OK : vdif : "),
+        "{text}"
     );
+    let state = ctl(&control, "record?").1;
+    assert_eq!(state, "!record? 0 : off : main : 1 : exp_st_scan1 ;\n");
     assert!(dir.path().join("disk0/exp_st_scan1.vdif").is_file());
 
     // A failing reply makes ctl exit non-zero.

@@ -251,7 +251,7 @@ async fn run(
         control_token,
         http_token,
         idle: cfg.idle_timeout,
-        ctl: Mutex::new(Controller::new(cfg, Box::new(SystemDisks))),
+        ctl: Mutex::new(Controller::new(cfg, Box::new(SystemDisks), UtcTime::now())),
         engine: Mutex::new(engine),
     });
     let _ = &sh.token;

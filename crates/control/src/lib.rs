@@ -14,6 +14,8 @@
 //! handed out as [`controller::Action`]s) and tested deterministically; [`daemon`] is the tokio/axum shell
 //! around them and [`client`] the blocking client used by `vlbiflow ctl` and `status`.
 
+#![forbid(unsafe_code)]
+
 pub mod client;
 pub mod config;
 pub mod controller;

@@ -123,6 +123,24 @@ pub struct PoolReport {
     pub free: usize,
     pub queued: usize,
     pub block_bytes: usize,
+    /// Blocks the pool may grow to (its memory limit).
+    #[serde(default)]
+    pub limit: usize,
+    /// Blocks in use as a fraction of `limit`, 0..=1.
+    #[serde(default)]
+    pub fill: f64,
+    /// Frame bytes arriving from all streams, bytes per second.
+    #[serde(default)]
+    pub input_rate: f64,
+    /// Bytes the disks confirmed written, bytes per second.
+    #[serde(default)]
+    pub write_rate: f64,
+    /// True while the streams bring more than the disks write and the pool fills.
+    #[serde(default)]
+    pub disks_behind: bool,
+    /// Seconds until no block is free at the current rates (only while the disks are behind).
+    #[serde(default)]
+    pub time_to_full_s: Option<f64>,
 }
 
 /// Rates over the last second.
@@ -355,6 +373,44 @@ pub fn prometheus(r: &StatusReport, c: &Cumulative) -> String {
             "Sealed blocks waiting for a disk writer.",
             vec![(String::new(), p.queued.to_string())],
         );
+        family(
+            "vlbiflow_pool_blocks_limit",
+            "gauge",
+            "Blocks the pool may grow to (its memory limit).",
+            vec![(String::new(), p.limit.to_string())],
+        );
+        family(
+            "vlbiflow_pool_fill_ratio",
+            "gauge",
+            "Blocks in use as a fraction of the pool's limit.",
+            vec![(String::new(), format!("{}", p.fill))],
+        );
+        family(
+            "vlbiflow_input_rate_bytes_per_second",
+            "gauge",
+            "Frame bytes arriving from all streams.",
+            vec![(String::new(), format!("{}", p.input_rate))],
+        );
+        family(
+            "vlbiflow_write_rate_bytes_per_second",
+            "gauge",
+            "Bytes all disks confirmed written.",
+            vec![(String::new(), format!("{}", p.write_rate))],
+        );
+        family(
+            "vlbiflow_disks_behind",
+            "gauge",
+            "1 while the streams bring more than the disks write and the pool fills.",
+            vec![(String::new(), u8::from(p.disks_behind).to_string())],
+        );
+        if let Some(t) = p.time_to_full_s {
+            family(
+                "vlbiflow_pool_seconds_to_full",
+                "gauge",
+                "Seconds until no block is free at the current rates (present only while the disks are behind).",
+                vec![(String::new(), format!("{t}"))],
+            );
+        }
     }
     let dest_counter = |field: fn(&crate::forward::DestTotals) -> u64| -> Vec<(String, String)> {
         c.forward
@@ -555,6 +611,18 @@ pub fn render_monitor(r: &StatusReport) -> String {
         );
         let _ = writeln!(o, "queue:");
         let _ = writeln!(o, "   write_queue: {}", p.queued);
+        let _ = writeln!(
+            o,
+            "flow: in {} write {}  pool {:.0}% of {} blocks{}",
+            si(p.input_rate * 8.0, "b/s"),
+            si(p.write_rate * 8.0, "b/s"),
+            p.fill * 100.0,
+            p.limit,
+            match p.time_to_full_s {
+                Some(t) => format!("  DISKS BEHIND: pool full in {t:.0} s"),
+                None => String::new(),
+            }
+        );
     }
     let _ = writeln!(o, "disks:");
     for d in &r.disks {
@@ -682,6 +750,43 @@ mod tests {
             ..Default::default()
         };
         (r, c)
+    }
+
+    /// Disks behind the streams are said in the metrics and the status text, with the rates and the time
+    /// until the pool is full; a pool keeping up says neither.
+    #[test]
+    fn disks_behind_show_in_metrics_and_status_text() {
+        let (mut r, c) = sample();
+        r.pool = Some(PoolReport {
+            total: 100,
+            free: 40,
+            queued: 55,
+            block_bytes: 8_000_000,
+            limit: 1000,
+            fill: 0.06,
+            input_rate: 1e9,
+            write_rate: 0.8e9,
+            disks_behind: true,
+            time_to_full_s: Some(37.6),
+        });
+        let text = prometheus(&r, &c);
+        for want in [
+            "vlbiflow_disks_behind 1\n",
+            "vlbiflow_pool_seconds_to_full 37.6\n",
+            "vlbiflow_input_rate_bytes_per_second 1000000000\n",
+            "vlbiflow_write_rate_bytes_per_second 800000000\n",
+            "vlbiflow_pool_blocks_limit 1000\n",
+        ] {
+            assert!(text.contains(want), "{want:?} in {text}");
+        }
+        let monitor = render_monitor(&r);
+        assert!(monitor.contains("DISKS BEHIND: pool full in 38 s"), "{monitor}");
+        let p = r.pool.as_mut().unwrap();
+        (p.disks_behind, p.time_to_full_s, p.write_rate) = (false, None, 1e9);
+        let text = prometheus(&r, &c);
+        assert!(text.contains("vlbiflow_disks_behind 0\n"));
+        assert!(!text.contains("vlbiflow_pool_seconds_to_full"));
+        assert!(!render_monitor(&r).contains("DISKS BEHIND"));
     }
 
     #[test]

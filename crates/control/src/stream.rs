@@ -95,14 +95,7 @@ pub fn parse_input_stream(a: &[String]) -> std::result::Result<InputStream, Stri
         ));
     }
     let label = a[0].as_str();
-    if label.is_empty()
-        || label.len() > 32
-        || !label
-            .bytes()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.'))
-    {
-        return Err(format!("label {label:?}: 1 to 32 of A-Z a-z 0-9 _ - ."));
-    }
+    vlbiflow_scan::validate_stream_label(label)?;
     let kind: FrameKind = a[1]
         .parse()
         .map_err(|e: vlbiflow_formats::UnknownFrameKind| e.to_string())?;

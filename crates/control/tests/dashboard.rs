@@ -3,7 +3,7 @@
 //! page fits the window without horizontal scrolling (the page's script records that on `<html data-fit>`),
 //! with screenshots of both left in the test's temporary target directory.
 //!
-//! Needs Debian's `chromium` package (`apt-get install -y chromium`); set VLBIFLOW_SKIP_BROWSER=1 to skip.
+//! Needs Debian's `chromium` package (`apt-get install -y chromium`; scripts/test installs it as root).
 
 mod common;
 
@@ -29,14 +29,10 @@ fn chromium() -> Option<PathBuf> {
 
 #[test]
 fn dashboard_shows_a_recording_in_progress() {
-    if std::env::var_os("VLBIFLOW_SKIP_BROWSER").is_some_and(|v| v == "1") {
-        eprintln!("VLBIFLOW_SKIP_BROWSER=1: dashboard browser test skipped");
-        return;
-    }
     let Some(browser) = chromium() else {
         panic!(
-            "headless Chromium not found (/usr/bin/chromium): install it with `apt-get install -y chromium`, \
-             or set VLBIFLOW_SKIP_BROWSER=1 to skip this test"
+            "headless Chromium not found (/usr/bin/chromium): install it with `apt-get install -y chromium` \
+             (scripts/test does when run as root)"
         );
     };
     let disks = Disks::new(2);

@@ -1,6 +1,7 @@
 //! The daemon keeps answering while a recording starts and stops: `record?` on another connection and
 //! `GET /metrics` are served while `record=on` allocates a large block pool (2 GB, zeroed and touched) and
-//! while `record=off` stops capture, instead of waiting behind them.
+//! while `record=off` stops capture and drains the writers, with a stream arriving the whole time,
+//! instead of waiting behind them.
 
 mod common;
 
@@ -55,25 +56,46 @@ fn record_query_and_metrics_answer_while_a_recording_starts_and_stops() {
         })
     };
     ready_rx.recv().unwrap();
+    // The station streams all along: before, during and after the start and the stop (frames of a stream
+    // not yet recorded are dropped by the kernel; once recording, the writers have work to drain).
+    let streaming = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut next = 0;
+            while !done.load(Ordering::Relaxed) {
+                send_frames(SocketAddr::from(([127, 0, 0, 1], port)), next, 2_000);
+                next += 2_000;
+            }
+            next
+        })
+    };
     let t = Instant::now();
     ctl.expect(
         "record=on:60:scan1:exp:st",
         "!record = 0 : recording : exp_st_scan1 ;",
     );
     let start_took = t.elapsed();
-    send_frames(SocketAddr::from(([127, 0, 0, 1], port)), 0, 50);
+    let http = d.http_addr.to_string();
+    until("frames recorded", || {
+        let (_, body) = http_get(&http, "/metrics", None, Duration::from_secs(30)).unwrap();
+        body.lines()
+            .filter(|l| l.starts_with("vlbiflow_stream_packets_total"))
+            .any(|l| l.rsplit(' ').next().is_some_and(|v| v != "0"))
+            .then_some(())
+    });
     let t = Instant::now();
     ctl.expect("record=off", "!record = 0 : flushing : exp_st_scan1 ;");
     let stop_took = t.elapsed();
     ctl.wait_state("off");
     done.store(true, Ordering::Relaxed);
     let seen = poller.join().unwrap();
+    let streamed = streaming.join().unwrap();
 
     let worst_record = seen.iter().map(|s| s.1).max().unwrap();
     let worst_metrics = seen.iter().map(|s| s.2).max().unwrap();
     eprintln!(
         "record=on took {start_took:?}, record=off {stop_took:?}; {} polls: worst record? {worst_record:?}, \
-         worst /metrics {worst_metrics:?}",
+         worst /metrics {worst_metrics:?}; {streamed} frames streamed",
         seen.len()
     );
     let mut states: Vec<&str> = seen.iter().map(|s| s.0.as_str()).collect();

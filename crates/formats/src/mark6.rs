@@ -7,6 +7,8 @@
 //! [`Mark6BlockHeaderRepr`] the parsed forms with `parse`/`emit`.
 
 use crate::error::{Error, Result};
+use crate::kind::FrameKind;
+use std::path::{Path, PathBuf};
 
 /// Sync word at offset 0 of every scatter-gather file.
 pub const SYNC_WORD: u32 = 0xfeed_6666;
@@ -18,6 +20,22 @@ pub const BLOCK_HEADER_LEN_V1: usize = 4;
 pub const BLOCK_HEADER_LEN_V2: usize = 8;
 /// Nominal block size d-plane uses (bytes, block header included).
 pub const DPLANE_BLOCK_SIZE: u32 = 10_000_000;
+
+/// Path of the scatter-gather file of `scan` on one disk, named as d-plane (and vlbiflow) name it:
+/// `<disk>/<scan>.vdif` or `<disk>/<scan>.m5b`.
+pub fn file_path(disk: &Path, scan: &str, kind: FrameKind) -> PathBuf {
+    disk.join(format!("{scan}.{}", kind.extension()))
+}
+
+/// The names a scatter-gather file of `scan` may have on a disk, in the order readers try them: d-plane's
+/// `<scan>.vdif` and `<scan>.m5b`, then jive5ab's bare `<scan>`.
+pub fn file_names(scan: &str) -> [String; 3] {
+    [
+        format!("{scan}.{}", FrameKind::Vdif.extension()),
+        format!("{scan}.{}", FrameKind::M5b.extension()),
+        scan.to_string(),
+    ]
+}
 
 /// Byte offsets of the file header fields.
 mod field {

@@ -519,6 +519,17 @@ impl VdifHeaderRepr {
         Ok(u16::from_be_bytes([b[0], b[1]]))
     }
 
+    /// Station ID as text: its two characters when both are printable ASCII, else `0x` and four hex digits
+    /// (the inverse of [`VdifHeaderRepr::station_from_str`] for printable IDs).
+    pub fn station_to_string(id: u16) -> String {
+        let b = id.to_be_bytes();
+        if b.iter().all(|c| c.is_ascii_graphic()) {
+            String::from_utf8_lossy(&b).into_owned()
+        } else {
+            format!("0x{id:04x}")
+        }
+    }
+
     /// Header length this header emits.
     pub fn header_len(&self) -> usize {
         if self.legacy {

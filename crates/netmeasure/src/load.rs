@@ -81,17 +81,12 @@ impl CpuLoad {
         for _ in 0..spec.threads {
             let (stop, tx) = (stop.clone(), tx.clone());
             load.handles.push(thread::spawn(move || {
-                // SAFETY: gettid and setpriority have no memory-safety preconditions.
-                let rc = unsafe {
-                    let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-                    libc::setpriority(libc::PRIO_PROCESS, tid, spec.nice)
-                };
-                let _ = tx.send(if rc == 0 {
-                    Ok(())
-                } else {
-                    Err(std::io::Error::last_os_error())
-                });
-                if rc != 0 {
+                // The nice level of this thread alone (Linux: a thread ID is a process ID for setpriority).
+                let set = rustix::process::setpriority_process(Some(rustix::thread::gettid()), spec.nice)
+                    .map_err(std::io::Error::from);
+                let failed = set.is_err();
+                let _ = tx.send(set);
+                if failed {
                     return 0;
                 }
                 let mut x = 0u64;

@@ -2,9 +2,10 @@
 //! nanosecond timeout (`ppoll`), the thread's timer slack, and the `ip` commands that make namespaces and
 //! move and address the devices.
 
-use std::ffi::CString;
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::fs::{Mode, OFlags};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::Command;
 use std::time::Duration;
 
@@ -25,14 +26,11 @@ impl Tun {
                 format!("bad device name {name:?}"),
             ));
         }
-        let path = CString::new("/dev/net/tun").expect("no NUL");
-        // SAFETY: a valid NUL-terminated path; the result is checked.
-        let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC | libc::O_NONBLOCK) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` was just opened and is owned by nobody else.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let fd = rustix::fs::open(
+            "/dev/net/tun",
+            OFlags::RDWR | OFlags::CLOEXEC | OFlags::NONBLOCK,
+            Mode::empty(),
+        )?;
         // SAFETY: ifreq is plain data; all zeros is a valid value.
         let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
         for (d, s) in ifr.ifr_name.iter_mut().zip(name.bytes()) {
@@ -56,58 +54,37 @@ impl Tun {
 
     /// Reads one packet; `WouldBlock` when none is waiting.
     pub fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
-        // SAFETY: writes at most buf.len() bytes into buf.
-        let n = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-        if n < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(n as usize)
-        }
+        Ok(rustix::io::read(&self.fd, buf)?)
     }
 
     /// Writes one packet (the kernel takes it whole or not at all).
     pub fn write(&self, pkt: &[u8]) -> io::Result<usize> {
-        // SAFETY: reads pkt.len() bytes from pkt.
-        let n = unsafe { libc::write(self.fd.as_raw_fd(), pkt.as_ptr().cast(), pkt.len()) };
-        if n < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(n as usize)
-        }
+        Ok(rustix::io::write(&self.fd, pkt)?)
     }
 
     /// Waits until a packet can be read or `timeout` has passed; `Ok(true)` when readable. An interrupting
     /// signal counts as a timeout.
     pub fn wait_readable(&self, timeout: Duration) -> io::Result<bool> {
-        let mut pfd = libc::pollfd {
-            fd: self.fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
+        let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
+        let ts = Timespec {
+            tv_sec: timeout.as_secs().try_into().unwrap_or(i64::MAX),
+            tv_nsec: timeout.subsec_nanos().into(),
         };
-        let ts = libc::timespec {
-            tv_sec: timeout.as_secs() as libc::time_t,
-            tv_nsec: timeout.subsec_nanos() as libc::c_long,
-        };
-        // SAFETY: one valid pollfd, a valid timespec, no signal mask.
-        let n = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            return if e.kind() == io::ErrorKind::Interrupted {
-                Ok(false)
-            } else {
-                Err(e)
-            };
+        match rustix::event::poll(&mut fds, Some(&ts)) {
+            Ok(n) => Ok(n > 0
+                && fds[0]
+                    .revents()
+                    .intersects(PollFlags::IN | PollFlags::ERR | PollFlags::HUP)),
+            Err(rustix::io::Errno::INTR) => Ok(false),
+            Err(e) => Err(e.into()),
         }
-        Ok(n > 0 && pfd.revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0)
     }
 }
 
 /// Sets the calling thread's timer slack (the kernel's default of 50 µs would blur every wake-up).
 pub fn set_timer_slack(ns: u64) {
-    // SAFETY: PR_SET_TIMERSLACK takes an unsigned long and touches no memory.
-    unsafe {
-        libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong, 0, 0, 0);
-    }
+    // 0 would mean "back to the default"; the smallest slack the kernel takes is 1 ns.
+    let _ = rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(ns.max(1)));
 }
 
 /// Puts the calling thread in the SCHED_FIFO real-time class at `priority` (1..99).

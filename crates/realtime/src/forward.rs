@@ -12,7 +12,7 @@
 
 use std::time::Instant;
 
-use vlbiflow_formats::vdif::MAX_THREAD_ID;
+use vlbiflow_formats::vdif::{self, VdifHeader, MAX_THREAD_ID};
 
 use crate::pace::{BucketError, TokenBucket};
 
@@ -151,12 +151,11 @@ impl ForwardQueue {
         let Some(bits) = &self.threads else {
             return true;
         };
-        let o = self.header_offset;
-        let Some(w3) = frame.get(o + 12..o + 16) else {
+        let Some(header) = frame.get(self.header_offset..self.header_offset + vdif::LEGACY_HEADER_LEN) else {
             return false;
         };
-        let thread = (u32::from_le_bytes([w3[0], w3[1], w3[2], w3[3]]) >> 16) & 0x3ff;
-        bits[thread as usize / 64] & (1 << (thread % 64)) != 0
+        let thread = VdifHeader::new_unchecked(header).thread_id();
+        bits[usize::from(thread) / 64] & (1 << (thread % 64)) != 0
     }
 
     /// Queues a copy of `frame` for sending; never blocks.

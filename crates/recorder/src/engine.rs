@@ -140,6 +140,8 @@ pub(crate) struct Shared {
     pub in_flight: AtomicU64,
     /// Blocks that could not be written anywhere (all disks failed).
     pub lost_blocks: AtomicU64,
+    /// Capture only: frame bytes of the blocks returned to the pool unwritten (the flow monitor's "written").
+    pub discarded_bytes: AtomicU64,
     pub next_block: AtomicU32,
     pub free_tx: Sender<Block>,
     pub free_rx: Receiver<Block>,
@@ -159,13 +161,18 @@ pub(crate) struct Shared {
     /// Nominal block size as written in Mark6 file headers and metadata.
     pub nominal_block_size: u64,
     pub events: Sender<RecorderEvent>,
+    /// Events the full queue did not take.
+    pub events_dropped: AtomicU64,
     /// Address each stream's socket is bound to (the real port when 0 was asked for).
     pub local_addrs: Vec<std::net::SocketAddr>,
 }
 
 impl Shared {
+    /// Queues an event for the reader; never blocks: a full queue counts the event as dropped.
     pub fn event(&self, e: RecorderEvent) {
-        let _ = self.events.send(e);
+        if let Err(crossbeam_channel::TrySendError::Full(_)) = self.events.try_send(e) {
+            self.events_dropped.fetch_add(1, Relaxed);
+        }
     }
 
     pub fn stopping(&self) -> bool {

@@ -39,6 +39,10 @@ use vlbiflow_udp::socket::{open_udp, UdpConfig};
 
 pub use config::{ConfigError, FrameKind, RecorderConfig, StreamSpec};
 pub use engine::RecorderEvent;
+
+/// Events the recorder queues for its reader before it counts further ones as dropped
+/// ([`RecorderStatus::events_dropped`]).
+pub const EVENT_QUEUE: usize = 4096;
 pub use status::{DiskStatus, FlowStatus, Phase, PoolStatus, RecorderStatus, StreamStatus, ThreadStatus};
 pub use tap::FrameTap;
 #[doc(hidden)]
@@ -101,6 +105,12 @@ impl Recorder {
         mut taps: Vec<Option<Box<dyn FrameTap>>>,
     ) -> Result<RecorderHandle, StartError> {
         config.validate()?;
+        let warnings = config.warnings();
+        let mut config = config;
+        if config.discard {
+            // Capture only: no disk is touched, so none is part of the scan.
+            config.disks.clear();
+        }
         let first = &config.streams[0];
         let data_offset = match config.format {
             ScanFormat::Mark6 => vlbiflow_formats::mark6::BLOCK_HEADER_LEN_V2,
@@ -171,7 +181,9 @@ impl Recorder {
         }
 
         // Sockets.
-        let (events_tx, events_rx) = crossbeam_channel::unbounded();
+        // Bounded: a stream that keeps teaching new frame rates, or a reader that stopped reading, must not
+        // grow memory without limit. Events beyond it are counted (`events_dropped`), never waited for.
+        let (events_tx, events_rx) = crossbeam_channel::bounded(EVENT_QUEUE);
         let mut sockets = Vec::new();
         for s in &config.streams {
             let mut udp = UdpConfig::receiver(s.address);
@@ -219,15 +231,15 @@ impl Recorder {
                 streams[i].frame_rate.store(r, Relaxed);
             }
             if granted < config.recv_buffer {
-                let _ = events_tx.send(RecorderEvent::SocketBufferCapped {
+                let _ = events_tx.try_send(RecorderEvent::SocketBufferCapped {
                     stream: s.label.clone(),
                     requested: config.recv_buffer,
                     granted,
                 });
             }
         }
-        for w in config.warnings() {
-            let _ = events_tx.send(RecorderEvent::ConfigWarning(w));
+        for w in warnings {
+            let _ = events_tx.try_send(RecorderEvent::ConfigWarning(w));
         }
         let gro_refused: Vec<i32> = sockets
             .iter()
@@ -237,7 +249,7 @@ impl Recorder {
             })
             .collect();
         if let Some(&e) = gro_refused.first() {
-            let _ = events_tx.send(RecorderEvent::GroUnavailable {
+            let _ = events_tx.try_send(RecorderEvent::GroUnavailable {
                 streams: gro_refused.len(),
                 error: std::io::Error::from_raw_os_error(e).to_string(),
             });
@@ -261,9 +273,10 @@ impl Recorder {
             hold_writers: AtomicBool::new(false),
             phase: AtomicU8::new(PHASE_RECORDING),
             captures_running: AtomicUsize::new(capture_threads),
-            writers_alive: AtomicUsize::new(config.disks.len()),
+            writers_alive: AtomicUsize::new(if config.discard { 1 } else { config.disks.len() }),
             in_flight: AtomicU64::new(0),
             lost_blocks: AtomicU64::new(0),
+            discarded_bytes: AtomicU64::new(0),
             next_block: AtomicU32::new(0),
             free_tx,
             free_rx,
@@ -280,6 +293,7 @@ impl Recorder {
             }),
             nominal_block_size,
             events: events_tx,
+            events_dropped: AtomicU64::new(0),
             local_addrs,
             config,
         });
@@ -295,6 +309,13 @@ impl Recorder {
                 .map_err(StartError::Thread)
         };
         let mut workers = Vec::new();
+        if shared.config.discard {
+            let sh = shared.clone();
+            workers.push(spawn(
+                "vf-discard".into(),
+                Box::new(move || writer::run_discard(sh)),
+            )?);
+        }
         for (i, sink) in sinks.into_iter().enumerate() {
             let sh = shared.clone();
             workers.push(spawn(
@@ -337,7 +358,7 @@ fn remove_created<'a>(config: &RecorderConfig, disks: impl Iterator<Item = &'a P
     for disk in disks {
         match config.format {
             ScanFormat::Mark6 => {
-                let _ = std::fs::remove_file(vlbiflow_scan::mark6_path(
+                let _ = std::fs::remove_file(vlbiflow_formats::mark6::file_path(
                     disk,
                     &config.scan,
                     config.streams[0].kind,
@@ -487,6 +508,7 @@ fn snapshot(shared: &Shared) -> RecorderStatus {
         },
         blocks: u64::from(shared.next_block.load(Relaxed)),
         flow: *shared.flow.lock().unwrap_or_else(|e| e.into_inner()),
+        events_dropped: shared.events_dropped.load(Relaxed),
     }
 }
 
@@ -529,7 +551,8 @@ impl FlowMonitor {
                 (s.packets.load(Relaxed) + s.dropped_no_buffer.load(Relaxed)) * u64::from(spec.frame_size)
             })
             .sum();
-        let written = shared.disks.iter().map(|d| d.bytes.load(Relaxed)).sum();
+        let written = shared.disks.iter().map(|d| d.bytes.load(Relaxed)).sum::<u64>()
+            + shared.discarded_bytes.load(Relaxed);
         (input, written)
     }
 
@@ -715,7 +738,7 @@ fn supervise(shared: Arc<Shared>, wake: Receiver<()>, workers: Vec<JoinHandle<()
     let lost_blocks = shared.lost_blocks.load(Relaxed) + leftover;
     let status = snapshot(&shared);
     let alive = status.disks.iter().filter(|d| d.failed.is_none()).count();
-    let error = if lost_blocks > 0 || alive == 0 {
+    let error = if lost_blocks > 0 || (alive == 0 && !shared.config.discard) {
         Some(format!(
             "every disk failed; {lost_blocks} block(s) could not be written"
         ))

@@ -150,6 +150,9 @@ pub struct RecorderStatus {
     pub blocks: u64,
     /// Input against write rate and pool headroom.
     pub flow: FlowStatus,
+    /// Events not queued because nobody read the event channel fast enough (it holds
+    /// [`EVENT_QUEUE`](crate::EVENT_QUEUE) events); the counters above are complete regardless.
+    pub events_dropped: u64,
 }
 
 impl RecorderStatus {

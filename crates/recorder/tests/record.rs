@@ -740,3 +740,45 @@ fn all_disks_failing_counts_unwritten_frames_lost() {
     assert_eq!(stored, 0);
     assert_eq!((c.packets, c.lost), (stored, n - stored), "{c:?}");
 }
+
+/// A stream whose frame numbers keep growing raises the learned frame rate with every frame, and each raise
+/// is an event. Nobody reads the events here: the queue stops at `EVENT_QUEUE`, the rest are counted as
+/// dropped, and the frames themselves are all accounted (the old unbounded channel grew without limit).
+#[test]
+fn events_nobody_reads_are_bounded_and_counted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let disks = disks(tmp.path(), 1);
+    let (h, addrs) = start(config(vec![spec("a", "")], disks, "flood"));
+    let events = h.events();
+    let sock = sender();
+    let mut buf = vec![0u8; FRAME];
+    // Second 0 frame 0, then second 1 frames 0, 1, 2, ...: from the second frame on the rate is known,
+    // and every later frame number is one above it.
+    let n = vlbiflow_recorder::EVENT_QUEUE as u64 + 2_000;
+    let stamp = |buf: &mut [u8], second: u64, frame: u64| {
+        vdif_frame(buf, 0, 0);
+        buf[0..4].copy_from_slice(&(SECOND0 + second as u32).to_le_bytes());
+        buf[4..8].copy_from_slice(&((48 << 24) | frame as u32).to_le_bytes());
+    };
+    stamp(&mut buf, 0, 0);
+    send_all(&sock, &buf, addrs[0]);
+    for f in 0..n {
+        stamp(&mut buf, 1, f);
+        send_all(&sock, &buf, addrs[0]);
+        if f % 256 == 0 {
+            std::thread::yield_now();
+        }
+    }
+    wait_until(&h, WAIT, "all frames", |s| s.streams[0].counters.packets == n + 1);
+    h.stop();
+    let sum = h.wait().unwrap();
+    assert_eq!(sum.status.streams[0].counters.lost, 0);
+    let queued = events.try_iter().count();
+    assert!(queued <= vlbiflow_recorder::EVENT_QUEUE, "{queued} events queued");
+    assert!(
+        sum.status.events_dropped >= n - 1 - vlbiflow_recorder::EVENT_QUEUE as u64,
+        "{} events dropped of {} rate raises",
+        sum.status.events_dropped,
+        n - 1
+    );
+}

@@ -244,19 +244,28 @@ pub fn expand_disks(patterns: &[String]) -> Result<Vec<PathBuf>, DiskPatternErro
     Ok(out)
 }
 
+/// Longest stream label (the Mark6 `input_stream` command and the scan metadata use the same rule).
+pub const MAX_STREAM_LABEL_LEN: usize = 32;
+
+/// Checks a stream label: 1 to [`MAX_STREAM_LABEL_LEN`] characters of `A-Z a-z 0-9 _ - .` (labels name
+/// streams in the metadata, in file names of gathered streams and in commands).
+pub fn validate_stream_label(label: &str) -> Result<(), String> {
+    if label.is_empty()
+        || label.len() > MAX_STREAM_LABEL_LEN
+        || !label
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.'))
+    {
+        return Err(format!(
+            "label {label:?}: 1 to {MAX_STREAM_LABEL_LEN} of A-Z a-z 0-9 _ - ."
+        ));
+    }
+    Ok(())
+}
+
 /// Path of the metadata file of `scan` on `disk`.
 pub fn metadata_path(disk: &Path, scan: &str) -> PathBuf {
     disk.join(format!("{scan}{METADATA_SUFFIX}"))
-}
-
-/// Path of the Mark6 scatter-gather file of `scan` on `disk`.
-pub fn mark6_path(disk: &Path, scan: &str, kind: FrameKind) -> PathBuf {
-    disk.join(format!("{scan}.{}", kind.extension()))
-}
-
-/// Directory of the FlexBuff chunks of `scan` on `disk`.
-pub fn flexbuff_dir(disk: &Path, scan: &str) -> PathBuf {
-    disk.join(scan)
 }
 
 impl ScanMetadata {

@@ -4,6 +4,8 @@
 //! datagrams, control messages and the `now` the caller passes in; they ask the I/O layer for file bytes
 //! ([`Transmit`]) and hand it the bytes to write ([`Delivery`]). See `docs/xfer-protocol.md`.
 
+#![forbid(unsafe_code)]
+
 pub mod event;
 pub mod rate;
 pub mod receiver;

@@ -14,10 +14,11 @@ Examples:
   vlbiflow ctl 'input_stream=add:RDBE1:vdif:8224:50:42:lo:127.0.0.1:4001:0:0; input_stream=commit;'
   echo 'record=on:60:scan1:exp:st;' | vlbiflow ctl
   vlbiflow ctl --host recorder1:14242 --token \"$TOKEN\"      # interactive, with history
+  vlbiflow ctl --wait-busy 60 'scan_check?'   # after record=off: wait while the scan is still flushing
 
 Each statement gets one reply line `!keyword = rc : ... ;`. The exit code is 0 when every reply's return
 code is 0 (done) or 1 (initiated), 1 otherwise. Return code 5 means busy, retry: e.g. `scan_check?` while
-the scan just stopped is still flushing (wait until `record?` says off). Commands: input_stream, group,
+the scan just stopped is still flushing (wait until `record?` says off, or let --wait-busy retry). Commands: input_stream, group,
 mstat?, record, scan_check?, rtime?, status?, evlbi?, help? (docs/control.md).";
 
 /// Send Mark6 commands to the recorder daemon (one-shot, from stdin, or interactive)
@@ -36,16 +37,49 @@ pub struct Args {
     /// Seconds to wait for the daemon
     #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
     timeout: f64,
+    /// Send a statement again while it is answered 5 (busy), for up to this many seconds (0: never)
+    #[arg(long, value_name = "SECONDS", default_value_t = 0.0)]
+    wait_busy: f64,
 }
+
+/// Return code 5: busy, retry.
+const BUSY: u8 = 5;
 
 fn ok_code(line: &str) -> bool {
     parse_reply(line).is_some_and(|r| r.code <= 1)
 }
 
-fn send(client: &mut CommandClient, text: &str, all_ok: &mut bool) -> anyhow::Result<()> {
-    for line in client.send(text)? {
-        *all_ok &= ok_code(&line);
-        println!("{line}");
+fn send(
+    client: &mut CommandClient,
+    text: &str,
+    all_ok: &mut bool,
+    wait_busy: Duration,
+) -> anyhow::Result<()> {
+    if wait_busy.is_zero() {
+        for line in client.send(text)? {
+            *all_ok &= ok_code(&line);
+            println!("{line}");
+        }
+        return Ok(());
+    }
+    // One statement at a time, so a busy one can be sent again on its own (statements end with ';').
+    for st in text.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+        let deadline = std::time::Instant::now() + wait_busy;
+        loop {
+            let lines = client.send(&format!("{st};"))?;
+            let busy = lines
+                .iter()
+                .any(|l| parse_reply(l).is_some_and(|r| r.code == BUSY));
+            if busy && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(200));
+                continue;
+            }
+            for line in lines {
+                *all_ok &= ok_code(&line);
+                println!("{line}");
+            }
+            break;
+        }
     }
     Ok(())
 }
@@ -58,6 +92,10 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         crate::usage!("--timeout must be between 0 and 86400 seconds");
     }
     let timeout = Duration::from_secs_f64(args.timeout);
+    if !(args.wait_busy >= 0.0 && args.wait_busy < 86400.0) {
+        crate::usage!("--wait-busy must be between 0 and 86400 seconds");
+    }
+    let wait_busy = Duration::from_secs_f64(args.wait_busy);
     let mut client = CommandClient::connect(&args.host, timeout).map_err(|e| {
         anyhow::anyhow!(
             "cannot reach the daemon at {}: {e} (is `vlbiflow serve` running?)",
@@ -72,14 +110,14 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     }
     let mut all_ok = true;
     if !args.commands.is_empty() {
-        send(&mut client, &args.commands.join(" "), &mut all_ok)?;
+        send(&mut client, &args.commands.join(" "), &mut all_ok, wait_busy)?;
     } else if std::io::stdin().is_terminal() {
         interactive(&mut client, &args.host)?;
     } else {
         for line in std::io::stdin().lock().lines() {
             let line = line?;
             if !line.trim().is_empty() {
-                send(&mut client, &line, &mut all_ok)?;
+                send(&mut client, &line, &mut all_ok, wait_busy)?;
             }
         }
     }
@@ -105,7 +143,7 @@ fn interactive(client: &mut CommandClient, host: &str) -> anyhow::Result<()> {
                 }
                 let _ = rl.add_history_entry(line.as_str());
                 let mut ok = true;
-                if let Err(e) = send(client, &line, &mut ok) {
+                if let Err(e) = send(client, &line, &mut ok, Duration::ZERO) {
                     eprintln!("vlbiflow ctl: {e}");
                     break;
                 }

@@ -37,7 +37,6 @@ pub struct Args {
     /// Directory holding the scan's files; repeat, or use a glob pattern
     #[arg(long, short, value_name = "DIR")]
     disk: Vec<String>,
-    /// Output file, or - for standard output
     /// Output file, or - for standard output. For a scan of several streams (from its vlbiflow metadata)
     /// each stream goes to its own file, the stream's label inserted before the extension
     #[arg(long, short, value_name = "FILE|-")]

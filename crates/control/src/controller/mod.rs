@@ -207,14 +207,17 @@ pub struct Controller {
     shutting_down: bool,
     /// Forwarding while recording (`in2net`, `forward`, `net_protocol`, `net_port`).
     forward: crate::forward::ForwardSettings,
+    /// The time of the latest event fed in (construction, statement, tick, start outcome): the controller
+    /// never reads a clock itself, so event log stamps are the caller's times.
+    now: UtcTime,
 }
 
 type Result = std::result::Result<Reply, Reply>;
 
 impl Controller {
-    /// A controller for `cfg` probing `disks`: streams of the configuration committed, `open_group`
-    /// opened, the scan list read from every group's disks.
-    pub fn new(cfg: DaemonConfig, disks: Box<dyn DiskProbe>) -> Self {
+    /// A controller for `cfg` probing `disks`, made at `now`: streams of the configuration committed,
+    /// `open_group` opened, the scan list read from every group's disks.
+    pub fn new(cfg: DaemonConfig, disks: Box<dyn DiskProbe>, now: UtcTime) -> Self {
         let committed: Vec<InputStream> = cfg.streams.iter().map(InputStream::from_spec).collect();
         let nominal = cfg
             .groups
@@ -238,6 +241,7 @@ impl Controller {
             next_ticket: 1,
             shutting_down: false,
             forward: crate::forward::ForwardSettings::with(cfg.forward.clone(), cfg.forward_enabled),
+            now,
             disks,
             cfg,
         };
@@ -379,7 +383,7 @@ impl Controller {
         if self.events.len() == MAX_EVENTS {
             self.events.pop_front();
         }
-        let now = UtcTime::now().to_iso8601();
+        let now = self.now.to_iso8601();
         self.events
             .push_back(format!("{} {e}", &now[..now.len().min(19)]));
         self.events_total += 1;
@@ -402,6 +406,7 @@ impl Controller {
     /// Advances the clock: hands out the start of a pending recording whose second has come, collects a
     /// finished one, drains engine events and samples the rates once per second.
     pub fn tick(&mut self, now: UtcTime) {
+        self.now = now;
         if let RecordState::Pending { start, .. } = &self.state {
             if now.unix_seconds >= *start {
                 let RecordState::Pending { plan, .. } = std::mem::replace(&mut self.state, RecordState::Off)
@@ -458,6 +463,7 @@ impl Controller {
 
     /// Executes one statement. A `record=on` that starts now answers [`Answer::Later`].
     pub fn handle(&mut self, st: &Statement, now: UtcTime) -> Answer {
+        self.now = now;
         if st.keyword == "record" && !st.query {
             return match self.record(st, now) {
                 Ok(Some(r)) | Err(r) => Answer::Now(r),
@@ -974,6 +980,7 @@ impl Controller {
         outcome: std::result::Result<Box<dyn Recording>, String>,
         now: UtcTime,
     ) -> Option<Reply> {
+        self.now = now;
         let current = matches!(&self.state, RecordState::Starting { ticket: t, .. } if *t == ticket);
         if !current {
             // Not asked for any more (cannot happen today: record=off answers busy while starting).
@@ -1467,6 +1474,7 @@ mod tests {
                 },
                 blocks: 1,
                 flow: Default::default(),
+                events_dropped: 0,
             }
         }
     }
@@ -1561,7 +1569,11 @@ mod tests {
             packets: 1000,
             ..Default::default()
         }));
-        let ctl = Controller::new(cfg, Box::new(crate::disks::SystemDisks));
+        let ctl = Controller::new(
+            cfg,
+            Box::new(crate::disks::SystemDisks),
+            UtcTime::from_unix(T0, 0),
+        );
         Fixture {
             ctl,
             engine: ScriptedEngine(script.clone()),
@@ -1688,7 +1700,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path().join("new/0");
         let cfg = DaemonConfig::from_toml(&format!("[groups]\nn = [\"{}\"]", d.display())).unwrap();
-        let mut ctl = Controller::new(cfg, Box::new(crate::disks::SystemDisks));
+        let mut ctl = Controller::new(
+            cfg,
+            Box::new(crate::disks::SystemDisks),
+            UtcTime::from_unix(T0, 0),
+        );
         let st = parse_statement(b"group=new:n").unwrap();
         let mut engine = ScriptedEngine(Default::default());
         assert_eq!(
@@ -1708,7 +1724,7 @@ mod tests {
         disks.set_space(2, 1_000_000_000, 2_000_000_000);
         let cfg = DaemonConfig::from_toml("[groups]\nm = [\"/m/0\", \"/m/1\", \"/n/*\"]\nnew = [\"/p/q\"]")
             .unwrap();
-        let mut ctl = Controller::new(cfg, Box::new(disks.clone()));
+        let mut ctl = Controller::new(cfg, Box::new(disks.clone()), UtcTime::from_unix(T0, 0));
         let mut engine = ScriptedEngine(Default::default());
         let mut cmd = |c: &mut Controller, line: &str| {
             c.execute_with(
@@ -1735,7 +1751,7 @@ mod tests {
         assert!(disks.is_dir(Path::new("/p/q")));
         disks.fail_create("/r");
         let cfg = DaemonConfig::from_toml("[groups]\nr = [\"/r/0\"]").unwrap();
-        let mut ctl = Controller::new(cfg, Box::new(disks.clone()));
+        let mut ctl = Controller::new(cfg, Box::new(disks.clone()), UtcTime::from_unix(T0, 0));
         assert_eq!(
             cmd(&mut ctl, "group=new:r"),
             "!group = 3 : /r/0: permission denied ;"
@@ -2028,7 +2044,11 @@ mod tests {
         // An unreadable copy of another scan still lists it.
         std::fs::write(f._dir.path().join("0/bad.vlbiflow.json"), b"{").unwrap();
         let cfg = f.ctl.config().clone();
-        let again = Controller::new(cfg, Box::new(crate::disks::SystemDisks));
+        let again = Controller::new(
+            cfg,
+            Box::new(crate::disks::SystemDisks),
+            UtcTime::from_unix(T0, 0),
+        );
         let names: Vec<_> = again.scans().iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["bad", "exp_st_scan1"]);
         assert!(again.scans()[0].meta.is_none());
