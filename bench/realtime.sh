@@ -53,6 +53,43 @@ disks() { # PREFIX -> four --disk options (directories created)
     echo "${out[@]}"
 }
 
+# Hostile traffic from inside namespace NS while a run goes on: COUNT datagrams of random bytes and random
+# sizes (1-9000) at HOST:PORT, paced to about 2000 per second so that they do not crowd the stream out of
+# the socket buffer, then a UDP and TCP connect scan of every port 1-65535 of HOST. Prints the number of
+# datagrams that reached PORT (garbage + the scan's one), the figure the receiving side must count as
+# rejected, and nothing else.
+hostile() { # NS HOST PORT COUNT
+    ip netns exec "$1" python3 - "$2" "$3" "$4" <<'EOF'
+import os, random, socket, sys, time
+host, port, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+rng = random.Random(int.from_bytes(os.urandom(8), "little"))
+sent = 0
+t0 = time.monotonic()
+for i in range(count):
+    try:
+        u.sendto(os.urandom(rng.randint(1, 9000)), (host, port)); sent += 1
+    except OSError:
+        pass
+    if i % 100 == 99:
+        time.sleep(max(0.0, t0 + (i + 1) / 2000 - time.monotonic()))
+for p in range(1, 65536):
+    try:
+        u.sendto(b"scan", (host, p))
+        if p == port: sent += 1
+    except OSError:
+        pass
+    t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    t.settimeout(0.2)
+    try:
+        t.connect((host, p))
+    except OSError:
+        pass
+    t.close()
+print(sent)
+EOF
+}
+
 forward_bench() {
     local secs=${SECS:-10}
     echo "## record alone vs record + forward (udps to vlbiflow receive on loopback), $secs s per run, 2 threads"
@@ -173,8 +210,18 @@ accept_run() { # NAME PATHEMU-ARGS FORWARD-OPTIONS RATE
     local rec=$!
     PIDS+=($rec)
     wait_line "$out/rec.err" "stream a: Vdif"
+    # Garbage and a full port scan at both ends while the stream runs (HOSTILE=0 leaves them out).
+    local garbage=${HOSTILE_COUNT:-20000} hostile_pids=()
+    if [ "${HOSTILE:-1}" = 1 ]; then
+        (sleep 5; hostile "$ns_a" 127.0.0.1 4001 "$garbage" >"$out/garbage_a") &
+        hostile_pids+=($!)
+        (sleep 5; hostile "$ns_b" "$net.2" "$port" "$garbage" >"$out/garbage_b") &
+        hostile_pids+=($!)
+        PIDS+=("${hostile_pids[@]}")
+    fi
     ip netns exec "$ns_a" "$VLBIFLOW" gen --dest 127.0.0.1:4001 --psn --threads 2 --rate "$rate" --duration "$secs" \
         --json >"$out/gen.json" 2>"$out/gen.err"
+    for p in "${hostile_pids[@]}"; do wait "$p" || true; done
     wait "$recv" || true
     # The recorder has every frame the receiver could get; stop it (Ctrl-C: flush and final metadata). GNU
     # time ignores SIGINT: signal the recorder, its child.
@@ -203,6 +250,13 @@ print(f"path: in {ab['in_packets']}, dropped random {ab.get('dropped_random')}, 
 print(f"correlator: out {far['output_frames']} = delivered {r['delivered']} + filled {r['filled']}; late {r['late']}, "
       f"kernel drops {far['kernel_drops']}, output stalls {far['output_stalls']}; latency p50 {far['latency']['p50_ns']/1e6 if far['latency']['p50_ns'] else 0:.1f} ms "
       f"p99 {far['latency']['p99_ns']/1e6 if far['latency']['p99_ns'] else 0:.1f} ms (clock offset {far['latency']['clock_offset_ns']} ns stated)")
+for side, path, got in (("station", "garbage_a", c["rejected"]),
+                        ("correlator", "garbage_b", far["rejected"] + r["malformed"] + r["stray"] + r.get("unknown_thread", 0))):
+    p = os.path.join(d, path)
+    if os.path.exists(p) and open(p).read().strip():
+        n = int(open(p).read())
+        print(f"hostile at the {side}: {n} garbage datagrams and a full UDP/TCP port scan; counted as rejected {got}: "
+              f"{'only counted' if got == n else 'MISMATCH'}")
 print(f"delivered + filled = sent by gen: {r['delivered'] + r['filled'] == g['frames']} "
       f"({r['delivered'] + r['filled']} vs {g['frames']}; a tail lost after the last frame received is not filled without --count)")
 EOF
