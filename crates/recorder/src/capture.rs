@@ -363,6 +363,8 @@ pub(crate) struct StreamCapture {
     spill: Vec<Block>,
     /// Messages that carried more than one datagram.
     coalesced: u64,
+    /// Sees every stored frame (forwarding while recording).
+    pub(crate) tap: Option<Box<dyn crate::tap::FrameTap>>,
 }
 
 impl StreamCapture {
@@ -405,6 +407,7 @@ impl StreamCapture {
             span: 1,
             spill: Vec::with_capacity(4),
             coalesced: 0,
+            tap: None,
         }
     }
 
@@ -760,6 +763,22 @@ impl StreamCapture {
         }
         let kept = got.kept.len();
         self.place(got, area, cap);
+        if let Some(tap) = self.tap.as_mut() {
+            // The frames now sit in consecutive slots: the area first, then the spill blocks.
+            let here = kept.min(cap);
+            if here > 0 {
+                tap.stored(&area[..here * slot]);
+            }
+            let mut rest = kept - here;
+            for b in self.spill.iter_mut() {
+                if rest == 0 {
+                    break;
+                }
+                let k = rest.min(self.frames_per_block);
+                tap.stored(&b.frame_area_mut()[..k * slot]);
+                rest -= k;
+            }
+        }
         if kept > 0 {
             let s = &shared.streams[self.index];
             let now = (shared.start.elapsed().as_nanos() as u64).max(1);
