@@ -276,7 +276,7 @@ accept_bench() {
     [ "$(id -u)" = 0 ] || { echo "accept needs root (namespaces)" >&2; exit 1; }
     local rate=${RATE:-2Gbps}
     local runs=" ${ACCEPT_RUNS:-lossy slow} "
-    [[ $runs == *" lossy "* ]] && accept_run lossy "--rtt 30ms --loss 0.1% --rate 2.5Gbps --queue 16MB $EMU_EXTRA" ",rate=2.4Gbps" "$rate"
+    [[ $runs == *" lossy "* ]] && accept_run lossy "--rtt 30ms --loss 0.1% --rate 2.5Gbps --queue 16MB $EMU_EXTRA" ",rate=2.4Gbps${FWD_EXTRA:-}" "$rate"
     [[ $runs == *" slow "* ]] && accept_run slow "--rtt 30ms --loss 0.1% --rate 1Gbps --queue 16MB $EMU_EXTRA" ",rate=990Mbps" "$rate"
     return 0
 }
