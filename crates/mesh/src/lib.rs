@@ -9,6 +9,7 @@
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod archive;
 pub mod config;
 pub mod plan;
 pub mod report;
