@@ -32,7 +32,9 @@ impl Alerts {
     pub fn new(cfg: Arc<Config>, now: Ms, active: &[AlertEvent]) -> Self {
         let mut state: HashMap<(String, String, String), PairState> = HashMap::new();
         for e in active {
-            let s = state.entry((e.rule.clone(), e.src.clone(), e.dst.clone())).or_default();
+            let s = state
+                .entry((e.rule.clone(), e.src.clone(), e.dst.clone()))
+                .or_default();
             if e.value.is_none() {
                 s.no_data = true;
             } else {
@@ -71,8 +73,16 @@ impl Alerts {
                 s.no_data = false;
                 out.push(event(rule, src, dst, t, "cleared", None, "results again".into()));
             }
-            let beyond = if rule.below { v < rule.raise } else { v > rule.raise };
-            let within = if rule.below { v >= rule.clear } else { v <= rule.clear };
+            let beyond = if rule.below {
+                v < rule.raise
+            } else {
+                v > rule.raise
+            };
+            let within = if rule.below {
+                v >= rule.clear
+            } else {
+                v <= rule.clear
+            };
             let word = if rule.below { "below" } else { "above" };
             if !s.raised {
                 s.streak = if beyond { s.streak + 1 } else { 0 };
@@ -86,7 +96,10 @@ impl Alerts {
                         t,
                         "raised",
                         Some((v, rule.raise)),
-                        format!("{} {src}->{dst}: {} {v:.3} {word} {}", rule.name, rule.metric, rule.raise),
+                        format!(
+                            "{} {src}->{dst}: {} {v:.3} {word} {}",
+                            rule.name, rule.metric, rule.raise
+                        ),
                     ));
                 }
             } else {
@@ -102,7 +115,10 @@ impl Alerts {
                         t,
                         "cleared",
                         Some((v, rule.clear)),
-                        format!("{} {src}->{dst}: {} {v:.3} back {back} {}", rule.name, rule.metric, rule.clear),
+                        format!(
+                            "{} {src}->{dst}: {} {v:.3} back {back} {}",
+                            rule.name, rule.metric, rule.clear
+                        ),
                     ));
                 }
             }
@@ -146,7 +162,15 @@ impl Alerts {
     }
 }
 
-fn event(rule: &AlertRule, src: &str, dst: &str, t: Ms, state: &str, v: Option<(f64, f64)>, message: String) -> AlertEvent {
+fn event(
+    rule: &AlertRule,
+    src: &str,
+    dst: &str,
+    t: Ms,
+    state: &str,
+    v: Option<(f64, f64)>,
+    message: String,
+) -> AlertEvent {
     let kind = if v.is_some() { "value" } else { "no-data" };
     AlertEvent {
         id: format!("{}/{src}->{dst}/{kind}/{t}/{state}", rule.name),
@@ -198,14 +222,20 @@ no_data = "PT5M"
     fn hysteresis_once_per_change() {
         let mut a = Alerts::new(cfg(1), 0, &[]);
         let mut states = Vec::new();
-        for (i, v) in [400.0, 290.0, 280.0, 320.0, 340.0, 299.0, 360.0, 370.0].iter().enumerate() {
+        for (i, v) in [400.0, 290.0, 280.0, 320.0, 340.0, 299.0, 360.0, 370.0]
+            .iter()
+            .enumerate()
+        {
             for e in a.result("A", "B", i as i64 * 60_000, &[("throughput_mbps", *v)]) {
                 states.push((i, e.state));
             }
         }
         // Raised at 290; 320 and 340 are between the thresholds (no change); 299 is still raised;
         // cleared at 360; nothing more.
-        assert_eq!(states, vec![(1, "raised".to_string()), (6, "cleared".to_string())]);
+        assert_eq!(
+            states,
+            vec![(1, "raised".to_string()), (6, "cleared".to_string())]
+        );
         // Another pair or metric changes nothing.
         assert!(a.result("B", "A", 0, &[("throughput_mbps", 1.0)]).is_empty());
         assert!(a.result("A", "B", 0, &[("rtt_ms", 1.0)]).is_empty());
@@ -226,13 +256,26 @@ no_data = "PT5M"
         assert!(a.tick(299_000).is_empty());
         let e = a.tick(301_000);
         assert_eq!(e.len(), 1);
-        assert!(e[0].message.contains("no throughput_mbps result"), "{}", e[0].message);
+        assert!(
+            e[0].message.contains("no throughput_mbps result"),
+            "{}",
+            e[0].message
+        );
         assert!(a.tick(400_000).is_empty(), "once per change");
         let e = a.result("A", "B", 410_000, &[("throughput_mbps", 500.0)]);
         assert_eq!((e.len(), e[0].state.as_str()), (1, "cleared"));
         // Restored from the archive: an active alert is not raised again.
-        let mut b = Alerts::new(cfg(1), 0, &a.result("A", "B", 420_000, &[("throughput_mbps", 1.0)]));
-        assert!(b.result("A", "B", 430_000, &[("throughput_mbps", 1.0)]).is_empty());
-        assert_eq!(b.result("A", "B", 440_000, &[("throughput_mbps", 400.0)]).len(), 1);
+        let mut b = Alerts::new(
+            cfg(1),
+            0,
+            &a.result("A", "B", 420_000, &[("throughput_mbps", 1.0)]),
+        );
+        assert!(b
+            .result("A", "B", 430_000, &[("throughput_mbps", 1.0)])
+            .is_empty());
+        assert_eq!(
+            b.result("A", "B", 440_000, &[("throughput_mbps", 400.0)]).len(),
+            1
+        );
     }
 }

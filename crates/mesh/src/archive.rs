@@ -179,12 +179,18 @@ impl Pg {
         if let Some(s) = self.statements.get(sql) {
             return Ok(s.clone());
         }
-        let st = self.client.prepare(&pg_sql(sql)).map_err(|e| err("prepare", pg_detail(&e)))?;
+        let st = self
+            .client
+            .prepare(&pg_sql(sql))
+            .map_err(|e| err("prepare", pg_detail(&e)))?;
         self.statements.insert(sql.to_string(), st.clone());
         Ok(st)
     }
 
-    fn bind(st: &postgres::Statement, p: &[Val]) -> Result<Vec<Box<dyn postgres::types::ToSql + Sync>>, ArchiveError> {
+    fn bind(
+        st: &postgres::Statement,
+        p: &[Val],
+    ) -> Result<Vec<Box<dyn postgres::types::ToSql + Sync>>, ArchiveError> {
         use postgres::types::Type;
         let mut out: Vec<Box<dyn postgres::types::ToSql + Sync>> = Vec::new();
         for (v, t) in p.iter().zip(st.params()) {
@@ -215,37 +221,65 @@ impl Backend for Pg {
         let st = self.prepare(sql)?;
         let b = Pg::bind(&st, p)?;
         let refs: Vec<&(dyn postgres::types::ToSql + Sync)> = b.iter().map(|x| x.as_ref()).collect();
-        self.client.execute(&st, &refs).map_err(|e| err("execute", pg_detail(&e)))
+        self.client
+            .execute(&st, &refs)
+            .map_err(|e| err("execute", pg_detail(&e)))
     }
     fn query(&mut self, sql: &str, p: &[Val]) -> Result<Vec<Vec<Val>>, ArchiveError> {
         use postgres::types::Type;
         let st = self.prepare(sql)?;
         let b = Pg::bind(&st, p)?;
         let refs: Vec<&(dyn postgres::types::ToSql + Sync)> = b.iter().map(|x| x.as_ref()).collect();
-        let rows = self.client.query(&st, &refs).map_err(|e| err("query", pg_detail(&e)))?;
+        let rows = self
+            .client
+            .query(&st, &refs)
+            .map_err(|e| err("query", pg_detail(&e)))?;
         let mut out = Vec::with_capacity(rows.len());
         for r in rows {
             let mut row = Vec::new();
             for (i, c) in r.columns().iter().enumerate() {
                 let g = |e: postgres::Error| err("read", pg_detail(&e));
-                row.push(match *c.type_() {
-                    Type::INT8 => r.try_get::<_, Option<i64>>(i).map_err(g)?.map(Val::Int),
-                    Type::INT4 => r.try_get::<_, Option<i32>>(i).map_err(g)?.map(|x| Val::Int(x.into())),
-                    Type::INT2 => r.try_get::<_, Option<i16>>(i).map_err(g)?.map(|x| Val::Int(x.into())),
-                    Type::FLOAT8 => r.try_get::<_, Option<f64>>(i).map_err(g)?.map(Val::Real),
-                    Type::FLOAT4 => r.try_get::<_, Option<f32>>(i).map_err(g)?.map(|x| Val::Real(x.into())),
-                    Type::TEXT | Type::VARCHAR | Type::NAME => r.try_get::<_, Option<String>>(i).map_err(g)?.map(Val::Text),
-                    Type::BOOL => r.try_get::<_, Option<bool>>(i).map_err(g)?.map(|x| Val::Int(x.into())),
-                    ref other => return Err(err("read", format!("column {} of type {other} not supported", c.name()))),
-                }
-                .unwrap_or(Val::Null));
+                row.push(
+                    match *c.type_() {
+                        Type::INT8 => r.try_get::<_, Option<i64>>(i).map_err(g)?.map(Val::Int),
+                        Type::INT4 => r
+                            .try_get::<_, Option<i32>>(i)
+                            .map_err(g)?
+                            .map(|x| Val::Int(x.into())),
+                        Type::INT2 => r
+                            .try_get::<_, Option<i16>>(i)
+                            .map_err(g)?
+                            .map(|x| Val::Int(x.into())),
+                        Type::FLOAT8 => r.try_get::<_, Option<f64>>(i).map_err(g)?.map(Val::Real),
+                        Type::FLOAT4 => r
+                            .try_get::<_, Option<f32>>(i)
+                            .map_err(g)?
+                            .map(|x| Val::Real(x.into())),
+                        Type::TEXT | Type::VARCHAR | Type::NAME => {
+                            r.try_get::<_, Option<String>>(i).map_err(g)?.map(Val::Text)
+                        }
+                        Type::BOOL => r
+                            .try_get::<_, Option<bool>>(i)
+                            .map_err(g)?
+                            .map(|x| Val::Int(x.into())),
+                        ref other => {
+                            return Err(err(
+                                "read",
+                                format!("column {} of type {other} not supported", c.name()),
+                            ))
+                        }
+                    }
+                    .unwrap_or(Val::Null),
+                );
             }
             out.push(row);
         }
         Ok(out)
     }
     fn batch(&mut self, sql: &str) -> Result<(), ArchiveError> {
-        self.client.batch_execute(sql).map_err(|e| err("execute", pg_detail(&e)))
+        self.client
+            .batch_execute(sql)
+            .map_err(|e| err("execute", pg_detail(&e)))
     }
     fn kind(&self) -> &'static str {
         "postgresql"
@@ -384,7 +418,8 @@ pub struct RunRow {
     pub reported_by: Option<String>,
 }
 
-const RUN_COLUMNS: &str = "id, test, kind, src, dst, planned_start, planned_end, exclusive, status, reason, detail, \
+const RUN_COLUMNS: &str =
+    "id, test, kind, src, dst, planned_start, planned_end, exclusive, status, reason, detail, \
      started_at, ended_at, throughput_mbps, loss_percent, rtt_ms, capacity_mbps, reported_by";
 
 fn run_row(r: &[Val]) -> RunRow {
@@ -466,9 +501,14 @@ impl Archive {
     /// Opens (creating and migrating) the archive at `target`: a `postgres://` or `postgresql://`
     /// URL, or a SQLite file path.
     pub fn open(target: &str) -> Result<Archive, ArchiveError> {
-        let db: Box<dyn Backend> = if target.starts_with("postgres://") || target.starts_with("postgresql://") {
-            let client = postgres::Client::connect(target, postgres::NoTls)
-                .map_err(|e| err(&format!("connect to PostgreSQL {}", redact(target)), pg_detail(&e)))?;
+        let db: Box<dyn Backend> = if target.starts_with("postgres://") || target.starts_with("postgresql://")
+        {
+            let client = postgres::Client::connect(target, postgres::NoTls).map_err(|e| {
+                err(
+                    &format!("connect to PostgreSQL {}", redact(target)),
+                    pg_detail(&e),
+                )
+            })?;
             Box::new(Pg {
                 client,
                 statements: HashMap::new(),
@@ -540,7 +580,9 @@ impl Archive {
 
     /// A value from the meta table.
     pub fn meta(&mut self, key: &str) -> Result<Option<String>, ArchiveError> {
-        let rows = self.db.query("SELECT value FROM meta WHERE key = ?", &[key.into()])?;
+        let rows = self
+            .db
+            .query("SELECT value FROM meta WHERE key = ?", &[key.into()])?;
         Ok(rows.first().and_then(|r| r[0].text().map(str::to_string)))
     }
 
@@ -553,7 +595,10 @@ impl Archive {
         Ok(())
     }
 
-    fn tx<T>(&mut self, f: impl FnOnce(&mut dyn Backend) -> Result<T, ArchiveError>) -> Result<T, ArchiveError> {
+    fn tx<T>(
+        &mut self,
+        f: impl FnOnce(&mut dyn Backend) -> Result<T, ArchiveError>,
+    ) -> Result<T, ArchiveError> {
         self.db.batch("BEGIN")?;
         match f(self.db.as_mut()) {
             Ok(v) => {
@@ -704,7 +749,12 @@ impl Archive {
     pub fn runs(&mut self, f: &RunFilter) -> Result<Vec<RunRow>, ArchiveError> {
         let mut sql = format!("SELECT {RUN_COLUMNS} FROM runs WHERE 1 = 1");
         let mut p: Vec<Val> = Vec::new();
-        for (col, v) in [("src", &f.src), ("dst", &f.dst), ("test", &f.test), ("status", &f.status)] {
+        for (col, v) in [
+            ("src", &f.src),
+            ("dst", &f.dst),
+            ("test", &f.test),
+            ("status", &f.status),
+        ] {
             if let Some(v) = v {
                 sql += &format!(" AND {col} = ?");
                 p.push(v.as_str().into());
@@ -727,7 +777,9 @@ impl Archive {
 
     /// The full result JSON of a run.
     pub fn result_json(&mut self, id: &str) -> Result<Option<serde_json::Value>, ArchiveError> {
-        let rows = self.db.query("SELECT result FROM runs WHERE id = ?", &[id.into()])?;
+        let rows = self
+            .db
+            .query("SELECT result FROM runs WHERE id = ?", &[id.into()])?;
         Ok(rows
             .first()
             .and_then(|r| r[0].text())
@@ -746,11 +798,15 @@ impl Archive {
             let id = r[0].text().unwrap_or_default().to_string();
             let res = self
                 .db
-                .query("SELECT resource FROM run_resources WHERE run_id = ? ORDER BY resource", &[id.as_str().into()])?
+                .query(
+                    "SELECT resource FROM run_resources WHERE run_id = ? ORDER BY resource",
+                    &[id.as_str().into()],
+                )?
                 .iter()
                 .filter_map(|x| x[0].text().map(str::to_string))
                 .collect();
-            let kind = serde_json::from_value(serde_json::Value::String(r[2].text().unwrap_or_default().into()));
+            let kind =
+                serde_json::from_value(serde_json::Value::String(r[2].text().unwrap_or_default().into()));
             let Ok(kind) = kind else { continue };
             out.push(PlannedRun {
                 id,
@@ -786,7 +842,11 @@ impl Archive {
     }
 
     /// Counts of runs by status and reason (optionally within a planned-start window).
-    pub fn counts(&mut self, since: Option<Ms>, until: Option<Ms>) -> Result<Vec<(String, String, String, i64)>, ArchiveError> {
+    pub fn counts(
+        &mut self,
+        since: Option<Ms>,
+        until: Option<Ms>,
+    ) -> Result<Vec<(String, String, String, i64)>, ArchiveError> {
         let rows = self.db.query(
             "SELECT test, status, COALESCE(reason, ''), COUNT(*) FROM runs WHERE planned_start >= ? AND planned_start < ? \
              GROUP BY test, status, COALESCE(reason, '') ORDER BY test, status, COALESCE(reason, '')",
@@ -832,7 +892,12 @@ impl Archive {
     }
 
     /// Sweep points of a pair since `since`, oldest first: (t, run id, point).
-    pub fn points(&mut self, src: &str, dst: &str, since: Ms) -> Result<Vec<(Ms, String, crate::report::Point)>, ArchiveError> {
+    pub fn points(
+        &mut self,
+        src: &str,
+        dst: &str,
+        since: Ms,
+    ) -> Result<Vec<(Ms, String, crate::report::Point)>, ArchiveError> {
         let rows = self.db.query(
             "SELECT t, run_id, size, wait_us, offered_mbps, recv_mbps, loss_percent, jitter_us FROM points \
              WHERE src = ? AND dst = ? AND t >= ? ORDER BY t, idx",
@@ -858,7 +923,13 @@ impl Archive {
     }
 
     /// Records an agent's contact.
-    pub fn agent_seen(&mut self, name: &str, at: Ms, software: &str, config_hash: &str) -> Result<(), ArchiveError> {
+    pub fn agent_seen(
+        &mut self,
+        name: &str,
+        at: Ms,
+        software: &str,
+        config_hash: &str,
+    ) -> Result<(), ArchiveError> {
         self.db.execute(
             "INSERT INTO agents (name, last_seen, software, config_hash) VALUES (?, ?, ?, ?) \
              ON CONFLICT (name) DO UPDATE SET last_seen = excluded.last_seen, software = excluded.software, \
@@ -975,7 +1046,10 @@ impl Archive {
             n += db.execute("DELETE FROM points WHERE t < ?", &[before.into()])?;
             n += db.execute("DELETE FROM runs WHERE planned_start < ?", &[before.into()])?;
             n += db.execute("DELETE FROM counters WHERE t < ?", &[before.into()])?;
-            n += db.execute("DELETE FROM alert_events WHERE t < ? AND delivered = 1", &[before.into()])?;
+            n += db.execute(
+                "DELETE FROM alert_events WHERE t < ? AND delivered = 1",
+                &[before.into()],
+            )?;
             Ok(n)
         })
     }

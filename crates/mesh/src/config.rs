@@ -493,7 +493,10 @@ impl Config {
                 return Err(bad(format!("host {}: the name appears twice", h.name)));
             }
             if h.address.trim().is_empty() || h.address.contains(char::is_whitespace) {
-                return Err(bad(format!("host {}: address {:?} is empty or has spaces", h.name, h.address)));
+                return Err(bad(format!(
+                    "host {}: address {:?} is empty or has spaces",
+                    h.name, h.address
+                )));
             }
         }
         let host_idx = |name: &str, what: &str| {
@@ -578,7 +581,9 @@ impl Config {
         for t in &raw.tests {
             let what = format!("test {}", t.name);
             if !valid_name(&t.name) || !test_names.insert(t.name.clone()) {
-                return Err(bad(format!("{what}: name invalid (1-32 letters, digits, -_.) or repeated")));
+                return Err(bad(format!(
+                    "{what}: name invalid (1-32 letters, digits, -_.) or repeated"
+                )));
             }
             let repeat = match (&t.interval, &t.cron) {
                 (Some(i), None) => {
@@ -628,7 +633,11 @@ impl Config {
                 return Err(bad(format!("{what}: name invalid or repeated")));
             }
             if !METRICS.contains(&a.metric.as_str()) {
-                return Err(bad(format!("{what}: unknown metric {:?} (one of {})", a.metric, METRICS.join(", "))));
+                return Err(bad(format!(
+                    "{what}: unknown metric {:?} (one of {})",
+                    a.metric,
+                    METRICS.join(", ")
+                )));
             }
             let (below, raise) = match (a.below, a.above) {
                 (Some(v), None) => (true, v),
@@ -660,7 +669,8 @@ impl Config {
         let passive = match &raw.passive {
             None => None,
             Some(p) => {
-                let interval = parse_duration(&p.interval).map_err(|e| bad(format!("passive: interval: {e}")))?;
+                let interval =
+                    parse_duration(&p.interval).map_err(|e| bad(format!("passive: interval: {e}")))?;
                 if interval < 1000 {
                     return Err(bad("passive: interval shorter than 1 s"));
                 }
@@ -672,12 +682,19 @@ impl Config {
         };
         if let Some(w) = &raw.webhook {
             if !w.url.starts_with("http://") && !w.url.starts_with("https://") {
-                return Err(bad(format!("webhook: url {:?} is not http:// or https://", w.url)));
+                return Err(bad(format!(
+                    "webhook: url {:?} is not http:// or https://",
+                    w.url
+                )));
             }
         }
         let guard = dur(&m.guard, "mesh.guard", 1000)?;
         let retention = dur(&m.retention, "mesh.retention", 400 * 86_400_000)?;
-        let longest = tests.iter().map(|t| t.repeat.typical_interval()).max().unwrap_or(60_000);
+        let longest = tests
+            .iter()
+            .map(|t| t.repeat.typical_interval())
+            .max()
+            .unwrap_or(60_000);
         let grace = dur(&m.grace, "mesh.grace", (2 * longest).max(120_000))?;
         let stale_after = m.stale_after.unwrap_or(2.5);
         if stale_after.partial_cmp(&1.0) != Some(std::cmp::Ordering::Greater) && stale_after != 1.0 {
@@ -722,7 +739,10 @@ fn check_params(kind: Kind, p: &Params) -> Result<(), String> {
     not("sizes", !sized && p.sizes.is_some())?;
     not("rates", kind != Kind::Sweep && p.rates.is_some())?;
     not("waits", kind != Kind::Sweep && p.waits.is_some())?;
-    not("count", !matches!(kind, Kind::Sweep | Kind::Capacity) && p.count.is_some())?;
+    not(
+        "count",
+        !matches!(kind, Kind::Sweep | Kind::Capacity) && p.count.is_some(),
+    )?;
     not("trial", kind != Kind::ZeroLoss && p.trial.is_some())?;
     not("max_rate", kind != Kind::ZeroLoss && p.max_rate.is_some())?;
     not("resolution", kind != Kind::ZeroLoss && p.resolution.is_some())?;
@@ -735,7 +755,10 @@ fn check_params(kind: Kind, p: &Params) -> Result<(), String> {
     }
     for &s in p.sizes.iter().flatten() {
         if !(vlbiflow_net::wire::HEADER_LEN..=65_507).contains(&s) {
-            return Err(format!("size {s} outside {}..=65507", vlbiflow_net::wire::HEADER_LEN));
+            return Err(format!(
+                "size {s} outside {}..=65507",
+                vlbiflow_net::wire::HEADER_LEN
+            ));
         }
     }
     if p.sizes.as_ref().is_some_and(|s| s.is_empty()) {
@@ -801,7 +824,9 @@ pub fn vlbiflow_net_rate(s: &str) -> Result<f64, String> {
     .unwrap_or((lower.clone(), 1.0));
     match num.parse::<f64>() {
         Ok(v) if v.is_finite() && v >= 0.0 => Ok(v * mult),
-        _ => Err(format!("rate {s:?} is not a number with an optional unit (kbps, Mbps, Gbps)")),
+        _ => Err(format!(
+            "rate {s:?} is not a number with an optional unit (kbps, Mbps, Gbps)"
+        )),
     }
 }
 
@@ -871,19 +896,34 @@ clear = 350
         assert_eq!(c.resources(2, 0), vec!["host:J", "host:A"]);
         assert_eq!(c.alerts[0].pairs, vec![(0, 1), (0, 2)]);
         let th = c.threshold("throughput_mbps").unwrap();
-        assert_eq!((th.classify(900.0), th.classify(500.0), th.classify(100.0)), ("good", "warn", "bad"));
+        assert_eq!(
+            (th.classify(900.0), th.classify(500.0), th.classify(100.0)),
+            ("good", "warn", "bad")
+        );
     }
 
     #[test]
     fn errors_name_the_place() {
         let cases = [
             (EXAMPLE.replace("kind = \"sweep\"", "kind = \"sweeep\""), "sweeep"),
-            (EXAMPLE.replace("interval = \"PT2M\"", "interval = \"2 minutes\""), "test bw: interval"),
-            (EXAMPLE.replace("pairs = [\"A->*\"]", "pairs = [\"X->*\"]"), "alert slow"),
-            (EXAMPLE.replace("count = 1000", "count = 1000\nstreams = 2"), "streams does not apply"),
+            (
+                EXAMPLE.replace("interval = \"PT2M\"", "interval = \"2 minutes\""),
+                "test bw: interval",
+            ),
+            (
+                EXAMPLE.replace("pairs = [\"A->*\"]", "pairs = [\"X->*\"]"),
+                "alert slow",
+            ),
+            (
+                EXAMPLE.replace("count = 1000", "count = 1000\nstreams = 2"),
+                "streams does not apply",
+            ),
             (EXAMPLE.replace("clear = 350", "clear = 250"), "good side"),
             (EXAMPLE.replace("name = \"B\"", "name = \"A\""), "appears twice"),
-            (EXAMPLE.replace("sites = [\"JIVE\"]", "sites = [\"Nowhere\"]"), "link jive-in"),
+            (
+                EXAMPLE.replace("sites = [\"JIVE\"]", "sites = [\"Nowhere\"]"),
+                "link jive-in",
+            ),
         ];
         for (text, want) in cases {
             let e = Config::parse(&text).unwrap_err().to_string();

@@ -242,20 +242,24 @@ impl Planner {
         let cfg = self.cfg.clone();
         let test = &cfg.tests[ti];
         let mut rng = SplitMix::new(seed_for(&cfg, &test.name, c0));
-        let make = |src: usize, dst: usize, start: Ms, end: Ms, slot: usize, skipped: Option<String>| PlannedRun {
-            id: format!("{}/{}/{}->{}", test.name, c0, cfg.hosts[src].name, cfg.hosts[dst].name),
-            test: test.name.clone(),
-            kind: test.kind,
-            cycle: c0,
-            src: cfg.hosts[src].name.clone(),
-            dst: cfg.hosts[dst].name.clone(),
-            start,
-            end,
-            exclusive: test.exclusive,
-            resources: cfg.resources(src, dst),
-            slot,
-            skipped,
-        };
+        let make =
+            |src: usize, dst: usize, start: Ms, end: Ms, slot: usize, skipped: Option<String>| PlannedRun {
+                id: format!(
+                    "{}/{}/{}->{}",
+                    test.name, c0, cfg.hosts[src].name, cfg.hosts[dst].name
+                ),
+                test: test.name.clone(),
+                kind: test.kind,
+                cycle: c0,
+                src: cfg.hosts[src].name.clone(),
+                dst: cfg.hosts[dst].name.clone(),
+                start,
+                end,
+                exclusive: test.exclusive,
+                resources: cfg.resources(src, dst),
+                slot,
+                skipped,
+            };
         let span = c1 - c0;
         if !test.exclusive {
             let slot = test.slot.min(span);
@@ -300,7 +304,8 @@ impl Planner {
                 *degree.entry(r).or_default() += 1;
             }
         }
-        let busiest = |&(s, d): &(usize, usize)| cfg.resources(s, d).iter().map(|r| degree[r]).max().unwrap_or(0);
+        let busiest =
+            |&(s, d): &(usize, usize)| cfg.resources(s, d).iter().map(|r| degree[r]).max().unwrap_or(0);
         order.sort_by_key(|p| std::cmp::Reverse(busiest(p)));
         let slip_draw = rng.next_u64();
         let reserved = self.reservations(ti, c0, c1);
@@ -372,7 +377,8 @@ impl Planner {
         };
         let mut placed = if slip > 0 { place(c0 + slip) } else { first.clone() };
         // A slip must never cost a run: fall back to none if the shifted placement skips more.
-        let skipped = |p: &[(usize, usize, Option<usize>, String)]| p.iter().filter(|x| x.2.is_none()).count();
+        let skipped =
+            |p: &[(usize, usize, Option<usize>, String)]| p.iter().filter(|x| x.2.is_none()).count();
         if skipped(&placed) > skipped(&first) {
             placed = first;
             slip = 0;

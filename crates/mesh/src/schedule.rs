@@ -81,7 +81,12 @@ impl AgentMachine {
         self.cursor = now + 1;
         for r in runs.into_iter().filter(|r| r.src == self.me) {
             if let Some(why) = &r.skipped {
-                out.push(AgentAction::Report(RunReport::failed(&r, &self.me, Reason::Conflict, why.clone())));
+                out.push(AgentAction::Report(RunReport::failed(
+                    &r,
+                    &self.me,
+                    Reason::Conflict,
+                    why.clone(),
+                )));
             } else if now - r.start > START_TOLERANCE {
                 out.push(AgentAction::Report(RunReport::failed(
                     &r,
@@ -103,7 +108,11 @@ impl AgentMachine {
                     &r,
                     &self.me,
                     Reason::Conflict,
-                    format!("skipped: run {} still holds {} past its slot", busy.id, busy.resources.join(", ")),
+                    format!(
+                        "skipped: run {} still holds {} past its slot",
+                        busy.id,
+                        busy.resources.join(", ")
+                    ),
                 )));
             } else {
                 self.running.insert(r.id.clone(), r.clone());
@@ -127,7 +136,12 @@ impl AgentMachine {
         let mut at = from;
         while at < from + horizon {
             let to = (at + step).min(from + horizon);
-            if let Some(r) = self.planner.runs_between(at, to).into_iter().find(|r| r.src == self.me) {
+            if let Some(r) = self
+                .planner
+                .runs_between(at, to)
+                .into_iter()
+                .find(|r| r.src == self.me)
+            {
                 return Some(r.start);
             }
             at = to;
@@ -216,7 +230,12 @@ impl Ledger {
             for r in self.planner.runs_between(self.planned_through, until) {
                 out.push(LedgerAction::Plan(r.clone()));
                 if let Some(why) = &r.skipped {
-                    out.push(LedgerAction::Record(RunReport::failed(&r, "hub", Reason::Conflict, why.clone())));
+                    out.push(LedgerAction::Record(RunReport::failed(
+                        &r,
+                        "hub",
+                        Reason::Conflict,
+                        why.clone(),
+                    )));
                 } else {
                     self.pending.insert(r.id.clone(), (r.end, r));
                 }
@@ -261,7 +280,8 @@ impl Ledger {
                         format!(
                             "agent {} did not report: last contact {}",
                             r.src,
-                            last.map(rfc3339).unwrap_or_else(|| "never (since the hub started)".into())
+                            last.map(rfc3339)
+                                .unwrap_or_else(|| "never (since the hub started)".into())
                         ),
                     ),
                 };

@@ -300,7 +300,9 @@ mod tests {
         assert_eq!(parse_duration("PT0.5S").unwrap(), 500);
         assert_eq!(parse_duration("P1DT1H").unwrap(), 90_000_000);
         assert_eq!(parse_duration("P2W").unwrap(), 14 * 86_400_000);
-        for bad in ["", "P", "PT", "2M", "P1M", "PT1M2H", "PT-1S", "PTxS", "PT5", "P1H"] {
+        for bad in [
+            "", "P", "PT", "2M", "P1M", "PT1M2H", "PT-1S", "PTxS", "PT5", "P1H",
+        ] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
         for ms in [0, 500, 1500, 120_000, 90_000_000] {

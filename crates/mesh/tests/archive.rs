@@ -34,7 +34,11 @@ fn ok(r: &PlannedRun, started: i64, ended: i64, mbps: f64) -> RunReport {
         ended_at: Some(ended),
         reported_by: r.src.clone(),
         outcome: Outcome::Ok {
-            metrics: Metrics { throughput_mbps: Some(mbps), loss_percent: Some(0.5), ..Metrics::default() },
+            metrics: Metrics {
+                throughput_mbps: Some(mbps),
+                loss_percent: Some(0.5),
+                ..Metrics::default()
+            },
             points: (0..3)
                 .map(|i| Point {
                     size: 1472,
@@ -67,19 +71,41 @@ fn exercise(target: &str) {
     let inferred = RunReport::failed(&r1, "hub", Reason::AgentDown, "agent A did not report");
     assert_eq!(a.record(&[inferred.clone()], 3).unwrap(), 1);
     assert_eq!(a.record(&[ok(&r1, 10_000, 10_900, 512.0)], 4).unwrap(), 1);
-    assert_eq!(a.record(&[ok(&r1, 10_000, 10_900, 512.0), inferred], 5).unwrap(), 0);
+    assert_eq!(
+        a.record(&[ok(&r1, 10_000, 10_900, 512.0), inferred], 5).unwrap(),
+        0
+    );
     // r2 overlaps r1 on link:up (10_600 < 10_900).
     a.record(&[ok(&r2, 10_600, 11_000, 300.0)], 6).unwrap();
-    a.record(&[RunReport::failed(&r3, "B", Reason::Refused, "connection refused")], 7).unwrap();
+    a.record(
+        &[RunReport::failed(&r3, "B", Reason::Refused, "connection refused")],
+        7,
+    )
+    .unwrap();
     assert!(a.pending().unwrap().is_empty());
     let rows = a.runs(&RunFilter::default()).unwrap();
     assert_eq!(rows.len(), 3);
     let row1 = rows.iter().find(|r| r.id == r1.id).unwrap();
-    assert_eq!((row1.status.as_str(), row1.throughput_mbps, row1.reported_by.as_deref()), ("ok", Some(512.0), Some("A")));
-    let failed = a.runs(&RunFilter { status: Some("failed".into()), ..Default::default() }).unwrap();
+    assert_eq!(
+        (
+            row1.status.as_str(),
+            row1.throughput_mbps,
+            row1.reported_by.as_deref()
+        ),
+        ("ok", Some(512.0), Some("A"))
+    );
+    let failed = a
+        .runs(&RunFilter {
+            status: Some("failed".into()),
+            ..Default::default()
+        })
+        .unwrap();
     assert_eq!(failed.len(), 1);
     assert_eq!(failed[0].reason.as_deref(), Some("refused"));
-    assert_eq!(a.overlaps().unwrap(), vec![("link:up".to_string(), r1.id.clone(), r2.id.clone())]);
+    assert_eq!(
+        a.overlaps().unwrap(),
+        vec![("link:up".to_string(), r1.id.clone(), r2.id.clone())]
+    );
     let pts = a.points("A", "B", 0).unwrap();
     assert_eq!(pts.len(), 3);
     assert_eq!(pts[2].2.offered_mbps, 300.0);
@@ -89,14 +115,32 @@ fn exercise(target: &str) {
     assert_eq!(a.result_json(&r1.id).unwrap(), Some(serde_json::json!({"x": 1})));
     // Counters and alerts.
     let s = CounterSample {
-        host: "A".into(), iface: "eth0".into(), t: 15_000, span_ms: 1000, rx_bytes: u64::MAX >> 2, tx_bytes: 2,
-        rx_packets: 3, tx_packets: 4, rx_errors: 5, tx_errors: 6, rx_drops: 7, tx_drops: 8,
+        host: "A".into(),
+        iface: "eth0".into(),
+        t: 15_000,
+        span_ms: 1000,
+        rx_bytes: u64::MAX >> 2,
+        tx_bytes: 2,
+        rx_packets: 3,
+        tx_packets: 4,
+        rx_errors: 5,
+        tx_errors: 6,
+        rx_drops: 7,
+        tx_drops: 8,
     };
     a.counters(&[s.clone(), s.clone()]).unwrap();
     assert_eq!(a.counter_samples("A", 0).unwrap(), vec![s]);
     let ev = |t: i64, state: &str| AlertEvent {
-        id: format!("slow/A->B/{t}/{state}"), t, rule: "slow".into(), src: "A".into(), dst: "B".into(),
-        metric: "throughput_mbps".into(), state: state.into(), value: Some(1.0), threshold: Some(2.0), message: "m".into(),
+        id: format!("slow/A->B/{t}/{state}"),
+        t,
+        rule: "slow".into(),
+        src: "A".into(),
+        dst: "B".into(),
+        metric: "throughput_mbps".into(),
+        state: state.into(),
+        value: Some(1.0),
+        threshold: Some(2.0),
+        message: "m".into(),
     };
     a.alert_event(&ev(100, "raised")).unwrap();
     assert_eq!(a.active_alerts().unwrap().len(), 1);
@@ -107,7 +151,10 @@ fn exercise(target: &str) {
     assert_eq!(a.undelivered_alerts().unwrap().len(), 1);
     a.agent_seen("A", 99, "vlbiflow", "abc").unwrap();
     a.agent_seen("A", 100, "vlbiflow", "abc").unwrap();
-    assert_eq!(a.agents().unwrap(), vec![("A".to_string(), 100, "vlbiflow".to_string(), "abc".to_string())]);
+    assert_eq!(
+        a.agents().unwrap(),
+        vec![("A".to_string(), 100, "vlbiflow".to_string(), "abc".to_string())]
+    );
     // Retention drops what is older than the cut, with its points and resources.
     a.retain(15_000).unwrap();
     assert_eq!(a.runs(&RunFilter::default()).unwrap().len(), 1);
@@ -128,6 +175,12 @@ fn postgresql_archive() {
     let pg = PgServer::start();
     exercise(&pg.url);
     // A bad URL says where it tried.
-    let e = Archive::open("postgresql://nobody:secret@%2Fnonexistent:5432/x").err().unwrap().to_string();
-    assert!(e.contains("connect to PostgreSQL") && e.contains("***") && !e.contains("secret"), "{e}");
+    let e = Archive::open("postgresql://nobody:secret@%2Fnonexistent:5432/x")
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("connect to PostgreSQL") && e.contains("***") && !e.contains("secret"),
+        "{e}"
+    );
 }

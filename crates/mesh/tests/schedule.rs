@@ -16,7 +16,10 @@ use vlbiflow_mesh::timespec::Ms;
 fn mesh(hosts: &[(&str, &str)], links: &str, tests: &str) -> Arc<Config> {
     let mut t = String::from("[mesh]\nseed = 11\nguard = \"PT1S\"\ngrace = \"PT1M\"\n");
     for (i, (h, site)) in hosts.iter().enumerate() {
-        t += &format!("[[host]]\nname = \"{h}\"\naddress = \"10.9.0.{}\"\nsite = \"{site}\"\n", i + 1);
+        t += &format!(
+            "[[host]]\nname = \"{h}\"\naddress = \"10.9.0.{}\"\nsite = \"{site}\"\n",
+            i + 1
+        );
     }
     t += links;
     t += tests;
@@ -87,7 +90,11 @@ fn shared_uplink_serialises_its_site() {
     // A1<->A2 and B<->C fit beside none of them: 2 more slots (A1->A2 with B->C, then reversed).
     assert_eq!(lower_bound(&cfg, &cfg.tests[0].pairs), 8);
     assert_eq!(plan.slots, 10, "{} slots", plan.slots);
-    check_no_overlap(plan.runs.iter().map(|r| (r.start, r.end, r.resources.clone(), r.id.clone())));
+    check_no_overlap(
+        plan.runs
+            .iter()
+            .map(|r| (r.start, r.end, r.resources.clone(), r.id.clone())),
+    );
 }
 
 #[test]
@@ -102,7 +109,11 @@ fn overfull_cycle_skips_for_conflict_with_reason() {
     let plan = p.cycle(0, 0, 30_000);
     let skipped: Vec<_> = plan.runs.iter().filter(|r| r.skipped.is_some()).collect();
     assert_eq!(skipped.len(), 2);
-    assert!(skipped[0].skipped.as_ref().unwrap().contains("no free slot"), "{:?}", skipped[0]);
+    assert!(
+        skipped[0].skipped.as_ref().unwrap().contains("no free slot"),
+        "{:?}",
+        skipped[0]
+    );
 }
 
 #[test]
@@ -166,8 +177,10 @@ fn simulated_network_accounts_for_every_run() {
     let (victim, victim_down) = ("C", (start + 7_200_000, start + 7_200_000 + 600_000));
     let mut rng = SplitMix::new(5);
     let names = ["A", "B", "C", "J"];
-    let mut agents: HashMap<&str, AgentMachine> =
-        names.iter().map(|&n| (n, AgentMachine::new(cfg.clone(), n, start))).collect();
+    let mut agents: HashMap<&str, AgentMachine> = names
+        .iter()
+        .map(|&n| (n, AgentMachine::new(cfg.clone(), n, start)))
+        .collect();
     let mut outbox: HashMap<&str, Vec<RunReport>> = HashMap::new();
     let mut running: HashMap<&str, Vec<Running>> = HashMap::new();
     let mut ledger = Ledger::new(cfg.clone(), start, start, 60_000);
@@ -193,7 +206,10 @@ fn simulated_network_accounts_for_every_run() {
             running.remove(victim);
         }
         if victim_up && !agents.contains_key(victim) {
-            agents.insert(victim, AgentMachine::new(cfg.clone(), victim, persisted_cursor.unwrap()));
+            agents.insert(
+                victim,
+                AgentMachine::new(cfg.clone(), victim, persisted_cursor.unwrap()),
+            );
         }
         for &n in &names {
             // Finish runs whose time has come.
@@ -255,7 +271,11 @@ fn simulated_network_accounts_for_every_run() {
                             reported_by: n.into(),
                             outcome,
                         };
-                        running.entry(n).or_default().push(Running { id: run.id, end, report });
+                        running.entry(n).or_default().push(Running {
+                            id: run.id,
+                            end,
+                            report,
+                        });
                     }
                 }
             }
@@ -315,7 +335,10 @@ fn simulated_network_accounts_for_every_run() {
         }
     }
     eprintln!("{n_planned} planned runs; failures by reason: {reasons:?}");
-    assert!(reasons.get("agent_down").copied().unwrap_or(0) > 10, "{reasons:?}");
+    assert!(
+        reasons.get("agent_down").copied().unwrap_or(0) > 10,
+        "{reasons:?}"
+    );
     assert!(reasons.get("refused").copied().unwrap_or(0) > 10, "{reasons:?}");
     assert!(reasons.get("conflict").copied().unwrap_or(0) >= 1, "{reasons:?}");
     // The hub's absence cost nothing: every run planned during it has its agent's outcome.

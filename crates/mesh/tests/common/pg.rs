@@ -15,7 +15,12 @@ pub struct PgServer {
 
 fn pg_bin() -> PathBuf {
     let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path().join("bin")).filter(|p| p.join("initdb").is_file()).collect())
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.path().join("bin"))
+                .filter(|p| p.join("initdb").is_file())
+                .collect()
+        })
         .unwrap_or_default();
     versions.sort();
     versions.pop().unwrap_or_else(|| {
@@ -27,20 +32,71 @@ impl PgServer {
     pub fn start() -> PgServer {
         let bin = pg_bin();
         let root = rustix::process::getuid().is_root();
-        let dir = tempfile::Builder::new().prefix("vlbiflow-pg-").tempdir_in("/var/tmp").unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("vlbiflow-pg-")
+            .tempdir_in("/var/tmp")
+            .unwrap();
         let as_user = root.then(|| "postgres".to_string());
         if root {
-            let out = Command::new("chown").args(["-R", "postgres:postgres"]).arg(dir.path()).output().unwrap();
-            assert!(out.status.success(), "chown: {}", String::from_utf8_lossy(&out.stderr));
+            let out = Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(dir.path())
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "chown: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
-        let mut s = PgServer { dir, bin, as_user, url: String::new() };
+        let mut s = PgServer {
+            dir,
+            bin,
+            as_user,
+            url: String::new(),
+        };
         let data = s.dir.path().join("data");
-        s.run("initdb", &["-D", data.to_str().unwrap(), "-U", "vlbiflow", "--auth=trust", "-E", "UTF8", "--no-sync"]);
+        s.run(
+            "initdb",
+            &[
+                "-D",
+                data.to_str().unwrap(),
+                "-U",
+                "vlbiflow",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ],
+        );
         let sock = s.dir.path().to_str().unwrap().to_string();
         let opts = format!("-k {sock} -c listen_addresses='' -c fsync=off -p 5432");
         let log = s.dir.path().join("log");
-        s.run("pg_ctl", &["-D", data.to_str().unwrap(), "-o", &opts, "-l", log.to_str().unwrap(), "-w", "-t", "60", "start"]);
-        let host: String = sock.bytes().map(|b| if b == b'/' { "%2F".to_string() } else { (b as char).to_string() }).collect();
+        s.run(
+            "pg_ctl",
+            &[
+                "-D",
+                data.to_str().unwrap(),
+                "-o",
+                &opts,
+                "-l",
+                log.to_str().unwrap(),
+                "-w",
+                "-t",
+                "60",
+                "start",
+            ],
+        );
+        let host: String = sock
+            .bytes()
+            .map(|b| {
+                if b == b'/' {
+                    "%2F".to_string()
+                } else {
+                    (b as char).to_string()
+                }
+            })
+            .collect();
         s.url = format!("postgresql://vlbiflow@{host}:5432/postgres");
         s
     }
@@ -50,7 +106,13 @@ impl PgServer {
         let mut c = match &self.as_user {
             Some(u) => {
                 let mut c = Command::new("setpriv");
-                c.args([&format!("--reuid={u}"), &format!("--regid={u}"), "--init-groups", "--"]).arg(&path);
+                c.args([
+                    &format!("--reuid={u}"),
+                    &format!("--regid={u}"),
+                    "--init-groups",
+                    "--",
+                ])
+                .arg(&path);
                 c
             }
             None => Command::new(&path),
@@ -78,11 +140,19 @@ impl Drop for PgServer {
         let mut c = match &self.as_user {
             Some(u) => {
                 let mut c = Command::new("setpriv");
-                c.args([&format!("--reuid={u}"), &format!("--regid={u}"), "--init-groups", "--"]).arg(&path);
+                c.args([
+                    &format!("--reuid={u}"),
+                    &format!("--regid={u}"),
+                    "--init-groups",
+                    "--",
+                ])
+                .arg(&path);
                 c
             }
             None => Command::new(&path),
         };
-        let _ = c.args(["-D", data.to_str().unwrap(), "-m", "immediate", "-w", "stop"]).output();
+        let _ = c
+            .args(["-D", data.to_str().unwrap(), "-m", "immediate", "-w", "stop"])
+            .output();
     }
 }
