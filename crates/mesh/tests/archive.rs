@@ -62,14 +62,14 @@ fn exercise(target: &str) {
     let r2 = run(2, "C", "D", 10_500, &["host:C", "host:D", "link:up"]);
     let r3 = run(3, "B", "A", 20_000, &["host:A", "host:B"]);
     a.plan(&[r1.clone(), r2.clone(), r3.clone()], 1).unwrap();
-    a.plan(&[r1.clone()], 2).unwrap();
+    a.plan(std::slice::from_ref(&r1), 2).unwrap();
     drop(a);
     let mut a = Archive::open(target).unwrap();
     assert_eq!(a.pending().unwrap().len(), 3);
     // The hub infers a failure, then the agent's real result arrives later and replaces it; a
     // repeated delivery changes nothing.
     let inferred = RunReport::failed(&r1, "hub", Reason::AgentDown, "agent A did not report");
-    assert_eq!(a.record(&[inferred.clone()], 3).unwrap(), 1);
+    assert_eq!(a.record(std::slice::from_ref(&inferred), 3).unwrap(), 1);
     assert_eq!(a.record(&[ok(&r1, 10_000, 10_900, 512.0)], 4).unwrap(), 1);
     assert_eq!(
         a.record(&[ok(&r1, 10_000, 10_900, 512.0), inferred], 5).unwrap(),
