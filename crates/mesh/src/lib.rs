@@ -10,6 +10,7 @@
 
 pub mod alerts;
 pub mod archive;
+pub mod auth;
 pub mod config;
 pub mod plan;
 pub mod report;
