@@ -12,6 +12,7 @@ pub mod alerts;
 pub mod archive;
 pub mod auth;
 pub mod config;
+pub mod dispersion;
 pub mod plan;
 pub mod report;
 pub mod schedule;
