@@ -378,7 +378,7 @@ pub const MIGRATIONS: &[&str] = &[
 ];
 
 /// A run row as read back.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct RunRow {
     /// Run id.
     pub id: String,

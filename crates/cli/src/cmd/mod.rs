@@ -6,6 +6,7 @@ pub mod demo;
 pub mod gather;
 pub mod gen;
 pub mod ls;
+pub mod mesh;
 pub mod net;
 pub mod pathemu;
 pub mod record;

@@ -39,7 +39,13 @@ Examples:
   vlbiflow net bw far.example.org --rate 512Mbps --count 20000 --cpu-load-sweep 19:0
 
   # Results over time
-  vlbiflow net history --kind bw-zero-loss --plot history.png";
+  vlbiflow net history --kind bw-zero-loss --plot history.png
+
+  # Scheduled monitoring of a whole network (docs/mesh.md), bottleneck capacity
+  vlbiflow net hub --config mesh.toml
+  vlbiflow net agent --name Ef --hub http://127.0.0.1:8090
+  vlbiflow net mesh status
+  vlbiflow net capacity far.example.org";
 
 /// Network measurement: throughput, loss, jitter, latency and TCP tests against a responder.
 #[derive(clap::Args)]
@@ -61,6 +67,14 @@ enum NetCmd {
     Tcp(TcpArgs),
     /// List or plot archived results over time
     History(HistoryArgs),
+    /// Mesh agent: responder for the other hosts and runner of this host's scheduled tests
+    Agent(super::mesh::AgentArgs),
+    /// Mesh hub: plans runs, collects results; archive, dashboard, metrics, alerts
+    Hub(super::mesh::HubArgs),
+    /// Ask the mesh hub: status, runs, results, alerts
+    Mesh(super::mesh::MeshArgs),
+    /// Bottleneck capacity by packet dispersion (pairs and trains against a responder)
+    Capacity(super::mesh::CapacityArgs),
 }
 
 const RESPONDER_EXAMPLES: &str = "\
@@ -273,6 +287,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         NetCmd::Lat(a) => run_lat(a),
         NetCmd::Tcp(a) => run_tcp(a),
         NetCmd::History(a) => run_history(a),
+        NetCmd::Agent(a) => super::mesh::run_agent(a),
+        NetCmd::Hub(a) => super::mesh::run_hub(a),
+        NetCmd::Mesh(a) => super::mesh::run_mesh(a),
+        NetCmd::Capacity(a) => super::mesh::run_capacity(a),
     }
 }
 
