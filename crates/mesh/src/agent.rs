@@ -155,6 +155,26 @@ impl Outbox {
             .ok()
     }
 
+    /// Deletes a state value.
+    pub fn del(&self, key: &str) -> Result<(), AgentError> {
+        self.db
+            .execute("DELETE FROM state WHERE key = ?1", [key])
+            .map_err(Self::e)?;
+        Ok(())
+    }
+
+    /// State values whose key starts with `prefix`.
+    pub fn with_prefix(&self, prefix: &str) -> Result<Vec<(String, String)>, AgentError> {
+        let mut st = self
+            .db
+            .prepare("SELECT key, value FROM state WHERE substr(key, 1, length(?1)) = ?1 ORDER BY key")
+            .map_err(Self::e)?;
+        let rows = st
+            .query_map([prefix], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+            .map_err(Self::e)?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(Self::e)
+    }
+
     /// Sets a state value.
     pub fn set(&self, key: &str, value: &str) -> Result<(), AgentError> {
         self.db
@@ -373,6 +393,22 @@ fn schedule_loop(
             rfc3339(cursor)
         ));
     }
+    // Runs that were in progress when the agent last stopped: they have no outcome but this.
+    for (key, body) in outbox.with_prefix("running:")? {
+        if let Ok(run) = serde_json::from_str::<crate::plan::PlannedRun>(&body) {
+            log(&format!(
+                "run {}: the agent stopped while it was in progress",
+                run.id
+            ));
+            outbox.push_report(&RunReport::failed(
+                &run,
+                &opts.name,
+                crate::report::Reason::AgentDown,
+                format!("agent {} stopped while the run was in progress", opts.name),
+            ))?;
+        }
+        outbox.del(&key)?;
+    }
     let mut machine = AgentMachine::new(cfg.clone(), &opts.name, cursor);
     let (tx, rx) = mpsc::channel::<RunReport>();
     let mut running: Vec<std::thread::JoinHandle<()>> = Vec::new();
@@ -391,6 +427,10 @@ fn schedule_loop(
                     outbox.push_report(&r)?;
                 }
                 AgentAction::Start(run) => {
+                    outbox.set(
+                        &format!("running:{}", run.id),
+                        &serde_json::to_string(&run).unwrap_or_default(),
+                    )?;
                     let (tx, cfg, me) = (tx.clone(), cfg.clone(), opts.name.clone());
                     running.push(std::thread::spawn(move || {
                         let _ = tx.send(crate::runner::run(&cfg, &run, &me));
@@ -463,11 +503,12 @@ fn schedule_loop(
             .min(next_sample.max(now + 50));
         let wait = Duration::from_millis((wake - now_ms()).clamp(10, 250) as u64);
         if let Ok(r) = rx.recv_timeout(wait) {
-            machine.finished(&r.run.id);
-            outbox.push_report(&r)?;
-            while let Ok(r) = rx.try_recv() {
+            let mut done = vec![r];
+            done.extend(rx.try_iter());
+            for r in done {
                 machine.finished(&r.run.id);
                 outbox.push_report(&r)?;
+                outbox.del(&format!("running:{}", r.run.id))?;
             }
         }
         running.retain(|h| !h.is_finished());
@@ -478,6 +519,7 @@ fn schedule_loop(
     }
     while let Ok(r) = rx.try_recv() {
         outbox.push_report(&r)?;
+        outbox.del(&format!("running:{}", r.run.id))?;
     }
     Ok(())
 }
