@@ -551,7 +551,25 @@ impl Archive {
             .unwrap_or(0))
     }
 
+    /// Brings the schema up to date in one transaction that excludes every other opener (an advisory
+    /// lock on PostgreSQL, a write lock on SQLite), so a hub and a reader opening a new archive at the
+    /// same time do not race on `CREATE TABLE`.
     fn migrate(&mut self) -> Result<(), ArchiveError> {
+        let begin = match self.db.kind() {
+            "postgresql" => "BEGIN; SELECT pg_advisory_xact_lock(7216513)",
+            _ => "BEGIN IMMEDIATE",
+        };
+        self.db.batch(begin)?;
+        match self.migrate_locked() {
+            Ok(()) => self.db.batch("COMMIT"),
+            Err(e) => {
+                let _ = self.db.batch("ROLLBACK");
+                Err(e)
+            }
+        }
+    }
+
+    fn migrate_locked(&mut self) -> Result<(), ArchiveError> {
         self.db
             .batch("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")?;
         let have = self.schema_version()? as usize;
@@ -567,13 +585,12 @@ impl Archive {
         for (i, m) in MIGRATIONS.iter().enumerate().skip(have) {
             let v = i + 1;
             let sql = format!(
-                "BEGIN; {m}; DELETE FROM meta WHERE key = 'schema_version'; \
-                 INSERT INTO meta (key, value) VALUES ('schema_version', '{v}'); COMMIT;"
+                "{m}; DELETE FROM meta WHERE key = 'schema_version'; \
+                 INSERT INTO meta (key, value) VALUES ('schema_version', '{v}')"
             );
-            if let Err(e) = self.db.batch(&sql) {
-                let _ = self.db.batch("ROLLBACK");
-                return Err(err(&format!("migration to schema version {v}"), e));
-            }
+            self.db
+                .batch(&sql)
+                .map_err(|e| err(&format!("migration to schema version {v}"), e))?;
         }
         Ok(())
     }

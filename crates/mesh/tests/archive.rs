@@ -164,16 +164,49 @@ fn exercise(target: &str) {
     assert_eq!(left[0][0].int(), Some(2));
 }
 
+/// Several processes (here threads) opening a new archive at once: one migrates, the others wait
+/// and find the schema in place (a hub and a reader starting together raced on CREATE TABLE).
+fn concurrent_opens(target: &str) {
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(6));
+    let handles: Vec<_> = (0..6)
+        .map(|_| {
+            let (b, t) = (barrier.clone(), target.to_string());
+            std::thread::spawn(move || {
+                b.wait();
+                Archive::open(&t).map(|mut a| a.schema_version().unwrap())
+            })
+        })
+        .collect();
+    let versions: Vec<i64> = handles
+        .into_iter()
+        .map(|h| {
+            h.join()
+                .unwrap()
+                .unwrap_or_else(|e| panic!("concurrent open: {e}"))
+        })
+        .collect();
+    assert!(
+        versions.iter().all(|v| *v == versions[0] && *v > 0),
+        "{versions:?}"
+    );
+}
+
 #[test]
 fn sqlite_archive() {
     let dir = tempfile::tempdir().unwrap();
     exercise(dir.path().join("sub/mesh.sqlite").to_str().unwrap());
+    concurrent_opens(dir.path().join("fresh.sqlite").to_str().unwrap());
 }
 
 #[test]
 fn postgresql_archive() {
     let pg = PgServer::start();
     exercise(&pg.url);
+    Archive::open(&pg.url)
+        .unwrap()
+        .query("CREATE DATABASE fresh")
+        .unwrap();
+    concurrent_opens(&pg.url.replace("/postgres", "/fresh"));
     // A bad URL says where it tried.
     let e = Archive::open("postgresql://nobody:secret@%2Fnonexistent:5432/x")
         .err()
