@@ -69,6 +69,22 @@ pub fn responder_addr(cfg: &Config, host: &str) -> Result<SocketAddr, String> {
 /// Runs `run` now (as agent `me`) and reports.
 pub fn run(cfg: &Config, run: &PlannedRun, me: &str) -> RunReport {
     let started = now_ms();
+    // An exclusive run that could not start in the first quarter of its slot (a loaded host) is not
+    // started at all: one measurement point cannot be interrupted, and it would run into the next
+    // slot's runs on the same hosts and links.
+    let late = started - run.start;
+    if run.exclusive && late > (run.end - run.start) / 4 {
+        return RunReport {
+            run: run.clone(),
+            started_at: None,
+            ended_at: None,
+            reported_by: me.into(),
+            outcome: failed(
+                Reason::TimedOut,
+                format!("not started: {late} ms late, past a quarter of its slot"),
+            ),
+        };
+    }
     let stop = Arc::new(AtomicBool::new(false));
     // The watchdog: at the slot's end the measurement is told to stop.
     let watchdog = {
