@@ -158,8 +158,8 @@ pub fn run_hub(a: HubArgs) -> anyhow::Result<ExitCode> {
         let now = now_ms();
         let runs = p.runs_between(now, now + 3_600_000);
         println!(
-            "{:<24} {:<10} {:<8} {:<12} {}",
-            "start", "test", "kind", "pair", "slot/skipped"
+            "{:<24} {:<10} {:<8} {:<12} slot/skipped",
+            "start", "test", "kind", "pair"
         );
         for r in &runs {
             println!(
@@ -350,8 +350,8 @@ pub fn run_mesh(a: MeshArgs) -> anyhow::Result<ExitCode> {
                 s.active_alerts
             );
             println!(
-                "\n{:<12} {:<26} {:<8} {}",
-                "agent", "last contact", "config", "software"
+                "\n{:<12} {:<26} {:<8} software",
+                "agent", "last contact", "config"
             );
             for ag in &s.agents {
                 let seen = ag
@@ -366,7 +366,7 @@ pub fn run_mesh(a: MeshArgs) -> anyhow::Result<ExitCode> {
                     ag.software
                 );
             }
-            println!("\n{:<12} {:<8} {:<12} {}", "test", "status", "reason", "runs");
+            println!("\n{:<12} {:<8} {:<12} runs", "test", "status", "reason");
             for (t, st, r, n) in &s.counts {
                 println!("{t:<12} {st:<8} {r:<12} {n}");
             }
