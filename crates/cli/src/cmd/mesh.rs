@@ -243,11 +243,17 @@ struct HubConn {
 #[derive(clap::Subcommand)]
 enum MeshCmd {
     /// Agents (last contact), runs by test, status and reason, pending runs, active alerts
+    #[command(
+        after_help = "Examples:\n  vlbiflow net mesh status\n  vlbiflow net mesh status --hub http://hub.example.org:8090 --token-file /etc/vlbiflow/mesh.token --json"
+    )]
     Status {
         #[command(flatten)]
         conn: HubConn,
     },
     /// Runs, newest first, with their outcome or failure reason
+    #[command(
+        after_help = "Examples:\n  vlbiflow net mesh runs --failed\n  vlbiflow net mesh runs --src Ef --dst J --test bw --limit 20 --json"
+    )]
     Runs {
         #[command(flatten)]
         conn: HubConn,
@@ -268,11 +274,15 @@ enum MeshCmd {
         limit: usize,
     },
     /// The newest result of every test and pair
+    #[command(
+        after_help = "Examples:\n  vlbiflow net mesh results\n  vlbiflow net mesh results --json | jq '.[] | select(.throughput_mbps < 400)'"
+    )]
     Results {
         #[command(flatten)]
         conn: HubConn,
     },
     /// Active alerts and recent changes
+    #[command(after_help = "Examples:\n  vlbiflow net mesh alerts\n  vlbiflow net mesh alerts --json")]
     Alerts {
         #[command(flatten)]
         conn: HubConn,
