@@ -1,19 +1,32 @@
 #!/usr/bin/env python3
-"""2-bit VDIF decode throughput: vlbiflow.open().read() against baseband and against numpy.fromfile alone.
+"""2-bit VDIF decode throughput: vlbiflow against baseband on the same file, in the same run.
 
-Makes a file of 2-bit noise with `vlbiflow gen --output`, then decodes all of it with each reader, several
-times, and prints the best time of each in samples per second (time samples x channels x threads).
+Makes a file of 2-bit noise with `vlbiflow gen --output`, pages it in, then measures in rounds, each
+reader once per round in turn (so that a shared, noisy machine affects them alike):
 
-    python bench/python_decode.py                       # 2000 frames of 8224 bytes, 1 thread
-    python bench/python_decode.py --frames 4000 --threads 2 --repeat 5 --json
+  fresh    the whole file into a new array: `vlbiflow.open(f).read()` and
+           `baseband.vdif.open(f, "rs").read()` (both pay the kernel for 4 bytes of fresh memory per
+           sample, which on a virtual machine can cost more than the decoding);
+  stream   the whole file in pieces of --piece samples into one array allocated before the round:
+           `scan.read(out=buf)` and `fh.read(out=buf)` (decoding, not memory allocation);
+  numpy.fromfile of the bytes alone (no decoding): the floor of any reader.
+
+It prints, per measurement, the median and range over the rounds of the wall time, and of the ratio
+baseband / vlbiflow taken within each round (three decimals, never rounded up), plus the CPU time of each
+(all threads). Every round also checks that vlbiflow's samples equal baseband's.
+
+    python bench/python_decode.py                          # 4000 frames of 8224 bytes, 1 thread, 7 rounds
+    python bench/python_decode.py --threads 2 --rounds 11 --json
 
 Needs the vlbiflow package, baseband and the vlbiflow binary (target/release/vlbiflow or $VLBIFLOW_BIN).
 """
 
 import argparse
+import inspect
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -27,29 +40,38 @@ import vlbiflow
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def best_of(repeat, fn):
-    times = []
-    out = None
-    for _ in range(repeat):
-        t = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t)
-    return min(times), out
+def timed(fn):
+    """(wall seconds, CPU seconds of the whole process, result) of fn()."""
+    c, t = time.process_time(), time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t, time.process_time() - c, out
+
+
+def floor3(x):
+    """x with three decimals, truncated: a ratio of 2.9996 prints as 2.999, not 3.000."""
+    return f"{np.floor(x * 1000) / 1000:.3f}"
+
+
+def summary(values):
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--frames", type=int, default=2000, help="frames in the file, all threads together")
+    ap.add_argument("--frames", type=int, default=4000, help="frames in the file, all threads together")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--frame-size", type=int, default=8224)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--piece", type=int, default=1 << 20, help="time samples per piece when streaming")
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     args = ap.parse_args()
 
     exe = os.environ.get("VLBIFLOW_BIN") or str(ROOT / "target" / "release" / "vlbiflow")
     from baseband import vdif
 
-    with tempfile.TemporaryDirectory() as tmp:
+    # vlbiflow builds before read(out=) streamed into fresh pieces (for comparing builds).
+    has_out = "out" in inspect.signature(vlbiflow.Scan.read).parameters
+    with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR", "/var/tmp")) as tmp:
         path = Path(tmp) / "bench.vdif"
         subprocess.run(
             [exe, "gen", "--output", str(path), "--threads", str(args.threads), "--pps", "1000",
@@ -58,46 +80,119 @@ def main() -> int:
             check=True, capture_output=True,
         )
         nbytes = path.stat().st_size
-        # Page the file in once so that every reader starts from the page cache.
-        np.fromfile(path, dtype=np.uint8)
+        np.fromfile(path, dtype=np.uint8)  # page the file in: every reader starts from the page cache
 
-        t_np, raw = best_of(args.repeat, lambda: np.fromfile(path, dtype=np.uint8))
-        t_vf, x = best_of(args.repeat, lambda: vlbiflow.open(path).read())
-        samples = x.size
+        probe = vlbiflow.open(path)
+        threads, spf = len(probe.info["threads"]), probe.info["samples_per_frame"]
+        rows = args.frames // threads * spf
+        samples = rows * threads * probe.info["channels"]
+        piece = min(args.piece, rows)
+        vf_buf = np.empty((piece, threads, probe.info["channels"]), np.float32)
+        bb_buf = None
 
-        def baseband_read():
+        def vf_fresh():
+            return vlbiflow.open(path).read()
+
+        def bb_fresh():
             with vdif.open(str(path), "rs") as fh:
                 return fh.read()
 
-        t_bb, y = best_of(args.repeat, baseband_read)
-        same = bool(np.array_equal(x.reshape(y.shape), y))
+        def vf_stream():
+            scan = vlbiflow.open(path)
+            total = 0.0
+            while True:
+                x = scan.read(out=vf_buf) if has_out else scan.read(piece)
+                if x.shape[0] == 0:
+                    return total
+                total += float(x[0].sum())
 
+        def bb_stream():
+            nonlocal bb_buf
+            with vdif.open(str(path), "rs") as fh:
+                if bb_buf is None:
+                    bb_buf = np.empty((piece,) + fh.sample_shape, np.float32)
+                total = 0.0
+                left = fh.shape[0]
+                while left:
+                    n = min(piece, left)
+                    x = fh.read(n, out=bb_buf[:n])
+                    left -= n
+                    total += float(x[0].sum())
+                return total
+
+        runs = {k: {"wall": [], "cpu": []} for k in ("numpy", "vf_fresh", "bb_fresh", "vf_stream", "bb_stream")}
+        ratios = {"fresh": [], "stream": []}
+        same = True
+        for r in range(args.rounds):
+            # Alternate which reader goes first.
+            order = [("vf_fresh", vf_fresh), ("bb_fresh", bb_fresh), ("vf_stream", vf_stream),
+                     ("bb_stream", bb_stream)]
+            if r % 2:
+                order = [order[1], order[0], order[3], order[2]]
+            results = {}
+            wall, cpu, _ = timed(lambda: np.fromfile(path, dtype=np.uint8))
+            runs["numpy"]["wall"].append(wall)
+            runs["numpy"]["cpu"].append(cpu)
+            for name, fn in order:
+                wall, cpu, out = timed(fn)
+                runs[name]["wall"].append(wall)
+                runs[name]["cpu"].append(cpu)
+                results[name] = out
+                if name.endswith("fresh"):
+                    del out
+            x, y = results.pop("vf_fresh"), results.pop("bb_fresh")
+            same = same and bool(np.array_equal(x.reshape(y.shape), y))
+            same = same and results["vf_stream"] == results["bb_stream"]
+            del x, y
+            ratios["fresh"].append(runs["bb_fresh"]["wall"][-1] / runs["vf_fresh"]["wall"][-1])
+            ratios["stream"].append(runs["bb_stream"]["wall"][-1] / runs["vf_stream"]["wall"][-1])
+
+    load = os.getloadavg()
     res = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} CPUs, {platform.processor() or platform.system()}",
+        "machine": f"{platform.node()} {platform.machine()}, {os.cpu_count()} CPUs",
+        "load_average_1_5_15": [round(v, 2) for v in load],
         "python": sys.version.split()[0],
         "numpy": np.__version__,
-        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "vlbiflow_read_out": has_out,
+        "command": " ".join(["python", "bench/python_decode.py", *sys.argv[1:]]),
         "file_bytes": nbytes,
         "samples": samples,
-        "numpy_fromfile_s": t_np,
-        "vlbiflow_s": t_vf,
-        "baseband_s": t_bb,
-        "numpy_fromfile_samples_per_s": samples / t_np,
-        "vlbiflow_samples_per_s": samples / t_vf,
-        "baseband_samples_per_s": samples / t_bb,
-        "vlbiflow_over_baseband": t_bb / t_vf,
+        "rounds": args.rounds,
+        "piece_samples": piece,
+        "wall_s": {k: summary(v["wall"]) for k, v in runs.items()},
+        "cpu_s": {k: summary(v["cpu"]) for k, v in runs.items()},
+        "samples_per_s_median": {k: samples / statistics.median(v["wall"]) for k, v in runs.items()},
+        "baseband_over_vlbiflow": {k: summary(v) for k, v in ratios.items()},
+        "per_round": {"wall_s": {k: v["wall"] for k, v in runs.items()},
+                      "cpu_s": {k: v["cpu"] for k, v in runs.items()},
+                      "baseband_over_vlbiflow": ratios},
         "identical_to_baseband": same,
     }
     if args.json:
         print(json.dumps(res, indent=2))
     else:
-        print(f"{res['date']}  {res['machine']}  python {res['python']}  numpy {res['numpy']}")
-        print(f"file: {nbytes / 1e6:.1f} MB, {samples / 1e6:.1f} M 2-bit samples, best of {args.repeat}")
-        print(f"  numpy.fromfile (bytes only): {t_np * 1e3:8.1f} ms  {samples / t_np / 1e6:9.1f} Msamples/s")
-        print(f"  vlbiflow.open().read():      {t_vf * 1e3:8.1f} ms  {samples / t_vf / 1e6:9.1f} Msamples/s")
-        print(f"  baseband vdif.open().read(): {t_bb * 1e3:8.1f} ms  {samples / t_bb / 1e6:9.1f} Msamples/s")
-        print(f"  vlbiflow / baseband: {t_bb / t_vf:.1f}x faster; decoded samples identical: {same}")
+        print(f"{res['date']}  {res['machine']}  load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}  "
+              f"python {res['python']}  numpy {res['numpy']}")
+        print(f"file: {nbytes / 1e6:.1f} MB, {samples / 1e6:.1f} M 2-bit samples, {threads} thread(s); "
+              f"{args.rounds} rounds; stream pieces of {piece} samples")
+        print(f"  {'':30s} {'wall median (min-max) ms':>27s} {'Msamples/s':>11s} {'CPU median ms':>14s}")
+        names = {
+            "numpy": "numpy.fromfile (bytes only)",
+            "vf_fresh": "vlbiflow  open().read()",
+            "bb_fresh": "baseband  open().read()",
+            "vf_stream": "vlbiflow  read(out=buf) pieces" if has_out else "vlbiflow  read(n) pieces",
+            "bb_stream": "baseband  read(n, out=buf)",
+        }
+        for k, label in names.items():
+            w, c = res["wall_s"][k], res["cpu_s"][k]
+            print(f"  {label:30s} {w['median'] * 1e3:9.1f} ({w['min'] * 1e3:7.1f}-{w['max'] * 1e3:7.1f}) "
+                  f"{samples / w['median'] / 1e6:11.1f} {c['median'] * 1e3:14.1f}")
+        for k in ("fresh", "stream"):
+            q = res["baseband_over_vlbiflow"][k]
+            print(f"  baseband / vlbiflow, {k:6s}: median {floor3(q['median'])}x "
+                  f"(min {floor3(q['min'])}x, max {floor3(q['max'])}x over {args.rounds} rounds)")
+        print(f"  decoded samples identical to baseband's: {same}")
     return 0 if same else 1
 
 

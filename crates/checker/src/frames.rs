@@ -144,6 +144,12 @@ impl FrameReader {
         !self.findings.is_empty()
     }
 
+    /// The batch the last [`next_batch`](Self::next_batch) returned, again (empty before the first call
+    /// and at the end), for a consumer that stops part-way through a batch and resumes later.
+    pub fn current_batch(&self) -> &Batch {
+        &self.batch
+    }
+
     /// The next non-empty batch of frames, or None at the end of the recording. Findings made on the way
     /// wait in [`take_findings`](Self::take_findings).
     pub fn next_batch(&mut self) -> Option<&Batch> {

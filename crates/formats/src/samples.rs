@@ -19,6 +19,9 @@
 //! - 4 bits: (code - 8) / 2.95; encoding rounds to the nearest level and clips.
 //! - 8 bits: (code - 127.5) / 35.5; encoding rounds (ties to even) and clips.
 //!
+//! Mark5B payloads hold 1- or 2-bit real samples in the same layout but with other codes for the same
+//! levels: [`decode_mark5b`] / [`encode_mark5b`] (see [`mark5b_to_vdif_byte`]).
+//!
 //! Encoding and decoding are branch-free per sample and allocation-free; decoding of 1/2/4-bit data reads
 //! precomputed per-byte tables.
 
@@ -268,6 +271,84 @@ pub fn decode(format: SampleFormat, data: &[u8], out: &mut [f32]) -> Result<()> 
     Ok(())
 }
 
+/// Checks that `format` is one Mark5B carries: 1 or 2 bits, real, and at most 32 bit streams
+/// (channels x bits) per 32-bit word.
+fn check_mark5b(format: SampleFormat) -> Result<()> {
+    if !matches!(format.bits, 1 | 2) {
+        return Err(Error::OutOfRange {
+            field: "Mark5B bits per sample",
+            value: format.bits.into(),
+            allowed: "1 or 2",
+        });
+    }
+    if format.complex {
+        return Err(Error::Invalid {
+            field: "Mark5B samples",
+            reason: "Mark5B data are real, not complex",
+        });
+    }
+    if format.channels * u32::from(format.bits) > 32 {
+        return Err(Error::OutOfRange {
+            field: "Mark5B channels x bits per sample",
+            value: (format.channels * u32::from(format.bits)).into(),
+            allowed: "at most 32 bit streams",
+        });
+    }
+    Ok(())
+}
+
+/// The byte of VDIF codes ([`decode`]'s convention) holding the same levels as the byte `b` of Mark5B
+/// codes, for `bits` 1 or 2 (an involution: it also maps VDIF bytes to Mark5B bytes).
+///
+/// Mark5B payloads are laid out like VDIF ones (32-bit little-endian words, least significant bit first,
+/// every channel of a time step in order, `bits`-wide codes), but code their levels differently (Mark5B
+/// user's manual, appendix A; VLBA sampler conventions; as mark5access and baseband decode them):
+/// - 2 bits: the sign bit is the lower bit of each pair (even bit stream), the magnitude bit the upper
+///   one; sign 1 is positive, magnitude 1 is the high level. So codes 0..3 (`sign | magnitude << 1`) are
+///   -h, +1, -1, +h (baseband units), where VDIF codes 0..3 are -h, -1, +1, +h: the two bits of each pair
+///   swap.
+/// - 1 bit: 0 is +1 and 1 is -1 (the sign bit as a sign), the inverse of VDIF.
+#[inline]
+pub fn mark5b_to_vdif_byte(bits: u8, b: u8) -> u8 {
+    if bits == 1 {
+        !b
+    } else {
+        ((b & 0x55) << 1) | ((b >> 1) & 0x55)
+    }
+}
+
+/// Decodes Mark5B sample codes in `data` into `out` (this module's units, the same levels as VDIF: see
+/// [`mark5b_to_vdif_byte`] for how the codes differ). `format` must be real with 1 or 2 bits; `out` must
+/// have exactly `format.values_in(data.len())` elements.
+pub fn decode_mark5b(format: SampleFormat, data: &[u8], out: &mut [f32]) -> Result<()> {
+    check_mark5b(format)?;
+    check_lengths(format, data.len(), out.len())?;
+    // The codes as VDIF codes, a stack buffer at a time; the layout does not depend on the channels.
+    let flat = SampleFormat::new(format.bits, 1, false)?;
+    let mut buf = [0u8; 256];
+    for (d, o) in data
+        .chunks(buf.len())
+        .zip(out.chunks_mut(buf.len() * format.values_per_byte()))
+    {
+        for (x, &b) in buf.iter_mut().zip(d) {
+            *x = mark5b_to_vdif_byte(format.bits, b);
+        }
+        decode(flat, &buf[..d.len()], o)?;
+    }
+    Ok(())
+}
+
+/// Quantises `values` (this module's units) into Mark5B sample codes in `out` (the inverse of
+/// [`decode_mark5b`], with [`encode`]'s thresholds).
+pub fn encode_mark5b(format: SampleFormat, values: &[f32], out: &mut [u8]) -> Result<()> {
+    check_mark5b(format)?;
+    encode(format, values, out)?;
+    for b in out.iter_mut() {
+        *b = mark5b_to_vdif_byte(format.bits, *b);
+    }
+    Ok(())
+}
+
 /// Adds to `counts[code]` the number of samples in `data` holding each code, for `bits` per sample (all
 /// samples of all channels and components together). Counts accumulate across calls.
 ///
@@ -455,6 +536,34 @@ mod tests {
         }
     }
 
+    #[test]
+    fn mark5b_levels_follow_sign_and_magnitude_bits() {
+        // baseband's mark5b.payload table: (magnitude, sign) 00 -> -Hi, 01 -> +1, 10 -> -1, 11 -> +Hi,
+        // sign on the even (lower) bit; 1 bit: 0 -> +1, 1 -> -1.
+        let f2 = SampleFormat::new(2, 4, false).unwrap();
+        let mut v = [0f32; 4];
+        // Codes (sign | magnitude << 1) 0, 1, 2, 3 in time order, first in the lowest bits.
+        decode_mark5b(f2, &[0b11_10_01_00], &mut v).unwrap();
+        let baseband: Vec<f32> = v.iter().map(|x| x * BASEBAND_SCALE).collect();
+        for (got, want) in baseband
+            .iter()
+            .zip([-OPTIMAL_2BIT_HIGH, 1.0, -1.0, OPTIMAL_2BIT_HIGH])
+        {
+            assert!((got - want).abs() < 1e-5, "{baseband:?}");
+        }
+        let f1 = SampleFormat::new(1, 8, false).unwrap();
+        let mut v = [0f32; 8];
+        decode_mark5b(f1, &[0b0000_0001], &mut v).unwrap();
+        assert!(v[0] < 0.0 && v[1..].iter().all(|&x| x > 0.0), "{v:?}");
+        let mut b = [0u8; 1];
+        encode_mark5b(f2, &[-9.0, 0.1, -0.1, 9.0], &mut b).unwrap();
+        assert_eq!(b[0], 0b11_10_01_00);
+        // Formats Mark5B does not carry.
+        assert!(decode_mark5b(SampleFormat::new(4, 1, false).unwrap(), &[0], &mut [0.0; 2]).is_err());
+        assert!(decode_mark5b(SampleFormat::new(2, 1, true).unwrap(), &[0], &mut [0.0; 4]).is_err());
+        assert!(decode_mark5b(SampleFormat::new(2, 32, false).unwrap(), &[0; 16], &mut [0.0; 64]).is_err());
+    }
+
     fn arb_format() -> impl Strategy<Value = SampleFormat> {
         (
             prop_oneof![Just(1u8), Just(2), Just(4), Just(8)],
@@ -497,6 +606,21 @@ mod tests {
                 // Quantisation never flips a sign.
                 let flipped = (*l < 0.0 && *v >= 0.0) || (*l > 0.0 && *v < 0.0);
                 prop_assert!(!flipped, "{v} -> {l}");
+            }
+        }
+
+        #[test]
+        fn mark5b_bytes_round_trip(bits in 1u8..3, l2 in 0u32..4, data in proptest::collection::vec(any::<u8>(), 0..64)) {
+            // Whole 32-bit words, as Mark5B payloads are.
+            let data = &data[..data.len() - data.len() % 4];
+            let format = SampleFormat::new(bits, 1 << l2, false).unwrap();
+            let mut values = vec![0f32; format.values_in(data.len()).unwrap()];
+            decode_mark5b(format, data, &mut values).unwrap();
+            let mut again = vec![0u8; data.len()];
+            encode_mark5b(format, &values, &mut again).unwrap();
+            prop_assert_eq!(&again[..], data);
+            for &b in data {
+                prop_assert_eq!(mark5b_to_vdif_byte(bits, mark5b_to_vdif_byte(bits, b)), b);
             }
         }
 

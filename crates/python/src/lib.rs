@@ -9,7 +9,7 @@ use pyo3::create_exception;
 use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
-use reader::{is_damage, probe, ReadError, SampleReader};
+use reader::{is_damage, probe, Mark5bOptions, ReadError, SampleReader};
 use std::io::Write;
 use vlbiflow_checker::frames::FrameReader;
 use vlbiflow_checker::{locate, CheckConfig, LocateError, Recording, StatsConfig};
@@ -25,7 +25,11 @@ create_exception!(
 );
 
 fn read_err(e: ReadError) -> PyErr {
-    VlbiflowError::new_err(e.0)
+    if e.usage {
+        PyValueError::new_err(e.message)
+    } else {
+        VlbiflowError::new_err(e.message)
+    }
 }
 
 fn locate_py(py: Python<'_>, args: Vec<String>, disks: Vec<String>) -> PyResult<Recording> {
@@ -52,7 +56,8 @@ struct Reader {
 #[pymethods]
 impl Reader {
     #[new]
-    #[pyo3(signature = (args, disks, frame_rate=None, strict=true, baseband_units=true))]
+    #[pyo3(signature = (args, disks, frame_rate=None, strict=true, baseband_units=true, bits=None, nchan=None, ref_mjd=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         args: Vec<String>,
@@ -60,12 +65,20 @@ impl Reader {
         frame_rate: Option<u32>,
         strict: bool,
         baseband_units: bool,
+        bits: Option<u8>,
+        nchan: Option<u32>,
+        ref_mjd: Option<i64>,
     ) -> PyResult<Self> {
         let rec = locate_py(py, args, disks)?;
+        let m5b = Mark5bOptions {
+            bits,
+            channels: nchan,
+            ref_mjd,
+        };
         let inner = py
             .detach(|| {
-                let info = probe(&rec, frame_rate, strict)?;
-                Ok(SampleReader::new(rec, info, strict, baseband_units))
+                let probe = probe(&rec, frame_rate, strict, m5b)?;
+                Ok(SampleReader::new(rec, probe, strict, baseband_units))
             })
             .map_err(read_err)?;
         Ok(Reader { inner })
@@ -81,10 +94,14 @@ impl Reader {
         d.set_item("bits", i.bits)?;
         d.set_item("channels", i.channels)?;
         d.set_item("complex", i.complex)?;
-        d.set_item(
-            "station",
-            vlbiflow_formats::vdif::VdifHeaderRepr::station_to_string(i.station),
-        )?;
+        if i.kind == vlbiflow_formats::FrameKind::Vdif {
+            d.set_item(
+                "station",
+                vlbiflow_formats::vdif::VdifHeaderRepr::station_to_string(i.station),
+            )?;
+        } else {
+            d.set_item("station", py.None())?;
+        }
         d.set_item("edv", i.edv)?;
         d.set_item("threads", i.threads.clone())?;
         d.set_item("frame_rate", i.frame_rate)?;
@@ -97,6 +114,9 @@ impl Reader {
         )?;
         d.set_item("start_second", i.start_second)?;
         d.set_item("start_frame", i.start_frame)?;
+        if i.kind == vlbiflow_formats::FrameKind::M5b {
+            d.set_item("ref_mjd", i.ref_mjd)?;
+        }
         Ok(d)
     }
 
@@ -173,7 +193,8 @@ impl Reader {
 
 /// Header fields of every frame (or the first `limit`), as a dict of column name -> (bytes, numpy dtype).
 #[pyfunction]
-#[pyo3(signature = (args, disks, frame_rate=None, limit=None, strict=true))]
+#[pyo3(signature = (args, disks, frame_rate=None, limit=None, strict=true, bits=None, nchan=None, ref_mjd=None))]
+#[allow(clippy::too_many_arguments)]
 fn headers<'py>(
     py: Python<'py>,
     args: Vec<String>,
@@ -181,8 +202,16 @@ fn headers<'py>(
     frame_rate: Option<u32>,
     limit: Option<usize>,
     strict: bool,
+    bits: Option<u8>,
+    nchan: Option<u32>,
+    ref_mjd: Option<i64>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let rec = locate_py(py, args, disks)?;
+    let m5b = Mark5bOptions {
+        bits,
+        channels: nchan,
+        ref_mjd,
+    };
     #[derive(Default)]
     struct Cols {
         seconds: Vec<u32>,
@@ -195,51 +224,80 @@ fn headers<'py>(
         file: Vec<u32>,
         offset: Vec<u64>,
         time: Vec<f64>,
+        /// Mark5B only: the MJD, resolved near the reference day.
+        mjd: Vec<i32>,
     }
     let (cols, files) = py
         .detach(|| -> Result<_, ReadError> {
-            let info = probe(&rec, frame_rate, strict)?;
+            let info = probe(&rec, frame_rate, strict, m5b)?.info;
             let mut fr = FrameReader::open(&rec);
             let mut c = Cols::default();
             let limit = limit.unwrap_or(usize::MAX);
             let rate = f64::from(info.frame_rate);
+            let m5b = info.kind == vlbiflow_formats::FrameKind::M5b;
             'outer: while let Some(batch) = fr.next_batch() {
                 for (e, b) in batch.iter() {
                     if c.seconds.len() >= limit {
                         break 'outer;
                     }
-                    let h = VdifHeader::new_unchecked(b);
-                    let valid_header =
+                    // A fill frame without a header (a run of fill words) has no fields.
+                    let has_header =
                         b.len() >= 16 && !(e.fill && b[..4] == vlbiflow_formats::fill::FILL_BYTES);
-                    let (s, f, ep) = if valid_header {
-                        (h.seconds(), h.frame_number(), h.epoch())
+                    let (s, f, ep, thread, station, invalid, unix, mjd) = if !has_header {
+                        (0, 0, 0, 0, 0, true, None, 0)
+                    } else if m5b {
+                        let h = vlbiflow_formats::mark5b::Mark5bHeader::new_unchecked(b);
+                        match h.day_second() {
+                            Some(ds) => {
+                                let mjd =
+                                    vlbiflow_formats::mark5b::resolve_mjd((ds / 86_400) as u16, info.ref_mjd);
+                                let sod = ds % 86_400;
+                                let unix = (mjd - vlbiflow_formats::time::MJD_UNIX_EPOCH) * 86_400 + sod;
+                                let frame = u32::from(h.frame_number());
+                                (sod as u32, frame, 0, 0, 0, false, Some(unix), mjd as i32)
+                            }
+                            None => (0, u32::from(h.frame_number()), 0, 0, 0, true, None, 0),
+                        }
                     } else {
-                        (0, 0, 0)
+                        let h = VdifHeader::new_unchecked(b);
+                        let unix = epoch_start_unix(h.epoch()) + i64::from(h.seconds());
+                        (
+                            h.seconds(),
+                            h.frame_number(),
+                            h.epoch(),
+                            h.thread_id(),
+                            h.station_id(),
+                            h.invalid(),
+                            Some(unix),
+                            0,
+                        )
                     };
+                    if m5b {
+                        c.mjd.push(mjd);
+                    }
                     c.seconds.push(s);
                     c.frame.push(f);
                     c.epoch.push(ep);
-                    c.thread.push(if valid_header { h.thread_id() } else { 0 });
-                    c.station.push(if valid_header { h.station_id() } else { 0 });
-                    c.invalid.push(u8::from(!valid_header || h.invalid()));
+                    c.thread.push(thread);
+                    c.station.push(station);
+                    c.invalid.push(u8::from(invalid));
                     c.fill.push(u8::from(e.fill));
                     c.file.push(e.pos.file);
                     c.offset.push(e.pos.offset);
-                    c.time.push(if e.fill {
-                        f64::NAN
-                    } else {
-                        (epoch_start_unix(ep) + i64::from(s)) as f64 + f64::from(f) / rate
+                    c.time.push(match unix {
+                        Some(u) if !e.fill => u as f64 + f64::from(f) / rate,
+                        _ => f64::NAN,
                     });
                 }
                 for f in fr.take_findings() {
                     if strict && is_damage(&f) {
-                        return Err(ReadError(f.to_string()));
+                        return Err(ReadError::damage(f.to_string()));
                     }
                 }
             }
             for f in fr.take_findings() {
                 if strict && is_damage(&f) {
-                    return Err(ReadError(f.to_string()));
+                    return Err(ReadError::damage(f.to_string()));
                 }
             }
             let files: Vec<String> = fr
@@ -281,6 +339,9 @@ fn headers<'py>(
         (col(py, &cols.offset, |x| x.to_le_bytes().to_vec()), "<u8"),
     )?;
     d.set_item("time", (col(py, &cols.time, |x| x.to_le_bytes().to_vec()), "<f8"))?;
+    if !cols.mjd.is_empty() {
+        d.set_item("mjd", (col(py, &cols.mjd, |x| x.to_le_bytes().to_vec()), "<i4"))?;
+    }
     d.set_item("_files", files)?;
     Ok(d)
 }
@@ -325,7 +386,7 @@ impl RawStream {
         }
         for f in self.frames.take_findings() {
             if self.strict && is_damage(&f) {
-                return Err(ReadError(f.to_string()));
+                return Err(ReadError::damage(f.to_string()));
             }
         }
         Ok(!self.end)

@@ -1,20 +1,23 @@
 //! The sample reader behind `vlbiflow.open`: frames of a recording in stream order (checker's
-//! [`FrameReader`]) regrouped into frame sets (all threads of one time), decoded with
+//! [`FrameReader`]) placed into frame sets (all threads of one time) and decoded with
 //! `vlbiflow_formats::samples` into rows of (time, thread, value). Pure Rust, no Python: the binding runs
 //! it with the GIL released.
+//!
+//! Frames whose frame set lies in the range being read are decoded straight from the reader's batch into
+//! the caller's buffer, a batch at a time, spread over the CPUs; only frames ahead of that range are
+//! copied (kept until a later read asks for them).
 
 use std::collections::{BTreeMap, BTreeSet};
 use vlbiflow_checker::frames::FrameReader;
 use vlbiflow_checker::{Finding, FindingKind, Recording, Severity};
+use vlbiflow_formats::mark5b::{self, Mark5bHeader};
 use vlbiflow_formats::samples::{self, SampleFormat, BASEBAND_SCALE};
-use vlbiflow_formats::time::epoch_start_unix;
+use vlbiflow_formats::time::{epoch_start_unix, MJD_UNIX_EPOCH};
 use vlbiflow_formats::vdif::VdifHeader;
 use vlbiflow_formats::FrameKind;
 
 /// Frame sets a frame may arrive late (after frames of later sets) and still be placed.
 const WINDOW: i64 = 256;
-/// Frame sets decoded together (spread over the CPUs).
-const DECODE_BATCH: usize = 64;
 /// Frames looked at to learn the stream's shape, at most.
 const PROBE_FRAMES: usize = 1 << 17;
 
@@ -31,6 +34,18 @@ pub fn is_damage(f: &Finding) -> bool {
                 | FindingKind::MissingFile
                 | FindingKind::MixedScans
         )
+}
+
+/// What the caller says about a Mark5B recording (its headers carry neither the sample format nor the
+/// thousands of the MJD).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Mark5bOptions {
+    /// Bits per sample (1 or 2).
+    pub bits: Option<u8>,
+    /// Channels (a power of two; channels x bits at most 32).
+    pub channels: Option<u32>,
+    /// A day within 500 days of the recording, as an MJD (default: today).
+    pub ref_mjd: Option<i64>,
 }
 
 /// What the reader learned about the stream.
@@ -53,22 +68,29 @@ pub struct Info {
     /// POSIX second of the first frame set, and its frame number.
     pub start_second: i64,
     pub start_frame: u32,
+    /// Mark5B: the MJD the headers' MJD mod 1000 is resolved near.
+    pub ref_mjd: i64,
 }
 
-/// Per-byte decoding table: the values `samples::decode` gives for each byte value, times a scale. Decoding
-/// stays defined in one place (vlbiflow_formats::samples); the table only caches it with the unit change.
+/// Per-byte decoding table: the values `samples::decode` (or `samples::decode_mark5b`) gives for each byte
+/// value, times a scale. Decoding stays defined in one place (vlbiflow_formats::samples); the table only
+/// caches it with the unit change.
 pub struct ByteTable {
     per_byte: usize,
     values: Vec<f32>,
 }
 
 impl ByteTable {
-    pub fn new(bits: u8, scale: f32) -> ByteTable {
+    pub fn new(kind: FrameKind, bits: u8, scale: f32) -> ByteTable {
         let format = SampleFormat::new(bits, 1, false).expect("bits checked by the probe");
         let per_byte = format.values_per_byte();
         let mut values = vec![0f32; 256 * per_byte];
         for (b, out) in values.chunks_exact_mut(per_byte).enumerate() {
-            samples::decode(format, &[b as u8], out).expect("one byte of one-channel samples");
+            match kind {
+                FrameKind::M5b => samples::decode_mark5b(format, &[b as u8], out),
+                _ => samples::decode(format, &[b as u8], out),
+            }
+            .expect("one byte of one-channel samples");
             out.iter_mut().for_each(|v| *v *= scale);
         }
         ByteTable { per_byte, values }
@@ -119,33 +141,95 @@ pub struct Counts {
     pub frames: u64,
     pub fill: u64,
     pub invalid: u64,
-    /// Frames of a thread not seen while probing.
+    /// Frames of a thread not seen while probing, or of another length.
     pub stray: u64,
     /// Frames arriving after their time was handed out.
     pub late: u64,
     pub duplicate: u64,
 }
 
-/// Error out of the reader: a message naming file and offset.
+/// Error out of the reader: damaged or unreadable input (a message naming file and offset), or a usage
+/// error (options that do not fit the recording).
 #[derive(Debug)]
-pub struct ReadError(pub String);
+pub struct ReadError {
+    pub message: String,
+    /// The caller's options are at fault, not the recording.
+    pub usage: bool,
+}
 
-/// Time index of a VDIF frame given the stream's start and rate.
-fn index_of(h: &VdifHeader<&[u8]>, info_start: i64, rate: u32) -> i64 {
-    let sec = epoch_start_unix(h.epoch()) + i64::from(h.seconds());
-    (sec - info_start) * i64::from(rate) + i64::from(h.frame_number())
+impl ReadError {
+    pub fn damage(message: impl Into<String>) -> ReadError {
+        ReadError {
+            message: message.into(),
+            usage: false,
+        }
+    }
+    pub fn usage(message: impl Into<String>) -> ReadError {
+        ReadError {
+            message: message.into(),
+            usage: true,
+        }
+    }
+}
+
+/// Time and thread of a frame with data, from its header; None for frames marked invalid (VDIF) or with an
+/// undecodable time code (Mark5B).
+#[inline]
+fn stamp(kind: FrameKind, bytes: &[u8], ref_mjd: i64) -> Option<(u16, i64, u32)> {
+    match kind {
+        FrameKind::M5b => {
+            if bytes.len() < mark5b::HEADER_LEN {
+                return None;
+            }
+            let h = Mark5bHeader::new_unchecked(bytes);
+            let day_second = h.day_second()?;
+            let mjd = mark5b::resolve_mjd((day_second / 86_400) as u16, ref_mjd);
+            let sec = (mjd - MJD_UNIX_EPOCH) * 86_400 + day_second % 86_400;
+            Some((0, sec, u32::from(h.frame_number())))
+        }
+        _ => {
+            if bytes.len() < 32 {
+                return None;
+            }
+            let h = VdifHeader::new_unchecked(bytes);
+            if h.invalid() {
+                return None;
+            }
+            let sec = epoch_start_unix(h.epoch()) + i64::from(h.seconds());
+            Some((h.thread_id(), sec, h.frame_number()))
+        }
+    }
+}
+
+/// The MJD of today, the default reference for Mark5B's MJD mod 1000 (as `vlbiflow check` resolves it).
+fn today_mjd() -> i64 {
+    vlbiflow_formats::time::UtcTime::now().mjd().0
+}
+
+/// What [`probe`] learned, and its frame reader when it stopped inside the first batch: a
+/// [`SampleReader`] then starts from that batch instead of reading the start of the recording again.
+pub struct Probe {
+    pub info: Info,
+    /// The reader, still on its first batch, and the findings taken from it.
+    reader: Option<(FrameReader, Vec<Finding>)>,
 }
 
 /// Learns the shape of a recording from its first frames.
-pub fn probe(rec: &Recording, frame_rate: Option<u32>, strict: bool) -> Result<Info, ReadError> {
+pub fn probe(
+    rec: &Recording,
+    frame_rate: Option<u32>,
+    strict: bool,
+    m5b: Mark5bOptions,
+) -> Result<Probe, ReadError> {
     let mut fr = FrameReader::open(rec);
     let kind = fr.kind();
-    if kind != FrameKind::Vdif {
-        return Err(ReadError(format!(
-            "{}: Mark5B samples cannot be decoded yet (use raw() or check()); only VDIF",
+    if !matches!(kind, FrameKind::Vdif | FrameKind::M5b) {
+        return Err(ReadError::usage(format!(
+            "{}: {kind} frames cannot be decoded into samples (use raw() or check())",
             rec.name
         )));
     }
+    let ref_mjd = m5b.ref_mjd.unwrap_or_else(today_mjd);
     let rate_hint = frame_rate.or(rec.frame_rate_hint());
     let mut first: Option<[u8; 32]> = None;
     let mut threads = BTreeSet::new();
@@ -153,64 +237,113 @@ pub fn probe(rec: &Recording, frame_rate: Option<u32>, strict: bool) -> Result<I
     let mut max_fn: BTreeMap<i64, u32> = BTreeMap::new();
     let mut start: Option<(i64, u32)> = None;
     let mut seen = 0usize;
+    let mut batches = 0usize;
+    let mut in_first_batch = false;
     'outer: while let Some(batch) = fr.next_batch() {
+        batches += 1;
         for (e, bytes) in batch.iter() {
-            if e.fill || bytes.len() < 32 {
+            if e.fill {
                 continue;
             }
-            let h = VdifHeader::new_unchecked(bytes);
-            if h.invalid() {
+            let Some((thread, sec, frame)) = stamp(kind, bytes, ref_mjd) else {
                 continue;
-            }
+            };
             if first.is_none() {
                 let mut b = [0u8; 32];
                 b.copy_from_slice(&bytes[..32]);
                 first = Some(b);
             }
-            threads.insert(h.thread_id());
-            let sec = epoch_start_unix(h.epoch()) + i64::from(h.seconds());
+            threads.insert(thread);
             let m = max_fn.entry(sec).or_insert(0);
-            *m = (*m).max(h.frame_number());
-            let st = (sec, h.frame_number());
-            if start.is_none_or(|s| st < s) {
-                start = Some(st);
+            *m = (*m).max(frame);
+            if start.is_none_or(|s| (sec, frame) < s) {
+                start = Some((sec, frame));
             }
             seen += 1;
             if seen >= PROBE_FRAMES || max_fn.len() >= 2 || (rate_hint.is_some() && seen >= 4096) {
+                in_first_batch = batches == 1;
                 break 'outer;
             }
         }
         if strict {
             if let Some(f) = fr.take_findings().into_iter().find(is_damage) {
-                return Err(ReadError(f.to_string()));
+                return Err(ReadError::damage(f.to_string()));
             }
         }
     }
+    let findings = fr.take_findings();
     if strict {
-        if let Some(f) = fr.take_findings().into_iter().find(is_damage) {
-            return Err(ReadError(f.to_string()));
+        if let Some(f) = findings.iter().find(|f| is_damage(f)) {
+            return Err(ReadError::damage(f.to_string()));
         }
     }
+    let name = kind.to_string();
     let Some(first) = first else {
-        return Err(ReadError(format!("{}: no valid VDIF frame found", rec.name)));
+        return Err(ReadError::damage(format!(
+            "{}: no valid {name} frame found",
+            rec.name
+        )));
     };
-    let h = VdifHeader::new_unchecked(&first[..]);
-    let frame_len = h.frame_len();
-    let header_len = h.header_len();
-    let format = SampleFormat::new(h.bits_per_sample(), h.channels(), h.complex())
-        .map_err(|e| ReadError(format!("{}: {e}", rec.name)))?;
+    // Mark5B's sample format is the caller's word, VDIF's the headers'.
+    let bad = |e: vlbiflow_formats::Error| {
+        let message = format!("{}: {e}", rec.name);
+        match kind {
+            FrameKind::M5b => ReadError::usage(message),
+            _ => ReadError::damage(message),
+        }
+    };
+    let (frame_len, header_len, format, station, edv, edv_rate) = match kind {
+        FrameKind::M5b => {
+            let (Some(bits), Some(channels)) = (m5b.bits, m5b.channels) else {
+                return Err(ReadError::usage(format!(
+                    "{}: Mark5B headers do not say how the samples are coded: give bits= and nchan= \
+                     (as baseband's mark5b.open needs bps and nchan)",
+                    rec.name
+                )));
+            };
+            let format = SampleFormat::new(bits, channels, false).map_err(bad)?;
+            // The coding check of formats (1 or 2 bits, at most 32 bit streams).
+            samples::decode_mark5b(format, &[], &mut []).map_err(bad)?;
+            (mark5b::FRAME_LEN, mark5b::HEADER_LEN, format, 0, 0, None)
+        }
+        _ => {
+            let h = VdifHeader::new_unchecked(&first[..]);
+            let format = SampleFormat::new(h.bits_per_sample(), h.channels(), h.complex()).map_err(bad)?;
+            for (given, found, what) in [
+                (m5b.bits.map(u32::from), u32::from(format.bits), "bits per sample"),
+                (m5b.channels, format.channels, "channels"),
+            ] {
+                if given.is_some_and(|g| g != found) {
+                    return Err(ReadError::usage(format!(
+                        "{}: the VDIF headers say {found} {what}, not {} as given",
+                        rec.name,
+                        given.unwrap_or_default()
+                    )));
+                }
+            }
+            let edv_rate = h.sample_rate_hz();
+            (
+                h.frame_len(),
+                h.header_len(),
+                format,
+                h.station_id(),
+                h.edv(),
+                edv_rate,
+            )
+        }
+    };
     let spf = vlbiflow_formats::vdif::samples_per_frame(
         frame_len - header_len,
         format.bits,
         format.channels,
         format.complex,
     )
-    .map_err(|e| ReadError(format!("{}: {e}", rec.name)))?;
+    .map_err(bad)?;
     let (frame_rate, source) = if let Some(r) = frame_rate {
         (r, "given")
     } else if let Some(r) = rec.frame_rate_hint() {
         (r, "scan metadata")
-    } else if let Some(r) = h.sample_rate_hz().filter(|&r| r > 0 && spf > 0 && r % spf == 0) {
+    } else if let Some(r) = edv_rate.filter(|&r| r > 0 && spf > 0 && r % spf == 0) {
         ((r / spf) as u32, "VDIF EDV sample rate")
     } else if max_fn.len() >= 2 {
         // Every second but the last is complete: its highest frame number is rate - 1.
@@ -222,29 +355,39 @@ pub fn probe(rec: &Recording, frame_rate: Option<u32>, strict: bool) -> Result<I
             "highest frame number + 1 (data within one second)",
         )
     };
+    if frame_rate == 0 {
+        return Err(ReadError::usage(format!(
+            "{}: the frame rate must be positive",
+            rec.name
+        )));
+    }
     let (start_second, start_frame) = start.expect("a valid frame sets the start");
-    Ok(Info {
+    let info = Info {
         kind,
         frame_len,
         header_len,
         bits: format.bits,
         channels: format.channels,
         complex: format.complex,
-        station: h.station_id(),
-        edv: h.edv(),
+        station,
+        edv,
         threads: threads.into_iter().collect(),
         frame_rate,
         frame_rate_source: source,
         samples_per_frame: spf,
         start_second,
         start_frame,
+        ref_mjd,
+    };
+    Ok(Probe {
+        info,
+        reader: in_first_batch.then_some((fr, findings)),
     })
 }
 
-/// Payloads of one frame set, by thread column.
+/// Payloads of one frame set ahead of the range being read, by thread column.
 struct Slot {
     payloads: Vec<Option<Vec<u8>>>,
-    present: usize,
 }
 
 /// The decoded frame set being handed out row by row.
@@ -254,6 +397,13 @@ struct Current {
     offset: usize,
 }
 
+/// A frame to decode: its payload, its frame set (relative to the range's first) and thread column.
+struct Placement<'a> {
+    payload: &'a [u8],
+    set: usize,
+    col: usize,
+}
+
 /// Streams decoded samples of a recording.
 pub struct SampleReader {
     rec: Recording,
@@ -261,28 +411,43 @@ pub struct SampleReader {
     strict: bool,
     frames: FrameReader,
     column: Vec<i32>,
+    /// Frames of sets beyond the range being read, kept for a later read.
     pending: BTreeMap<i64, Slot>,
     pool: Vec<Vec<u8>>,
+    /// First frame set not yet handed out.
     next_index: i64,
+    /// Highest frame set index seen.
+    max_seen: Option<i64>,
     done: bool,
     current: Option<Current>,
+    /// Which (set, thread) of the range being read has its frame; reused.
+    present: Vec<bool>,
+    /// Next frame of the reader's current batch not yet taken (None: the batch is used up).
+    cursor: Option<usize>,
     /// Read position in samples from the start.
     pub position: u64,
     pub counts: Counts,
     pub findings: Vec<Finding>,
     /// Decoding table with the units (this workspace's, or baseband's: BASEBAND_SCALE larger).
     table: ByteTable,
+    workers: usize,
 }
 
 impl SampleReader {
-    pub fn new(rec: Recording, info: Info, strict: bool, baseband_units: bool) -> SampleReader {
+    pub fn new(rec: Recording, probe: Probe, strict: bool, baseband_units: bool) -> SampleReader {
+        let info = probe.info;
         let mut column = vec![-1i32; usize::from(vlbiflow_formats::vdif::MAX_THREAD_ID) + 1];
         for (i, &t) in info.threads.iter().enumerate() {
             column[usize::from(t)] = i as i32;
         }
-        let frames = FrameReader::open(&rec);
+        // Start from the probe's first batch if it is still there, else from the start again.
+        let (frames, cursor, findings) = match probe.reader {
+            Some((frames, findings)) => (frames, Some(0), findings),
+            None => (FrameReader::open(&rec), None, Vec::new()),
+        };
         SampleReader {
             next_index: i64::from(info.start_frame),
+            max_seen: None,
             rec,
             strict,
             frames,
@@ -291,10 +456,17 @@ impl SampleReader {
             pool: Vec::new(),
             done: false,
             current: None,
+            present: Vec::new(),
+            cursor,
             position: 0,
             counts: Counts::default(),
-            findings: Vec::new(),
-            table: ByteTable::new(info.bits, if baseband_units { BASEBAND_SCALE } else { 1.0 }),
+            findings,
+            table: ByteTable::new(
+                info.kind,
+                info.bits,
+                if baseband_units { BASEBAND_SCALE } else { 1.0 },
+            ),
+            workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
             info,
         }
     }
@@ -311,6 +483,8 @@ impl SampleReader {
             self.pool.extend(slot.payloads.into_iter().flatten());
         }
         self.next_index = i64::from(self.info.start_frame);
+        self.max_seen = None;
+        self.cursor = None;
         self.done = false;
         self.current = None;
         self.position = 0;
@@ -318,95 +492,176 @@ impl SampleReader {
         self.findings.clear();
     }
 
-    /// Reads one batch of frames into the pending frame sets; false at the end of the recording.
-    fn pull(&mut self) -> Result<bool, ReadError> {
+    /// Hands out the next `sets` frame sets: decodes them into `dst` (`sets` x samples_per_frame rows of
+    /// threads x values; None only skips them) and sets `missing` (`sets` x threads flags; a missing
+    /// frame's values are `fill_value`). Returns the number of sets handed out: fewer only at the end.
+    ///
+    /// Frames are taken in stream order. A set is final once all its threads are there, once a frame more
+    /// than [`WINDOW`] sets later has been read, or at the end of the recording; a frame of a set already
+    /// final counts as late. So what lands where depends only on the order of the frames, not on how the
+    /// recording is read: reading stops at the first frame after the range is final and resumes there.
+    fn take_sets(
+        &mut self,
+        mut dst: Option<&mut [f32]>,
+        missing: &mut [bool],
+        sets: usize,
+        fill_value: f32,
+    ) -> Result<usize, ReadError> {
         let threads = self.info.threads.len();
+        let vals = self.info.values_per_time();
+        let spf = self.info.samples_per_frame as usize;
+        let set_len = spf * threads * vals;
+        let shape = Shape {
+            set_len,
+            threads,
+            vals,
+        };
         let (frame_len, header_len) = (self.info.frame_len, self.info.header_len);
-        let (start, rate) = (self.info.start_second, self.info.frame_rate);
-        let got = match self.frames.next_batch() {
-            None => false,
-            Some(batch) => {
-                for (e, bytes) in batch.iter() {
-                    self.counts.frames += 1;
-                    if e.fill {
-                        self.counts.fill += 1;
+        let (kind, ref_mjd) = (self.info.kind, self.info.ref_mjd);
+        let (start, rate) = (self.info.start_second, i64::from(self.info.frame_rate));
+        let i0 = self.next_index;
+        let i1 = i0 + sets as i64;
+        self.present.clear();
+        self.present.resize(sets * threads, false);
+
+        // Frames kept from earlier reads that fall in this range.
+        let mut kept = Vec::new();
+        while let Some(entry) = self.pending.first_entry() {
+            if *entry.key() >= i1 {
+                break;
+            }
+            let (k, slot) = entry.remove_entry();
+            for (col, p) in slot.payloads.into_iter().enumerate() {
+                if let Some(p) = p {
+                    self.present[(k - i0) as usize * threads + col] = true;
+                    kept.push(((k - i0) as usize, col, p));
+                }
+            }
+        }
+        if let Some(d) = dst.as_deref_mut() {
+            let mut todo: Vec<Placement<'_>> = kept
+                .iter()
+                .map(|(set, col, p)| Placement {
+                    payload: p,
+                    set: *set,
+                    col: *col,
+                })
+                .collect();
+            decode_placements(&self.table, &mut todo, d, shape, self.workers);
+        }
+        self.pool.extend(kept.into_iter().map(|(_, _, p)| p));
+
+        let mut frontier = advance(i0, i0, i1, &self.present, threads, self.max_seen, self.done);
+        while frontier < i1 {
+            let from = match self.cursor {
+                Some(at) => at,
+                None => {
+                    let got = self.frames.next_batch().is_some();
+                    for f in self.frames.take_findings() {
+                        if self.strict && is_damage(&f) {
+                            return Err(ReadError::damage(f.to_string()));
+                        }
+                        self.findings.push(f);
+                    }
+                    if !got {
+                        self.done = true;
+                        frontier = advance(frontier, i0, i1, &self.present, threads, self.max_seen, true);
                         continue;
                     }
-                    let h = VdifHeader::new_unchecked(bytes);
-                    if h.invalid() {
-                        self.counts.invalid += 1;
-                        continue;
-                    }
-                    if bytes.len() != frame_len || h.header_len() != header_len {
-                        self.counts.stray += 1;
-                        continue;
-                    }
-                    let col = self.column[usize::from(h.thread_id())];
-                    if col < 0 {
-                        self.counts.stray += 1;
-                        continue;
-                    }
-                    let idx = index_of(&h, start, rate);
-                    if idx < self.next_index {
-                        self.counts.late += 1;
-                        continue;
-                    }
+                    0
+                }
+            };
+            let batch = self.frames.current_batch();
+            let mut todo: Vec<Placement<'_>> = Vec::with_capacity(batch.len() - from);
+            let mut next = from;
+            for (e, bytes) in batch.iter().skip(from) {
+                if frontier >= i1 {
+                    break;
+                }
+                next += 1;
+                self.counts.frames += 1;
+                if e.fill {
+                    self.counts.fill += 1;
+                    continue;
+                }
+                let Some((thread, sec, frame)) = stamp(kind, bytes, ref_mjd) else {
+                    self.counts.invalid += 1;
+                    continue;
+                };
+                if bytes.len() != frame_len
+                    || (kind == FrameKind::Vdif
+                        && VdifHeader::new_unchecked(bytes).header_len() != header_len)
+                {
+                    self.counts.stray += 1;
+                    continue;
+                }
+                let col = self.column[usize::from(thread)];
+                if col < 0 {
+                    self.counts.stray += 1;
+                    continue;
+                }
+                let col = col as usize;
+                let idx = (sec - start) * rate + i64::from(frame);
+                if idx < frontier {
+                    self.counts.late += 1;
+                    continue;
+                }
+                let payload = &bytes[header_len..];
+                if idx >= i1 {
                     let slot = self.pending.entry(idx).or_insert_with(|| Slot {
                         payloads: (0..threads).map(|_| None).collect(),
-                        present: 0,
                     });
-                    let p = &mut slot.payloads[col as usize];
+                    let p = &mut slot.payloads[col];
                     if p.is_some() {
                         self.counts.duplicate += 1;
                         continue;
                     }
                     let mut buf = self.pool.pop().unwrap_or_default();
                     buf.clear();
-                    buf.extend_from_slice(&bytes[header_len..]);
+                    buf.extend_from_slice(payload);
                     *p = Some(buf);
-                    slot.present += 1;
+                } else {
+                    let set = (idx - i0) as usize;
+                    let seen = &mut self.present[set * threads + col];
+                    if *seen {
+                        self.counts.duplicate += 1;
+                        continue;
+                    }
+                    *seen = true;
+                    todo.push(Placement { payload, set, col });
                 }
-                true
+                if self.max_seen.is_none_or(|m| idx > m) {
+                    self.max_seen = Some(idx);
+                }
+                frontier = advance(frontier, i0, i1, &self.present, threads, self.max_seen, false);
             }
+            if let Some(d) = dst.as_deref_mut() {
+                decode_placements(&self.table, &mut todo, d, shape, self.workers);
+            }
+            self.cursor = (next < batch.len()).then_some(next);
+        }
+
+        // At the end, the range stops after the last set seen.
+        let handed = if self.done {
+            (self.max_seen.map_or(i0, |m| m + 1).min(i1) - i0).max(0) as usize
+        } else {
+            sets
         };
-        for f in self.frames.take_findings() {
-            if self.strict && is_damage(&f) {
-                return Err(ReadError(f.to_string()));
-            }
-            self.findings.push(f);
-        }
-        Ok(got)
-    }
-
-    /// The next frame set in time order (None: every thread missing), or Ok(None) at the end.
-    fn next_set(&mut self) -> Result<Option<Option<Slot>>, ReadError> {
-        let threads = self.info.threads.len();
-        loop {
-            let first = self.pending.first_key_value().map(|(k, s)| (*k, s.present));
-            let last = self.pending.last_key_value().map(|(k, _)| *k);
-            let far = last.is_some_and(|l| l - self.next_index > WINDOW);
-            match first {
-                None if self.done => return Ok(None),
-                Some((k, present)) if k == self.next_index && (present == threads || self.done || far) => {
-                    self.next_index += 1;
-                    return Ok(Some(self.pending.remove(&k)));
+        for set in 0..handed {
+            for col in 0..threads {
+                let absent = !self.present[set * threads + col];
+                missing[set * threads + col] = absent;
+                if absent {
+                    if let Some(d) = dst.as_deref_mut() {
+                        for row in d[set * set_len..(set + 1) * set_len].chunks_exact_mut(threads * vals) {
+                            row[col * vals..(col + 1) * vals].fill(fill_value);
+                        }
+                    }
                 }
-                Some(_) if self.done || far => {
-                    self.next_index += 1;
-                    return Ok(Some(None));
-                }
-                _ => {}
-            }
-            if !self.pull()? {
-                self.done = true;
             }
         }
-    }
-
-    fn recycle(&mut self, slot: Option<Slot>) {
-        if let Some(s) = slot {
-            self.pool.extend(s.payloads.into_iter().flatten());
-        }
+        self.next_index = i0 + handed as i64;
+        Ok(handed)
     }
 
     /// Reads up to `out.len() / row` time steps into `out` (rows of threads x values) and, if given,
@@ -422,6 +677,7 @@ impl SampleReader {
         let spf = self.info.samples_per_frame as usize;
         let rows = out.len() / row;
         let mut r = 0usize;
+        let mut miss = Vec::new();
         while r < rows {
             if let Some(cur) = &mut self.current {
                 let n = (rows - r).min(spf - cur.offset);
@@ -440,57 +696,36 @@ impl SampleReader {
                 }
                 continue;
             }
-            let whole = ((rows - r) / spf).min(DECODE_BATCH);
+            let whole = (rows - r) / spf;
             if whole == 0 {
-                let Some(slot) = self.next_set()? else { break };
+                // Less than a frame set wanted: decode one set aside and hand out part of it.
                 let mut values = vec![0f32; spf * row];
-                let mut miss = vec![false; threads];
-                decode_sets(
-                    &self.info,
-                    &self.table,
-                    std::slice::from_ref(&slot),
-                    &mut values,
-                    &mut miss,
-                    fill_value,
-                );
-                self.recycle(slot);
+                let mut m = vec![false; threads];
+                if self.take_sets(Some(&mut values), &mut m, 1, fill_value)? == 0 {
+                    break;
+                }
                 self.current = Some(Current {
                     values,
-                    missing: miss,
+                    missing: m,
                     offset: 0,
                 });
                 continue;
             }
-            let mut slots = Vec::with_capacity(whole);
-            while slots.len() < whole {
-                match self.next_set()? {
-                    Some(s) => slots.push(s),
-                    None => break,
-                }
-            }
-            let n = slots.len();
-            if n == 0 {
-                break;
-            }
-            let mut miss = vec![false; n * threads];
-            decode_sets(
-                &self.info,
-                &self.table,
-                &slots,
-                &mut out[r * row..(r + n * spf) * row],
+            miss.clear();
+            miss.resize(whole * threads, false);
+            let n = self.take_sets(
+                Some(&mut out[r * row..(r + whole * spf) * row]),
                 &mut miss,
+                whole,
                 fill_value,
-            );
+            )?;
             if let Some(m) = missing.as_deref_mut() {
-                for (k, mk) in miss.chunks_exact(threads).enumerate() {
+                for (k, mk) in miss[..n * threads].chunks_exact(threads).enumerate() {
                     for t in 0..spf {
                         let at = (r + k * spf + t) * threads;
                         m[at..at + threads].copy_from_slice(mk);
                     }
                 }
-            }
-            for s in slots {
-                self.recycle(s);
             }
             r += n * spf;
             self.position += (n * spf) as u64;
@@ -517,12 +752,18 @@ impl SampleReader {
             self.position += left;
             self.current = None;
         }
+        // Whole sets are skipped without decoding, in bounded steps.
+        let threads = self.info.threads.len();
+        let mut miss = Vec::new();
         while sample - self.position >= spf {
-            let Some(slot) = self.next_set()? else {
+            let sets = ((sample - self.position) / spf).min(4096) as usize;
+            miss.clear();
+            miss.resize(sets * threads, false);
+            let n = self.take_sets(None, &mut miss, sets, 0.0)?;
+            self.position += n as u64 * spf;
+            if n < sets {
                 return Ok(());
-            };
-            self.recycle(slot);
-            self.position += spf;
+            }
         }
         if sample > self.position {
             let skip = (sample - self.position) as usize;
@@ -534,81 +775,157 @@ impl SampleReader {
     }
 }
 
-/// Decodes one frame set into `dst` (samples_per_frame rows of threads x values) and `missing` (a flag per
-/// thread), with `scratch` room for one frame's values.
-fn decode_set(
-    info: &Info,
+/// Decodes one frame's payload into its thread column of a frame set (`dst`: samples_per_frame rows of
+/// threads x values), straight from the byte table into the strided places.
+fn decode_frame(
     table: &ByteTable,
-    slot: &Option<Slot>,
+    payload: &[u8],
     dst: &mut [f32],
-    missing: &mut [bool],
-    scratch: &mut [f32],
-    fill_value: f32,
+    col: usize,
+    (threads, vals): (usize, usize),
 ) {
-    let vals = info.values_per_time();
-    let threads = info.threads.len();
-    for col in 0..threads {
-        let payload = slot.as_ref().and_then(|s| s.payloads[col].as_deref());
-        missing[col] = payload.is_none();
-        match payload {
-            Some(p) if threads == 1 => table.decode(p, dst),
-            Some(p) => {
-                table.decode(p, scratch);
-                for (row, src) in dst
-                    .chunks_exact_mut(threads * vals)
-                    .zip(scratch.chunks_exact(vals))
-                {
-                    row[col * vals..(col + 1) * vals].copy_from_slice(src);
-                }
-            }
-            None => {
-                for row in dst.chunks_exact_mut(threads * vals) {
-                    row[col * vals..(col + 1) * vals].fill(fill_value);
-                }
-            }
+    if threads == 1 {
+        table.decode(payload, dst);
+        return;
+    }
+    let row = threads * vals;
+    let per = table.per_byte;
+    // Values per byte and per time step are both powers of two.
+    if vals >= per {
+        // Whole bytes per time step: each decodes into its row's column.
+        let bytes = vals / per;
+        for (src, r) in payload.chunks_exact(bytes).zip(dst.chunks_exact_mut(row)) {
+            table.decode(src, &mut r[col * vals..(col + 1) * vals]);
+        }
+        return;
+    }
+    let t = &table.values[..];
+    match (per, vals) {
+        (8, 1) => spread::<8, 1>(t, payload, dst, col, row),
+        (8, 2) => spread::<8, 2>(t, payload, dst, col, row),
+        (8, 4) => spread::<8, 4>(t, payload, dst, col, row),
+        (4, 1) => spread::<4, 1>(t, payload, dst, col, row),
+        (4, 2) => spread::<4, 2>(t, payload, dst, col, row),
+        _ => spread::<2, 1>(t, payload, dst, col, row),
+    }
+}
+
+/// Several time steps per byte (`PER` values per byte, `VALS` per time step): each byte's values go to
+/// `PER / VALS` consecutive rows of `row` values, at column `col`.
+fn spread<const PER: usize, const VALS: usize>(
+    table: &[f32],
+    payload: &[u8],
+    dst: &mut [f32],
+    col: usize,
+    row: usize,
+) {
+    let steps = PER / VALS;
+    for (&b, rows) in payload.iter().zip(dst.chunks_exact_mut(row * steps)) {
+        let v = &table[usize::from(b) * PER..][..PER];
+        for k in 0..steps {
+            rows[k * row + col * VALS..][..VALS].copy_from_slice(&v[k * VALS..(k + 1) * VALS]);
         }
     }
 }
 
-/// Decodes consecutive frame sets into `dst` (their rows one after the other) and `missing` (threads flags
-/// per set), spreading the sets over the available CPUs.
-fn decode_sets(
-    info: &Info,
+/// The first set from `frontier` on (at most `i1`) that is not final: not all `threads` present, no frame
+/// more than [`WINDOW`] sets later seen (`max_seen`), and not at the end (`done`).
+fn advance(
+    mut frontier: i64,
+    i0: i64,
+    i1: i64,
+    present: &[bool],
+    threads: usize,
+    max_seen: Option<i64>,
+    done: bool,
+) -> i64 {
+    if done {
+        return i1;
+    }
+    let far = max_seen.map_or(i64::MIN, |m| m - WINDOW);
+    while frontier < i1
+        && (frontier < far
+            || present[(frontier - i0) as usize * threads..][..threads]
+                .iter()
+                .all(|&p| p))
+    {
+        frontier += 1;
+    }
+    frontier
+}
+
+/// Layout of the frame sets being decoded.
+#[derive(Clone, Copy)]
+struct Shape {
+    /// f32 values of one frame set (samples per frame x threads x values).
+    set_len: usize,
+    threads: usize,
+    /// f32 values per time step and thread.
+    vals: usize,
+}
+
+/// Payload bytes per decoding task (the unit the threads take turns on).
+const TASK_BYTES: usize = 128 << 10;
+
+/// Decodes placed frames into `dst` (consecutive frame sets). Frames are cut into tasks of whole frame sets
+/// (disjoint parts of `dst`) that the calling thread and up to `workers - 1` helpers take one at a time, so
+/// a thread the machine delays holds up only the task it has.
+fn decode_placements(
     table: &ByteTable,
-    slots: &[Option<Slot>],
+    todo: &mut [Placement<'_>],
     dst: &mut [f32],
-    missing: &mut [bool],
-    fill_value: f32,
+    shape: Shape,
+    workers: usize,
 ) {
-    let threads = info.threads.len();
-    let set_len = info.samples_per_frame as usize * info.row();
-    let frame_values = info.samples_per_frame as usize * info.values_per_time();
-    let workers = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(slots.len())
-        .max(1);
-    let per = slots.len().div_ceil(workers);
-    let work = |slots: &[Option<Slot>], dst: &mut [f32], missing: &mut [bool]| {
-        let mut scratch = vec![0f32; frame_values];
-        for ((slot, d), m) in slots
-            .iter()
-            .zip(dst.chunks_exact_mut(set_len))
-            .zip(missing.chunks_exact_mut(threads))
-        {
-            decode_set(info, table, slot, d, m, &mut scratch, fill_value);
+    let Shape {
+        set_len,
+        threads,
+        vals,
+    } = shape;
+    let run = |todo: &[Placement<'_>], dst: &mut [f32], first_set: usize| {
+        for p in todo {
+            let at = (p.set - first_set) * set_len;
+            let d = &mut dst[at..at + set_len];
+            decode_frame(table, p.payload, d, p.col, (threads, vals));
         }
     };
-    if workers == 1 {
-        work(slots, dst, missing);
+    let bytes: usize = todo.iter().map(|p| p.payload.len()).sum();
+    if workers <= 1 || bytes < 2 * TASK_BYTES {
+        run(todo, dst, 0);
         return;
     }
-    std::thread::scope(|s| {
-        for ((sl, d), m) in slots
-            .chunks(per)
-            .zip(dst.chunks_mut(per * set_len))
-            .zip(missing.chunks_mut(per * threads))
-        {
-            s.spawn(move || work(sl, d, m));
+    todo.sort_unstable_by_key(|p| (p.set, p.col));
+    // Tasks: runs of about TASK_BYTES, each ending at a set boundary, with their part of dst.
+    let mut tasks = Vec::with_capacity(bytes / TASK_BYTES + 1);
+    let mut rest: &mut [f32] = dst;
+    let mut rest_first = 0usize;
+    let mut begin = 0usize;
+    while begin < todo.len() {
+        let mut end = begin;
+        let mut size = 0usize;
+        while end < todo.len() && (size < TASK_BYTES || todo[end].set == todo[end - 1].set) {
+            size += todo[end].payload.len();
+            end += 1;
         }
+        let first = todo[begin].set;
+        let last = todo[end - 1].set + 1;
+        let (_, tail) = std::mem::take(&mut rest).split_at_mut((first - rest_first) * set_len);
+        let (mine, tail) = tail.split_at_mut((last - first) * set_len);
+        rest = tail;
+        rest_first = last;
+        tasks.push((&todo[begin..end], mine, first));
+        begin = end;
+    }
+    let queue = std::sync::Mutex::new(tasks.into_iter());
+    let work = || loop {
+        let task = queue.lock().unwrap_or_else(|e| e.into_inner()).next();
+        let Some((part, d, first)) = task else { break };
+        run(part, d, first);
+    };
+    std::thread::scope(|s| {
+        for _ in 1..workers {
+            s.spawn(work);
+        }
+        work();
     });
 }

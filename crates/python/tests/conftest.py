@@ -31,8 +31,9 @@ def free_udp_port() -> int:
 
 
 def record_scan(tmp: Path, scan: str, threads: int, frames: int, payload: str, disks: int = 4,
-                layout: str = "mark6") -> Path:
-    """Records `frames` frames sent by `vlbiflow gen` over loopback as a scan across `disks` disks."""
+                layout: str = "mark6", gen_args: tuple = ()) -> Path:
+    """Records `frames` frames sent by `vlbiflow gen` over loopback as a scan across `disks` disks
+    (`gen_args`: more options of gen, e.g. ("--drop-every", "7"))."""
     for i in range(disks):
         (tmp / "d" / str(i)).mkdir(parents=True)
     port = free_udp_port()
@@ -60,7 +61,7 @@ def record_scan(tmp: Path, scan: str, threads: int, frames: int, payload: str, d
             if "stream a:" in line:
                 break
         run("gen", "--dest", f"127.0.0.1:{port}", "--psn", "--threads", str(threads), "--pps", "2000",
-            "--count", str(frames), "--payload", payload, "--station", "Py", "--frame-size", "1032")
+            "--count", str(frames), "--payload", payload, "--station", "Py", "--frame-size", "1032", *gen_args)
     finally:
         rec.send_signal(signal.SIGTERM)
         rec.wait(timeout=60)

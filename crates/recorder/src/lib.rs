@@ -23,6 +23,7 @@ pub mod loss {
 }
 pub mod pool;
 pub mod status;
+pub mod tap;
 mod writer;
 
 use std::path::PathBuf;
@@ -43,6 +44,7 @@ pub use engine::RecorderEvent;
 /// ([`RecorderStatus::events_dropped`]).
 pub const EVENT_QUEUE: usize = 4096;
 pub use status::{DiskStatus, FlowStatus, Phase, PoolStatus, RecorderStatus, StreamStatus, ThreadStatus};
+pub use tap::FrameTap;
 #[doc(hidden)]
 pub use writer::bench_mark6_write;
 
@@ -93,7 +95,22 @@ impl Recorder {
     /// Validates `config`, creates the scan on every disk (refusing to overwrite an existing one), binds
     /// every stream's socket, allocates the block pool and starts capture, writer and supervisor threads.
     pub fn start(config: RecorderConfig) -> Result<RecorderHandle, StartError> {
+        Self::start_with_taps(config, Vec::new())
+    }
+
+    /// As [`start`](Self::start), with a [`FrameTap`] per stream (`taps[i]` for stream `i`; missing or
+    /// `None` entries: no tap) that sees every frame the stream records, on its capture thread.
+    pub fn start_with_taps(
+        config: RecorderConfig,
+        mut taps: Vec<Option<Box<dyn FrameTap>>>,
+    ) -> Result<RecorderHandle, StartError> {
         config.validate()?;
+        let warnings = config.warnings();
+        let mut config = config;
+        if config.discard {
+            // Capture only: no disk is touched, so none is part of the scan.
+            config.disks.clear();
+        }
         let first = &config.streams[0];
         let data_offset = match config.format {
             ScanFormat::Mark6 => vlbiflow_formats::mark6::BLOCK_HEADER_LEN_V2,
@@ -221,7 +238,7 @@ impl Recorder {
                 });
             }
         }
-        for w in config.warnings() {
+        for w in warnings {
             let _ = events_tx.try_send(RecorderEvent::ConfigWarning(w));
         }
         let gro_refused: Vec<i32> = sockets
@@ -256,9 +273,10 @@ impl Recorder {
             hold_writers: AtomicBool::new(false),
             phase: AtomicU8::new(PHASE_RECORDING),
             captures_running: AtomicUsize::new(capture_threads),
-            writers_alive: AtomicUsize::new(config.disks.len()),
+            writers_alive: AtomicUsize::new(if config.discard { 1 } else { config.disks.len() }),
             in_flight: AtomicU64::new(0),
             lost_blocks: AtomicU64::new(0),
+            discarded_bytes: AtomicU64::new(0),
             next_block: AtomicU32::new(0),
             free_tx,
             free_rx,
@@ -291,6 +309,13 @@ impl Recorder {
                 .map_err(StartError::Thread)
         };
         let mut workers = Vec::new();
+        if shared.config.discard {
+            let sh = shared.clone();
+            workers.push(spawn(
+                "vf-discard".into(),
+                Box::new(move || writer::run_discard(sh)),
+            )?);
+        }
         for (i, sink) in sinks.into_iter().enumerate() {
             let sh = shared.clone();
             workers.push(spawn(
@@ -302,14 +327,9 @@ impl Recorder {
         for (i, (spec, (socket, report))) in shared.config.streams.iter().zip(sockets).enumerate() {
             let fpb = frames_per_block(spec.frame_size);
             let gro = report.gro == vlbiflow_udp::Feature::Enabled;
-            groups[i % capture_threads].push(capture::StreamCapture::new(
-                i,
-                spec.clone(),
-                socket,
-                fpb,
-                data_offset,
-                gro,
-            ));
+            let mut capture = capture::StreamCapture::new(i, spec.clone(), socket, fpb, data_offset, gro);
+            capture.tap = taps.get_mut(i).and_then(Option::take);
+            groups[i % capture_threads].push(capture);
         }
         for (i, group) in groups.into_iter().enumerate() {
             let sh = shared.clone();
@@ -531,7 +551,8 @@ impl FlowMonitor {
                 (s.packets.load(Relaxed) + s.dropped_no_buffer.load(Relaxed)) * u64::from(spec.frame_size)
             })
             .sum();
-        let written = shared.disks.iter().map(|d| d.bytes.load(Relaxed)).sum();
+        let written = shared.disks.iter().map(|d| d.bytes.load(Relaxed)).sum::<u64>()
+            + shared.discarded_bytes.load(Relaxed);
         (input, written)
     }
 
@@ -717,7 +738,7 @@ fn supervise(shared: Arc<Shared>, wake: Receiver<()>, workers: Vec<JoinHandle<()
     let lost_blocks = shared.lost_blocks.load(Relaxed) + leftover;
     let status = snapshot(&shared);
     let alive = status.disks.iter().filter(|d| d.failed.is_none()).count();
-    let error = if lost_blocks > 0 || alive == 0 {
+    let error = if lost_blocks > 0 || (alive == 0 && !shared.config.discard) {
         Some(format!(
             "every disk failed; {lost_blocks} block(s) could not be written"
         ))

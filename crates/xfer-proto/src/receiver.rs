@@ -392,13 +392,17 @@ impl Receiver {
     }
 
     /// Resume: the I/O layer found chunk `chunk` of `file` already on disk with this hash. If it equals the
-    /// announced hash the chunk counts as verified and the sender skips it. Returns whether it did.
+    /// sender's hash the chunk counts as verified (`chunk_verified` goes out and the sender skips it);
+    /// if it differs, `chunk_mismatch` asks for it. When the sender's hash is not known yet the comparison
+    /// waits for its `chunk_hash`. Call it right after [`Event::FileAnnounced`], before data of the file
+    /// is handled. Returns false (and changes nothing) when the chunk has already received data or is
+    /// unknown.
     pub fn declare_verified(&mut self, file: u32, chunk: u32, hash: ChunkHash) -> bool {
         let Some(Some(f)) = self.files.get_mut(file as usize) else {
             return false;
         };
         let c = chunk as usize;
-        if f.expected.get(c).copied().flatten() != Some(hash) || f.state[c] != ChunkState::Receiving {
+        if f.state.get(c) != Some(&ChunkState::Receiving) || f.chunk_bytes[c] != 0 {
             return false;
         }
         let block = self.block_size;
@@ -408,7 +412,8 @@ impl Receiver {
             f.bits[b / 64] |= 1 << (b % 64);
         }
         f.chunk_bytes[c] = f.chunk_len(c);
-        self.verified(file, chunk);
+        f.state[c] = ChunkState::Hashed(hash);
+        self.compare(file, chunk, hash);
         true
     }
 

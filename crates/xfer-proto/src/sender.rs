@@ -100,6 +100,9 @@ struct SFile {
     chunk_size: u64,
     hashes: Vec<Option<ChunkHash>>,
     verified: Vec<bool>,
+    /// The receiver already holds these chunks (agreed by hash before the file was added): not sent
+    /// unless the receiver reports a mismatch.
+    held: Vec<bool>,
     n_verified: u64,
     retries: Vec<u8>,
 }
@@ -158,6 +161,9 @@ pub struct Sender {
     control_out: VecDeque<ControlMsg>,
     events: VecDeque<Event>,
     rate: RateControl,
+    /// Smoothed RTT and its mean deviation (RFC 6298), for the tail timer.
+    srtt: Option<Duration>,
+    rttvar: Duration,
     state: State,
     stats: SenderStats,
 }
@@ -181,6 +187,8 @@ impl Sender {
         });
         Sender {
             rate: RateControl::new(cfg.rate),
+            srtt: None,
+            rttvar: Duration::ZERO,
             cfg,
             epoch: None,
             files: Vec::new(),
@@ -212,7 +220,6 @@ impl Sender {
         size: u64,
         hashes: Option<Vec<ChunkHash>>,
     ) -> Result<u32, wire::WireError> {
-        wire::validate_name(name)?;
         let n = ControlMsg::chunk_count(size, self.cfg.chunk_size) as usize;
         let hashes = match hashes {
             Some(h) if h.len() != n => {
@@ -224,6 +231,38 @@ impl Sender {
             Some(h) => h.into_iter().map(Some).collect(),
             None => vec![None; n],
         };
+        self.add_file_held(name, size, hashes, Vec::new())
+    }
+
+    /// Adds a file of which the receiver already holds some chunks (resume): `hashes` has one entry per
+    /// chunk (`None` where not known yet), `held[c]` says the receiver holds chunk `c` with the hash
+    /// `hashes[c]` (agreed before the file was added). Held chunks are not sent; the receiver confirms
+    /// them with `chunk_verified` (after `Receiver::declare_verified`) or asks for them with
+    /// `chunk_mismatch`, and then they are sent like any other. `held` may be shorter than the chunk
+    /// count (missing entries are false). A held chunk needs its hash.
+    pub fn add_file_held(
+        &mut self,
+        name: &str,
+        size: u64,
+        hashes: Vec<Option<ChunkHash>>,
+        held: Vec<bool>,
+    ) -> Result<u32, wire::WireError> {
+        wire::validate_name(name)?;
+        let n = ControlMsg::chunk_count(size, self.cfg.chunk_size) as usize;
+        if hashes.len() != n {
+            return Err(wire::WireError::Field {
+                field: "hashes",
+                why: format!("{} for {n} chunks", hashes.len()),
+            });
+        }
+        let mut held = held;
+        held.resize(n, false);
+        if let Some(c) = (0..n).find(|&c| held[c] && hashes[c].is_none()) {
+            return Err(wire::WireError::Field {
+                field: "held",
+                why: format!("chunk {c} is held but its hash is not known"),
+            });
+        }
         assert!(!self.closed, "add_file after close");
         self.files.push(SFile {
             name: name.to_owned(),
@@ -231,6 +270,7 @@ impl Sender {
             chunk_size: self.cfg.chunk_size,
             hashes,
             verified: vec![false; n],
+            held,
             n_verified: 0,
             retries: vec![0; n],
         });
@@ -302,10 +342,16 @@ impl Sender {
         now.saturating_duration_since(e).as_micros() as u64
     }
 
+    /// How long after sending a datagram without an acknowledgement the tail timer presumes it lost:
+    /// twice the minimum RTT or the smoothed RTT plus four deviations (RFC 6298), whichever is larger, plus
+    /// 50 ms. The smoothed term keeps a queue that grows (ours, or a busy host's) from turning into
+    /// spurious retransmissions: with the minimum alone, 2.5% of datagrams were sent twice on a path that
+    /// lost none.
     fn rto(&self) -> Duration {
-        match self.rate.min_rtt() {
-            Some(r) => r * 2 + Duration::from_millis(50),
-            None => Duration::from_secs(1),
+        match (self.rate.min_rtt(), self.srtt) {
+            (Some(m), Some(s)) => (m * 2).max(s + self.rttvar * 4) + Duration::from_millis(50),
+            (Some(m), None) => m * 2 + Duration::from_millis(50),
+            _ => Duration::from_secs(1),
         }
     }
 
@@ -324,7 +370,7 @@ impl Sender {
                 continue;
             }
             let chunk = (self.cursor_offset / f.chunk_size) as usize;
-            if f.verified[chunk] {
+            if f.verified[chunk] || f.held[chunk] {
                 self.cursor_offset = (chunk as u64 + 1) * f.chunk_size;
                 continue;
             }
@@ -529,19 +575,38 @@ impl Sender {
                     self.stats.bad_control += 1;
                     return;
                 }
-                *r += 1;
-                if *r as u32 > max {
-                    let reason = format!("{}: chunk {chunk} failed verification {} times", f.name, *r);
-                    self.abort(reason);
+                let start = chunk as u64 * f.chunk_size;
+                let end = (start + f.chunk_size).min(f.size);
+                // what of the chunk the data cursor has passed (the rest goes out as new data anyway)
+                let sent_end = match (file as usize).cmp(&self.cursor_file) {
+                    std::cmp::Ordering::Less => end,
+                    std::cmp::Ordering::Equal => end.min(self.cursor_offset),
+                    std::cmp::Ordering::Greater => start,
+                };
+                let was_held = std::mem::take(&mut f.held[chunk as usize]);
+                // a held chunk the cursor passed was skipped whole; an unsent one goes out as new data
+                let resend_end = match (was_held, sent_end > start) {
+                    (true, true) => end,
+                    (true, false) => start,
+                    (false, _) => sent_end,
+                };
+                if resend_end <= start {
+                    // a resume declaration that did not match, before any of the chunk was sent
                     return;
+                }
+                if !was_held {
+                    *r += 1;
+                    if *r as u32 > max {
+                        let reason = format!("{}: chunk {chunk} failed verification {} times", f.name, *r);
+                        self.abort(reason);
+                        return;
+                    }
                 }
                 self.stats.chunk_resends += 1;
                 self.events.push_back(Event::ChunkMismatch { file, chunk });
-                let start = chunk as u64 * f.chunk_size;
-                let end = (start + f.chunk_size).min(f.size);
                 let mut o = start;
-                while o < end {
-                    let l = block.min(end - o) as u32;
+                while o < resend_end {
+                    let l = block.min(resend_end - o) as u32;
                     self.retx.push_back((file, o, l));
                     o += l as u64;
                 }
@@ -623,6 +688,19 @@ impl Sender {
                     }
                 } else {
                     delivered += 1;
+                }
+            }
+        }
+        if let Some(r) = rtt {
+            match self.srtt {
+                None => {
+                    self.srtt = Some(r);
+                    self.rttvar = r / 2;
+                }
+                Some(s) => {
+                    let d = r.abs_diff(s);
+                    self.rttvar = (self.rttvar * 3 + d) / 4;
+                    self.srtt = Some((s * 7 + r) / 8);
                 }
             }
         }

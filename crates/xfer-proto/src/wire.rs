@@ -33,6 +33,8 @@ pub const VERSION: u8 = 1;
 pub const TAG_LEN: usize = 16;
 /// Flag bit: this datagram is a retransmission.
 pub const FLAG_RETRANSMIT: u8 = 1;
+/// Flag bit: the payload is encrypted (ChaCha20-Poly1305); the tag field holds the AEAD tag.
+pub const FLAG_ENCRYPTED: u8 = 2;
 /// Longest control line accepted (bytes, without the newline).
 pub const MAX_CONTROL_LINE: usize = 1 << 20;
 /// Longest file name accepted in an announce.
@@ -139,7 +141,7 @@ impl<T: AsRef<[u8]>> DataPacket<T> {
         if self.version() != VERSION {
             return Err(bad("version", format!("{}, expected {VERSION}", self.version())));
         }
-        if self.flags() & !FLAG_RETRANSMIT != 0 {
+        if self.flags() & !(FLAG_RETRANSMIT | FLAG_ENCRYPTED) != 0 {
             return Err(bad("flags", format!("unknown bits {:#04x}", self.flags())));
         }
         if be64(&b[field::RESERVED]) != 0 {
@@ -357,6 +359,64 @@ pub fn verify(key: &[u8; 32], datagram: &[u8]) -> Result<(), WireError> {
     } else {
         Err(WireError::BadTag)
     }
+}
+
+/// The per-transfer key for encrypted datagrams, derived like [`derive_data_key`] in its own context.
+pub fn derive_data_aead_key(session_secret: &[u8], transfer_id: u32) -> [u8; 32] {
+    let mut h = blake3::Hasher::new_derive_key("vlbiflow xfer v1 data datagram AEAD");
+    h.update(session_secret);
+    h.update(&transfer_id.to_be_bytes());
+    *h.finalize().as_bytes()
+}
+
+/// The AEAD nonce of a datagram: its transfer id and sequence number (never reused within a transfer:
+/// retransmissions get new sequence numbers; the key is per transfer).
+fn aead_nonce(datagram: &[u8]) -> [u8; 12] {
+    let mut n = [0u8; 12];
+    n[..4].copy_from_slice(&datagram[field::TRANSFER]);
+    n[4..].copy_from_slice(&datagram[field::SEQ]);
+    n
+}
+
+/// Encrypts the payload of a complete datagram in place (ChaCha20-Poly1305, the header up to the tag as
+/// associated data), sets [`FLAG_ENCRYPTED`] and writes the AEAD tag into the tag field. Panics if `datagram`
+/// is shorter than the header (a caller bug).
+pub fn seal_encrypted(key: &[u8; 32], datagram: &mut [u8]) {
+    use chacha20poly1305::aead::{AeadInPlace, KeyInit};
+    datagram[field::FLAGS] |= FLAG_ENCRYPTED;
+    datagram[field::TAG].fill(0);
+    let nonce = aead_nonce(datagram);
+    let (head, payload) = datagram.split_at_mut(HEADER_LEN);
+    let cipher = chacha20poly1305::ChaCha20Poly1305::new(key.into());
+    let tag = cipher
+        .encrypt_in_place_detached((&nonce).into(), &head[..field::TAG.start], payload)
+        .expect("payload within the AEAD's limit");
+    head[field::TAG].copy_from_slice(&tag);
+}
+
+/// Checks and decrypts an encrypted datagram in place; on success the payload is plaintext and the flag
+/// and tag are as [`seal_encrypted`] left them. A datagram without [`FLAG_ENCRYPTED`], too short, or whose
+/// tag does not verify is `Err` and its bytes are unchanged.
+pub fn open_encrypted(key: &[u8; 32], datagram: &mut [u8]) -> Result<(), WireError> {
+    use chacha20poly1305::aead::{AeadInPlace, KeyInit};
+    if datagram.len() < HEADER_LEN {
+        return Err(WireError::Truncated {
+            what: "data header",
+            need: HEADER_LEN,
+            got: datagram.len(),
+        });
+    }
+    if datagram[field::FLAGS] & FLAG_ENCRYPTED == 0 {
+        return Err(bad("flags", "not encrypted, but this transfer encrypts"));
+    }
+    let nonce = aead_nonce(datagram);
+    let (head, payload) = datagram.split_at_mut(HEADER_LEN);
+    let mut tag = [0u8; TAG_LEN];
+    tag.copy_from_slice(&head[field::TAG]);
+    let cipher = chacha20poly1305::ChaCha20Poly1305::new(key.into());
+    cipher
+        .decrypt_in_place_detached((&nonce).into(), &head[..field::TAG.start], payload, (&tag).into())
+        .map_err(|_| WireError::BadTag)
 }
 
 /// A 32-byte BLAKE3 chunk hash; hex on the wire.
@@ -690,6 +750,42 @@ mod tests {
                 owd_trend_us: trend, ..Default::default() });
             prop_assert_eq!(ControlMsg::parse_line(&m.to_line()).unwrap(), m);
         }
+    }
+
+    #[test]
+    fn encrypted_round_trip_and_tamper() {
+        let key = derive_data_aead_key(b"secret", 5);
+        let r = DataRepr {
+            transfer_id: 5,
+            seq: 77,
+            file: 1,
+            offset: 8192,
+            len: 100,
+            timestamp_us: 3,
+            retransmit: true,
+        };
+        let mut buf = vec![0u8; r.buffer_len()];
+        r.emit(&mut DataPacket::new_unchecked(&mut buf[..]));
+        for (i, b) in buf[HEADER_LEN..].iter_mut().enumerate() {
+            *b = i as u8;
+        }
+        let plain = buf.clone();
+        seal_encrypted(&key, &mut buf);
+        assert_ne!(&buf[HEADER_LEN..], &plain[HEADER_LEN..], "payload encrypted");
+        let p = DataPacket::new_checked(&buf[..]).unwrap();
+        assert_eq!(DataRepr::parse(&p).unwrap(), r);
+        // any flipped bit (header or payload), a wrong key, or a plain datagram is refused, bytes unchanged
+        for i in [0usize, 3, 9, 30, 50, HEADER_LEN + 5] {
+            let mut t = buf.clone();
+            t[i] ^= 4;
+            let before = t.clone();
+            assert!(open_encrypted(&key, &mut t).is_err(), "bit in byte {i}");
+            assert_eq!(t, before);
+        }
+        assert!(open_encrypted(&derive_data_aead_key(b"other", 5), &mut buf.clone()).is_err());
+        assert!(open_encrypted(&key, &mut plain.clone()).is_err());
+        open_encrypted(&key, &mut buf).unwrap();
+        assert_eq!(&buf[HEADER_LEN..], &plain[HEADER_LEN..]);
     }
 
     #[test]

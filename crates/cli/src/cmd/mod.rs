@@ -3,16 +3,21 @@
 pub mod check;
 pub mod ctl;
 pub mod demo;
+pub mod efficiency;
 pub mod gather;
 pub mod gen;
 pub mod ls;
 pub mod mesh;
 pub mod net;
 pub mod pathemu;
+pub mod play;
+pub mod receive;
 pub mod record;
+pub mod relay;
 pub mod serve;
 pub mod sink;
 pub mod status;
+pub mod xfer;
 
 /// An error in what the user asked for (arguments, configuration): reported in one line, exit code 2,
 /// before anything is sent or written.

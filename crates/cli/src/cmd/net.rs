@@ -45,7 +45,10 @@ Examples:
   vlbiflow net hub --config mesh.toml
   vlbiflow net agent --name Ef --hub http://127.0.0.1:8090
   vlbiflow net mesh status
-  vlbiflow net capacity far.example.org";
+  vlbiflow net capacity far.example.org
+
+  # What receiving costs per transport (recvmmsg, GRO, io_uring, AF_XDP, TCP), with a plot
+  vlbiflow net efficiency far.example.org --plot eff.png";
 
 /// Network measurement: throughput, loss, jitter, latency and TCP tests against a responder.
 #[derive(clap::Args)]
@@ -75,6 +78,8 @@ enum NetCmd {
     Mesh(super::mesh::MeshArgs),
     /// Bottleneck capacity by packet dispersion (pairs and trains against a responder)
     Capacity(super::mesh::CapacityArgs),
+    /// Receive cost per transport (UDP recvmmsg/GRO, io_uring, AF_XDP, TCP): Gb/s, loss, CPU per GB, energy
+    Efficiency(super::efficiency::Args),
 }
 
 const RESPONDER_EXAMPLES: &str = "\
@@ -291,6 +296,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         NetCmd::Hub(a) => super::mesh::run_hub(a),
         NetCmd::Mesh(a) => super::mesh::run_mesh(a),
         NetCmd::Capacity(a) => super::mesh::run_capacity(a),
+        NetCmd::Efficiency(a) => super::efficiency::run(a),
     }
 }
 

@@ -28,11 +28,23 @@ Examples:
   vlbiflow record --stream m=m5b@10.0.0.2:46227 --disk '/mnt/disk*' --format flexbuff \\
       --block-size 256MB --scan ek051_ef_no0001
 
+  # Capture only (nothing written): can one capture thread take these streams, apart from the disks?
+  vlbiflow record --stream a=vdif@127.0.0.1:4001,psn --stream b=vdif@127.0.0.1:4002,psn --discard --duration 20
+
 Stream options (comma separated after the address):
   threads=0,1     record only these VDIF threads (others are counted as filtered)
   psn             datagrams start with an 8-byte packet sequence number (Mark6 / jive5ab udps)
   frame-size=N    bytes per frame, header included (default 8224 for VDIF, 10016 for Mark5B)
   frame-rate=N    frames per second per thread (default: learned from the time stamps)
+
+  # Record and forward in real time to the correlator as udps, paced to 2.1 Gb/s (e-VLBI):
+  vlbiflow record --stream a=vdif@0.0.0.0:4001,psn --disk '/mnt/disk*' --scan ek051_ef_no0001 \
+      --forward udps@jive.example.org:46227,rate=2.1Gbps
+
+Forwarding (--forward, repeatable): [LABEL=]PROTO@HOST:PORT[,threads=0,1][,rate=RATE][,burst=SIZE]
+[,queue=FRAMES][,stream=LABEL][,psn=N], PROTO udps (PSN + frame), vdif (frame alone) or tcp. Every
+recorded frame is copied to each destination's queue; a destination that cannot keep up loses frames
+(counted per destination), never the recording. Details: docs/realtime.md.
 
 The recording stops on --duration, Ctrl-C or SIGTERM, always leaving a flushed, consistent scan with
 metadata (<disk>/<scan>.vlbiflow.json) on every disk. A second Ctrl-C exits at once (scan marked incomplete).";
@@ -46,11 +58,15 @@ pub struct Args {
     #[arg(long = "stream", value_name = "SPEC", required = true)]
     streams: Vec<String>,
     /// Directory (mount point) to record to; repeat, or use a glob such as '/mnt/disks/*/*/data'
-    #[arg(long = "disk", value_name = "DIR", required = true)]
+    #[arg(long = "disk", value_name = "DIR", required_unless_present = "discard")]
     disks: Vec<String>,
     /// Scan name, e.g. EXP_STN_SCAN (file stem on every disk)
-    #[arg(long, value_name = "NAME")]
-    scan: String,
+    #[arg(long, value_name = "NAME", required_unless_present = "discard")]
+    scan: Option<String>,
+    /// Capture only: receive, validate and account every datagram exactly as a recording, but write
+    /// nothing (blocks go back to the pool); measures capture capacity apart from the disks
+    #[arg(long)]
+    discard: bool,
     /// Stop after this long (seconds, or e.g. 90s, 5m); default: until Ctrl-C or SIGTERM
     #[arg(long, value_name = "TIME")]
     duration: Option<String>,
@@ -86,9 +102,12 @@ pub struct Args {
     /// Do not enable UDP GRO (receive one datagram per message even from GSO senders)
     #[arg(long)]
     no_gro: bool,
-    /// Print the final scan metadata as JSON on standard output
+    /// Print the final scan metadata as JSON on standard output (with --forward: plus a "forward" list)
     #[arg(long)]
     json: bool,
+    /// Forward every recorded frame in real time to this destination (see below); repeat for several
+    #[arg(long = "forward", value_name = "DEST")]
+    forward: Vec<String>,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -114,7 +133,9 @@ fn build_config(args: &Args) -> anyhow::Result<RecorderConfig> {
         }
     }
     let disks = expand_disks(&args.disks)?;
-    let mut c = RecorderConfig::new(streams, disks, args.scan.clone());
+    let scan = args.scan.clone().unwrap_or_else(|| "capture".into());
+    let mut c = RecorderConfig::new(streams, disks, scan);
+    c.discard = args.discard;
     c.format = match args.format {
         FormatArg::Mark6 => ScanFormat::Mark6,
         FormatArg::Flexbuff => ScanFormat::Flexbuff,
@@ -167,17 +188,23 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
         })?;
     }
-    let handle = Recorder::start(config).map_err(anyhow::Error::new)?;
+    let (forwarders, taps) = start_forwarding(&args, &config)?;
+    let handle = Recorder::start_with_taps(config, taps).map_err(anyhow::Error::new)?;
     let events = handle.events();
     let cfg = handle.config().clone();
     eprintln!(
-        "vlbiflow record: scan {} ({}) on {} disk(s), {} stream(s){}; Ctrl-C to stop",
+        "vlbiflow record: scan {} ({}) on {}, {} stream(s){}; Ctrl-C to stop",
         cfg.scan,
-        match cfg.format {
-            ScanFormat::Mark6 => "Mark6 scatter-gather",
-            ScanFormat::Flexbuff => "FlexBuff",
+        match (cfg.discard, cfg.format) {
+            (true, _) => "capture only",
+            (false, ScanFormat::Mark6) => "Mark6 scatter-gather",
+            (false, ScanFormat::Flexbuff) => "FlexBuff",
         },
-        cfg.disks.len(),
+        if cfg.discard {
+            "no disk: nothing is written".to_owned()
+        } else {
+            format!("{} disk(s)", cfg.disks.len())
+        },
         cfg.streams.len(),
         cfg.duration
             .map(|d| format!(", {:.1} s", d.as_secs_f64()))
@@ -208,6 +235,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             break status.elapsed;
         }
         progress.tick(&status);
+        if !forwarders.is_empty() {
+            progress.forward(&forwarders);
+        }
     };
     let summary = handle.wait().expect("first wait");
     for e in events.try_iter() {
@@ -215,9 +245,23 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     progress.clear();
     print_summary(&mut std::io::stderr(), &summary, stopped_at);
+    // Capture has stopped (the taps are gone): the senders get a moment to empty their queues.
+    let forward: Vec<_> = forwarders
+        .into_iter()
+        .flat_map(|f| f.finish(Duration::from_secs(2)))
+        .collect();
+    crate::cmd::relay::print_dests(&forward);
     if args.json {
         let mut out = std::io::stdout().lock();
-        serde_json::to_writer_pretty(&mut out, &summary.metadata)?;
+        if forward.is_empty() {
+            serde_json::to_writer_pretty(&mut out, &summary.metadata)?;
+        } else {
+            let mut v = serde_json::to_value(&summary.metadata)?;
+            if let Some(o) = v.as_object_mut() {
+                o.insert("forward".into(), serde_json::to_value(&forward)?);
+            }
+            serde_json::to_writer_pretty(&mut out, &v)?;
+        }
         writeln!(out)?;
     }
     Ok(if summary.error.is_some() {
@@ -225,6 +269,60 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Starts a forwarder per stream that has `--forward` destinations; returns them and the recorder taps.
+#[allow(clippy::type_complexity)]
+fn start_forwarding(
+    args: &Args,
+    config: &RecorderConfig,
+) -> anyhow::Result<(
+    Vec<vlbiflow_evlbi::Forwarder>,
+    Vec<Option<Box<dyn vlbiflow_recorder::FrameTap>>>,
+)> {
+    let dests = crate::cmd::relay::parse_dests(&args.forward, "--forward")?;
+    let mut per_stream: Vec<Vec<vlbiflow_evlbi::DestSpec>> =
+        config.streams.iter().map(|_| Vec::new()).collect();
+    for d in dests {
+        let i = match &d.stream {
+            Some(label) => match config.streams.iter().position(|s| &s.label == label) {
+                Some(i) => i,
+                None => usage!("--forward {}: no stream {label:?} is recorded", d.label),
+            },
+            None if config.streams.len() == 1 => 0,
+            None => usage!(
+                "--forward {}: {} streams are recorded; say which with stream=LABEL",
+                d.label,
+                config.streams.len()
+            ),
+        };
+        per_stream[i].push(d);
+    }
+    let mut forwarders = Vec::new();
+    let mut taps = Vec::new();
+    for (spec, dests) in config.streams.iter().zip(per_stream) {
+        if dests.is_empty() {
+            taps.push(None);
+            continue;
+        }
+        for d in &dests {
+            eprintln!(
+                "vlbiflow record: stream {} forwarded to {} ({}@{}{})",
+                spec.label,
+                d.label,
+                d.protocol.name(),
+                d.address,
+                d.rate_bps
+                    .map(|r| format!(", paced to {}", fmt_bit_rate(r)))
+                    .unwrap_or_default()
+            );
+        }
+        let frame_len = spec.frame_size as usize;
+        let (f, tap) = vlbiflow_evlbi::Forwarder::start(dests, frame_len, 0)?;
+        forwarders.push(f);
+        taps.push(Some(tap.into_recorder_tap(frame_len)));
+    }
+    Ok((forwarders, taps))
 }
 
 /// Live progress on stderr: one line rewritten in place on a terminal, a plain line every few seconds
@@ -235,6 +333,8 @@ struct Progress {
     last_bytes: u64,
     last_elapsed: Duration,
     dirty: bool,
+    /// The progress line the forwarding counters were last added to.
+    forward_shown: Option<Instant>,
 }
 
 impl Progress {
@@ -245,6 +345,7 @@ impl Progress {
             last_bytes: 0,
             last_elapsed: Duration::ZERO,
             dirty: false,
+            forward_shown: None,
         }
     }
 
@@ -252,6 +353,21 @@ impl Progress {
         if self.tty && self.dirty {
             eprint!("\r\x1b[2K");
             self.dirty = false;
+        }
+    }
+
+    /// Forwarding, on the line after the recording's (at the same pace).
+    fn forward(&mut self, forwarders: &[vlbiflow_evlbi::Forwarder]) {
+        if self.forward_shown == Some(self.last_print) {
+            return;
+        }
+        self.forward_shown = Some(self.last_print);
+        let all: Vec<_> = forwarders.iter().flat_map(|f| f.status()).collect();
+        let line = format!("  forward | {}", crate::cmd::relay::dest_line(&all));
+        if self.tty {
+            eprint!(" | {}", line.trim_start_matches("  forward | "));
+        } else {
+            eprintln!("{line}");
         }
     }
 
@@ -288,8 +404,13 @@ impl Progress {
                 }
             })
             .collect();
+        let disks = if s.disks.is_empty() {
+            format!("capture only, {} blocks discarded", s.blocks)
+        } else {
+            format!("disks {ok}/{} blocks {}", s.disks.len(), disks.join(" "))
+        };
         let mut line = format!(
-            "{:>6.1}s {} | {} pkts {} | lost {} rej {} drop {} kern {} | disks {ok}/{} blocks {} | pool {}/{} free",
+            "{:>6.1}s {} | {} pkts {} | lost {} rej {} drop {} kern {} | {disks} | pool {}/{} free",
             s.elapsed.as_secs_f64(),
             fmt_bit_rate(rate),
             t.packets,
@@ -298,8 +419,6 @@ impl Progress {
             t.rejected,
             t.dropped_no_buffer,
             t.kernel_drops,
-            s.disks.len(),
-            disks.join(" "),
             s.pool.free,
             s.pool.total,
         );
@@ -328,15 +447,23 @@ impl Progress {
 pub(crate) fn print_summary(out: &mut dyn std::io::Write, sum: &ScanSummary, recording: Duration) {
     let m = &sum.metadata;
     let secs = recording.as_secs_f64().max(1e-3);
-    let _ = writeln!(
-        out,
-        "scan {}: {}, {:.1} s, {} block(s) on {} disk(s)",
-        m.scan,
-        if m.complete { "complete" } else { "INCOMPLETE" },
-        secs,
-        m.blocks,
-        m.disks.len()
-    );
+    if m.disks.is_empty() {
+        let _ = writeln!(
+            out,
+            "capture only: {:.1} s, {} block(s) filled and discarded, nothing written",
+            secs, sum.status.blocks
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "scan {}: {}, {:.1} s, {} block(s) on {} disk(s)",
+            m.scan,
+            if m.complete { "complete" } else { "INCOMPLETE" },
+            secs,
+            m.blocks,
+            m.disks.len()
+        );
+    }
     for s in &sum.status.streams {
         let c = &s.counters;
         let _ = writeln!(

@@ -54,6 +54,24 @@ def _disks(disks: Union[None, PathLike, Sequence[PathLike]]) -> List[str]:
 
 _FILL = {"nan": float("nan"), "mask": 0.0, "zero": 0.0}
 
+#: MJD of the POSIX epoch (1970-01-01).
+_MJD_UNIX = 40587
+
+
+def _ref_mjd(kday: Optional[int], ref_time: Any) -> Optional[int]:
+    """The MJD near which a Mark5B MJD mod 1000 is resolved (None: today)."""
+    if kday is not None and ref_time is not None:
+        raise ValueError("give kday or ref_time, not both")
+    if kday is not None:
+        if int(kday) != kday or kday % 1000:
+            raise ValueError(f"kday must be a multiple of 1000 (an MJD's thousands), not {kday!r}")
+        # The day kday + (MJD mod 1000) is the one nearest kday + 500.
+        return int(kday) + 500
+    if ref_time is not None:
+        unix = getattr(ref_time, "unix", ref_time)  # astropy Time or POSIX seconds
+        return int(float(unix) // 86400) + _MJD_UNIX
+    return None
+
 
 class RawFile(io.RawIOBase):
     """The gathered frames of a recording as a read-only, seekable binary file.
@@ -133,6 +151,9 @@ class Scan:
         frame_rate: Optional[int] = None,
         strict: bool = True,
         units: str = "baseband",
+        nchan: Optional[int] = None,
+        bits: Optional[int] = None,
+        ref_mjd: Optional[int] = None,
     ) -> None:
         if fill not in _FILL:
             raise ValueError(f"fill must be 'nan', 'mask' or 'zero', not {fill!r}")
@@ -140,8 +161,11 @@ class Scan:
             raise ValueError(f"units must be 'baseband' or 'sigma', not {units!r}")
         self._args, self._disks, self._strict = args, disks, strict
         self._frame_rate = frame_rate
+        self._m5b = (bits, nchan, ref_mjd)
         self.fill = fill
-        self._r = _vlbiflow.Reader(args, disks, frame_rate, strict, units == "baseband")
+        self._r = _vlbiflow.Reader(
+            args, disks, frame_rate, strict, units == "baseband", bits, nchan, ref_mjd
+        )
         self.info: Dict[str, Any] = self._r.info()
         self.dtype = np.dtype(np.complex64 if self.info["complex"] else np.float32)
         self.shape = (None, len(self.info["threads"]), self.info["channels"])
@@ -179,17 +203,47 @@ class Scan:
         self._r.seek(int(sample))
         return self.tell()
 
-    def read(self, count: Optional[int] = None, fill: Optional[str] = None) -> np.ndarray:
+    def read(
+        self, count: Optional[int] = None, fill: Optional[str] = None, out: Optional[np.ndarray] = None
+    ) -> np.ndarray:
         """Decodes the next ``count`` time samples (all that is left if None).
 
         Returns an array of shape (time, thread, channel), float32 or complex64; fewer rows at the end of the
         recording. ``fill`` overrides the scan's choice: "nan", "zero", or "mask" for a numpy masked array.
+        ``out``: an array to decode into (C-contiguous, of ``scan.dtype`` and shape (n, threads, channels));
+        ``count`` defaults to its length, and the rows written are returned as a view of it. Reading a long
+        recording piece by piece into the same ``out`` spares the allocation of fresh memory each time.
+
+        Example::
+
+            >>> buf = np.empty((1 << 20,) + scan.shape[1:], scan.dtype)     # doctest: +SKIP
+            >>> while (x := scan.read(out=buf)).shape[0]:
+            ...     power += (np.abs(x) ** 2).sum(axis=0)
         """
         fill = fill or self.fill
         if fill not in _FILL:
             raise ValueError(f"fill must be 'nan', 'mask' or 'zero', not {fill!r}")
         threads = len(self.info["threads"])
         vals = self.info["channels"] * (2 if self.info["complex"] else 1)
+        if out is not None:
+            want = (threads, self.info["channels"])
+            if (
+                not isinstance(out, np.ndarray)
+                or out.dtype != self.dtype
+                or out.ndim != 3
+                or out.shape[1:] != want
+                or not out.flags.c_contiguous
+                or not out.flags.writeable
+            ):
+                raise ValueError(
+                    f"out must be a writeable C-contiguous {self.dtype} array of shape (n, {want[0]}, {want[1]})"
+                )
+            if count is None:
+                count = out.shape[0]
+            if count < 0 or count > out.shape[0]:
+                raise ValueError(f"count {count} does not fit out of length {out.shape[0]}")
+            data = out[: int(count)].view(np.float32).reshape(int(count), threads, vals)
+            return self._read_into(data, int(count), fill, threads, out)
         if count is None:
             # One allocation of an upper bound (pages untouched beyond what is written), else in parts.
             bound = self._r.max_rows()
@@ -209,17 +263,25 @@ class Scan:
             raise ValueError("negative count")
         count = int(count)
         data = np.empty((count, threads, vals), dtype=np.float32)
+        return self._read_into(data, count, fill, threads, None)
+
+    def _read_into(
+        self, data: np.ndarray, count: int, fill: str, threads: int, out: Optional[np.ndarray]
+    ) -> np.ndarray:
         mask = np.empty((count, threads), dtype=np.bool_) if fill == "mask" else None
         rows = self._r.read_into(
             data.ctypes.data, count, _FILL[fill], None if mask is None else mask.ctypes.data
         )
-        data = data[:rows]
-        if self.info["complex"]:
-            data = data.view(np.complex64)
+        if out is not None:
+            result = out[:rows]
+        else:
+            result = data[:rows]
+            if self.info["complex"]:
+                result = result.view(np.complex64)
         if mask is not None:
             m = mask[:rows].reshape(rows, threads, 1)
-            return np.ma.MaskedArray(data, mask=np.broadcast_to(m, data.shape).copy())
-        return data
+            return np.ma.MaskedArray(result, mask=np.broadcast_to(m, result.shape).copy())
+        return result
 
     def iter_read(self, count: int, fill: Optional[str] = None) -> Iterator[np.ndarray]:
         """Yields the rest of the recording in pieces of ``count`` time samples (the last may be shorter):
@@ -260,16 +322,33 @@ class Scan:
         Keys: ``seconds``, ``frame_number``, ``epoch``, ``thread_id``, ``station_id``, ``invalid``,
         ``fill`` (fill frames as recorders write them), ``file`` (index into ``files``), ``offset`` (byte
         offset of the frame in that file), ``time`` (POSIX seconds of the frame's first sample; NaN for
-        fill), and ``files`` (the list of file paths).
+        fill), and ``files`` (the list of file paths). For Mark5B, ``seconds`` is the second of the day,
+        ``mjd`` the day (resolved as for reading), and ``epoch``, ``thread_id`` and ``station_id`` are 0.
+
+        Example::
+
+            >>> h = scan.headers()                                          # doctest: +SKIP
+            >>> lost = h["fill"] | h["invalid"]
+            >>> [(h["files"][f], o) for f, o in zip(h["file"][lost], h["offset"][lost])][:3]
         """
-        d = _vlbiflow.headers(self._args, self._disks, self._frame_rate, limit, self._strict)
+        bits, nchan, ref_mjd = self._m5b
+        d = _vlbiflow.headers(
+            self._args, self._disks, self._frame_rate, limit, self._strict, bits, nchan, ref_mjd
+        )
         files = d.pop("_files")
         out: Dict[str, Any] = {k: np.frombuffer(b, dtype=t) for k, (b, t) in d.items()}
         out["files"] = files
         return out
 
     def raw(self) -> RawFile:
-        """A seekable binary file of the gathered frames (see :class:`RawFile`)."""
+        """A seekable binary file of the gathered frames (see :class:`RawFile`).
+
+        Example::
+
+            >>> from baseband import vdif                                   # doctest: +SKIP
+            >>> with vdif.open(scan.raw(), "rs") as fh:
+            ...     x = fh.read(4096)
+        """
         return RawFile(self._args, self._disks, self._strict)
 
     def close(self) -> None:
@@ -298,28 +377,51 @@ def open(
     frame_rate: Optional[int] = None,
     strict: bool = True,
     units: str = "baseband",
+    nchan: Optional[int] = None,
+    bits: Optional[int] = None,
+    kday: Optional[int] = None,
+    ref_time: Any = None,
 ) -> Scan:
     """Opens a recording for reading samples.
 
     Args:
         scan_or_files: a scan name (with ``disks``), or one or more files: a Mark6 scatter-gather file,
-            a FlexBuff scan directory, plain VDIF files read one after the other.
+            a FlexBuff scan directory, plain VDIF or Mark5B files read one after the other.
         disks: directories (glob patterns allowed, e.g. ``"/mnt/disks/*/*"``) holding the scan's files.
         fill: what missing/fill frames become: ``"nan"`` (default), ``"zero"`` or ``"mask"``.
         frame_rate: frames per second per thread, if neither metadata nor headers tell.
         strict: raise :class:`VlbiflowError` on damaged input (corrupted headers, garbage, truncation);
             if False, skip it and list it in ``Scan.findings``.
         units: ``"baseband"`` (baseband's levels) or ``"sigma"``.
+        nchan, bits: Mark5B only (required there): channels and bits per sample (1 or 2), which Mark5B
+            headers do not carry (baseband's ``mark5b.open`` needs them too, as ``nchan`` and ``bps``).
+            For VDIF they are read from the headers; if given, they must agree.
+        kday, ref_time: Mark5B only: Mark5B headers carry the MJD modulo 1000. ``kday`` gives its
+            thousands (as baseband's ``kday``, e.g. 56000); ``ref_time`` a time (POSIX seconds or an astropy
+            ``Time``) within 500 days of the recording. Default: the day nearest today, as ``vlbiflow
+            check`` does.
 
     Raises:
         FileNotFoundError: no such file or scan. VlbiflowError: damaged input, naming file and offset.
+        ValueError: a Mark5B recording without ``nchan`` and ``bits``.
 
     Example::
 
         >>> scan = vlbiflow.open("t_xx_001", disks=["/tmp/d/0", "/tmp/d/1"])   # doctest: +SKIP
         >>> x = scan.read(8192)
+        >>> m5b = vlbiflow.open("scan.m5b", nchan=8, bits=2, kday=56000)     # doctest: +SKIP
     """
-    return Scan(_args(scan_or_files), _disks(disks), fill, frame_rate, strict, units)
+    return Scan(
+        _args(scan_or_files),
+        _disks(disks),
+        fill,
+        frame_rate,
+        strict,
+        units,
+        nchan,
+        bits,
+        _ref_mjd(kday, ref_time),
+    )
 
 
 def check(

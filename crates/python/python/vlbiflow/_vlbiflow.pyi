@@ -15,6 +15,9 @@ class Reader:
         frame_rate: Optional[int] = None,
         strict: bool = True,
         baseband_units: bool = True,
+        bits: Optional[int] = None,
+        nchan: Optional[int] = None,
+        ref_mjd: Optional[int] = None,
     ) -> None: ...
     def info(self) -> Dict[str, Any]: ...
     def counts(self) -> Dict[str, int]: ...
@@ -37,6 +40,9 @@ def headers(
     frame_rate: Optional[int] = None,
     limit: Optional[int] = None,
     strict: bool = True,
+    bits: Optional[int] = None,
+    nchan: Optional[int] = None,
+    ref_mjd: Optional[int] = None,
 ) -> Dict[str, Any]: ...
 def check_json(
     args: List[str],

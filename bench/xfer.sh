@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Benchmark of `vlbiflow xfer` (docs/bench-xfer.md): through `vlbiflow pathemu` (2 Gb/s bottleneck, MTU 9000),
+# vlbiflow xfer (file to file on disk) against TCP CUBIC and TCP BBR (memory to memory, iperf3 -C when installed),
+# alternating in one run, over RTT 0/20/100 ms and random loss 0/0.1/1/5 %, with CPU seconds per GB at both
+# ends; then disk to disk on loopback against cp. Needs root. Namespaces vf-bx-<pid>-a/b and a subnet from
+# the pid are made and removed for each point. Data goes to a scratch directory on disk (not tmpfs) that is
+# removed at the end.
+#
+#   bench/xfer.sh [SIZE_MB] [RTTS] [LOSSES]     e.g. bench/xfer.sh 2000 "0 20 100" "0 0.1 1 5"
+#
+# Optional peer: Tsunami, if TSUNAMI_DIR names a build of its public source (tsunamid and tsunami binaries);
+# this script neither fetches nor builds it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SIZE_MB=${1:-2000}
+RTTS=${2:-"0 20 100"}
+LOSSES=${3:-"0 0.1 1 5"}
+TCP_SECS=${TCP_SECS:-10}
+cargo build --release -q -p vlbiflow
+BIN=$PWD/target/release/vlbiflow
+PID=$$
+A=vf-bx-$PID-a
+B=vf-bx-$PID-b
+NET=10.$((130 + PID % 100)).$(((PID / 100) % 250))
+IA=$NET.1
+IB=$NET.2
+SCRATCH=${SCRATCH:-/var/tmp/vf-bench-xfer-$PID}
+mkdir -p "$SCRATCH"/src "$SCRATCH"/dst "$SCRATCH"/state
+export XDG_STATE_HOME=$SCRATCH/state
+sysctl -qw net.core.rmem_max=268435456 net.core.wmem_max=268435456 2>/dev/null || true
+EMU= SRV=
+cleanup() {
+  [ -n "$SRV" ] && kill "$SRV" 2>/dev/null && wait "$SRV" 2>/dev/null || true
+  [ -n "$EMU" ] && kill "$EMU" 2>/dev/null && wait "$EMU" 2>/dev/null || true
+  rm -rf "$SCRATCH"
+}
+trap cleanup EXIT
+
+start_emu() {
+  "$BIN" pathemu --ns-a $A --ns-b $B --addr-a $IA --addr-b $IB --mtu 9000 --json --duration 3600 "$@" \
+    >"$SCRATCH/emu.json" 2>"$SCRATCH/emu.err" &
+  EMU=$!
+  for _ in $(seq 200); do grep -q '^pathemu: ready' "$SCRATCH/emu.err" 2>/dev/null && return; sleep 0.1; done
+  echo "pathemu did not start:" >&2; cat "$SCRATCH/emu.err" >&2; exit 1
+}
+stop_emu() { kill "$EMU"; wait "$EMU" || true; EMU=; }
+cpu_of() { awk '{print ($14 + $15) / 100}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+json() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
+
+echo "# vlbiflow xfer benchmark, $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# file ${SIZE_MB} MB on $(df --output=source "$SCRATCH" | tail -1), bottleneck 2 Gb/s, MTU 9000"
+head -c $((SIZE_MB * 1000000)) /dev/urandom >"$SCRATCH/src/data.bin"
+sync
+
+echo
+echo "| RTT | loss | tool | goodput Mb/s | % of 2 Gb/s | sender CPU s/GB | receiver CPU s/GB | retransmitted |"
+echo "| --: | --: | --- | --: | --: | --: | --: | --: |"
+for rtt in $RTTS; do
+  for loss in $LOSSES; do
+    # queue: one bandwidth-delay product, at least 4 MB
+    q=$(python3 -c "print(max(4_000_000, int(2e9/8*$rtt/1000)))")
+    start_emu --rtt ${rtt}ms --rate 2Gbps --queue $q --loss ${loss}%
+    # vlbiflow xfer, file to file
+    rm -rf "$SCRATCH/dst"/*
+    ip netns exec $B "$BIN" xfer serve --listen $IB:46230 --root data="$SCRATCH/dst" 2>"$SCRATCH/serve.err" &
+    SRV=$!
+    for _ in $(seq 100); do grep -q 'serving on' "$SCRATCH/serve.err" 2>/dev/null && break; sleep 0.1; done
+    c0=$(cpu_of $SRV)
+    /usr/bin/time -f "%U %S" -o "$SCRATCH/time" ip netns exec $A "$BIN" xfer push "$SCRATCH/src/data.bin" \
+      $IB:46230/data --json >"$SCRATCH/xfer.json" 2>"$SCRATCH/xfer.err" || { cat "$SCRATCH/xfer.err"; }
+    c1=$(cpu_of $SRV)
+    kill $SRV; wait $SRV 2>/dev/null || true; SRV=
+    if [ -s "$SCRATCH/xfer.json" ]; then
+      scpu=$(awk '{print $1 + $2}' "$SCRATCH/time")
+      python3 - "$SCRATCH/xfer.json" "$rtt" "$loss" "$scpu" "$c0" "$c1" "$SIZE_MB" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+rtt, loss, scpu, c0, c1, mb = sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6]), float(sys.argv[7])
+gp = d["goodput_bps"] / 1e6
+rtx = 100 * d["retransmits"] / max(1, d["datagrams"])
+print(f"| {rtt} ms | {loss} % | xfer | {gp:.0f} | {gp/20:.1f} | {scpu/(mb/1000):.2f} | {(c1-c0)/(mb/1000):.2f} | {rtx:.2f} % |")
+PY
+    else
+      echo "| $rtt ms | $loss % | xfer | failed | | | | |"
+    fi
+    # TCP, memory to memory: iperf3 with the congestion control set per socket (TCP_CONGESTION)
+    if command -v iperf3 >/dev/null; then
+      ip netns exec $B iperf3 -s -B $IB -p 15201 >/dev/null 2>&1 &
+      SRV=$!
+      sleep 0.5
+      for cc in cubic bbr; do
+        ip netns exec $A iperf3 -c $IB -p 15201 -C $cc -t $TCP_SECS -J >"$SCRATCH/tcp.json" 2>/dev/null || true
+        python3 - "$SCRATCH/tcp.json" "$rtt" "$loss" "$cc" "$TCP_SECS" <<'PY'
+import json, sys
+try:
+    d = json.load(open(sys.argv[1]))
+    e = d["end"]
+    mbps = e["sum_received"]["bits_per_second"] / 1e6
+    gb = e["sum_received"]["bytes"] / 1e9
+    secs = float(sys.argv[5])
+    cpu = e["cpu_utilization_percent"]
+    snd = cpu["host_total"] / 100 * secs / max(gb, 1e-9)
+    rcv = cpu["remote_total"] / 100 * secs / max(gb, 1e-9)
+    rtx = e["sum_sent"].get("retransmits", 0)
+    print(f"| {sys.argv[2]} ms | {sys.argv[3]} % | TCP {sys.argv[4]} | {mbps:.0f} | {mbps/20:.1f} | {snd:.2f} | {rcv:.2f} | {rtx} segments |")
+except Exception as ex:
+    print(f"| {sys.argv[2]} ms | {sys.argv[3]} % | TCP {sys.argv[4]} | failed ({ex}) | | | | |")
+PY
+      done
+      kill $SRV; wait $SRV 2>/dev/null || true; SRV=
+    fi
+    stop_emu
+  done
+done
+
+echo
+echo "## Loopback, disk to disk (no emulator)"
+rm -rf "$SCRATCH/dst"/*
+sync; echo 3 >/proc/sys/vm/drop_caches
+t0=$(date +%s.%N); cp "$SCRATCH/src/data.bin" "$SCRATCH/dst/cp.bin"; sync; t1=$(date +%s.%N)
+echo "cp + sync: $(python3 -c "print('%.0f Mb/s' % ($SIZE_MB*8/($t1-$t0)))")"
+rm -f "$SCRATCH/dst/cp.bin"; sync; echo 3 >/proc/sys/vm/drop_caches
+"$BIN" xfer serve --listen 127.0.0.1:46299 --root data="$SCRATCH/dst" 2>"$SCRATCH/serve.err" &
+SRV=$!
+for _ in $(seq 100); do grep -q 'serving on' "$SCRATCH/serve.err" 2>/dev/null && break; sleep 0.1; done
+"$BIN" xfer push "$SCRATCH/src/data.bin" 127.0.0.1:46299/data --rate 10Gbps --json >"$SCRATCH/xfer.json"
+kill $SRV; wait $SRV 2>/dev/null || true; SRV=
+echo "xfer (fixed 10 Gb/s ceiling, verified, synced): $(json "$SCRATCH/xfer.json" "'%.0f Mb/s' % (d['goodput_bps']/1e6)")"

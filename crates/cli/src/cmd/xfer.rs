@@ -1,0 +1,837 @@
+//! `vlbiflow xfer`: verified, resumable, authenticated bulk transfer over UDP (daemon and client verbs).
+//! The work is done in `vlbiflow-xfer`; this module parses, shows progress and prints summaries.
+
+use crate::usage;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use vlbiflow_units::{fmt_bit_rate, fmt_bytes, parse_bit_rate, parse_bytes, parse_duration};
+use vlbiflow_xfer::archive::{Archive, Entry};
+use vlbiflow_xfer::client::{self, ClientConfig};
+use vlbiflow_xfer::daemon::{Daemon, ServeConfig};
+use vlbiflow_xfer::dest::Roots;
+use vlbiflow_xfer::scan::{scan_source, Layout};
+use vlbiflow_xfer::send::SendOutcome;
+use vlbiflow_xfer::session::Options;
+use vlbiflow_xfer::source::collect_paths;
+use vlbiflow_xfer::{Key, Progress, XferError};
+use vlbiflow_xfer_proto::RateConfig;
+
+/// Default control port.
+pub const DEFAULT_PORT: u16 = 46230;
+
+const EXAMPLES: &str = "\
+Examples:
+  # At the correlator: serve two roots (creates the key file on first start, mode 0600)
+  vlbiflow xfer serve --listen 0.0.0.0:46230 --root data=/mnt/raid --root scratch=/scratch
+
+  # Copy the key file to the station once (any secure way), then push files or directories
+  scp corr:.local/state/vlbiflow/xfer/xfer.key ~/.local/state/vlbiflow/xfer/xfer.key
+  vlbiflow xfer push /data/exp1/*.vdif corr.example.org:46230/data/exp1
+
+  # Rerun the same command after any interruption: only what is missing moves
+  vlbiflow xfer push /data/exp1 corr.example.org/data --rate 4Gbps --json
+
+Exit status: 0 only when every file is verified at the destination and synced under its final name;
+1 the transfer failed (rerun to resume); 2 usage error; 3 refused by the daemon (key, root, path, exists).";
+
+#[derive(clap::Args)]
+#[command(after_help = EXAMPLES)]
+pub struct Args {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(clap::Subcommand)]
+enum Cmd {
+    /// Run the daemon: receive (and serve) files under its roots
+    Serve(ServeArgs),
+    /// Send files or directories to a daemon
+    Push(PushArgs),
+    /// Fetch files or directories from a daemon's roots into a local directory
+    Pull(PullArgs),
+    /// Have one daemon push files from its roots to another daemon (started from a third host)
+    Copy(CopyArgs),
+    /// Show the key's fingerprint (compare it on both hosts), or create a key file
+    Key(KeyArgs),
+    /// List past transfers from the archive (this host's daemon and client runs)
+    History(HistoryArgs),
+}
+
+#[derive(clap::Args)]
+#[command(
+    after_help = "Examples:\n  vlbiflow xfer history\n  vlbiflow xfer history --limit 100 --json\n\nThe archive is \
+~/.local/state/vlbiflow/xfer/xfer.sqlite unless --archive says otherwise; `serve` and `push` write to it."
+)]
+struct HistoryArgs {
+    /// Archive file
+    #[arg(long, value_name = "FILE")]
+    archive: Option<PathBuf>,
+    /// Newest N transfers
+    #[arg(long, default_value_t = 20)]
+    limit: usize,
+    /// JSON lines instead of a table
+    #[arg(long)]
+    json: bool,
+}
+
+const SERVE_EXAMPLES: &str = "\
+Examples:
+  vlbiflow xfer serve --root data=/mnt/raid
+  vlbiflow xfer serve --listen 0.0.0.0:46230 --root data=/mnt/raid --key /etc/vlbiflow/xfer.key
+
+Clients write only below a root (`ROOT/relative/dir`, no `..`, symbolic links not followed) and never
+replace an existing file unless they ask (--overwrite). Without --key the key file is
+~/.local/state/vlbiflow/xfer/xfer.key, created with a new random key on first start (mode 0600). The control
+port is TCP; each transfer gets its own UDP data port on the same address. Stop with Ctrl-C or SIGTERM:
+running transfers keep their .part files and resume when the client reruns its command.";
+
+#[derive(clap::Args)]
+#[command(after_help = SERVE_EXAMPLES)]
+struct ServeArgs {
+    /// Control address (TCP)
+    #[arg(long, default_value = "127.0.0.1:46230")]
+    listen: std::net::SocketAddr,
+    /// A directory clients may write to: NAME=DIR, or DIR (named after its last component); repeat
+    #[arg(long, required = true, value_name = "NAME=DIR")]
+    root: Vec<String>,
+    /// Key file (created when missing)
+    #[arg(long, value_name = "FILE")]
+    key: Option<PathBuf>,
+    /// Transfers at once (more are refused with "busy")
+    #[arg(long, default_value_t = 16)]
+    max_transfers: usize,
+    /// A peer silent this long is dead
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    dead_timeout: Duration,
+    /// Archive of transfers (SQLite; default ~/.local/state/vlbiflow/xfer/xfer.sqlite)
+    #[arg(long, value_name = "FILE")]
+    archive: Option<PathBuf>,
+    /// Serve Prometheus metrics at http://ADDR/metrics (loopback addresses only)
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<std::net::SocketAddr>,
+    /// Rate ceiling of each transfer (e.g. 2Gbps)
+    #[arg(long, value_parser = parse_bit_rate)]
+    max_rate: Option<f64>,
+    /// Rate ceiling of all transfers together, shared among those running when one starts
+    #[arg(long, value_parser = parse_bit_rate)]
+    total_rate: Option<f64>,
+    /// Key for the daemons this one pushes to on behalf of `xfer copy` (default: its own key)
+    #[arg(long, value_name = "FILE")]
+    peer_key: Option<PathBuf>,
+}
+
+const PUSH_EXAMPLES: &str = "\
+Examples:
+  vlbiflow xfer push scan1.vdif scan2.vdif corr:46230/data/exp1
+  vlbiflow xfer push /data/exp1 corr/data --rate 2Gbps
+  vlbiflow xfer push big.vdif '[::1]:46230/data' --chunk-size 64MiB --json
+
+  # A Mark6 scan on its module disks, read in place, arriving as one VDIF file (no gather step)
+  vlbiflow xfer push --scan exp_st_no0001 --disk '/mnt/disks/*/*/data' corr/data/exp
+  # ... or in its own layout, or as FlexBuff chunks
+  vlbiflow xfer push --scan exp_st_no0001 --disk '/mnt/disks/*/*/data' --layout flexbuff corr/data/fb
+
+The destination is DAEMON[:PORT]/ROOT/DIR (port 46230 by default). A directory arrives as DIR/<its name>/...
+Every chunk is hashed (BLAKE3) where it is read and where it is written; the command succeeds only when all
+match and the daemon has synced and renamed every file. Rerun the same command after an interruption: what
+is already there is re-verified at disk speed and only what is missing or different moves.";
+
+#[derive(clap::Args)]
+#[command(after_help = PUSH_EXAMPLES)]
+struct PushArgs {
+    /// Files or directories, then the destination DAEMON[:PORT]/ROOT/DIR (with --scan: only the destination)
+    #[arg(required = true, num_args = 1.., value_name = "SOURCE... DEST")]
+    args: Vec<String>,
+    /// Send this Mark6 or FlexBuff scan, found by name on --disk, read in place
+    #[arg(long, value_name = "NAME", requires = "disk")]
+    scan: Option<String>,
+    /// Disk directories of the scan; repeat, or a glob pattern ('/mnt/disks/*/*/data')
+    #[arg(long, short, value_name = "DIR")]
+    disk: Vec<String>,
+    /// Layout of a scan at the destination: gather (one VDIF/Mark5B file, what DiFX reads), same (one
+    /// directory per source disk) or flexbuff (one chunk file per block)
+    #[arg(long, default_value = "gather", value_parser = ["gather", "same", "flexbuff"])]
+    layout: String,
+    #[command(flatten)]
+    common: Common,
+}
+
+const PULL_EXAMPLES: &str = "\
+Examples:
+  vlbiflow xfer pull corr:46230/data/exp1 /local/exp1
+  vlbiflow xfer pull station/data/exp1/scan1.vdif station/data/exp1/scan2.vdif . --json
+
+Sources are DAEMON[:PORT]/ROOT/PATH (files or directories under the daemon's roots, all on one daemon); the
+last argument is the local directory. The daemon sends to this host's UDP port, so the daemon must be able
+to reach it. Rerun after an interruption: what is here already is re-verified and only the rest moves.";
+
+#[derive(clap::Args)]
+#[command(after_help = PULL_EXAMPLES)]
+struct PullArgs {
+    /// Sources DAEMON[:PORT]/ROOT/PATH, then the local directory
+    #[arg(required = true, num_args = 2.., value_name = "SOURCE... DIR")]
+    args: Vec<String>,
+    #[command(flatten)]
+    common: Common,
+}
+
+const COPY_EXAMPLES: &str = "\
+Examples:
+  # From this laptop: the station's daemon sends to the correlator's daemon
+  vlbiflow xfer copy station:46230/data/exp1 corr.example.org:46230/data/exp1
+
+  # Retry up to 10 times (backoff 1, 2, 4, ... 64 s); every retry resumes
+  vlbiflow xfer copy station/data/exp1/scan1.vdif corr/data/exp1 --retries 10 --json
+
+The destination address is used by the source daemon, so give it as that daemon reaches it. The source
+daemon authenticates to the destination with its --peer-key (default: its own key). The command follows the
+transfer; if it is interrupted the source daemon still finishes (see `xfer history` there).";
+
+#[derive(clap::Args)]
+#[command(after_help = COPY_EXAMPLES)]
+struct CopyArgs {
+    /// Sources SRC_DAEMON[:PORT]/ROOT/PATH, then the destination DST_DAEMON[:PORT]/ROOT/DIR
+    #[arg(required = true, num_args = 2.., value_name = "SOURCE... DEST")]
+    args: Vec<String>,
+    /// Attempts after the first that fail for a network or peer reason
+    #[arg(long, default_value_t = 5)]
+    retries: u32,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(clap::Args)]
+struct Common {
+    /// Key file (default ~/.local/state/vlbiflow/xfer/xfer.key)
+    #[arg(long, value_name = "FILE")]
+    key: Option<PathBuf>,
+    /// Fixed rate ceiling on the wire (e.g. 4Gbps) for a dedicated path; default automatic
+    #[arg(long, value_parser = parse_bit_rate)]
+    rate: Option<f64>,
+    /// Chunk size: the unit of hashing, verification and resume (a power of two)
+    #[arg(long, default_value = "32MiB", value_parser = parse_bytes)]
+    chunk_size: u64,
+    /// Payload bytes per datagram (8192 fits a 9000-byte MTU; use 1400 on a 1500-byte path)
+    #[arg(long, default_value_t = 8192)]
+    block_size: u32,
+    /// Replace files that exist at the destination with different content
+    #[arg(long)]
+    overwrite: bool,
+    /// Encrypt the data (ChaCha20-Poly1305) instead of only authenticating it (control is always encrypted)
+    #[arg(long)]
+    encrypt: bool,
+    /// A peer silent this long is dead
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    dead_timeout: Duration,
+    /// JSON summary on standard output (no progress bar)
+    #[arg(long)]
+    json: bool,
+    /// No progress bar
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+#[derive(clap::Args)]
+struct KeyArgs {
+    /// Key file (default ~/.local/state/vlbiflow/xfer/xfer.key)
+    #[arg(long, value_name = "FILE")]
+    key: Option<PathBuf>,
+    /// Create the key file if it does not exist
+    #[arg(long)]
+    create: bool,
+}
+
+fn state_dir() -> PathBuf {
+    if let Some(x) = std::env::var_os("XDG_STATE_HOME") {
+        return PathBuf::from(x).join("vlbiflow/xfer");
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/"));
+    home.join(".local/state/vlbiflow/xfer")
+}
+
+fn default_key() -> PathBuf {
+    state_dir().join("xfer.key")
+}
+
+fn xerr(e: XferError) -> anyhow::Result<ExitCode> {
+    let code = e.exit_code();
+    if code == 2 {
+        return Err(anyhow::Error::new(crate::cmd::UsageError(e.to_string())));
+    }
+    eprintln!("vlbiflow: error: {e}");
+    Ok(ExitCode::from(code))
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    match args.cmd {
+        Cmd::Serve(a) => serve(a),
+        Cmd::Push(a) => push(a),
+        Cmd::Pull(a) => pull(a),
+        Cmd::Copy(a) => copy(a),
+        Cmd::Key(a) => key(a),
+        Cmd::History(a) => history(a),
+    }
+}
+
+fn stop_flag() -> Arc<AtomicBool> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    let _ = ctrlc::set_handler(move || s.store(true, Ordering::SeqCst));
+    stop
+}
+
+fn history(a: HistoryArgs) -> anyhow::Result<ExitCode> {
+    let path = a.archive.unwrap_or_else(|| state_dir().join("xfer.sqlite"));
+    if !path.exists() {
+        usage!("no archive at {} yet (serve and push write it)", path.display());
+    }
+    let arch = match Archive::open(&path) {
+        Ok(x) => x,
+        Err(e) => usage!("{e}"),
+    };
+    let list = match arch.list(a.limit) {
+        Ok(l) => l,
+        Err(e) => usage!("{e}"),
+    };
+    if a.json {
+        for e in &list {
+            println!("{}", serde_json::to_string(e).expect("json"));
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<20}  {:<7}  {:<21}  {:>10}  {:>10}  {:>8}  {:>12}  {:<8}  path",
+        "started (UTC)", "role", "peer", "bytes", "resumed", "seconds", "goodput", "result"
+    );
+    for e in &list {
+        let goodput = (e.bytes - e.bytes_resumed.min(e.bytes)) as f64 * 8.0 / e.seconds.max(1e-9);
+        println!(
+            "{:<20}  {:<7}  {:<21}  {:>10}  {:>10}  {:>8.1}  {:>12}  {:<8}  {}{}",
+            e.started,
+            e.role,
+            e.peer,
+            fmt_bytes(e.bytes),
+            fmt_bytes(e.bytes_resumed),
+            e.seconds,
+            if e.ok { fmt_bit_rate(goodput) } else { "-".into() },
+            if e.ok { "verified" } else { "FAILED" },
+            e.path,
+            e.error.as_ref().map(|x| format!("  ({x})")).unwrap_or_default()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn key(a: KeyArgs) -> anyhow::Result<ExitCode> {
+    let path = a.key.unwrap_or_else(default_key);
+    let k = if a.create {
+        match Key::load_or_create(&path) {
+            Ok((k, created)) => {
+                if created {
+                    eprintln!("created {} (mode 0600)", path.display());
+                }
+                k
+            }
+            Err(e) => return xerr(e),
+        }
+    } else {
+        match Key::load(&path) {
+            Ok(k) => k,
+            Err(e) => return xerr(e),
+        }
+    };
+    println!("{}  {}", k.fingerprint(), path.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
+    let roots = match Roots::parse(&a.root) {
+        Ok(r) => r,
+        Err(e) => return xerr(e),
+    };
+    let key_path = a.key.unwrap_or_else(default_key);
+    let (key, created) = match Key::load_or_create(&key_path) {
+        Ok(x) => x,
+        Err(e) => return xerr(e),
+    };
+    if created {
+        eprintln!(
+            "xfer: created the key file {} (mode 0600); copy it to the clients",
+            key_path.display()
+        );
+    }
+    let mut cfg = ServeConfig::new(a.listen, roots.clone(), key.clone());
+    cfg.max_transfers = a.max_transfers;
+    cfg.dead_timeout = a.dead_timeout;
+    cfg.log = true;
+    cfg.archive = Some(a.archive.unwrap_or_else(|| state_dir().join("xfer.sqlite")));
+    cfg.metrics = a.metrics;
+    cfg.max_rate_bps = a.max_rate;
+    if let Some(p) = &a.peer_key {
+        cfg.peer_key = match Key::load(p) {
+            Ok(k) => Some(k),
+            Err(e) => return xerr(e),
+        };
+    }
+    cfg.total_rate_bps = a.total_rate;
+    let stop = stop_flag();
+    let d = match Daemon::start(cfg) {
+        Ok(d) => d,
+        Err(e) => return xerr(e),
+    };
+    eprintln!(
+        "xfer: serving on {} (key fingerprint {}), roots: {}",
+        d.local_addr(),
+        key.fingerprint(),
+        roots
+            .0
+            .iter()
+            .map(|r| format!("{}={}", r.name, r.path.display()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    eprintln!("xfer: stopping");
+    d.shutdown();
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Splits `HOST[:PORT]/ROOT/DIR` into the daemon address and the destination.
+fn split_dest(s: &str) -> Result<(String, String), String> {
+    let (host, path) = if let Some(rest) = s.strip_prefix('[') {
+        let end = rest.find(']').ok_or_else(|| format!("{s:?}: missing ']'"))?;
+        let after = &rest[end + 1..];
+        let (port, path) = match after.strip_prefix(':') {
+            Some(p) => p
+                .split_once('/')
+                .ok_or_else(|| format!("{s:?}: no /ROOT after the address"))?,
+            None => (
+                "",
+                after
+                    .strip_prefix('/')
+                    .ok_or_else(|| format!("{s:?}: no /ROOT after the address"))?,
+            ),
+        };
+        let port = if port.is_empty() {
+            DEFAULT_PORT.to_string()
+        } else {
+            port.to_string()
+        };
+        (format!("[{}]:{port}", &rest[..end]), path.to_string())
+    } else {
+        let (h, path) = s
+            .split_once('/')
+            .ok_or_else(|| format!("{s:?}: give the destination as DAEMON[:PORT]/ROOT/DIR"))?;
+        let h = if h.contains(':') {
+            h.to_string()
+        } else {
+            format!("{h}:{DEFAULT_PORT}")
+        };
+        (h, path.to_string())
+    };
+    if path.is_empty() {
+        return Err(format!(
+            "{s:?}: no ROOT after the daemon address (DAEMON[:PORT]/ROOT/DIR)"
+        ));
+    }
+    Ok((host, path))
+}
+
+fn options(c: &Common) -> anyhow::Result<Options> {
+    if !c.chunk_size.is_power_of_two() || !(4096..=1 << 30).contains(&c.chunk_size) {
+        usage!("--chunk-size {}: a power of two from 4KiB to 1GiB", c.chunk_size);
+    }
+    if c.block_size == 0 || c.block_size as usize > vlbiflow_xfer_proto::wire::MAX_PAYLOAD {
+        usage!(
+            "--block-size {}: 1..={} bytes",
+            c.block_size,
+            vlbiflow_xfer_proto::wire::MAX_PAYLOAD
+        );
+    }
+    if let Some(r) = c.rate {
+        if r < 1e6 {
+            usage!("--rate {r}: at least 1 Mb/s");
+        }
+    }
+    Ok(Options {
+        chunk_size: c.chunk_size,
+        block_size: c.block_size,
+        overwrite: c.overwrite,
+        encrypt: c.encrypt,
+        rate_bps: c.rate,
+    })
+}
+
+fn rate_config(c: &Common) -> RateConfig {
+    match c.rate {
+        Some(r) => RateConfig::fixed(r),
+        None => RateConfig::auto(100e6),
+    }
+}
+
+/// Runs `work` while drawing a progress bar from `progress` (unless quiet or not a terminal).
+fn with_progress<T: Send>(progress: &Arc<Progress>, quiet: bool, work: impl FnOnce() -> T + Send) -> T {
+    let show = !quiet && std::io::stderr().is_terminal();
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let h = s.spawn(|| {
+            let r = work();
+            done.store(true, Ordering::SeqCst);
+            r
+        });
+        if show {
+            let bar = indicatif::ProgressBar::new(0);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{spinner} {bar:30} {bytes}/{total_bytes} verified, {msg} ETA {eta}",
+                )
+                .expect("template"),
+            );
+            let t0 = Instant::now();
+            while !done.load(Ordering::SeqCst) {
+                let p = &**progress;
+                bar.set_length(Progress::get(&p.bytes_total));
+                bar.set_position(Progress::get(&p.bytes_verified));
+                let dg = Progress::get(&p.datagrams).max(1);
+                let rtx = Progress::get(&p.retransmits) as f64 / dg as f64 * 100.0;
+                let moved = Progress::get(&p.bytes_moved);
+                bar.set_message(format!(
+                    "{} files, {} ({:.1} s), retransmit {rtx:.2}%, {}: {}",
+                    format_args!(
+                        "{}/{}",
+                        Progress::get(&p.files_done),
+                        Progress::get(&p.files_total)
+                    ),
+                    fmt_bit_rate(moved as f64 * 8.0 / t0.elapsed().as_secs_f64().max(1e-3)),
+                    t0.elapsed().as_secs_f64(),
+                    p.phase(),
+                    p.file()
+                ));
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            bar.finish_and_clear();
+        }
+        h.join().expect("transfer thread")
+    })
+}
+
+fn print_summary(out: &SendOutcome, total: u64, json: bool) {
+    let moved = out.stats.bytes;
+    let goodput = (total - out.bytes_resumed) as f64 * 8.0 / out.seconds.max(1e-9);
+    if json {
+        let v = serde_json::json!({
+            "verified": true,
+            "files": out.committed.iter().map(|c| serde_json::json!({
+                "name": c.name, "size": c.size, "blake3": c.blake3, "resumed_chunks": c.resumed_chunks,
+            })).collect::<Vec<_>>(),
+            "bytes_total": total,
+            "bytes_already_there": out.bytes_resumed,
+            "bytes_sent": moved,
+            "datagrams": out.stats.datagrams,
+            "retransmits": out.stats.retransmits,
+            "chunk_resends": out.stats.chunk_resends,
+            "seconds": out.seconds,
+            "verified_seconds": out.verified_seconds,
+            "goodput_bps": goodput,
+        });
+        println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+        return;
+    }
+    println!(
+        "verified: {} files, {} ({} already there, re-verified), {} sent in {:.1} s: {} goodput, {} datagrams, {} retransmitted ({:.2}%)",
+        out.committed.len(),
+        fmt_bytes(total),
+        fmt_bytes(out.bytes_resumed),
+        fmt_bytes(moved),
+        out.seconds,
+        fmt_bit_rate(goodput),
+        out.stats.datagrams,
+        out.stats.retransmits,
+        out.stats.retransmits as f64 / out.stats.datagrams.max(1) as f64 * 100.0
+    );
+    for c in out.committed.iter().take(20) {
+        println!("  {}  {}  {}", c.blake3, fmt_bytes(c.size), c.name);
+    }
+    if out.committed.len() > 20 {
+        println!(
+            "  ... and {} more (BLAKE3 of each in its manifest NAME.blake3.json)",
+            out.committed.len() - 20
+        );
+    }
+}
+
+/// Logs a client run to the local archive (problems with the archive are reported, not fatal).
+fn archive_push(
+    server: &str,
+    dest: &str,
+    started: String,
+    files: u64,
+    total: u64,
+    progress: &Progress,
+    r: &Result<SendOutcome, XferError>,
+) {
+    let e = Entry {
+        id: 0,
+        started,
+        ended: vlbiflow_xfer::daemon::utc_now(),
+        role: "send".into(),
+        peer: server.to_string(),
+        path: dest.to_string(),
+        transfer_id: String::new(),
+        files,
+        bytes: total,
+        bytes_resumed: Progress::get(&progress.bytes_resumed),
+        bytes_moved: Progress::get(&progress.bytes_moved),
+        seconds: r.as_ref().map_or(0.0, |o| o.seconds),
+        ok: r.is_ok(),
+        error: r.as_ref().err().map(|e| e.to_string()),
+        detail: match r {
+            Ok(o) => serde_json::json!({"files": o.committed, "retransmits": o.stats.retransmits,
+                "datagrams": o.stats.datagrams}),
+            Err(_) => serde_json::Value::Null,
+        },
+    };
+    let path = state_dir().join("xfer.sqlite");
+    if let Err(x) = Archive::open(&path).and_then(|a| a.insert(&e)) {
+        eprintln!("vlbiflow: warning: {x}");
+    }
+}
+
+fn push(a: PushArgs) -> anyhow::Result<ExitCode> {
+    let mut args = a.args;
+    let dest = args.pop().expect("two arguments at least");
+    let (server, dest_path) = match split_dest(&dest) {
+        Ok(x) => x,
+        Err(e) => usage!("{e}"),
+    };
+    let opts = options(&a.common)?;
+    let set = if let Some(scan) = &a.scan {
+        if !args.is_empty() {
+            usage!("with --scan give only the destination, not {}", args.join(" "));
+        }
+        let layout: Layout = a
+            .layout
+            .parse()
+            .map_err(|e: String| anyhow::Error::new(crate::cmd::UsageError(e)))?;
+        match scan_source(scan, &a.disk, layout) {
+            Ok((set, info)) => {
+                if info.complete == Some(false) && !a.common.quiet {
+                    eprintln!("vlbiflow: scan {scan} is not marked complete by its recorder (still recording, or the recorder died)");
+                }
+                set
+            }
+            Err(e) => return xerr(e),
+        }
+    } else {
+        if args.is_empty() {
+            usage!(
+                "give the files or directories to send before the destination (or --scan NAME --disk DIR)"
+            );
+        }
+        let paths: Vec<PathBuf> = args.iter().map(PathBuf::from).collect();
+        let (set, skipped) = match collect_paths(&paths) {
+            Ok(x) => x,
+            Err(e) => return xerr(e),
+        };
+        for s in &skipped {
+            eprintln!("vlbiflow: skipped {s}");
+        }
+        set
+    };
+    let key = match Key::load(&a.common.key.clone().unwrap_or_else(default_key)) {
+        Ok(k) => k,
+        Err(e) => return xerr(e),
+    };
+    let mut cfg = ClientConfig::new(server, key);
+    cfg.dead_timeout = a.common.dead_timeout;
+    let total = set.total_bytes();
+    let progress = Arc::new(Progress::default());
+    let stop = stop_flag();
+    let rate = rate_config(&a.common);
+    let started = vlbiflow_xfer::daemon::utc_now();
+    let files = set.files.len() as u64;
+    let r = with_progress(&progress, a.common.quiet || a.common.json, || {
+        client::push(&cfg, set, &dest_path, opts, rate, &progress, &stop)
+    });
+    archive_push(&cfg.server, &dest_path, started, files, total, &progress, &r);
+    match r {
+        Ok(out) => {
+            print_summary(&out, total, a.common.json);
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => xerr(e),
+    }
+}
+
+fn copy(a: CopyArgs) -> anyhow::Result<ExitCode> {
+    let mut args = a.args;
+    let dest = args.pop().expect("two arguments at least");
+    let (to, dest_path) = match split_dest(&dest) {
+        Ok(x) => x,
+        Err(e) => usage!("{e}"),
+    };
+    let opts = options(&a.common)?;
+    let mut server: Option<String> = None;
+    let mut sources = Vec::new();
+    for s in &args {
+        let (h, p) = match split_dest(s) {
+            Ok(x) => x,
+            Err(e) => usage!("{e}"),
+        };
+        if server.as_ref().is_some_and(|x| *x != h) {
+            usage!(
+                "all sources must be on one daemon ({} and {h})",
+                server.unwrap_or_default()
+            );
+        }
+        server = Some(h);
+        sources.push(p);
+    }
+    let key = match Key::load(&a.common.key.clone().unwrap_or_else(default_key)) {
+        Ok(k) => k,
+        Err(e) => return xerr(e),
+    };
+    let cfg = ClientConfig::new(server.expect("a source"), key);
+    let progress = Arc::new(Progress::default());
+    let quiet = a.common.quiet || a.common.json;
+    let r = with_progress(&progress, quiet, || {
+        client::relay(
+            &cfg,
+            &sources,
+            &to,
+            &dest_path,
+            opts,
+            a.retries,
+            &progress,
+            &|n, e, w| {
+                if !quiet {
+                    eprintln!("vlbiflow: attempt {n} failed ({e}); the daemon retries in {w:.0} s");
+                }
+            },
+        )
+    });
+    match r {
+        Ok(out) => {
+            let total: u64 = out.files.iter().map(|c| c.size).sum();
+            if a.common.json {
+                let v = serde_json::json!({
+                    "verified": true, "files": out.files, "bytes_total": total, "bytes_sent": out.bytes_moved,
+                    "seconds": out.seconds, "attempts": out.attempts,
+                });
+                println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+            } else {
+                println!(
+                    "verified at {to}: {} files, {} ({} sent) in {:.1} s, {} attempt(s)",
+                    out.files.len(),
+                    fmt_bytes(total),
+                    fmt_bytes(out.bytes_moved),
+                    out.seconds,
+                    out.attempts
+                );
+                for c in out.files.iter().take(20) {
+                    println!("  {}  {}  {}", c.blake3, fmt_bytes(c.size), c.name);
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => xerr(e),
+    }
+}
+
+fn pull(a: PullArgs) -> anyhow::Result<ExitCode> {
+    let mut args = a.args;
+    let into = PathBuf::from(args.pop().expect("two arguments at least"));
+    let opts = options(&a.common)?;
+    let mut server: Option<String> = None;
+    let mut sources = Vec::new();
+    for s in &args {
+        let (h, p) = match split_dest(s) {
+            Ok(x) => x,
+            Err(e) => usage!("{e}"),
+        };
+        if server.as_ref().is_some_and(|x| *x != h) {
+            usage!(
+                "all sources must be on one daemon ({} and {h})",
+                server.unwrap_or_default()
+            );
+        }
+        server = Some(h);
+        sources.push(p);
+    }
+    let key = match Key::load(&a.common.key.clone().unwrap_or_else(default_key)) {
+        Ok(k) => k,
+        Err(e) => return xerr(e),
+    };
+    let mut cfg = ClientConfig::new(server.expect("a source"), key);
+    cfg.dead_timeout = a.common.dead_timeout;
+    let progress = Arc::new(Progress::default());
+    let stop = stop_flag();
+    let r = with_progress(&progress, a.common.quiet || a.common.json, || {
+        client::pull(&cfg, &sources, &into, opts, &progress, &stop)
+    });
+    match r {
+        Ok(out) => {
+            let total: u64 = out.committed.iter().map(|c| c.size).sum();
+            let goodput = (total - out.bytes_resumed) as f64 * 8.0 / out.seconds.max(1e-9);
+            if a.common.json {
+                let v = serde_json::json!({
+                    "verified": true,
+                    "files": out.committed,
+                    "bytes_total": total,
+                    "bytes_already_there": out.bytes_resumed,
+                    "datagrams": out.stats.delivered,
+                    "seconds": out.seconds,
+                    "goodput_bps": goodput,
+                });
+                println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+            } else {
+                println!(
+                    "verified: {} files, {} ({} already here, re-verified) in {:.1} s: {} goodput",
+                    out.committed.len(),
+                    fmt_bytes(total),
+                    fmt_bytes(out.bytes_resumed),
+                    out.seconds,
+                    fmt_bit_rate(goodput)
+                );
+                for c in out.committed.iter().take(20) {
+                    println!("  {}  {}  {}", c.blake3, fmt_bytes(c.size), c.name);
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => xerr(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn destinations() {
+        assert_eq!(
+            split_dest("corr/data/x").unwrap(),
+            ("corr:46230".into(), "data/x".into())
+        );
+        assert_eq!(
+            split_dest("corr:99/data").unwrap(),
+            ("corr:99".into(), "data".into())
+        );
+        assert_eq!(
+            split_dest("[::1]:7/d/e").unwrap(),
+            ("[::1]:7".into(), "d/e".into())
+        );
+        assert_eq!(split_dest("[::1]/d").unwrap(), ("[::1]:46230".into(), "d".into()));
+        assert!(split_dest("corr").is_err());
+        assert!(split_dest("corr:1/").is_err());
+    }
+}

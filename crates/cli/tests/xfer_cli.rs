@@ -1,0 +1,372 @@
+//! `vlbiflow xfer` as a user runs it: help, refusals with exit code 3 and nothing written, and kill -9 of the
+//! receiving daemon half way through, then the same command again moving only the rest.
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_vlbiflow");
+
+fn content(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+struct Serve {
+    child: Child,
+    addr: String,
+    _lines: mpsc::Receiver<String>,
+}
+
+fn serve(state: &Path, root: &Path, listen: &str) -> Serve {
+    let mut child = Command::new(BIN)
+        .args(["xfer", "serve", "--listen", listen, "--root"])
+        .arg(format!("data={}", root.display()))
+        .env("XDG_STATE_HOME", state)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let err = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for l in BufReader::new(err).lines().map_while(Result::ok) {
+            eprintln!("daemon: {l}");
+            if tx.send(l).is_err() {
+                return;
+            }
+        }
+    });
+    let addr = loop {
+        let l = rx.recv_timeout(Duration::from_secs(20)).expect("serving line");
+        if let Some(rest) = l.strip_prefix("xfer: serving on ") {
+            break rest.split_whitespace().next().unwrap().to_string();
+        }
+    };
+    Serve {
+        child,
+        addr,
+        _lines: rx,
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn push(state: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(BIN);
+    c.args(["xfer", "push"]).args(args).env("XDG_STATE_HOME", state);
+    c
+}
+
+#[test]
+fn help_has_examples_and_exit_codes() {
+    for sub in [
+        &["xfer", "--help"][..],
+        &["xfer", "push", "--help"],
+        &["xfer", "serve", "--help"],
+    ] {
+        let out = Command::new(BIN).args(sub).output().unwrap();
+        assert!(out.status.success());
+        let h = String::from_utf8(out.stdout).unwrap();
+        assert!(h.contains("Examples:"), "{sub:?}");
+    }
+    let h = String::from_utf8(
+        Command::new(BIN)
+            .args(["xfer", "--help"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    assert!(h.contains("Exit status: 0 only when every file is verified"));
+}
+
+#[test]
+fn wrong_key_unknown_root_and_dotdot_each_get_one_error_and_write_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let (state, root, src) = (
+        d.path().join("state"),
+        d.path().join("root"),
+        d.path().join("a.vdif"),
+    );
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(&src, content(1, 100_000)).unwrap();
+    let s = serve(&state, &root, "127.0.0.1:0");
+    let key = state.join("vlbiflow/xfer/xfer.key");
+    assert_eq!(std::fs::metadata(&key).unwrap().mode() & 0o777, 0o600);
+    // a client with another key
+    let other = d.path().join("other.key");
+    let out = Command::new(BIN)
+        .args(["xfer", "key", "--create", "--key"])
+        .arg(&other)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec![
+                "--key".into(),
+                other.display().to_string(),
+                src.display().to_string(),
+                format!("{}/data/x", s.addr),
+            ],
+            "rejected our key",
+        ),
+        (
+            vec![src.display().to_string(), format!("{}/nope/x", s.addr)],
+            "unknown root \"nope\"",
+        ),
+        (
+            vec![src.display().to_string(), format!("{}/data/../x", s.addr)],
+            "'..'",
+        ),
+    ];
+    for (args, want) in cases {
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = push(&state, &a).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{a:?}: {err}");
+        assert!(err.contains(want), "{a:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+        assert_eq!(std::fs::read_dir(&root).unwrap().count(), 0, "nothing written");
+    }
+}
+
+#[test]
+fn kill_9_of_the_receiver_then_the_same_command_moves_only_the_rest() {
+    let d = tempfile::tempdir().unwrap();
+    let (state, root, src) = (
+        d.path().join("state"),
+        d.path().join("root"),
+        d.path().join("scan.vdif"),
+    );
+    std::fs::create_dir_all(&root).unwrap();
+    let size = 64usize << 20;
+    let chunk = 4u64 << 20;
+    std::fs::write(&src, content(3, size)).unwrap();
+    let mut s = serve(&state, &root, "127.0.0.1:0");
+    let addr = s.addr.clone();
+    let dest = format!("{addr}/data/in");
+    let args = [
+        src.to_str().unwrap(),
+        &dest,
+        "--rate",
+        "200Mbps",
+        "--chunk-size",
+        "4MiB",
+        "--json",
+    ];
+    let client = push(&state, &args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // kill -9 the daemon once half the data is on its disk (allocated blocks of the sparse .part)
+    let part = root.join("in/scan.vdif.part");
+    let t0 = Instant::now();
+    let observed = loop {
+        let on_disk = std::fs::metadata(&part).map(|m| m.blocks() * 512).unwrap_or(0);
+        if on_disk >= size as u64 / 2 {
+            break on_disk;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "no progress: {on_disk} bytes"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    // SAFETY: kill(2) on the pid of our own child process.
+    assert_eq!(unsafe { libc::kill(s.child.id() as i32, libc::SIGKILL) }, 0);
+    let _ = s.child.wait();
+    let out = client.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "the interrupted push fails: {err}");
+    assert!(err.contains("resume"), "{err}");
+    assert!(!root.join("in/scan.vdif").exists());
+    // the same daemon command again, the same push command again
+    let _s2 = serve(&state, &root, &addr);
+    let out = push(&state, &args).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let sent = v["bytes_sent"].as_u64().unwrap();
+    let retx = v["retransmits"].as_u64().unwrap();
+    let already = v["bytes_already_there"].as_u64().unwrap();
+    let new_data = sent - retx.min(sent / 8192) * 8192;
+    eprintln!("at kill {observed} bytes on disk; rerun: {already} already there, {sent} sent ({retx} retransmissions)");
+    assert!(already > 0 && already >= observed.saturating_sub(2 * chunk));
+    assert!(
+        new_data <= size as u64 - observed + chunk,
+        "moved {new_data} new bytes, the remainder was {} plus one chunk",
+        size as u64 - observed
+    );
+    assert!(std::fs::read(root.join("in/scan.vdif")).unwrap() == std::fs::read(&src).unwrap());
+    assert_eq!(
+        v["files"][0]["blake3"].as_str().unwrap(),
+        blake3::hash(&std::fs::read(&src).unwrap()).to_hex().as_str()
+    );
+    // the archive holds the failed push, the verified push and the daemon's verified receive
+    let out = Command::new(BIN)
+        .args(["xfer", "history", "--json"])
+        .env("XDG_STATE_HOME", &state)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let rows: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        rows.iter().any(|r| r["role"] == "send" && r["ok"] == false),
+        "{rows:?}"
+    );
+    assert!(
+        rows.iter().any(|r| r["role"] == "send" && r["ok"] == true),
+        "{rows:?}"
+    );
+    assert!(
+        rows.iter().any(|r| r["role"] == "receive" && r["ok"] == true),
+        "{rows:?}"
+    );
+    let table = Command::new(BIN)
+        .args(["xfer", "history"])
+        .env("XDG_STATE_HOME", &state)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&table.stdout).contains("FAILED"));
+}
+
+/// A path emulator between two namespaces made for this test (names and subnet from the pid); stopped
+/// with SIGTERM on drop, which removes the namespaces.
+struct Path2 {
+    emu: Child,
+    ns_a: String,
+    ns_b: String,
+    addr_b: String,
+}
+
+impl Path2 {
+    fn start(tag: &str, args: &[&str]) -> Path2 {
+        let pid = std::process::id();
+        let (ns_a, ns_b) = (format!("vf-xf-{pid}-{tag}a"), format!("vf-xf-{pid}-{tag}b"));
+        let net = format!("10.{}.{}", 120 + (pid % 100), (pid / 100) % 250);
+        let (addr_a, addr_b) = (format!("{net}.1"), format!("{net}.2"));
+        let mut emu = Command::new(BIN)
+            .args([
+                "pathemu", "--ns-a", &ns_a, "--ns-b", &ns_b, "--addr-a", &addr_a, "--addr-b", &addr_b,
+            ])
+            .args(["--mtu", "9000", "--duration", "120"])
+            .args(args)
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let (tx, rx) = mpsc::channel();
+        let err = emu.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for l in BufReader::new(err).lines().map_while(Result::ok) {
+                eprintln!("pathemu: {l}");
+                if tx.send(l).is_err() {
+                    return;
+                }
+            }
+        });
+        loop {
+            match rx.recv_timeout(Duration::from_secs(30)) {
+                Ok(l) if l.starts_with("pathemu: ready") => break,
+                Ok(_) => {}
+                Err(e) => {
+                    let _ = emu.kill();
+                    panic!("pathemu not ready: {e}");
+                }
+            }
+        }
+        Path2 {
+            emu,
+            ns_a,
+            ns_b,
+            addr_b,
+        }
+    }
+}
+
+impl Drop for Path2 {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on the pid of our own child process.
+        unsafe { libc::kill(self.emu.id() as i32, libc::SIGTERM) };
+        let _ = self.emu.wait();
+    }
+}
+
+#[test]
+#[ignore = "needs root: network namespaces and TUN devices (vlbiflow pathemu)"]
+fn push_through_an_emulated_lossy_path_between_namespaces() {
+    let d = tempfile::tempdir().unwrap();
+    let (state, root) = (d.path().join("state"), d.path().join("root"));
+    std::fs::create_dir_all(&root).unwrap();
+    let src = d.path().join("obs.vdif");
+    std::fs::write(&src, content(8, 24 << 20)).unwrap();
+    // 20 ms round trip, 400 Mb/s bottleneck, 1% random loss both ways, jumbo MTU
+    let p = Path2::start("p", &["--rtt", "20ms", "--rate", "400Mbps", "--loss", "1%"]);
+    let listen = format!("{}:46230", p.addr_b);
+    let mut daemon = Command::new("ip")
+        .args([
+            "netns", "exec", &p.ns_b, BIN, "xfer", "serve", "--listen", &listen, "--root",
+        ])
+        .arg(format!("data={}", root.display()))
+        .env("XDG_STATE_HOME", &state)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = daemon.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(err).lines().map_while(Result::ok) {
+            eprintln!("daemon: {l}");
+            let _ = tx.send(l);
+        }
+    });
+    loop {
+        let l = rx.recv_timeout(Duration::from_secs(20)).expect("daemon serving");
+        if l.starts_with("xfer: serving on") {
+            break;
+        }
+    }
+    let out = Command::new("ip")
+        .args(["netns", "exec", &p.ns_a, BIN, "xfer", "push"])
+        .arg(&src)
+        .arg(format!("{listen}/data/in"))
+        .args(["--chunk-size", "4MiB", "--json"])
+        .env("XDG_STATE_HOME", &state)
+        .output()
+        .unwrap();
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    eprintln!(
+        "through 400 Mb/s, 20 ms, 1% loss: {:.0} Mb/s goodput, {} retransmissions of {} datagrams",
+        v["goodput_bps"].as_f64().unwrap() / 1e6,
+        v["retransmits"],
+        v["datagrams"]
+    );
+    assert!(v["retransmits"].as_u64().unwrap() > 0, "1% loss must show");
+    assert!(std::fs::read(root.join("in/obs.vdif")).unwrap() == std::fs::read(&src).unwrap());
+    drop(p);
+}

@@ -1,0 +1,175 @@
+//! The archive of transfers: one SQLite file, one row per transfer (who, what, where, how much, how long,
+//! verified or why not), written by the daemon and by the client verbs and listed by `vlbiflow xfer history`.
+
+use std::path::{Path, PathBuf};
+
+use rusqlite::{params, Connection};
+use serde::{Deserialize, Serialize};
+
+/// One transfer as archived.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    /// Row id (0 before it is stored).
+    pub id: i64,
+    /// UTC start and end, RFC 3339.
+    pub started: String,
+    pub ended: String,
+    /// "send" or "receive", from the archiving side's point of view.
+    pub role: String,
+    /// The other end.
+    pub peer: String,
+    /// Destination (`ROOT/dir`) or source description.
+    pub path: String,
+    /// Transfer id, hex.
+    pub transfer_id: String,
+    pub files: u64,
+    /// Bytes of all files.
+    pub bytes: u64,
+    /// Bytes found already at the destination and re-verified.
+    pub bytes_resumed: u64,
+    /// Payload bytes that crossed the network (retransmissions included).
+    pub bytes_moved: u64,
+    pub seconds: f64,
+    /// Verified and committed?
+    pub ok: bool,
+    /// Why not.
+    pub error: Option<String>,
+    /// Files with their BLAKE3 (JSON), counters.
+    pub detail: serde_json::Value,
+}
+
+/// An open archive.
+pub struct Archive {
+    conn: Connection,
+    path: PathBuf,
+}
+
+fn err(path: &Path, what: &str, e: impl std::fmt::Display) -> String {
+    format!("archive {}: {what}: {e}", path.display())
+}
+
+impl Archive {
+    /// Opens (creating) the archive file.
+    pub fn open(path: &Path) -> Result<Archive, String> {
+        if let Some(p) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(p).map_err(|e| err(path, "creating its directory", e))?;
+        }
+        let conn = Connection::open(path).map_err(|e| err(path, "open", e))?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))
+            .map_err(|e| err(path, "busy timeout", e))?;
+        conn.execute_batch(
+            "CREATE TABLE IF NOT EXISTS transfers (
+                id INTEGER PRIMARY KEY AUTOINCREMENT,
+                started TEXT NOT NULL, ended TEXT NOT NULL, role TEXT NOT NULL, peer TEXT NOT NULL,
+                path TEXT NOT NULL, transfer_id TEXT NOT NULL, files INTEGER NOT NULL, bytes INTEGER NOT NULL,
+                bytes_resumed INTEGER NOT NULL, bytes_moved INTEGER NOT NULL, seconds REAL NOT NULL,
+                ok INTEGER NOT NULL, error TEXT, detail TEXT NOT NULL);",
+        )
+        .map_err(|e| err(path, "creating the table", e))?;
+        Ok(Archive {
+            conn,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Stores a transfer; returns its row id.
+    pub fn insert(&self, e: &Entry) -> Result<i64, String> {
+        self.conn
+            .execute(
+                "INSERT INTO transfers (started, ended, role, peer, path, transfer_id, files, bytes, bytes_resumed,
+                 bytes_moved, seconds, ok, error, detail) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14)",
+                params![
+                    e.started,
+                    e.ended,
+                    e.role,
+                    e.peer,
+                    e.path,
+                    e.transfer_id,
+                    e.files as i64,
+                    e.bytes as i64,
+                    e.bytes_resumed as i64,
+                    e.bytes_moved as i64,
+                    e.seconds,
+                    e.ok,
+                    e.error,
+                    e.detail.to_string()
+                ],
+            )
+            .map_err(|x| err(&self.path, "insert", x))?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    /// The newest `limit` transfers, oldest first.
+    pub fn list(&self, limit: usize) -> Result<Vec<Entry>, String> {
+        let mut st = self
+            .conn
+            .prepare(
+                "SELECT id, started, ended, role, peer, path, transfer_id, files, bytes, bytes_resumed, bytes_moved,
+                 seconds, ok, error, detail FROM transfers ORDER BY id DESC LIMIT ?1",
+            )
+            .map_err(|e| err(&self.path, "query", e))?;
+        let rows = st
+            .query_map(params![limit as i64], |r| {
+                let detail: String = r.get(14)?;
+                Ok(Entry {
+                    id: r.get(0)?,
+                    started: r.get(1)?,
+                    ended: r.get(2)?,
+                    role: r.get(3)?,
+                    peer: r.get(4)?,
+                    path: r.get(5)?,
+                    transfer_id: r.get(6)?,
+                    files: r.get::<_, i64>(7)? as u64,
+                    bytes: r.get::<_, i64>(8)? as u64,
+                    bytes_resumed: r.get::<_, i64>(9)? as u64,
+                    bytes_moved: r.get::<_, i64>(10)? as u64,
+                    seconds: r.get(11)?,
+                    ok: r.get(12)?,
+                    error: r.get(13)?,
+                    detail: serde_json::from_str(&detail).unwrap_or(serde_json::Value::Null),
+                })
+            })
+            .map_err(|e| err(&self.path, "query", e))?;
+        let mut v: Vec<Entry> = rows
+            .collect::<Result<_, _>>()
+            .map_err(|e| err(&self.path, "row", e))?;
+        v.reverse();
+        Ok(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stores_and_lists_oldest_first() {
+        let d = tempfile::tempdir().unwrap();
+        let a = Archive::open(&d.path().join("x/xfer.sqlite")).unwrap();
+        for i in 0..3 {
+            a.insert(&Entry {
+                id: 0,
+                started: format!("2026-01-0{}T00:00:00Z", i + 1),
+                ended: "e".into(),
+                role: "send".into(),
+                peer: "p".into(),
+                path: "data/x".into(),
+                transfer_id: "00000001".into(),
+                files: 1,
+                bytes: 10,
+                bytes_resumed: 0,
+                bytes_moved: 10,
+                seconds: 1.5,
+                ok: i != 1,
+                error: (i == 1).then(|| "peer died".into()),
+                detail: serde_json::json!({"n": i}),
+            })
+            .unwrap();
+        }
+        let l = a.list(2).unwrap();
+        assert_eq!(l.len(), 2);
+        assert_eq!(l[0].started, "2026-01-02T00:00:00Z");
+        assert_eq!(l[0].error.as_deref(), Some("peer died"));
+        assert_eq!(l[1].detail["n"], 2);
+    }
+}

@@ -1,0 +1,313 @@
+//! Client verbs: connect, authenticate, ask, and run the sending or receiving side.
+
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use vlbiflow_xfer_proto::{RateConfig, RateMode};
+
+use crate::error::{failed, XferError};
+use crate::key::Key;
+use crate::link::{Inbound, Link};
+use crate::progress::Progress;
+use crate::secure::{self, AuthError, SecureConn};
+use crate::send::{self, SendOutcome, SendParams};
+use crate::session::{FileSpec, Options, Session};
+use crate::source::SourceSet;
+
+/// How to reach a daemon.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// `HOST:PORT` of the daemon's control port.
+    pub server: String,
+    /// The pre-shared key.
+    pub key: Key,
+    /// Connecting and authenticating may take this long.
+    pub connect_timeout: Duration,
+    /// Dead-peer timeout.
+    pub dead_timeout: Duration,
+}
+
+impl ClientConfig {
+    /// Defaults: 10 s to connect, 10 s dead-peer timeout.
+    pub fn new(server: impl Into<String>, key: Key) -> Self {
+        ClientConfig {
+            server: server.into(),
+            key,
+            connect_timeout: Duration::from_secs(10),
+            dead_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Connects and authenticates.
+pub fn connect(cfg: &ClientConfig) -> Result<SecureConn, XferError> {
+    let addrs: Vec<SocketAddr> = cfg
+        .server
+        .to_socket_addrs()
+        .map_err(|e| XferError::Usage(format!("daemon address {:?}: {e}", cfg.server)))?
+        .collect();
+    let mut last = None;
+    for a in addrs {
+        match TcpStream::connect_timeout(&a, cfg.connect_timeout) {
+            Ok(s) => {
+                return secure::client_handshake(s, &cfg.key.0, cfg.connect_timeout).map_err(|e| match e {
+                    AuthError::BadKey(m) | AuthError::Blocked(m) => XferError::Refused(m),
+                    other => failed!("{a}: {other}"),
+                })
+            }
+            Err(e) => last = Some(format!("{a}: {e}")),
+        }
+    }
+    Err(failed!(
+        "cannot reach the daemon at {}: {}",
+        cfg.server,
+        last.unwrap_or_else(|| "no address".into())
+    ))
+}
+
+/// Pushes `set` into `dest` (`ROOT/relative/dir`) on the daemon. Returns when every file is verified and
+/// committed there.
+pub fn push(
+    cfg: &ClientConfig,
+    set: SourceSet,
+    dest: &str,
+    options: Options,
+    rate: RateConfig,
+    progress: &Progress,
+    stop: &AtomicBool,
+) -> Result<SendOutcome, XferError> {
+    set.check_names()?;
+    let conn = connect(cfg)?;
+    let (secret, peer) = (conn.secret, conn.peer);
+    let link = Link::start(conn, cfg.dead_timeout + Duration::from_secs(20));
+    let files: Vec<FileSpec> = set
+        .files
+        .iter()
+        .map(|f| FileSpec {
+            name: f.name.clone(),
+            size: f.size,
+        })
+        .collect();
+    link.send_session(&Session::Push {
+        dest: dest.to_string(),
+        files,
+        options: options.clone(),
+    });
+    progress.set_phase("waiting for the daemon to accept");
+    let (transfer_id, data_port, have, cap) = match link.rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(Inbound::Sess(Session::Accept {
+            transfer_id,
+            data_port,
+            have,
+            rate_cap_bps,
+            ..
+        })) => (transfer_id, data_port, have, rate_cap_bps),
+        Ok(Inbound::Sess(Session::Refuse { error })) => {
+            return Err(XferError::Refused(format!("the daemon refused: {error}")))
+        }
+        Ok(Inbound::Closed(why)) => return Err(failed!("{why}")),
+        Ok(other) => return Err(failed!("unexpected answer from the daemon: {other:?}")),
+        Err(_) => return Err(failed!("the daemon did not answer the request within 60 s")),
+    };
+    let rate = match (cap, rate.mode) {
+        (Some(c), RateMode::Fixed { bps }) => RateConfig {
+            mode: RateMode::Fixed { bps: bps.min(c) },
+            ..rate
+        },
+        (Some(c), RateMode::Auto { initial_bps, max_bps }) => RateConfig {
+            mode: RateMode::Auto {
+                initial_bps: initial_bps.min(c),
+                max_bps: max_bps.min(c),
+            },
+            ..rate
+        },
+        (None, _) => rate,
+    };
+    let params = SendParams {
+        transfer_id,
+        secret,
+        options,
+        rate,
+        dest: SocketAddr::new(peer.ip(), data_port),
+        dead_timeout: cfg.dead_timeout,
+        commit_timeout: Duration::from_secs(600),
+    };
+    let out = send::run_sender(&link, Arc::new(set), &have, &params, progress, stop);
+    link.close();
+    out
+}
+
+/// Pulls `sources` (`ROOT/path` on the daemon, files or directories) into the local directory `into`.
+/// Returns when every file is verified and synced under its final name here.
+pub fn pull(
+    cfg: &ClientConfig,
+    sources: &[String],
+    into: &std::path::Path,
+    options: Options,
+    progress: &Progress,
+    stop: &AtomicBool,
+) -> Result<crate::recv::RecvOutcome, XferError> {
+    if !into.is_dir() {
+        return Err(XferError::Usage(format!("{}: not a directory", into.display())));
+    }
+    let conn = connect(cfg)?;
+    let (secret, peer) = (conn.secret, conn.peer);
+    let mut ucfg = vlbiflow_udp::UdpConfig::receiver(SocketAddr::new(
+        match peer.ip() {
+            std::net::IpAddr::V4(_) => std::net::Ipv4Addr::UNSPECIFIED.into(),
+            std::net::IpAddr::V6(_) => std::net::Ipv6Addr::UNSPECIFIED.into(),
+        },
+        0,
+    ));
+    ucfg.recv_buffer = Some(64 << 20);
+    ucfg.gro = true;
+    let (sock, _) = vlbiflow_udp::open_udp(&ucfg).map_err(|e| failed!("data socket: {e}"))?;
+    let data_port = sock.local_addr().map_err(|e| failed!("data socket: {e}"))?.port();
+    let link = Link::start(conn, cfg.dead_timeout + Duration::from_secs(20));
+    link.send_session(&Session::Pull {
+        sources: sources.to_vec(),
+        options: options.clone(),
+        data_port,
+    });
+    progress.set_phase("waiting for the daemon to accept");
+    let (transfer_id, files) = match link.rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(Inbound::Sess(Session::Accept {
+            transfer_id, files, ..
+        })) => (transfer_id, files),
+        Ok(Inbound::Sess(Session::Refuse { error })) => {
+            return Err(XferError::Refused(format!("the daemon refused: {error}")))
+        }
+        Ok(Inbound::Closed(why)) => return Err(failed!("{why}")),
+        Ok(other) => return Err(failed!("unexpected answer from the daemon: {other:?}")),
+        Err(_) => return Err(failed!("the daemon did not answer the request within 60 s")),
+    };
+    let canon = into
+        .canonicalize()
+        .map_err(|e| XferError::Usage(format!("{}: {e}", into.display())))?;
+    let plan = match crate::recv::plan(&canon, &[], &files, &options) {
+        Ok(p) => std::sync::Arc::new(p),
+        Err(e) => {
+            link.send(
+                vlbiflow_xfer_proto::ControlMsg::Abort {
+                    reason: format!("the client cannot take the files: {e}"),
+                }
+                .to_line(),
+            );
+            return Err(XferError::Usage(format!("{}: {e}", into.display())));
+        }
+    };
+    link.send_session(&Session::Ready { have: plan.have() });
+    let params = crate::recv::RecvParams {
+        transfer_id,
+        secret,
+        dead_timeout: cfg.dead_timeout,
+        source: peer.to_string(),
+    };
+    let out = crate::recv::run_receiver(&link, &sock, plan, &params, progress, stop);
+    link.close();
+    out
+}
+
+/// What a relay reported at the end.
+#[derive(Debug, Clone)]
+pub struct RelayOutcome {
+    pub files: Vec<crate::session::Committed>,
+    pub bytes_moved: u64,
+    pub seconds: f64,
+    pub attempts: u32,
+}
+
+/// Asks the daemon of `cfg` to push `sources` (its `ROOT/path`s) to the daemon `to` into `dest`, and follows
+/// its progress (`progress` is filled from its reports; `on_retry` hears of failed attempts).
+#[allow(clippy::too_many_arguments)]
+pub fn relay(
+    cfg: &ClientConfig,
+    sources: &[String],
+    to: &str,
+    dest: &str,
+    options: Options,
+    retries: u32,
+    progress: &Progress,
+    on_retry: &dyn Fn(u32, &str, f64),
+) -> Result<RelayOutcome, XferError> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let conn = connect(cfg)?;
+    let link = Link::start(conn, Duration::from_secs(120));
+    link.send_session(&Session::Relay {
+        peer: to.to_string(),
+        sources: sources.to_vec(),
+        dest: dest.to_string(),
+        options,
+        retries,
+    });
+    match link.rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(Inbound::Sess(Session::Accept { .. })) => {}
+        Ok(Inbound::Sess(Session::Refuse { error })) => {
+            return Err(XferError::Refused(format!("the daemon refused: {error}")))
+        }
+        Ok(Inbound::Closed(why)) => return Err(failed!("{why}")),
+        Ok(other) => return Err(failed!("unexpected answer from the daemon: {other:?}")),
+        Err(_) => return Err(failed!("the daemon did not answer the request within 60 s")),
+    }
+    progress.set_phase("daemon to daemon");
+    let mut attempts = 1;
+    loop {
+        match link.rx.recv_timeout(Duration::from_secs(120)) {
+            Ok(Inbound::Sess(Session::Progress {
+                bytes_total,
+                bytes_verified,
+                bytes_sent,
+                retransmits,
+                rate_bps,
+            })) => {
+                progress.bytes_total.store(bytes_total, Relaxed);
+                progress.bytes_verified.store(bytes_verified, Relaxed);
+                progress.bytes_moved.store(bytes_sent, Relaxed);
+                progress.retransmits.store(retransmits, Relaxed);
+                progress.rate_bps.store(rate_bps as u64, Relaxed);
+            }
+            Ok(Inbound::Sess(Session::Retrying {
+                attempt,
+                error,
+                wait_s,
+            })) => {
+                attempts = attempt + 1;
+                on_retry(attempt, &error, wait_s);
+            }
+            Ok(Inbound::Sess(Session::Result {
+                ok,
+                error,
+                files,
+                bytes_moved,
+                seconds,
+            })) => {
+                link.close();
+                return if ok {
+                    Ok(RelayOutcome {
+                        files,
+                        bytes_moved,
+                        seconds,
+                        attempts,
+                    })
+                } else {
+                    let e = error.unwrap_or_default();
+                    // refusals by the destination daemon stay refusals
+                    if e.contains("refused") || e.contains("key") {
+                        Err(XferError::Refused(e))
+                    } else {
+                        Err(failed!("{e}"))
+                    }
+                };
+            }
+            Ok(Inbound::Closed(why)) => {
+                return Err(failed!(
+                    "{why} (the daemon may still be retrying; see its log and `xfer history` there)"
+                ))
+            }
+            Ok(_) => {}
+            Err(_) => return Err(failed!("no report from the daemon for 120 s")),
+        }
+    }
+}

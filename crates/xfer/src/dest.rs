@@ -1,0 +1,311 @@
+//! Where received files land: only under the daemon's roots. A destination is `ROOT/relative/dir`; each
+//! component is checked (no `..`, `.`, empty or absolute parts) and every directory is opened relative to
+//! its parent with `O_NOFOLLOW | O_DIRECTORY`, so a symbolic link planted under a root cannot lead out of
+//! it. Files are written as `NAME.part`, synced, then renamed to `NAME` (never over an existing file
+//! unless overwriting was asked), with a manifest `NAME.blake3.json` beside them recording the chunk
+//! hashes and the whole-file BLAKE3.
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{self as rfs, AtFlags, Mode, OFlags, RenameFlags};
+use serde::{Deserialize, Serialize};
+
+use crate::error::XferError;
+
+/// Suffix of files being received.
+pub const PART_SUFFIX: &str = ".part";
+/// Suffix of the manifest beside a received file.
+pub const MANIFEST_SUFFIX: &str = ".blake3.json";
+
+/// A directory files may be sent to or taken from.
+#[derive(Debug, Clone)]
+pub struct Root {
+    /// Name clients use (`NAME/...`).
+    pub name: String,
+    /// Canonical path.
+    pub path: PathBuf,
+}
+
+/// The roots of a daemon.
+#[derive(Debug, Clone, Default)]
+pub struct Roots(pub Vec<Root>);
+
+impl Roots {
+    /// Parses `--root` arguments: `NAME=DIR` or `DIR` (named after its last component).
+    pub fn parse(specs: &[String]) -> Result<Roots, XferError> {
+        let mut out: Vec<Root> = Vec::new();
+        for s in specs {
+            let (name, dir) = match s.split_once('=') {
+                Some((n, d)) => (n.to_string(), PathBuf::from(d)),
+                None => {
+                    let p = PathBuf::from(s);
+                    let n = p
+                        .canonicalize()
+                        .ok()
+                        .and_then(|c| c.file_name().and_then(|n| n.to_str()).map(str::to_owned))
+                        .unwrap_or_default();
+                    (n, p)
+                }
+            };
+            if name.is_empty() || split_rel(&name).map(|c| c.len()) != Ok(1) {
+                return Err(XferError::Usage(format!(
+                    "--root {s:?}: the root name must be one plain path component (give NAME=DIR)"
+                )));
+            }
+            let path = dir
+                .canonicalize()
+                .map_err(|e| XferError::Usage(format!("--root {s:?}: {}: {e}", dir.display())))?;
+            if !path.is_dir() {
+                return Err(XferError::Usage(format!(
+                    "--root {s:?}: {} is not a directory",
+                    path.display()
+                )));
+            }
+            if out.iter().any(|r| r.name == name) {
+                return Err(XferError::Usage(format!(
+                    "--root {s:?}: two roots named {name:?}"
+                )));
+            }
+            out.push(Root { name, path });
+        }
+        Ok(Roots(out))
+    }
+
+    /// Names of the roots, for messages.
+    pub fn names(&self) -> String {
+        self.0
+            .iter()
+            .map(|r| r.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// Splits `ROOT/rel/path` into the root and the checked components below it.
+    pub fn resolve(&self, spec: &str) -> Result<(&Root, Vec<String>), String> {
+        let comps = split_rel(spec)?;
+        let root = self.0.iter().find(|r| r.name == comps[0]).ok_or_else(|| {
+            format!(
+                "unknown root {:?} in {spec:?}: this daemon serves {}",
+                comps[0],
+                if self.0.is_empty() {
+                    "no roots".to_string()
+                } else {
+                    self.names()
+                }
+            )
+        })?;
+        Ok((root, comps[1..].to_vec()))
+    }
+}
+
+/// Checks a relative path and splits it into components: no `..`, `.` or empty components, not absolute,
+/// no NUL or backslash.
+pub fn split_rel(p: &str) -> Result<Vec<String>, String> {
+    if p.is_empty() {
+        return Err("empty path".into());
+    }
+    if p.starts_with('/') {
+        return Err(format!("{p:?} is absolute; give ROOT/relative/path"));
+    }
+    if p.contains('\0') || p.contains('\\') {
+        return Err(format!("{p:?} contains NUL or a backslash"));
+    }
+    let comps: Vec<String> = p.trim_end_matches('/').split('/').map(str::to_owned).collect();
+    if comps.iter().any(|c| c == "..") {
+        return Err(format!(
+            "{p:?} contains '..': paths stay inside the daemon's roots"
+        ));
+    }
+    if comps.iter().any(|c| c.is_empty() || c == ".") {
+        return Err(format!("{p:?} has an empty or '.' component"));
+    }
+    Ok(comps)
+}
+
+fn io_err(e: rustix::io::Errno, what: impl std::fmt::Display) -> io::Error {
+    let e = io::Error::from(e);
+    io::Error::new(e.kind(), format!("{what}: {e}"))
+}
+
+/// Opens directory `root/comps...` without following symbolic links at any step below the root, creating
+/// missing directories when `create`.
+pub fn open_dir(root: &Path, comps: &[String], create: bool) -> io::Result<OwnedFd> {
+    let mut fd = rfs::open(
+        root,
+        OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| io_err(e, root.display()))?;
+    let mut shown = root.to_path_buf();
+    for c in comps {
+        shown.push(c);
+        let flags = OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+        let next = match rfs::openat(&fd, c.as_str(), flags, Mode::empty()) {
+            Ok(f) => f,
+            Err(rustix::io::Errno::NOENT) if create => {
+                match rfs::mkdirat(&fd, c.as_str(), Mode::from_raw_mode(0o755)) {
+                    Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+                    Err(e) => return Err(io_err(e, format!("creating {}", shown.display()))),
+                }
+                rfs::openat(&fd, c.as_str(), flags, Mode::empty()).map_err(|e| io_err(e, shown.display()))?
+            }
+            Err(rustix::io::Errno::LOOP) | Err(rustix::io::Errno::NOTDIR) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "{} is a symbolic link or not a directory (links are not followed)",
+                        shown.display()
+                    ),
+                ))
+            }
+            Err(e) => return Err(io_err(e, shown.display())),
+        };
+        fd = next;
+    }
+    Ok(fd)
+}
+
+/// What is at `name` in a directory (symbolic links not followed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Existing {
+    /// Nothing.
+    None,
+    /// A regular file of this size.
+    File(u64),
+    /// Something else (directory, link, device).
+    Other,
+}
+
+/// Looks at `name` in `dir` without following links.
+pub fn existing(dir: &OwnedFd, name: &str) -> io::Result<Existing> {
+    match rfs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => {
+            let ft = rfs::FileType::from_raw_mode(st.st_mode);
+            Ok(if ft == rfs::FileType::RegularFile {
+                Existing::File(st.st_size as u64)
+            } else {
+                Existing::Other
+            })
+        }
+        Err(rustix::io::Errno::NOENT) => Ok(Existing::None),
+        Err(e) => Err(io_err(e, name)),
+    }
+}
+
+/// Opens (creating if needed) `name.part` in `dir` for reading and writing, never through a link.
+pub fn open_part(dir: &OwnedFd, name: &str) -> io::Result<File> {
+    let part = format!("{name}{PART_SUFFIX}");
+    let fd = rfs::openat(
+        dir,
+        part.as_str(),
+        OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o644),
+    )
+    .map_err(|e| io_err(e, &part))?;
+    Ok(File::from(fd))
+}
+
+/// Opens the existing final file `name` in `dir` for reading, never through a link.
+pub fn open_final_ro(dir: &OwnedFd, name: &str) -> io::Result<File> {
+    let fd = rfs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| io_err(e, name))?;
+    Ok(File::from(fd))
+}
+
+/// Renames `name.part` to `name` in `dir` (refusing to replace an existing file unless `overwrite`) and
+/// syncs the directory.
+pub fn commit_part(dir: &OwnedFd, name: &str, overwrite: bool) -> io::Result<()> {
+    let part = format!("{name}{PART_SUFFIX}");
+    let flags = if overwrite {
+        RenameFlags::empty()
+    } else {
+        RenameFlags::NOREPLACE
+    };
+    rfs::renameat_with(dir, part.as_str(), dir, name, flags)
+        .map_err(|e| io_err(e, format!("renaming {part} to {name}")))?;
+    rfs::fsync(dir).map_err(|e| io_err(e, "syncing the directory"))
+}
+
+/// The manifest written beside a received file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// File name (last component).
+    pub name: String,
+    pub size: u64,
+    /// BLAKE3 of the whole file, hex.
+    pub blake3: String,
+    pub chunk_size: u64,
+    /// Chunk hashes (BLAKE3 subtree chaining values; see `vlbiflow_xfer::hash`), hex.
+    pub chunks: Vec<String>,
+    /// Where it came from (the sending host's address) and when it was committed (UTC, RFC 3339).
+    pub source: String,
+    pub committed_utc: String,
+    pub writer: String,
+}
+
+/// Writes `name.blake3.json` in `dir` (temporary file, sync, rename).
+pub fn write_manifest(dir: &OwnedFd, m: &Manifest) -> io::Result<()> {
+    let tmp = format!(".{}{MANIFEST_SUFFIX}.tmp", m.name);
+    let fin = format!("{}{MANIFEST_SUFFIX}", m.name);
+    let fd = rfs::openat(
+        dir,
+        tmp.as_str(),
+        OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o644),
+    )
+    .map_err(|e| io_err(e, &tmp))?;
+    let mut f = File::from(fd);
+    let mut text = serde_json::to_vec_pretty(m).expect("manifest serialises");
+    text.push(b'\n');
+    f.write_all(&text)?;
+    f.sync_data()?;
+    rfs::renameat(dir, tmp.as_str(), dir, fin.as_str()).map_err(|e| io_err(e, &fin))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_stay_inside() {
+        assert!(split_rel("a/../b").unwrap_err().contains(".."));
+        assert!(split_rel("/etc").unwrap_err().contains("absolute"));
+        assert!(split_rel("a//b").is_err());
+        assert_eq!(split_rel("a/b/").unwrap(), ["a", "b"]);
+        let d = tempfile::tempdir().unwrap();
+        let roots = Roots::parse(&[format!("data={}", d.path().display())]).unwrap();
+        assert!(roots.resolve("other/x").unwrap_err().contains("unknown root"));
+        assert_eq!(roots.resolve("data/x/y").unwrap().1, ["x", "y"]);
+    }
+
+    #[test]
+    fn links_are_not_followed_and_nothing_is_replaced() {
+        let d = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(outside.path(), d.path().join("escape")).unwrap();
+        let e = open_dir(d.path(), &["escape".into(), "x".into()], true).unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+        let dir = open_dir(d.path(), &["in".into(), "deep".into()], true).unwrap();
+        let mut f = open_part(&dir, "f").unwrap();
+        f.write_all(b"new").unwrap();
+        std::fs::write(d.path().join("in/deep/f"), b"old").unwrap();
+        assert!(commit_part(&dir, "f", false).is_err());
+        assert_eq!(std::fs::read(d.path().join("in/deep/f")).unwrap(), b"old");
+        commit_part(&dir, "f", true).unwrap();
+        assert_eq!(std::fs::read(d.path().join("in/deep/f")).unwrap(), b"new");
+        assert_eq!(existing(&dir, "f").unwrap(), Existing::File(3));
+        std::os::unix::fs::symlink("/etc/passwd", d.path().join("in/deep/l")).unwrap();
+        assert_eq!(existing(&dir, "l").unwrap(), Existing::Other);
+        assert!(open_part(&dir, "l").is_ok()); // creates l.part, not through l
+        assert!(open_final_ro(&dir, "l").is_err());
+    }
+}

@@ -1,0 +1,32 @@
+//! Errors of the transfer layer, by what the user should do about them (and the exit code the CLI gives).
+
+/// What went wrong, in one sentence naming what and where.
+#[derive(Debug, thiserror::Error)]
+pub enum XferError {
+    /// The request as given cannot work (arguments, local files): exit code 2.
+    #[error("{0}")]
+    Usage(String),
+    /// The peer refused: authentication failed, unknown root, path outside the roots, file exists: exit 3.
+    #[error("{0}")]
+    Refused(String),
+    /// The transfer started but did not complete verified (network, peer died, disk): exit code 1.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl XferError {
+    /// The process exit code for this error.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            XferError::Usage(_) => 2,
+            XferError::Refused(_) => 3,
+            XferError::Failed(_) => 1,
+        }
+    }
+}
+
+/// Shorthand for a [`XferError::Failed`] with a formatted message.
+macro_rules! failed {
+    ($($t:tt)*) => { $crate::error::XferError::Failed(format!($($t)*)) };
+}
+pub(crate) use failed;

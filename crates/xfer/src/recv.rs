@@ -1,0 +1,867 @@
+//! The receiving data plane of one transfer.
+//!
+//! Before anything is accepted, [`plan`] checks the request against the destination without writing:
+//! names, what exists already (a `.part` from an interrupted run is resumed, a complete file of the same
+//! size is re-verified, anything else is refused unless overwriting was asked). Then [`run_receiver`]:
+//! a hashing thread re-reads what is already on disk at disk speed and reports the hash of each complete
+//! chunk (`have`); the data thread receives datagrams in batches (`recvmmsg`, GRO), hands them to the
+//! protocol's [`Receiver`] and writes what it accepts straight to the `.part` file; a verifier thread
+//! hashes each completed chunk as written; a finalizer syncs each finished file, renames it to its final
+//! name and writes its manifest. The sender is told `committed` only when every file is synced.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::net::UdpSocket;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{unbounded, Receiver as ChanRx, Sender as ChanTx};
+use vlbiflow_udp::{BatchReceiver, RecvMeta};
+use vlbiflow_xfer_proto::wire::{derive_data_aead_key, derive_data_key, open_encrypted};
+use vlbiflow_xfer_proto::{ChunkHash, ControlMsg, Event, Receiver, ReceiverConfig, ReceiverStats};
+
+use crate::dest::{self, Existing, Manifest};
+use crate::error::{failed, XferError};
+use crate::hash::{file_hash, ChunkHasher};
+use crate::key::hex;
+use crate::link::{Inbound, Link};
+use crate::progress::Progress;
+use crate::session::{Committed, FileSpec, Have, Options, Session};
+
+/// Where one file of a request goes and what is there already.
+#[derive(Debug)]
+pub struct FilePlan {
+    /// Relative name from the request.
+    pub name: String,
+    pub size: u64,
+    /// Root directory and the components of the file's directory below it.
+    pub root: PathBuf,
+    pub dir: Vec<String>,
+    /// Last component.
+    pub leaf: String,
+    /// What to resume from.
+    pub resume: Resume,
+}
+
+/// What a receiver already holds of a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resume {
+    /// Nothing: start from scratch.
+    Nothing,
+    /// A `.part` holding this many complete chunks.
+    Part(u32),
+    /// The final file exists with the announced size (verified chunk by chunk, never written).
+    Complete(u32),
+}
+
+/// The receiving side's plan for a request.
+#[derive(Debug)]
+pub struct Plan {
+    pub files: Vec<FilePlan>,
+    pub options: Options,
+}
+
+impl Plan {
+    /// What to tell the sender in the accept.
+    pub fn have(&self) -> Vec<Have> {
+        self.files
+            .iter()
+            .enumerate()
+            .filter_map(|(i, f)| match f.resume {
+                Resume::Nothing => None,
+                Resume::Part(c) => Some(Have {
+                    file: i as u32,
+                    chunks: c,
+                    complete: false,
+                }),
+                Resume::Complete(c) => Some(Have {
+                    file: i as u32,
+                    chunks: c,
+                    complete: true,
+                }),
+            })
+            .collect()
+    }
+}
+
+/// Checks a request to write `files` under `root/dir_comps` without writing anything. The error is the
+/// sentence to refuse with.
+pub fn plan(
+    root: &std::path::Path,
+    dir_comps: &[String],
+    files: &[FileSpec],
+    options: &Options,
+) -> Result<Plan, String> {
+    if !crate::hash::valid_chunk_size(options.chunk_size) || options.chunk_size > 1 << 30 {
+        return Err(format!(
+            "chunk size {} is not a power of two between 4 KiB and 1 GiB",
+            options.chunk_size
+        ));
+    }
+    if options.block_size == 0 || options.block_size as usize > vlbiflow_xfer_proto::wire::MAX_PAYLOAD {
+        return Err(format!("block size {} is out of range", options.block_size));
+    }
+    let mut out = Vec::with_capacity(files.len());
+    let mut seen = std::collections::HashSet::new();
+    for f in files {
+        vlbiflow_xfer_proto::wire::validate_name(&f.name).map_err(|e| format!("file {:?}: {e}", f.name))?;
+        if !seen.insert(f.name.as_str()) {
+            return Err(format!("file {:?} is listed twice", f.name));
+        }
+        let comps: Vec<String> = f.name.split('/').map(str::to_owned).collect();
+        let (leaf, sub) = comps.split_last().expect("validated names are not empty");
+        if leaf.ends_with(dest::PART_SUFFIX) || leaf.ends_with(dest::MANIFEST_SUFFIX) {
+            return Err(format!(
+                "file {:?}: names ending in {} or {} are reserved for the receiver's own files",
+                f.name,
+                dest::PART_SUFFIX,
+                dest::MANIFEST_SUFFIX
+            ));
+        }
+        let mut dir = dir_comps.to_vec();
+        dir.extend(sub.iter().cloned());
+        let n_chunks = f.size.div_ceil(options.chunk_size) as u32;
+        // look without creating: a directory that does not exist holds nothing
+        let resume = match dest::open_dir(root, &dir, false) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Resume::Nothing,
+            Err(e) => return Err(format!("destination of {:?}: {e}", f.name)),
+            Ok(dfd) => {
+                let fin = dest::existing(&dfd, leaf).map_err(|e| format!("{:?}: {e}", f.name))?;
+                let part = dest::existing(&dfd, &format!("{leaf}{}", dest::PART_SUFFIX))
+                    .map_err(|e| format!("{:?}: {e}", f.name))?;
+                match (fin, options.overwrite) {
+                    (Existing::Other, _) => {
+                        return Err(format!(
+                            "{}/{leaf} exists and is not a regular file",
+                            dir.join("/")
+                        ))
+                    }
+                    (Existing::File(sz), false) if sz != f.size => {
+                        return Err(format!(
+                            "{}/{leaf} exists with {sz} bytes, not {}; nothing is overwritten unless asked (--overwrite)",
+                            dir.join("/"),
+                            f.size
+                        ))
+                    }
+                    (Existing::File(_), false) => Resume::Complete(n_chunks),
+                    _ => match part {
+                        Existing::File(psz) => {
+                            let full = if psz >= f.size {
+                                n_chunks
+                            } else {
+                                (psz / options.chunk_size) as u32
+                            };
+                            if full > 0 {
+                                Resume::Part(full)
+                            } else {
+                                Resume::Nothing
+                            }
+                        }
+                        Existing::Other => {
+                            return Err(format!(
+                                "{}/{leaf}{} exists and is not a regular file",
+                                dir.join("/"),
+                                dest::PART_SUFFIX
+                            ))
+                        }
+                        Existing::None => Resume::Nothing,
+                    },
+                }
+            }
+        };
+        out.push(FilePlan {
+            name: f.name.clone(),
+            size: f.size,
+            root: root.to_path_buf(),
+            dir,
+            leaf: leaf.clone(),
+            resume,
+        });
+    }
+    Ok(Plan {
+        files: out,
+        options: options.clone(),
+    })
+}
+
+/// Settings of one receiving transfer.
+#[derive(Debug, Clone)]
+pub struct RecvParams {
+    pub transfer_id: u32,
+    pub secret: [u8; 32],
+    /// Nothing from the sender for this long: it is dead.
+    pub dead_timeout: Duration,
+    /// For manifests: who sent it.
+    pub source: String,
+}
+
+/// What a completed receive did.
+#[derive(Debug, Clone)]
+pub struct RecvOutcome {
+    pub committed: Vec<Committed>,
+    pub stats: ReceiverStats,
+    pub bytes_resumed: u64,
+    pub seconds: f64,
+}
+
+struct OpenFile {
+    file: Arc<File>,
+    dir: Arc<OwnedFd>,
+    /// The existing final file, opened read-only: nothing may be written to it.
+    read_only: bool,
+    hashes: Vec<Option<ChunkHash>>,
+    /// Chunks declared from what was on disk (and not found different since).
+    declared: Vec<bool>,
+}
+
+enum Job {
+    Hash {
+        file: u32,
+        chunk: u32,
+        f: Arc<File>,
+        size: u64,
+        offset: u64,
+        len: u64,
+    },
+}
+
+fn verifier(chunk_size: u64, jobs: ChanRx<Job>, out: ChanTx<(u32, u32, Result<ChunkHash, String>)>) {
+    let mut buf = vec![0u8; (8 << 20).min(chunk_size as usize)];
+    while let Ok(Job::Hash {
+        file,
+        chunk,
+        f,
+        size,
+        offset,
+        len,
+    }) = jobs.recv()
+    {
+        let r = hash_range(&f, size, chunk_size, chunk, offset, len, &mut buf);
+        if out.send((file, chunk, r)).is_err() {
+            return;
+        }
+    }
+}
+
+fn hash_range(
+    f: &File,
+    size: u64,
+    chunk_size: u64,
+    chunk: u32,
+    offset: u64,
+    len: u64,
+    buf: &mut [u8],
+) -> Result<ChunkHash, String> {
+    let mut h = ChunkHasher::new(size, chunk_size, chunk as u64);
+    let mut done = 0u64;
+    while done < len {
+        let k = (buf.len() as u64).min(len - done) as usize;
+        f.read_exact_at(&mut buf[..k], offset + done)
+            .map_err(|e| format!("reading back at offset {}: {e}", offset + done))?;
+        h.update(&buf[..k]);
+        done += k as u64;
+    }
+    Ok(h.finish())
+}
+
+/// Hashes what is already on disk (`have` files) in order, storing each hash and reporting it to the sender.
+fn resume_hasher(
+    plan: Arc<Plan>,
+    link_tx: ChanTx<Session>,
+    store: Arc<Mutex<Vec<Vec<Option<ChunkHash>>>>>,
+    stop: Arc<AtomicBool>,
+) -> Result<(), String> {
+    let cs = plan.options.chunk_size;
+    let mut buf = vec![0u8; (8 << 20).min(cs as usize)];
+    for (i, f) in plan.files.iter().enumerate() {
+        let (chunks, name) = match f.resume {
+            Resume::Nothing => continue,
+            Resume::Part(c) => (c, format!("{}{}", f.leaf, dest::PART_SUFFIX)),
+            Resume::Complete(c) => (c, f.leaf.clone()),
+        };
+        let dir = dest::open_dir(&f.root, &f.dir, false).map_err(|e| format!("{}: {e}", f.name))?;
+        let file = dest::open_final_ro(&dir, &name).map_err(|e| format!("{}: {e}", f.name))?;
+        for c in 0..chunks {
+            if stop.load(Relaxed) {
+                return Ok(());
+            }
+            let off = c as u64 * cs;
+            let len = cs.min(f.size - off);
+            let h = hash_range(&file, f.size, cs, c, off, len, &mut buf)
+                .map_err(|e| format!("{}: {e}", f.name))?;
+            store.lock().expect("resume hashes")[i][c as usize] = Some(h);
+            let _ = link_tx.send(Session::Have {
+                file: i as u32,
+                chunk: c,
+                hash: h,
+            });
+        }
+    }
+    let _ = link_tx.send(Session::HaveDone);
+    Ok(())
+}
+
+struct Finalize {
+    file: u32,
+    f: Arc<File>,
+    dir: Arc<OwnedFd>,
+    read_only: bool,
+    hashes: Vec<ChunkHash>,
+    resumed: u64,
+}
+
+/// Runs the receiving side of an accepted request on `sock` until the sender is done and every file is
+/// committed, or until the transfer fails (the `.part` files stay for a resume).
+pub fn run_receiver(
+    link: &Link,
+    sock: &UdpSocket,
+    plan: Arc<Plan>,
+    p: &RecvParams,
+    progress: &Progress,
+    stop: &AtomicBool,
+) -> Result<RecvOutcome, XferError> {
+    let cs = plan.options.chunk_size;
+    let nfiles = plan.files.len();
+    progress
+        .bytes_total
+        .store(plan.files.iter().map(|f| f.size).sum(), Relaxed);
+    progress.files_total.store(nfiles as u64, Relaxed);
+
+    // encrypted transfers are opened (checked and decrypted) before the protocol's receiver sees them
+    let encrypt = plan.options.encrypt;
+    let mut r = Receiver::new(ReceiverConfig {
+        data_key: (!encrypt).then(|| derive_data_key(&p.secret, p.transfer_id)),
+        dead_timeout: p.dead_timeout,
+        max_files: nfiles as u32 + 1,
+        ..ReceiverConfig::default()
+    });
+
+    // resume hashes of what is on disk
+    let store: Arc<Mutex<Vec<Vec<Option<ChunkHash>>>>> = Arc::new(Mutex::new(
+        plan.files
+            .iter()
+            .map(|f| match f.resume {
+                Resume::Nothing => Vec::new(),
+                Resume::Part(c) | Resume::Complete(c) => vec![None; c as usize],
+            })
+            .collect(),
+    ));
+    let hstop = Arc::new(AtomicBool::new(false));
+    let (sess_tx, sess_rx) = unbounded::<Session>();
+    let resumer = if plan.files.iter().any(|f| f.resume != Resume::Nothing) {
+        progress.set_phase("re-verifying what is already here");
+        let (plan, store, hstop) = (plan.clone(), store.clone(), hstop.clone());
+        Some(
+            std::thread::Builder::new()
+                .name("xfer-resume".into())
+                .spawn(move || resume_hasher(plan, sess_tx, store, hstop))
+                .expect("spawn resume hasher"),
+        )
+    } else {
+        drop(sess_tx);
+        None
+    };
+
+    let (job_tx, job_rx) = unbounded::<Job>();
+    let (hres_tx, hres_rx) = unbounded();
+    let ver = std::thread::Builder::new()
+        .name("xfer-verify".into())
+        .spawn(move || verifier(cs, job_rx, hres_tx))
+        .expect("spawn verifier");
+    let (fin_tx, fin_rx) = unbounded::<Finalize>();
+    let (fres_tx, fres_rx) = unbounded::<Result<Committed, String>>();
+    let (overwrite, source) = (plan.options.overwrite, p.source.clone());
+    let fplan = plan.clone();
+    let fin = std::thread::Builder::new()
+        .name("xfer-commit".into())
+        .spawn(move || {
+            while let Ok(j) = fin_rx.recv() {
+                let r = finalize(&fplan, j, overwrite, &source);
+                if fres_tx.send(r).is_err() {
+                    return;
+                }
+            }
+        })
+        .expect("spawn finalizer");
+
+    let aead_key = encrypt.then(|| derive_data_aead_key(&p.secret, p.transfer_id));
+    let result = recv_loop(RecvLoop {
+        aead_key,
+        link,
+        sock,
+        plan: &plan,
+        progress,
+        stop,
+        r: &mut r,
+        store: &store,
+        sess_rx,
+        job_tx: &job_tx,
+        hres_rx: &hres_rx,
+        fin_tx: &fin_tx,
+        fres_rx: &fres_rx,
+    });
+    hstop.store(true, Relaxed);
+    drop(job_tx);
+    drop(fin_tx);
+    let _ = ver.join();
+    let _ = fin.join();
+    if let Some(t) = resumer {
+        match t.join() {
+            Ok(Err(e)) if result.is_ok() => return Err(failed!("{e}")),
+            _ => {}
+        }
+    }
+    result
+}
+
+fn finalize(plan: &Plan, j: Finalize, overwrite: bool, source: &str) -> Result<Committed, String> {
+    let f = &plan.files[j.file as usize];
+    let whole = file_hash(f.size, plan.options.chunk_size, &j.hashes);
+    if !j.read_only {
+        j.f.sync_all().map_err(|e| format!("{}: sync: {e}", f.name))?;
+        dest::commit_part(&j.dir, &f.leaf, overwrite).map_err(|e| format!("{}: {e}", f.name))?;
+    }
+    let m = Manifest {
+        name: f.leaf.clone(),
+        size: f.size,
+        blake3: hex(&whole),
+        chunk_size: plan.options.chunk_size,
+        chunks: j.hashes.iter().map(|h| hex(&h.0)).collect(),
+        source: source.to_string(),
+        committed_utc: crate::daemon::utc_now(),
+        writer: format!("vlbiflow {}", env!("CARGO_PKG_VERSION")),
+    };
+    dest::write_manifest(&j.dir, &m).map_err(|e| format!("{}: manifest: {e}", f.name))?;
+    Ok(Committed {
+        name: f.name.clone(),
+        size: f.size,
+        blake3: hex(&whole),
+        resumed_chunks: j.resumed,
+    })
+}
+
+struct RecvLoop<'a> {
+    aead_key: Option<[u8; 32]>,
+    link: &'a Link,
+    sock: &'a UdpSocket,
+    plan: &'a Plan,
+    progress: &'a Progress,
+    stop: &'a AtomicBool,
+    r: &'a mut Receiver,
+    store: &'a Mutex<Vec<Vec<Option<ChunkHash>>>>,
+    sess_rx: ChanRx<Session>,
+    job_tx: &'a ChanTx<Job>,
+    hres_rx: &'a ChanRx<(u32, u32, Result<ChunkHash, String>)>,
+    fin_tx: &'a ChanTx<Finalize>,
+    fres_rx: &'a ChanRx<Result<Committed, String>>,
+}
+
+const BATCH: usize = 64;
+/// Receive buffer per message: a GRO super-datagram can exceed 64 KiB (8 jumbo segments).
+const BUF: usize = 128 << 10;
+
+fn abort(link: &Link, reason: String) -> XferError {
+    link.send(
+        ControlMsg::Abort {
+            reason: reason.clone(),
+        }
+        .to_line(),
+    );
+    failed!("{reason}")
+}
+
+fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
+    let RecvLoop {
+        aead_key,
+        link,
+        sock,
+        plan,
+        progress,
+        stop,
+        r,
+        store,
+        sess_rx,
+        job_tx,
+        hres_rx,
+        fin_tx,
+        fres_rx,
+    } = d;
+    let cs = plan.options.chunk_size;
+    let nfiles = plan.files.len();
+    let mut files: Vec<Option<OpenFile>> = (0..nfiles).map(|_| None).collect();
+    let mut rx = BatchReceiver::new(BATCH);
+    let mut bufs: Vec<Vec<u8>> = (0..BATCH).map(|_| vec![0u8; BUF]).collect();
+    let mut metas = [RecvMeta::default(); BATCH];
+    let mut moved = 0u64;
+    let mut aead_bad = 0u64;
+    let mut committed: Vec<Option<Committed>> = vec![None; nfiles];
+    let mut n_committed = 0usize;
+    let mut transfer_done = false;
+    let mut started: Option<Instant> = None;
+    let mut bytes_resumed = 0u64;
+    let mut bytes_verified = 0u64;
+    let mut files_done = 0u64;
+    let mut ctl_queue: VecDeque<ControlMsg> = VecDeque::new();
+    let mut sess_open = true;
+    let chunk_len = |f: usize, c: u32| cs.min(plan.files[f].size - c as u64 * cs);
+
+    loop {
+        if stop.load(Relaxed) {
+            return Err(abort(
+                link,
+                "the receiver is shutting down; run the same command again to resume".into(),
+            ));
+        }
+        // resume reports go out in order, before the sender adds the files they concern
+        while sess_open {
+            match sess_rx.try_recv() {
+                Ok(m) => link.send_session(&m),
+                Err(crossbeam_channel::TryRecvError::Empty) => break,
+                Err(crossbeam_channel::TryRecvError::Disconnected) => sess_open = false,
+            }
+        }
+        // control from the sender
+        while let Ok(m) = link.rx.try_recv() {
+            match m {
+                Inbound::Ctl(c) => ctl_queue.push_back(c),
+                Inbound::Sess(s) => {
+                    return Err(abort(
+                        link,
+                        format!("unexpected session message from the sender: {}", s.to_line()),
+                    ))
+                }
+                Inbound::Closed(why) if transfer_done => {
+                    return Err(failed!("{why} before the commit report was sent"));
+                }
+                Inbound::Closed(why) => {
+                    return Err(failed!("{why}; the .part files are kept for a resume"));
+                }
+            }
+        }
+        let now = Instant::now();
+        while let Some(c) = ctl_queue.pop_front() {
+            r.handle_control(now, c);
+            // open files before any datagram of them is handled
+            handle_events(
+                r,
+                plan,
+                &mut files,
+                store,
+                job_tx,
+                fin_tx,
+                link,
+                progress,
+                &mut Counters {
+                    bytes_resumed: &mut bytes_resumed,
+                    bytes_verified: &mut bytes_verified,
+                    files_done: &mut files_done,
+                    transfer_done: &mut transfer_done,
+                    chunk_len: &chunk_len,
+                },
+            )?;
+        }
+        // data
+        let timeout = r
+            .poll_timeout()
+            .map_or(Duration::from_millis(5), |t| {
+                t.saturating_duration_since(Instant::now())
+            })
+            .min(Duration::from_millis(2));
+        let batch = rx
+            .recv(sock, bufs.iter_mut().map(|b| &mut b[..]), timeout)
+            .map_err(|e| abort(link, format!("data socket: {e}")))?;
+        let n = batch.len();
+        metas[..n].copy_from_slice(batch.messages());
+        let now = Instant::now();
+        for (i, m) in metas[..n].iter().enumerate() {
+            let seg = m.segment_size().max(1);
+            let len = m.len.min(bufs[i].len());
+            for dgram in bufs[i][..len].chunks_mut(seg) {
+                if let Some(k) = &aead_key {
+                    if open_encrypted(k, dgram).is_err() {
+                        aead_bad += 1;
+                        continue;
+                    }
+                }
+                if let Some(dl) = r.handle_datagram(now, dgram) {
+                    started.get_or_insert(now);
+                    let Some(of) = files[dl.file as usize].as_ref() else {
+                        return Err(abort(
+                            link,
+                            format!("data for file {} before it was opened", dl.file),
+                        ));
+                    };
+                    if of.read_only {
+                        let f = &plan.files[dl.file as usize];
+                        return Err(abort(
+                            link,
+                            format!(
+                                "{} exists at the destination with different content; nothing is overwritten unless asked (--overwrite)",
+                                f.name
+                            ),
+                        ));
+                    }
+                    moved += dl.data.len() as u64;
+                    if let Err(e) = of.file.write_all_at(dl.data, dl.offset) {
+                        let f = &plan.files[dl.file as usize];
+                        return Err(abort(link, format!("writing {}: {e}", f.name)));
+                    }
+                }
+            }
+        }
+        let now = Instant::now();
+        if r.poll_timeout().is_some_and(|t| t <= now) {
+            r.handle_timeout(now);
+        }
+        // verifier results
+        while let Ok((file, chunk, h)) = hres_rx.try_recv() {
+            match h {
+                Ok(h) => {
+                    if let Some(of) = files[file as usize].as_mut() {
+                        of.hashes[chunk as usize] = Some(h);
+                    }
+                    r.chunk_hashed(file, chunk, h);
+                }
+                Err(e) => {
+                    return Err(abort(link, format!("{}: {e}", plan.files[file as usize].name)));
+                }
+            }
+        }
+        handle_events(
+            r,
+            plan,
+            &mut files,
+            store,
+            job_tx,
+            fin_tx,
+            link,
+            progress,
+            &mut Counters {
+                bytes_resumed: &mut bytes_resumed,
+                bytes_verified: &mut bytes_verified,
+                files_done: &mut files_done,
+                transfer_done: &mut transfer_done,
+                chunk_len: &chunk_len,
+            },
+        )?;
+        while let Some(m) = r.poll_control() {
+            link.send(m.to_line());
+        }
+        // commits
+        while let Ok(c) = fres_rx.try_recv() {
+            match c {
+                Ok(c) => {
+                    let i = plan
+                        .files
+                        .iter()
+                        .position(|f| f.name == c.name)
+                        .expect("planned file");
+                    committed[i] = Some(c);
+                    n_committed += 1;
+                }
+                Err(e) => return Err(abort(link, e)),
+            }
+        }
+        let mut st = r.stats();
+        st.bad_tag += aead_bad;
+        progress.bytes_moved.store(moved, Relaxed);
+        progress.datagrams.store(st.delivered, Relaxed);
+        progress.bad_tag.store(st.bad_tag, Relaxed);
+        progress
+            .malformed
+            .store(st.malformed + st.wrong_transfer + st.unknown_file, Relaxed);
+        progress.duplicates.store(st.duplicates, Relaxed);
+        progress.lost.store(st.reported_lost, Relaxed);
+        if transfer_done && n_committed == nfiles {
+            let files: Vec<Committed> = committed.into_iter().map(|c| c.expect("committed")).collect();
+            link.send_session(&Session::Committed { files: files.clone() });
+            return Ok(RecvOutcome {
+                committed: files,
+                stats: st,
+                bytes_resumed,
+                seconds: started.map_or(0.0, |t| t.elapsed().as_secs_f64()),
+            });
+        }
+        if r.is_finished() && !transfer_done {
+            return Err(failed!(
+                "the transfer ended without completing; the .part files are kept for a resume"
+            ));
+        }
+    }
+}
+
+struct Counters<'a> {
+    bytes_resumed: &'a mut u64,
+    bytes_verified: &'a mut u64,
+    files_done: &'a mut u64,
+    transfer_done: &'a mut bool,
+    chunk_len: &'a dyn Fn(usize, u32) -> u64,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn handle_events(
+    r: &mut Receiver,
+    plan: &Plan,
+    files: &mut [Option<OpenFile>],
+    store: &Mutex<Vec<Vec<Option<ChunkHash>>>>,
+    job_tx: &ChanTx<Job>,
+    fin_tx: &ChanTx<Finalize>,
+    link: &Link,
+    progress: &Progress,
+    c: &mut Counters<'_>,
+) -> Result<(), XferError> {
+    let cs = plan.options.chunk_size;
+    while let Some(e) = r.poll_event() {
+        match e {
+            Event::FileAnnounced {
+                file,
+                name,
+                size,
+                chunk_size,
+            } => {
+                let Some(fp) = plan.files.get(file as usize) else {
+                    return Err(abort(link, format!("file {file} ({name:?}) was not in the request")));
+                };
+                if fp.name != name || fp.size != size || chunk_size != cs {
+                    return Err(abort(
+                        link,
+                        format!(
+                            "announce of file {file} ({name:?}, {size} bytes, chunks of {chunk_size}) does not match the request ({:?}, {} bytes, chunks of {cs})",
+                            fp.name, fp.size
+                        ),
+                    ));
+                }
+                progress.set_file(&name);
+                progress.set_phase("receiving");
+                let dir = dest::open_dir(&fp.root, &fp.dir, true)
+                    .map_err(|e| abort(link, format!("destination of {name}: {e}")))?;
+                let (f, read_only) = match fp.resume {
+                    Resume::Complete(_) => (
+                        dest::open_final_ro(&dir, &fp.leaf).map_err(|e| abort(link, format!("{name}: {e}")))?,
+                        true,
+                    ),
+                    _ => {
+                        let f = dest::open_part(&dir, &fp.leaf).map_err(|e| abort(link, format!("{name}: {e}")))?;
+                        // not pre-sized: after an interruption its length tells how far it got
+                        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+                        if len > size {
+                            f.set_len(size).map_err(|e| abort(link, format!("{name}: truncating the .part: {e}")))?;
+                        }
+                        (f, false)
+                    }
+                };
+                let n = size.div_ceil(cs) as usize;
+                let mut of = OpenFile {
+                    file: Arc::new(f),
+                    dir: Arc::new(dir),
+                    read_only,
+                    hashes: vec![None; n],
+                    declared: vec![false; n],
+                };
+                let have = store.lock().expect("resume hashes")[file as usize].clone();
+                for (ci, h) in have.iter().enumerate() {
+                    let Some(h) = h else {
+                        return Err(abort(link, format!("{name}: chunk {ci} was announced before it was re-verified here")));
+                    };
+                    of.hashes[ci] = Some(*h);
+                    of.declared[ci] = r.declare_verified(file, ci as u32, *h);
+                }
+                files[file as usize] = Some(of);
+            }
+            Event::ChunkComplete {
+                file,
+                chunk,
+                offset,
+                len,
+            } => {
+                let of = files[file as usize].as_ref().expect("open file");
+                let _ = job_tx.send(Job::Hash {
+                    file,
+                    chunk,
+                    f: of.file.clone(),
+                    size: plan.files[file as usize].size,
+                    offset,
+                    len,
+                });
+            }
+            Event::ChunkVerified { file, chunk } => {
+                let l = (c.chunk_len)(file as usize, chunk);
+                *c.bytes_verified += l;
+                progress.bytes_verified.store(*c.bytes_verified, Relaxed);
+                let resumed = files[file as usize]
+                    .as_ref()
+                    .is_some_and(|of| of.declared.get(chunk as usize) == Some(&true));
+                if resumed {
+                    *c.bytes_resumed += l;
+                    progress.bytes_resumed.store(*c.bytes_resumed, Relaxed);
+                }
+            }
+            Event::ChunkMismatch { file, chunk } => {
+                let of = files[file as usize].as_mut().expect("open file");
+                of.hashes[chunk as usize] = None;
+                of.declared[chunk as usize] = false;
+                if of.read_only {
+                    return Err(abort(
+                        link,
+                        format!(
+                            "{} exists at the destination with different content (chunk {chunk} differs); nothing is overwritten unless asked (--overwrite)",
+                            plan.files[file as usize].name
+                        ),
+                    ));
+                }
+            }
+            Event::FileDone { file } => {
+                *c.files_done += 1;
+                progress.files_done.store(*c.files_done, Relaxed);
+                // a file of no bytes has no chunks and was never opened: make it now
+                if files[file as usize].is_none() {
+                    let fp = &plan.files[file as usize];
+                    let dir = dest::open_dir(&fp.root, &fp.dir, true)
+                        .map_err(|e| abort(link, format!("destination of {}: {e}", fp.name)))?;
+                    let f = dest::open_part(&dir, &fp.leaf).map_err(|e| abort(link, format!("{}: {e}", fp.name)))?;
+                    f.set_len(0).map_err(|e| abort(link, format!("{}: {e}", fp.name)))?;
+                    files[file as usize] = Some(OpenFile {
+                        file: Arc::new(f),
+                        dir: Arc::new(dir),
+                        read_only: false,
+                        hashes: Vec::new(),
+                        declared: Vec::new(),
+                    });
+                }
+                let of = files[file as usize].as_ref().expect("open file");
+                let hashes: Option<Vec<ChunkHash>> = of.hashes.iter().copied().collect();
+                let Some(hashes) = hashes else {
+                    return Err(abort(link, format!("{}: done without every chunk hash", plan.files[file as usize].name)));
+                };
+                let _ = fin_tx.send(Finalize {
+                    file,
+                    f: of.file.clone(),
+                    dir: of.dir.clone(),
+                    read_only: of.read_only,
+                    hashes,
+                    resumed: of.declared.iter().filter(|d| **d).count() as u64,
+                });
+            }
+            Event::TransferDone => {
+                *c.transfer_done = true;
+                progress.set_phase("syncing and committing");
+            }
+            Event::PeerDead => {
+                return Err(failed!(
+                    "nothing heard from the sender for the dead-peer timeout; the .part files are kept for a resume"
+                ))
+            }
+            Event::Aborted { reason } => {
+                while let Some(m) = r.poll_control() {
+                    link.send(m.to_line());
+                }
+                return Err(failed!("transfer aborted: {reason}"));
+            }
+        }
+    }
+    Ok(())
+}

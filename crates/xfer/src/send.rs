@@ -1,0 +1,542 @@
+//! The sending data plane of one transfer.
+//!
+//! Threads: this one (the data thread) owns the protocol's [`Sender`]: it takes control messages from the
+//! link, asks the sender for datagrams, reads their payload straight into a GSO buffer, seals and sends
+//! them with one `sendmmsg` per batch (UDP GSO: the kernel cuts each message into datagrams), and sleeps
+//! until the sender's next deadline. A hashing thread reads every chunk ahead of the data cursor at disk
+//! speed (which also warms the page cache for the data thread) and hands the hashes over; files the
+//! receiver already holds in part are added to the sender once both sides' hashes of those chunks are
+//! known, so that only chunks that differ or are missing move.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, select, Receiver};
+use vlbiflow_udp::{open_udp, BatchSender, UdpConfig};
+use vlbiflow_xfer_proto::wire::{
+    derive_data_aead_key, derive_data_key, seal_encrypted, HEADER_LEN, MAX_PAYLOAD,
+};
+use vlbiflow_xfer_proto::{ChunkHash, ControlMsg, Event, RateConfig, Sender, SenderConfig, SenderStats};
+
+use crate::error::{failed, XferError};
+use crate::hash::ChunkHasher;
+use crate::link::{Inbound, Link};
+use crate::progress::Progress;
+use crate::session::{Committed, Have, Options, Session};
+use crate::source::{FdCache, SourceSet};
+
+/// Settings of one sending transfer.
+#[derive(Debug, Clone)]
+pub struct SendParams {
+    /// Transfer id (from the accept).
+    pub transfer_id: u32,
+    /// Session secret of the control connection (the datagram key is derived from it).
+    pub secret: [u8; 32],
+    /// Agreed options.
+    pub options: Options,
+    /// Rate control.
+    pub rate: RateConfig,
+    /// Receiver's data address.
+    pub dest: SocketAddr,
+    /// No feedback for this long: the receiver is dead.
+    pub dead_timeout: Duration,
+    /// How long to wait for the receiver's commit report after the last chunk is verified.
+    pub commit_timeout: Duration,
+}
+
+/// What a completed send did.
+#[derive(Debug, Clone)]
+pub struct SendOutcome {
+    /// The receiver's report: each file synced under its final name, with its BLAKE3.
+    pub committed: Vec<Committed>,
+    /// Protocol counters.
+    pub stats: SenderStats,
+    /// Bytes found already at the destination (verified, not moved).
+    pub bytes_resumed: u64,
+    /// Wall time from the first datagram to the commit report.
+    pub seconds: f64,
+    /// Wall time from the first datagram to the last chunk verified (before the receiver's final sync).
+    pub verified_seconds: f64,
+}
+
+/// Bytes the hashing thread may read ahead of the data cursor (it waits beyond).
+const HASH_AHEAD: u64 = 512 << 20;
+/// Datagrams prepared per data-loop round at most (then control and timers get a turn).
+const MAX_ROUND: usize = 256;
+/// GSO messages per `sendmmsg`.
+const GSO_MSGS: usize = 16;
+/// Largest GSO message (kernel limit for a UDP payload).
+const GSO_MAX_BYTES: usize = 65_507;
+
+enum HashMsg {
+    Chunk { file: u32, chunk: u32, hash: ChunkHash },
+    Error(String),
+}
+
+fn hash_thread(
+    set: Arc<SourceSet>,
+    chunk_size: u64,
+    have: Vec<u32>,
+    cursor: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    out: crossbeam_channel::Sender<HashMsg>,
+) {
+    let mut fds = FdCache::default();
+    let mut buf = vec![0u8; (8 << 20).min(chunk_size as usize)];
+    let mut global = 0u64;
+    for (fi, f) in set.files.iter().enumerate() {
+        let n = f.size.div_ceil(chunk_size);
+        for c in 0..n {
+            let start = c * chunk_size;
+            let len = chunk_size.min(f.size - start);
+            let resuming = (c as u32) < have.get(fi).copied().unwrap_or(0);
+            // stay near the data cursor so the page cache still holds what the data thread reads
+            while !resuming && global > cursor.load(Relaxed) + HASH_AHEAD {
+                if stop.load(Relaxed) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            if stop.load(Relaxed) {
+                return;
+            }
+            let mut h = ChunkHasher::new(f.size, chunk_size, c);
+            let mut done = 0u64;
+            while done < len {
+                let k = (buf.len() as u64).min(len - done) as usize;
+                if let Err(e) = set.read_at(&mut fds, fi, start + done, &mut buf[..k]) {
+                    let _ = out.send(HashMsg::Error(format!("reading {}: {e}", f.name)));
+                    return;
+                }
+                h.update(&buf[..k]);
+                done += k as u64;
+            }
+            global += len;
+            let m = HashMsg::Chunk {
+                file: fi as u32,
+                chunk: c as u32,
+                hash: h.finish(),
+            };
+            if out.send(m).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// A buffer of GSO messages being assembled.
+struct GsoBuf {
+    buf: Vec<u8>,
+    /// (start, len, segment size) of each message.
+    msgs: Vec<(usize, usize, usize)>,
+}
+
+impl GsoBuf {
+    fn new() -> Self {
+        GsoBuf {
+            buf: vec![0u8; GSO_MSGS * GSO_MAX_BYTES],
+            msgs: Vec::with_capacity(GSO_MSGS),
+        }
+    }
+    /// Room for one more datagram of `len` bytes (in the current message or a new one)?
+    fn has_room(&self, len: usize) -> bool {
+        match self.msgs.last() {
+            Some(&(_, l, seg)) if seg == len && l + len <= GSO_MAX_BYTES && (l / seg) < 64 => true,
+            _ => self.msgs.len() < GSO_MSGS,
+        }
+    }
+    /// Space for the next datagram of `len` bytes.
+    fn slot(&mut self, len: usize) -> &mut [u8] {
+        let extend = matches!(self.msgs.last(), Some(&(_, l, seg)) if seg == len && l + len <= GSO_MAX_BYTES && (l / seg) < 64);
+        if extend {
+            let m = self.msgs.last_mut().expect("a message");
+            m.1 += len;
+        } else {
+            let start = self.msgs.len() * GSO_MAX_BYTES;
+            self.msgs.push((start, len, len));
+        }
+        let (start, l, _) = *self.msgs.last().expect("a message");
+        &mut self.buf[start + l - len..start + l]
+    }
+    fn flush(&mut self, tx: &mut BatchSender, sock: &UdpSocket, errors: &mut u64) {
+        if self.msgs.is_empty() {
+            return;
+        }
+        {
+            let mut batch = tx.batch();
+            for &(start, len, seg) in &self.msgs {
+                let data = &self.buf[start..start + len];
+                let ok = if len == seg {
+                    batch.push(&[data])
+                } else {
+                    batch.push_gso(&[data], seg as u16).unwrap_or(false)
+                };
+                debug_assert!(ok);
+            }
+            if batch.flush(sock).is_err() {
+                // lost datagrams are reported by the receiver and sent again
+                *errors += 1;
+            }
+        }
+        self.msgs.clear();
+    }
+}
+
+/// Runs the sending side until every chunk is verified and the receiver reports the files committed.
+/// `have` is what the receiver holds already (from its accept). On failure the receiver keeps what it
+/// verified, and the same command resumes.
+pub fn run_sender(
+    link: &Link,
+    set: Arc<SourceSet>,
+    have: &[Have],
+    p: &SendParams,
+    progress: &Progress,
+    stop: &AtomicBool,
+) -> Result<SendOutcome, XferError> {
+    let chunk_size = p.options.chunk_size;
+    let nfiles = set.files.len();
+    let mut have_chunks = vec![0u32; nfiles];
+    for h in have {
+        if let Some(x) = have_chunks.get_mut(h.file as usize) {
+            *x = h.chunks;
+        }
+    }
+    progress.bytes_total.store(set.total_bytes(), Relaxed);
+    progress.files_total.store(nfiles as u64, Relaxed);
+
+    let mut cfg = UdpConfig::sender(p.dest);
+    cfg.send_buffer = Some(16 << 20);
+    cfg.write_timeout = Some(Duration::from_millis(200));
+    let (sock, _report) = open_udp(&cfg).map_err(|e| failed!("data socket to {}: {e}", p.dest))?;
+    let mut tx = BatchSender::new(GSO_MSGS);
+
+    let mut sc = SenderConfig::new(p.transfer_id, p.rate);
+    sc.block_size = p.options.block_size;
+    sc.chunk_size = chunk_size;
+    // authenticated (keyed BLAKE3 tag, sealed by the protocol's sender) or encrypted (AEAD, sealed here)
+    sc.data_key = (!p.options.encrypt).then(|| derive_data_key(&p.secret, p.transfer_id));
+    sc.dead_timeout = p.dead_timeout;
+    sc.max_burst = 32;
+    let mut s = Sender::new(sc);
+
+    let cursor = Arc::new(AtomicU64::new(0));
+    let hstop = Arc::new(AtomicBool::new(false));
+    let (htx, hrx) = bounded::<HashMsg>(4096);
+    let hasher = {
+        let (set, cursor, hstop, have) = (set.clone(), cursor.clone(), hstop.clone(), have_chunks.clone());
+        std::thread::Builder::new()
+            .name("xfer-hash".into())
+            .spawn(move || hash_thread(set, chunk_size, have, cursor, hstop, htx))
+            .expect("spawn hasher")
+    };
+    let result = data_loop(DataLoop {
+        link,
+        set: &set,
+        p,
+        progress,
+        stop,
+        s: &mut s,
+        sock: &sock,
+        tx: &mut tx,
+        hrx: &hrx,
+        cursor: &cursor,
+        have_chunks: &have_chunks,
+    });
+    hstop.store(true, Relaxed);
+    drop(hrx);
+    let _ = hasher.join();
+    result
+}
+
+struct DataLoop<'a> {
+    link: &'a Link,
+    set: &'a SourceSet,
+    p: &'a SendParams,
+    progress: &'a Progress,
+    stop: &'a AtomicBool,
+    s: &'a mut Sender,
+    sock: &'a UdpSocket,
+    tx: &'a mut BatchSender,
+    hrx: &'a Receiver<HashMsg>,
+    cursor: &'a AtomicU64,
+    have_chunks: &'a [u32],
+}
+
+fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
+    let DataLoop {
+        link,
+        set,
+        p,
+        progress,
+        stop,
+        s,
+        sock,
+        tx,
+        hrx,
+        cursor,
+        have_chunks,
+    } = d;
+    let chunk_size = p.options.chunk_size;
+    let nfiles = set.files.len();
+    let aead_key = p
+        .options
+        .encrypt
+        .then(|| derive_data_aead_key(&p.secret, p.transfer_id));
+    let file_start: Vec<u64> = set
+        .files
+        .iter()
+        .scan(0u64, |acc, f| {
+            let s = *acc;
+            *acc += f.size;
+            Some(s)
+        })
+        .collect();
+    let chunks_of = |f: usize| set.files[f].size.div_ceil(chunk_size) as usize;
+    let chunk_len = |f: usize, c: u32| chunk_size.min(set.files[f].size - c as u64 * chunk_size);
+    let mut own: Vec<Vec<Option<ChunkHash>>> = (0..nfiles).map(|f| vec![None; chunks_of(f)]).collect();
+    let mut theirs: Vec<Vec<Option<ChunkHash>>> = (0..nfiles)
+        .map(|f| vec![None; (have_chunks[f] as usize).min(chunks_of(f))])
+        .collect();
+    let mut held: Vec<Vec<bool>> = vec![Vec::new(); nfiles];
+    let mut have_done = have_chunks.iter().all(|&c| c == 0);
+    let mut added = 0usize;
+    let mut closed = false;
+    let mut fds = FdCache::default();
+    let mut gso = GsoBuf::new();
+    let mut send_errors = 0u64;
+    let mut started: Option<Instant> = None;
+    let mut done_at: Option<Instant> = None;
+    let mut committed: Option<Vec<Committed>> = None;
+    let mut link_closed = false;
+    let mut bytes_resumed = 0u64;
+    let mut files_done = 0u64;
+    let max_dgram = HEADER_LEN + (p.options.block_size as usize).min(MAX_PAYLOAD);
+    if nfiles > 0 {
+        progress.set_phase(if have_done {
+            "sending"
+        } else {
+            "comparing what the receiver holds"
+        });
+    }
+
+    loop {
+        if stop.load(Relaxed) {
+            s.abort("stopped by the user".into());
+            while let Some(m) = s.poll_control() {
+                link.send(m.to_line());
+            }
+            return Err(failed!(
+                "stopped; the receiver keeps what was verified, run the same command to resume"
+            ));
+        }
+        let now = Instant::now();
+        // files become ready once the resume comparison of their held range is complete
+        while added < nfiles {
+            let f = added;
+            let hc = theirs[f].len();
+            let ready = (0..hc).all(|c| own[f][c].is_some() && (theirs[f][c].is_some() || have_done));
+            if !ready {
+                break;
+            }
+            let h: Vec<bool> = (0..hc)
+                .map(|c| theirs[f][c].is_some() && theirs[f][c] == own[f][c])
+                .collect();
+            let vf = &set.files[f];
+            s.add_file_held(&vf.name, vf.size, own[f].clone(), h.clone())
+                .map_err(|e| failed!("{}: {e}", vf.name))?;
+            held[f] = h;
+            added += 1;
+        }
+        if added == nfiles && !closed {
+            s.close();
+            closed = true;
+            progress.set_phase("sending");
+        }
+
+        // datagrams
+        let mut n = 0;
+        while n < MAX_ROUND {
+            if !gso.has_room(max_dgram) {
+                gso.flush(tx, sock, &mut send_errors);
+            }
+            let Some(t) = s.poll_transmit(now) else { break };
+            started.get_or_insert(now);
+            let len = t.datagram_len();
+            let h = t.header;
+            let slot = gso.slot(len);
+            t.emit_header(slot);
+            if let Err(e) = set.read_at(&mut fds, h.file as usize, h.offset, &mut slot[HEADER_LEN..]) {
+                s.abort(format!("the sender cannot read its data: {e}"));
+                break;
+            }
+            match &aead_key {
+                Some(k) => seal_encrypted(k, slot),
+                None => s.seal(slot),
+            }
+            if !h.retransmit {
+                cursor.fetch_max(file_start[h.file as usize] + h.offset + h.len as u64, Relaxed);
+            }
+            n += 1;
+        }
+        gso.flush(tx, sock, &mut send_errors);
+
+        // control and events
+        while let Some(m) = s.poll_control() {
+            link.send(m.to_line());
+        }
+        while let Some(e) = s.poll_event() {
+            match e {
+                Event::ChunkVerified { file, chunk } => {
+                    let l = chunk_len(file as usize, chunk);
+                    progress.bytes_verified.fetch_add(l, Relaxed);
+                    if held[file as usize].get(chunk as usize) == Some(&true) {
+                        bytes_resumed += l;
+                        progress.bytes_resumed.fetch_add(l, Relaxed);
+                    }
+                }
+                Event::FileDone { file } => {
+                    files_done += 1;
+                    progress.files_done.store(files_done, Relaxed);
+                    if let Some(next) = set.files.get(file as usize + 1) {
+                        progress.set_file(&next.name);
+                    }
+                }
+                Event::TransferDone => {
+                    done_at = Some(Instant::now());
+                    progress.set_phase("waiting for the receiver to sync and commit");
+                }
+                Event::PeerDead => {
+                    return Err(failed!(
+                        "no feedback from the receiver for {:?}: it is gone or unreachable; verified chunks are kept, run the same command to resume",
+                        p.dead_timeout
+                    ))
+                }
+                Event::Aborted { reason } => {
+                    while let Some(m) = s.poll_control() {
+                        link.send(m.to_line());
+                    }
+                    return Err(failed!("transfer aborted: {reason}"));
+                }
+                _ => {}
+            }
+        }
+        let st = s.stats();
+        progress.bytes_moved.store(st.bytes, Relaxed);
+        progress.datagrams.store(st.datagrams, Relaxed);
+        progress.retransmits.store(st.retransmits, Relaxed);
+        progress.lost.store(st.reported_lost + st.tail_lost, Relaxed);
+        progress.chunk_resends.store(st.chunk_resends, Relaxed);
+        progress
+            .rate_bps
+            .store(s.rate().pacing_rate() as u64 * 8, Relaxed);
+        if let Some(r) = s.rate().min_rtt() {
+            progress.min_rtt_us.store(r.as_micros() as u64, Relaxed);
+        }
+        if let Some(c) = &committed {
+            if done_at.is_none() {
+                if link_closed && link.rx.is_empty() {
+                    return Err(failed!(
+                        "the receiver reported a commit before every chunk was verified here"
+                    ));
+                }
+            } else {
+                return Ok(SendOutcome {
+                    committed: c.clone(),
+                    stats: st,
+                    bytes_resumed,
+                    seconds: started.map_or(0.0, |t| t.elapsed().as_secs_f64()),
+                    verified_seconds: match (started, done_at) {
+                        (Some(a), Some(b)) => b.saturating_duration_since(a).as_secs_f64(),
+                        _ => 0.0,
+                    },
+                });
+            }
+        }
+        if let Some(d) = done_at {
+            if d.elapsed() > p.commit_timeout {
+                return Err(failed!(
+                    "every chunk was verified, but the receiver did not report the files synced and renamed within {:?}",
+                    p.commit_timeout
+                ));
+            }
+        }
+
+        // wait for the next deadline, a control message or a hash
+        let deadline = s.poll_timeout();
+        let wait = match deadline {
+            Some(t) => t.saturating_duration_since(Instant::now()),
+            None => Duration::from_millis(100),
+        };
+        let mut handle = |m: Inbound, s: &mut Sender| -> Result<(), XferError> {
+            match m {
+                Inbound::Ctl(c) => {
+                    if let ControlMsg::Abort { reason } = &c {
+                        return Err(failed!("the receiver aborted: {reason}"));
+                    }
+                    s.handle_control(Instant::now(), c)
+                }
+                Inbound::Sess(Session::Have { file, chunk, hash }) => {
+                    if let Some(slot) = theirs
+                        .get_mut(file as usize)
+                        .and_then(|v| v.get_mut(chunk as usize))
+                    {
+                        *slot = Some(hash);
+                    }
+                }
+                Inbound::Sess(Session::HaveDone) => {
+                    have_done = true;
+                }
+                Inbound::Sess(Session::Committed { files }) => {
+                    // checked against the sender's own verdict below, after pending events
+                    committed = Some(files);
+                }
+                Inbound::Sess(other) => {
+                    return Err(failed!(
+                        "unexpected message from the receiver: {}",
+                        other.to_line()
+                    ))
+                }
+                Inbound::Closed(_) if committed.is_some() => link_closed = true,
+                Inbound::Closed(why) => {
+                    return Err(failed!(
+                        "{why}; verified chunks are kept at the receiver, run the same command to resume"
+                    ))
+                }
+            }
+            Ok(())
+        };
+        let mut hash_msg = |m: HashMsg, s: &mut Sender| -> Result<(), XferError> {
+            match m {
+                HashMsg::Chunk { file, chunk, hash } => {
+                    own[file as usize][chunk as usize] = Some(hash);
+                    if (file as usize) < added {
+                        s.set_chunk_hash(file, chunk, hash);
+                    }
+                    Ok(())
+                }
+                HashMsg::Error(e) => Err(failed!("{e}")),
+            }
+        };
+        // Never spin: sleeping at least a quarter millisecond lets the sender's pacing catch up by up to
+        // one burst on waking, which then leaves in one GSO batch (spinning per datagram cost a core).
+        let w = wait.clamp(Duration::from_micros(250), Duration::from_millis(50));
+        select! {
+            recv(link.rx) -> m => if let Ok(m) = m { handle(m, s)? },
+            recv(hrx) -> m => if let Ok(m) = m { hash_msg(m, s)? },
+            default(w) => {},
+        }
+        // drain whatever else is waiting
+        while let Ok(m) = link.rx.try_recv() {
+            handle(m, s)?;
+        }
+        while let Ok(m) = hrx.try_recv() {
+            hash_msg(m, s)?;
+        }
+        let now = Instant::now();
+        if s.poll_timeout().is_some_and(|t| t <= now) {
+            s.handle_timeout(now);
+        }
+    }
+}

@@ -1,0 +1,174 @@
+//! Session messages: what a client asks of a daemon and what comes back, around the protocol's own control
+//! messages (`vlbiflow_xfer_proto::ControlMsg`). One JSON object per line, tagged by `"op"` (protocol
+//! messages are tagged by `"type"`, so the two never collide on one connection).
+//!
+//! A push: the client sends `push` (destination, files, options); the daemon answers `accept` (transfer
+//! id, data port, what it already holds of each file) or `refuse` (one sentence); when it holds data it
+//! streams `have` (the hash of each complete chunk already on its disk, re-read at disk speed) and
+//! `have_done`; then the protocol runs; at the end the receiver reports `committed` (each file synced and
+//! renamed, with its BLAKE3 hash) and the client exits 0 only after that line.
+
+use serde::{Deserialize, Serialize};
+use vlbiflow_xfer_proto::ChunkHash;
+
+/// One file of a request: its relative name at the destination and its size.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileSpec {
+    pub name: String,
+    pub size: u64,
+}
+
+/// Transfer options both ends must agree on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Options {
+    /// Chunk size (a power of two, 4 KiB .. 1 GiB).
+    pub chunk_size: u64,
+    /// Payload bytes per datagram.
+    pub block_size: u32,
+    /// Replace existing files.
+    pub overwrite: bool,
+    /// Encrypt data datagrams (ChaCha20-Poly1305) instead of only authenticating them.
+    pub encrypt: bool,
+    /// Rate ceiling asked for, bits/s on the wire (`None`: automatic).
+    pub rate_bps: Option<f64>,
+}
+
+/// What a receiver already holds of a file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Have {
+    /// File index in the request.
+    pub file: u32,
+    /// Complete chunks on disk (from the start of the file) that it will hash and report.
+    pub chunks: u32,
+    /// The data is the final file itself (complete from an earlier run), not a `.part`.
+    pub complete: bool,
+}
+
+/// A file as committed by the receiver.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Committed {
+    pub name: String,
+    pub size: u64,
+    /// BLAKE3 of the whole file, hex (equal to `b3sum` of it).
+    pub blake3: String,
+    /// Chunks found already on disk and verified (not moved).
+    pub resumed_chunks: u64,
+}
+
+/// A session message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Session {
+    /// Client -> daemon: receive these files into `dest` (`ROOT/relative/dir`).
+    Push {
+        dest: String,
+        files: Vec<FileSpec>,
+        options: Options,
+    },
+    /// Client -> daemon: send these sources (`ROOT/relative/path`, files or directories) to the client's
+    /// UDP port `data_port`.
+    Pull {
+        sources: Vec<String>,
+        options: Options,
+        data_port: u16,
+    },
+    /// Client -> daemon: push these sources of yours to the daemon at `peer` into its `dest`, retrying
+    /// failed attempts up to `retries` times with exponential backoff (each retry resumes).
+    Relay {
+        peer: String,
+        sources: Vec<String>,
+        dest: String,
+        options: Options,
+        retries: u32,
+    },
+    /// Daemon -> client: request accepted.
+    Accept {
+        transfer_id: u32,
+        data_port: u16,
+        have: Vec<Have>,
+        /// Pull: the files that will come (the client is the receiver).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        files: Vec<FileSpec>,
+        /// The daemon's rate ceiling for this transfer, bits/s on the wire.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rate_cap_bps: Option<f64>,
+    },
+    /// Daemon -> client: request refused; nothing was written.
+    Refuse { error: String },
+    /// Client -> daemon (pull): what the client already holds of the files in the accept; `have` lines
+    /// follow as for a push.
+    Ready { have: Vec<Have> },
+    /// Receiver -> sender: the hash of a complete chunk already on the receiver's disk.
+    Have { file: u32, chunk: u32, hash: ChunkHash },
+    /// Receiver -> sender: every `have` has been sent.
+    HaveDone,
+    /// Receiver -> sender: every file is synced under its final name.
+    Committed { files: Vec<Committed> },
+    /// Daemon -> client of a relay: progress of the daemon-to-daemon transfer.
+    Progress {
+        bytes_total: u64,
+        bytes_verified: u64,
+        bytes_sent: u64,
+        retransmits: u64,
+        rate_bps: f64,
+    },
+    /// Daemon -> client of a relay: an attempt failed and will be retried.
+    Retrying {
+        attempt: u32,
+        error: String,
+        wait_s: f64,
+    },
+    /// Daemon -> client of a relay: the result.
+    Result {
+        ok: bool,
+        error: Option<String>,
+        files: Vec<Committed>,
+        bytes_moved: u64,
+        seconds: f64,
+    },
+}
+
+impl Session {
+    /// One JSON line (no newline).
+    pub fn to_line(&self) -> String {
+        serde_json::to_string(self).expect("session messages serialise")
+    }
+    /// Parses a session line.
+    pub fn parse(line: &str) -> Result<Session, String> {
+        serde_json::from_str(line).map_err(|e| format!("session message: {e}"))
+    }
+    /// Whether a line is a session message (rather than a protocol control message).
+    pub fn is_session_line(line: &str) -> bool {
+        line.starts_with("{\"op\"")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_tag_first() {
+        let m = Session::Accept {
+            transfer_id: 5,
+            data_port: 4000,
+            have: vec![Have {
+                file: 0,
+                chunks: 3,
+                complete: false,
+            }],
+            files: vec![],
+            rate_cap_bps: None,
+        };
+        let l = m.to_line();
+        assert!(Session::is_session_line(&l), "{l}");
+        assert_eq!(Session::parse(&l).unwrap(), m);
+        let p = vlbiflow_xfer_proto::ControlMsg::Ping.to_line();
+        assert!(!Session::is_session_line(&p));
+        assert!(Session::parse(r#"{"op":"push","dest":"a","files":[],"options":{}}"#).is_err());
+    }
+}

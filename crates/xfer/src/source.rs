@@ -1,0 +1,292 @@
+//! What a sender sends: *virtual files*, each a list of extents of real files. A plain file is one extent;
+//! a Mark6 scan gathered into one VDIF file is the payload of every block in block-number order across the
+//! disks (block headers left out), so it is sent in place without a gather step; a FlexBuff chunk, a
+//! Mark6 disk file or any plain file is one extent of itself.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use crate::error::XferError;
+
+/// A byte range of a real file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Extent {
+    /// Index into [`SourceSet::paths`].
+    pub path: usize,
+    /// Offset in that file.
+    pub offset: u64,
+    /// Length.
+    pub len: u64,
+}
+
+/// A file as the receiver will see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VFile {
+    /// Relative name at the destination (validated like the protocol's announce names).
+    pub name: String,
+    /// Size in bytes (sum of the extents).
+    pub size: u64,
+    /// The extents, in order.
+    pub extents: Vec<Extent>,
+    /// Start of each extent in the virtual file.
+    starts: Vec<u64>,
+}
+
+impl VFile {
+    /// A virtual file of `extents`.
+    pub fn new(name: String, extents: Vec<Extent>) -> VFile {
+        let mut starts = Vec::with_capacity(extents.len());
+        let mut size = 0;
+        for e in &extents {
+            starts.push(size);
+            size += e.len;
+        }
+        VFile {
+            name,
+            size,
+            extents,
+            starts,
+        }
+    }
+}
+
+/// The files of one transfer and the real files they are made of.
+#[derive(Debug, Clone, Default)]
+pub struct SourceSet {
+    /// Real files.
+    pub paths: Vec<PathBuf>,
+    /// Virtual files, in sending order.
+    pub files: Vec<VFile>,
+}
+
+/// Open files, at most a bounded number at once.
+#[derive(Default)]
+pub struct FdCache {
+    open: HashMap<usize, File>,
+}
+
+const MAX_OPEN: usize = 256;
+
+impl FdCache {
+    fn get(&mut self, set: &SourceSet, path: usize) -> io::Result<&File> {
+        if !self.open.contains_key(&path) {
+            if self.open.len() >= MAX_OPEN {
+                self.open.clear();
+            }
+            let p = &set.paths[path];
+            let f = File::open(p).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", p.display())))?;
+            self.open.insert(path, f);
+        }
+        Ok(&self.open[&path])
+    }
+}
+
+impl SourceSet {
+    /// Total bytes.
+    pub fn total_bytes(&self) -> u64 {
+        self.files.iter().map(|f| f.size).sum()
+    }
+
+    /// Reads `buf.len()` bytes of virtual file `file` at `offset`.
+    pub fn read_at(&self, fds: &mut FdCache, file: usize, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        let f = &self.files[file];
+        if offset + buf.len() as u64 > f.size {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!(
+                    "{}: read past the end ({} > {})",
+                    f.name,
+                    offset + buf.len() as u64,
+                    f.size
+                ),
+            ));
+        }
+        let mut i = f.starts.partition_point(|&s| s <= offset).saturating_sub(1);
+        let mut done = 0usize;
+        while done < buf.len() {
+            let e = f.extents[i];
+            let within = offset + done as u64 - f.starts[i];
+            let n = ((e.len - within) as usize).min(buf.len() - done);
+            if n > 0 {
+                let file = fds.get(self, e.path)?;
+                file.read_exact_at(&mut buf[done..done + n], e.offset + within)
+                    .map_err(|err| {
+                        io::Error::new(
+                            err.kind(),
+                            format!(
+                                "{} at offset {}: {err}",
+                                self.paths[e.path].display(),
+                                e.offset + within
+                            ),
+                        )
+                    })?;
+            }
+            done += n;
+            i += 1;
+        }
+        Ok(())
+    }
+
+    /// Adds a plain file as one virtual file named `name`.
+    pub fn add_plain(&mut self, name: String, path: PathBuf, size: u64) {
+        let idx = self.paths.len();
+        self.paths.push(path);
+        let extents = if size > 0 {
+            vec![Extent {
+                path: idx,
+                offset: 0,
+                len: size,
+            }]
+        } else {
+            Vec::new()
+        };
+        self.files.push(VFile::new(name, extents));
+    }
+
+    /// Checks names: valid relative paths, no two alike.
+    pub fn check_names(&self) -> Result<(), XferError> {
+        let mut seen = std::collections::HashSet::new();
+        for f in &self.files {
+            vlbiflow_xfer_proto::wire::validate_name(&f.name)
+                .map_err(|e| XferError::Usage(format!("source name {:?}: {e}", f.name)))?;
+            if !seen.insert(f.name.as_str()) {
+                return Err(XferError::Usage(format!(
+                    "two sources would land at the same name {:?}",
+                    f.name
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn base_name(p: &Path) -> Result<String, XferError> {
+    p.file_name()
+        .and_then(|n| n.to_str())
+        .map(str::to_owned)
+        .ok_or_else(|| XferError::Usage(format!("{}: has no usable file name", p.display())))
+}
+
+/// Plain files and directory trees: a file lands under its own name, a directory `d` as `d/...` with every
+/// regular file below it (sorted; symbolic links, special files and a receiver's own `.part` and
+/// `.blake3.json` files are skipped and listed in the second return value).
+pub fn collect_paths(args: &[PathBuf]) -> Result<(SourceSet, Vec<String>), XferError> {
+    let mut set = SourceSet::default();
+    let mut skipped = Vec::new();
+    for a in args {
+        let meta =
+            std::fs::metadata(a).map_err(|e| XferError::Usage(format!("source {}: {e}", a.display())))?;
+        let base = base_name(a)?;
+        if meta.is_file() {
+            set.add_plain(base, a.clone(), meta.len());
+        } else if meta.is_dir() {
+            walk(&mut set, a, &base, &mut skipped)?;
+        } else {
+            return Err(XferError::Usage(format!(
+                "source {}: not a regular file or directory",
+                a.display()
+            )));
+        }
+    }
+    set.check_names()?;
+    Ok((set, skipped))
+}
+
+fn walk(set: &mut SourceSet, dir: &Path, prefix: &str, skipped: &mut Vec<String>) -> Result<(), XferError> {
+    let rd = std::fs::read_dir(dir).map_err(|e| XferError::Usage(format!("{}: {e}", dir.display())))?;
+    let mut entries: Vec<_> = rd
+        .collect::<Result<_, _>>()
+        .map_err(|e| XferError::Usage(format!("{}: {e}", dir.display())))?;
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        let path = e.path();
+        let Some(name) = e.file_name().to_str().map(str::to_owned) else {
+            skipped.push(format!("{} (name is not UTF-8)", path.display()));
+            continue;
+        };
+        let ft = e
+            .file_type()
+            .map_err(|err| XferError::Usage(format!("{}: {err}", path.display())))?;
+        let rel = format!("{prefix}/{name}");
+        if name.ends_with(crate::dest::PART_SUFFIX) || name.ends_with(crate::dest::MANIFEST_SUFFIX) {
+            // a receiver's own files (incomplete data, manifests): the destination makes its own
+            skipped.push(format!("{} (receiver's .part or manifest file)", path.display()));
+            continue;
+        }
+        if ft.is_dir() {
+            walk(set, &path, &rel, skipped)?;
+        } else if ft.is_file() {
+            let len = e
+                .metadata()
+                .map_err(|err| XferError::Usage(format!("{}: {err}", path.display())))?
+                .len();
+            set.add_plain(rel, path, len);
+        } else {
+            skipped.push(format!("{} (symbolic link or special file)", path.display()));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extents_read_across_boundaries() {
+        let d = tempfile::tempdir().unwrap();
+        let a = d.path().join("a");
+        let b = d.path().join("b");
+        std::fs::write(&a, b"0123456789").unwrap();
+        std::fs::write(&b, b"abcdefghij").unwrap();
+        let set = SourceSet {
+            paths: vec![a, b],
+            files: vec![VFile::new(
+                "v".into(),
+                vec![
+                    Extent {
+                        path: 0,
+                        offset: 2,
+                        len: 5,
+                    },
+                    Extent {
+                        path: 1,
+                        offset: 0,
+                        len: 3,
+                    },
+                    Extent {
+                        path: 0,
+                        offset: 9,
+                        len: 1,
+                    },
+                ],
+            )],
+        };
+        assert_eq!(set.files[0].size, 9);
+        let mut fds = FdCache::default();
+        let mut buf = [0u8; 9];
+        set.read_at(&mut fds, 0, 0, &mut buf).unwrap();
+        assert_eq!(&buf, b"23456abc9");
+        let mut buf = [0u8; 4];
+        set.read_at(&mut fds, 0, 4, &mut buf).unwrap();
+        assert_eq!(&buf, b"6abc");
+        assert!(set.read_at(&mut fds, 0, 7, &mut buf).is_err());
+    }
+
+    #[test]
+    fn directories_walk_sorted_and_skip_links() {
+        let d = tempfile::tempdir().unwrap();
+        let top = d.path().join("exp");
+        std::fs::create_dir_all(top.join("z/y")).unwrap();
+        std::fs::write(top.join("b.vdif"), b"x").unwrap();
+        std::fs::write(top.join("z/y/a.vdif"), b"yy").unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", top.join("link")).unwrap();
+        let (set, skipped) = collect_paths(&[top]).unwrap();
+        let names: Vec<_> = set.files.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(names, ["exp/b.vdif", "exp/z/y/a.vdif"]);
+        assert_eq!(skipped.len(), 1);
+    }
+}

@@ -1,0 +1,146 @@
+//! Scans sent in place: a Mark6 scan on four disks (blocks spread out of order, as a recorder's free disk
+//! takes the next block) gathered into one VDIF file at the destination, byte-identical to `vlbiflow
+//! gather`; the same scan as FlexBuff chunks and in its own layout, each readable by the checker there.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+
+use vlbiflow_checker::gather::gather;
+use vlbiflow_checker::locate;
+use vlbiflow_formats::vdif::VdifHeaderRepr;
+use vlbiflow_xfer::client::{self, ClientConfig};
+use vlbiflow_xfer::daemon::{Daemon, ServeConfig};
+use vlbiflow_xfer::dest::Roots;
+use vlbiflow_xfer::scan::{scan_source, Layout};
+use vlbiflow_xfer::session::Options;
+use vlbiflow_xfer::{Key, Progress};
+use vlbiflow_xfer_proto::RateConfig;
+
+const FRAME: usize = 8032;
+
+fn frame(i: u64) -> Vec<u8> {
+    let mut f = vec![0u8; FRAME];
+    VdifHeaderRepr {
+        seconds: 1000 + (i / 1000) as u32,
+        epoch: 48,
+        frame_number: (i % 1000) as u32,
+        version: 1,
+        frame_len: FRAME,
+        bits_per_sample: 2,
+        station_id: VdifHeaderRepr::station_from_str("Xx").unwrap(),
+        ..Default::default()
+    }
+    .emit(&mut f)
+    .unwrap();
+    for (k, b) in f[32..].iter_mut().enumerate() {
+        *b = (i as usize * 31 + k * 7) as u8;
+    }
+    f
+}
+
+/// A Mark6 v2 scan: `n` frames in blocks of `per` frames over four disks, block k on disk (k * 3 + k / 5) % 4.
+fn mark6(root: &Path, scan: &str, n: u64, per: usize) -> Vec<PathBuf> {
+    let block_size = 8 + per * FRAME;
+    let mut files: Vec<Vec<u8>> = (0..4)
+        .map(|_| {
+            let mut h = Vec::new();
+            for v in [0xfeed_6666u32 as i32, 2, block_size as i32, 0, FRAME as i32] {
+                h.extend_from_slice(&v.to_le_bytes());
+            }
+            h
+        })
+        .collect();
+    let frames: Vec<Vec<u8>> = (0..n).map(frame).collect();
+    for (k, c) in frames.chunks(per).enumerate() {
+        let d = (k * 3 + k / 5) % 4;
+        let payload: usize = c.iter().map(|f| f.len()).sum();
+        files[d].extend_from_slice(&(k as i32).to_le_bytes());
+        files[d].extend_from_slice(&((payload + 8) as i32).to_le_bytes());
+        for f in c {
+            files[d].extend_from_slice(f);
+        }
+    }
+    (0..4)
+        .map(|d| {
+            let dir = root.join(format!("d{d}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join(format!("{scan}.vdif")), &files[d]).unwrap();
+            dir
+        })
+        .collect()
+}
+
+fn gathered(scan: &str, disks: &[String]) -> Vec<u8> {
+    let rec = locate(&[scan.to_string()], disks).unwrap();
+    let mut out = Vec::new();
+    let s = gather(&rec, &mut out, |_, _| {}).unwrap();
+    assert!(
+        s.findings
+            .iter()
+            .all(|f| f.severity == vlbiflow_checker::Severity::Info),
+        "{:?}",
+        s.findings
+    );
+    out
+}
+
+#[test]
+fn mark6_scan_gathered_flexbuff_and_same_layout() {
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    let scan = "exp_st_no0001";
+    mark6(src.path(), scan, 3000, 130);
+    let disks = vec![format!("{}/d*", src.path().display())];
+    let want = gathered(scan, &disks);
+    assert_eq!(want.len(), 3000 * FRAME);
+
+    let key = Key([4; 32]);
+    let roots = Roots::parse(&[format!("data={}", dst.path().display())]).unwrap();
+    let d = Daemon::start(ServeConfig::new(
+        "127.0.0.1:0".parse().unwrap(),
+        roots,
+        key.clone(),
+    ))
+    .unwrap();
+    let cfg = ClientConfig::new(d.local_addr().to_string(), key);
+    let o = Options {
+        chunk_size: 1 << 20,
+        block_size: 8192,
+        overwrite: false,
+        encrypt: false,
+        rate_bps: None,
+    };
+    for (layout, dir) in [
+        (Layout::Gather, "g"),
+        (Layout::Flexbuff, "fb"),
+        (Layout::Same, "same"),
+    ] {
+        let (set, info) = scan_source(scan, &disks, layout).unwrap();
+        assert_eq!(info.blocks, 3000usize.div_ceil(130));
+        let out = client::push(
+            &cfg,
+            set,
+            &format!("data/{dir}"),
+            o.clone(),
+            RateConfig::auto(500e6),
+            &Progress::default(),
+            &AtomicBool::new(false),
+        )
+        .unwrap();
+        let got = match layout {
+            Layout::Gather => {
+                let f = dst.path().join(format!("g/{scan}.vdif"));
+                assert_eq!(out.committed[0].blake3, blake3::hash(&want).to_hex().as_str());
+                std::fs::read(f).unwrap()
+            }
+            Layout::Flexbuff => gathered(scan, &[dst.path().join("fb").display().to_string()]),
+            Layout::Same => gathered(scan, &[format!("{}/same/disk*", dst.path().display())]),
+        };
+        assert!(
+            got == want,
+            "{layout:?}: {} bytes, want {}",
+            got.len(),
+            want.len()
+        );
+    }
+}
