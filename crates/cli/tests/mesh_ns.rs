@@ -656,17 +656,20 @@ fn scenario(tag: &str, subnet: u8, archive_target: &str, dir: &Path) -> Outcome 
     }
     // Failures only on C's pairs, only around its absence, each with a reason.
     let mut failed_by_reason: BTreeMap<String, usize> = BTreeMap::new();
-    // A run on a busy host can time out anywhere (this machine is shared): those are counted, and
-    // must stay rare; every other failure is C's.
+    // A run on a busy host can time out anywhere (this machine is shared), and a run that overran its
+    // slot makes the next one on its hosts or links skip for a conflict: those are counted, and must stay
+    // rare; every other failure is C's.
     let mut timeouts_elsewhere = 0;
     for r in rows.iter().filter(|r| r.status == "failed") {
         let reason = r.reason.clone().unwrap_or_default();
         assert!(!reason.is_empty() && r.detail.is_some(), "{r:?}");
         let on_c = r.src == "C" || r.dst == "C";
         let in_absence = r.planned_end >= c_down - 2000 && r.planned_start <= c_up + 4000;
-        if reason == "timed_out" && !(on_c && in_absence) {
+        let overrun =
+            reason == "conflict" && r.detail.as_deref().is_some_and(|d| d.contains("past its slot"));
+        if (reason == "timed_out" || overrun) && !(on_c && in_absence) {
             timeouts_elsewhere += 1;
-            eprintln!("[{tag}] timed out (load): {} {:?}", r.id, r.detail);
+            eprintln!("[{tag}] {reason} (load): {} {:?}", r.id, r.detail);
             continue;
         }
         assert!(
@@ -685,7 +688,7 @@ fn scenario(tag: &str, subnet: u8, archive_target: &str, dir: &Path) -> Outcome 
     );
     assert!(
         timeouts_elsewhere * 20 <= rows.len(),
-        "[{tag}] {timeouts_elsewhere} runs timed out of {}",
+        "[{tag}] {timeouts_elsewhere} runs timed out or overran of {}",
         rows.len()
     );
     // The hub's absence lost nothing: runs in it were reported by their agents, not given up by the hub.
