@@ -20,9 +20,9 @@ cd "$(dirname "$0")/.."
 
 WHAT=${1:-forward}
 EMU_EXTRA=${EMU_EXTRA:-}   # e.g. --realtime (pathemu's forwarding threads SCHED_FIFO)
-# accept only: GEN_OPTS (extra gen options, e.g. "--gso 8": the backend's frames handed to the kernel in
+# accept only: GEN_OPTS (extra gen options, default "--gso 7": the backend's frames handed to the kernel in
 # super-datagrams, which takes most of the simulated backend's CPU off the two cores it shares with the
-# station and the correlator), ACCEPT_RUNS (default "lossy slow"), HOSTILE=0 (no garbage or port scan),
+# station, the emulator and the correlator; a real backend is a machine of its own; GEN_OPTS= for none), ACCEPT_RUNS (default "lossy slow"), HOSTILE=0 (no garbage or port scan),
 # HOSTILE_COUNT (random datagrams per end, default 20000)
 DIR=${2:-/var/tmp/vlbiflow-rt}
 SECS=${3:-${SECS:-}}
@@ -192,7 +192,7 @@ accept_run() { # NAME PATHEMU-ARGS FORWARD-OPTIONS RATE
     local net="10.$((64 + pid % 64)).$(((pid / 64) % 250))"
     local out="$RUN/$name"
     mkdir -p "$out"
-    echo "## $name: pathemu $emuargs; gen $rate 2 threads for $secs s; record on 4 directories --forward udps$fopts"
+    echo "## $name: pathemu $emuargs; gen $rate 2 threads ${GEN_OPTS---gso 7} for $secs s; record on 4 directories --forward udps$fopts"
     # shellcheck disable=SC2086
     "$VLBIFLOW" pathemu --ns-a "$ns_a" --ns-b "$ns_b" --addr-a "$net.1" --addr-b "$net.2" --impair a-b $emuargs \
         --drop-log "$out/drops.csv" --json >"$out/emu.json" 2>"$out/emu.err" &
@@ -226,7 +226,7 @@ accept_run() { # NAME PATHEMU-ARGS FORWARD-OPTIONS RATE
     fi
     # shellcheck disable=SC2086
     ip netns exec "$ns_a" "$VLBIFLOW" gen --dest 127.0.0.1:4001 --psn --threads 2 --rate "$rate" --duration "$secs" \
-        ${GEN_OPTS:-} --json >"$out/gen.json" 2>"$out/gen.err"
+        ${GEN_OPTS---gso 7} --json >"$out/gen.json" 2>"$out/gen.err"
     for p in "${hostile_pids[@]}"; do wait "$p" || true; done
     wait "$recv" || true
     # The recorder has every frame the receiver could get; stop it (Ctrl-C: flush and final metadata). GNU
