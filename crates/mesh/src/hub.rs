@@ -939,23 +939,30 @@ async fn plot_series(
                 ..Default::default()
             })
             .map_err(|e| e.to_string())?;
-        let mut pts: Vec<(Ms, f64)> = rows
-            .iter()
-            .filter_map(|r| {
-                let v = match metric.as_str() {
-                    "throughput_mbps" => r.throughput_mbps,
-                    "loss_percent" => r.loss_percent,
-                    "rtt_ms" => r.rtt_ms,
-                    _ => r.capacity_mbps,
-                };
-                v.map(|v| (r.planned_start, v))
-            })
-            .collect();
-        pts.sort_by_key(|p| p.0);
+        // One series per test: a sweep's loss (at rates above the path's) and a latency test's are
+        // different figures.
+        let mut series: Vec<(String, Vec<(Ms, f64)>)> = Vec::new();
+        for r in &rows {
+            let v = match metric.as_str() {
+                "throughput_mbps" => r.throughput_mbps,
+                "loss_percent" => r.loss_percent,
+                "rtt_ms" => r.rtt_ms,
+                _ => r.capacity_mbps,
+            };
+            let Some(v) = v else { continue };
+            match series.iter_mut().find(|(t, _)| *t == r.test) {
+                Some((_, pts)) => pts.push((r.planned_start, v)),
+                None => series.push((r.test.clone(), vec![(r.planned_start, v)])),
+            }
+        }
+        series.sort_by(|a, b| a.0.cmp(&b.0));
+        for (_, pts) in &mut series {
+            pts.sort_by_key(|p| p.0);
+        }
         Ok(crate::plots::series_svg(
             &format!("{} -> {}: {metric}", q.src, q.dst),
             &metric,
-            &pts,
+            &series,
             now,
         ))
     })

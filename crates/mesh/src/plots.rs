@@ -25,9 +25,19 @@ fn empty(title: &str, why: &str) -> String {
     )
 }
 
-/// A metric over time: (time, value) points, oldest first.
-pub fn series_svg(title: &str, unit: &str, pts: &[(Ms, f64)], now: Ms) -> String {
-    if pts.is_empty() {
+/// Line colours of the series, in order (matplotlib's first four).
+const PALETTE: [RGBColor; 4] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+];
+
+/// A metric over time, one line per test (a sweep's loss and a latency test's loss are different
+/// figures, so they never share a line): `(test name, (time, value) points oldest first)`.
+pub fn series_svg(title: &str, unit: &str, series: &[(String, Vec<(Ms, f64)>)], now: Ms) -> String {
+    let all = || series.iter().flat_map(|(_, pts)| pts.iter());
+    if all().next().is_none() {
         return empty(title, "no results yet");
     }
     ensure_font();
@@ -35,9 +45,10 @@ pub fn series_svg(title: &str, unit: &str, pts: &[(Ms, f64)], now: Ms) -> String
     let r = (|| -> Result<(), String> {
         let root = SVGBackend::with_string(&mut s, (760, 300)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| e.to_string())?;
-        let t0 = pts.first().map(|p| p.0).unwrap_or(now);
-        let span_min = ((now.max(pts.last().unwrap().0) - t0) as f64 / 60_000.0).max(1.0);
-        let ymax = pts.iter().map(|p| p.1).fold(0.0f64, f64::max).max(1e-9) * 1.15;
+        let t0 = all().map(|p| p.0).min().unwrap_or(now);
+        let t1 = now.max(all().map(|p| p.0).max().unwrap_or(now));
+        let span_min = ((t1 - t0) as f64 / 60_000.0).max(1.0);
+        let ymax = all().map(|p| p.1).fold(0.0f64, f64::max).max(1e-9) * 1.15;
         let mut chart = ChartBuilder::on(&root)
             .caption(title, ("sans-serif", 18))
             .margin(10)
@@ -52,17 +63,30 @@ pub fn series_svg(title: &str, unit: &str, pts: &[(Ms, f64)], now: Ms) -> String
             .label_style(("sans-serif", 12))
             .draw()
             .map_err(|e| e.to_string())?;
-        let xy: Vec<(f64, f64)> = pts
-            .iter()
-            .map(|&(t, v)| ((t - now.max(pts.last().unwrap().0)) as f64 / 60_000.0, v))
-            .collect();
-        let blue = RGBColor(31, 119, 180);
-        chart
-            .draw_series(LineSeries::new(xy.iter().copied(), blue.stroke_width(2)))
-            .map_err(|e| e.to_string())?;
-        chart
-            .draw_series(xy.iter().map(|&p| Circle::new(p, 3, blue.filled())))
-            .map_err(|e| e.to_string())?;
+        for (i, (name, pts)) in series.iter().enumerate() {
+            let colour = PALETTE[i % PALETTE.len()];
+            let xy: Vec<(f64, f64)> = pts
+                .iter()
+                .map(|&(t, v)| ((t - t1) as f64 / 60_000.0, v))
+                .collect();
+            chart
+                .draw_series(LineSeries::new(xy.iter().copied(), colour.stroke_width(2)))
+                .map_err(|e| e.to_string())?
+                .label(name.as_str())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], colour.stroke_width(2)));
+            chart
+                .draw_series(xy.iter().map(|&p| Circle::new(p, 3, colour.filled())))
+                .map_err(|e| e.to_string())?;
+        }
+        if series.len() > 1 {
+            chart
+                .configure_series_labels()
+                .background_style(WHITE.mix(0.8))
+                .border_style(BLACK)
+                .label_font(("sans-serif", 12))
+                .draw()
+                .map_err(|e| e.to_string())?;
+        }
         root.present().map_err(|e| e.to_string())
     })();
     match r {
