@@ -312,6 +312,7 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
     let mut link_closed = false;
     let mut bytes_resumed = 0u64;
     let mut files_done = 0u64;
+    let mut hashes_open = true;
     let max_dgram = HEADER_LEN + (p.options.block_size as usize).min(MAX_PAYLOAD);
     if nfiles > 0 {
         progress.set_phase(if have_done {
@@ -522,17 +523,28 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
         // Never spin: sleeping at least a quarter millisecond lets the sender's pacing catch up by up to
         // one burst on waking, which then leaves in one GSO batch (spinning per datagram cost a core).
         let w = wait.clamp(Duration::from_micros(250), Duration::from_millis(50));
+        // once the hashing thread is done its channel is disconnected and would be ready at once, every
+        // time: wait on the control link alone then (selecting on it spun a core)
+        let never = crossbeam_channel::never();
+        let hashes = if hashes_open { hrx } else { &never };
         select! {
             recv(link.rx) -> m => if let Ok(m) = m { handle(m, s)? },
-            recv(hrx) -> m => if let Ok(m) = m { hash_msg(m, s)? },
+            recv(hashes) -> m => match m {
+                Ok(m) => hash_msg(m, s)?,
+                Err(_) => hashes_open = false,
+            },
             default(w) => {},
         }
         // drain whatever else is waiting
         while let Ok(m) = link.rx.try_recv() {
             handle(m, s)?;
         }
-        while let Ok(m) = hrx.try_recv() {
-            hash_msg(m, s)?;
+        while hashes_open {
+            match hrx.try_recv() {
+                Ok(m) => hash_msg(m, s)?,
+                Err(crossbeam_channel::TryRecvError::Empty) => break,
+                Err(crossbeam_channel::TryRecvError::Disconnected) => hashes_open = false,
+            }
         }
         let now = Instant::now();
         if s.poll_timeout().is_some_and(|t| t <= now) {
