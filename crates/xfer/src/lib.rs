@@ -25,6 +25,7 @@ pub mod error;
 pub mod hash;
 pub mod key;
 pub mod link;
+pub mod out;
 pub mod progress;
 pub mod recv;
 pub mod scan;

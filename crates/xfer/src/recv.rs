@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{unbounded, Receiver as ChanRx, Sender as ChanTx};
 use vlbiflow_udp::{BatchReceiver, RecvMeta};
-use vlbiflow_xfer_proto::wire::{derive_data_aead_key, derive_data_key, open_encrypted};
+use vlbiflow_xfer_proto::wire::{derive_data_aead_key, derive_data_key, open_encrypted, HEADER_LEN};
 use vlbiflow_xfer_proto::{ChunkHash, ControlMsg, Event, Receiver, ReceiverConfig, ReceiverStats};
 
 use crate::dest::{self, Existing, Manifest};
@@ -464,6 +464,77 @@ const BATCH: usize = 64;
 /// Receive buffer per message: a GRO super-datagram can exceed 64 KiB (8 jumbo segments).
 const BUF: usize = 128 << 10;
 
+/// One accepted payload: `len` bytes at `at` in receive buffer `buf`, for `file` at `offset`.
+#[derive(Debug, Clone, Copy)]
+struct Write {
+    file: u32,
+    offset: u64,
+    buf: usize,
+    at: usize,
+    len: usize,
+}
+
+/// Writes the payloads of a batch, each run of contiguous payloads of one file with one `pwritev`
+/// (gathered from the receive buffers, headers skipped). The error names the file index.
+fn write_runs(
+    writes: &[Write],
+    bufs: &[Vec<u8>],
+    files: &[Option<OpenFile>],
+) -> Result<(), (u32, std::io::Error)> {
+    const MAX_IOV: usize = 1024;
+    let mut i = 0;
+    let mut iov: Vec<std::io::IoSlice<'_>> = Vec::with_capacity(MAX_IOV.min(writes.len()));
+    while i < writes.len() {
+        let w0 = writes[i];
+        let mut end = w0.offset;
+        iov.clear();
+        let mut j = i;
+        while j < writes.len() && iov.len() < MAX_IOV {
+            let w = writes[j];
+            if w.file != w0.file || w.offset != end {
+                break;
+            }
+            iov.push(std::io::IoSlice::new(&bufs[w.buf][w.at..w.at + w.len]));
+            end += w.len as u64;
+            j += 1;
+        }
+        let of = files[w0.file as usize].as_ref().expect("checked when delivered");
+        let mut done = 0u64;
+        let total = end - w0.offset;
+        while done < total {
+            let n = if done == 0 {
+                rustix::io::pwritev(&*of.file, &iov, w0.offset)
+            } else {
+                // a short write (rare): the rest one payload at a time
+                let mut skip = done;
+                let mut r = Ok(0);
+                for s in &iov {
+                    if skip >= s.len() as u64 {
+                        skip -= s.len() as u64;
+                        continue;
+                    }
+                    r = rustix::io::pwrite(&*of.file, &s[skip as usize..], w0.offset + done);
+                    break;
+                }
+                r
+            };
+            match n {
+                Ok(0) => {
+                    return Err((
+                        w0.file,
+                        std::io::Error::new(std::io::ErrorKind::WriteZero, "wrote nothing"),
+                    ))
+                }
+                Ok(n) => done += n as u64,
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err((w0.file, e.into())),
+            }
+        }
+        i = j;
+    }
+    Ok(())
+}
+
 fn abort(link: &Link, reason: String) -> XferError {
     link.send(
         ControlMsg::Abort {
@@ -506,6 +577,7 @@ fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
     let mut bytes_verified = 0u64;
     let mut files_done = 0u64;
     let mut ctl_queue: VecDeque<ControlMsg> = VecDeque::new();
+    let mut writes: Vec<Write> = Vec::with_capacity(BATCH * 16);
     let mut sess_open = true;
     let chunk_len = |f: usize, c: u32| cs.min(plan.files[f].size - c as u64 * cs);
 
@@ -577,12 +649,13 @@ fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
         let n = batch.len();
         metas[..n].copy_from_slice(batch.messages());
         let now = Instant::now();
+        writes.clear();
         for (i, m) in metas[..n].iter().enumerate() {
             let seg = m.segment_size().max(1);
             let len = m.len.min(bufs[i].len());
-            for dgram in bufs[i][..len].chunks_mut(seg) {
-                if let Some(k) = &aead_key {
-                    if open_encrypted(k, dgram).is_err() {
+            for (k, dgram) in bufs[i][..len].chunks_mut(seg).enumerate() {
+                if let Some(key) = &aead_key {
+                    if open_encrypted(key, dgram).is_err() {
                         aead_bad += 1;
                         continue;
                     }
@@ -606,12 +679,22 @@ fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
                         ));
                     }
                     moved += dl.data.len() as u64;
-                    if let Err(e) = of.file.write_all_at(dl.data, dl.offset) {
-                        let f = &plan.files[dl.file as usize];
-                        return Err(abort(link, format!("writing {}: {e}", f.name)));
-                    }
+                    writes.push(Write {
+                        file: dl.file,
+                        offset: dl.offset,
+                        buf: i,
+                        at: k * seg + HEADER_LEN,
+                        len: dl.data.len(),
+                    });
                 }
             }
+        }
+        // what arrived goes to disk before anything is reported about it
+        if let Err((f, e)) = write_runs(&writes, &bufs, &files) {
+            return Err(abort(
+                link,
+                format!("writing {}: {e}", plan.files[f as usize].name),
+            ));
         }
         let now = Instant::now();
         if r.poll_timeout().is_some_and(|t| t <= now) {
@@ -789,6 +872,13 @@ fn handle_events(
                 });
             }
             Event::ChunkVerified { file, chunk } => {
+                if let Some(of) = files[file as usize].as_mut() {
+                    if let Some(slot) = of.hashes.get_mut(chunk as usize) {
+                        if slot.is_none() {
+                            *slot = r.verified_hash(file, chunk);
+                        }
+                    }
+                }
                 let l = (c.chunk_len)(file as usize, chunk);
                 *c.bytes_verified += l;
                 progress.bytes_verified.store(*c.bytes_verified, Relaxed);
