@@ -461,6 +461,9 @@ struct RecvLoop<'a> {
 }
 
 const BATCH: usize = 64;
+/// Pause after a batch of fewer than `BATCH / 8` messages (at 2 Gb/s, 300 µs gather about 9 jumbo datagrams;
+/// at high rates the batches are full and there is no pause).
+const NAP: Duration = Duration::from_micros(300);
 /// Receive buffer per message: a GRO super-datagram can exceed 64 KiB (8 jumbo segments).
 const BUF: usize = 128 << 10;
 
@@ -650,6 +653,9 @@ fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
         metas[..n].copy_from_slice(batch.messages());
         let now = Instant::now();
         writes.clear();
+        // a small batch means the datagrams trickle in one by one (e.g. through a forwarder that does not
+        // coalesce them): let some gather in the socket buffer rather than wake for each
+        let nap = n > 0 && n < BATCH / 8;
         for (i, m) in metas[..n].iter().enumerate() {
             let seg = m.segment_size().max(1);
             let len = m.len.min(bufs[i].len());
@@ -695,6 +701,9 @@ fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
                 link,
                 format!("writing {}: {e}", plan.files[f as usize].name),
             ));
+        }
+        if nap {
+            std::thread::sleep(NAP);
         }
         let now = Instant::now();
         if r.poll_timeout().is_some_and(|t| t <= now) {
