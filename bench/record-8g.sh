@@ -36,5 +36,5 @@ print(f"record: stored {stored}, lost {c['lost']}, dropped for want of a buffer 
       f"kernel drops {c['kernel_drops']}, rejected {c['rejected']}")
 print(f"sent - stored = {sent - stored}; lost = {c['lost']}: {'EXACT' if sent - stored == c['lost'] else 'MISMATCH'}")
 PY
-tail -6 "$dir/record.log"
+grep -v "^ *[0-9.]*s |" "$dir/record.log" | tail -20
 "$bin" check t8g_xx_001 --disk "$dir/*" | tail -4 || true

@@ -443,6 +443,135 @@ impl Client {
     }
 }
 
+impl Client {
+    /// The receive paths the responder offers ([`crate::efficiency`]).
+    pub fn eff_transports(&mut self) -> Result<Vec<crate::efficiency::Availability>, NetError> {
+        self.conn.send(&Request::EffProbe)?;
+        match self
+            .conn
+            .recv(self.timeout, "waiting for the responder's transports", "reply")?
+        {
+            Reply::EffTransports { transports } => Ok(transports),
+            Reply::Error { message } => Err(ProtoError::Remote(message).into()),
+            other => Err(ProtoError::Unexpected {
+                expected: "eff_transports",
+                got: short(&other),
+            }
+            .into()),
+        }
+    }
+
+    /// Runs one transport-efficiency test: sends from one thread of this process for the duration, then
+    /// collects the receiver's measurements.
+    pub fn efficiency(
+        &mut self,
+        p: &crate::efficiency::EffParams,
+        stop: &AtomicBool,
+    ) -> Result<crate::efficiency::EffResult, NetError> {
+        use crate::efficiency::{send_measured, EffMetrics, EffResult};
+        p.validate()
+            .map_err(|e| NetError::Invalid(format!("efficiency: {e}")))?;
+        self.conn.send(&Request::EffStart(p.setup.clone()))?;
+        let ports = match self
+            .conn
+            .recv(self.timeout, "waiting for the efficiency test sockets", "reply")?
+        {
+            Reply::EffReady { ports, .. } => ports,
+            Reply::Error { message } => return Err(ProtoError::Remote(message).into()),
+            other => {
+                return Err(ProtoError::Unexpected {
+                    expected: "eff_ready",
+                    got: short(&other),
+                }
+                .into())
+            }
+        };
+        let want = if p.setup.transport.is_udp() {
+            p.setup.streams as usize
+        } else {
+            1
+        };
+        if ports.len() != want {
+            return Err(ProtoError::Unexpected {
+                expected: "one port per flow",
+                got: format!("{} ports", ports.len()),
+            }
+            .into());
+        }
+        let dests: Vec<SocketAddr> = ports
+            .iter()
+            .map(|&port| SocketAddr::new(self.server.ip(), port))
+            .collect();
+        let peer_gone = AtomicBool::new(false);
+        let (sent, usage) = thread::scope(|scope| {
+            let h = scope.spawn(|| send_measured(p, &dests, stop, &peer_gone));
+            // Watch the control connection while sending, so a dead responder ends the test.
+            while !h.is_finished() {
+                if self.conn.peer_gone_or_talking() {
+                    peer_gone.store(true, Ordering::Relaxed);
+                }
+                thread::sleep(Duration::from_millis(20));
+            }
+            h.join().unwrap_or_else(|_| {
+                (
+                    Err(io::Error::other("sender thread panicked")),
+                    Default::default(),
+                )
+            })
+        });
+        let send = match sent {
+            Ok(s) => s,
+            Err(e) => {
+                // End the test at the responder and take its answer, so the session stays in step.
+                if self.conn.send(&Request::EffFinish { sent: Vec::new() }).is_ok() {
+                    let _ = self.conn.recv::<Reply>(
+                        self.timeout + Duration::from_secs(6),
+                        "waiting for the end of a failed efficiency test",
+                        "reply",
+                    );
+                }
+                return Err(NetError::Io {
+                    what: format!("efficiency: sending over {}", p.setup.transport),
+                    source: e,
+                });
+            }
+        };
+        if stop.load(Ordering::Relaxed) {
+            let _ = self.conn.send(&Request::EffFinish {
+                sent: send.sent.clone(),
+            });
+            return Err(NetError::Interrupted);
+        }
+        self.conn.send(&Request::EffFinish {
+            sent: send.sent.clone(),
+        })?;
+        let remote = match self.conn.recv(
+            self.timeout + Duration::from_secs(6),
+            "waiting for the efficiency result",
+            "reply",
+        )? {
+            Reply::EffResult(r) => *r,
+            Reply::Error { message } => return Err(ProtoError::Remote(message).into()),
+            other => {
+                return Err(ProtoError::Unexpected {
+                    expected: "eff_result",
+                    got: short(&other),
+                }
+                .into())
+            }
+        };
+        let metrics = EffMetrics::derive(p, &send, &usage, &remote);
+        Ok(EffResult {
+            params: p.clone(),
+            repeat: 0,
+            send,
+            sender: usage,
+            remote,
+            metrics,
+        })
+    }
+}
+
 fn tcp_send(
     dest: SocketAddr,
     p: &TcpParams,

@@ -55,6 +55,20 @@ impl CpuTicks {
         self.user + self.system + self.irq + self.softirq + self.idle + self.steal
     }
 
+    /// CPU seconds (all CPUs together) spent in each state between `earlier` and `self`.
+    pub fn seconds_since(&self, earlier: &CpuTicks) -> CpuSeconds {
+        let hz = rustix::param::clock_ticks_per_second().max(1) as f64;
+        let d = |a: u64, b: u64| a.saturating_sub(b) as f64 / hz;
+        CpuSeconds {
+            user: d(self.user, earlier.user),
+            system: d(self.system, earlier.system),
+            irq: d(self.irq, earlier.irq),
+            softirq: d(self.softirq, earlier.softirq),
+            idle: d(self.idle, earlier.idle),
+            steal: d(self.steal, earlier.steal),
+        }
+    }
+
     /// Shares (percent of all CPU time over all CPUs) between `earlier` and `self`.
     pub fn shares_since(&self, earlier: &CpuTicks) -> CpuShares {
         let d = |a: u64, b: u64| a.saturating_sub(b) as f64;
@@ -88,6 +102,40 @@ pub struct CpuShares {
     pub steal: f64,
 }
 
+/// CPU seconds over all CPUs in each state of /proc/stat during an interval. Tick-sampled: a kernel
+/// without IRQ_TIME_ACCOUNTING counts a tick that lands in softirq as softirq here *and* as system time of
+/// whichever task was running.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct CpuSeconds {
+    /// user + nice.
+    pub user: f64,
+    /// kernel.
+    pub system: f64,
+    /// hard interrupts.
+    pub irq: f64,
+    /// soft interrupts (network receive processing).
+    pub softirq: f64,
+    /// idle + iowait.
+    pub idle: f64,
+    /// stolen by the hypervisor.
+    pub steal: f64,
+}
+
+impl CpuSeconds {
+    /// Busy seconds: user + system + irq + softirq.
+    pub fn busy(&self) -> f64 {
+        self.user + self.system + self.irq + self.softirq
+    }
+}
+
+/// The kernel's boot id: two ends of a test that report the same one share a kernel (e.g. two network
+/// namespaces of one host), so machine-wide counters must be counted once. Empty when unreadable.
+pub fn boot_id() -> String {
+    fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default()
+}
+
 /// This process's user and system CPU time, seconds (fields 14 and 15 of /proc/self/stat).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct ProcessCpu {
@@ -118,6 +166,22 @@ impl ProcessCpu {
             .ok()
             .and_then(|t| ProcessCpu::parse(&t, hz))
             .unwrap_or_default()
+    }
+
+    /// The calling thread's CPU time (`getrusage(RUSAGE_THREAD)`: the total is the scheduler's exact
+    /// run time, split into user and system by the kernel's tick samples; zeros if it fails).
+    pub fn read_thread() -> ProcessCpu {
+        // SAFETY: an all-zero rusage is a valid value for getrusage to overwrite.
+        let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: `u` is a valid, exclusively borrowed rusage for the call to fill.
+        if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut u) } != 0 {
+            return ProcessCpu::default();
+        }
+        let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        ProcessCpu {
+            user_s: secs(u.ru_utime),
+            system_s: secs(u.ru_stime),
+        }
     }
 
     /// CPU seconds used since `earlier`.

@@ -14,10 +14,14 @@
 pub mod archive;
 pub mod client;
 pub mod control;
+pub mod efficiency;
 pub mod host;
 pub mod load;
 #[cfg(feature = "plot")]
 pub mod plot;
+#[cfg(feature = "plot")]
+pub mod plot_eff;
+pub mod power;
 pub mod proto;
 pub mod responder;
 pub mod search;

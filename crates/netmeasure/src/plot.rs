@@ -37,7 +37,7 @@ const PALETTE: [RGBColor; 8] = [
     RGBColor(127, 127, 127),
 ];
 
-fn color(i: usize) -> RGBColor {
+pub(crate) fn color(i: usize) -> RGBColor {
     PALETTE[i % PALETTE.len()]
 }
 
@@ -48,10 +48,10 @@ fn ensure_font() {
     });
 }
 
-type DrawResult = Result<(), String>;
+pub(crate) type DrawResult = Result<(), String>;
 
 /// Renders `draw` into `path` (PNG for .png, SVG for .svg) at `size` pixels.
-fn render(
+pub(crate) fn render(
     path: &Path,
     size: (u32, u32),
     draw_png: impl FnOnce(&DrawingArea<BitMapBackend, Shift>) -> DrawResult,
@@ -200,7 +200,7 @@ impl Axis {
 }
 
 /// A panel that has nothing to plot: its title and a sentence saying why, instead of empty axes.
-fn note<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, title: &str, text: &str) -> DrawResult {
+pub(crate) fn note<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, title: &str, text: &str) -> DrawResult {
     let inner = area
         .margin(10, 10, 10, 10)
         .titled(title, ("sans-serif", 16))
@@ -221,7 +221,7 @@ fn note<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, title: &str, text: &s
 }
 
 /// Line chart of several series into one area; `y_zero`: the y axis starts at 0.
-fn lines<DB: DrawingBackend>(
+pub(crate) fn lines<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     title: &str,
     x_label: &str,

@@ -53,6 +53,15 @@ pub enum Request {
     },
     /// The client has closed its streams: reply [`Reply::TcpResult`].
     TcpFinish,
+    /// Which receive paths does the responder offer? Reply [`Reply::EffTransports`].
+    EffProbe,
+    /// Prepares a transport-efficiency test ([`crate::efficiency`]): reply [`Reply::EffReady`].
+    EffStart(crate::efficiency::EffSetup),
+    /// The sender is done: drain and reply [`Reply::EffResult`].
+    EffFinish {
+        /// UDP: datagrams sent per flow; TCP: bytes per connection.
+        sent: Vec<u64>,
+    },
 }
 
 /// Parameters of a UDP throughput test, as the receiver needs them.
@@ -99,6 +108,20 @@ pub enum Reply {
     },
     /// TCP result.
     TcpResult(Box<TcpRemote>),
+    /// The responder's receive paths and why any is missing.
+    EffTransports {
+        /// One entry per transport the responder knows.
+        transports: Vec<crate::efficiency::Availability>,
+    },
+    /// An efficiency test's receive path is ready.
+    EffReady {
+        /// UDP: one port per flow; TCP: the listening port.
+        ports: Vec<u16>,
+        /// Receive buffer the kernel granted per UDP socket, bytes.
+        buffer: usize,
+    },
+    /// Efficiency test result.
+    EffResult(Box<crate::efficiency::EffRemote>),
     /// The request failed; the message says why.
     Error {
         /// What went wrong.

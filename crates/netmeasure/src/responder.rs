@@ -411,6 +411,13 @@ fn serve_session(
             Request::TcpStart { streams, recv_buffer } => {
                 serve_tcp(&mut conn, streams, recv_buffer, config, counters, stop, log)
             }
+            Request::EffProbe => {
+                conn.send(&Reply::EffTransports {
+                    transports: crate::efficiency::probe_all(),
+                })?;
+                continue;
+            }
+            Request::EffStart(setup) => serve_eff(&mut conn, setup, config, counters, stop, log),
             other => {
                 counters.bad_requests.fetch_add(1, Ordering::Relaxed);
                 conn.send(&Reply::Error {
@@ -429,6 +436,79 @@ fn serve_session(
             }
         }
     }
+}
+
+/// A transport-efficiency test: the receive path runs on its own thread until the client says it is done.
+fn serve_eff(
+    conn: &mut ControlConn,
+    setup: crate::efficiency::EffSetup,
+    config: &ResponderConfig,
+    counters: &ResponderCounters,
+    stop: &AtomicBool,
+    log: &dyn Fn(&str),
+) -> Result<(), SessionError> {
+    if let Err(e) = setup.validate() {
+        return refuse(conn, format!("efficiency: {e}"));
+    }
+    let recv_buffer = setup.recv_buffer.unwrap_or(config.default_recv_buffer);
+    // Kernel socket buffers (twice the request) per UDP flow, plus the receive path's own buffers.
+    let memory = if setup.transport.is_udp() {
+        (setup.streams as u64) * 2 * recv_buffer as u64 + (64 << 20)
+    } else {
+        (setup.streams as u64) * (8 << 20) + (1 << 20)
+    };
+    let what = format!(
+        "efficiency test over {} with {} flow(s)",
+        setup.transport, setup.streams
+    );
+    let reservation = match reserve(&what, memory, config, counters) {
+        Ok(r) => r,
+        Err(message) => return refuse(conn, format!("efficiency: {message}")),
+    };
+    let ip = test_socket_bind(conn).ip();
+    let rx = match crate::efficiency::Receiving::start(&setup, ip, config.default_recv_buffer) {
+        Ok(r) => r,
+        Err(e) => return refuse(conn, format!("efficiency: {e}")),
+    };
+    conn.send(&Reply::EffReady {
+        ports: rx.ports.clone(),
+        buffer: rx.granted_buffer,
+    })?;
+    log(&format!(
+        "efficiency test: {} over {} flow(s), {} ms",
+        setup.transport, setup.streams, setup.duration_ms
+    ));
+    let waited = next_request(
+        conn,
+        Duration::from_millis(setup.duration_ms) + Duration::from_secs(20),
+        stop,
+        "waiting for the end of the efficiency test",
+    );
+    match waited {
+        Ok(Some(Request::EffFinish { .. })) => {}
+        other => {
+            rx.abort();
+            return match other {
+                Ok(Some(r)) => Err(SessionError::Other(format!(
+                    "efficiency: expected eff_finish, got {}",
+                    short(&r)
+                ))),
+                Ok(None) => Err(SessionError::Other(
+                    "client closed the connection mid-test".into(),
+                )),
+                Err(e) => Err(e),
+            };
+        }
+    }
+    let result = rx.finish();
+    drop(reservation);
+    match result {
+        Ok(r) => conn.send(&Reply::EffResult(Box::new(r)))?,
+        Err(e) => conn.send(&Reply::Error {
+            message: format!("efficiency: {e}"),
+        })?,
+    }
+    Ok(())
 }
 
 fn test_socket_bind(conn: &ControlConn) -> SocketAddr {

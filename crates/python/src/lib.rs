@@ -95,7 +95,10 @@ impl Reader {
         d.set_item("channels", i.channels)?;
         d.set_item("complex", i.complex)?;
         if i.kind == vlbiflow_formats::FrameKind::Vdif {
-            d.set_item("station", vlbiflow_formats::vdif::VdifHeaderRepr::station_to_string(i.station))?;
+            d.set_item(
+                "station",
+                vlbiflow_formats::vdif::VdifHeaderRepr::station_to_string(i.station),
+            )?;
         } else {
             d.set_item("station", py.None())?;
         }

@@ -223,6 +223,11 @@ pub struct RecorderConfig {
     pub direct_io: bool,
     /// How often the metadata on every disk is refreshed while recording.
     pub metadata_interval: Duration,
+    /// Capture only: receive, validate and account exactly as a recording (same sockets, capture threads,
+    /// block pool and sealed blocks), but write nothing: sealed blocks go straight back to the pool. No
+    /// disk is touched (disks given are ignored, said once with a warning) and no metadata is written; the
+    /// summary and status are those of a recording. Measures capture capacity apart from storage.
+    pub discard: bool,
 }
 
 impl RecorderConfig {
@@ -245,6 +250,7 @@ impl RecorderConfig {
             gro: true,
             direct_io: true,
             metadata_interval: Duration::from_secs(3),
+            discard: false,
         }
     }
 
@@ -254,8 +260,11 @@ impl RecorderConfig {
         if self.streams.is_empty() {
             return inv("streams", "at least one stream is needed".into());
         }
-        if self.disks.is_empty() {
-            return inv("disks", "at least one disk is needed".into());
+        if self.disks.is_empty() && !self.discard {
+            return inv(
+                "disks",
+                "at least one disk is needed (or capture only, writing nothing)".into(),
+            );
         }
         match self.format {
             ScanFormat::Mark6 => vlbiflow_formats::names::validate_scan_name(&self.scan),
@@ -335,13 +344,23 @@ impl RecorderConfig {
         Ok(())
     }
 
-    /// Warnings (not errors): pairs of streams of this scan whose frames alone cannot be told apart. Every
+    /// Warnings (not errors): disks given to a capture-only recording (ignored); pairs of streams of this scan whose frames alone cannot be told apart. Every
     /// block holds one stream's frames and the scan metadata lists each stream's blocks, but readers that
     /// ignore vlbiflow's metadata (jive5ab, d-plane's gather) see only frames and would merge such streams:
     /// two Mark5B streams (a Mark5B header names no stream), or two VDIF streams that may carry the same
     /// thread IDs (no `threads=`, or overlapping lists), which then differ only if their station IDs do.
     pub fn warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
+        if self.discard {
+            // Nothing is written, so no reader can confuse streams.
+            if !self.disks.is_empty() {
+                out.push(format!(
+                    "capture only: nothing is written, the {} disk(s) given are not touched",
+                    self.disks.len()
+                ));
+            }
+            return out;
+        }
         for (i, a) in self.streams.iter().enumerate() {
             for b in &self.streams[i + 1..] {
                 match (a.kind, b.kind) {

@@ -140,6 +140,8 @@ pub(crate) struct Shared {
     pub in_flight: AtomicU64,
     /// Blocks that could not be written anywhere (all disks failed).
     pub lost_blocks: AtomicU64,
+    /// Capture only: frame bytes of the blocks returned to the pool unwritten (the flow monitor's "written").
+    pub discarded_bytes: AtomicU64,
     pub next_block: AtomicU32,
     pub free_tx: Sender<Block>,
     pub free_rx: Receiver<Block>,

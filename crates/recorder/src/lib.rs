@@ -94,6 +94,12 @@ impl Recorder {
     /// every stream's socket, allocates the block pool and starts capture, writer and supervisor threads.
     pub fn start(config: RecorderConfig) -> Result<RecorderHandle, StartError> {
         config.validate()?;
+        let warnings = config.warnings();
+        let mut config = config;
+        if config.discard {
+            // Capture only: no disk is touched, so none is part of the scan.
+            config.disks.clear();
+        }
         let first = &config.streams[0];
         let data_offset = match config.format {
             ScanFormat::Mark6 => vlbiflow_formats::mark6::BLOCK_HEADER_LEN_V2,
@@ -221,7 +227,7 @@ impl Recorder {
                 });
             }
         }
-        for w in config.warnings() {
+        for w in warnings {
             let _ = events_tx.try_send(RecorderEvent::ConfigWarning(w));
         }
         let gro_refused: Vec<i32> = sockets
@@ -256,9 +262,10 @@ impl Recorder {
             hold_writers: AtomicBool::new(false),
             phase: AtomicU8::new(PHASE_RECORDING),
             captures_running: AtomicUsize::new(capture_threads),
-            writers_alive: AtomicUsize::new(config.disks.len()),
+            writers_alive: AtomicUsize::new(if config.discard { 1 } else { config.disks.len() }),
             in_flight: AtomicU64::new(0),
             lost_blocks: AtomicU64::new(0),
+            discarded_bytes: AtomicU64::new(0),
             next_block: AtomicU32::new(0),
             free_tx,
             free_rx,
@@ -291,6 +298,13 @@ impl Recorder {
                 .map_err(StartError::Thread)
         };
         let mut workers = Vec::new();
+        if shared.config.discard {
+            let sh = shared.clone();
+            workers.push(spawn(
+                "vf-discard".into(),
+                Box::new(move || writer::run_discard(sh)),
+            )?);
+        }
         for (i, sink) in sinks.into_iter().enumerate() {
             let sh = shared.clone();
             workers.push(spawn(
@@ -531,7 +545,8 @@ impl FlowMonitor {
                 (s.packets.load(Relaxed) + s.dropped_no_buffer.load(Relaxed)) * u64::from(spec.frame_size)
             })
             .sum();
-        let written = shared.disks.iter().map(|d| d.bytes.load(Relaxed)).sum();
+        let written = shared.disks.iter().map(|d| d.bytes.load(Relaxed)).sum::<u64>()
+            + shared.discarded_bytes.load(Relaxed);
         (input, written)
     }
 
@@ -717,7 +732,7 @@ fn supervise(shared: Arc<Shared>, wake: Receiver<()>, workers: Vec<JoinHandle<()
     let lost_blocks = shared.lost_blocks.load(Relaxed) + leftover;
     let status = snapshot(&shared);
     let alive = status.disks.iter().filter(|d| d.failed.is_none()).count();
-    let error = if lost_blocks > 0 || alive == 0 {
+    let error = if lost_blocks > 0 || (alive == 0 && !shared.config.discard) {
         Some(format!(
             "every disk failed; {lost_blocks} block(s) could not be written"
         ))

@@ -259,6 +259,29 @@ struct Writer {
 /// Unconfirmed bytes a disk may have in flight before the writer waits for the oldest block's writeback.
 const PACE_BYTES: u64 = 64 << 20;
 
+/// Capture only ([`RecorderConfig::discard`](crate::RecorderConfig::discard)): takes every sealed block off
+/// the queue and returns it to the pool unwritten, until capture is over and nothing is in flight. Stands
+/// in for the writers so that capture runs exactly as in a recording (blocks sealed, numbered and queued).
+pub(crate) fn run_discard(shared: Arc<Shared>) {
+    let queue = shared.queue_rx.clone();
+    loop {
+        match queue.recv_timeout(Duration::from_millis(50)) {
+            Ok(mut block) => {
+                shared.discarded_bytes.fetch_add(block.len as u64, Relaxed);
+                block.reset();
+                shared.in_flight.fetch_sub(1, AcqRel);
+                let _ = shared.free_tx.send(block);
+            }
+            Err(_) => {
+                if shared.captures_running.load(Relaxed) == 0 && shared.in_flight.load(Relaxed) == 0 {
+                    break;
+                }
+            }
+        }
+    }
+    shared.writers_alive.fetch_sub(1, AcqRel);
+}
+
 /// Runs the writer of disk `index` until capture is over and the queue is drained, or the disk fails.
 pub(crate) fn run_writer(shared: Arc<Shared>, index: usize, sink: DiskSink) {
     let mut w = Writer {
@@ -331,10 +354,7 @@ impl Writer {
             }
             DiskSink::Flexbuff { disk, scan, .. } => {
                 let dir = File::open(flexbuff::chunk_dir(disk, scan))?;
-                // SAFETY: plain syscall on an open descriptor.
-                if unsafe { libc::syncfs(dir.as_raw_fd()) } != 0 {
-                    return Err(io::Error::last_os_error());
-                }
+                rustix::fs::syncfs(&dir)?;
                 dir.sync_all()
             }
         }
@@ -652,22 +672,9 @@ fn is_memory_fs(st: &rustix::fs::StatFs) -> bool {
 
 /// Turns O_DIRECT on or off for an open file (the kernel refuses to turn it on where unsupported).
 fn set_direct(file: &File, on: bool) -> io::Result<()> {
-    // SAFETY: fcntl on an open descriptor with integer arguments.
-    unsafe {
-        let flags = libc::fcntl(file.as_raw_fd(), libc::F_GETFL);
-        if flags < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let flags = if on {
-            flags | libc::O_DIRECT
-        } else {
-            flags & !libc::O_DIRECT
-        };
-        if libc::fcntl(file.as_raw_fd(), libc::F_SETFL, flags) < 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(())
+    let mut flags = rustix::fs::fcntl_getfl(file)?;
+    flags.set(rustix::fs::OFlags::DIRECT, on);
+    Ok(rustix::fs::fcntl_setfl(file, flags)?)
 }
 
 /// The sink for `disk` in `format`, created (file header written / chunk directory made) up front so a

@@ -3,6 +3,7 @@
 pub mod check;
 pub mod ctl;
 pub mod demo;
+pub mod efficiency;
 pub mod gather;
 pub mod gen;
 pub mod ls;

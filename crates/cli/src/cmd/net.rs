@@ -39,7 +39,10 @@ Examples:
   vlbiflow net bw far.example.org --rate 512Mbps --count 20000 --cpu-load-sweep 19:0
 
   # Results over time
-  vlbiflow net history --kind bw-zero-loss --plot history.png";
+  vlbiflow net history --kind bw-zero-loss --plot history.png
+
+  # What receiving costs per transport (recvmmsg, GRO, io_uring, AF_XDP, TCP), with a plot
+  vlbiflow net efficiency far.example.org --plot eff.png";
 
 /// Network measurement: throughput, loss, jitter, latency and TCP tests against a responder.
 #[derive(clap::Args)]
@@ -61,6 +64,8 @@ enum NetCmd {
     Tcp(TcpArgs),
     /// List or plot archived results over time
     History(HistoryArgs),
+    /// Receive cost per transport (UDP recvmmsg/GRO, io_uring, AF_XDP, TCP): Gb/s, loss, CPU per GB, energy
+    Efficiency(super::efficiency::Args),
 }
 
 const RESPONDER_EXAMPLES: &str = "\
@@ -273,6 +278,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         NetCmd::Lat(a) => run_lat(a),
         NetCmd::Tcp(a) => run_tcp(a),
         NetCmd::History(a) => run_history(a),
+        NetCmd::Efficiency(a) => super::efficiency::run(a),
     }
 }
 

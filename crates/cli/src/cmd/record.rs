@@ -28,6 +28,9 @@ Examples:
   vlbiflow record --stream m=m5b@10.0.0.2:46227 --disk '/mnt/disk*' --format flexbuff \\
       --block-size 256MB --scan ek051_ef_no0001
 
+  # Capture only (nothing written): can one capture thread take these streams, apart from the disks?
+  vlbiflow record --stream a=vdif@127.0.0.1:4001,psn --stream b=vdif@127.0.0.1:4002,psn --discard --duration 20
+
 Stream options (comma separated after the address):
   threads=0,1     record only these VDIF threads (others are counted as filtered)
   psn             datagrams start with an 8-byte packet sequence number (Mark6 / jive5ab udps)
@@ -46,11 +49,15 @@ pub struct Args {
     #[arg(long = "stream", value_name = "SPEC", required = true)]
     streams: Vec<String>,
     /// Directory (mount point) to record to; repeat, or use a glob such as '/mnt/disks/*/*/data'
-    #[arg(long = "disk", value_name = "DIR", required = true)]
+    #[arg(long = "disk", value_name = "DIR", required_unless_present = "discard")]
     disks: Vec<String>,
     /// Scan name, e.g. EXP_STN_SCAN (file stem on every disk)
-    #[arg(long, value_name = "NAME")]
-    scan: String,
+    #[arg(long, value_name = "NAME", required_unless_present = "discard")]
+    scan: Option<String>,
+    /// Capture only: receive, validate and account every datagram exactly as a recording, but write
+    /// nothing (blocks go back to the pool); measures capture capacity apart from the disks
+    #[arg(long)]
+    discard: bool,
     /// Stop after this long (seconds, or e.g. 90s, 5m); default: until Ctrl-C or SIGTERM
     #[arg(long, value_name = "TIME")]
     duration: Option<String>,
@@ -114,7 +121,9 @@ fn build_config(args: &Args) -> anyhow::Result<RecorderConfig> {
         }
     }
     let disks = expand_disks(&args.disks)?;
-    let mut c = RecorderConfig::new(streams, disks, args.scan.clone());
+    let scan = args.scan.clone().unwrap_or_else(|| "capture".into());
+    let mut c = RecorderConfig::new(streams, disks, scan);
+    c.discard = args.discard;
     c.format = match args.format {
         FormatArg::Mark6 => ScanFormat::Mark6,
         FormatArg::Flexbuff => ScanFormat::Flexbuff,
@@ -171,13 +180,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let events = handle.events();
     let cfg = handle.config().clone();
     eprintln!(
-        "vlbiflow record: scan {} ({}) on {} disk(s), {} stream(s){}; Ctrl-C to stop",
+        "vlbiflow record: scan {} ({}) on {}, {} stream(s){}; Ctrl-C to stop",
         cfg.scan,
-        match cfg.format {
-            ScanFormat::Mark6 => "Mark6 scatter-gather",
-            ScanFormat::Flexbuff => "FlexBuff",
+        match (cfg.discard, cfg.format) {
+            (true, _) => "capture only",
+            (false, ScanFormat::Mark6) => "Mark6 scatter-gather",
+            (false, ScanFormat::Flexbuff) => "FlexBuff",
         },
-        cfg.disks.len(),
+        if cfg.discard {
+            "no disk: nothing is written".to_owned()
+        } else {
+            format!("{} disk(s)", cfg.disks.len())
+        },
         cfg.streams.len(),
         cfg.duration
             .map(|d| format!(", {:.1} s", d.as_secs_f64()))
@@ -288,8 +302,13 @@ impl Progress {
                 }
             })
             .collect();
+        let disks = if s.disks.is_empty() {
+            format!("capture only, {} blocks discarded", s.blocks)
+        } else {
+            format!("disks {ok}/{} blocks {}", s.disks.len(), disks.join(" "))
+        };
         let mut line = format!(
-            "{:>6.1}s {} | {} pkts {} | lost {} rej {} drop {} kern {} | disks {ok}/{} blocks {} | pool {}/{} free",
+            "{:>6.1}s {} | {} pkts {} | lost {} rej {} drop {} kern {} | {disks} | pool {}/{} free",
             s.elapsed.as_secs_f64(),
             fmt_bit_rate(rate),
             t.packets,
@@ -298,8 +317,6 @@ impl Progress {
             t.rejected,
             t.dropped_no_buffer,
             t.kernel_drops,
-            s.disks.len(),
-            disks.join(" "),
             s.pool.free,
             s.pool.total,
         );
@@ -328,15 +345,23 @@ impl Progress {
 pub(crate) fn print_summary(out: &mut dyn std::io::Write, sum: &ScanSummary, recording: Duration) {
     let m = &sum.metadata;
     let secs = recording.as_secs_f64().max(1e-3);
-    let _ = writeln!(
-        out,
-        "scan {}: {}, {:.1} s, {} block(s) on {} disk(s)",
-        m.scan,
-        if m.complete { "complete" } else { "INCOMPLETE" },
-        secs,
-        m.blocks,
-        m.disks.len()
-    );
+    if m.disks.is_empty() {
+        let _ = writeln!(
+            out,
+            "capture only: {:.1} s, {} block(s) filled and discarded, nothing written",
+            secs, sum.status.blocks
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "scan {}: {}, {:.1} s, {} block(s) on {} disk(s)",
+            m.scan,
+            if m.complete { "complete" } else { "INCOMPLETE" },
+            secs,
+            m.blocks,
+            m.disks.len()
+        );
+    }
     for s in &sum.status.streams {
         let c = &s.counters;
         let _ = writeln!(
