@@ -14,6 +14,7 @@
 //! - [`send`], [`recv`]: the data plane of one transfer on dedicated threads (batched GSO sends paced by
 //!   the protocol's sender, batched GRO receives).
 //! - [`client`], [`daemon`]: the client verbs and the serving daemon.
+//! - [`follow`]: `push --follow`, a scan sent while it is recorded.
 
 #![forbid(unsafe_code)]
 
@@ -22,6 +23,7 @@ pub mod client;
 pub mod daemon;
 pub mod dest;
 pub mod error;
+pub mod follow;
 pub mod hash;
 pub mod key;
 pub mod link;

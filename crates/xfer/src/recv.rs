@@ -423,6 +423,15 @@ fn finalize(plan: &Plan, j: Finalize, overwrite: bool, source: &str) -> Result<C
     let whole = file_hash(f.size, plan.options.chunk_size, &j.hashes);
     if !j.read_only {
         j.f.sync_all().map_err(|e| format!("{}: sync: {e}", f.name))?;
+        if plan.options.partial {
+            // a round of `push --follow`: verified and synced, but the file is still growing at the source
+            return Ok(Committed {
+                name: f.name.clone(),
+                size: f.size,
+                blake3: hex(&whole),
+                resumed_chunks: j.resumed,
+            });
+        }
         dest::commit_part(&j.dir, &f.leaf, overwrite).map_err(|e| format!("{}: {e}", f.name))?;
     }
     let m = Manifest {

@@ -33,6 +33,10 @@ pub struct Options {
     pub encrypt: bool,
     /// Rate ceiling asked for, bits/s on the wire (`None`: automatic).
     pub rate_bps: Option<f64>,
+    /// A round of `push --follow`: verify and sync every chunk but keep the files as `.part` (no rename, no
+    /// manifest); the file is still growing at the source and a later request completes it.
+    #[serde(default)]
+    pub partial: bool,
 }
 
 /// What a receiver already holds of a file.

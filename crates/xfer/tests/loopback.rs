@@ -31,6 +31,7 @@ fn opts(chunk: u64) -> Options {
         overwrite: false,
         encrypt: false,
         rate_bps: None,
+        partial: false,
     }
 }
 

@@ -109,6 +109,7 @@ fn mark6_scan_gathered_flexbuff_and_same_layout() {
         overwrite: false,
         encrypt: false,
         rate_bps: None,
+        partial: false,
     };
     for (layout, dir) in [
         (Layout::Gather, "g"),

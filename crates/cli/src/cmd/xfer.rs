@@ -157,6 +157,13 @@ struct PushArgs {
     /// directory per source disk) or flexbuff (one chunk file per block)
     #[arg(long, default_value = "gather", value_parser = ["gather", "same", "flexbuff"])]
     layout: String,
+    /// With --scan: send the scan while it is still being recorded (what is on disk, then what the
+    /// recorder adds) and finish when the recorder marks it complete (gather layout)
+    #[arg(long, requires = "scan")]
+    follow: bool,
+    /// With --follow: give up when the scan neither grows nor is marked complete for this long
+    #[arg(long, default_value = "60s", value_parser = parse_duration, requires = "follow")]
+    follow_timeout: std::time::Duration,
     #[command(flatten)]
     common: Common,
 }
@@ -468,6 +475,7 @@ fn options(c: &Common) -> anyhow::Result<Options> {
         overwrite: c.overwrite,
         encrypt: c.encrypt,
         rate_bps: c.rate,
+        partial: false,
     })
 }
 
@@ -607,13 +615,16 @@ fn archive_push(
 }
 
 fn push(a: PushArgs) -> anyhow::Result<ExitCode> {
-    let mut args = a.args;
+    let mut args = a.args.clone();
     let dest = args.pop().expect("two arguments at least");
     let (server, dest_path) = match split_dest(&dest) {
         Ok(x) => x,
         Err(e) => usage!("{e}"),
     };
     let opts = options(&a.common)?;
+    if a.follow {
+        return push_follow(&a, &server, &dest_path, opts);
+    }
     let set = if let Some(scan) = &a.scan {
         if !args.is_empty() {
             usage!("with --scan give only the destination, not {}", args.join(" "));
@@ -666,6 +677,77 @@ fn push(a: PushArgs) -> anyhow::Result<ExitCode> {
     match r {
         Ok(out) => {
             print_summary(&out, total, a.common.json);
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => xerr(e),
+    }
+}
+
+fn push_follow(a: &PushArgs, server: &str, dest_path: &str, opts: Options) -> anyhow::Result<ExitCode> {
+    if a.layout != "gather" {
+        usage!(
+            "--follow sends one gathered file per scan: --layout gather (not {})",
+            a.layout
+        );
+    }
+    let scan = a.scan.as_deref().expect("--follow requires --scan");
+    let key = match Key::load(&a.common.key.clone().unwrap_or_else(default_key)) {
+        Ok(k) => k,
+        Err(e) => return xerr(e),
+    };
+    let mut cfg = ClientConfig::new(server, key);
+    cfg.dead_timeout = a.common.dead_timeout;
+    let follow = vlbiflow_xfer::follow::FollowConfig {
+        stall_timeout: a.follow_timeout,
+        min_new: (8 * opts.chunk_size).min(256 << 20),
+        ..Default::default()
+    };
+    let progress = Arc::new(Progress::default());
+    let stop = stop_flag();
+    let quiet = a.common.quiet || a.common.json;
+    let r = with_progress(&progress, quiet, || {
+        vlbiflow_xfer::follow::push_follow(
+            &cfg,
+            scan,
+            &a.disk,
+            dest_path,
+            opts,
+            rate_config(&a.common),
+            &follow,
+            &progress,
+            &stop,
+            &|bytes, last| {
+                if !a.common.quiet {
+                    let what = if last { "complete" } else { "still recording" };
+                    eprintln!("vlbiflow: scan {scan} {what}: sending up to {}", fmt_bytes(bytes));
+                }
+            },
+        )
+    });
+    match r {
+        Ok(f) => {
+            let total: u64 = f.last.committed.iter().map(|c| c.size).sum();
+            if a.common.json {
+                let v = serde_json::json!({
+                    "verified": true,
+                    "files": f.last.committed,
+                    "bytes_total": total,
+                    "bytes_sent": f.bytes_sent,
+                    "datagrams": f.datagrams,
+                    "retransmits": f.retransmits,
+                    "rounds_while_recording": f.partial_rounds,
+                    "seconds": f.seconds,
+                });
+                println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+            } else {
+                print_summary(&f.last, total, false);
+                println!(
+                    "followed the recording: {} round(s) while recording, {} sent in all in {:.1} s",
+                    f.partial_rounds,
+                    fmt_bytes(f.bytes_sent),
+                    f.seconds
+                );
+            }
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => xerr(e),
