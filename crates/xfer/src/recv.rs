@@ -588,6 +588,8 @@ fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
     let mut bytes_resumed = 0u64;
     let mut bytes_verified = 0u64;
     let mut files_done = 0u64;
+    let mut tracker =
+        crate::progress::FileTracker::new(plan.files.iter().map(|f| (f.name.clone(), f.size)), progress);
     let mut ctl_queue: VecDeque<ControlMsg> = VecDeque::new();
     let mut writes: Vec<Write> = Vec::with_capacity(BATCH * 16);
     let mut sess_open = true;
@@ -643,6 +645,7 @@ fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
                     bytes_resumed: &mut bytes_resumed,
                     bytes_verified: &mut bytes_verified,
                     files_done: &mut files_done,
+                    tracker: &mut tracker,
                     transfer_done: &mut transfer_done,
                     chunk_len: &chunk_len,
                 },
@@ -745,6 +748,7 @@ fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
                 bytes_resumed: &mut bytes_resumed,
                 bytes_verified: &mut bytes_verified,
                 files_done: &mut files_done,
+                tracker: &mut tracker,
                 transfer_done: &mut transfer_done,
                 chunk_len: &chunk_len,
             },
@@ -796,6 +800,7 @@ fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
 }
 
 struct Counters<'a> {
+    tracker: &'a mut crate::progress::FileTracker,
     bytes_resumed: &'a mut u64,
     bytes_verified: &'a mut u64,
     files_done: &'a mut u64,
@@ -836,7 +841,6 @@ fn handle_events(
                         ),
                     ));
                 }
-                progress.set_file(&name);
                 progress.set_phase("receiving");
                 let dir = dest::open_dir(&fp.root, &fp.dir, true)
                     .map_err(|e| abort(link, format!("destination of {name}: {e}")))?;
@@ -900,6 +904,7 @@ fn handle_events(
                 let l = (c.chunk_len)(file as usize, chunk);
                 *c.bytes_verified += l;
                 progress.bytes_verified.store(*c.bytes_verified, Relaxed);
+                c.tracker.verified(file, l, progress);
                 let resumed = files[file as usize]
                     .as_ref()
                     .is_some_and(|of| of.declared.get(chunk as usize) == Some(&true));
@@ -925,6 +930,7 @@ fn handle_events(
             Event::FileDone { file } => {
                 *c.files_done += 1;
                 progress.files_done.store(*c.files_done, Relaxed);
+                c.tracker.done(file, progress);
                 // a file of no bytes has no chunks and was never opened: make it now
                 if files[file as usize].is_none() {
                     let fp = &plan.files[file as usize];

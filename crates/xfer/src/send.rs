@@ -249,6 +249,8 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
     let mut link_closed = false;
     let mut bytes_resumed = 0u64;
     let mut files_done = 0u64;
+    let mut tracker =
+        crate::progress::FileTracker::new(set.files.iter().map(|f| (f.name.clone(), f.size)), progress);
     let mut hashes_open = true;
     if nfiles > 0 {
         progress.set_phase(if have_done {
@@ -313,6 +315,7 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
                 Event::ChunkVerified { file, chunk } => {
                     let l = chunk_len(file as usize, chunk);
                     progress.bytes_verified.fetch_add(l, Relaxed);
+                    tracker.verified(file, l, progress);
                     if held[file as usize].get(chunk as usize) == Some(&true) {
                         bytes_resumed += l;
                         progress.bytes_resumed.fetch_add(l, Relaxed);
@@ -321,9 +324,7 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
                 Event::FileDone { file } => {
                     files_done += 1;
                     progress.files_done.store(files_done, Relaxed);
-                    if let Some(next) = set.files.get(file as usize + 1) {
-                        progress.set_file(&next.name);
-                    }
+                    tracker.done(file, progress);
                 }
                 Event::TransferDone => {
                     done_at = Some(Instant::now());

@@ -497,12 +497,19 @@ fn with_progress<T: Send>(progress: &Arc<Progress>, quiet: bool, work: impl FnOn
             r
         });
         if show {
-            let bar = indicatif::ProgressBar::new(0);
+            // two lines: the whole transfer, and the first file not yet verified (files are pipelined)
+            let multi = indicatif::MultiProgress::new();
+            let bar = multi.add(indicatif::ProgressBar::new(0));
             bar.set_style(
                 indicatif::ProgressStyle::with_template(
-                    "{spinner} {bar:30} {bytes}/{total_bytes} verified, {msg} ETA {eta}",
+                    "total {bar:30} {bytes}/{total_bytes} verified, {msg} ETA {eta}",
                 )
                 .expect("template"),
+            );
+            let file_bar = multi.add(indicatif::ProgressBar::new(0));
+            file_bar.set_style(
+                indicatif::ProgressStyle::with_template("file  {bar:30} {bytes}/{total_bytes} {msg}")
+                    .expect("template"),
             );
             let t0 = Instant::now();
             while !done.load(Ordering::SeqCst) {
@@ -513,7 +520,7 @@ fn with_progress<T: Send>(progress: &Arc<Progress>, quiet: bool, work: impl FnOn
                 let rtx = Progress::get(&p.retransmits) as f64 / dg as f64 * 100.0;
                 let moved = Progress::get(&p.bytes_moved);
                 bar.set_message(format!(
-                    "{} files, {} ({:.1} s), retransmit {rtx:.2}%, {}: {}",
+                    "{} files, {} ({:.1} s), retransmit {rtx:.2}%, {}",
                     format_args!(
                         "{}/{}",
                         Progress::get(&p.files_done),
@@ -522,10 +529,18 @@ fn with_progress<T: Send>(progress: &Arc<Progress>, quiet: bool, work: impl FnOn
                     fmt_bit_rate(moved as f64 * 8.0 / t0.elapsed().as_secs_f64().max(1e-3)),
                     t0.elapsed().as_secs_f64(),
                     p.phase(),
+                ));
+                file_bar.set_length(Progress::get(&p.file_bytes_total));
+                file_bar.set_position(Progress::get(&p.file_bytes_verified));
+                file_bar.set_message(format!(
+                    "({}/{}) {}",
+                    (Progress::get(&p.file_index) + 1).min(Progress::get(&p.files_total)),
+                    Progress::get(&p.files_total),
                     p.file()
                 ));
                 std::thread::sleep(Duration::from_millis(200));
             }
+            file_bar.finish_and_clear();
             bar.finish_and_clear();
         }
         h.join().expect("transfer thread")
