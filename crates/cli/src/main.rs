@@ -46,6 +46,12 @@ enum Command {
     Status(cmd::status::Args),
     /// Measure the network: UDP throughput/loss/jitter, latency, TCP with CPU use; responder; archive
     Net(cmd::net::Args),
+    /// Correlator side of e-VLBI: receive udps/VDIF, reorder, deliver a continuous stream with fill frames
+    Receive(cmd::receive::Args),
+    /// Relay a stream (net2net): receive, optionally reorder, fan out restamped and paced
+    Relay(cmd::relay::Args),
+    /// Replay a recording (disk2net) to a UDP destination at its original or a set rate
+    Play(cmd::play::Args),
     /// Emulate a long, lossy path (delay, jitter, loss, rate and queue limits) between two network namespaces
     Pathemu(cmd::pathemu::Args),
     /// Move files and scans to a correlator: verified, resumable, authenticated transfer over UDP
@@ -67,6 +73,9 @@ fn main() -> ExitCode {
         Command::Status(a) => cmd::status::run(a),
         Command::Net(a) => cmd::net::run(a),
         Command::Pathemu(a) => cmd::pathemu::run(a),
+        Command::Receive(a) => cmd::receive::run(a),
+        Command::Relay(a) => cmd::relay::run(a),
+        Command::Play(a) => cmd::play::run(a),
         Command::Xfer(a) => cmd::xfer::run(a),
     };
     match result {

@@ -62,6 +62,12 @@ pub struct ConfigFile {
     pub station: Option<String>,
     #[serde(default)]
     pub recorder: RecorderSection,
+    /// Forwarding destinations (real-time e-VLBI), in `vlbiflow record --forward` form, e.g.
+    /// `["jive=udps@10.0.0.2:46227,rate=2.1Gbps"]`; taken by every recording.
+    #[serde(default)]
+    pub forward: Vec<String>,
+    /// Frames flow to the destinations from start-up (default false: `in2net=on` or `forward=on`).
+    pub forward_on: Option<bool>,
 }
 
 impl ConfigFile {
@@ -113,6 +119,10 @@ pub struct DaemonConfig {
     pub station: Option<String>,
     /// Engine settings; streams, disks and scan are filled in per recording.
     pub recorder: RecorderConfig,
+    /// Forwarding destinations at start-up.
+    pub forward: Vec<vlbiflow_evlbi::DestSpec>,
+    /// Forwarding on at start-up.
+    pub forward_enabled: bool,
 }
 
 impl DaemonConfig {
@@ -221,6 +231,14 @@ impl DaemonConfig {
         if max_connections == 0 || max_connections > 4096 {
             return Err(invalid("max_connections", "must be 1 to 4096"));
         }
+        let mut forward: Vec<vlbiflow_evlbi::DestSpec> = Vec::new();
+        for s in &f.forward {
+            let d = vlbiflow_evlbi::DestSpec::parse(s).map_err(|e| invalid("forward", e.to_string()))?;
+            if forward.iter().any(|o| o.label == d.label) {
+                return Err(invalid("forward", format!("label {:?} is used twice", d.label)));
+            }
+            forward.push(d);
+        }
         let cfg = DaemonConfig {
             name: f.name.unwrap_or_else(host_name),
             control,
@@ -234,6 +252,8 @@ impl DaemonConfig {
             experiment: f.experiment,
             station: f.station,
             recorder: rc,
+            forward,
+            forward_enabled: f.forward_on.unwrap_or(false),
         };
         cfg.check_token()?;
         Ok(cfg)

@@ -77,13 +77,17 @@ async fn perform(sh: &Arc<Shared>, mut actions: Vec<Action>) -> Vec<(Ticket, Rep
     while !actions.is_empty() {
         for a in std::mem::take(&mut actions) {
             match a {
-                Action::Start { ticket, config } => {
+                Action::Start {
+                    ticket,
+                    config,
+                    forward,
+                } => {
                     let sh2 = sh.clone();
                     let outcome = tokio::task::spawn_blocking(move || {
                         sh2.engine
                             .lock()
                             .unwrap_or_else(|e| e.into_inner())
-                            .start(*config)
+                            .start_forwarding(*config, forward)
                     })
                     .await
                     .unwrap_or_else(|_| Err("the recorder panicked while starting".into()));

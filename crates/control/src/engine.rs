@@ -13,6 +13,17 @@ pub const MAX_EVENTS_PER_CALL: usize = 256;
 pub trait Engine: Send {
     /// Starts a recording of `config` (validated, disks and sockets opened) or says why not.
     fn start(&mut self, config: RecorderConfig) -> Result<Box<dyn Recording>, String>;
+
+    /// Starts a recording that also forwards its frames as `forward` says (real-time e-VLBI). An engine
+    /// that cannot forward records only (the default).
+    fn start_forwarding(
+        &mut self,
+        config: RecorderConfig,
+        forward: crate::forward::ForwardPlan,
+    ) -> Result<Box<dyn Recording>, String> {
+        let _ = forward;
+        self.start(config)
+    }
 }
 
 /// A running (or finishing) recording.
@@ -27,6 +38,10 @@ pub trait Recording: Send + Sync {
     fn events(&self) -> Vec<String>;
     /// Addresses the streams are bound to (the real port when 0 was configured).
     fn local_addrs(&self) -> Vec<std::net::SocketAddr>;
+    /// Live counters of each forwarding destination (none when not forwarding).
+    fn forward_status(&self) -> Vec<vlbiflow_evlbi::DestStatus> {
+        Vec::new()
+    }
 }
 
 /// The real engine: `vlbiflow_recorder::Recorder`.
@@ -38,6 +53,85 @@ impl Engine for RecorderEngine {
         Recorder::start(config)
             .map(|h| Box::new(h) as Box<dyn Recording>)
             .map_err(|e| e.to_string())
+    }
+
+    fn start_forwarding(
+        &mut self,
+        config: RecorderConfig,
+        forward: crate::forward::ForwardPlan,
+    ) -> Result<Box<dyn Recording>, String> {
+        if forward.is_empty() {
+            return self.start(config);
+        }
+        Self::start_with_forward(config, forward).map(|r| Box::new(r) as Box<dyn Recording>)
+    }
+}
+
+impl RecorderEngine {
+    /// Starts a forwarder per stream that has destinations, then the recorder with their taps.
+    fn start_with_forward(
+        config: RecorderConfig,
+        forward: crate::forward::ForwardPlan,
+    ) -> Result<ForwardingRecording, String> {
+        let mut forwarders = Vec::new();
+        let mut taps: Vec<Option<Box<dyn vlbiflow_recorder::FrameTap>>> = Vec::new();
+        for (i, spec) in config.streams.iter().enumerate() {
+            let dests: Vec<_> = forward
+                .dests
+                .iter()
+                .filter(|(s, _)| *s == i)
+                .map(|(_, d)| d.clone())
+                .collect();
+            if dests.is_empty() {
+                taps.push(None);
+                continue;
+            }
+            let frame_len = spec.frame_size as usize;
+            let (f, tap) =
+                vlbiflow_evlbi::Forwarder::start(dests, frame_len, 0).map_err(|e| e.to_string())?;
+            forwarders.push(f);
+            taps.push(Some(
+                tap.with_gate(forward.gate.clone()).into_recorder_tap(frame_len),
+            ));
+        }
+        let handle = Recorder::start_with_taps(config, taps).map_err(|e| e.to_string())?;
+        Ok(ForwardingRecording {
+            handle,
+            forwarders: std::sync::Mutex::new(forwarders),
+        })
+    }
+}
+
+/// A recording that forwards: the recorder and its forwarders (whose senders end by themselves once
+/// capture has stopped and their queues are empty).
+pub struct ForwardingRecording {
+    handle: RecorderHandle,
+    forwarders: std::sync::Mutex<Vec<vlbiflow_evlbi::Forwarder>>,
+}
+
+impl Recording for ForwardingRecording {
+    fn status(&self) -> RecorderStatus {
+        self.handle.status()
+    }
+    fn stop(&self) {
+        Recording::stop(&self.handle)
+    }
+    fn finished(&self) -> Option<ScanSummary> {
+        Recording::finished(&self.handle)
+    }
+    fn events(&self) -> Vec<String> {
+        Recording::events(&self.handle)
+    }
+    fn local_addrs(&self) -> Vec<std::net::SocketAddr> {
+        Recording::local_addrs(&self.handle)
+    }
+    fn forward_status(&self) -> Vec<vlbiflow_evlbi::DestStatus> {
+        self.forwarders
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .flat_map(|f| f.status())
+            .collect()
     }
 }
 

@@ -22,6 +22,7 @@ pub mod controller;
 pub mod daemon;
 pub mod disks;
 pub mod engine;
+pub mod forward;
 pub mod proto;
 pub mod rates;
 pub mod report;

@@ -27,6 +27,9 @@ pub struct StatusReport {
     pub scans: Vec<ScanReport>,
     /// Recent operator events, oldest first.
     pub events: Vec<String>,
+    /// Forwarding while recording (real-time e-VLBI).
+    #[serde(default)]
+    pub forward: crate::forward::ForwardReport,
 }
 
 /// The recording state (`record?`).
@@ -220,6 +223,9 @@ pub struct Cumulative {
     pub commands: u64,
     pub connections: u64,
     pub connections_refused: u64,
+    /// Per forwarding destination label.
+    #[serde(default)]
+    pub forward: Vec<(String, crate::forward::DestTotals)>,
 }
 
 /// Prometheus text exposition format (version 0.0.4).
@@ -406,6 +412,85 @@ pub fn prometheus(r: &StatusReport, c: &Cumulative) -> String {
             );
         }
     }
+    let dest_counter = |field: fn(&crate::forward::DestTotals) -> u64| -> Vec<(String, String)> {
+        c.forward
+            .iter()
+            .map(|(l, v)| (format!("dest=\"{}\"", esc_label(l)), field(v).to_string()))
+            .collect()
+    };
+    family(
+        "vlbiflow_forward_offered_frames_total",
+        "counter",
+        "Recorded frames offered to a forwarding destination (its thread selection passed them), per destination.",
+        dest_counter(|t| t.offered),
+    );
+    family(
+        "vlbiflow_forward_sent_frames_total",
+        "counter",
+        "Frames sent to a forwarding destination, per destination.",
+        dest_counter(|t| t.sent),
+    );
+    family(
+        "vlbiflow_forward_sent_bytes_total",
+        "counter",
+        "Datagram (or TCP) bytes sent to a forwarding destination, PSN included, per destination.",
+        dest_counter(|t| t.sent_bytes),
+    );
+    family(
+        "vlbiflow_forward_dropped_frames_total",
+        "counter",
+        "Frames not forwarded, per destination and reason: queue_full (it or its pacing could not keep up), \
+         send_error, disconnected (TCP down), at_stop (still queued when the scan ended).",
+        c.forward
+            .iter()
+            .flat_map(|(l, v)| {
+                [
+                    ("queue_full", v.dropped_queue_full),
+                    ("send_error", v.dropped_send_error),
+                    ("disconnected", v.dropped_disconnected),
+                    ("at_stop", v.dropped_at_stop),
+                ]
+                .into_iter()
+                .map(move |(reason, n)| {
+                    (
+                        format!("dest=\"{}\",reason=\"{reason}\"", esc_label(l)),
+                        n.to_string(),
+                    )
+                })
+            })
+            .collect(),
+    );
+    family(
+        "vlbiflow_forward_queued_frames",
+        "gauge",
+        "Frames waiting in a forwarding destination's queue.",
+        r.forward
+            .destinations
+            .iter()
+            .map(|d| (format!("dest=\"{}\"", esc_label(&d.label)), d.queued.to_string()))
+            .collect(),
+    );
+    family(
+        "vlbiflow_forward_connected",
+        "gauge",
+        "1 while a forwarding destination is connected (UDP: while a scan forwards; TCP: while the connection is up).",
+        r.forward
+            .destinations
+            .iter()
+            .map(|d| {
+                (
+                    format!("dest=\"{}\"", esc_label(&d.label)),
+                    u8::from(d.connected).to_string(),
+                )
+            })
+            .collect(),
+    );
+    family(
+        "vlbiflow_forward_enabled",
+        "gauge",
+        "1 while forwarding is on (in2net=on / forward=on).",
+        vec![(String::new(), u8::from(r.forward.enabled).to_string())],
+    );
     family(
         "vlbiflow_scans",
         "gauge",
@@ -560,6 +645,46 @@ pub fn render_monitor(r: &StatusReport) -> String {
                 _ => String::new(),
             }
         );
+    }
+    let f = &r.forward;
+    if !f.destinations.is_empty() {
+        let _ = writeln!(
+            o,
+            "forward: {} ({} destination(s); net_protocol {}, net_port {})",
+            if f.enabled { "on" } else { "off" },
+            f.destinations.len(),
+            f.net_protocol,
+            f.net_port
+        );
+        for d in &f.destinations {
+            let dropped =
+                d.dropped_queue_full + d.dropped_send_error + d.dropped_disconnected + d.dropped_at_stop;
+            let _ = writeln!(
+                o,
+                "   {} {}@{}{}{}: offered {} sent {} ({}) dropped {} (queue full {}, send error {}, disconnected {}, at stop {}) queued {}/{}{}{}",
+                d.label,
+                d.protocol,
+                d.address,
+                if d.threads.is_empty() {
+                    String::new()
+                } else {
+                    format!(" threads {:?}", d.threads)
+                },
+                d.rate_bps.map(|b| format!(" paced {}", si(b, "b/s"))).unwrap_or_default(),
+                d.offered,
+                d.sent,
+                si(d.sent_bytes as f64, "B"),
+                dropped,
+                d.dropped_queue_full,
+                d.dropped_send_error,
+                d.dropped_disconnected,
+                d.dropped_at_stop,
+                d.queued,
+                d.queue_capacity,
+                if d.protocol == "tcp" && !d.connected { " NOT CONNECTED" } else { "" },
+                d.last_error.as_deref().map(|e| format!(" last error: {e}")).unwrap_or_default(),
+            );
+        }
     }
     let _ = writeln!(o, "scans: {}", r.scans.len());
     for s in r.scans.iter().rev().take(5) {

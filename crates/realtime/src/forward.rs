@@ -6,13 +6,15 @@
 //! `dropped_queue_full`) instead of slowing the recorder. [`ForwardQueue::poll_send`] gives the next frame
 //! once the token bucket allows it; the caller sends it and calls again.
 //!
-//! Pacing is a token bucket of `burst_bytes` depth filled at `rate_bytes_per_s`, in exact integer
+//! Pacing is a [`TokenBucket`] of `burst_bytes` depth filled at `rate_bytes_per_s`, in exact integer
 //! arithmetic (time in units of ns x rate, so no rounding drifts over a long run). A frame of `L` bytes may
 //! go when the bucket holds `L` tokens. The bucket starts full.
 
 use std::time::Instant;
 
 use vlbiflow_formats::vdif::{self, VdifHeader, MAX_THREAD_ID};
+
+use crate::pace::{BucketError, TokenBucket};
 
 /// Configuration of a [`ForwardQueue`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,18 +83,12 @@ pub struct ForwardQueue {
     /// Index of the oldest queued frame.
     first: usize,
     len: usize,
-    rate: Option<u64>,
-    /// Bucket depth, scaled (bytes x 1e9).
-    burst_scaled: u128,
-    /// Theoretical arrival time of the bucket (GCRA), in ns x rate since `origin`.
-    tat: u128,
+    bucket: Option<TokenBucket>,
     threads: Option<Vec<u64>>,
     header_offset: usize,
     origin: Option<Instant>,
     counters: ForwardCounters,
 }
-
-const NS: u128 = 1_000_000_000;
 
 impl ForwardQueue {
     pub fn new(config: ForwardConfig) -> Result<Self, ForwardConfigError> {
@@ -101,15 +97,15 @@ impl ForwardQueue {
             .checked_mul(config.capacity)
             .filter(|&n| n > 0 && n <= isize::MAX as usize / 2 && config.max_len <= u32::MAX as usize)
             .ok_or(ForwardConfigError::Size)?;
-        if config.rate_bytes_per_s == Some(0) {
-            return Err(ForwardConfigError::Rate);
-        }
-        if config.rate_bytes_per_s.is_some() && config.burst_bytes < config.max_len as u64 {
-            return Err(ForwardConfigError::Burst {
-                burst: config.burst_bytes,
-                max_len: config.max_len,
-            });
-        }
+        let bucket = match config.rate_bytes_per_s {
+            None => None,
+            Some(rate) => Some(
+                TokenBucket::new(rate, config.burst_bytes, config.max_len).map_err(|e| match e {
+                    BucketError::Rate => ForwardConfigError::Rate,
+                    BucketError::Burst { burst, max_len } => ForwardConfigError::Burst { burst, max_len },
+                })?,
+            ),
+        };
         let threads = match &config.threads {
             None => None,
             Some(list) => {
@@ -130,9 +126,7 @@ impl ForwardQueue {
             capacity: config.capacity,
             first: 0,
             len: 0,
-            rate: config.rate_bytes_per_s,
-            burst_scaled: u128::from(config.burst_bytes) * NS,
-            tat: 0,
+            bucket,
             threads,
             header_offset: config.header_offset,
             origin: None,
@@ -151,11 +145,6 @@ impl ForwardQueue {
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
-    }
-
-    fn scaled(&mut self, now: Instant, rate: u64) -> u128 {
-        let origin = *self.origin.get_or_insert(now);
-        now.saturating_duration_since(origin).as_nanos() * u128::from(rate)
     }
 
     fn wanted(&self, frame: &[u8]) -> bool {
@@ -201,13 +190,10 @@ impl ForwardQueue {
         }
         let i = self.first;
         let len = self.lens[i] as usize;
-        if let Some(rate) = self.rate {
-            let now = self.scaled(now, rate);
-            let tat = self.tat.max(now) + len as u128 * NS;
-            if tat - now > self.burst_scaled {
+        if let Some(bucket) = &mut self.bucket {
+            if !bucket.try_take(now, len) {
                 return None;
             }
-            self.tat = tat;
         }
         self.first = (i + 1) % self.capacity;
         self.len -= 1;
@@ -223,16 +209,10 @@ impl ForwardQueue {
             return None;
         }
         let origin = self.origin?;
-        let Some(rate) = self.rate else {
-            return Some(origin);
-        };
-        let len = self.lens[self.first] as u128;
-        // Sendable once now >= tat + len x 1e9 - burst (in scaled units).
-        let due = (self.tat + len * NS).saturating_sub(self.burst_scaled);
-        let ns = due.div_ceil(u128::from(rate));
-        origin.checked_add(std::time::Duration::from_nanos(
-            u64::try_from(ns).unwrap_or(u64::MAX),
-        ))
+        match &self.bucket {
+            None => Some(origin),
+            Some(bucket) => Some(bucket.due(origin, self.lens[self.first] as usize)),
+        }
     }
 }
 

@@ -27,7 +27,7 @@ pub struct LatencyHistogram {
 }
 
 /// What a [`LatencyHistogram`] holds, for JSON and printing. Quantiles are `None` with no samples.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct LatencySummary {
     /// The stated clock offset, host minus backend, in nanoseconds.
     pub clock_offset_ns: i64,
@@ -123,6 +123,42 @@ impl LatencyHistogram {
             mean_ns: some(h.mean().round() as u64),
         }
     }
+
+    /// The histogram in bins doubling from 100 us (`[0, 100 us)`, `[100 us, 200 us)`, ...) up to the
+    /// largest value, for JSON and plots: `(upper bound ns, count)`, empty bins included.
+    pub fn bins(&self) -> Vec<LatencyBin> {
+        const FIRST: u64 = 100_000;
+        let mut counts: Vec<u64> = Vec::new();
+        for v in self.hist.iter_recorded() {
+            // Each recorded bucket once, by the value it stands for.
+            let value = self.hist.lowest_equivalent(v.value_iterated_to());
+            let bin = if value < FIRST {
+                0
+            } else {
+                (64 - (value / FIRST).leading_zeros()) as usize
+            };
+            if counts.len() <= bin {
+                counts.resize(bin + 1, 0);
+            }
+            counts[bin] += v.count_at_value();
+        }
+        counts
+            .into_iter()
+            .enumerate()
+            .map(|(i, count)| LatencyBin {
+                upper_ns: FIRST.saturating_mul(1 << i.min(40)),
+                count,
+            })
+            .collect()
+    }
+}
+
+/// One bin of [`LatencyHistogram::bins`]: frames with a latency below `upper_ns` and at or above the
+/// previous bin's bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct LatencyBin {
+    pub upper_ns: u64,
+    pub count: u64,
 }
 
 #[cfg(test)]
@@ -181,5 +217,14 @@ mod tests {
         assert!(within(s.max_ns, 1_000_000_000), "{s:?}");
         assert!(within(s.min_ns, 1_000_000), "{s:?}");
         assert_eq!(LatencyHistogram::new(5).summary().p50_ns, None);
+        // Bins double from 100 us; every sample is in one (values are kept to 3 significant digits, so
+        // the edges may move a sample by 0.1%).
+        let bins = h.bins();
+        assert_eq!(bins.iter().map(|b| b.count).sum::<u64>(), 1000);
+        assert_eq!(bins[0].upper_ns, 100_000);
+        assert_eq!(bins.last().unwrap().upper_ns, 1_638_400_000);
+        // [819.2 ms, 1638.4 ms): the samples 820..=1000 ms.
+        assert_eq!(bins.last().unwrap().count, 181);
+        assert!(LatencyHistogram::new(0).bins().is_empty());
     }
 }

@@ -15,8 +15,10 @@
 
 pub mod forward;
 pub mod latency;
+pub mod pace;
 pub mod reorder;
 
 pub use forward::{ForwardConfig, ForwardCounters, ForwardQueue};
-pub use latency::{LatencyHistogram, LatencySummary};
+pub use latency::{LatencyBin, LatencyHistogram, LatencySummary};
+pub use pace::TokenBucket;
 pub use reorder::{Arrival, Busy, FillMode, KeyMode, OutputKind, ReorderConfig, ReorderCounters, Reorderer};

@@ -226,6 +226,9 @@ pub struct Reorderer {
     template: Option<[u8; 16]>,
     run_last: u64,
     run_len: usize,
+    /// Set by [`Reorderer::flush_until`]: the stream ends just before this key, so keys up to it that
+    /// never arrived are filled once everything held is out.
+    tail_end: Option<u64>,
     origin: Option<Instant>,
     counters: ReorderCounters,
 }
@@ -324,6 +327,7 @@ impl Reorderer {
             template: None,
             run_last: 0,
             run_len: 0,
+            tail_end: None,
             origin: None,
             counters: ReorderCounters::default(),
         })
@@ -567,6 +571,37 @@ impl Reorderer {
         self.forced = self.head.wrapping_sub(self.base);
     }
 
+    /// End of a stream whose last key is known to be `end - 1` (e.g. a transfer of a known number of
+    /// frames): like [`flush`](Self::flush), and then the keys from the newest seen up to `end` are
+    /// filled too, since they did not arrive either. An `end` at or behind the newest key adds nothing.
+    /// Before any frame arrived there is no stream to end, unless [`start_at`](Self::start_at) set its
+    /// start: then every key from there to `end` is filled.
+    pub fn flush_until(&mut self, end: u64) {
+        self.flush();
+        if self.started && Self::ahead(end, self.head) {
+            self.tail_end = Some(end);
+        }
+    }
+
+    /// `a` is ahead of `b` (modulo 2^64, by less than half the key space).
+    fn ahead(a: u64, b: u64) -> bool {
+        let d = a.wrapping_sub(b);
+        d != 0 && d < 1 << 63
+    }
+
+    /// Starts the stream at `key` before any frame arrived: keys from `key` up to the first frame that
+    /// does arrive are then missing (filled once that frame shows they are due), instead of the stream
+    /// starting at whatever arrives first. For a receiver that knows where the stream starts (a
+    /// sender's first PSN), so that losing the very first frames is filled like any other loss. Has no
+    /// effect once a frame was pushed.
+    pub fn start_at(&mut self, key: u64) {
+        if !self.started {
+            self.started = true;
+            self.base = key;
+            self.head = key;
+        }
+    }
+
     /// When [`Reorderer::poll_output`] has something to give without a push: `None` if nothing will be
     /// ready without another push, a time at or before `now` if output is ready now.
     pub fn poll_timeout(&self) -> Option<Instant> {
@@ -575,7 +610,10 @@ impl Reorderer {
             return Some(origin);
         }
         if self.head == self.base {
-            return None;
+            return match self.tail_end {
+                Some(end) if Self::ahead(end, self.base) => Some(origin),
+                _ => None,
+            };
         }
         let s = self.slot(self.base);
         if bit(&self.present, s as u64) {
@@ -622,7 +660,11 @@ impl Reorderer {
                 return None;
             }
         } else if self.forced == 0 {
-            return None;
+            // Past the newest key: only a known end of stream makes these due (and only fill).
+            match self.tail_end {
+                Some(end) if Self::ahead(end, key) => self.head = key.wrapping_add(1),
+                _ => return None,
+            }
         } else {
             // Keys skipped by a jump beyond the window: never held, pure fill.
             self.head = key.wrapping_add(1);
@@ -855,6 +897,45 @@ mod tests {
         assert_eq!((c.stray, c.restarts), (RESTART_AFTER as u64, 1));
         // Far behind the new stream: stray, not late.
         assert_eq!(r.push(t0, 3, &frame(3)), Ok(Arrival::Stray));
+    }
+
+    #[test]
+    fn a_known_start_and_end_fill_the_lost_first_and_last_frames() {
+        let mut r = psn_reorderer(16);
+        let t0 = Instant::now();
+        r.start_at(100);
+        assert_eq!(r.poll_timeout(), None);
+        assert!(r.poll_output(t0).is_none());
+        // 100 and 101 were lost: 102 opens them.
+        assert_eq!(r.push(t0, 102, &frame(102)), Ok(Arrival::Gap { missing: 2 }));
+        assert_eq!(drain(&mut r, t0), []);
+        assert_eq!(
+            drain(&mut r, ms(t0, 200)),
+            [(100, false), (101, false), (102, true)]
+        );
+        r.push(ms(t0, 201), 103, &frame(103)).unwrap();
+        // The stream was 100..=106: 104 to 106 never came.
+        r.flush_until(107);
+        assert_eq!(r.poll_timeout(), Some(t0));
+        assert_eq!(
+            drain(&mut r, ms(t0, 201)),
+            [(103, true), (104, false), (105, false), (106, false)]
+        );
+        assert_eq!(r.poll_timeout(), None);
+        let c = r.counters();
+        assert_eq!((c.delivered, c.filled), (2, 5));
+        // An end behind the newest key adds nothing; a start after the first push changes nothing.
+        let mut r = psn_reorderer(16);
+        r.push(t0, 5, &frame(5)).unwrap();
+        r.start_at(0);
+        r.push(t0, 6, &frame(6)).unwrap();
+        r.flush_until(3);
+        assert_eq!(drain(&mut r, t0), [(5, true), (6, true)]);
+        // Started, nothing arrived: the whole range is fill.
+        let mut r = psn_reorderer(16);
+        r.start_at(10);
+        r.flush_until(13);
+        assert_eq!(drain(&mut r, t0), [(10, false), (11, false), (12, false)]);
     }
 
     #[test]

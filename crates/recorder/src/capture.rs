@@ -13,7 +13,7 @@
 
 use std::io;
 use std::net::UdpSocket;
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::sync::atomic::Ordering::{AcqRel, Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,7 +23,7 @@ use vlbiflow_formats::psn;
 use vlbiflow_formats::time::{epoch_start_unix, VdifTime};
 use vlbiflow_formats::vdif::VdifHeader;
 use vlbiflow_scan::{FrameKind, StreamCounters};
-use vlbiflow_udp::{BatchReceiver, DropCounter, RecvMeta};
+use vlbiflow_udp::{BatchReceiver, DropCounter, Epoll, RecvMeta};
 
 use crate::config::StreamSpec;
 use crate::engine::{RecorderEvent, Shared};
@@ -363,6 +363,8 @@ pub(crate) struct StreamCapture {
     spill: Vec<Block>,
     /// Messages that carried more than one datagram.
     coalesced: u64,
+    /// Sees every stored frame (forwarding while recording).
+    pub(crate) tap: Option<Box<dyn crate::tap::FrameTap>>,
 }
 
 impl StreamCapture {
@@ -405,6 +407,7 @@ impl StreamCapture {
             span: 1,
             spill: Vec::with_capacity(4),
             coalesced: 0,
+            tap: None,
         }
     }
 
@@ -760,6 +763,22 @@ impl StreamCapture {
         }
         let kept = got.kept.len();
         self.place(got, area, cap);
+        if let Some(tap) = self.tap.as_mut() {
+            // The frames now sit in consecutive slots: the area first, then the spill blocks.
+            let here = kept.min(cap);
+            if here > 0 {
+                tap.stored(&area[..here * slot]);
+            }
+            let mut rest = kept - here;
+            for b in self.spill.iter_mut() {
+                if rest == 0 {
+                    break;
+                }
+                let k = rest.min(self.frames_per_block);
+                tap.stored(&b.frame_area_mut()[..k * slot]);
+                rest -= k;
+            }
+        }
         if kept > 0 {
             let s = &shared.streams[self.index];
             let now = (shared.start.elapsed().as_nanos() as u64).max(1);
@@ -918,29 +937,7 @@ pub(crate) fn run_capture(shared: Arc<Shared>, mut streams: Vec<StreamCapture>) 
 }
 
 fn capture_loop(shared: &Shared, streams: &mut [StreamCapture]) -> io::Result<()> {
-    // SAFETY: plain syscalls; the epoll descriptor is closed by the guard below.
-    let epfd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-    if epfd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    struct Guard(i32);
-    impl Drop for Guard {
-        fn drop(&mut self) {
-            // SAFETY: closing the descriptor this guard owns.
-            unsafe { libc::close(self.0) };
-        }
-    }
-    let _guard = Guard(epfd);
-    for (i, s) in streams.iter().enumerate() {
-        let mut ev = libc::epoll_event {
-            events: libc::EPOLLIN as u32,
-            u64: i as u64,
-        };
-        // SAFETY: registering an open socket descriptor.
-        if unsafe { libc::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, s.socket.as_raw_fd(), &mut ev) } < 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
+    let mut epoll = Epoll::new(streams.iter().map(|s| s.socket.as_fd()))?;
     let mut rx = Receiver::new(shared.config.batch, streams.iter().any(|s| s.gro));
     let max_slot = streams
         .iter()
@@ -948,35 +945,19 @@ fn capture_loop(shared: &Shared, streams: &mut [StreamCapture]) -> io::Result<()
         .max()
         .unwrap_or(0);
     let mut scratch = vec![0u8; rx.capacity() * max_slot];
-    let mut ready = vec![libc::epoll_event { events: 0, u64: 0 }; streams.len().max(1)];
+    let mut ready = Vec::with_capacity(streams.len());
     let mut last_detail = Instant::now();
     while !shared.stopping() {
-        // SAFETY: `ready` has room for its length in events.
-        let n = unsafe { libc::epoll_wait(epfd, ready.as_mut_ptr(), ready.len() as i32, 100) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EINTR) {
-                continue;
-            }
-            return Err(e);
-        }
-        for ev in &ready[..n as usize] {
-            let s = &mut streams[ev.u64 as usize];
+        epoll.wait(Duration::from_millis(100), &mut ready)?;
+        for &i in &ready {
+            let s = &mut streams[i];
             if let Err(e) = s.service(shared, &mut rx, &mut scratch) {
                 s.failed = true;
                 shared.event(RecorderEvent::CaptureFailed {
                     stream: s.spec.label.clone(),
                     error: e.to_string(),
                 });
-                // SAFETY: deregistering a registered descriptor.
-                unsafe {
-                    libc::epoll_ctl(
-                        epfd,
-                        libc::EPOLL_CTL_DEL,
-                        s.socket.as_raw_fd(),
-                        std::ptr::null_mut(),
-                    )
-                };
+                let _ = epoll.remove(&s.socket);
             }
         }
         if last_detail.elapsed() >= DETAIL_INTERVAL {

@@ -23,6 +23,7 @@ pub mod loss {
 }
 pub mod pool;
 pub mod status;
+pub mod tap;
 mod writer;
 
 use std::path::PathBuf;
@@ -43,6 +44,7 @@ pub use engine::RecorderEvent;
 /// ([`RecorderStatus::events_dropped`]).
 pub const EVENT_QUEUE: usize = 4096;
 pub use status::{DiskStatus, FlowStatus, Phase, PoolStatus, RecorderStatus, StreamStatus, ThreadStatus};
+pub use tap::FrameTap;
 #[doc(hidden)]
 pub use writer::bench_mark6_write;
 
@@ -93,6 +95,15 @@ impl Recorder {
     /// Validates `config`, creates the scan on every disk (refusing to overwrite an existing one), binds
     /// every stream's socket, allocates the block pool and starts capture, writer and supervisor threads.
     pub fn start(config: RecorderConfig) -> Result<RecorderHandle, StartError> {
+        Self::start_with_taps(config, Vec::new())
+    }
+
+    /// As [`start`](Self::start), with a [`FrameTap`] per stream (`taps[i]` for stream `i`; missing or
+    /// `None` entries: no tap) that sees every frame the stream records, on its capture thread.
+    pub fn start_with_taps(
+        config: RecorderConfig,
+        mut taps: Vec<Option<Box<dyn FrameTap>>>,
+    ) -> Result<RecorderHandle, StartError> {
         config.validate()?;
         let warnings = config.warnings();
         let mut config = config;
@@ -316,14 +327,9 @@ impl Recorder {
         for (i, (spec, (socket, report))) in shared.config.streams.iter().zip(sockets).enumerate() {
             let fpb = frames_per_block(spec.frame_size);
             let gro = report.gro == vlbiflow_udp::Feature::Enabled;
-            groups[i % capture_threads].push(capture::StreamCapture::new(
-                i,
-                spec.clone(),
-                socket,
-                fpb,
-                data_offset,
-                gro,
-            ));
+            let mut capture = capture::StreamCapture::new(i, spec.clone(), socket, fpb, data_offset, gro);
+            capture.tap = taps.get_mut(i).and_then(Option::take);
+            groups[i % capture_threads].push(capture);
         }
         for (i, group) in groups.into_iter().enumerate() {
             let sh = shared.clone();

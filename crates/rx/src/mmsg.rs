@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use vlbiflow_udp::{BatchReceiver, DropCounter};
 
-use crate::sys::{segments, Epoll};
+use crate::sys::segments;
 use crate::RxStats;
+use vlbiflow_udp::Epoll;
 
 /// Messages per `recvmmsg`.
 pub const BATCH: usize = 64;

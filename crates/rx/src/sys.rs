@@ -1,62 +1,10 @@
-//! Small shared pieces: an epoll set over the streams' descriptors, control-message parsing and constants.
-
-use std::io;
-use std::os::fd::{AsFd, OwnedFd};
-use std::time::Duration;
-
-use rustix::buffer::spare_capacity;
-use rustix::event::epoll;
-use rustix::event::Timespec;
+//! Small shared pieces: control-message parsing and constants.
 
 pub(crate) const SOL_UDP: i32 = 17;
 /// cmsg type carrying the GRO segment size (an `int`).
 pub(crate) const UDP_GRO: i32 = 104;
 /// cmsg type carrying the socket's cumulative drop count (a `u32`).
 pub(crate) const SO_RXQ_OVFL: i32 = 40;
-
-/// An epoll set whose event data is the stream index.
-pub(crate) struct Epoll {
-    fd: OwnedFd,
-    events: Vec<epoll::Event>,
-}
-
-impl Epoll {
-    /// An epoll set over `fds`, readable (level-triggered), data = index.
-    pub(crate) fn new<'a>(fds: impl IntoIterator<Item = std::os::fd::BorrowedFd<'a>>) -> io::Result<Epoll> {
-        let fd = epoll::create(epoll::CreateFlags::CLOEXEC)?;
-        let mut n = 0;
-        for (i, f) in fds.into_iter().enumerate() {
-            epoll::add(&fd, f, epoll::EventData::new_u64(i as u64), epoll::EventFlags::IN)?;
-            n += 1;
-        }
-        Ok(Epoll {
-            fd,
-            events: Vec::with_capacity(n.max(1)),
-        })
-    }
-
-    /// Removes a descriptor (e.g. a closed connection).
-    pub(crate) fn remove(&self, f: impl AsFd) -> io::Result<()> {
-        Ok(epoll::delete(&self.fd, f)?)
-    }
-
-    /// Waits at most `timeout`; the indices of ready descriptors go into `ready` (cleared first).
-    pub(crate) fn wait(&mut self, timeout: Duration, ready: &mut Vec<usize>) -> io::Result<()> {
-        ready.clear();
-        self.events.clear();
-        let ts = Timespec {
-            tv_sec: timeout.as_secs() as i64,
-            tv_nsec: i64::from(timeout.subsec_nanos()),
-        };
-        match epoll::wait(&self.fd, spare_capacity(&mut self.events), Some(&ts)) {
-            Ok(_) => {}
-            Err(rustix::io::Errno::INTR) => return Ok(()),
-            Err(e) => return Err(e.into()),
-        }
-        ready.extend(self.events.iter().map(|e| e.data.u64() as usize));
-        Ok(())
-    }
-}
 
 /// What the control messages of one received message said.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

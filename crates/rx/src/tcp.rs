@@ -8,8 +8,8 @@ use std::net::TcpStream;
 use std::os::fd::AsFd;
 use std::time::Duration;
 
-use crate::sys::Epoll;
 use crate::RxStats;
+use vlbiflow_udp::Epoll;
 
 /// Bytes per read.
 pub const READ_SIZE: usize = 256 << 10;

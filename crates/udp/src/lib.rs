@@ -6,6 +6,7 @@
 //! - [`recv`]: `recvmmsg` into caller-provided buffers, with per-message length, truncation, GRO segment
 //!   size and source, and the cumulative kernel drop count.
 //! - [`pace`]: absolute-schedule rate pacing and a per-second rate meter.
+//! - [`epoll`]: a readiness set over several sockets, reporting each ready one by its index.
 //! - [`snmp`]: the kernel's UDP counters from `/proc/net/snmp`.
 //! - [`sink`]: a discarding receiver with per-second counts and sequence-number loss accounting.
 //!
@@ -16,6 +17,7 @@
 #[cfg(not(target_os = "linux"))]
 compile_error!("vlbiflow-udp uses Linux-only socket features (sendmmsg, recvmmsg, UDP GSO/GRO)");
 
+pub mod epoll;
 pub mod pace;
 pub mod recv;
 pub mod send;
@@ -24,6 +26,7 @@ pub mod snmp;
 pub mod socket;
 mod sys;
 
+pub use epoll::Epoll;
 pub use pace::{InvalidRate, Pacer, RateMeter, Wait, WindowStats};
 pub use recv::{BatchReceiver, DropCounter, RecvBatch, RecvMeta, RecvStats, TimestampKeeper};
 pub use send::{

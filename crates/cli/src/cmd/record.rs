@@ -37,6 +37,15 @@ Stream options (comma separated after the address):
   frame-size=N    bytes per frame, header included (default 8224 for VDIF, 10016 for Mark5B)
   frame-rate=N    frames per second per thread (default: learned from the time stamps)
 
+  # Record and forward in real time to the correlator as udps, paced to 2.1 Gb/s (e-VLBI):
+  vlbiflow record --stream a=vdif@0.0.0.0:4001,psn --disk '/mnt/disk*' --scan ek051_ef_no0001 \
+      --forward udps@jive.example.org:46227,rate=2.1Gbps
+
+Forwarding (--forward, repeatable): [LABEL=]PROTO@HOST:PORT[,threads=0,1][,rate=RATE][,burst=SIZE]
+[,queue=FRAMES][,stream=LABEL][,psn=N], PROTO udps (PSN + frame), vdif (frame alone) or tcp. Every
+recorded frame is copied to each destination's queue; a destination that cannot keep up loses frames
+(counted per destination), never the recording. Details: docs/realtime.md.
+
 The recording stops on --duration, Ctrl-C or SIGTERM, always leaving a flushed, consistent scan with
 metadata (<disk>/<scan>.vlbiflow.json) on every disk. A second Ctrl-C exits at once (scan marked incomplete).";
 
@@ -93,9 +102,12 @@ pub struct Args {
     /// Do not enable UDP GRO (receive one datagram per message even from GSO senders)
     #[arg(long)]
     no_gro: bool,
-    /// Print the final scan metadata as JSON on standard output
+    /// Print the final scan metadata as JSON on standard output (with --forward: plus a "forward" list)
     #[arg(long)]
     json: bool,
+    /// Forward every recorded frame in real time to this destination (see below); repeat for several
+    #[arg(long = "forward", value_name = "DEST")]
+    forward: Vec<String>,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -176,7 +188,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
         })?;
     }
-    let handle = Recorder::start(config).map_err(anyhow::Error::new)?;
+    let (forwarders, taps) = start_forwarding(&args, &config)?;
+    let handle = Recorder::start_with_taps(config, taps).map_err(anyhow::Error::new)?;
     let events = handle.events();
     let cfg = handle.config().clone();
     eprintln!(
@@ -222,6 +235,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             break status.elapsed;
         }
         progress.tick(&status);
+        if !forwarders.is_empty() {
+            progress.forward(&forwarders);
+        }
     };
     let summary = handle.wait().expect("first wait");
     for e in events.try_iter() {
@@ -229,9 +245,23 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     progress.clear();
     print_summary(&mut std::io::stderr(), &summary, stopped_at);
+    // Capture has stopped (the taps are gone): the senders get a moment to empty their queues.
+    let forward: Vec<_> = forwarders
+        .into_iter()
+        .flat_map(|f| f.finish(Duration::from_secs(2)))
+        .collect();
+    crate::cmd::relay::print_dests(&forward);
     if args.json {
         let mut out = std::io::stdout().lock();
-        serde_json::to_writer_pretty(&mut out, &summary.metadata)?;
+        if forward.is_empty() {
+            serde_json::to_writer_pretty(&mut out, &summary.metadata)?;
+        } else {
+            let mut v = serde_json::to_value(&summary.metadata)?;
+            if let Some(o) = v.as_object_mut() {
+                o.insert("forward".into(), serde_json::to_value(&forward)?);
+            }
+            serde_json::to_writer_pretty(&mut out, &v)?;
+        }
         writeln!(out)?;
     }
     Ok(if summary.error.is_some() {
@@ -239,6 +269,60 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Starts a forwarder per stream that has `--forward` destinations; returns them and the recorder taps.
+#[allow(clippy::type_complexity)]
+fn start_forwarding(
+    args: &Args,
+    config: &RecorderConfig,
+) -> anyhow::Result<(
+    Vec<vlbiflow_evlbi::Forwarder>,
+    Vec<Option<Box<dyn vlbiflow_recorder::FrameTap>>>,
+)> {
+    let dests = crate::cmd::relay::parse_dests(&args.forward, "--forward")?;
+    let mut per_stream: Vec<Vec<vlbiflow_evlbi::DestSpec>> =
+        config.streams.iter().map(|_| Vec::new()).collect();
+    for d in dests {
+        let i = match &d.stream {
+            Some(label) => match config.streams.iter().position(|s| &s.label == label) {
+                Some(i) => i,
+                None => usage!("--forward {}: no stream {label:?} is recorded", d.label),
+            },
+            None if config.streams.len() == 1 => 0,
+            None => usage!(
+                "--forward {}: {} streams are recorded; say which with stream=LABEL",
+                d.label,
+                config.streams.len()
+            ),
+        };
+        per_stream[i].push(d);
+    }
+    let mut forwarders = Vec::new();
+    let mut taps = Vec::new();
+    for (spec, dests) in config.streams.iter().zip(per_stream) {
+        if dests.is_empty() {
+            taps.push(None);
+            continue;
+        }
+        for d in &dests {
+            eprintln!(
+                "vlbiflow record: stream {} forwarded to {} ({}@{}{})",
+                spec.label,
+                d.label,
+                d.protocol.name(),
+                d.address,
+                d.rate_bps
+                    .map(|r| format!(", paced to {}", fmt_bit_rate(r)))
+                    .unwrap_or_default()
+            );
+        }
+        let frame_len = spec.frame_size as usize;
+        let (f, tap) = vlbiflow_evlbi::Forwarder::start(dests, frame_len, 0)?;
+        forwarders.push(f);
+        taps.push(Some(tap.into_recorder_tap(frame_len)));
+    }
+    Ok((forwarders, taps))
 }
 
 /// Live progress on stderr: one line rewritten in place on a terminal, a plain line every few seconds
@@ -249,6 +333,8 @@ struct Progress {
     last_bytes: u64,
     last_elapsed: Duration,
     dirty: bool,
+    /// The progress line the forwarding counters were last added to.
+    forward_shown: Option<Instant>,
 }
 
 impl Progress {
@@ -259,6 +345,7 @@ impl Progress {
             last_bytes: 0,
             last_elapsed: Duration::ZERO,
             dirty: false,
+            forward_shown: None,
         }
     }
 
@@ -266,6 +353,21 @@ impl Progress {
         if self.tty && self.dirty {
             eprint!("\r\x1b[2K");
             self.dirty = false;
+        }
+    }
+
+    /// Forwarding, on the line after the recording's (at the same pace).
+    fn forward(&mut self, forwarders: &[vlbiflow_evlbi::Forwarder]) {
+        if self.forward_shown == Some(self.last_print) {
+            return;
+        }
+        self.forward_shown = Some(self.last_print);
+        let all: Vec<_> = forwarders.iter().flat_map(|f| f.status()).collect();
+        let line = format!("  forward | {}", crate::cmd::relay::dest_line(&all));
+        if self.tty {
+            eprint!(" | {}", line.trim_start_matches("  forward | "));
+        } else {
+            eprintln!("{line}");
         }
     }
 

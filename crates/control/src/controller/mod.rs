@@ -58,6 +58,8 @@ pub enum Action {
     Start {
         ticket: Ticket,
         config: Box<RecorderConfig>,
+        /// Destinations to forward the recording to (empty: record only).
+        forward: crate::forward::ForwardPlan,
     },
     /// Stop capture of this recording (returns within about a second); the writers keep flushing and
     /// [`Controller::tick`] notices when the scan is complete.
@@ -69,7 +71,7 @@ pub enum Action {
 impl std::fmt::Debug for Action {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Action::Start { ticket, config } => write!(f, "Start({ticket}, {})", config.scan),
+            Action::Start { ticket, config, .. } => write!(f, "Start({ticket}, {})", config.scan),
             Action::Stop(_) => f.write_str("Stop"),
             Action::Release(_) => f.write_str("Release"),
         }
@@ -203,6 +205,8 @@ pub struct Controller {
     actions: Vec<Action>,
     next_ticket: Ticket,
     shutting_down: bool,
+    /// Forwarding while recording (`in2net`, `forward`, `net_protocol`, `net_port`).
+    forward: crate::forward::ForwardSettings,
     /// The time of the latest event fed in (construction, statement, tick, start outcome): the controller
     /// never reads a clock itself, so event log stamps are the caller's times.
     now: UtcTime,
@@ -236,6 +240,7 @@ impl Controller {
             actions: Vec::new(),
             next_ticket: 1,
             shutting_down: false,
+            forward: crate::forward::ForwardSettings::with(cfg.forward.clone(), cfg.forward_enabled),
             now,
             disks,
             cfg,
@@ -323,10 +328,18 @@ impl Controller {
     /// Counters since start-up, for `/metrics`.
     pub fn cumulative(&self) -> Cumulative {
         let mut c = self.cumulative.clone();
+        let mut forward = self.forward.totals.clone();
         if let RecordState::Active { rec, .. } = &self.state {
             let st = rec.status();
             add_scan_counters(&mut c, &st);
+            for s in rec.forward_status() {
+                forward
+                    .entry(s.label.clone())
+                    .or_default()
+                    .add(&crate::forward::DestTotals::of(&s));
+            }
         }
+        c.forward = forward.into_iter().collect();
         c
     }
 
@@ -414,6 +427,8 @@ impl Controller {
                 else {
                     unreachable!()
                 };
+                let forwarded = rec.forward_status();
+                self.forward.finished(&forwarded);
                 self.actions.push(Action::Release(rec));
                 add_scan_counters(&mut self.cumulative, &summary.status);
                 self.cumulative.scans_recorded += 1;
@@ -475,6 +490,16 @@ impl Controller {
             ("rtime", true) => Ok(self.rtime(st)),
             ("status", true) => Ok(self.status_query(st)),
             ("evlbi", true) => Ok(self.evlbi(st)),
+            ("net_protocol", _) => Ok(self.forward.net_protocol(st)),
+            ("net_port", _) => Ok(self.forward.net_port(st)),
+            ("in2net", _) => Ok({
+                let busy = self.busy();
+                self.forward.in2net(st, busy)
+            }),
+            ("forward", _) => Ok({
+                let busy = self.busy();
+                self.forward.forward(st, busy)
+            }),
             ("help", true) => Ok(Reply::to(
                 st,
                 Rc::Done,
@@ -487,6 +512,10 @@ impl Controller {
                     "rtime?",
                     "status?",
                     "evlbi?",
+                    "net_protocol",
+                    "net_port",
+                    "in2net",
+                    "forward",
                     "help?",
                 ]
                 .iter()
@@ -924,9 +953,17 @@ impl Controller {
         c.duration = plan.duration;
         let ticket = self.next_ticket;
         self.next_ticket += 1;
+        let (forward, skipped) = self.forward.plan(&plan.streams);
+        for label in skipped {
+            self.event(format!(
+                "forward {label}: its stream is not recorded in scan {} (name it with forward=add:...:<stream>)",
+                plan.scan
+            ));
+        }
         self.actions.push(Action::Start {
             ticket,
             config: Box::new(c),
+            forward,
         });
         self.state = RecordState::Starting {
             ticket,
@@ -1296,8 +1333,12 @@ impl Controller {
             }
             for a in actions {
                 match a {
-                    Action::Start { ticket, config } => {
-                        let outcome = engine.start(*config);
+                    Action::Start {
+                        ticket,
+                        config,
+                        forward,
+                    } => {
+                        let outcome = engine.start_forwarding(*config, forward);
                         if let Some(r) = self.started(ticket, outcome, now) {
                             replies.push((ticket, r));
                         }
@@ -1885,7 +1926,7 @@ mod tests {
         };
         let actions = f.ctl.take_actions();
         assert!(
-            matches!(&actions[..], [Action::Start { ticket: t, config }] if *t == ticket && config.scan == "exp_st_scan1")
+            matches!(&actions[..], [Action::Start { ticket: t, config, .. }] if *t == ticket && config.scan == "exp_st_scan1")
         );
         // While the caller starts it (outside the lock), the controller answers and says pending.
         assert_eq!(f.cmd("record?"), "!record? 0 : pending : g1 : 1 : exp_st_scan1 ;");

@@ -192,6 +192,10 @@ impl Controller {
             rates: self.rates.rates.clone(),
             scans,
             events: self.events.iter().cloned().collect(),
+            forward: self.forward.report(&match &self.state {
+                RecordState::Active { rec, .. } => rec.forward_status(),
+                _ => Vec::new(),
+            }),
         }
     }
 }

@@ -1,0 +1,661 @@
+//! Forwarding frames to destinations in real time without ever holding up the producer (the recorder's
+//! capture thread, or a relay's receive thread).
+//!
+//! ```text
+//!  producer thread ── ForwardTap::offer ──► per destination: thread filter, PSN, copy into its ring
+//!                                              │ (full ring: dropped, counted; never waits)
+//!                                              ▼
+//!                     one sender thread per destination: token-bucket pacing, sendmmsg straight from
+//!                     the ring slots (udps / vdif), or writev on a TCP connection that is re-made when it
+//!                     breaks (frames are dropped, counted, while it is down)
+//! ```
+//!
+//! A ring slot holds `[PSN: 8 bytes][frame]`, so a `udps` datagram is the slot itself and a `vdif`
+//! datagram or TCP record its frame part: one copy per frame and destination, made by the producer.
+//! The PSN is assigned when a frame is offered, counting every frame the destination's thread filter
+//! passes, including frames then dropped for a full queue: a receiver sees the drop as a gap and fills it.
+//!
+//! Every destination's counters obey `offered = sent + dropped_queue_full + dropped_send_error +
+//! dropped_disconnected + dropped_at_stop + queued` (queued: in the ring now).
+
+use std::io::{IoSlice, Write};
+use std::net::{TcpStream, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use vlbiflow_formats::psn::{self, PSN_LEN};
+use vlbiflow_formats::vdif::MAX_THREAD_ID;
+use vlbiflow_realtime::TokenBucket;
+use vlbiflow_udp::send::{BatchSender, RetryPolicy};
+use vlbiflow_udp::socket::{open_udp, UdpConfig};
+
+use crate::dest::{DestSpec, Protocol};
+use crate::ring::{ring, Consumer, Producer};
+
+/// Datagrams per `sendmmsg` / records per `writev`.
+const BATCH: usize = 64;
+/// Send buffer asked for on each destination socket.
+const SEND_BUFFER: usize = 32 << 20;
+/// How long a TCP connection attempt may take, and the pause between attempts.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+const RECONNECT_PAUSE: Duration = Duration::from_secs(1);
+/// Longest single sleep of a sender (it looks at its stop flag at least this often).
+const MAX_SLEEP: Duration = Duration::from_millis(50);
+/// How much nicer than the rest of the process a sender thread runs: when the CPU is short, the
+/// capture (or receive) thread that feeds it gets about twice its share, so forwarding loses frames
+/// (counted) before the recording does.
+pub const SENDER_NICENESS: i32 = 3;
+
+/// Lowers the calling thread's scheduling priority by `by` nice steps (best effort).
+pub(crate) fn be_nicer(by: i32) {
+    let tid = rustix::thread::gettid();
+    if let Ok(now) = rustix::process::getpriority_process(Some(tid)) {
+        let _ = rustix::process::setpriority_process(Some(tid), (now + by).min(19));
+    }
+}
+
+/// Live counters of one destination (written by the producer and the sender thread, read by anyone).
+#[derive(Debug, Default)]
+pub struct DestCounters {
+    offered: AtomicU64,
+    filtered: AtomicU64,
+    dropped_queue_full: AtomicU64,
+    sent: AtomicU64,
+    sent_bytes: AtomicU64,
+    dropped_send_error: AtomicU64,
+    dropped_disconnected: AtomicU64,
+    dropped_at_stop: AtomicU64,
+    send_errors: AtomicU64,
+    connects: AtomicU64,
+    connected: AtomicBool,
+    next_psn: AtomicU64,
+    last_error: Mutex<Option<String>>,
+}
+
+/// A snapshot of one destination, for status, metrics and JSON.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct DestStatus {
+    pub label: String,
+    pub protocol: String,
+    pub address: String,
+    pub threads: Vec<u16>,
+    /// Pacing rate, bits per second (None: unpaced).
+    pub rate_bps: Option<f64>,
+    /// Frames for this destination (its thread filter passed them), each given a PSN.
+    pub offered: u64,
+    /// Frames of threads this destination does not take.
+    pub filtered: u64,
+    pub sent: u64,
+    /// Datagram (or TCP) bytes sent, PSN included.
+    pub sent_bytes: u64,
+    /// Dropped because the destination's queue was full (it, or its pacing, could not keep up).
+    pub dropped_queue_full: u64,
+    /// Dropped because the kernel refused the send (no listener, no route, ...).
+    pub dropped_send_error: u64,
+    /// Dropped while the TCP connection was down.
+    pub dropped_disconnected: u64,
+    /// Still queued when forwarding was stopped.
+    pub dropped_at_stop: u64,
+    /// In the queue now.
+    pub queued: u64,
+    pub queue_capacity: u64,
+    pub send_errors: u64,
+    /// TCP: connections made (the first and every reconnection); UDP: 1.
+    pub connects: u64,
+    pub connected: bool,
+    pub last_error: Option<String>,
+    /// PSN of the next frame offered.
+    pub next_psn: u64,
+}
+
+impl DestStatus {
+    /// All drops, whatever the reason.
+    pub fn dropped(&self) -> u64 {
+        self.dropped_queue_full + self.dropped_send_error + self.dropped_disconnected + self.dropped_at_stop
+    }
+}
+
+/// A destination that could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum ForwardError {
+    #[error("destination {label}: {reason}")]
+    Dest { label: String, reason: String },
+    #[error("cannot start a sender thread: {0}")]
+    Thread(std::io::Error),
+}
+
+struct DestShared {
+    spec: DestSpec,
+    counters: DestCounters,
+    capacity: usize,
+}
+
+impl DestShared {
+    fn error(&self, e: impl std::fmt::Display) {
+        self.counters.send_errors.fetch_add(1, Relaxed);
+        *self.counters.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.to_string());
+    }
+
+    fn status(&self) -> DestStatus {
+        let c = &self.counters;
+        let s = &self.spec;
+        let mut st = DestStatus {
+            label: s.label.clone(),
+            protocol: s.protocol.name().into(),
+            address: s.address.to_string(),
+            threads: s.threads.clone(),
+            rate_bps: s.rate_bps,
+            offered: c.offered.load(Relaxed),
+            filtered: c.filtered.load(Relaxed),
+            sent: c.sent.load(Relaxed),
+            sent_bytes: c.sent_bytes.load(Relaxed),
+            dropped_queue_full: c.dropped_queue_full.load(Relaxed),
+            dropped_send_error: c.dropped_send_error.load(Relaxed),
+            dropped_disconnected: c.dropped_disconnected.load(Relaxed),
+            dropped_at_stop: c.dropped_at_stop.load(Relaxed),
+            queued: 0,
+            queue_capacity: self.capacity as u64,
+            send_errors: c.send_errors.load(Relaxed),
+            connects: c.connects.load(Relaxed),
+            connected: c.connected.load(Relaxed),
+            last_error: c.last_error.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+            next_psn: c.next_psn.load(Relaxed),
+        };
+        // Read apart, so a frame in flight between two counters may make this briefly off by a few.
+        st.queued = st.offered.saturating_sub(st.sent + st.dropped());
+        st
+    }
+}
+
+/// The producer side: offered every frame, on the producer's thread.
+pub struct ForwardTap {
+    dests: Vec<TapDest>,
+    /// While this is false, [`offer_frames`](ForwardTap::offer_frames) forwards nothing (the daemon's
+    /// `in2net=off`); frames not forwarded take no PSN.
+    gate: Option<Arc<AtomicBool>>,
+}
+
+struct TapDest {
+    producer: Producer,
+    shared: Arc<DestShared>,
+    /// Bit per VDIF thread; None: every frame.
+    threads: Option<Box<[u64; 16]>>,
+    /// Offset of the VDIF header in an offered frame.
+    header_offset: usize,
+    psn: u64,
+    offered: u64,
+    filtered: u64,
+    dropped: u64,
+    dirty: bool,
+}
+
+impl TapDest {
+    #[inline]
+    fn wants(&self, frame: &[u8]) -> bool {
+        let Some(bits) = &self.threads else {
+            return true;
+        };
+        let o = self.header_offset;
+        let Some(w3) = frame.get(o + 12..o + 16) else {
+            return false;
+        };
+        let t = (u32::from_le_bytes([w3[0], w3[1], w3[2], w3[3]]) >> 16) & 0x3ff;
+        bits[t as usize / 64] & (1 << (t % 64)) != 0
+    }
+
+    #[inline]
+    fn wants_thread(&self, thread: Option<u16>) -> bool {
+        match (&self.threads, thread) {
+            (None, _) => true,
+            (Some(bits), Some(t)) => bits[usize::from(t) / 64] & (1 << (t % 64)) != 0,
+            (Some(_), None) => false,
+        }
+    }
+}
+
+impl ForwardTap {
+    /// Offers one frame to every destination: copied into each queue that has room and whose thread
+    /// filter takes it. Never blocks.
+    #[inline]
+    pub fn offer(&mut self, frame: &[u8]) {
+        for d in &mut self.dests {
+            d.dirty = true;
+            if !d.wants(frame) {
+                d.filtered += 1;
+                continue;
+            }
+            let psn = d.psn;
+            d.psn = d.psn.wrapping_add(1);
+            d.offered += 1;
+            let pushed = d.producer.try_push_with(|slot| {
+                slot[..PSN_LEN].copy_from_slice(&psn::to_bytes(psn));
+                let n = frame.len().min(slot.len() - PSN_LEN);
+                slot[PSN_LEN..PSN_LEN + n].copy_from_slice(&frame[..n]);
+                PSN_LEN + n
+            });
+            if !pushed {
+                d.dropped += 1;
+            }
+        }
+    }
+
+    /// A frame that is missing here (a relay's reorderer filled it) takes its PSN at every destination
+    /// whose filter would have taken it (`thread`: its VDIF thread if known; a destination with a thread
+    /// filter skips frames of unknown thread), so the next receiver sees the gap. Nothing is sent.
+    pub fn skip(&mut self, thread: Option<u16>) {
+        for d in &mut self.dests {
+            if d.wants_thread(thread) {
+                d.psn = d.psn.wrapping_add(1);
+                d.dirty = true;
+            }
+        }
+    }
+
+    /// Publishes the counters and wakes the senders; call once per batch of offers.
+    #[inline]
+    pub fn publish(&mut self) {
+        for d in &mut self.dests {
+            if !std::mem::take(&mut d.dirty) {
+                continue;
+            }
+            let c = &d.shared.counters;
+            c.offered.store(d.offered, Relaxed);
+            c.filtered.store(d.filtered, Relaxed);
+            c.dropped_queue_full.store(d.dropped, Relaxed);
+            c.next_psn.store(d.psn, Relaxed);
+            d.producer.notify();
+        }
+    }
+
+    /// Forwards only while `gate` is true (looked at once per [`offer_frames`](Self::offer_frames)).
+    pub fn with_gate(mut self, gate: Arc<AtomicBool>) -> Self {
+        self.gate = Some(gate);
+        self
+    }
+
+    /// Offers every frame of `frames` (`frame_len` bytes each) and publishes; nothing while the gate
+    /// is closed.
+    pub fn offer_frames(&mut self, frames: &[u8], frame_len: usize) {
+        if self.gate.as_ref().is_some_and(|g| !g.load(Relaxed)) {
+            return;
+        }
+        for f in frames.chunks_exact(frame_len.max(1)) {
+            self.offer(f);
+        }
+        self.publish();
+    }
+}
+
+/// The recorder's hook: every recorded frame is offered.
+pub struct RecorderTap {
+    tap: ForwardTap,
+    frame_len: usize,
+}
+
+impl vlbiflow_recorder::FrameTap for RecorderTap {
+    fn stored(&mut self, frames: &[u8]) {
+        self.tap.offer_frames(frames, self.frame_len);
+    }
+}
+
+impl ForwardTap {
+    /// This tap as the recorder's [`FrameTap`](vlbiflow_recorder::FrameTap) for a stream of `frame_len`-byte frames.
+    pub fn into_recorder_tap(self, frame_len: usize) -> Box<dyn vlbiflow_recorder::FrameTap> {
+        Box::new(RecorderTap { tap: self, frame_len })
+    }
+}
+
+/// The sender threads of a set of destinations.
+pub struct Forwarder {
+    dests: Vec<Arc<DestShared>>,
+    threads: Vec<JoinHandle<()>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Forwarder {
+    /// Opens every destination (UDP sockets at once; TCP connections are made by the sender thread and
+    /// re-made when they break), starts a sender thread per destination and returns the tap that feeds
+    /// them. `frame_len` is the largest frame offered; `header_offset` where the VDIF header sits in an
+    /// offered frame (0 for a bare frame), for thread filters.
+    pub fn start(
+        specs: Vec<DestSpec>,
+        frame_len: usize,
+        header_offset: usize,
+    ) -> Result<(Forwarder, ForwardTap), ForwardError> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut dests = Vec::new();
+        let mut taps = Vec::new();
+        let mut threads = Vec::new();
+        let mut prepared = Vec::new();
+        for spec in specs {
+            let label = spec.label.clone();
+            let fail = |reason: String| ForwardError::Dest {
+                label: label.clone(),
+                reason,
+            };
+            let pacing = match spec.pacing(frame_len) {
+                None => None,
+                Some((rate, burst)) => Some(
+                    TokenBucket::new(rate, burst, spec.wire_len(frame_len))
+                        .map_err(|e| fail(e.to_string()))?,
+                ),
+            };
+            let link = match spec.protocol {
+                Protocol::Udps | Protocol::Vdif => {
+                    let mut cfg = UdpConfig::sender(spec.address);
+                    cfg.send_buffer = Some(SEND_BUFFER);
+                    cfg.write_timeout = Some(Duration::from_millis(100));
+                    let (sock, _) = open_udp(&cfg).map_err(|e| fail(e.to_string()))?;
+                    Link::Udp(sock)
+                }
+                Protocol::Tcp => Link::Tcp(None),
+            };
+            let capacity = spec.queue_frames(frame_len);
+            let (producer, consumer) = ring(capacity, PSN_LEN + frame_len);
+            let threads_bits = if spec.threads.is_empty() {
+                None
+            } else {
+                let mut bits = Box::new([0u64; 16]);
+                for &t in &spec.threads {
+                    if t <= MAX_THREAD_ID {
+                        bits[usize::from(t) / 64] |= 1 << (t % 64);
+                    }
+                }
+                Some(bits)
+            };
+            let shared = Arc::new(DestShared {
+                counters: DestCounters {
+                    next_psn: AtomicU64::new(spec.first_psn),
+                    ..Default::default()
+                },
+                capacity,
+                spec,
+            });
+            if matches!(link, Link::Udp(_)) {
+                shared.counters.connects.store(1, Relaxed);
+                shared.counters.connected.store(true, Relaxed);
+            }
+            taps.push(TapDest {
+                producer,
+                threads: threads_bits,
+                header_offset,
+                psn: shared.spec.first_psn,
+                offered: 0,
+                filtered: 0,
+                dropped: 0,
+                dirty: false,
+                shared: shared.clone(),
+            });
+            prepared.push((shared.clone(), consumer, link, pacing));
+            dests.push(shared);
+        }
+        for (i, (shared, consumer, link, pacing)) in prepared.into_iter().enumerate() {
+            let sender = Sender {
+                shared,
+                consumer,
+                link,
+                pacing,
+                stop: stop.clone(),
+                udp: BatchSender::new(BATCH).with_retry(RetryPolicy {
+                    max_wait: Duration::from_millis(20),
+                    ..RetryPolicy::default()
+                }),
+                tcp_offset: 0,
+                next_connect: Instant::now(),
+            };
+            match std::thread::Builder::new()
+                .name(format!("vf-fwd{i}"))
+                .spawn(move || sender.run())
+            {
+                Ok(t) => threads.push(t),
+                Err(e) => {
+                    stop.store(true, Relaxed);
+                    drop(taps);
+                    for t in threads {
+                        let _ = t.join();
+                    }
+                    return Err(ForwardError::Thread(e));
+                }
+            }
+        }
+        Ok((
+            Forwarder { dests, threads, stop },
+            ForwardTap {
+                dests: taps,
+                gate: None,
+            },
+        ))
+    }
+
+    /// Live status of every destination.
+    pub fn status(&self) -> Vec<DestStatus> {
+        self.dests.iter().map(|d| d.status()).collect()
+    }
+
+    /// Ends forwarding once the tap is gone: each sender sends what its queue still holds (paced) for
+    /// at most `drain`, then drops the rest (counted `dropped_at_stop`) and stops. Returns the final status.
+    pub fn finish(mut self, drain: Duration) -> Vec<DestStatus> {
+        let end = Instant::now() + drain;
+        while self.threads.iter().any(|t| !t.is_finished()) && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        self.stop.store(true, Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        self.status()
+    }
+}
+
+impl Drop for Forwarder {
+    fn drop(&mut self) {
+        self.stop.store(true, Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+enum Link {
+    Udp(UdpSocket),
+    Tcp(Option<TcpStream>),
+}
+
+struct Sender {
+    shared: Arc<DestShared>,
+    consumer: Consumer,
+    link: Link,
+    pacing: Option<TokenBucket>,
+    stop: Arc<AtomicBool>,
+    udp: BatchSender,
+    /// Bytes of the first queued frame already written on the TCP connection.
+    tcp_offset: usize,
+    next_connect: Instant,
+}
+
+impl Sender {
+    fn payload_range(&self) -> usize {
+        match self.shared.spec.protocol {
+            Protocol::Udps => 0,
+            Protocol::Vdif | Protocol::Tcp => PSN_LEN,
+        }
+    }
+
+    fn run(mut self) {
+        be_nicer(SENDER_NICENESS);
+        loop {
+            if self.stop.load(Relaxed) {
+                let left = self.consumer.available();
+                self.consumer.release(left);
+                self.shared
+                    .counters
+                    .dropped_at_stop
+                    .fetch_add(left as u64, Relaxed);
+                return;
+            }
+            let n = self.consumer.available();
+            if n == 0 {
+                if self.consumer.producer_gone() {
+                    return;
+                }
+                self.consumer.wait(MAX_SLEEP);
+                continue;
+            }
+            if let Link::Tcp(None) = self.link {
+                self.connect();
+                if let Link::Tcp(None) = self.link {
+                    // Down: live data is not kept for later; drop what is queued (counted).
+                    let n = self.consumer.available();
+                    self.consumer.release(n);
+                    self.tcp_offset = 0;
+                    self.shared
+                        .counters
+                        .dropped_disconnected
+                        .fetch_add(n as u64, Relaxed);
+                    let wait = self.next_connect.saturating_duration_since(Instant::now());
+                    std::thread::sleep(wait.min(MAX_SLEEP));
+                    continue;
+                }
+            }
+            // How many may go now.
+            let skip = self.payload_range();
+            let mut k = 0;
+            let now = Instant::now();
+            let limit = n.min(BATCH);
+            if let Some(bucket) = &mut self.pacing {
+                while k < limit {
+                    let len = self.consumer.get(k).len() - skip;
+                    // A partly written TCP record paid for its tokens already.
+                    if (k > 0 || self.tcp_offset == 0) && !bucket.try_take(now, len) {
+                        break;
+                    }
+                    k += 1;
+                }
+                if k == 0 {
+                    let len = self.consumer.get(0).len() - skip;
+                    let due = bucket.due(now, len);
+                    std::thread::sleep(due.saturating_duration_since(now).min(MAX_SLEEP));
+                    continue;
+                }
+            } else {
+                k = limit;
+            }
+            match self.link {
+                Link::Udp(_) => self.send_udp(k, skip),
+                Link::Tcp(_) => self.send_tcp(k),
+            }
+        }
+    }
+
+    fn send_udp(&mut self, k: usize, skip: usize) {
+        let Link::Udp(sock) = &self.link else { return };
+        let result = {
+            let mut batch = self.udp.batch();
+            for i in 0..k {
+                let d = self.consumer.get(i);
+                batch.push(&[&d[skip..]]);
+            }
+            batch.flush(sock)
+        };
+        let (sent, bytes) = match result {
+            Ok(s) => (s.messages, s.bytes),
+            Err(e) => {
+                let (m, b) = (e.sent.messages, e.sent.bytes);
+                self.shared.error(&e);
+                // The failed message and the rest of the batch are dropped (live data is not retried).
+                self.shared
+                    .counters
+                    .dropped_send_error
+                    .fetch_add((k - m) as u64, Relaxed);
+                (m, b)
+            }
+        };
+        self.consumer.release(k);
+        let c = &self.shared.counters;
+        c.sent.fetch_add(sent as u64, Relaxed);
+        c.sent_bytes.fetch_add(bytes as u64, Relaxed);
+    }
+
+    fn connect(&mut self) {
+        if Instant::now() < self.next_connect {
+            return;
+        }
+        self.next_connect = Instant::now() + RECONNECT_PAUSE;
+        match TcpStream::connect_timeout(&self.shared.spec.address, CONNECT_TIMEOUT) {
+            Ok(s) => {
+                let _ = s.set_nodelay(true);
+                let _ = s.set_write_timeout(Some(MAX_SLEEP));
+                let sock = socket2::SockRef::from(&s);
+                let _ = sock.set_send_buffer_size(SEND_BUFFER);
+                self.shared.counters.connects.fetch_add(1, Relaxed);
+                self.shared.counters.connected.store(true, Relaxed);
+                self.tcp_offset = 0;
+                self.link = Link::Tcp(Some(s));
+            }
+            Err(e) => self
+                .shared
+                .error(format!("connect to {}: {e}", self.shared.spec.address)),
+        }
+    }
+
+    fn send_tcp(&mut self, k: usize) {
+        let Link::Tcp(Some(stream)) = &mut self.link else {
+            return;
+        };
+        let mut slices = [IoSlice::new(&[]); BATCH];
+        for (i, s) in slices.iter_mut().enumerate().take(k) {
+            let d = &self.consumer.get(i)[PSN_LEN..];
+            *s = IoSlice::new(if i == 0 { &d[self.tcp_offset..] } else { d });
+        }
+        match stream.write_vectored(&slices[..k]) {
+            Ok(0) => self.disconnect("connection closed by the peer".into()),
+            Ok(mut written) => {
+                // Whole records written are released; a partial one stays, with its offset.
+                let bytes = written as u64;
+                let mut done = 0;
+                while done < k {
+                    let offset = if done == 0 { self.tcp_offset } else { 0 };
+                    let rest = self.consumer.get(done).len() - PSN_LEN - offset;
+                    if written < rest {
+                        self.tcp_offset = offset + written;
+                        break;
+                    }
+                    written -= rest;
+                    done += 1;
+                    self.tcp_offset = 0;
+                }
+                self.consumer.release(done);
+                let c = &self.shared.counters;
+                c.sent.fetch_add(done as u64, Relaxed);
+                c.sent_bytes.fetch_add(bytes, Relaxed);
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => self.disconnect(e.to_string()),
+        }
+    }
+
+    fn disconnect(&mut self, why: String) {
+        self.shared
+            .error(format!("tcp {}: {why}", self.shared.spec.address));
+        self.shared.counters.connected.store(false, Relaxed);
+        // A record cut short cannot be completed on a new connection: it is lost with the connection.
+        if self.tcp_offset > 0 {
+            self.consumer.release(1);
+            self.shared.counters.dropped_disconnected.fetch_add(1, Relaxed);
+            self.tcp_offset = 0;
+        }
+        self.link = Link::Tcp(None);
+    }
+}
+
+/// A destination's address for printing (the resolved one).
+pub fn describe(spec: &DestSpec) -> String {
+    format!("{} {}@{}", spec.label, spec.protocol.name(), spec.address)
+}

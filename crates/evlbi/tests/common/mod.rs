@@ -1,0 +1,67 @@
+//! Frames and sockets shared by the loopback tests.
+#![allow(dead_code)]
+
+use std::net::{SocketAddr, UdpSocket};
+use std::time::Duration;
+
+use vlbiflow_formats::vdif::VdifHeaderRepr;
+
+/// Frame length used by the tests (small, so thousands of frames take milliseconds).
+pub const LEN: usize = 1032;
+/// Frames per second per thread.
+pub const RATE: u32 = 1000;
+
+/// A VDIF frame of thread `thread` at time index `index` (second 1000 + index / RATE); the payload
+/// carries `index` and `thread` so a frame can be recognised anywhere.
+pub fn frame(thread: u16, index: u64) -> Vec<u8> {
+    let mut f = vec![0u8; LEN];
+    VdifHeaderRepr {
+        seconds: 1000 + (index / u64::from(RATE)) as u32,
+        epoch: 50,
+        frame_number: (index % u64::from(RATE)) as u32,
+        frame_len: LEN,
+        bits_per_sample: 2,
+        thread_id: thread,
+        station_id: u16::from_be_bytes(*b"Xx"),
+        ..Default::default()
+    }
+    .emit(&mut f)
+    .unwrap();
+    f[32..40].copy_from_slice(&index.to_le_bytes());
+    f[40..42].copy_from_slice(&thread.to_le_bytes());
+    f
+}
+
+/// The `udps` datagram of `frame` with sequence number `psn`.
+pub fn udps(psn: u64, frame: &[u8]) -> Vec<u8> {
+    let mut d = psn.to_le_bytes().to_vec();
+    d.extend_from_slice(frame);
+    d
+}
+
+/// A receiving socket on an ephemeral loopback port with a large buffer.
+pub fn listener() -> (UdpSocket, SocketAddr) {
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket2::SockRef::from(&s).set_recv_buffer_size(16 << 20).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let a = s.local_addr().unwrap();
+    (s, a)
+}
+
+/// A free loopback UDP port (bound and released: good enough on loopback for a test).
+pub fn free_port() -> SocketAddr {
+    UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+}
+
+/// Receives `n` datagrams (panics after the socket's read timeout).
+pub fn recv_n(s: &UdpSocket, n: usize) -> Vec<Vec<u8>> {
+    let mut buf = vec![0u8; 65536];
+    (0..n)
+        .map(|i| {
+            let k = s
+                .recv(&mut buf)
+                .unwrap_or_else(|e| panic!("datagram {i} of {n}: {e}"));
+            buf[..k].to_vec()
+        })
+        .collect()
+}

@@ -1,0 +1,240 @@
+//! Forwarding over real loopback sockets: every destination gets its frames with its own PSN and thread
+//! selection; a slow one loses frames (counted) without holding up the producer; TCP reconnects; and
+//! forwarding while recording sends exactly what the recorder stored.
+
+mod common;
+
+use std::io::Read;
+use std::net::{TcpListener, UdpSocket};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::{frame, LEN};
+use vlbiflow_evlbi::dest::{DestSpec, Protocol};
+use vlbiflow_evlbi::forward::DestStatus;
+use vlbiflow_evlbi::Forwarder;
+
+fn psn_of(d: &[u8]) -> u64 {
+    u64::from_le_bytes(d[..8].try_into().unwrap())
+}
+
+fn index_of(f: &[u8]) -> u64 {
+    u64::from_le_bytes(f[32..40].try_into().unwrap())
+}
+
+fn invariant(d: &DestStatus) {
+    assert_eq!(
+        d.offered,
+        d.sent + d.dropped_queue_full + d.dropped_send_error + d.dropped_disconnected + d.dropped_at_stop,
+        "{d:?}"
+    );
+    assert_eq!(d.queued, 0, "{d:?}");
+}
+
+#[test]
+fn each_destination_gets_its_threads_with_its_own_psn() {
+    let (a, a_addr) = common::listener();
+    let (b, b_addr) = common::listener();
+    let all = DestSpec::parse(&format!("all=udps@{a_addr},psn=100")).unwrap();
+    let one = DestSpec::parse(&format!("one=vdif@{b_addr},threads=1")).unwrap();
+    let (fwd, mut tap) = Forwarder::start(vec![all, one], LEN, 0).unwrap();
+    let mut frames = Vec::new();
+    for i in 0..500u64 {
+        frames.extend_from_slice(&frame((i % 2) as u16, i));
+    }
+    // In batches, as the recorder hands them over.
+    for chunk in frames.chunks(LEN * 7) {
+        tap.offer_frames(chunk, LEN);
+    }
+    drop(tap);
+    let st = fwd.finish(Duration::from_secs(10));
+    let got_a = common::recv_n(&a, 500);
+    for (i, d) in got_a.iter().enumerate() {
+        assert_eq!(psn_of(d), 100 + i as u64);
+        assert_eq!(&d[8..], &frame((i % 2) as u16, i as u64)[..]);
+    }
+    let got_b = common::recv_n(&b, 250);
+    for (k, f) in got_b.iter().enumerate() {
+        let i = 2 * k as u64 + 1;
+        assert_eq!(f, &frame(1, i), "plain VDIF, thread 1 only");
+    }
+    assert_eq!((st[0].offered, st[0].sent, st[0].next_psn), (500, 500, 600));
+    assert_eq!((st[1].offered, st[1].filtered, st[1].sent), (250, 250, 250));
+    assert_eq!(st[0].sent_bytes, 500 * (LEN as u64 + 8));
+    st.iter().for_each(invariant);
+}
+
+#[test]
+fn a_slow_destination_drops_and_counts_what_it_cannot_take() {
+    let (a, a_addr) = common::listener();
+    // 1 Mb/s and 16 frames of queue; 1000 frames offered at once.
+    let slow = DestSpec::parse(&format!("slow=udps@{a_addr},rate=1Mbps,queue=16")).unwrap();
+    let (fwd, mut tap) = Forwarder::start(vec![slow], LEN, 0).unwrap();
+    for i in 0..1000u64 {
+        tap.offer(&frame(0, i));
+        if i % 10 == 9 {
+            tap.publish();
+        }
+    }
+    tap.publish();
+    drop(tap);
+    let st = fwd.finish(Duration::from_secs(30));
+    let d = &st[0];
+    invariant(d);
+    assert_eq!(d.offered, 1000);
+    assert!(d.dropped_queue_full > 0, "{d:?}");
+    // What went is in order, each frame with the PSN it was given when offered (its index).
+    let got = common::recv_n(&a, d.sent as usize);
+    let mut last = None;
+    for g in &got {
+        let p = psn_of(g);
+        assert_eq!(index_of(&g[8..]), p);
+        assert!(last.is_none_or(|l| p > l));
+        last = Some(p);
+    }
+}
+
+#[test]
+fn a_destination_nobody_listens_on_counts_its_losses() {
+    // A bound socket that is closed again: nobody listens there.
+    let addr = common::free_port();
+    let d = DestSpec::parse(&format!("nobody=udps@{addr}")).unwrap();
+    let (fwd, mut tap) = Forwarder::start(vec![d], LEN, 0).unwrap();
+    for i in 0..300u64 {
+        tap.offer(&frame(0, i));
+        tap.publish();
+    }
+    drop(tap);
+    let st = fwd.finish(Duration::from_secs(10));
+    invariant(&st[0]);
+    assert_eq!(st[0].offered, 300);
+}
+
+#[test]
+fn tcp_destination_reconnects_after_the_peer_goes_away() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let d = DestSpec::parse(&format!("t=tcp@{addr}")).unwrap();
+    assert_eq!(d.protocol, Protocol::Tcp);
+    let (accepted_tx, accepted_rx) = mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        // First connection: 100 frames, then hang up.
+        let (mut s, _) = listener.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut first = vec![0u8; 100 * LEN];
+        s.read_exact(&mut first).unwrap();
+        drop(s);
+        // Second connection: read to the end.
+        let (mut s, _) = listener.accept().unwrap();
+        accepted_tx.send(()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut second = Vec::new();
+        s.read_to_end(&mut second).unwrap();
+        (first, second)
+    });
+    let (fwd, mut tap) = Forwarder::start(vec![d], LEN, 0).unwrap();
+    for i in 0..100u64 {
+        tap.offer(&frame(0, i));
+    }
+    tap.publish();
+    // Keep a trickle going until the sender has noticed the hang-up and connected again.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut i = 100u64;
+    while accepted_rx.try_recv().is_err() {
+        assert!(Instant::now() < deadline, "no reconnection");
+        tap.offer(&frame(0, i));
+        tap.publish();
+        i += 1;
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for k in 0..100u64 {
+        tap.offer(&frame(0, 100_000 + k));
+    }
+    tap.publish();
+    drop(tap);
+    let st = fwd.finish(Duration::from_secs(10));
+    let (first, second) = reader.join().unwrap();
+    for (k, f) in first.chunks_exact(LEN).enumerate() {
+        assert_eq!(f, &frame(0, k as u64)[..]);
+    }
+    // The new connection starts on a frame boundary and ends with the last 100 frames in order.
+    assert_eq!(second.len() % LEN, 0);
+    let idx: Vec<u64> = second.chunks_exact(LEN).map(index_of).collect();
+    assert!(idx.len() >= 100);
+    assert_eq!(idx[idx.len() - 100..], (100_000..100_100).collect::<Vec<_>>()[..]);
+    assert!(idx.windows(2).all(|w| w[0] < w[1]));
+    let d = &st[0];
+    assert_eq!(d.connects, 2, "{d:?}");
+    assert!(d.last_error.is_some());
+    assert_eq!(d.offered, i + 100);
+    assert_eq!(
+        d.offered,
+        d.sent + d.dropped_queue_full + d.dropped_send_error + d.dropped_disconnected + d.dropped_at_stop
+    );
+}
+
+#[test]
+fn forwarding_while_recording_sends_exactly_what_is_recorded() {
+    use vlbiflow_recorder::{Recorder, RecorderConfig, StreamSpec};
+    let dir = tempfile::tempdir().unwrap();
+    let disks: Vec<_> = (0..2)
+        .map(|i| {
+            let p = dir.path().join(format!("d{i}"));
+            std::fs::create_dir(&p).unwrap();
+            p
+        })
+        .collect();
+    let (fwd_rx, fwd_addr) = common::listener();
+    let stream = StreamSpec::parse(&format!("a=vdif@127.0.0.1:0,psn,frame-size={LEN}")).unwrap();
+    let mut config = RecorderConfig::new(vec![stream], disks.clone(), "fwd_test");
+    config.block_size = 64 * 1024;
+    config.pool_blocks = Some(64);
+    config.direct_io = false;
+    config.recv_buffer = 16 << 20;
+    let d = DestSpec::parse(&format!("c=udps@{fwd_addr}")).unwrap();
+    let (fwd, tap) = Forwarder::start(vec![d], LEN, 0).unwrap();
+    let h = Recorder::start_with_taps(config, vec![Some(tap.into_recorder_tap(LEN))]).unwrap();
+    let to = h.local_addrs()[0];
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    const N: u64 = 1500;
+    for i in 0..N {
+        // The station's own PSN counts from 5000; the forwarded one from 0.
+        s.send_to(&common::udps(5000 + i, &frame(0, i)), to).unwrap();
+        if i % 50 == 49 {
+            std::thread::sleep(Duration::from_micros(300));
+        }
+    }
+    // A stray datagram on the recording port: rejected there, never forwarded.
+    s.send_to(b"port scan", to).unwrap();
+    let got = common::recv_n(&fwd_rx, N as usize);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while h.status().totals().packets < N && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    h.stop();
+    let summary = h.wait().unwrap();
+    let st = fwd.finish(Duration::from_secs(5));
+    let c = &summary.status.streams[0].counters;
+    assert_eq!((c.packets, c.lost), (N, 0));
+    for (i, g) in got.iter().enumerate() {
+        assert_eq!(psn_of(g), i as u64);
+        assert_eq!(&g[8..], &frame(0, i as u64)[..]);
+    }
+    assert_eq!((st[0].offered, st[0].sent), (N, N));
+    invariant(&st[0]);
+    // The recording holds the same frames.
+    let rec = vlbiflow_checker::locate(
+        &["fwd_test".into()],
+        &disks.iter().map(|d| d.display().to_string()).collect::<Vec<_>>(),
+    )
+    .unwrap();
+    let mut reader = vlbiflow_checker::frames::FrameReader::open(&rec);
+    let mut n = 0u64;
+    while let Some(b) = reader.next_batch() {
+        for (_, f) in b.iter() {
+            assert_eq!(f, &frame(0, n)[..]);
+            n += 1;
+        }
+    }
+    assert_eq!(n, N);
+}
