@@ -185,9 +185,9 @@ fn garbage_datagrams_and_connection_probes_change_only_counters() {
     let stop = std::sync::Arc::new(AtomicBool::new(false));
     // the attacker: waits for the transfer's data port, then sends 100,000 random datagrams (a third of
     // them with our magic and version, so they reach the tag check) and probes the control port
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<u16>();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<(u16, u32)>();
     let blaster = std::thread::spawn(move || {
-        let port = ready_rx.recv_timeout(Duration::from_secs(30)).expect("data port");
+        let (port, id) = ready_rx.recv_timeout(Duration::from_secs(30)).expect("data port");
         let s = UdpSocket::bind("127.0.0.1:0").unwrap();
         let mut x = 0x1234_5678_9abc_def0u64;
         let mut buf = vec![0u8; 8256];
@@ -200,8 +200,12 @@ fn garbage_datagrams_and_connection_probes_change_only_counters() {
                 *b = x as u8;
             }
             if i % 3 == 0 {
-                buf[0..3].copy_from_slice(&[0x58, 0x46, 1]);
+                // a well-formed header of this transfer (file 0, offset 0): only the tag is wrong
+                buf[0..3].copy_from_slice(&[0x58, 0x46, vlbiflow_xfer_proto::wire::VERSION]);
                 buf[3] = 0;
+                buf[4..8].copy_from_slice(&id.to_be_bytes());
+                buf[16..20].fill(0);
+                buf[24..32].fill(0);
                 buf[40..48].fill(0);
                 buf[20..24].copy_from_slice(&((len.max(64) - 64) as u32).to_be_bytes());
             }
@@ -223,7 +227,7 @@ fn garbage_datagrams_and_connection_probes_change_only_counters() {
         let t0 = std::time::Instant::now();
         move || loop {
             if let Some(a) = d.active().first() {
-                let _ = ready_tx.send(a.data_port);
+                let _ = ready_tx.send((a.data_port, a.id));
                 return;
             }
             assert!(t0.elapsed() < Duration::from_secs(30), "no transfer started");
@@ -264,6 +268,7 @@ fn garbage_datagrams_and_connection_probes_change_only_counters() {
     );
     // what arrived while the transfer ran was counted (the rest hit a closed port), nothing was written
     assert!(bad + malformed > 0);
+    assert!(bad > 0, "no forged datagram reached the tag check");
     assert_eq!(tree(&e.root), ["g/g.vdif", "g/g.vdif.blake3.json"]);
 }
 
