@@ -39,6 +39,18 @@ pub struct Options {
     pub partial: bool,
 }
 
+/// A scan by name on a daemon's disks (`pull --scan`, `copy --scan`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScanRequest {
+    /// Scan name (the file stem on every disk).
+    pub name: String,
+    /// The disk directories as `ROOT/relative/dir`, glob patterns allowed below the root.
+    pub disks: Vec<String>,
+    /// Destination layout: `gather`, `same` or `flexbuff`.
+    pub layout: String,
+}
+
 /// What a receiver already holds of a file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -79,6 +91,9 @@ pub enum Session {
         sources: Vec<String>,
         options: Options,
         data_port: u16,
+        /// Instead of `sources`: a scan on the daemon's disks, read in place.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        scan: Option<ScanRequest>,
     },
     /// Client -> daemon: push these sources of yours to the daemon at `peer` into its `dest`, retrying
     /// failed attempts up to `retries` times with exponential backoff (each retry resumes).
@@ -88,6 +103,9 @@ pub enum Session {
         dest: String,
         options: Options,
         retries: u32,
+        /// Instead of `sources`: a scan on the daemon's disks, read in place.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        scan: Option<ScanRequest>,
     },
     /// Daemon -> client: request accepted.
     Accept {

@@ -350,6 +350,7 @@ fn pull_a_tree_then_resume_and_refuse_escapes() {
         client::pull(
             &cfg,
             &s,
+            None,
             local.path(),
             opts(1 << 20),
             &Progress::default(),
@@ -411,6 +412,7 @@ fn daemon_to_daemon_started_by_a_third_party_retries_until_the_peer_is_up() {
     let out = client::relay(
         &cfg,
         &["data/exp".to_string()],
+        None,
         &b_addr,
         "in/copy",
         opts(1 << 20),
@@ -427,6 +429,7 @@ fn daemon_to_daemon_started_by_a_third_party_retries_until_the_peer_is_up() {
     let err = client::relay(
         &cfg,
         &["data/exp".to_string()],
+        None,
         &b_addr,
         "nope/x",
         opts(1 << 20),

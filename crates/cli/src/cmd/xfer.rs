@@ -173,6 +173,9 @@ Examples:
   vlbiflow xfer pull corr:46230/data/exp1 /local/exp1
   vlbiflow xfer pull station/data/exp1/scan1.vdif station/data/exp1/scan2.vdif . --json
 
+  # A Mark6 scan by name on the daemon's disks (under its root `data`), read in place there, gathered here
+  vlbiflow xfer pull --scan exp1_st_no0001 --disk 'station/data/disks/*/*/data' /local/exp1
+
 Sources are DAEMON[:PORT]/ROOT/PATH (files or directories under the daemon's roots, all on one daemon); the
 last argument is the local directory. The daemon sends to this host's UDP port, so the daemon must be able
 to reach it. Rerun after an interruption: what is here already is re-verified and only the rest moves.";
@@ -180,11 +183,28 @@ to reach it. Rerun after an interruption: what is here already is re-verified an
 #[derive(clap::Args)]
 #[command(after_help = PULL_EXAMPLES)]
 struct PullArgs {
-    /// Sources DAEMON[:PORT]/ROOT/PATH, then the local directory
-    #[arg(required = true, num_args = 2.., value_name = "SOURCE... DIR")]
+    /// Sources DAEMON[:PORT]/ROOT/PATH, then the local directory (with --scan: only the directory)
+    #[arg(required = true, num_args = 1.., value_name = "SOURCE... DIR")]
     args: Vec<String>,
     #[command(flatten)]
+    scan: RemoteScan,
+    #[command(flatten)]
     common: Common,
+}
+
+/// A scan by name on a daemon's disks.
+#[derive(clap::Args)]
+struct RemoteScan {
+    /// Fetch this Mark6 or FlexBuff scan from the daemon's disks by name, read in place there
+    #[arg(long, value_name = "NAME", requires = "disk")]
+    scan: Option<String>,
+    /// The scan's disk directories on the daemon: DAEMON[:PORT]/ROOT/DIR, globs allowed below the root
+    /// ('station/data/disks/*'); repeat
+    #[arg(long, short, value_name = "DAEMON/ROOT/DIR")]
+    disk: Vec<String>,
+    /// Layout of the scan at the destination: gather, same or flexbuff
+    #[arg(long, default_value = "gather", value_parser = ["gather", "same", "flexbuff"])]
+    layout: String,
 }
 
 const COPY_EXAMPLES: &str = "\
@@ -195,6 +215,9 @@ Examples:
   # Retry up to 10 times (backoff 1, 2, 4, ... 64 s); every retry resumes
   vlbiflow xfer copy station/data/exp1/scan1.vdif corr/data/exp1 --retries 10 --json
 
+  # A scan by name on the station's disks, gathered into one VDIF file at the correlator
+  vlbiflow xfer copy --scan exp1_st_no0001 --disk 'station/data/disks/*/*/data' corr/data/exp1
+
 The destination address is used by the source daemon, so give it as that daemon reaches it. The source
 daemon authenticates to the destination with its --peer-key (default: its own key). The command follows the
 transfer; if it is interrupted the source daemon still finishes (see `xfer history` there).";
@@ -202,9 +225,12 @@ transfer; if it is interrupted the source daemon still finishes (see `xfer histo
 #[derive(clap::Args)]
 #[command(after_help = COPY_EXAMPLES)]
 struct CopyArgs {
-    /// Sources SRC_DAEMON[:PORT]/ROOT/PATH, then the destination DST_DAEMON[:PORT]/ROOT/DIR
-    #[arg(required = true, num_args = 2.., value_name = "SOURCE... DEST")]
+    /// Sources SRC_DAEMON[:PORT]/ROOT/PATH, then the destination DST_DAEMON[:PORT]/ROOT/DIR (with --scan:
+    /// only the destination)
+    #[arg(required = true, num_args = 1.., value_name = "SOURCE... DEST")]
     args: Vec<String>,
+    #[command(flatten)]
+    scan: RemoteScan,
     /// Attempts after the first that fail for a network or peer reason
     #[arg(long, default_value_t = 5)]
     retries: u32,
@@ -769,17 +795,29 @@ fn push_follow(a: &PushArgs, server: &str, dest_path: &str, opts: Options) -> an
     }
 }
 
-fn copy(a: CopyArgs) -> anyhow::Result<ExitCode> {
-    let mut args = a.args;
-    let dest = args.pop().expect("two arguments at least");
-    let (to, dest_path) = match split_dest(&dest) {
-        Ok(x) => x,
-        Err(e) => usage!("{e}"),
-    };
-    let opts = options(&a.common)?;
+/// The daemon and what to fetch from it: `DAEMON/ROOT/PATH` sources, or a scan whose disks are given as
+/// `DAEMON/ROOT/DIR` (all on one daemon).
+fn remote_sources(
+    args: &[String],
+    rs: &RemoteScan,
+) -> anyhow::Result<(String, Vec<String>, Option<vlbiflow_xfer::session::ScanRequest>)> {
     let mut server: Option<String> = None;
-    let mut sources = Vec::new();
-    for s in &args {
+    let mut paths = Vec::new();
+    let specs = if rs.scan.is_some() {
+        if !args.is_empty() {
+            usage!(
+                "with --scan give the scan's disks with --disk DAEMON/ROOT/DIR, not {}",
+                args.join(" ")
+            );
+        }
+        &rs.disk
+    } else {
+        if args.is_empty() {
+            usage!("give the sources DAEMON[:PORT]/ROOT/PATH (or --scan NAME --disk DAEMON/ROOT/DIR)");
+        }
+        args
+    };
+    for s in specs {
         let (h, p) = match split_dest(s) {
             Ok(x) => x,
             Err(e) => usage!("{e}"),
@@ -791,19 +829,44 @@ fn copy(a: CopyArgs) -> anyhow::Result<ExitCode> {
             );
         }
         server = Some(h);
-        sources.push(p);
+        paths.push(p);
     }
+    let server = server.expect("at least one source");
+    Ok(match &rs.scan {
+        Some(name) => (
+            server,
+            Vec::new(),
+            Some(vlbiflow_xfer::session::ScanRequest {
+                name: name.clone(),
+                disks: paths,
+                layout: rs.layout.clone(),
+            }),
+        ),
+        None => (server, paths, None),
+    })
+}
+
+fn copy(a: CopyArgs) -> anyhow::Result<ExitCode> {
+    let mut args = a.args;
+    let dest = args.pop().expect("two arguments at least");
+    let (to, dest_path) = match split_dest(&dest) {
+        Ok(x) => x,
+        Err(e) => usage!("{e}"),
+    };
+    let opts = options(&a.common)?;
+    let (server, sources, scan) = remote_sources(&args, &a.scan)?;
     let key = match Key::load(&a.common.key.clone().unwrap_or_else(default_key)) {
         Ok(k) => k,
         Err(e) => return xerr(e),
     };
-    let cfg = ClientConfig::new(server.expect("a source"), key);
+    let cfg = ClientConfig::new(server, key);
     let progress = Arc::new(Progress::default());
     let quiet = a.common.quiet || a.common.json;
     let r = with_progress(&progress, quiet, || {
         client::relay(
             &cfg,
             &sources,
+            scan.as_ref(),
             &to,
             &dest_path,
             opts,
@@ -848,32 +911,17 @@ fn pull(a: PullArgs) -> anyhow::Result<ExitCode> {
     let mut args = a.args;
     let into = PathBuf::from(args.pop().expect("two arguments at least"));
     let opts = options(&a.common)?;
-    let mut server: Option<String> = None;
-    let mut sources = Vec::new();
-    for s in &args {
-        let (h, p) = match split_dest(s) {
-            Ok(x) => x,
-            Err(e) => usage!("{e}"),
-        };
-        if server.as_ref().is_some_and(|x| *x != h) {
-            usage!(
-                "all sources must be on one daemon ({} and {h})",
-                server.unwrap_or_default()
-            );
-        }
-        server = Some(h);
-        sources.push(p);
-    }
+    let (server, sources, scan) = remote_sources(&args, &a.scan)?;
     let key = match Key::load(&a.common.key.clone().unwrap_or_else(default_key)) {
         Ok(k) => k,
         Err(e) => return xerr(e),
     };
-    let mut cfg = ClientConfig::new(server.expect("a source"), key);
+    let mut cfg = ClientConfig::new(server, key);
     cfg.dead_timeout = a.common.dead_timeout;
     let progress = Arc::new(Progress::default());
     let stop = stop_flag();
     let r = with_progress(&progress, a.common.quiet || a.common.json, || {
-        client::pull(&cfg, &sources, &into, opts, &progress, &stop)
+        client::pull(&cfg, &sources, scan.as_ref(), &into, opts, &progress, &stop)
     });
     match r {
         Ok(out) => {
