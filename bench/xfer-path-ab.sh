@@ -42,8 +42,8 @@ echo "# A = $A $OA"
 echo "# B = $B $OB"
 echo "# ${SIZE_MB} MB file, ${ROUNDS} rounds per variant"
 echo
-echo "| round | variant | goodput Mb/s | % of 2 Gb/s | retransmitted | seconds | of which after the last chunk verified | sender CPU s | load |"
-echo "| --: | --- | --: | --: | --: | --: | --: | --: | --: |"
+echo "| round | variant | goodput Mb/s | % of 2 Gb/s | retransmitted | seconds | of which after the last chunk verified | sender CPU s | rate cuts queue/loss | load |"
+echo "| --: | --- | --: | --: | --: | --: | --: | --: | --: | --: |"
 : >"$SCRATCH/results"
 i=0
 for r in $(seq "$ROUNDS"); do
@@ -66,10 +66,10 @@ try:
     gp = d["goodput_bps"] / 1e6
     rtx = 100 * d["retransmits"] / max(1, d["datagrams"])
     s, vs = d["seconds"], d["verified_seconds"]
-    print(f"| {sys.argv[2]} | {sys.argv[3]} | {gp:.0f} | {gp / 20:.1f} | {rtx:.2f} % | {s:.1f} | {s - vs:.2f} | {sys.argv[6]} | {sys.argv[4]} |")
+    print(f"| {sys.argv[2]} | {sys.argv[3]} | {gp:.0f} | {gp / 20:.1f} | {rtx:.2f} % | {s:.1f} | {s - vs:.2f} | {sys.argv[6]} | {d.get('rate_cuts_queue', '?')}/{d.get('rate_cuts_loss', '?')} | {sys.argv[4]} |")
     open(sys.argv[5], "a").write(f"{sys.argv[3]} {gp} {rtx}\n")
 except Exception as e:
-    print(f"| {sys.argv[2]} | {sys.argv[3]} | failed ({e}) | | | | | | |")
+    print(f"| {sys.argv[2]} | {sys.argv[3]} | failed ({e}) | | | | | | | |")
 PY
   done
 done

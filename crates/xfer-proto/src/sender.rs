@@ -98,6 +98,10 @@ pub struct SenderStats {
     pub chunk_resends: u64,
     /// Control messages from the receiver that made no sense (ignored).
     pub bad_control: u64,
+    /// Automatic rate: cuts for a standing queue.
+    pub rate_cuts_queue: u64,
+    /// Automatic rate: cuts for loss that came with a queue or heavy loss.
+    pub rate_cuts_loss: u64,
 }
 
 #[derive(Debug)]
@@ -801,7 +805,11 @@ impl Sender {
 
     /// Counters.
     pub fn stats(&self) -> SenderStats {
-        self.stats
+        SenderStats {
+            rate_cuts_queue: self.rate.cuts_queue,
+            rate_cuts_loss: self.rate.cuts_loss,
+            ..self.stats
+        }
     }
 
     /// The rate controller (for reports).

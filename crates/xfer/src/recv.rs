@@ -227,22 +227,38 @@ enum Job {
         offset: u64,
         len: u64,
     },
+    /// A chunk was written and verified: start its writeback now (`posix_fadvise(DONTNEED)` writes dirty
+    /// pages back without waiting and drops clean ones; nothing reads them again), so that the fsync
+    /// before the commit finds little left to do.
+    Writeback { f: Arc<File>, offset: u64, len: u64 },
 }
 
 fn verifier(chunk_size: u64, jobs: ChanRx<Job>, out: ChanTx<(u32, u32, Result<ChunkHash, String>)>) {
     let mut buf = vec![0u8; (8 << 20).min(chunk_size as usize)];
-    while let Ok(Job::Hash {
-        file,
-        chunk,
-        f,
-        size,
-        offset,
-        len,
-    }) = jobs.recv()
-    {
-        let r = hash_range(&f, size, chunk_size, chunk, offset, len, &mut buf);
-        if out.send((file, chunk, r)).is_err() {
-            return;
+    while let Ok(job) = jobs.recv() {
+        match job {
+            Job::Hash {
+                file,
+                chunk,
+                f,
+                size,
+                offset,
+                len,
+            } => {
+                let r = hash_range(&f, size, chunk_size, chunk, offset, len, &mut buf);
+                if out.send((file, chunk, r)).is_err() {
+                    return;
+                }
+            }
+            Job::Writeback { f, offset, len } => {
+                // only a hint: a failure costs time at the final fsync, never data
+                let _ = rustix::fs::fadvise(
+                    &*f,
+                    offset,
+                    std::num::NonZeroU64::new(len),
+                    rustix::fs::Advice::DontNeed,
+                );
+            }
         }
     }
 }
@@ -902,6 +918,13 @@ fn handle_events(
                     }
                 }
                 let l = (c.chunk_len)(file as usize, chunk);
+                if let Some(of) = files[file as usize].as_ref().filter(|of| !of.read_only) {
+                    let _ = job_tx.send(Job::Writeback {
+                        f: of.file.clone(),
+                        offset: chunk as u64 * cs,
+                        len: l,
+                    });
+                }
                 *c.bytes_verified += l;
                 progress.bytes_verified.store(*c.bytes_verified, Relaxed);
                 c.tracker.verified(file, l, progress);

@@ -588,6 +588,8 @@ fn print_summary(out: &SendOutcome, total: u64, json: bool) {
             "datagrams": out.stats.datagrams,
             "retransmits": out.stats.retransmits,
             "chunk_resends": out.stats.chunk_resends,
+            "rate_cuts_queue": out.stats.rate_cuts_queue,
+            "rate_cuts_loss": out.stats.rate_cuts_loss,
             "seconds": out.seconds,
             "verified_seconds": out.verified_seconds,
             "goodput_bps": goodput,
