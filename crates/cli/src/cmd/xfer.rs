@@ -10,19 +10,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use vlbiflow_units::{fmt_bit_rate, fmt_bytes, parse_bit_rate, parse_bytes, parse_duration};
-use vlbiflow_xfer::archive::{Archive, Entry};
+use vlbiflow_xfer::archive::Archive;
 use vlbiflow_xfer::client::{self, ClientConfig};
 use vlbiflow_xfer::daemon::{Daemon, ServeConfig};
 use vlbiflow_xfer::dest::Roots;
+use vlbiflow_xfer::remote;
 use vlbiflow_xfer::scan::{scan_source, Layout};
 use vlbiflow_xfer::send::SendOutcome;
 use vlbiflow_xfer::session::Options;
 use vlbiflow_xfer::source::collect_paths;
 use vlbiflow_xfer::{Key, Progress, XferError};
 use vlbiflow_xfer_proto::RateConfig;
-
-/// Default control port.
-pub const DEFAULT_PORT: u16 = 46230;
 
 const EXAMPLES: &str = "\
 Examples:
@@ -279,20 +277,6 @@ struct KeyArgs {
     create: bool,
 }
 
-fn state_dir() -> PathBuf {
-    if let Some(x) = std::env::var_os("XDG_STATE_HOME") {
-        return PathBuf::from(x).join("vlbiflow/xfer");
-    }
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/"));
-    home.join(".local/state/vlbiflow/xfer")
-}
-
-fn default_key() -> PathBuf {
-    state_dir().join("xfer.key")
-}
-
 fn xerr(e: XferError) -> anyhow::Result<ExitCode> {
     let code = e.exit_code();
     if code == 2 {
@@ -321,7 +305,9 @@ fn stop_flag() -> Arc<AtomicBool> {
 }
 
 fn history(a: HistoryArgs) -> anyhow::Result<ExitCode> {
-    let path = a.archive.unwrap_or_else(|| state_dir().join("xfer.sqlite"));
+    let path = a
+        .archive
+        .unwrap_or_else(|| remote::state_dir().join("xfer.sqlite"));
     if !path.exists() {
         usage!("no archive at {} yet (serve and push write it)", path.display());
     }
@@ -363,7 +349,7 @@ fn history(a: HistoryArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn key(a: KeyArgs) -> anyhow::Result<ExitCode> {
-    let path = a.key.unwrap_or_else(default_key);
+    let path = a.key.unwrap_or_else(remote::default_key_path);
     let k = if a.create {
         match Key::load_or_create(&path) {
             Ok((k, created)) => {
@@ -389,7 +375,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
         Ok(r) => r,
         Err(e) => return xerr(e),
     };
-    let key_path = a.key.unwrap_or_else(default_key);
+    let key_path = a.key.unwrap_or_else(remote::default_key_path);
     let (key, created) = match Key::load_or_create(&key_path) {
         Ok(x) => x,
         Err(e) => return xerr(e),
@@ -404,7 +390,10 @@ fn serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
     cfg.max_transfers = a.max_transfers;
     cfg.dead_timeout = a.dead_timeout;
     cfg.log = true;
-    cfg.archive = Some(a.archive.unwrap_or_else(|| state_dir().join("xfer.sqlite")));
+    cfg.archive = Some(
+        a.archive
+            .unwrap_or_else(|| remote::state_dir().join("xfer.sqlite")),
+    );
     cfg.metrics = a.metrics;
     cfg.max_rate_bps = a.max_rate;
     if let Some(p) = &a.peer_key {
@@ -439,46 +428,6 @@ fn serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Splits `HOST[:PORT]/ROOT/DIR` into the daemon address and the destination.
-fn split_dest(s: &str) -> Result<(String, String), String> {
-    let (host, path) = if let Some(rest) = s.strip_prefix('[') {
-        let end = rest.find(']').ok_or_else(|| format!("{s:?}: missing ']'"))?;
-        let after = &rest[end + 1..];
-        let (port, path) = match after.strip_prefix(':') {
-            Some(p) => p
-                .split_once('/')
-                .ok_or_else(|| format!("{s:?}: no /ROOT after the address"))?,
-            None => (
-                "",
-                after
-                    .strip_prefix('/')
-                    .ok_or_else(|| format!("{s:?}: no /ROOT after the address"))?,
-            ),
-        };
-        let port = if port.is_empty() {
-            DEFAULT_PORT.to_string()
-        } else {
-            port.to_string()
-        };
-        (format!("[{}]:{port}", &rest[..end]), path.to_string())
-    } else {
-        let (h, path) = s
-            .split_once('/')
-            .ok_or_else(|| format!("{s:?}: give the destination as DAEMON[:PORT]/ROOT/DIR"))?;
-        let h = if h.contains(':') {
-            h.to_string()
-        } else {
-            format!("{h}:{DEFAULT_PORT}")
-        };
-        (h, path.to_string())
-    };
-    if path.is_empty() {
-        return Err(format!(
-            "{s:?}: no ROOT after the daemon address (DAEMON[:PORT]/ROOT/DIR)"
-        ));
-    }
-    Ok((host, path))
-}
-
 fn options(c: &Common) -> anyhow::Result<Options> {
     if !c.chunk_size.is_power_of_two() || !(4096..=1 << 30).contains(&c.chunk_size) {
         usage!("--chunk-size {}: a power of two from 4KiB to 1GiB", c.chunk_size);
@@ -621,46 +570,10 @@ fn print_summary(out: &SendOutcome, total: u64, json: bool) {
 }
 
 /// Logs a client run to the local archive (problems with the archive are reported, not fatal).
-fn archive_push(
-    server: &str,
-    dest: &str,
-    started: String,
-    files: u64,
-    total: u64,
-    progress: &Progress,
-    r: &Result<SendOutcome, XferError>,
-) {
-    let e = Entry {
-        id: 0,
-        started,
-        ended: vlbiflow_xfer::daemon::utc_now(),
-        role: "send".into(),
-        peer: server.to_string(),
-        path: dest.to_string(),
-        transfer_id: String::new(),
-        files,
-        bytes: total,
-        bytes_resumed: Progress::get(&progress.bytes_resumed),
-        bytes_moved: Progress::get(&progress.bytes_moved),
-        seconds: r.as_ref().map_or(0.0, |o| o.seconds),
-        ok: r.is_ok(),
-        error: r.as_ref().err().map(|e| e.to_string()),
-        detail: match r {
-            Ok(o) => serde_json::json!({"files": o.committed, "retransmits": o.stats.retransmits,
-                "datagrams": o.stats.datagrams}),
-            Err(_) => serde_json::Value::Null,
-        },
-    };
-    let path = state_dir().join("xfer.sqlite");
-    if let Err(x) = Archive::open(&path).and_then(|a| a.insert(&e)) {
-        eprintln!("vlbiflow: warning: {x}");
-    }
-}
-
 fn push(a: PushArgs) -> anyhow::Result<ExitCode> {
     let mut args = a.args.clone();
     let dest = args.pop().expect("two arguments at least");
-    let (server, dest_path) = match split_dest(&dest) {
+    let (server, dest_path) = match remote::split(&dest) {
         Ok(x) => x,
         Err(e) => usage!("{e}"),
     };
@@ -701,7 +614,7 @@ fn push(a: PushArgs) -> anyhow::Result<ExitCode> {
         }
         set
     };
-    let key = match Key::load(&a.common.key.clone().unwrap_or_else(default_key)) {
+    let key = match Key::load(&a.common.key.clone().unwrap_or_else(remote::default_key_path)) {
         Ok(k) => k,
         Err(e) => return xerr(e),
     };
@@ -716,7 +629,16 @@ fn push(a: PushArgs) -> anyhow::Result<ExitCode> {
     let r = with_progress(&progress, a.common.quiet || a.common.json, || {
         client::push(&cfg, set, &dest_path, opts, rate, &progress, &stop)
     });
-    archive_push(&cfg.server, &dest_path, started, files, total, &progress, &r);
+    vlbiflow_xfer::archive::record_send(
+        &remote::state_dir().join("xfer.sqlite"),
+        &cfg.server,
+        &dest_path,
+        started,
+        files,
+        total,
+        &progress,
+        &r,
+    );
     match r {
         Ok(out) => {
             print_summary(&out, total, a.common.json);
@@ -734,7 +656,7 @@ fn push_follow(a: &PushArgs, server: &str, dest_path: &str, opts: Options) -> an
         );
     }
     let scan = a.scan.as_deref().expect("--follow requires --scan");
-    let key = match Key::load(&a.common.key.clone().unwrap_or_else(default_key)) {
+    let key = match Key::load(&a.common.key.clone().unwrap_or_else(remote::default_key_path)) {
         Ok(k) => k,
         Err(e) => return xerr(e),
     };
@@ -797,67 +719,16 @@ fn push_follow(a: &PushArgs, server: &str, dest_path: &str, opts: Options) -> an
     }
 }
 
-/// The daemon and what to fetch from it: `DAEMON/ROOT/PATH` sources, or a scan whose disks are given as
-/// `DAEMON/ROOT/DIR` (all on one daemon).
-fn remote_sources(
-    args: &[String],
-    rs: &RemoteScan,
-) -> anyhow::Result<(String, Vec<String>, Option<vlbiflow_xfer::session::ScanRequest>)> {
-    let mut server: Option<String> = None;
-    let mut paths = Vec::new();
-    let specs = if rs.scan.is_some() {
-        if !args.is_empty() {
-            usage!(
-                "with --scan give the scan's disks with --disk DAEMON/ROOT/DIR, not {}",
-                args.join(" ")
-            );
-        }
-        &rs.disk
-    } else {
-        if args.is_empty() {
-            usage!("give the sources DAEMON[:PORT]/ROOT/PATH (or --scan NAME --disk DAEMON/ROOT/DIR)");
-        }
-        args
-    };
-    for s in specs {
-        let (h, p) = match split_dest(s) {
-            Ok(x) => x,
-            Err(e) => usage!("{e}"),
-        };
-        if server.as_ref().is_some_and(|x| *x != h) {
-            usage!(
-                "all sources must be on one daemon ({} and {h})",
-                server.unwrap_or_default()
-            );
-        }
-        server = Some(h);
-        paths.push(p);
-    }
-    let server = server.expect("at least one source");
-    Ok(match &rs.scan {
-        Some(name) => (
-            server,
-            Vec::new(),
-            Some(vlbiflow_xfer::session::ScanRequest {
-                name: name.clone(),
-                disks: paths,
-                layout: rs.layout.clone(),
-            }),
-        ),
-        None => (server, paths, None),
-    })
-}
-
 fn copy(a: CopyArgs) -> anyhow::Result<ExitCode> {
     let mut args = a.args;
     let dest = args.pop().expect("two arguments at least");
-    let (to, dest_path) = match split_dest(&dest) {
+    let (to, dest_path) = match remote::split(&dest) {
         Ok(x) => x,
         Err(e) => usage!("{e}"),
     };
     let opts = options(&a.common)?;
-    let (server, sources, scan) = remote_sources(&args, &a.scan)?;
-    let key = match Key::load(&a.common.key.clone().unwrap_or_else(default_key)) {
+    let (server, sources, scan) = remote_sources_of(&args, &a.scan)?;
+    let key = match Key::load(&a.common.key.clone().unwrap_or_else(remote::default_key_path)) {
         Ok(k) => k,
         Err(e) => return xerr(e),
     };
@@ -913,8 +784,8 @@ fn pull(a: PullArgs) -> anyhow::Result<ExitCode> {
     let mut args = a.args;
     let into = PathBuf::from(args.pop().expect("two arguments at least"));
     let opts = options(&a.common)?;
-    let (server, sources, scan) = remote_sources(&args, &a.scan)?;
-    let key = match Key::load(&a.common.key.clone().unwrap_or_else(default_key)) {
+    let (server, sources, scan) = remote_sources_of(&args, &a.scan)?;
+    let key = match Key::load(&a.common.key.clone().unwrap_or_else(remote::default_key_path)) {
         Ok(k) => k,
         Err(e) => return xerr(e),
     };
@@ -959,26 +830,17 @@ fn pull(a: PullArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn destinations() {
-        assert_eq!(
-            split_dest("corr/data/x").unwrap(),
-            ("corr:46230".into(), "data/x".into())
-        );
-        assert_eq!(
-            split_dest("corr:99/data").unwrap(),
-            ("corr:99".into(), "data".into())
-        );
-        assert_eq!(
-            split_dest("[::1]:7/d/e").unwrap(),
-            ("[::1]:7".into(), "d/e".into())
-        );
-        assert_eq!(split_dest("[::1]/d").unwrap(), ("[::1]:46230".into(), "d".into()));
-        assert!(split_dest("corr").is_err());
-        assert!(split_dest("corr:1/").is_err());
+/// `remote::sources` for the CLI's arguments (a usage error on bad input).
+fn remote_sources_of(
+    args: &[String],
+    rs: &RemoteScan,
+) -> anyhow::Result<(String, Vec<String>, Option<vlbiflow_xfer::session::ScanRequest>)> {
+    let scan = rs
+        .scan
+        .as_deref()
+        .map(|n| (n, rs.disk.as_slice(), rs.layout.as_str()));
+    match remote::sources(args, scan) {
+        Ok(x) => Ok(x),
+        Err(e) => usage!("{e}"),
     }
 }
