@@ -182,6 +182,27 @@ pub fn plan(
             resume,
         });
     }
+    // refuse up front what cannot fit, instead of failing with ENOSPC half way
+    let need: u64 = out
+        .iter()
+        .map(|f| match f.resume {
+            Resume::Complete(_) => 0,
+            Resume::Part(full) => f.size.saturating_sub(u64::from(full) * options.chunk_size),
+            Resume::Nothing => f.size,
+        })
+        .sum();
+    if need > 0 {
+        if let Ok(st) = rustix::fs::statvfs(root) {
+            let free = st.f_bavail.saturating_mul(st.f_frsize);
+            if need > free {
+                return Err(format!(
+                    "not enough space under the root: the files need {:.3} GB more, {:.3} GB are free",
+                    need as f64 / 1e9,
+                    free as f64 / 1e9
+                ));
+            }
+        }
+    }
     Ok(Plan {
         files: out,
         options: options.clone(),

@@ -525,3 +525,26 @@ fn failed_logins_are_rate_limited_and_transfers_run_side_by_side() {
         assert!(got == std::fs::read(p).unwrap(), "p{i}");
     }
 }
+
+/// A transfer that cannot fit under the root is refused before anything moves (not ENOSPC half way).
+#[test]
+fn a_file_larger_than_the_free_space_is_refused_up_front() {
+    let e = env();
+    let big = e.src.join("big.vdif");
+    // sparse: 4 TiB that take no room at the source
+    std::fs::File::create(&big).unwrap().set_len(1 << 42).unwrap();
+    let err = push(
+        &e,
+        &e.key.clone(),
+        std::slice::from_ref(&big),
+        "data/big",
+        opts(32 << 20),
+    )
+    .unwrap_err();
+    assert!(matches!(err, XferError::Refused(_)), "{err}");
+    assert!(
+        err.to_string().contains("not enough space under the root"),
+        "{err}"
+    );
+    assert!(tree(&e.root).is_empty(), "{:?}", tree(&e.root));
+}
