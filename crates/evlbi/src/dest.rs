@@ -8,7 +8,7 @@
 //!   connection, reconnected when it breaks, as EVN once ran).
 //! - `threads=0,1`: forward only these VDIF threads (all by default).
 //! - `rate=1.9Gbps`: pace to this rate (bits of UDP payload or TCP data per second) with a token bucket of
-//!   `burst` bytes (default the larger of 8 datagrams and 1 ms at the rate); unpaced by default.
+//!   `burst` bytes (default the larger of 8 datagrams and 5 ms at the rate); unpaced by default.
 //! - `queue=N`: frames the destination may hold while it cannot keep up (default: 32768, at most 256 MiB:
 //!   about a second at 2 Gb/s);
 //!   beyond that frames are dropped for this destination and counted, never waited for.
@@ -20,6 +20,13 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use vlbiflow_formats::vdif::MAX_THREAD_ID;
 
 /// How frames go to a destination.
+/// Default pacing burst, in milliseconds at the pacing rate. A sender thread that wakes later than the
+/// bucket's depth loses those tokens for good, so its long-run rate falls below the one configured; on a
+/// busy host wake-ups come several milliseconds late. With 1 ms, a 2 Gb/s stream forwarded at 2.4 Gb/s
+/// lost 133,557-343,057 of 1,823,880 frames in the forward queue at load 4-7 (three 60 s runs); with 5 ms
+/// (1.5 MB at 2.4 Gb/s) none, in the same conditions (bench/realtime.sh accept, docs/bench-realtime.md).
+pub const DEFAULT_BURST_MS: u64 = 5;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Protocol {
@@ -69,7 +76,7 @@ pub struct DestSpec {
     pub threads: Vec<u16>,
     /// Pacing rate, bits per second; `None`: as fast as the destination takes them.
     pub rate_bps: Option<f64>,
-    /// Token bucket depth in bytes (default: max(8 datagrams, 1 ms at the rate)).
+    /// Token bucket depth in bytes (default: max(8 datagrams, [`DEFAULT_BURST_MS`] at the rate)).
     pub burst: Option<u64>,
     /// Frames queued at most (default [`DEFAULT_QUEUE_FRAMES`], capped at [`DEFAULT_QUEUE_BYTES`]).
     pub queue: Option<usize>,
@@ -255,7 +262,7 @@ impl DestSpec {
         let wire = self.wire_len(frame_len) as u64;
         let burst = self
             .burst
-            .unwrap_or_else(|| (8 * wire).max(bytes_per_s / 1000))
+            .unwrap_or_else(|| (8 * wire).max(bytes_per_s * DEFAULT_BURST_MS / 1000))
             .max(wire);
         Some((bytes_per_s, burst))
     }
@@ -286,8 +293,11 @@ mod tests {
         assert_eq!(d.queue_frames(8224), 32608);
         assert_eq!(d.pacing(8224), None);
         let d = DestSpec::parse("vdif@127.0.0.1:1,rate=1Gbps").unwrap();
-        // 125 MB/s: 1 ms is 125 kB, more than 8 frames.
-        assert_eq!(d.pacing(8224), Some((125_000_000, 125_000)));
+        // 125 MB/s: 5 ms is 625 kB, more than 8 frames.
+        assert_eq!(d.pacing(8224), Some((125_000_000, 625_000)));
+        // At a low rate, 8 datagrams.
+        let d = DestSpec::parse("vdif@127.0.0.1:1,rate=10Mbps").unwrap();
+        assert_eq!(d.pacing(8224), Some((1_250_000, 8 * 8224)));
     }
 
     #[test]

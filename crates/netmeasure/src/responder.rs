@@ -65,6 +65,9 @@ pub struct ResponderConfig {
     /// Most memory all running tests together may reserve, bytes. A test that does not fit in what
     /// the others leave is refused (try again later).
     pub memory_budget: u64,
+    /// When set, control connections from other addresses are closed at once (a mesh agent's
+    /// responder serves only the mesh's hosts). None: anyone.
+    pub allow: Option<Vec<std::net::IpAddr>>,
 }
 
 impl ResponderConfig {
@@ -79,6 +82,7 @@ impl ResponderConfig {
             max_sessions: 16,
             max_test_memory: 2 << 30,
             memory_budget: 4 << 30,
+            allow: None,
         }
     }
 }
@@ -241,6 +245,14 @@ impl Responder {
             while !stop.load(Ordering::Relaxed) {
                 match self.listener.accept() {
                     Ok((stream, peer)) => {
+                        if let Some(allow) = &self.config.allow {
+                            if !allow.contains(&peer.ip()) {
+                                self.counters.refused_sessions.fetch_add(1, Ordering::Relaxed);
+                                log(&format!("session from {peer} refused: not an allowed address"));
+                                drop(stream);
+                                continue;
+                            }
+                        }
                         handles.retain(|h: &thread::ScopedJoinHandle<()>| !h.is_finished());
                         let counters = &*self.counters;
                         let config = &self.config;

@@ -7,6 +7,7 @@ pub mod efficiency;
 pub mod gather;
 pub mod gen;
 pub mod ls;
+pub mod mesh;
 pub mod net;
 pub mod pathemu;
 pub mod play;

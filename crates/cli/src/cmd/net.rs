@@ -41,6 +41,12 @@ Examples:
   # Results over time
   vlbiflow net history --kind bw-zero-loss --plot history.png
 
+  # Scheduled monitoring of a whole network (docs/mesh.md), bottleneck capacity
+  vlbiflow net hub --config mesh.toml
+  vlbiflow net agent --name Ef --hub http://127.0.0.1:8090
+  vlbiflow net mesh status
+  vlbiflow net capacity far.example.org
+
   # What receiving costs per transport (recvmmsg, GRO, io_uring, AF_XDP, TCP), with a plot
   vlbiflow net efficiency far.example.org --plot eff.png";
 
@@ -64,6 +70,14 @@ enum NetCmd {
     Tcp(TcpArgs),
     /// List or plot archived results over time
     History(HistoryArgs),
+    /// Mesh agent: responder for the other hosts and runner of this host's scheduled tests
+    Agent(super::mesh::AgentArgs),
+    /// Mesh hub: plans runs, collects results; archive, dashboard, metrics, alerts
+    Hub(super::mesh::HubArgs),
+    /// Ask the mesh hub: status, runs, results, alerts
+    Mesh(super::mesh::MeshArgs),
+    /// Bottleneck capacity by packet dispersion (pairs and trains against a responder)
+    Capacity(super::mesh::CapacityArgs),
     /// Receive cost per transport (UDP recvmmsg/GRO, io_uring, AF_XDP, TCP): Gb/s, loss, CPU per GB, energy
     Efficiency(super::efficiency::Args),
 }
@@ -278,6 +292,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         NetCmd::Lat(a) => run_lat(a),
         NetCmd::Tcp(a) => run_tcp(a),
         NetCmd::History(a) => run_history(a),
+        NetCmd::Agent(a) => super::mesh::run_agent(a),
+        NetCmd::Hub(a) => super::mesh::run_hub(a),
+        NetCmd::Mesh(a) => super::mesh::run_mesh(a),
+        NetCmd::Capacity(a) => super::mesh::run_capacity(a),
         NetCmd::Efficiency(a) => super::efficiency::run(a),
     }
 }

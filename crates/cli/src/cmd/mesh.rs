@@ -1,0 +1,532 @@
+//! `vlbiflow net agent`, `net hub`, `net mesh` and `net capacity`: network monitoring of a VLBI
+//! network. Arguments and printing only; the work is in `vlbiflow_mesh`.
+
+use crate::usage;
+use anyhow::{anyhow, Context};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use vlbiflow_mesh::archive::RunRow;
+use vlbiflow_mesh::auth::{check_token, Key};
+use vlbiflow_mesh::capacity::{self, CapacityParams};
+use vlbiflow_mesh::config::Config;
+use vlbiflow_mesh::hub::{AlertsView, Status};
+use vlbiflow_mesh::timespec::{now_ms, rfc3339};
+
+fn stop_flag() -> Arc<AtomicBool> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    let _ = ctrlc::set_handler(move || s.store(true, Ordering::SeqCst));
+    stop
+}
+
+fn log_line(m: &str) {
+    eprintln!("{} {m}", chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.3fZ"));
+}
+
+fn read_token(file: Option<&Path>) -> anyhow::Result<Option<String>> {
+    let text = match (file, std::env::var("VLBIFLOW_MESH_TOKEN").ok()) {
+        (Some(f), _) => {
+            std::fs::read_to_string(f).with_context(|| format!("--token-file {}", f.display()))?
+        }
+        (None, Some(t)) => t,
+        (None, None) => return Ok(None),
+    };
+    match check_token(&text) {
+        Ok(t) => Ok(Some(t.to_string())),
+        Err(e) => usage!("token: {e}"),
+    }
+}
+
+const AGENT_EXAMPLES: &str = "\
+Examples:
+  # On station Ef (its name in the hub's mesh.toml), with the shared token
+  vlbiflow net agent --name Ef --hub http://hub.example.org:8090 --token-file /etc/vlbiflow/mesh.token
+
+  # Without a hub, on a configuration file (results stay in the outbox until a hub takes them)
+  vlbiflow net agent --name Ef --config mesh.toml --state-dir /var/lib/vlbiflow/agent
+
+The agent answers the other hosts' tests (responder on the configured address and port, mesh hosts
+only), runs its own on the schedule every agent and the hub compute alike from the configuration,
+and delivers outcomes to the hub; while the hub is away they wait in the state directory.";
+
+/// Run a mesh agent: responder for the other hosts' tests and runner of this host's own
+#[derive(clap::Args)]
+#[command(after_help = AGENT_EXAMPLES)]
+pub struct AgentArgs {
+    /// This host's name in the mesh configuration
+    #[arg(long)]
+    name: String,
+    /// The hub's URL, e.g. http://hub:8090
+    #[arg(long, value_name = "URL")]
+    hub: Option<String>,
+    /// File with the shared token (or VLBIFLOW_MESH_TOKEN); required for a hub not on loopback
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
+    /// State directory: outbox, cached configuration, schedule cursor
+    #[arg(long, value_name = "DIR", default_value = "vlbiflow-agent")]
+    state_dir: PathBuf,
+    /// Responder address (default: this host's address and port in the configuration)
+    #[arg(long, value_name = "HOST:PORT")]
+    listen: Option<SocketAddr>,
+    /// Configuration file to use until the hub gives one
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Seconds between exchanges with the hub
+    #[arg(long, default_value_t = 2.0)]
+    sync_every: f64,
+}
+
+pub fn run_agent(a: AgentArgs) -> anyhow::Result<ExitCode> {
+    if a.hub.is_none() && a.config.is_none() {
+        usage!("give --hub URL or --config FILE");
+    }
+    let token = read_token(a.token_file.as_deref())?;
+    if let Some(h) = &a.hub {
+        if !h.starts_with("http://") {
+            usage!("--hub {h:?}: expected an http:// URL");
+        }
+        let loopback = ["http://127.", "http://localhost", "http://[::1]"]
+            .iter()
+            .any(|p| h.starts_with(p));
+        if token.is_none() && !loopback {
+            usage!("--hub {h} is not on loopback: give the shared token (--token-file)");
+        }
+    }
+    if !(0.1..=3600.0).contains(&a.sync_every) {
+        usage!("--sync-every {} outside 0.1..=3600 seconds", a.sync_every);
+    }
+    let opts = vlbiflow_mesh::agent::AgentOptions {
+        name: a.name,
+        hub: a.hub,
+        key: token.as_deref().map(Key::from_token),
+        state_dir: a.state_dir,
+        listen: a.listen,
+        config: a.config,
+        sync_every: Duration::from_secs_f64(a.sync_every),
+    };
+    vlbiflow_mesh::agent::run(&opts, stop_flag(), &log_line).map_err(|e| anyhow!(e))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+const HUB_EXAMPLES: &str = "\
+Examples:
+  # Loopback only, SQLite archive in the current directory
+  vlbiflow net hub --config mesh.toml
+
+  # For the network: token required; PostgreSQL archive
+  vlbiflow net hub --config mesh.toml --listen 0.0.0.0:8090 --token-file /etc/vlbiflow/mesh.token \\
+      --archive postgresql://vlbiflow@db.example.org/mesh
+
+Pages: / (matrix, alerts, run log), /pair?src=A&dst=B (time series and latest sweep), /metrics
+(Prometheus), /api/v1/{status,runs,results,alerts,matrix} (JSON).";
+
+/// Run the mesh hub: plans runs, collects results, archive, dashboard, metrics, alerts
+#[derive(clap::Args)]
+#[command(after_help = HUB_EXAMPLES)]
+pub struct HubArgs {
+    /// Mesh configuration (TOML; see docs/mesh.md)
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+    /// HTTP address for agents, pages and the API
+    #[arg(long, default_value = "127.0.0.1:8090", value_name = "HOST:PORT")]
+    listen: SocketAddr,
+    /// Archive: a SQLite file or a postgresql:// URL
+    #[arg(long, default_value = "mesh.sqlite", value_name = "PATH|URL")]
+    archive: String,
+    /// File with the shared token (or VLBIFLOW_MESH_TOKEN); required beyond loopback
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
+    /// Serve pages and the read API without authentication
+    #[arg(long)]
+    public_read: bool,
+    /// Check the configuration, print the plan of the next hour and exit
+    #[arg(long)]
+    check: bool,
+}
+
+pub fn run_hub(a: HubArgs) -> anyhow::Result<ExitCode> {
+    let cfg = match Config::load(&a.config) {
+        Ok(c) => Arc::new(c),
+        Err(e) => usage!("{e}"),
+    };
+    if a.check {
+        let mut p = vlbiflow_mesh::plan::Planner::new(cfg.clone());
+        let now = now_ms();
+        let runs = p.runs_between(now, now + 3_600_000);
+        println!(
+            "{:<24} {:<10} {:<8} {:<12} slot/skipped",
+            "start", "test", "kind", "pair"
+        );
+        for r in &runs {
+            println!(
+                "{:<24} {:<10} {:<8} {:<12} {}",
+                rfc3339(r.start),
+                r.test,
+                r.kind.as_str(),
+                format!("{}->{}", r.src, r.dst),
+                r.skipped.clone().unwrap_or_else(|| format!("slot {}", r.slot))
+            );
+        }
+        eprintln!(
+            "configuration {} is valid: {} runs in the next hour",
+            a.config.display(),
+            runs.len()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let token = read_token(a.token_file.as_deref())?;
+    if token.is_none() && !a.listen.ip().is_loopback() {
+        usage!(
+            "--listen {} is not loopback: give a token (--token-file) so agents and readers authenticate",
+            a.listen
+        );
+    }
+    let stop = stop_flag();
+    let log: Arc<dyn Fn(&str) + Send + Sync> = Arc::new(log_line);
+    let h = vlbiflow_mesh::hub::spawn(
+        vlbiflow_mesh::hub::HubOptions {
+            config: cfg,
+            listen: a.listen,
+            archive: a.archive,
+            token,
+            public_read: a.public_read,
+        },
+        stop.clone(),
+        log,
+    )
+    .map_err(|e| anyhow!(e))?;
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    h.stop();
+    Ok(ExitCode::SUCCESS)
+}
+
+const MESH_EXAMPLES: &str = "\
+Examples:
+  vlbiflow net mesh status
+  vlbiflow net mesh runs --failed --limit 20
+  vlbiflow net mesh runs --src Ef --dst J --json
+  vlbiflow net mesh results
+  vlbiflow net mesh alerts --hub http://hub:8090 --token-file mesh.token";
+
+/// Ask the hub: agents and run counts, runs, latest results, alerts
+#[derive(clap::Args)]
+#[command(after_help = MESH_EXAMPLES, subcommand_required = true, arg_required_else_help = true)]
+pub struct MeshArgs {
+    #[command(subcommand)]
+    cmd: MeshCmd,
+}
+
+#[derive(clap::Args)]
+struct HubConn {
+    /// The hub's URL
+    #[arg(
+        long,
+        default_value = "http://127.0.0.1:8090",
+        value_name = "URL",
+        global = true
+    )]
+    hub: String,
+    /// File with the shared token (or VLBIFLOW_MESH_TOKEN), for a hub not on loopback
+    #[arg(long, value_name = "FILE", global = true)]
+    token_file: Option<PathBuf>,
+    /// Print JSON
+    #[arg(long, global = true)]
+    json: bool,
+}
+
+#[derive(clap::Subcommand)]
+enum MeshCmd {
+    /// Agents (last contact), runs by test, status and reason, pending runs, active alerts
+    #[command(
+        after_help = "Examples:\n  vlbiflow net mesh status\n  vlbiflow net mesh status --hub http://hub.example.org:8090 --token-file /etc/vlbiflow/mesh.token --json"
+    )]
+    Status {
+        #[command(flatten)]
+        conn: HubConn,
+    },
+    /// Runs, newest first, with their outcome or failure reason
+    #[command(
+        after_help = "Examples:\n  vlbiflow net mesh runs --failed\n  vlbiflow net mesh runs --src Ef --dst J --test bw --limit 20 --json"
+    )]
+    Runs {
+        #[command(flatten)]
+        conn: HubConn,
+        /// Only runs from this host
+        #[arg(long)]
+        src: Option<String>,
+        /// Only runs to this host
+        #[arg(long)]
+        dst: Option<String>,
+        /// Only this test
+        #[arg(long)]
+        test: Option<String>,
+        /// Only failed runs
+        #[arg(long)]
+        failed: bool,
+        /// At most this many
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+    },
+    /// The newest result of every test and pair
+    #[command(
+        after_help = "Examples:\n  vlbiflow net mesh results\n  vlbiflow net mesh results --json | jq '.[] | select(.throughput_mbps < 400)'"
+    )]
+    Results {
+        #[command(flatten)]
+        conn: HubConn,
+    },
+    /// Active alerts and recent changes
+    #[command(after_help = "Examples:\n  vlbiflow net mesh alerts\n  vlbiflow net mesh alerts --json")]
+    Alerts {
+        #[command(flatten)]
+        conn: HubConn,
+    },
+}
+
+fn api(c: &HubConn) -> anyhow::Result<vlbiflow_mesh::api::MeshApi> {
+    Ok(vlbiflow_mesh::api::MeshApi::new(
+        &c.hub,
+        read_token(c.token_file.as_deref())?,
+    ))
+}
+
+fn fig(v: Option<f64>, unit: &str) -> String {
+    v.map(|v| format!("{v:.2} {unit}")).unwrap_or_default()
+}
+
+fn print_runs(rows: &[RunRow]) {
+    println!(
+        "{:<24} {:<10} {:<12} {:<7} figures / reason",
+        "planned", "test", "pair", "status"
+    );
+    for r in rows {
+        let what = match r.status.as_str() {
+            "failed" => format!(
+                "{}: {}",
+                r.reason.as_deref().unwrap_or(""),
+                r.detail.as_deref().unwrap_or("")
+            ),
+            _ => [
+                fig(r.throughput_mbps, "Mb/s"),
+                fig(r.loss_percent, "% loss"),
+                fig(r.rtt_ms, "ms"),
+                fig(r.capacity_mbps, "Mb/s capacity"),
+            ]
+            .into_iter()
+            .filter(|s| !s.is_empty())
+            .collect::<Vec<_>>()
+            .join(", "),
+        };
+        println!(
+            "{:<24} {:<10} {:<12} {:<7} {what}",
+            rfc3339(r.planned_start),
+            r.test,
+            format!("{}->{}", r.src, r.dst),
+            r.status
+        );
+    }
+}
+
+fn enc(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+pub fn run_mesh(a: MeshArgs) -> anyhow::Result<ExitCode> {
+    match a.cmd {
+        MeshCmd::Status { conn } => {
+            let s: Status = api(&conn)?.get("/api/v1/status").map_err(|e| anyhow!(e))?;
+            if conn.json {
+                println!("{}", serde_json::to_string_pretty(&s)?);
+                return Ok(ExitCode::SUCCESS);
+            }
+            println!(
+                "mesh {} (configuration {}), archive {}, hub up since {}, {} runs pending, {} alerts active",
+                s.mesh,
+                s.config_hash,
+                s.archive,
+                rfc3339(s.up_since),
+                s.pending,
+                s.active_alerts
+            );
+            println!(
+                "\n{:<12} {:<26} {:<8} software",
+                "agent", "last contact", "config"
+            );
+            for ag in &s.agents {
+                let seen = ag
+                    .last_seen
+                    .map(|t| format!("{} ({:.0} s ago)", rfc3339(t), (s.now - t) as f64 / 1000.0))
+                    .unwrap_or_else(|| "never".into());
+                println!(
+                    "{:<12} {:<26} {:<8} {}",
+                    ag.name,
+                    seen,
+                    if ag.config_current { "current" } else { "OLD" },
+                    ag.software
+                );
+            }
+            println!("\n{:<12} {:<8} {:<12} runs", "test", "status", "reason");
+            for (t, st, r, n) in &s.counts {
+                println!("{t:<12} {st:<8} {r:<12} {n}");
+            }
+        }
+        MeshCmd::Runs {
+            conn,
+            src,
+            dst,
+            test,
+            failed,
+            limit,
+        } => {
+            let mut q = format!("/api/v1/runs?limit={limit}&until={}", now_ms() + 1);
+            for (k, v) in [("src", &src), ("dst", &dst), ("test", &test)] {
+                if let Some(v) = v {
+                    q += &format!("&{k}={}", enc(v));
+                }
+            }
+            if failed {
+                q += "&status=failed";
+            }
+            let rows: Vec<RunRow> = api(&conn)?.get(&q).map_err(|e| anyhow!(e))?;
+            if conn.json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                print_runs(&rows);
+            }
+        }
+        MeshCmd::Results { conn } => {
+            let rows: Vec<RunRow> = api(&conn)?.get("/api/v1/results").map_err(|e| anyhow!(e))?;
+            if conn.json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                print_runs(&rows);
+            }
+        }
+        MeshCmd::Alerts { conn } => {
+            let v: AlertsView = api(&conn)?.get("/api/v1/alerts").map_err(|e| anyhow!(e))?;
+            if conn.json {
+                println!("{}", serde_json::to_string_pretty(&v)?);
+                return Ok(ExitCode::SUCCESS);
+            }
+            println!("active ({}):", v.active.len());
+            for e in &v.active {
+                println!("  since {}  {}", rfc3339(e.t), e.message);
+            }
+            println!("recent changes:");
+            for e in v.events.iter().take(30) {
+                println!("  {}  {:<7} {}", rfc3339(e.t), e.state, e.message);
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+const CAPACITY_EXAMPLES: &str = "\
+Examples:
+  vlbiflow net capacity 10.0.0.2
+  vlbiflow net capacity far.example.org --size 8972 --train 1024 --json
+
+Sends back-to-back packet pairs and trains to a vlbiflow responder (`vlbiflow net responder` or an
+agent), filters pairs that met cross traffic (queued first packet), finds the modes of the pair
+estimates and the trains' asymptotic dispersion rate, and tells a token-bucket shaper (tbf, htb,
+policer) by train spreads that grow linearly with length after a burst. The capacity is at the IP
+layer (payload + 28 bytes per packet).";
+
+/// Bottleneck capacity of the path to a responder, by packet dispersion (pairs and trains)
+#[derive(clap::Args)]
+#[command(after_help = CAPACITY_EXAMPLES)]
+pub struct CapacityArgs {
+    /// Responder host or HOST:PORT (default port 14233)
+    host: String,
+    /// UDP payload bytes per probe packet
+    #[arg(long, default_value_t = 1472)]
+    size: usize,
+    /// Packet pairs
+    #[arg(long, default_value_t = 60)]
+    pairs: usize,
+    /// Longest train, packets
+    #[arg(long, default_value_t = 512)]
+    train: usize,
+    /// Trains per length
+    #[arg(long, default_value_t = 3)]
+    trains: usize,
+    /// Longest wait for any control answer
+    #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
+    timeout: f64,
+    /// Print JSON (estimate and every probe)
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run_capacity(a: CapacityArgs) -> anyhow::Result<ExitCode> {
+    if !(vlbiflow_net::wire::HEADER_LEN..=65_507).contains(&a.size) {
+        usage!(
+            "--size {} outside {}..=65507",
+            a.size,
+            vlbiflow_net::wire::HEADER_LEN
+        );
+    }
+    if !(10..=100_000).contains(&a.pairs) {
+        usage!("--pairs {} outside 10..=100000", a.pairs);
+    }
+    if !(8..=100_000).contains(&a.train) {
+        usage!("--train {} outside 8..=100000", a.train);
+    }
+    if !(1..=1000).contains(&a.trains) {
+        usage!("--trains {} outside 1..=1000", a.trains);
+    }
+    if !(a.timeout > 0.0 && a.timeout <= 600.0) {
+        usage!("--timeout {} outside 0..=600 seconds", a.timeout);
+    }
+    let addr = vlbiflow_net::resolve_responder(&a.host).map_err(|e| anyhow!(e))?;
+    let mut client = vlbiflow_net::Client::connect(addr, Duration::from_secs_f64(a.timeout))
+        .with_context(|| format!("responder {addr}"))?;
+    let p = CapacityParams {
+        size: a.size,
+        pairs: a.pairs,
+        train: a.train,
+        trains_per_length: a.trains,
+        ..CapacityParams::default()
+    };
+    let stop = stop_flag();
+    let r = capacity::measure(&mut client, &p, &stop, &mut |m| eprintln!("{m}")).map_err(|e| anyhow!(e))?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let e = &r.estimate;
+    println!("capacity to {addr}: {:.1} Mb/s ({})", e.capacity_mbps, e.method);
+    if let Some(s) = &e.shaper {
+        println!(
+            "token-bucket shaper: sustained {:.1} Mb/s, burst {:.0} bytes, peak {:.1} Mb/s (fit r2 {:.4})",
+            s.rate_mbps, s.burst_bytes, s.peak_mbps, s.r2
+        );
+    }
+    if let Some(adr) = e.adr_mbps {
+        println!("trains' asymptotic dispersion rate: {adr:.1} Mb/s");
+    }
+    for m in &e.modes {
+        println!(
+            "pair mode {:.1} Mb/s: {} pairs ({:.0} %)",
+            m.mbps,
+            m.count,
+            100.0 * m.merit
+        );
+    }
+    println!(
+        "{} probes sent, {} with loss left out, {} pairs kept, {} dropped as queued; {:.1} s",
+        r.sent, r.incomplete, e.pairs_kept, e.pairs_dropped, r.duration_s
+    );
+    Ok(ExitCode::SUCCESS)
+}
