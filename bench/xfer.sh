@@ -16,8 +16,12 @@ SIZE_MB=${1:-2000}
 RTTS=${2:-"0 20 100"}
 LOSSES=${3:-"0 0.1 1 5"}
 TCP_SECS=${TCP_SECS:-10}
-cargo build --release -q -p vlbiflow
-BIN=$PWD/target/release/vlbiflow
+NO_TCP=${NO_TCP:-0}        # 1: xfer only (for quick before/after runs)
+NO_LOOPBACK=${NO_LOOPBACK:-0}
+if [ -z "${BIN:-}" ]; then   # BIN=path: benchmark that build instead (e.g. one kept from before a change)
+  cargo build --release -q -p vlbiflow
+  BIN=$PWD/target/release/vlbiflow
+fi
 PID=$$
 A=vf-bx-$PID-a
 B=vf-bx-$PID-b
@@ -53,8 +57,8 @@ head -c $((SIZE_MB * 1000000)) /dev/urandom >"$SCRATCH/src/data.bin"
 sync
 
 echo
-echo "| RTT | loss | tool | goodput Mb/s | % of 2 Gb/s | sender CPU s/GB | receiver CPU s/GB | retransmitted |"
-echo "| --: | --: | --- | --: | --: | --: | --: | --: |"
+echo "| RTT | loss | tool | goodput Mb/s | % of 2 Gb/s | sender CPU s/GB | receiver CPU s/GB | emulator CPU s/GB | retransmitted | load |"
+echo "| --: | --: | --- | --: | --: | --: | --: | --: | --: | --: |"
 for rtt in $RTTS; do
   for loss in $LOSSES; do
     # queue: one bandwidth-delay product, at least 4 MB
@@ -66,33 +70,40 @@ for rtt in $RTTS; do
     SRV=$!
     for _ in $(seq 100); do grep -q 'serving on' "$SCRATCH/serve.err" 2>/dev/null && break; sleep 0.1; done
     c0=$(cpu_of $SRV)
+    e0=$(cpu_of $EMU)
     /usr/bin/time -f "%U %S" -o "$SCRATCH/time" ip netns exec $A "$BIN" xfer push "$SCRATCH/src/data.bin" \
       $IB:46230/data --json >"$SCRATCH/xfer.json" 2>"$SCRATCH/xfer.err" || { cat "$SCRATCH/xfer.err"; }
     c1=$(cpu_of $SRV)
+    e1=$(cpu_of $EMU)
     kill $SRV; wait $SRV 2>/dev/null || true; SRV=
     if [ -s "$SCRATCH/xfer.json" ]; then
       scpu=$(awk '{print $1 + $2}' "$SCRATCH/time")
-      python3 - "$SCRATCH/xfer.json" "$rtt" "$loss" "$scpu" "$c0" "$c1" "$SIZE_MB" <<'PY'
+      python3 - "$SCRATCH/xfer.json" "$rtt" "$loss" "$scpu" "$c0" "$c1" "$SIZE_MB" "$e0" "$e1" "$(cut -d' ' -f1 /proc/loadavg)" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 rtt, loss, scpu, c0, c1, mb = sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6]), float(sys.argv[7])
+e0, e1, load = float(sys.argv[8]), float(sys.argv[9]), sys.argv[10]
 gp = d["goodput_bps"] / 1e6
 rtx = 100 * d["retransmits"] / max(1, d["datagrams"])
-print(f"| {rtt} ms | {loss} % | xfer | {gp:.0f} | {gp/20:.1f} | {scpu/(mb/1000):.2f} | {(c1-c0)/(mb/1000):.2f} | {rtx:.2f} % |")
+gb = mb / 1000
+print(f"| {rtt} ms | {loss} % | xfer | {gp:.0f} | {gp/20:.1f} | {scpu/gb:.2f} | {(c1-c0)/gb:.2f} | {(e1-e0)/gb:.2f} | {rtx:.2f} % | {load} |")
 PY
     else
-      echo "| $rtt ms | $loss % | xfer | failed | | | | |"
+      echo "| $rtt ms | $loss % | xfer | failed | | | | | | |"
     fi
     # TCP, memory to memory: iperf3 with the congestion control set per socket (TCP_CONGESTION)
-    if command -v iperf3 >/dev/null; then
+    if [ "$NO_TCP" != 1 ] && command -v iperf3 >/dev/null; then
       ip netns exec $B iperf3 -s -B $IB -p 15201 >/dev/null 2>&1 &
       SRV=$!
       sleep 0.5
       for cc in cubic bbr; do
+        e0=$(cpu_of $EMU)
         ip netns exec $A iperf3 -c $IB -p 15201 -C $cc -t $TCP_SECS -J >"$SCRATCH/tcp.json" 2>/dev/null || true
-        python3 - "$SCRATCH/tcp.json" "$rtt" "$loss" "$cc" "$TCP_SECS" <<'PY'
+        e1=$(cpu_of $EMU)
+        python3 - "$SCRATCH/tcp.json" "$rtt" "$loss" "$cc" "$TCP_SECS" "$e0" "$e1" "$(cut -d' ' -f1 /proc/loadavg)" <<'PY'
 import json, sys
 try:
+    e0, e1, load = float(sys.argv[6]), float(sys.argv[7]), sys.argv[8]
     d = json.load(open(sys.argv[1]))
     e = d["end"]
     mbps = e["sum_received"]["bits_per_second"] / 1e6
@@ -102,9 +113,9 @@ try:
     snd = cpu["host_total"] / 100 * secs / max(gb, 1e-9)
     rcv = cpu["remote_total"] / 100 * secs / max(gb, 1e-9)
     rtx = e["sum_sent"].get("retransmits", 0)
-    print(f"| {sys.argv[2]} ms | {sys.argv[3]} % | TCP {sys.argv[4]} | {mbps:.0f} | {mbps/20:.1f} | {snd:.2f} | {rcv:.2f} | {rtx} segments |")
+    print(f"| {sys.argv[2]} ms | {sys.argv[3]} % | TCP {sys.argv[4]} | {mbps:.0f} | {mbps/20:.1f} | {snd:.2f} | {rcv:.2f} | {(e1-e0)/max(gb, 1e-9):.2f} | {rtx} segments | {load} |")
 except Exception as ex:
-    print(f"| {sys.argv[2]} ms | {sys.argv[3]} % | TCP {sys.argv[4]} | failed ({ex}) | | | | |")
+    print(f"| {sys.argv[2]} ms | {sys.argv[3]} % | TCP {sys.argv[4]} | failed ({ex}) | | | | | | |")
 PY
       done
       kill $SRV; wait $SRV 2>/dev/null || true; SRV=
@@ -113,6 +124,7 @@ PY
   done
 done
 
+[ "$NO_LOOPBACK" = 1 ] && exit 0
 echo
 echo "## Loopback, disk to disk (no emulator)"
 rm -rf "$SCRATCH/dst"/*

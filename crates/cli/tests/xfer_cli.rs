@@ -370,3 +370,144 @@ fn push_through_an_emulated_lossy_path_between_namespaces() {
     assert!(std::fs::read(root.join("in/obs.vdif")).unwrap() == std::fs::read(&src).unwrap());
     drop(p);
 }
+
+/// `push --follow` while `vlbiflow record` records: rounds go out while the scan grows (the test waits for
+/// the push to report one), the recorder is then stopped and marks the scan complete, the push finishes,
+/// and the file at the destination is byte-identical to a `vlbiflow gather` of the finished scan.
+#[test]
+fn push_follow_of_a_scan_being_recorded_equals_a_gather_after_the_recording() {
+    let d = tempfile::tempdir().unwrap();
+    let (state, root, disks) = (
+        d.path().join("state"),
+        d.path().join("root"),
+        d.path().join("disks"),
+    );
+    std::fs::create_dir_all(&root).unwrap();
+    let port = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut rec = Command::new(BIN);
+    rec.args(["record", "--stream"])
+        .arg(format!("a=vdif@127.0.0.1:{port},psn"));
+    for i in 0..4 {
+        let p = disks.join(format!("{i}"));
+        std::fs::create_dir_all(&p).unwrap();
+        rec.arg("--disk").arg(p);
+    }
+    let mut rec = rec
+        .args(["--scan", "fol_xx_0001", "--block-size", "1MB", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // the recorder prints its streams once it listens
+    let (tx, rx) = mpsc::channel();
+    let err = rec.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for l in BufReader::new(err).lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                return;
+            }
+        }
+    });
+    while !rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("recorder listening")
+        .contains("stream a")
+    {}
+    let mut gen = Command::new(BIN)
+        .args([
+            "gen",
+            "--dest",
+            &format!("127.0.0.1:{port}"),
+            "--psn",
+            "--rate",
+            "300Mbps",
+        ])
+        .args(["--duration", "30", "--quiet"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let s = serve(&state, &root, "127.0.0.1:0");
+    let glob = format!("{}/*", disks.display());
+    let mut p = push(
+        &state,
+        &[
+            "--scan",
+            "fol_xx_0001",
+            "--disk",
+            &glob,
+            "--follow",
+            "--chunk-size",
+            "1MiB",
+            "--json",
+        ],
+    )
+    .arg(format!("{}/data/f", s.addr))
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let perr = p.stderr.take().unwrap();
+    let (ptx, prx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(perr).lines().map_while(Result::ok) {
+            eprintln!("push: {l}");
+            let _ = ptx.send(l);
+        }
+    });
+    // two rounds while recording (the second resumes the first's .part), then the recording ends
+    let mut rounds = 0;
+    while rounds < 2 {
+        let l = prx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("a round while recording");
+        if l.contains("still recording: sending up to") {
+            rounds += 1;
+        }
+    }
+    let _ = gen.kill();
+    let _ = gen.wait();
+    assert!(Command::new("kill")
+        .args(["-INT", &rec.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let t0 = Instant::now();
+    let out = loop {
+        if let Some(st) = p.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "push --follow did not finish"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(rec.wait().unwrap().success());
+    let mut json = String::new();
+    std::io::Read::read_to_string(&mut p.stdout.take().unwrap(), &mut json).unwrap();
+    assert!(out.success(), "push --follow: {json}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert!(v["rounds_while_recording"].as_u64().unwrap() >= 2, "{v}");
+    // the reference: a gather of the finished scan
+    let gathered = d.path().join("gathered.vdif");
+    let g = Command::new(BIN)
+        .args(["gather", "fol_xx_0001", "--disk", &glob, "-q", "-o"])
+        .arg(&gathered)
+        .status()
+        .unwrap();
+    assert!(g.success());
+    let want = std::fs::read(&gathered).unwrap();
+    let got = std::fs::read(root.join("f/fol_xx_0001.vdif")).unwrap();
+    assert!(want.len() > 3 << 20, "{} bytes recorded", want.len());
+    assert!(
+        got == want,
+        "received {} bytes, gather {} bytes",
+        got.len(),
+        want.len()
+    );
+    assert!(!root.join("f/fol_xx_0001.vdif.part").exists());
+}

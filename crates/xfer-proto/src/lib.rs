@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod event;
+pub mod hash;
 pub mod rate;
 pub mod receiver;
 pub mod sender;

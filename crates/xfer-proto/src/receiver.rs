@@ -3,14 +3,21 @@
 //! the sender's hash once the I/O layer has hashed what it wrote.
 //!
 //! The I/O layer passes each datagram to [`Receiver::handle_datagram`] and writes the returned
-//! [`Delivery`] at once; it feeds control messages to [`Receiver::handle_control`], sends
-//! [`Receiver::poll_control`] messages, answers [`Event::ChunkComplete`] with [`Receiver::chunk_hashed`]
-//! and wakes at [`Receiver::poll_timeout`].
+//! [`Delivery`] before it sends the next control message (chunks are verified as their last block
+//! arrives); it feeds control messages to [`Receiver::handle_control`], sends
+//! [`Receiver::poll_control`] messages and wakes at [`Receiver::poll_timeout`].
+//!
+//! When blocks are BLAKE3 subtrees ([`crate::hash::blocks_are_subtrees`]: the block size is a power of
+//! two of at least 1 KiB) the digest each datagram's tag covers is the chaining value of its block, and
+//! the receiver merges the digests of a chunk's blocks into the chunk hash itself: every byte is hashed
+//! once, as it arrives, and nothing is read back. With other block sizes it raises
+//! [`Event::ChunkComplete`] and the I/O layer hashes what it wrote and calls [`Receiver::chunk_hashed`].
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use crate::event::Event;
+use crate::hash::{block_digest, blocks_are_subtrees, ChunkDigests};
 use crate::wire::{self, ChunkHash, ControlMsg, DataPacket, DataRepr, Feedback, HEADER_LEN};
 
 /// Receiver settings.
@@ -28,6 +35,10 @@ pub struct ReceiverConfig {
     pub max_files: u32,
     /// Most blocks a file may have (the bitmap costs one bit per block; default 2^28, 2 TiB at 8 KiB).
     pub max_blocks_per_file: u64,
+    /// Most memory for the block digests of chunks in progress (32 bytes per block received of a chunk
+    /// not complete yet); a sender that spreads its blocks wider is aborted. Default 256 MiB (64 GiB of
+    /// data in unfinished chunks at 8 KiB blocks).
+    pub max_digest_bytes: usize,
 }
 
 impl Default for ReceiverConfig {
@@ -39,6 +50,7 @@ impl Default for ReceiverConfig {
             data_key: None,
             max_files: 10_000_000,
             max_blocks_per_file: 1 << 28,
+            max_digest_bytes: 256 << 20,
         }
     }
 }
@@ -91,10 +103,14 @@ enum ChunkState {
 struct RFile {
     size: u64,
     chunk_size: u64,
+    /// Block bitmap: chunk `c` owns bits `c * blocks_per_chunk ..` (blocks are aligned to chunks).
     bits: Vec<u64>,
+    blocks_per_chunk: u64,
     chunk_bytes: Vec<u64>,
     state: Vec<ChunkState>,
     expected: Vec<Option<ChunkHash>>,
+    /// Digests of the blocks received of each unfinished chunk (subtree blocks only).
+    digests: Vec<Option<ChunkDigests>>,
     n_verified: u64,
 }
 
@@ -102,6 +118,11 @@ impl RFile {
     fn chunk_len(&self, c: usize) -> u64 {
         let start = c as u64 * self.chunk_size;
         self.chunk_size.min(self.size - start)
+    }
+    /// The bitmap positions of chunk `c`'s blocks.
+    fn block_bits(&self, c: usize, block: u64) -> std::ops::Range<usize> {
+        let first = c * self.blocks_per_chunk as usize;
+        first..first + self.chunk_len(c).div_ceil(block) as usize
     }
 }
 
@@ -136,6 +157,9 @@ pub struct Receiver {
     data_since_fb: bool,
     last_heard: Option<Instant>,
     chunks_verified: u64,
+    /// The block size when blocks are BLAKE3 subtrees (chunk hashes merged from block digests).
+    subtree_block: Option<u64>,
+    digest_bytes: usize,
     control_out: VecDeque<ControlMsg>,
     events: VecDeque<Event>,
     state: State,
@@ -166,6 +190,8 @@ impl Receiver {
             data_since_fb: false,
             last_heard: None,
             chunks_verified: 0,
+            subtree_block: None,
+            digest_bytes: 0,
             control_out: VecDeque::new(),
             events: VecDeque::new(),
             state: State::Running,
@@ -189,8 +215,12 @@ impl Receiver {
             self.stats.malformed += 1;
             return None;
         };
-        if let Some(k) = &self.cfg.data_key {
-            if wire::verify(k, datagram).is_err() {
+        let payload = &datagram[HEADER_LEN..];
+        let sub = self.subtree_block;
+        let digest =
+            (self.cfg.data_key.is_some() || sub.is_some()).then(|| block_digest(sub, repr.offset, payload));
+        if let (Some(k), Some(d)) = (&self.cfg.data_key, &digest) {
+            if wire::verify_digest(k, datagram, d).is_err() {
                 self.stats.bad_tag += 1;
                 return None;
             }
@@ -204,8 +234,11 @@ impl Receiver {
             self.stats.unknown_file += 1;
             return None;
         };
+        // blocks are aligned to chunks: the last block of a chunk (or of the file) may be shorter
         let len = repr.len as u64;
-        if repr.offset % block != 0 || repr.offset >= f.size || len != block.min(f.size - repr.offset) {
+        let c = (repr.offset / f.chunk_size) as usize;
+        let within = repr.offset % f.chunk_size;
+        if repr.offset >= f.size || within % block != 0 || len != block.min(f.chunk_len(c) - within) {
             self.stats.malformed += 1;
             return None;
         }
@@ -234,8 +267,8 @@ impl Receiver {
         let Some(Some(f)) = self.files.get_mut(repr.file as usize) else {
             return None;
         };
-        let b = (repr.offset / block) as usize;
-        let c = (repr.offset / f.chunk_size) as usize;
+        let i = (within / block) as usize;
+        let b = c * f.blocks_per_chunk as usize + i;
         let word = &mut f.bits[b / 64];
         if *word & (1 << (b % 64)) != 0 || f.state[c] != ChunkState::Receiving {
             self.stats.duplicates += 1;
@@ -245,19 +278,54 @@ impl Receiver {
         f.chunk_bytes[c] += len;
         self.recv_bytes += len;
         self.stats.delivered += 1;
-        if f.chunk_bytes[c] == f.chunk_len(c) {
-            f.state[c] = ChunkState::Complete;
-            self.events.push_back(Event::ChunkComplete {
-                file: repr.file,
-                chunk: c as u32,
-                offset: c as u64 * f.chunk_size,
-                len: f.chunk_len(c),
-            });
+        let complete = f.chunk_bytes[c] == f.chunk_len(c);
+        match (sub, digest) {
+            (Some(_), Some(d)) => {
+                let hash = if f.size <= block {
+                    // a file of one block: its root hash, from the bytes
+                    Some(ChunkHash(*blake3::hash(payload).as_bytes()))
+                } else {
+                    let clen = f.chunk_len(c);
+                    if f.digests[c].is_none() {
+                        let acc = ChunkDigests::new(clen.div_ceil(block) as usize);
+                        self.digest_bytes += acc.footprint();
+                        f.digests[c] = Some(acc);
+                    }
+                    let acc = f.digests[c].as_mut().expect("just made");
+                    let full = acc.put(i, d);
+                    debug_assert_eq!(full, complete);
+                    full.then(|| {
+                        let acc = f.digests[c].take().expect("digests");
+                        self.digest_bytes -= acc.footprint();
+                        acc.finish(block, clen, f.size <= f.chunk_size)
+                    })
+                };
+                if let Some(h) = hash {
+                    f.state[c] = ChunkState::Hashed(h);
+                    self.compare(repr.file, c as u32, h);
+                } else if self.digest_bytes > self.cfg.max_digest_bytes {
+                    self.abort(format!(
+                        "more than {} bytes of block digests for unfinished chunks: the sender spreads its blocks over too many chunks",
+                        self.cfg.max_digest_bytes
+                    ));
+                    return None;
+                }
+            }
+            _ if complete => {
+                f.state[c] = ChunkState::Complete;
+                self.events.push_back(Event::ChunkComplete {
+                    file: repr.file,
+                    chunk: c as u32,
+                    offset: c as u64 * f.chunk_size,
+                    len: f.chunk_len(c),
+                });
+            }
+            _ => {}
         }
         Some(Delivery {
             file: repr.file,
             offset: repr.offset,
-            data: &datagram[HEADER_LEN..],
+            data: payload,
         })
     }
 
@@ -282,6 +350,7 @@ impl Receiver {
                 }
                 self.transfer_id = Some(transfer_id);
                 self.block_size = block_size as u64;
+                self.subtree_block = blocks_are_subtrees(block_size as u64).then_some(block_size as u64);
             }
             ControlMsg::Announce {
                 file,
@@ -306,7 +375,15 @@ impl Receiver {
                         self.files.len()
                     ));
                 }
-                let blocks = size.div_ceil(self.block_size);
+                if chunk_size < self.block_size {
+                    return self.abort(format!(
+                        "announce: file {file} has chunks of {chunk_size} bytes, below the block size {}",
+                        self.block_size
+                    ));
+                }
+                let chunks = ControlMsg::chunk_count(size, chunk_size);
+                let blocks_per_chunk = chunk_size.div_ceil(self.block_size);
+                let blocks = chunks.saturating_mul(blocks_per_chunk);
                 if blocks > self.cfg.max_blocks_per_file {
                     return self.abort(format!(
                         "announce: file {file} has {blocks} blocks, above the limit {}",
@@ -316,7 +393,7 @@ impl Receiver {
                 let blocks = blocks as usize;
                 let i = file as usize;
                 self.files.push(None);
-                let chunks = ControlMsg::chunk_count(size, chunk_size) as usize;
+                let chunks = chunks as usize;
                 let expected = if hashes.is_empty() {
                     vec![None; chunks]
                 } else {
@@ -326,8 +403,10 @@ impl Receiver {
                     size,
                     chunk_size,
                     bits: vec![0; blocks.div_ceil(64)],
+                    blocks_per_chunk,
                     chunk_bytes: vec![0; chunks],
                     state: vec![ChunkState::Receiving; chunks],
+                    digests: (0..chunks).map(|_| None).collect(),
                     expected,
                     n_verified: 0,
                 });
@@ -379,6 +458,20 @@ impl Receiver {
         }
     }
 
+    /// The hash of a verified chunk (for the I/O layer's manifest), `None` if it is not verified.
+    pub fn verified_hash(&self, file: u32, chunk: u32) -> Option<ChunkHash> {
+        let f = self.files.get(file as usize)?.as_ref()?;
+        (f.state.get(chunk as usize)? == &ChunkState::Verified)
+            .then(|| f.expected[chunk as usize])
+            .flatten()
+    }
+
+    /// Whether chunk hashes are merged from block digests here (no [`Event::ChunkComplete`], no
+    /// [`Self::chunk_hashed`]); known once `hello` has arrived.
+    pub fn merges_block_digests(&self) -> bool {
+        self.subtree_block.is_some()
+    }
+
     /// The I/O layer hashed chunk `chunk` of `file` as written (after [`Event::ChunkComplete`]).
     pub fn chunk_hashed(&mut self, file: u32, chunk: u32, hash: ChunkHash) {
         let Some(Some(f)) = self.files.get_mut(file as usize) else {
@@ -405,11 +498,11 @@ impl Receiver {
         if f.state.get(c) != Some(&ChunkState::Receiving) || f.chunk_bytes[c] != 0 {
             return false;
         }
-        let block = self.block_size;
-        let first = (c as u64 * f.chunk_size / block) as usize;
-        let last = ((c as u64 * f.chunk_size + f.chunk_len(c)).div_ceil(block)) as usize;
-        for b in first..last {
+        for b in f.block_bits(c, self.block_size) {
             f.bits[b / 64] |= 1 << (b % 64);
+        }
+        if let Some(acc) = f.digests[c].take() {
+            self.digest_bytes -= acc.footprint();
         }
         f.chunk_bytes[c] = f.chunk_len(c);
         f.state[c] = ChunkState::Hashed(hash);
@@ -427,10 +520,7 @@ impl Receiver {
             Some(e) if e == got => self.verified(file, chunk),
             Some(_) => {
                 // forget the chunk's blocks: the sender sends it again
-                let block = self.block_size;
-                let first = c as u64 * f.chunk_size / block;
-                let last = (c as u64 * f.chunk_size + f.chunk_len(c)).div_ceil(block);
-                for b in first as usize..last as usize {
+                for b in f.block_bits(c, self.block_size) {
                     f.bits[b / 64] &= !(1 << (b % 64));
                 }
                 f.chunk_bytes[c] = 0;

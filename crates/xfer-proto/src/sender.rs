@@ -2,15 +2,20 @@
 //! (before any new data), resends chunks that fail verification and finishes when every chunk is verified.
 //!
 //! The I/O layer drives it: it calls [`Sender::poll_transmit`] and, for each [`Transmit`], writes the
-//! header, reads `len` bytes of file `file` at `offset` into the payload, calls [`Sender::seal`] and sends
-//! the datagram; it sends every [`Sender::poll_control`] message on the control connection and feeds
+//! header, reads `len` bytes of file `file` at `offset` into the payload, calls [`Sender::seal`] (or
+//! [`Sender::seal_parts`] when header and payload live apart) and sends the datagram. Sealing computes the
+//! payload's digest for the tag and, when blocks are BLAKE3 subtrees
+//! ([`crate::hash::blocks_are_subtrees`]), merges the digests of each chunk's first transmission into the
+//! chunk hash, so the I/O layer need not hash what it sends (only chunks it does not send: those a resuming
+//! receiver holds); it sends every [`Sender::poll_control`] message on the control connection and feeds
 //! control messages from the receiver to [`Sender::handle_control`]; it wakes at
 //! [`Sender::poll_timeout`] and calls [`Sender::handle_timeout`].
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use crate::event::Event;
+use crate::hash::{block_digest, blocks_are_subtrees, ChunkDigests};
 use crate::rate::{FeedbackSample, RateConfig, RateControl};
 use crate::wire::{self, ChunkHash, ControlMsg, DataPacket, DataRepr, Feedback, HEADER_LEN};
 
@@ -21,7 +26,8 @@ pub struct SenderConfig {
     pub transfer_id: u32,
     /// Payload bytes per datagram (8192 fits a 9000-byte jumbo frame).
     pub block_size: u32,
-    /// Chunk size, the unit of hashing and verification (16-64 MiB in production).
+    /// Chunk size, the unit of hashing and verification (16-64 MiB in production; at least the block size).
+    /// Blocks are aligned to chunks: the last block of a chunk may be shorter.
     pub chunk_size: u64,
     /// Rate control.
     pub rate: RateConfig,
@@ -67,10 +73,11 @@ impl Transmit {
     pub fn datagram_len(&self) -> usize {
         self.header.buffer_len()
     }
-    /// Writes the header into `buf` (at least [`Self::datagram_len`] long; the payload follows it).
+    /// Writes the header into the first [`HEADER_LEN`] bytes of `buf` (the payload, if `buf` holds the whole
+    /// datagram, follows it and is not touched).
     pub fn emit_header(&self, buf: &mut [u8]) {
         self.header
-            .emit(&mut DataPacket::new_unchecked(&mut buf[..self.datagram_len()]));
+            .emit(&mut DataPacket::new_unchecked(&mut buf[..HEADER_LEN]));
     }
 }
 
@@ -91,6 +98,10 @@ pub struct SenderStats {
     pub chunk_resends: u64,
     /// Control messages from the receiver that made no sense (ignored).
     pub bad_control: u64,
+    /// Automatic rate: cuts for a standing queue.
+    pub rate_cuts_queue: u64,
+    /// Automatic rate: cuts for loss that came with a queue or heavy loss.
+    pub rate_cuts_loss: u64,
 }
 
 #[derive(Debug)]
@@ -164,6 +175,8 @@ pub struct Sender {
     /// Smoothed RTT and its mean deviation (RFC 6298), for the tail timer.
     srtt: Option<Duration>,
     rttvar: Duration,
+    /// Block digests of chunks whose hash is not known yet, until the last block of each was sealed.
+    digests: HashMap<(u32, u32), ChunkDigests>,
     state: State,
     stats: SenderStats,
 }
@@ -179,6 +192,10 @@ impl Sender {
             (wire::MIN_CHUNK_SIZE..=wire::MAX_CHUNK_SIZE).contains(&cfg.chunk_size),
             "chunk size"
         );
+        assert!(
+            cfg.chunk_size >= cfg.block_size as u64,
+            "chunk size below the block size"
+        );
         let mut control_out = VecDeque::new();
         control_out.push_back(ControlMsg::Hello {
             version: wire::VERSION,
@@ -189,6 +206,7 @@ impl Sender {
             rate: RateControl::new(cfg.rate),
             srtt: None,
             rttvar: Duration::ZERO,
+            digests: HashMap::new(),
             cfg,
             epoch: None,
             files: Vec::new(),
@@ -374,7 +392,9 @@ impl Sender {
                 self.cursor_offset = (chunk as u64 + 1) * f.chunk_size;
                 continue;
             }
-            let len = (self.cfg.block_size as u64).min(f.size - self.cursor_offset) as u32;
+            // blocks are aligned to chunks: the last block of a chunk may be shorter
+            let chunk_end = ((chunk as u64 + 1) * f.chunk_size).min(f.size);
+            let len = (self.cfg.block_size as u64).min(chunk_end - self.cursor_offset) as u32;
             let item = (self.cursor_file as u32, self.cursor_offset, len);
             self.cursor_offset += len as u64;
             return Some(item);
@@ -455,10 +475,76 @@ impl Sender {
         })
     }
 
-    /// Writes the authentication tag of a complete datagram (no-op without a key).
-    pub fn seal(&self, datagram: &mut [u8]) {
+    /// The block size when blocks are BLAKE3 subtrees (see [`crate::hash::block_digest`]).
+    fn subtree_block(&self) -> Option<u64> {
+        let b = self.cfg.block_size as u64;
+        blocks_are_subtrees(b).then_some(b)
+    }
+
+    /// Whether sealing derives the chunk hashes from the datagrams (blocks are BLAKE3 subtrees): then the
+    /// I/O layer hashes only chunks it does not send (held by a resuming receiver), and never calls
+    /// [`Self::set_chunk_hash`] for the others.
+    pub fn derives_chunk_hashes(&self) -> bool {
+        self.subtree_block().is_some()
+    }
+
+    /// Writes the authentication tag of a complete datagram (zero without a key) and, for a first
+    /// transmission, takes its digest into the chunk hash (see [`Self::seal_parts`]).
+    pub fn seal(&mut self, datagram: &mut [u8]) {
+        let (head, payload) = datagram.split_at_mut(HEADER_LEN);
+        self.seal_parts(head, payload);
+    }
+
+    /// [`Self::seal`] for a header ([`HEADER_LEN`] bytes, emitted by [`Transmit::emit_header`]) and its payload
+    /// kept apart (e.g. a slice of a large read buffer sent with a gathering send). With encryption the
+    /// I/O layer seals without a data key first (the digest of the plaintext goes into the chunk hash),
+    /// then encrypts, which replaces the tag.
+    pub fn seal_parts(&mut self, head: &mut [u8], payload: &[u8]) {
+        let p = DataPacket::new_unchecked(&head[..HEADER_LEN]);
+        let (file, offset) = (p.file(), p.offset());
+        let first = p.flags() & wire::FLAG_RETRANSMIT == 0;
+        let sub = self.subtree_block();
+        let want = sub.is_some()
+            && first
+            && self.files.get(file as usize).is_some_and(|f| {
+                f.hashes
+                    .get((offset / f.chunk_size) as usize)
+                    .is_some_and(Option::is_none)
+            });
+        if self.cfg.data_key.is_none() && !want {
+            return;
+        }
+        let d = block_digest(sub, offset, payload);
         if let Some(k) = &self.cfg.data_key {
-            wire::seal(k, datagram);
+            let t = wire::tag(k, head, &d);
+            DataPacket::new_unchecked(&mut head[..HEADER_LEN]).set_tag(&t);
+        }
+        if want {
+            self.take_digest(file, offset, payload, d);
+        }
+    }
+
+    fn take_digest(&mut self, file: u32, offset: u64, payload: &[u8], d: [u8; 32]) {
+        let block = self.cfg.block_size as u64;
+        let f = &self.files[file as usize];
+        let (size, cs) = (f.size, f.chunk_size);
+        let c = offset / cs;
+        let start = c * cs;
+        let len = cs.min(size - start);
+        let hash = if size <= block {
+            // a file of one block: its root hash, from the bytes
+            Some(ChunkHash(*blake3::hash(payload).as_bytes()))
+        } else {
+            let acc = self
+                .digests
+                .entry((file, c as u32))
+                .or_insert_with(|| ChunkDigests::new(len.div_ceil(block) as usize));
+            acc.put(((offset - start) / block) as usize, d)
+                .then(|| acc.finish(block, len, size <= cs))
+        };
+        if let Some(h) = hash {
+            self.digests.remove(&(file, c as u32));
+            self.set_chunk_hash(file, c as u32, h);
         }
     }
 
@@ -719,7 +805,11 @@ impl Sender {
 
     /// Counters.
     pub fn stats(&self) -> SenderStats {
-        self.stats
+        SenderStats {
+            rate_cuts_queue: self.rate.cuts_queue,
+            rate_cuts_loss: self.rate.cuts_loss,
+            ..self.stats
+        }
     }
 
     /// The rate controller (for reports).

@@ -3,17 +3,23 @@
 //! **Data datagram**: a fixed 64-byte big-endian header followed by the payload (one block of a file).
 //!
 //! ```text
-//!  0  u16 magic 0x5846 ("XF")      2  u8 version (1)         3  u8 flags (bit 0: retransmission)
+//!  0  u16 magic 0x5846 ("XF")      2  u8 version (2)         3  u8 flags (bit 0: retransmission)
 //!  4  u32 transfer id              8  u64 sequence number (per transfer, +1 per datagram, never reused)
 //! 16  u32 file index              20  u32 payload length
 //! 24  u64 byte offset in the file 32  u64 send timestamp, µs on the sender's clock
-//! 40  u64 reserved (zero)         48  16-byte authentication tag (keyed BLAKE3 over the datagram
-//!                                     with this field zeroed; all zero when no key is in use)
+//! 40  u64 reserved (zero)         48  16-byte authentication tag (keyed BLAKE3 over bytes 0..48 and
+//!                                     the payload's digest; all zero when no key is in use)
 //! 64  payload
 //! ```
 //!
+//! The payload's digest ([`crate::hash::block_digest`]) is the BLAKE3 chaining value of the block as a
+//! subtree of the file when the block size is a power of two of at least 1 KiB (the receiver merges these
+//! values into the chunk hash, so every byte is hashed once at each end), else the plain BLAKE3 hash of the
+//! payload.
+//!
 //! [`DataPacket`] is a zero-copy view (checked constructor, accessors, setters), [`DataRepr`] the parsed form
-//! with [`DataRepr::parse`] / [`DataRepr::emit`]. [`seal`] and [`verify`] compute and check the tag.
+//! with [`DataRepr::parse`] / [`DataRepr::emit`]. [`seal`] and [`verify`] compute and check the tag
+//! ([`tag`] from a digest the caller already has).
 //!
 //! **Control messages** ([`ControlMsg`]) are single lines of JSON (serde, externally tagged by `"type"`),
 //! at most [`MAX_CONTROL_LINE`] bytes, one per line on the TCP control connection. They are few (a feedback
@@ -28,7 +34,7 @@ pub const HEADER_LEN: usize = 64;
 /// Magic number at the start of every data datagram.
 pub const MAGIC: u16 = 0x5846;
 /// Protocol version carried in data datagrams and in `hello`.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 /// Length of the authentication tag.
 pub const TAG_LEN: usize = 16;
 /// Flag bit: this datagram is a retransmission.
@@ -325,25 +331,32 @@ pub fn derive_data_key(session_secret: &[u8], transfer_id: u32) -> [u8; 32] {
     *h.finalize().as_bytes()
 }
 
-fn compute_tag(key: &[u8; 32], datagram: &[u8]) -> [u8; TAG_LEN] {
-    let mut h = blake3::Hasher::new_keyed(key);
-    h.update(&datagram[..field::TAG.start]);
-    h.update(&[0u8; TAG_LEN]);
-    h.update(&datagram[field::TAG.end..]);
+/// The tag of a datagram whose header is `header` (at least the 48 bytes before the tag field) and whose
+/// payload has the digest `digest` ([`crate::hash::block_digest`]): keyed BLAKE3 over both, truncated.
+pub fn tag(key: &[u8; 32], header: &[u8], digest: &[u8; 32]) -> [u8; TAG_LEN] {
+    let mut m = [0u8; field::TAG.start + 32];
+    m[..field::TAG.start].copy_from_slice(&header[..field::TAG.start]);
+    m[field::TAG.start..].copy_from_slice(digest);
     let mut t = [0u8; TAG_LEN];
-    t.copy_from_slice(&h.finalize().as_bytes()[..TAG_LEN]);
+    t.copy_from_slice(&blake3::keyed_hash(key, &m).as_bytes()[..TAG_LEN]);
     t
 }
 
-/// Writes the tag of a complete datagram (header emitted, payload filled) under `key`.
-/// Panics if `datagram` is shorter than the header (a caller bug, not external input).
-pub fn seal(key: &[u8; 32], datagram: &mut [u8]) {
-    let t = compute_tag(key, datagram);
-    datagram[field::TAG].copy_from_slice(&t);
+/// Writes the tag of a complete datagram (header emitted, payload filled) under `key`; `subtree_block` is
+/// the transfer's block size when blocks are BLAKE3 subtrees (see [`crate::hash::block_digest`]). Returns
+/// the payload's digest. Panics if `datagram` is shorter than the header (a caller bug, not external input).
+pub fn seal(key: &[u8; 32], subtree_block: Option<u64>, datagram: &mut [u8]) -> [u8; 32] {
+    let (head, payload) = datagram.split_at_mut(HEADER_LEN);
+    let offset = be64(&head[field::OFFSET]);
+    let d = crate::hash::block_digest(subtree_block, offset, payload);
+    let t = tag(key, head, &d);
+    head[field::TAG].copy_from_slice(&t);
+    d
 }
 
-/// Checks the tag of a datagram at least [`HEADER_LEN`] long (constant-time comparison).
-pub fn verify(key: &[u8; 32], datagram: &[u8]) -> Result<(), WireError> {
+/// Checks the tag of a datagram at least [`HEADER_LEN`] long (constant-time comparison) against the digest
+/// of its payload.
+pub fn verify_digest(key: &[u8; 32], datagram: &[u8], digest: &[u8; 32]) -> Result<(), WireError> {
     if datagram.len() < HEADER_LEN {
         return Err(WireError::Truncated {
             what: "data header",
@@ -351,7 +364,7 @@ pub fn verify(key: &[u8; 32], datagram: &[u8]) -> Result<(), WireError> {
             got: datagram.len(),
         });
     }
-    let t = compute_tag(key, datagram);
+    let t = tag(key, datagram, digest);
     let got = &datagram[field::TAG];
     let diff = t.iter().zip(got).fold(0u8, |a, (x, y)| a | (x ^ y));
     if diff == 0 {
@@ -359,6 +372,16 @@ pub fn verify(key: &[u8; 32], datagram: &[u8]) -> Result<(), WireError> {
     } else {
         Err(WireError::BadTag)
     }
+}
+
+/// Checks the tag of a datagram (computing its payload's digest; see [`seal`]).
+pub fn verify(key: &[u8; 32], subtree_block: Option<u64>, datagram: &[u8]) -> Result<(), WireError> {
+    if datagram.len() < HEADER_LEN {
+        return verify_digest(key, datagram, &[0; 32]);
+    }
+    let offset = be64(&datagram[field::OFFSET]);
+    let d = crate::hash::block_digest(subtree_block, offset, &datagram[HEADER_LEN..]);
+    verify_digest(key, datagram, &d)
 }
 
 /// The per-transfer key for encrypted datagrams, derived like [`derive_data_key`] in its own context.
@@ -382,11 +405,16 @@ fn aead_nonce(datagram: &[u8]) -> [u8; 12] {
 /// associated data), sets [`FLAG_ENCRYPTED`] and writes the AEAD tag into the tag field. Panics if `datagram`
 /// is shorter than the header (a caller bug).
 pub fn seal_encrypted(key: &[u8; 32], datagram: &mut [u8]) {
-    use chacha20poly1305::aead::{AeadInPlace, KeyInit};
-    datagram[field::FLAGS] |= FLAG_ENCRYPTED;
-    datagram[field::TAG].fill(0);
-    let nonce = aead_nonce(datagram);
     let (head, payload) = datagram.split_at_mut(HEADER_LEN);
+    seal_encrypted_parts(key, head, payload);
+}
+
+/// [`seal_encrypted`] for a header (the first [`HEADER_LEN`] bytes of the datagram) and a payload kept apart.
+pub fn seal_encrypted_parts(key: &[u8; 32], head: &mut [u8], payload: &mut [u8]) {
+    use chacha20poly1305::aead::{AeadInPlace, KeyInit};
+    head[field::FLAGS] |= FLAG_ENCRYPTED;
+    head[field::TAG].fill(0);
+    let nonce = aead_nonce(head);
     let cipher = chacha20poly1305::ChaCha20Poly1305::new(key.into());
     let tag = cipher
         .encrypt_in_place_detached((&nonce).into(), &head[..field::TAG.start], payload)
@@ -705,14 +733,15 @@ mod tests {
         fn data_round_trip(r in repr_strategy(), key in any::<[u8; 32]>(), fill in any::<u8>()) {
             let mut buf = vec![fill; r.buffer_len()];
             r.emit(&mut DataPacket::new_unchecked(&mut buf[..]));
-            seal(&key, &mut buf);
+            let sub = (r.offset % 2 == 0).then_some(8192);
+            seal(&key, sub, &mut buf);
             let p = DataPacket::new_checked(&buf[..]).unwrap();
             prop_assert_eq!(DataRepr::parse(&p).unwrap(), r);
-            prop_assert!(verify(&key, &buf).is_ok());
+            prop_assert!(verify(&key, sub, &buf).is_ok());
             // any single flipped bit breaks the tag
             let i = (r.seq as usize) % buf.len();
             buf[i] ^= 1 << (r.file % 8);
-            prop_assert_eq!(verify(&key, &buf), Err(WireError::BadTag));
+            prop_assert_eq!(verify(&key, sub, &buf), Err(WireError::BadTag));
         }
 
         #[test]
@@ -720,7 +749,8 @@ mod tests {
             if let Ok(p) = DataPacket::new_checked(&b[..]) {
                 let _ = DataRepr::parse(&p);
             }
-            let _ = verify(&[7; 32], &b);
+            let _ = verify(&[7; 32], Some(8192), &b);
+            let _ = verify(&[7; 32], None, &b);
         }
 
         #[test]

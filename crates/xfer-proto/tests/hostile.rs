@@ -116,6 +116,7 @@ proptest! {
         let t0 = Instant::now();
         let mut cfg = SenderConfig::new(1, RateConfig::auto(1e9));
         cfg.chunk_size = 4096;
+        cfg.block_size = 4096;
         let mut s = Sender::new(cfg);
         s.add_file("x", 100_000, None).unwrap();
         s.add_file("y", 0, None).unwrap();

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+use vlbiflow_xfer_proto::hash;
 use vlbiflow_xfer_proto::wire::{self, ChunkHash, ControlMsg, HEADER_LEN};
 use vlbiflow_xfer_proto::{Event, RateConfig, Receiver, ReceiverConfig, Sender, SenderConfig};
 
@@ -86,10 +87,13 @@ fn fill(file: u32, offset: u64, out: &mut [u8]) {
     }
 }
 
-fn gen_chunk_hash(file: u32, offset: u64, len: u64, scratch: &mut Vec<u8>) -> ChunkHash {
+/// The hash of chunk `chunk` (of `chunk_size`) of generated file `file` of `size` bytes.
+fn gen_chunk_hash(file: u32, size: u64, chunk_size: u64, chunk: u64, scratch: &mut Vec<u8>) -> ChunkHash {
+    let offset = chunk * chunk_size;
+    let len = chunk_size.min(size - offset);
     scratch.resize(len as usize, 0);
     fill(file, offset, scratch);
-    ChunkHash::of(scratch)
+    hash::chunk_hash(size, chunk_size, chunk, scratch)
 }
 
 /// A competing TCP Reno flow (1500-byte packets, ACK-clocked, halving once per window on loss detected by
@@ -388,12 +392,12 @@ impl Sim {
         while let Some(t) = self.s.poll_transmit(self.now) {
             let (f, off, len) = (t.header.file, t.header.offset, t.header.len as u64);
             let c = (off / self.chunk_size) as usize;
-            if !self.sender_hashed[f as usize][c] {
-                // "hashed where it is read": the sender's I/O hashes the chunk on first read
+            if !self.sender_hashed[f as usize][c] && !self.s.derives_chunk_hashes() {
+                // "hashed where it is read": the sender's I/O hashes the chunk on first read (with blocks
+                // that are BLAKE3 subtrees the sender merges the digests it seals instead)
                 self.sender_hashed[f as usize][c] = true;
-                let start = c as u64 * self.chunk_size;
-                let l = self.chunk_size.min(self.sizes[f as usize] - start);
-                let h = gen_chunk_hash(f, start, l, &mut self.scratch);
+                let size = self.sizes[f as usize];
+                let h = gen_chunk_hash(f, size, self.chunk_size, c as u64, &mut self.scratch);
                 self.s.set_chunk_hash(f, c as u32, h);
             }
             let mut buf = self.pool.pop().unwrap_or_default();
@@ -426,9 +430,15 @@ impl Sim {
             } = e
             {
                 // the receiver's I/O hashes what it wrote
+                let size = self.sizes[file as usize];
                 let h = match &self.disk {
-                    Some(d) => ChunkHash::of(&d[file as usize][offset as usize..(offset + len) as usize]),
-                    None => gen_chunk_hash(file, offset, len, &mut self.scratch),
+                    Some(d) => hash::chunk_hash(
+                        size,
+                        self.chunk_size,
+                        chunk as u64,
+                        &d[file as usize][offset as usize..(offset + len) as usize],
+                    ),
+                    None => gen_chunk_hash(file, size, self.chunk_size, chunk as u64, &mut self.scratch),
                 };
                 self.r.chunk_hashed(file, chunk, h);
                 while let Some(m) = self.r.poll_control() {
@@ -627,6 +637,30 @@ fn every_byte_exact_under_loss_bursts_reordering_duplication() {
     }
 }
 
+/// Blocks of a size that is not a power of two (1400 bytes, for a 1500-byte MTU) are aligned to the chunks
+/// (the last block of a chunk is shorter), and their chunk hashes come from the I/O layer's hashing of what
+/// was written. Before blocks were aligned to chunks a block straddling two chunks left both incomplete
+/// forever.
+#[test]
+fn odd_block_sizes_align_to_chunks() {
+    let mut link = LinkCfg::new(100e6, Duration::from_millis(10));
+    link.loss = Loss::Random(0.01);
+    let sizes = vec![65536 * 3 + 17, 1399, 1400, 1401, 65536, 200_000];
+    let mut st = Setup::new(link, sizes);
+    st.block = 1400;
+    st.chunk = 65536;
+    st.key = Some(wire::derive_data_key(b"k", 7));
+    let mut sim = Sim::new(st);
+    assert!(!sim.s.derives_chunk_hashes());
+    sim.run(Duration::from_secs(60));
+    sim.check_exact();
+    let rs = sim.r.stats();
+    assert_eq!(rs.bad_tag + rs.malformed, 0, "{rs:?}");
+    for (f, &sz) in sim.sizes.iter().enumerate() {
+        assert_eq!(sim.written[f], sz, "file {f}: each byte written exactly once");
+    }
+}
+
 /// The product target: >= 90% of the bottleneck at 1% random loss and 100 ms RTT.
 #[test]
 fn goodput_at_one_percent_loss_and_100ms() {
@@ -783,7 +817,7 @@ fn many_small_files_do_not_crawl() {
     let n = 10_000;
     let mut st = Setup::new(link, vec![4096; n]);
     st.rate = RateConfig::auto(100e6);
-    st.chunk = 4096;
+    st.chunk = 8192;
     let mut sim = Sim::new(st);
     let wall = Instant::now();
     let t = sim.run(Duration::from_secs(120));
@@ -821,7 +855,7 @@ fn spoofed_and_garbage_datagrams_are_dropped_and_counted() {
             };
             let mut buf = vec![0xEE; h.buffer_len()];
             h.emit(&mut wire::DataPacket::new_unchecked(&mut buf[..]));
-            wire::seal(&[1; 32], &mut buf);
+            wire::seal(&[1; 32], Some(8192), &mut buf);
             sim.inject(buf);
             let len = rng.gen_range(0..300);
             sim.inject((0..len).map(|_| rng.gen()).collect());
@@ -863,7 +897,7 @@ fn resume_sends_only_missing_chunks() {
     let mut sim = Sim::new(st);
     // the sender knows its hashes up front (announce carries them); the receiver has the even chunks
     let hashes: Vec<ChunkHash> = (0..16)
-        .map(|c| gen_chunk_hash(0, c * chunk, chunk, &mut Vec::new()))
+        .map(|c| gen_chunk_hash(0, size, chunk, c, &mut Vec::new()))
         .collect();
     let mut sc = SenderConfig::new(7, RateConfig::auto(50e6));
     sc.chunk_size = chunk;
@@ -890,7 +924,12 @@ fn resume_sends_only_missing_chunks() {
     }
     for c in 0..16u32 {
         let d = &sim.disk.as_ref().unwrap()[0];
-        let h = ChunkHash::of(&d[(c as u64 * chunk) as usize..((c as u64 + 1) * chunk) as usize]);
+        let h = hash::chunk_hash(
+            size,
+            chunk,
+            c as u64,
+            &d[(c as u64 * chunk) as usize..((c as u64 + 1) * chunk) as usize],
+        );
         // every declaration is taken; the odd chunks (zeros on disk) come back as mismatches, which the
         // sender answers by sending them as new data (not twice)
         assert!(sim.r.declare_verified(0, c, h), "chunk {c}");
@@ -916,7 +955,7 @@ fn resume_with_held_chunks_sends_only_the_rest() {
     st.chunk = chunk;
     let mut sim = Sim::new(st);
     let hashes: Vec<ChunkHash> = (0..16)
-        .map(|c| gen_chunk_hash(0, c * chunk, chunk, &mut Vec::new()))
+        .map(|c| gen_chunk_hash(0, size, chunk, c, &mut Vec::new()))
         .collect();
     {
         let d = &mut sim.disk.as_mut().unwrap()[0];
@@ -926,7 +965,8 @@ fn resume_with_held_chunks_sends_only_the_rest() {
     }
     let on_disk: Vec<ChunkHash> = (0..12u64)
         .map(|c| {
-            ChunkHash::of(&sim.disk.as_ref().unwrap()[0][(c * chunk) as usize..((c + 1) * chunk) as usize])
+            let d = &sim.disk.as_ref().unwrap()[0][(c * chunk) as usize..((c + 1) * chunk) as usize];
+            hash::chunk_hash(size, chunk, c, d)
         })
         .collect();
     let mut sc = SenderConfig::new(7, RateConfig::auto(50e6));

@@ -138,6 +138,45 @@ impl Archive {
     }
 }
 
+/// Archives a push (or a failed one) into the archive at `archive`; a failure to archive is a warning on
+/// standard error, never an error of the transfer.
+#[allow(clippy::too_many_arguments)]
+pub fn record_send(
+    archive: &std::path::Path,
+    server: &str,
+    dest: &str,
+    started: String,
+    files: u64,
+    total: u64,
+    progress: &crate::Progress,
+    r: &Result<crate::send::SendOutcome, crate::XferError>,
+) {
+    let e = Entry {
+        id: 0,
+        started,
+        ended: crate::daemon::utc_now(),
+        role: "send".into(),
+        peer: server.to_string(),
+        path: dest.to_string(),
+        transfer_id: String::new(),
+        files,
+        bytes: total,
+        bytes_resumed: crate::Progress::get(&progress.bytes_resumed),
+        bytes_moved: crate::Progress::get(&progress.bytes_moved),
+        seconds: r.as_ref().map_or(0.0, |o| o.seconds),
+        ok: r.is_ok(),
+        error: r.as_ref().err().map(|e| e.to_string()),
+        detail: match r {
+            Ok(o) => serde_json::json!({"files": o.committed, "retransmits": o.stats.retransmits,
+                "datagrams": o.stats.datagrams}),
+            Err(_) => serde_json::Value::Null,
+        },
+    };
+    if let Err(x) = Archive::open(archive).and_then(|a| a.insert(&e)) {
+        eprintln!("vlbiflow: warning: {x}");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

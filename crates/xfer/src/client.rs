@@ -144,6 +144,7 @@ pub fn push(
 pub fn pull(
     cfg: &ClientConfig,
     sources: &[String],
+    scan: Option<&crate::session::ScanRequest>,
     into: &std::path::Path,
     options: Options,
     progress: &Progress,
@@ -170,6 +171,7 @@ pub fn pull(
         sources: sources.to_vec(),
         options: options.clone(),
         data_port,
+        scan: scan.cloned(),
     });
     progress.set_phase("waiting for the daemon to accept");
     let (transfer_id, files) = match link.rx.recv_timeout(Duration::from_secs(60)) {
@@ -225,6 +227,7 @@ pub struct RelayOutcome {
 pub fn relay(
     cfg: &ClientConfig,
     sources: &[String],
+    scan: Option<&crate::session::ScanRequest>,
     to: &str,
     dest: &str,
     options: Options,
@@ -241,6 +244,7 @@ pub fn relay(
         dest: dest.to_string(),
         options,
         retries,
+        scan: scan.cloned(),
     });
     match link.rx.recv_timeout(Duration::from_secs(60)) {
         Ok(Inbound::Sess(Session::Accept { .. })) => {}

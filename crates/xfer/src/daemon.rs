@@ -490,14 +490,28 @@ fn session(s: TcpStream, peer: SocketAddr, sh: Arc<Shared>) {
             sources,
             options,
             data_port,
-        } => pull_session(&sh, &link, peer, secret, sources, options, data_port, &refuse),
+            scan,
+        } => pull_session(
+            &sh, &link, peer, secret, sources, options, data_port, scan, &refuse,
+        ),
         Session::Relay {
             peer: to,
             sources,
             dest,
             options,
             retries,
-        } => relay_session(&sh, &link, peer, to, sources, dest, options, retries, &refuse),
+            scan,
+        } => relay_session(
+            &sh,
+            &link,
+            peer,
+            (to, dest),
+            sources,
+            scan,
+            options,
+            retries,
+            &refuse,
+        ),
         other => refuse(format!(
             "this daemon does not serve {:?} requests yet",
             other.to_line()
@@ -647,6 +661,50 @@ fn resolve_sources(roots: &Roots, sources: &[String]) -> Result<Vec<std::path::P
     Ok(out)
 }
 
+/// What a pull or a relay sends: `sources` (files and directories under the roots) or a scan on disks under
+/// the roots. A scan's name and disk patterns are confined like paths, and every file the scan is read
+/// from must lie inside a root after symbolic links are resolved.
+fn source_set(
+    roots: &Roots,
+    sources: &[String],
+    scan: Option<&crate::session::ScanRequest>,
+) -> Result<crate::source::SourceSet, String> {
+    let Some(sc) = scan else {
+        let paths = resolve_sources(roots, sources)?;
+        return crate::source::collect_paths(&paths)
+            .map(|(set, _)| set)
+            .map_err(|e| e.to_string());
+    };
+    if sc.name.is_empty() || sc.name.contains(['/', '\\', '\0']) || sc.name == "." || sc.name == ".." {
+        return Err(format!("scan name {:?}: one file stem, no path", sc.name));
+    }
+    let layout: crate::scan::Layout = sc.layout.parse()?;
+    if sc.disks.is_empty() {
+        return Err("a scan needs its disks (ROOT/relative/dir, globs allowed)".into());
+    }
+    let mut disks = Vec::new();
+    for d in &sc.disks {
+        let (root, comps) = roots.resolve(d)?;
+        let mut p = root.path.clone();
+        for c in &comps {
+            p.push(c);
+        }
+        disks.push(p.to_string_lossy().into_owned());
+    }
+    let (set, _) = crate::scan::scan_source(&sc.name, &disks, layout).map_err(|e| e.to_string())?;
+    for p in &set.paths {
+        let canon = p.canonicalize().map_err(|e| format!("{}: {e}", p.display()))?;
+        if !roots.0.iter().any(|r| canon.starts_with(&r.path)) {
+            return Err(format!(
+                "scan {}: {} leads outside the roots (through a symbolic link)",
+                sc.name,
+                p.display()
+            ));
+        }
+    }
+    Ok(set)
+}
+
 #[allow(clippy::too_many_arguments)]
 fn pull_session(
     sh: &Arc<Shared>,
@@ -656,15 +714,12 @@ fn pull_session(
     sources: Vec<String>,
     options: crate::session::Options,
     data_port: u16,
+    scan: Option<crate::session::ScanRequest>,
     refuse: &dyn Fn(String),
 ) {
-    let paths = match resolve_sources(&sh.cfg.roots, &sources) {
-        Ok(p) => p,
+    let set = match source_set(&sh.cfg.roots, &sources, scan.as_ref()) {
+        Ok(set) => set,
         Err(e) => return refuse(e),
-    };
-    let set = match crate::source::collect_paths(&paths) {
-        Ok((set, _)) => set,
-        Err(e) => return refuse(e.to_string()),
     };
     if !crate::hash::valid_chunk_size(options.chunk_size) {
         return refuse(format!(
@@ -800,20 +855,16 @@ fn relay_session(
     sh: &Arc<Shared>,
     link: &Link,
     client: SocketAddr,
-    to: String,
+    (to, dest): (String, String),
     sources: Vec<String>,
-    dest: String,
+    scan: Option<crate::session::ScanRequest>,
     options: crate::session::Options,
     retries: u32,
     refuse: &dyn Fn(String),
 ) {
-    let paths = match resolve_sources(&sh.cfg.roots, &sources) {
-        Ok(p) => p,
+    let set = match source_set(&sh.cfg.roots, &sources, scan.as_ref()) {
+        Ok(set) => set,
         Err(e) => return refuse(e),
-    };
-    let set = match crate::source::collect_paths(&paths) {
-        Ok((set, _)) => set,
-        Err(e) => return refuse(e.to_string()),
     };
     link.send_session(&Session::Accept {
         transfer_id: 0,

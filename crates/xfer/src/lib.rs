@@ -14,6 +14,8 @@
 //! - [`send`], [`recv`]: the data plane of one transfer on dedicated threads (batched GSO sends paced by
 //!   the protocol's sender, batched GRO receives).
 //! - [`client`], [`daemon`]: the client verbs and the serving daemon.
+//! - [`remote`]: `DAEMON[:PORT]/ROOT/PATH` arguments and the client's state directory.
+//! - [`follow`]: `push --follow`, a scan sent while it is recorded.
 
 #![forbid(unsafe_code)]
 
@@ -22,11 +24,14 @@ pub mod client;
 pub mod daemon;
 pub mod dest;
 pub mod error;
+pub mod follow;
 pub mod hash;
 pub mod key;
 pub mod link;
+pub mod out;
 pub mod progress;
 pub mod recv;
+pub mod remote;
 pub mod scan;
 pub mod secure;
 pub mod send;

@@ -63,6 +63,7 @@ fn index_mark6(
     path_idx: usize,
     header: &vlbiflow_formats::mark6::Mark6FileHeaderRepr,
     out: &mut Vec<Block>,
+    growing: bool,
 ) -> Result<(), XferError> {
     let f = File::open(path).map_err(|e| XferError::Usage(format!("{}: {e}", path.display())))?;
     let len = f
@@ -74,6 +75,11 @@ fn index_mark6(
     let mut off = FILE_HEADER_LEN as u64;
     let mut hb = [0u8; 8];
     while off < len {
+        // a scan still being recorded ends in a block being written (or page padding of O_DIRECT):
+        // what is visible stops at the first block that is not complete
+        if growing && !complete_block_at(&f, off, len, hlen, packet, header) {
+            break;
+        }
         if len - off < hlen {
             return Err(XferError::Usage(format!(
                 "{}: {} trailing bytes at offset {off}, shorter than a block header (truncated file; see `vlbiflow check`)",
@@ -113,6 +119,31 @@ fn index_mark6(
     Ok(())
 }
 
+/// Whether a complete, plausible block starts at `off` (for scans still being recorded).
+fn complete_block_at(
+    f: &File,
+    off: u64,
+    len: u64,
+    hlen: u64,
+    packet: u64,
+    header: &vlbiflow_formats::mark6::Mark6FileHeaderRepr,
+) -> bool {
+    let mut hb = [0u8; 8];
+    if len - off < hlen || f.read_exact_at(&mut hb[..hlen as usize], off).is_err() {
+        return false;
+    }
+    let h = Mark6BlockHeader::new_unchecked(&hb[..hlen as usize], header.version);
+    match h.wb_size() {
+        Some(wb) if wb >= hlen as i32 && wb as u32 <= header.block_size => {
+            let payload = wb as u64 - hlen;
+            h.block_number() >= 0 && payload % packet == 0 && payload <= len - off - hlen
+        }
+        // version 1 headers carry no size: only the last block can be short, so a full one is complete
+        None => h.block_number() >= 0 && len - off - hlen >= u64::from(header.block_size) - hlen,
+        Some(_) => false,
+    }
+}
+
 /// What was found of a scan.
 #[derive(Debug, Clone)]
 pub struct ScanInfo {
@@ -130,6 +161,23 @@ pub struct ScanInfo {
 
 /// Locates scan `scan` on `disks` and lays it out as `layout`.
 pub fn scan_source(scan: &str, disks: &[String], layout: Layout) -> Result<(SourceSet, ScanInfo), XferError> {
+    scan_source_at(scan, disks, layout, false)
+}
+
+/// What is on disk now of a scan that is still being recorded (for `push --follow`), gathered: the
+/// complete blocks with consecutive numbers from the first (a block still in flight to another disk ends
+/// the prefix), so that the file is a prefix of what the finished scan gathers to. FlexBuff: the chunks
+/// with consecutive numbers, the newest left out (it may still grow).
+pub fn scan_source_growing(scan: &str, disks: &[String]) -> Result<(SourceSet, ScanInfo), XferError> {
+    scan_source_at(scan, disks, Layout::Gather, true)
+}
+
+fn scan_source_at(
+    scan: &str,
+    disks: &[String],
+    layout: Layout,
+    growing: bool,
+) -> Result<(SourceSet, ScanInfo), XferError> {
     let rec = locate(&[scan.to_string()], disks).map_err(|e| match e {
         LocateError::Usage(m) | LocateError::NotFound(m) => XferError::Usage(m),
         other => XferError::Usage(other.to_string()),
@@ -165,9 +213,18 @@ pub fn scan_source(scan: &str, disks: &[String], layout: Layout) -> Result<(Sour
                     )));
                 };
                 set.paths.push(f.path.clone());
-                index_mark6(&f.path, i, &h, &mut blocks)?;
+                index_mark6(&f.path, i, &h, &mut blocks, growing)?;
             }
             blocks.sort_by_key(|b| b.number);
+            if growing {
+                let first = blocks.first().map_or(0, |b| b.number);
+                let run = blocks
+                    .iter()
+                    .enumerate()
+                    .take_while(|(i, b)| u64::from(b.number) == u64::from(first) + *i as u64)
+                    .count();
+                blocks.truncate(run);
+            }
             if let Some(w) = blocks.windows(2).find(|w| w[0].number == w[1].number) {
                 return Err(XferError::Usage(format!(
                     "block {} appears twice in scan {scan}: the scan is damaged; see `vlbiflow check`",
@@ -249,6 +306,15 @@ pub fn scan_source(scan: &str, disks: &[String], layout: Layout) -> Result<(Sour
                 .flat_map(|(d, v)| v.iter().map(move |c| (d, c)))
                 .collect();
             all.sort_by_key(|(_, c)| c.number);
+            if growing {
+                let first = all.first().map_or(0, |(_, c)| c.number);
+                let run = all
+                    .iter()
+                    .enumerate()
+                    .take_while(|(i, (_, c))| u64::from(c.number) == u64::from(first) + *i as u64)
+                    .count();
+                all.truncate(run.saturating_sub(1));
+            }
             info = ScanInfo {
                 name: scan.to_string(),
                 format: "flexbuff",

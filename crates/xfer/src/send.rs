@@ -14,15 +14,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, select, Receiver};
-use vlbiflow_udp::{open_udp, BatchSender, UdpConfig};
-use vlbiflow_xfer_proto::wire::{
-    derive_data_aead_key, derive_data_key, seal_encrypted, HEADER_LEN, MAX_PAYLOAD,
-};
+use vlbiflow_udp::{open_udp, UdpConfig};
+use vlbiflow_xfer_proto::wire::{derive_data_aead_key, derive_data_key};
 use vlbiflow_xfer_proto::{ChunkHash, ControlMsg, Event, RateConfig, Sender, SenderConfig, SenderStats};
 
 use crate::error::{failed, XferError};
 use crate::hash::ChunkHasher;
 use crate::link::{Inbound, Link};
+use crate::out::Output;
 use crate::progress::Progress;
 use crate::session::{Committed, Have, Options, Session};
 use crate::source::{FdCache, SourceSet};
@@ -63,22 +62,20 @@ pub struct SendOutcome {
 
 /// Bytes the hashing thread may read ahead of the data cursor (it waits beyond).
 const HASH_AHEAD: u64 = 512 << 20;
-/// Datagrams prepared per data-loop round at most (then control and timers get a turn).
-const MAX_ROUND: usize = 256;
-/// GSO messages per `sendmmsg`.
-const GSO_MSGS: usize = 16;
-/// Largest GSO message (kernel limit for a UDP payload).
-const GSO_MAX_BYTES: usize = 65_507;
 
 enum HashMsg {
     Chunk { file: u32, chunk: u32, hash: ChunkHash },
     Error(String),
 }
 
+/// Hashes chunks of the source as the resume comparison and the protocol need them: with `only_held`
+/// (the protocol's sender derives the hashes of what it sends from the datagrams) just the chunks the
+/// receiver holds, else every chunk, staying near the data cursor.
 fn hash_thread(
     set: Arc<SourceSet>,
     chunk_size: u64,
     have: Vec<u32>,
+    only_held: bool,
     cursor: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
     out: crossbeam_channel::Sender<HashMsg>,
@@ -92,6 +89,9 @@ fn hash_thread(
             let start = c * chunk_size;
             let len = chunk_size.min(f.size - start);
             let resuming = (c as u32) < have.get(fi).copied().unwrap_or(0);
+            if only_held && !resuming {
+                continue;
+            }
             // stay near the data cursor so the page cache still holds what the data thread reads
             while !resuming && global > cursor.load(Relaxed) + HASH_AHEAD {
                 if stop.load(Relaxed) {
@@ -126,64 +126,6 @@ fn hash_thread(
     }
 }
 
-/// A buffer of GSO messages being assembled.
-struct GsoBuf {
-    buf: Vec<u8>,
-    /// (start, len, segment size) of each message.
-    msgs: Vec<(usize, usize, usize)>,
-}
-
-impl GsoBuf {
-    fn new() -> Self {
-        GsoBuf {
-            buf: vec![0u8; GSO_MSGS * GSO_MAX_BYTES],
-            msgs: Vec::with_capacity(GSO_MSGS),
-        }
-    }
-    /// Room for one more datagram of `len` bytes (in the current message or a new one)?
-    fn has_room(&self, len: usize) -> bool {
-        match self.msgs.last() {
-            Some(&(_, l, seg)) if seg == len && l + len <= GSO_MAX_BYTES && (l / seg) < 64 => true,
-            _ => self.msgs.len() < GSO_MSGS,
-        }
-    }
-    /// Space for the next datagram of `len` bytes.
-    fn slot(&mut self, len: usize) -> &mut [u8] {
-        let extend = matches!(self.msgs.last(), Some(&(_, l, seg)) if seg == len && l + len <= GSO_MAX_BYTES && (l / seg) < 64);
-        if extend {
-            let m = self.msgs.last_mut().expect("a message");
-            m.1 += len;
-        } else {
-            let start = self.msgs.len() * GSO_MAX_BYTES;
-            self.msgs.push((start, len, len));
-        }
-        let (start, l, _) = *self.msgs.last().expect("a message");
-        &mut self.buf[start + l - len..start + l]
-    }
-    fn flush(&mut self, tx: &mut BatchSender, sock: &UdpSocket, errors: &mut u64) {
-        if self.msgs.is_empty() {
-            return;
-        }
-        {
-            let mut batch = tx.batch();
-            for &(start, len, seg) in &self.msgs {
-                let data = &self.buf[start..start + len];
-                let ok = if len == seg {
-                    batch.push(&[data])
-                } else {
-                    batch.push_gso(&[data], seg as u16).unwrap_or(false)
-                };
-                debug_assert!(ok);
-            }
-            if batch.flush(sock).is_err() {
-                // lost datagrams are reported by the receiver and sent again
-                *errors += 1;
-            }
-        }
-        self.msgs.clear();
-    }
-}
-
 /// Runs the sending side until every chunk is verified and the receiver reports the files committed.
 /// `have` is what the receiver holds already (from its accept). On failure the receiver keeps what it
 /// verified, and the same command resumes.
@@ -210,7 +152,6 @@ pub fn run_sender(
     cfg.send_buffer = Some(16 << 20);
     cfg.write_timeout = Some(Duration::from_millis(200));
     let (sock, _report) = open_udp(&cfg).map_err(|e| failed!("data socket to {}: {e}", p.dest))?;
-    let mut tx = BatchSender::new(GSO_MSGS);
 
     let mut sc = SenderConfig::new(p.transfer_id, p.rate);
     sc.block_size = p.options.block_size;
@@ -220,6 +161,7 @@ pub fn run_sender(
     sc.dead_timeout = p.dead_timeout;
     sc.max_burst = 32;
     let mut s = Sender::new(sc);
+    let only_held = s.derives_chunk_hashes();
 
     let cursor = Arc::new(AtomicU64::new(0));
     let hstop = Arc::new(AtomicBool::new(false));
@@ -228,7 +170,7 @@ pub fn run_sender(
         let (set, cursor, hstop, have) = (set.clone(), cursor.clone(), hstop.clone(), have_chunks.clone());
         std::thread::Builder::new()
             .name("xfer-hash".into())
-            .spawn(move || hash_thread(set, chunk_size, have, cursor, hstop, htx))
+            .spawn(move || hash_thread(set, chunk_size, have, only_held, cursor, hstop, htx))
             .expect("spawn hasher")
     };
     let result = data_loop(DataLoop {
@@ -239,7 +181,6 @@ pub fn run_sender(
         stop,
         s: &mut s,
         sock: &sock,
-        tx: &mut tx,
         hrx: &hrx,
         cursor: &cursor,
         have_chunks: &have_chunks,
@@ -258,7 +199,6 @@ struct DataLoop<'a> {
     stop: &'a AtomicBool,
     s: &'a mut Sender,
     sock: &'a UdpSocket,
-    tx: &'a mut BatchSender,
     hrx: &'a Receiver<HashMsg>,
     cursor: &'a AtomicU64,
     have_chunks: &'a [u32],
@@ -273,7 +213,6 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
         stop,
         s,
         sock,
-        tx,
         hrx,
         cursor,
         have_chunks,
@@ -303,16 +242,16 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
     let mut have_done = have_chunks.iter().all(|&c| c == 0);
     let mut added = 0usize;
     let mut closed = false;
-    let mut fds = FdCache::default();
-    let mut gso = GsoBuf::new();
-    let mut send_errors = 0u64;
+    let mut out = Output::new(p.options.block_size as usize, aead_key);
     let mut started: Option<Instant> = None;
     let mut done_at: Option<Instant> = None;
     let mut committed: Option<Vec<Committed>> = None;
     let mut link_closed = false;
     let mut bytes_resumed = 0u64;
     let mut files_done = 0u64;
-    let max_dgram = HEADER_LEN + (p.options.block_size as usize).min(MAX_PAYLOAD);
+    let mut tracker =
+        crate::progress::FileTracker::new(set.files.iter().map(|f| (f.name.clone(), f.size)), progress);
+    let mut hashes_open = true;
     if nfiles > 0 {
         progress.set_phase(if have_done {
             "sending"
@@ -356,31 +295,16 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
         }
 
         // datagrams
-        let mut n = 0;
-        while n < MAX_ROUND {
-            if !gso.has_room(max_dgram) {
-                gso.flush(tx, sock, &mut send_errors);
-            }
-            let Some(t) = s.poll_transmit(now) else { break };
+        let round = out.round(s, set, sock, now, |t| {
+            let h = &t.header;
+            cursor.fetch_max(file_start[h.file as usize] + h.offset + h.len as u64, Relaxed);
+        });
+        if round.datagrams > 0 {
             started.get_or_insert(now);
-            let len = t.datagram_len();
-            let h = t.header;
-            let slot = gso.slot(len);
-            t.emit_header(slot);
-            if let Err(e) = set.read_at(&mut fds, h.file as usize, h.offset, &mut slot[HEADER_LEN..]) {
-                s.abort(format!("the sender cannot read its data: {e}"));
-                break;
-            }
-            match &aead_key {
-                Some(k) => seal_encrypted(k, slot),
-                None => s.seal(slot),
-            }
-            if !h.retransmit {
-                cursor.fetch_max(file_start[h.file as usize] + h.offset + h.len as u64, Relaxed);
-            }
-            n += 1;
         }
-        gso.flush(tx, sock, &mut send_errors);
+        if let Some(e) = round.read_error {
+            s.abort(format!("the sender cannot read its data: {e}"));
+        }
 
         // control and events
         while let Some(m) = s.poll_control() {
@@ -391,6 +315,7 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
                 Event::ChunkVerified { file, chunk } => {
                     let l = chunk_len(file as usize, chunk);
                     progress.bytes_verified.fetch_add(l, Relaxed);
+                    tracker.verified(file, l, progress);
                     if held[file as usize].get(chunk as usize) == Some(&true) {
                         bytes_resumed += l;
                         progress.bytes_resumed.fetch_add(l, Relaxed);
@@ -399,9 +324,7 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
                 Event::FileDone { file } => {
                     files_done += 1;
                     progress.files_done.store(files_done, Relaxed);
-                    if let Some(next) = set.files.get(file as usize + 1) {
-                        progress.set_file(&next.name);
-                    }
+                    tracker.done(file, progress);
                 }
                 Event::TransferDone => {
                     done_at = Some(Instant::now());
@@ -522,17 +445,28 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
         // Never spin: sleeping at least a quarter millisecond lets the sender's pacing catch up by up to
         // one burst on waking, which then leaves in one GSO batch (spinning per datagram cost a core).
         let w = wait.clamp(Duration::from_micros(250), Duration::from_millis(50));
+        // once the hashing thread is done its channel is disconnected and would be ready at once, every
+        // time: wait on the control link alone then (selecting on it spun a core)
+        let never = crossbeam_channel::never();
+        let hashes = if hashes_open { hrx } else { &never };
         select! {
             recv(link.rx) -> m => if let Ok(m) = m { handle(m, s)? },
-            recv(hrx) -> m => if let Ok(m) = m { hash_msg(m, s)? },
+            recv(hashes) -> m => match m {
+                Ok(m) => hash_msg(m, s)?,
+                Err(_) => hashes_open = false,
+            },
             default(w) => {},
         }
         // drain whatever else is waiting
         while let Ok(m) = link.rx.try_recv() {
             handle(m, s)?;
         }
-        while let Ok(m) = hrx.try_recv() {
-            hash_msg(m, s)?;
+        while hashes_open {
+            match hrx.try_recv() {
+                Ok(m) => hash_msg(m, s)?,
+                Err(crossbeam_channel::TryRecvError::Empty) => break,
+                Err(crossbeam_channel::TryRecvError::Disconnected) => hashes_open = false,
+            }
         }
         let now = Instant::now();
         if s.poll_timeout().is_some_and(|t| t <= now) {

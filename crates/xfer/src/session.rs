@@ -33,6 +33,22 @@ pub struct Options {
     pub encrypt: bool,
     /// Rate ceiling asked for, bits/s on the wire (`None`: automatic).
     pub rate_bps: Option<f64>,
+    /// A round of `push --follow`: verify and sync every chunk but keep the files as `.part` (no rename, no
+    /// manifest); the file is still growing at the source and a later request completes it.
+    #[serde(default)]
+    pub partial: bool,
+}
+
+/// A scan by name on a daemon's disks (`pull --scan`, `copy --scan`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScanRequest {
+    /// Scan name (the file stem on every disk).
+    pub name: String,
+    /// The disk directories as `ROOT/relative/dir`, glob patterns allowed below the root.
+    pub disks: Vec<String>,
+    /// Destination layout: `gather`, `same` or `flexbuff`.
+    pub layout: String,
 }
 
 /// What a receiver already holds of a file.
@@ -75,6 +91,9 @@ pub enum Session {
         sources: Vec<String>,
         options: Options,
         data_port: u16,
+        /// Instead of `sources`: a scan on the daemon's disks, read in place.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        scan: Option<ScanRequest>,
     },
     /// Client -> daemon: push these sources of yours to the daemon at `peer` into its `dest`, retrying
     /// failed attempts up to `retries` times with exponential backoff (each retry resumes).
@@ -84,6 +103,9 @@ pub enum Session {
         dest: String,
         options: Options,
         retries: u32,
+        /// Instead of `sources`: a scan on the daemon's disks, read in place.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        scan: Option<ScanRequest>,
     },
     /// Daemon -> client: request accepted.
     Accept {

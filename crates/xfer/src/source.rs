@@ -130,6 +130,32 @@ impl SourceSet {
         Ok(())
     }
 
+    /// Asks the kernel to read `len` bytes of virtual file `file` at `offset` ahead into the page cache
+    /// (`posix_fadvise(WILLNEED)`: it starts the reads and returns). Failures only cost the hint.
+    pub fn advise(&self, fds: &mut FdCache, file: usize, offset: u64, len: u64) {
+        let f = &self.files[file];
+        let end = (offset + len).min(f.size);
+        let mut i = f.starts.partition_point(|&s| s <= offset).saturating_sub(1);
+        let mut at = offset;
+        while at < end && i < f.extents.len() {
+            let e = f.extents[i];
+            let within = at - f.starts[i];
+            let n = (e.len - within).min(end - at);
+            if n > 0 {
+                if let Ok(fd) = fds.get(self, e.path) {
+                    let _ = rustix::fs::fadvise(
+                        fd,
+                        e.offset + within,
+                        std::num::NonZeroU64::new(n),
+                        rustix::fs::Advice::WillNeed,
+                    );
+                }
+            }
+            at += n;
+            i += 1;
+        }
+    }
+
     /// Adds a plain file as one virtual file named `name`.
     pub fn add_plain(&mut self, name: String, path: PathBuf, size: u64) {
         let idx = self.paths.len();

@@ -31,6 +31,7 @@ fn opts(chunk: u64) -> Options {
         overwrite: false,
         encrypt: false,
         rate_bps: None,
+        partial: false,
     }
 }
 
@@ -184,9 +185,9 @@ fn garbage_datagrams_and_connection_probes_change_only_counters() {
     let stop = std::sync::Arc::new(AtomicBool::new(false));
     // the attacker: waits for the transfer's data port, then sends 100,000 random datagrams (a third of
     // them with our magic and version, so they reach the tag check) and probes the control port
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<u16>();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<(u16, u32)>();
     let blaster = std::thread::spawn(move || {
-        let port = ready_rx.recv_timeout(Duration::from_secs(30)).expect("data port");
+        let (port, id) = ready_rx.recv_timeout(Duration::from_secs(30)).expect("data port");
         let s = UdpSocket::bind("127.0.0.1:0").unwrap();
         let mut x = 0x1234_5678_9abc_def0u64;
         let mut buf = vec![0u8; 8256];
@@ -199,8 +200,12 @@ fn garbage_datagrams_and_connection_probes_change_only_counters() {
                 *b = x as u8;
             }
             if i % 3 == 0 {
-                buf[0..3].copy_from_slice(&[0x58, 0x46, 1]);
+                // a well-formed header of this transfer (file 0, offset 0): only the tag is wrong
+                buf[0..3].copy_from_slice(&[0x58, 0x46, vlbiflow_xfer_proto::wire::VERSION]);
                 buf[3] = 0;
+                buf[4..8].copy_from_slice(&id.to_be_bytes());
+                buf[16..20].fill(0);
+                buf[24..32].fill(0);
                 buf[40..48].fill(0);
                 buf[20..24].copy_from_slice(&((len.max(64) - 64) as u32).to_be_bytes());
             }
@@ -222,7 +227,7 @@ fn garbage_datagrams_and_connection_probes_change_only_counters() {
         let t0 = std::time::Instant::now();
         move || loop {
             if let Some(a) = d.active().first() {
-                let _ = ready_tx.send(a.data_port);
+                let _ = ready_tx.send((a.data_port, a.id));
                 return;
             }
             assert!(t0.elapsed() < Duration::from_secs(30), "no transfer started");
@@ -263,6 +268,7 @@ fn garbage_datagrams_and_connection_probes_change_only_counters() {
     );
     // what arrived while the transfer ran was counted (the rest hit a closed port), nothing was written
     assert!(bad + malformed > 0);
+    assert!(bad > 0, "no forged datagram reached the tag check");
     assert_eq!(tree(&e.root), ["g/g.vdif", "g/g.vdif.blake3.json"]);
 }
 
@@ -344,6 +350,7 @@ fn pull_a_tree_then_resume_and_refuse_escapes() {
         client::pull(
             &cfg,
             &s,
+            None,
             local.path(),
             opts(1 << 20),
             &Progress::default(),
@@ -405,6 +412,7 @@ fn daemon_to_daemon_started_by_a_third_party_retries_until_the_peer_is_up() {
     let out = client::relay(
         &cfg,
         &["data/exp".to_string()],
+        None,
         &b_addr,
         "in/copy",
         opts(1 << 20),
@@ -421,6 +429,7 @@ fn daemon_to_daemon_started_by_a_third_party_retries_until_the_peer_is_up() {
     let err = client::relay(
         &cfg,
         &["data/exp".to_string()],
+        None,
         &b_addr,
         "nope/x",
         opts(1 << 20),
@@ -515,4 +524,27 @@ fn failed_logins_are_rate_limited_and_transfers_run_side_by_side() {
         let got = std::fs::read(e.root.join(format!("c{i}/p{i}.vdif"))).unwrap();
         assert!(got == std::fs::read(p).unwrap(), "p{i}");
     }
+}
+
+/// A transfer that cannot fit under the root is refused before anything moves (not ENOSPC half way).
+#[test]
+fn a_file_larger_than_the_free_space_is_refused_up_front() {
+    let e = env();
+    let big = e.src.join("big.vdif");
+    // sparse: 4 TiB that take no room at the source
+    std::fs::File::create(&big).unwrap().set_len(1 << 42).unwrap();
+    let err = push(
+        &e,
+        &e.key.clone(),
+        std::slice::from_ref(&big),
+        "data/big",
+        opts(32 << 20),
+    )
+    .unwrap_err();
+    assert!(matches!(err, XferError::Refused(_)), "{err}");
+    assert!(
+        err.to_string().contains("not enough space under the root"),
+        "{err}"
+    );
+    assert!(tree(&e.root).is_empty(), "{:?}", tree(&e.root));
 }

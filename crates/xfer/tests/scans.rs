@@ -109,6 +109,7 @@ fn mark6_scan_gathered_flexbuff_and_same_layout() {
         overwrite: false,
         encrypt: false,
         rate_bps: None,
+        partial: false,
     };
     for (layout, dir) in [
         (Layout::Gather, "g"),
@@ -143,4 +144,100 @@ fn mark6_scan_gathered_flexbuff_and_same_layout() {
             want.len()
         );
     }
+}
+
+/// `pull --scan` and `copy --scan`: a scan on a daemon's disks by name, read in place there; the disks are
+/// given under a root (globs allowed) and confined like paths.
+#[test]
+fn pull_and_copy_of_a_scan_by_name_confined_to_the_roots() {
+    use vlbiflow_xfer::session::ScanRequest;
+    use vlbiflow_xfer::XferError;
+    let src = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let local = tempfile::tempdir().unwrap();
+    let b_root = tempfile::tempdir().unwrap();
+    let scan = "exp_st_no0002";
+    mark6(&src.path().join("disks"), scan, 700, 50);
+    let want = gathered(scan, &[format!("{}/disks/d*", src.path().display())]);
+    let key = Key([5; 32]);
+    let a = Daemon::start(ServeConfig::new(
+        "127.0.0.1:0".parse().unwrap(),
+        Roots::parse(&[format!("data={}", src.path().display())]).unwrap(),
+        key.clone(),
+    ))
+    .unwrap();
+    let b = Daemon::start(ServeConfig::new(
+        "127.0.0.1:0".parse().unwrap(),
+        Roots::parse(&[format!("in={}", b_root.path().display())]).unwrap(),
+        key.clone(),
+    ))
+    .unwrap();
+    let cfg = ClientConfig::new(a.local_addr().to_string(), key);
+    let o = Options {
+        chunk_size: 1 << 20,
+        block_size: 8192,
+        overwrite: false,
+        encrypt: false,
+        rate_bps: None,
+        partial: false,
+    };
+    let req = |name: &str, disks: &[&str]| ScanRequest {
+        name: name.into(),
+        disks: disks.iter().map(|d| d.to_string()).collect(),
+        layout: "gather".into(),
+    };
+    let stop = AtomicBool::new(false);
+    // pull
+    let r = req(scan, &["data/disks/d*"]);
+    let out = client::pull(
+        &cfg,
+        &[],
+        Some(&r),
+        local.path(),
+        o.clone(),
+        &Progress::default(),
+        &stop,
+    )
+    .unwrap();
+    assert_eq!(out.committed.len(), 1);
+    assert!(std::fs::read(local.path().join(format!("{scan}.vdif"))).unwrap() == want);
+    // copy, daemon to daemon
+    let out = client::relay(
+        &cfg,
+        &[],
+        Some(&r),
+        &b.local_addr().to_string(),
+        "in/c",
+        o.clone(),
+        0,
+        &Progress::default(),
+        &|_, _, _| {},
+    )
+    .unwrap();
+    assert_eq!(out.files.len(), 1);
+    assert!(std::fs::read(b_root.path().join(format!("c/{scan}.vdif"))).unwrap() == want);
+    // confinement: `..`, a name with a path, an unknown root, a link out of the root: refused, nothing written
+    mark6(outside.path(), scan, 100, 50);
+    std::os::unix::fs::symlink(outside.path().join("d0"), src.path().join("escape")).unwrap();
+    let empty = tempfile::tempdir().unwrap();
+    for (r, what) in [
+        (req(scan, &["data/../x"]), ".."),
+        (req("../exp_st_no0002", &["data/disks/d*"]), "scan name"),
+        (req(scan, &["nope/disks/d*"]), "unknown root"),
+        (req(scan, &["data/escape"]), "outside the roots"),
+    ] {
+        let e = client::pull(
+            &cfg,
+            &[],
+            Some(&r),
+            empty.path(),
+            o.clone(),
+            &Progress::default(),
+            &stop,
+        )
+        .unwrap_err();
+        assert!(matches!(e, XferError::Refused(_)), "{what}: {e}");
+        assert!(e.to_string().contains(what), "{what}: {e}");
+    }
+    assert_eq!(std::fs::read_dir(empty.path()).unwrap().count(), 0);
 }

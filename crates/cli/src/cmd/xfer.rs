@@ -10,19 +10,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use vlbiflow_units::{fmt_bit_rate, fmt_bytes, parse_bit_rate, parse_bytes, parse_duration};
-use vlbiflow_xfer::archive::{Archive, Entry};
+use vlbiflow_xfer::archive::Archive;
 use vlbiflow_xfer::client::{self, ClientConfig};
 use vlbiflow_xfer::daemon::{Daemon, ServeConfig};
 use vlbiflow_xfer::dest::Roots;
+use vlbiflow_xfer::remote;
 use vlbiflow_xfer::scan::{scan_source, Layout};
 use vlbiflow_xfer::send::SendOutcome;
 use vlbiflow_xfer::session::Options;
 use vlbiflow_xfer::source::collect_paths;
 use vlbiflow_xfer::{Key, Progress, XferError};
 use vlbiflow_xfer_proto::RateConfig;
-
-/// Default control port.
-pub const DEFAULT_PORT: u16 = 46230;
 
 const EXAMPLES: &str = "\
 Examples:
@@ -157,6 +155,13 @@ struct PushArgs {
     /// directory per source disk) or flexbuff (one chunk file per block)
     #[arg(long, default_value = "gather", value_parser = ["gather", "same", "flexbuff"])]
     layout: String,
+    /// With --scan: send the scan while it is still being recorded (what is on disk, then what the
+    /// recorder adds) and finish when the recorder marks it complete (gather layout)
+    #[arg(long, requires = "scan")]
+    follow: bool,
+    /// With --follow: give up when the scan neither grows nor is marked complete for this long
+    #[arg(long, default_value = "60s", value_parser = parse_duration, requires = "follow")]
+    follow_timeout: std::time::Duration,
     #[command(flatten)]
     common: Common,
 }
@@ -166,6 +171,9 @@ Examples:
   vlbiflow xfer pull corr:46230/data/exp1 /local/exp1
   vlbiflow xfer pull station/data/exp1/scan1.vdif station/data/exp1/scan2.vdif . --json
 
+  # A Mark6 scan by name on the daemon's disks (under its root `data`), read in place there, gathered here
+  vlbiflow xfer pull --scan exp1_st_no0001 --disk 'station/data/disks/*/*/data' /local/exp1
+
 Sources are DAEMON[:PORT]/ROOT/PATH (files or directories under the daemon's roots, all on one daemon); the
 last argument is the local directory. The daemon sends to this host's UDP port, so the daemon must be able
 to reach it. Rerun after an interruption: what is here already is re-verified and only the rest moves.";
@@ -173,11 +181,28 @@ to reach it. Rerun after an interruption: what is here already is re-verified an
 #[derive(clap::Args)]
 #[command(after_help = PULL_EXAMPLES)]
 struct PullArgs {
-    /// Sources DAEMON[:PORT]/ROOT/PATH, then the local directory
-    #[arg(required = true, num_args = 2.., value_name = "SOURCE... DIR")]
+    /// Sources DAEMON[:PORT]/ROOT/PATH, then the local directory (with --scan: only the directory)
+    #[arg(required = true, num_args = 1.., value_name = "SOURCE... DIR")]
     args: Vec<String>,
     #[command(flatten)]
+    scan: RemoteScan,
+    #[command(flatten)]
     common: Common,
+}
+
+/// A scan by name on a daemon's disks.
+#[derive(clap::Args)]
+struct RemoteScan {
+    /// Fetch this Mark6 or FlexBuff scan from the daemon's disks by name, read in place there
+    #[arg(long, value_name = "NAME", requires = "disk")]
+    scan: Option<String>,
+    /// The scan's disk directories on the daemon: DAEMON[:PORT]/ROOT/DIR, globs allowed below the root
+    /// ('station/data/disks/*'); repeat
+    #[arg(long, short, value_name = "DAEMON/ROOT/DIR")]
+    disk: Vec<String>,
+    /// Layout of the scan at the destination: gather, same or flexbuff
+    #[arg(long, default_value = "gather", value_parser = ["gather", "same", "flexbuff"])]
+    layout: String,
 }
 
 const COPY_EXAMPLES: &str = "\
@@ -188,6 +213,9 @@ Examples:
   # Retry up to 10 times (backoff 1, 2, 4, ... 64 s); every retry resumes
   vlbiflow xfer copy station/data/exp1/scan1.vdif corr/data/exp1 --retries 10 --json
 
+  # A scan by name on the station's disks, gathered into one VDIF file at the correlator
+  vlbiflow xfer copy --scan exp1_st_no0001 --disk 'station/data/disks/*/*/data' corr/data/exp1
+
 The destination address is used by the source daemon, so give it as that daemon reaches it. The source
 daemon authenticates to the destination with its --peer-key (default: its own key). The command follows the
 transfer; if it is interrupted the source daemon still finishes (see `xfer history` there).";
@@ -195,9 +223,12 @@ transfer; if it is interrupted the source daemon still finishes (see `xfer histo
 #[derive(clap::Args)]
 #[command(after_help = COPY_EXAMPLES)]
 struct CopyArgs {
-    /// Sources SRC_DAEMON[:PORT]/ROOT/PATH, then the destination DST_DAEMON[:PORT]/ROOT/DIR
-    #[arg(required = true, num_args = 2.., value_name = "SOURCE... DEST")]
+    /// Sources SRC_DAEMON[:PORT]/ROOT/PATH, then the destination DST_DAEMON[:PORT]/ROOT/DIR (with --scan:
+    /// only the destination)
+    #[arg(required = true, num_args = 1.., value_name = "SOURCE... DEST")]
     args: Vec<String>,
+    #[command(flatten)]
+    scan: RemoteScan,
     /// Attempts after the first that fail for a network or peer reason
     #[arg(long, default_value_t = 5)]
     retries: u32,
@@ -246,20 +277,6 @@ struct KeyArgs {
     create: bool,
 }
 
-fn state_dir() -> PathBuf {
-    if let Some(x) = std::env::var_os("XDG_STATE_HOME") {
-        return PathBuf::from(x).join("vlbiflow/xfer");
-    }
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/"));
-    home.join(".local/state/vlbiflow/xfer")
-}
-
-fn default_key() -> PathBuf {
-    state_dir().join("xfer.key")
-}
-
 fn xerr(e: XferError) -> anyhow::Result<ExitCode> {
     let code = e.exit_code();
     if code == 2 {
@@ -288,7 +305,9 @@ fn stop_flag() -> Arc<AtomicBool> {
 }
 
 fn history(a: HistoryArgs) -> anyhow::Result<ExitCode> {
-    let path = a.archive.unwrap_or_else(|| state_dir().join("xfer.sqlite"));
+    let path = a
+        .archive
+        .unwrap_or_else(|| remote::state_dir().join("xfer.sqlite"));
     if !path.exists() {
         usage!("no archive at {} yet (serve and push write it)", path.display());
     }
@@ -330,7 +349,7 @@ fn history(a: HistoryArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn key(a: KeyArgs) -> anyhow::Result<ExitCode> {
-    let path = a.key.unwrap_or_else(default_key);
+    let path = a.key.unwrap_or_else(remote::default_key_path);
     let k = if a.create {
         match Key::load_or_create(&path) {
             Ok((k, created)) => {
@@ -356,7 +375,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
         Ok(r) => r,
         Err(e) => return xerr(e),
     };
-    let key_path = a.key.unwrap_or_else(default_key);
+    let key_path = a.key.unwrap_or_else(remote::default_key_path);
     let (key, created) = match Key::load_or_create(&key_path) {
         Ok(x) => x,
         Err(e) => return xerr(e),
@@ -371,7 +390,10 @@ fn serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
     cfg.max_transfers = a.max_transfers;
     cfg.dead_timeout = a.dead_timeout;
     cfg.log = true;
-    cfg.archive = Some(a.archive.unwrap_or_else(|| state_dir().join("xfer.sqlite")));
+    cfg.archive = Some(
+        a.archive
+            .unwrap_or_else(|| remote::state_dir().join("xfer.sqlite")),
+    );
     cfg.metrics = a.metrics;
     cfg.max_rate_bps = a.max_rate;
     if let Some(p) = &a.peer_key {
@@ -406,46 +428,6 @@ fn serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Splits `HOST[:PORT]/ROOT/DIR` into the daemon address and the destination.
-fn split_dest(s: &str) -> Result<(String, String), String> {
-    let (host, path) = if let Some(rest) = s.strip_prefix('[') {
-        let end = rest.find(']').ok_or_else(|| format!("{s:?}: missing ']'"))?;
-        let after = &rest[end + 1..];
-        let (port, path) = match after.strip_prefix(':') {
-            Some(p) => p
-                .split_once('/')
-                .ok_or_else(|| format!("{s:?}: no /ROOT after the address"))?,
-            None => (
-                "",
-                after
-                    .strip_prefix('/')
-                    .ok_or_else(|| format!("{s:?}: no /ROOT after the address"))?,
-            ),
-        };
-        let port = if port.is_empty() {
-            DEFAULT_PORT.to_string()
-        } else {
-            port.to_string()
-        };
-        (format!("[{}]:{port}", &rest[..end]), path.to_string())
-    } else {
-        let (h, path) = s
-            .split_once('/')
-            .ok_or_else(|| format!("{s:?}: give the destination as DAEMON[:PORT]/ROOT/DIR"))?;
-        let h = if h.contains(':') {
-            h.to_string()
-        } else {
-            format!("{h}:{DEFAULT_PORT}")
-        };
-        (h, path.to_string())
-    };
-    if path.is_empty() {
-        return Err(format!(
-            "{s:?}: no ROOT after the daemon address (DAEMON[:PORT]/ROOT/DIR)"
-        ));
-    }
-    Ok((host, path))
-}
-
 fn options(c: &Common) -> anyhow::Result<Options> {
     if !c.chunk_size.is_power_of_two() || !(4096..=1 << 30).contains(&c.chunk_size) {
         usage!("--chunk-size {}: a power of two from 4KiB to 1GiB", c.chunk_size);
@@ -468,6 +450,7 @@ fn options(c: &Common) -> anyhow::Result<Options> {
         overwrite: c.overwrite,
         encrypt: c.encrypt,
         rate_bps: c.rate,
+        partial: false,
     })
 }
 
@@ -489,12 +472,19 @@ fn with_progress<T: Send>(progress: &Arc<Progress>, quiet: bool, work: impl FnOn
             r
         });
         if show {
-            let bar = indicatif::ProgressBar::new(0);
+            // two lines: the whole transfer, and the first file not yet verified (files are pipelined)
+            let multi = indicatif::MultiProgress::new();
+            let bar = multi.add(indicatif::ProgressBar::new(0));
             bar.set_style(
                 indicatif::ProgressStyle::with_template(
-                    "{spinner} {bar:30} {bytes}/{total_bytes} verified, {msg} ETA {eta}",
+                    "total {bar:30} {bytes}/{total_bytes} verified, {msg} ETA {eta}",
                 )
                 .expect("template"),
+            );
+            let file_bar = multi.add(indicatif::ProgressBar::new(0));
+            file_bar.set_style(
+                indicatif::ProgressStyle::with_template("file  {bar:30} {bytes}/{total_bytes} {msg}")
+                    .expect("template"),
             );
             let t0 = Instant::now();
             while !done.load(Ordering::SeqCst) {
@@ -505,7 +495,7 @@ fn with_progress<T: Send>(progress: &Arc<Progress>, quiet: bool, work: impl FnOn
                 let rtx = Progress::get(&p.retransmits) as f64 / dg as f64 * 100.0;
                 let moved = Progress::get(&p.bytes_moved);
                 bar.set_message(format!(
-                    "{} files, {} ({:.1} s), retransmit {rtx:.2}%, {}: {}",
+                    "{} files, {} ({:.1} s), retransmit {rtx:.2}%, {}",
                     format_args!(
                         "{}/{}",
                         Progress::get(&p.files_done),
@@ -514,10 +504,18 @@ fn with_progress<T: Send>(progress: &Arc<Progress>, quiet: bool, work: impl FnOn
                     fmt_bit_rate(moved as f64 * 8.0 / t0.elapsed().as_secs_f64().max(1e-3)),
                     t0.elapsed().as_secs_f64(),
                     p.phase(),
+                ));
+                file_bar.set_length(Progress::get(&p.file_bytes_total));
+                file_bar.set_position(Progress::get(&p.file_bytes_verified));
+                file_bar.set_message(format!(
+                    "({}/{}) {}",
+                    (Progress::get(&p.file_index) + 1).min(Progress::get(&p.files_total)),
+                    Progress::get(&p.files_total),
                     p.file()
                 ));
                 std::thread::sleep(Duration::from_millis(200));
             }
+            file_bar.finish_and_clear();
             bar.finish_and_clear();
         }
         h.join().expect("transfer thread")
@@ -539,6 +537,8 @@ fn print_summary(out: &SendOutcome, total: u64, json: bool) {
             "datagrams": out.stats.datagrams,
             "retransmits": out.stats.retransmits,
             "chunk_resends": out.stats.chunk_resends,
+            "rate_cuts_queue": out.stats.rate_cuts_queue,
+            "rate_cuts_loss": out.stats.rate_cuts_loss,
             "seconds": out.seconds,
             "verified_seconds": out.verified_seconds,
             "goodput_bps": goodput,
@@ -570,50 +570,17 @@ fn print_summary(out: &SendOutcome, total: u64, json: bool) {
 }
 
 /// Logs a client run to the local archive (problems with the archive are reported, not fatal).
-fn archive_push(
-    server: &str,
-    dest: &str,
-    started: String,
-    files: u64,
-    total: u64,
-    progress: &Progress,
-    r: &Result<SendOutcome, XferError>,
-) {
-    let e = Entry {
-        id: 0,
-        started,
-        ended: vlbiflow_xfer::daemon::utc_now(),
-        role: "send".into(),
-        peer: server.to_string(),
-        path: dest.to_string(),
-        transfer_id: String::new(),
-        files,
-        bytes: total,
-        bytes_resumed: Progress::get(&progress.bytes_resumed),
-        bytes_moved: Progress::get(&progress.bytes_moved),
-        seconds: r.as_ref().map_or(0.0, |o| o.seconds),
-        ok: r.is_ok(),
-        error: r.as_ref().err().map(|e| e.to_string()),
-        detail: match r {
-            Ok(o) => serde_json::json!({"files": o.committed, "retransmits": o.stats.retransmits,
-                "datagrams": o.stats.datagrams}),
-            Err(_) => serde_json::Value::Null,
-        },
-    };
-    let path = state_dir().join("xfer.sqlite");
-    if let Err(x) = Archive::open(&path).and_then(|a| a.insert(&e)) {
-        eprintln!("vlbiflow: warning: {x}");
-    }
-}
-
 fn push(a: PushArgs) -> anyhow::Result<ExitCode> {
-    let mut args = a.args;
+    let mut args = a.args.clone();
     let dest = args.pop().expect("two arguments at least");
-    let (server, dest_path) = match split_dest(&dest) {
+    let (server, dest_path) = match remote::split(&dest) {
         Ok(x) => x,
         Err(e) => usage!("{e}"),
     };
     let opts = options(&a.common)?;
+    if a.follow {
+        return push_follow(&a, &server, &dest_path, opts);
+    }
     let set = if let Some(scan) = &a.scan {
         if !args.is_empty() {
             usage!("with --scan give only the destination, not {}", args.join(" "));
@@ -647,7 +614,7 @@ fn push(a: PushArgs) -> anyhow::Result<ExitCode> {
         }
         set
     };
-    let key = match Key::load(&a.common.key.clone().unwrap_or_else(default_key)) {
+    let key = match Key::load(&a.common.key.clone().unwrap_or_else(remote::default_key_path)) {
         Ok(k) => k,
         Err(e) => return xerr(e),
     };
@@ -662,7 +629,16 @@ fn push(a: PushArgs) -> anyhow::Result<ExitCode> {
     let r = with_progress(&progress, a.common.quiet || a.common.json, || {
         client::push(&cfg, set, &dest_path, opts, rate, &progress, &stop)
     });
-    archive_push(&cfg.server, &dest_path, started, files, total, &progress, &r);
+    vlbiflow_xfer::archive::record_send(
+        &remote::state_dir().join("xfer.sqlite"),
+        &cfg.server,
+        &dest_path,
+        started,
+        files,
+        total,
+        &progress,
+        &r,
+    );
     match r {
         Ok(out) => {
             print_summary(&out, total, a.common.json);
@@ -672,41 +648,98 @@ fn push(a: PushArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
+fn push_follow(a: &PushArgs, server: &str, dest_path: &str, opts: Options) -> anyhow::Result<ExitCode> {
+    if a.layout != "gather" {
+        usage!(
+            "--follow sends one gathered file per scan: --layout gather (not {})",
+            a.layout
+        );
+    }
+    let scan = a.scan.as_deref().expect("--follow requires --scan");
+    let key = match Key::load(&a.common.key.clone().unwrap_or_else(remote::default_key_path)) {
+        Ok(k) => k,
+        Err(e) => return xerr(e),
+    };
+    let mut cfg = ClientConfig::new(server, key);
+    cfg.dead_timeout = a.common.dead_timeout;
+    let follow = vlbiflow_xfer::follow::FollowConfig {
+        stall_timeout: a.follow_timeout,
+        min_new: (8 * opts.chunk_size).min(256 << 20),
+        ..Default::default()
+    };
+    let progress = Arc::new(Progress::default());
+    let stop = stop_flag();
+    let quiet = a.common.quiet || a.common.json;
+    let r = with_progress(&progress, quiet, || {
+        vlbiflow_xfer::follow::push_follow(
+            &cfg,
+            scan,
+            &a.disk,
+            dest_path,
+            opts,
+            rate_config(&a.common),
+            &follow,
+            &progress,
+            &stop,
+            &|bytes, last| {
+                if !a.common.quiet {
+                    let what = if last { "complete" } else { "still recording" };
+                    eprintln!("vlbiflow: scan {scan} {what}: sending up to {}", fmt_bytes(bytes));
+                }
+            },
+        )
+    });
+    match r {
+        Ok(f) => {
+            let total: u64 = f.last.committed.iter().map(|c| c.size).sum();
+            if a.common.json {
+                let v = serde_json::json!({
+                    "verified": true,
+                    "files": f.last.committed,
+                    "bytes_total": total,
+                    "bytes_sent": f.bytes_sent,
+                    "datagrams": f.datagrams,
+                    "retransmits": f.retransmits,
+                    "rounds_while_recording": f.partial_rounds,
+                    "seconds": f.seconds,
+                });
+                println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+            } else {
+                print_summary(&f.last, total, false);
+                println!(
+                    "followed the recording: {} round(s) while recording, {} sent in all in {:.1} s",
+                    f.partial_rounds,
+                    fmt_bytes(f.bytes_sent),
+                    f.seconds
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => xerr(e),
+    }
+}
+
 fn copy(a: CopyArgs) -> anyhow::Result<ExitCode> {
     let mut args = a.args;
     let dest = args.pop().expect("two arguments at least");
-    let (to, dest_path) = match split_dest(&dest) {
+    let (to, dest_path) = match remote::split(&dest) {
         Ok(x) => x,
         Err(e) => usage!("{e}"),
     };
     let opts = options(&a.common)?;
-    let mut server: Option<String> = None;
-    let mut sources = Vec::new();
-    for s in &args {
-        let (h, p) = match split_dest(s) {
-            Ok(x) => x,
-            Err(e) => usage!("{e}"),
-        };
-        if server.as_ref().is_some_and(|x| *x != h) {
-            usage!(
-                "all sources must be on one daemon ({} and {h})",
-                server.unwrap_or_default()
-            );
-        }
-        server = Some(h);
-        sources.push(p);
-    }
-    let key = match Key::load(&a.common.key.clone().unwrap_or_else(default_key)) {
+    let (server, sources, scan) = remote_sources_of(&args, &a.scan)?;
+    let key = match Key::load(&a.common.key.clone().unwrap_or_else(remote::default_key_path)) {
         Ok(k) => k,
         Err(e) => return xerr(e),
     };
-    let cfg = ClientConfig::new(server.expect("a source"), key);
+    let cfg = ClientConfig::new(server, key);
     let progress = Arc::new(Progress::default());
     let quiet = a.common.quiet || a.common.json;
     let r = with_progress(&progress, quiet, || {
         client::relay(
             &cfg,
             &sources,
+            scan.as_ref(),
             &to,
             &dest_path,
             opts,
@@ -751,32 +784,17 @@ fn pull(a: PullArgs) -> anyhow::Result<ExitCode> {
     let mut args = a.args;
     let into = PathBuf::from(args.pop().expect("two arguments at least"));
     let opts = options(&a.common)?;
-    let mut server: Option<String> = None;
-    let mut sources = Vec::new();
-    for s in &args {
-        let (h, p) = match split_dest(s) {
-            Ok(x) => x,
-            Err(e) => usage!("{e}"),
-        };
-        if server.as_ref().is_some_and(|x| *x != h) {
-            usage!(
-                "all sources must be on one daemon ({} and {h})",
-                server.unwrap_or_default()
-            );
-        }
-        server = Some(h);
-        sources.push(p);
-    }
-    let key = match Key::load(&a.common.key.clone().unwrap_or_else(default_key)) {
+    let (server, sources, scan) = remote_sources_of(&args, &a.scan)?;
+    let key = match Key::load(&a.common.key.clone().unwrap_or_else(remote::default_key_path)) {
         Ok(k) => k,
         Err(e) => return xerr(e),
     };
-    let mut cfg = ClientConfig::new(server.expect("a source"), key);
+    let mut cfg = ClientConfig::new(server, key);
     cfg.dead_timeout = a.common.dead_timeout;
     let progress = Arc::new(Progress::default());
     let stop = stop_flag();
     let r = with_progress(&progress, a.common.quiet || a.common.json, || {
-        client::pull(&cfg, &sources, &into, opts, &progress, &stop)
+        client::pull(&cfg, &sources, scan.as_ref(), &into, opts, &progress, &stop)
     });
     match r {
         Ok(out) => {
@@ -812,26 +830,17 @@ fn pull(a: PullArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn destinations() {
-        assert_eq!(
-            split_dest("corr/data/x").unwrap(),
-            ("corr:46230".into(), "data/x".into())
-        );
-        assert_eq!(
-            split_dest("corr:99/data").unwrap(),
-            ("corr:99".into(), "data".into())
-        );
-        assert_eq!(
-            split_dest("[::1]:7/d/e").unwrap(),
-            ("[::1]:7".into(), "d/e".into())
-        );
-        assert_eq!(split_dest("[::1]/d").unwrap(), ("[::1]:46230".into(), "d".into()));
-        assert!(split_dest("corr").is_err());
-        assert!(split_dest("corr:1/").is_err());
+/// `remote::sources` for the CLI's arguments (a usage error on bad input).
+fn remote_sources_of(
+    args: &[String],
+    rs: &RemoteScan,
+) -> anyhow::Result<(String, Vec<String>, Option<vlbiflow_xfer::session::ScanRequest>)> {
+    let scan = rs
+        .scan
+        .as_deref()
+        .map(|n| (n, rs.disk.as_slice(), rs.layout.as_str()));
+    match remote::sources(args, scan) {
+        Ok(x) => Ok(x),
+        Err(e) => usage!("{e}"),
     }
 }

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# A/B comparison of two builds of `vlbiflow xfer` on loopback (docs/bench-xfer.md, "Before and after"):
+# rounds alternate A, B, B, A, ... in one run, each pushing the same file on disk into a daemon writing to
+# disk, and print goodput and CPU seconds per GB at the sender (client) and the receiver (daemon), then the
+# median and range per build. Give the two binaries (e.g. one built before a change, copied aside, and one
+# after). The source file stays in the page cache unless COLD=1 (then caches are dropped before each
+# round, which needs root), so the numbers measure the CPU of the transfer rather than the disk.
+#
+#   bench/xfer-ab.sh BIN_A BIN_B [SIZE_MB] [ROUNDS]     e.g. bench/xfer-ab.sh /tmp/vf-old target/release/vlbiflow 1000 6
+#
+# Extra push options (e.g. RATE=4Gbps for a fixed ceiling; default automatic) through RATE and OPTS.
+set -euo pipefail
+A=$(realpath "$1")
+B=$(realpath "$2")
+SIZE_MB=${3:-1000}
+ROUNDS=${4:-6}
+RATE=${RATE:-}
+OPTS=${OPTS:-}
+SCRATCH=${SCRATCH:-/var/tmp/vf-xfer-ab-$$}
+PORT=$((47000 + $$ % 1000))
+mkdir -p "$SCRATCH"/src "$SCRATCH"/dst "$SCRATCH"/state
+export XDG_STATE_HOME=$SCRATCH/state
+SRV=
+cleanup() {
+  [ -n "$SRV" ] && kill "$SRV" 2>/dev/null && wait "$SRV" 2>/dev/null || true
+  rm -rf "$SCRATCH"
+}
+trap cleanup EXIT
+cpu_of() { awk '{print ($14 + $15) / 100}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+
+head -c $((SIZE_MB * 1000000)) /dev/urandom >"$SCRATCH/src/data.bin"
+sync
+echo "# xfer A/B on loopback, $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# A = $A"
+echo "# B = $B"
+echo "# ${SIZE_MB} MB file on $(df --output=source "$SCRATCH" | tail -1), ${ROUNDS} rounds per build, rate ${RATE:-automatic} ${OPTS}"
+echo
+echo "| round | build | goodput Mb/s | sender CPU s/GB | receiver CPU s/GB | retransmitted | load |"
+echo "| --: | --- | --: | --: | --: | --: | --: |"
+: >"$SCRATCH/results"
+run() { # run ROUND NAME BIN
+  local bin=$3
+  rm -rf "$SCRATCH/dst"/*
+  [ "${COLD:-0}" = 1 ] && { sync; echo 3 >/proc/sys/vm/drop_caches; }
+  "$bin" xfer serve --listen 127.0.0.1:$PORT --root data="$SCRATCH/dst" 2>"$SCRATCH/serve.err" &
+  SRV=$!
+  for _ in $(seq 100); do grep -q 'serving on' "$SCRATCH/serve.err" 2>/dev/null && break; sleep 0.1; done
+  local c0 c1
+  c0=$(cpu_of $SRV)
+  # shellcheck disable=SC2086
+  /usr/bin/time -f "%U %S" -o "$SCRATCH/time" "$bin" xfer push "$SCRATCH/src/data.bin" 127.0.0.1:$PORT/data \
+    ${RATE:+--rate $RATE} $OPTS --json >"$SCRATCH/xfer.json" 2>"$SCRATCH/xfer.err" || cat "$SCRATCH/xfer.err" >&2
+  c1=$(cpu_of $SRV)
+  kill $SRV; wait $SRV 2>/dev/null || true; SRV=
+  python3 - "$SCRATCH/xfer.json" "$SCRATCH/time" "$c0" "$c1" "$SIZE_MB" "$1" "$2" "$(cut -d' ' -f1 /proc/loadavg)" \
+    "$SCRATCH/results" <<'PY'
+import json, sys
+js, tf, c0, c1, mb, rnd, name, load, res = sys.argv[1:]
+try:
+    d = json.load(open(js))
+except Exception:
+    print(f"| {rnd} | {name} | failed | | | | {load} |")
+    sys.exit(0)
+u, s = map(float, open(tf).read().split()[-2:])
+gb = float(mb) / 1000
+gp = d["goodput_bps"] / 1e6
+snd = (u + s) / gb
+rcv = (float(c1) - float(c0)) / gb
+rtx = 100 * d["retransmits"] / max(1, d["datagrams"])
+print(f"| {rnd} | {name} | {gp:.0f} | {snd:.2f} | {rcv:.2f} | {rtx:.2f} % | {load} |")
+open(res, "a").write(f"{name} {gp} {snd} {rcv}\n")
+PY
+}
+for r in $(seq "$ROUNDS"); do
+  if [ $((r % 2)) = 1 ]; then run "$r" A "$A"; run "$r" B "$B"; else run "$r" B "$B"; run "$r" A "$A"; fi
+done
+echo
+python3 - "$SCRATCH/results" <<'PY'
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1])]
+print("| build | goodput Mb/s median (range) | sender CPU s/GB median (range) | receiver CPU s/GB median (range) |")
+print("| --- | --: | --: | --: |")
+for b in ("A", "B"):
+    v = [list(map(float, r[1:])) for r in rows if r[0] == b]
+    if not v:
+        continue
+    cols = list(zip(*v))
+    f = lambda c, p: f"{statistics.median(c):.{p}f} ({min(c):.{p}f}-{max(c):.{p}f})"
+    print(f"| {b} | {f(cols[0], 0)} | {f(cols[1], 2)} | {f(cols[2], 2)} |")
+PY

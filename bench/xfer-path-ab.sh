@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# A/B comparison of two variants of `vlbiflow xfer push` through `vlbiflow pathemu` (docs/bench-xfer.md):
+# one emulator for the whole run (default 2 Gb/s, 50 ms RTT, 1% random loss each way, MTU 9000, queue one
+# bandwidth-delay product), rounds alternating A, B, B, A, ..., each a push of the same file on disk into a
+# daemon writing to disk; per round the goodput, the retransmitted fraction, the emulator's queue drops
+# during the round and the load; then the median per variant. A variant is a binary and push options
+# (e.g. the same binary with and without --rate 2Gbps, or builds before and after a change). Needs root.
+#
+#   bench/xfer-path-ab.sh BIN_A "OPTS_A" BIN_B "OPTS_B" [SIZE_MB] [ROUNDS] [RTT_MS] [LOSS_%]
+#   e.g. bench/xfer-path-ab.sh target/release/vlbiflow "" target/release/vlbiflow "--rate 2Gbps" 2000 4
+set -euo pipefail
+A=$(realpath "$1"); OA=$2
+B=$(realpath "$3"); OB=$4
+SIZE_MB=${5:-2000}
+ROUNDS=${6:-4}
+RTT=${7:-50}
+LOSS=${8:-1}
+PID=$$
+NA=vf-pab-$PID-a
+NB=vf-pab-$PID-b
+NET=10.$((100 + PID % 30)).$(((PID / 30) % 250))
+SCRATCH=${SCRATCH:-/var/tmp/vf-xfer-pab-$PID}
+mkdir -p "$SCRATCH"/src "$SCRATCH"/dst "$SCRATCH"/state
+export XDG_STATE_HOME=$SCRATCH/state
+sysctl -qw net.core.rmem_max=268435456 net.core.wmem_max=268435456 2>/dev/null || true
+EMU= SRV=
+cleanup() {
+  for p in $SRV $EMU; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null || true; done
+  rm -rf "$SCRATCH"
+}
+trap cleanup EXIT
+q=$(python3 -c "print(max(4_000_000, int(2e9/8*$RTT/1000)))")
+"$A" pathemu --ns-a $NA --ns-b $NB --addr-a $NET.1 --addr-b $NET.2 --mtu 9000 --duration 3600 --rtt ${RTT}ms \
+  --rate 2Gbps --queue $q --loss ${LOSS}% --json >"$SCRATCH/emu.out" 2>"$SCRATCH/emu.err" &
+EMU=$!
+for _ in $(seq 200); do grep -q '^pathemu: ready' "$SCRATCH/emu.err" 2>/dev/null && break; sleep 0.1; done
+grep -q '^pathemu: ready' "$SCRATCH/emu.err" || { cat "$SCRATCH/emu.err" >&2; exit 1; }
+head -c $((SIZE_MB * 1000000)) /dev/urandom >"$SCRATCH/src/data.bin"
+sync
+echo "# xfer A/B through pathemu (2 Gb/s, ${RTT} ms RTT, ${LOSS}% loss each way, MTU 9000, queue $q B), $(date -u +%FT%TZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# A = $A $OA"
+echo "# B = $B $OB"
+echo "# ${SIZE_MB} MB file, ${ROUNDS} rounds per variant"
+echo
+echo "| round | variant | goodput Mb/s | % of 2 Gb/s | retransmitted | seconds | of which after the last chunk verified | sender CPU s | rate cuts queue/loss | load |"
+echo "| --: | --- | --: | --: | --: | --: | --: | --: | --: | --: |"
+: >"$SCRATCH/results"
+i=0
+for r in $(seq "$ROUNDS"); do
+  if [ $((r % 2)) = 1 ]; then order="A B"; else order="B A"; fi
+  for v in $order; do
+    i=$((i + 1))
+    if [ $v = A ]; then bin=$A; opts=$OA; else bin=$B; opts=$OB; fi
+    rm -rf "$SCRATCH/dst"/*
+    ip netns exec $NB "$bin" xfer serve --listen $NET.2:46230 --root data="$SCRATCH/dst" 2>"$SCRATCH/serve.err" &
+    SRV=$!
+    for _ in $(seq 100); do grep -q 'serving on' "$SCRATCH/serve.err" 2>/dev/null && break; sleep 0.1; done
+    # shellcheck disable=SC2086
+    /usr/bin/time -f "%U %S" -o "$SCRATCH/time" ip netns exec $NA "$bin" xfer push "$SCRATCH/src/data.bin" $NET.2:46230/data $opts --json \
+      >"$SCRATCH/x.json" 2>"$SCRATCH/x.err" || cat "$SCRATCH/x.err" >&2
+    kill $SRV; wait $SRV 2>/dev/null || true; SRV=
+    python3 - "$SCRATCH/x.json" $i $v "$(cut -d' ' -f1 /proc/loadavg)" "$SCRATCH/results" "$(awk '{print $1 + $2}' "$SCRATCH/time")" <<'PY'
+import json, sys
+try:
+    d = json.load(open(sys.argv[1]))
+    gp = d["goodput_bps"] / 1e6
+    rtx = 100 * d["retransmits"] / max(1, d["datagrams"])
+    s, vs = d["seconds"], d["verified_seconds"]
+    print(f"| {sys.argv[2]} | {sys.argv[3]} | {gp:.0f} | {gp / 20:.1f} | {rtx:.2f} % | {s:.1f} | {s - vs:.2f} | {sys.argv[6]} | {d.get('rate_cuts_queue', '?')}/{d.get('rate_cuts_loss', '?')} | {sys.argv[4]} |")
+    open(sys.argv[5], "a").write(f"{sys.argv[3]} {gp} {rtx}\n")
+except Exception as e:
+    print(f"| {sys.argv[2]} | {sys.argv[3]} | failed ({e}) | | | | | | | |")
+PY
+  done
+done
+python3 - "$SCRATCH/results" <<'PY'
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1])]
+for v in "AB":
+    g = sorted(float(r[1]) for r in rows if r[0] == v)
+    x = sorted(float(r[2]) for r in rows if r[0] == v)
+    if g:
+        print(f"{v}: goodput median {statistics.median(g):.0f} Mb/s (range {g[0]:.0f}-{g[-1]:.0f}), retransmitted median {statistics.median(x):.2f} %")
+PY
+kill $EMU; wait $EMU || true; EMU=
+echo "emulator: $(grep -o '"dropped_queue": [0-9]*' "$SCRATCH/emu.out" | tr '\n' ' ')"
