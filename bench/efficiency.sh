@@ -7,7 +7,8 @@
 #   3. the recorder on the same load from `gen` (50 streams, GSO 7): capture only and writing to disk,
 #      alternating, with the recorder's CPU per GB
 #   4. bandwidth against random loss on the path (vlbiflow pathemu, 0..5%), udp/uring/tcp (host default
-#      congestion control) and tcp with CUBIC, all offered $LOSS_RATE
+#      congestion control) and tcp with CUBIC, all offered $LOSS_RATE, and vlbiflow xfer (a file of
+#      $LOSS_RATE x SECONDS pushed with --rate $LOSS_RATE: verified goodput)
 # Results (JSON, tables, PNG) go to OUTDIR.
 # Usage: bench/efficiency.sh [OUTDIR] [SECONDS per test] [REPEATS]
 # Environment: LOFAR_RATE (default 6Gbps), LOSS_LEVELS (default "0 0.5% 1% 2% 5%"), LOSS_RATE (1Gbps),
@@ -135,6 +136,10 @@ if [[ $skip != *" loss "* ]]; then
   echo "== 4. bandwidth against random loss on the path (pathemu, 4 ms round trip, loss on the data direction)"
   pa=vfpe-a-$id; pb=vfpe-b-$id; pnet=10.236.$((id % 250))
   files=()
+  # the file vlbiflow xfer moves at each loss level: what the offered rate carries in one test's time
+  head -c "$(python3 -c "import sys; print(int(float(sys.argv[1].rstrip('Gbps')) * 1e9 / 8 * float(sys.argv[2])))" "$loss_rate" "$secs")" \
+    /dev/urandom > "$out/xfer-src.bin"
+  echo "loss_percent,gbps" > "$out/xfer-loss.csv"
   for loss in $loss_levels; do
     tag=${loss%\%}
     args=(--ns-a "$pa" --ns-b "$pb" --addr-a "$pnet.1" --addr-b "$pnet.2" --rtt 4ms --impair a-b)
@@ -151,13 +156,31 @@ if [[ $skip != *" loss "* ]]; then
     ip netns exec "$pa" "$bin" net efficiency "$pnet.2" --transports tcp --tcp-congestion cubic "${common[@]}" \
       --label "pathemu --rtt 4ms --loss $loss, TCP CUBIC" > "$out/loss-$tag-cubic.json"
     kill "$rpid" 2>/dev/null || true; wait "$rpid" 2>/dev/null || true
+    # vlbiflow xfer through the same path: the same file each time, a fixed ceiling at the offered rate;
+    # its figure is verified goodput (every byte delivered and hash-checked, retransmissions included in
+    # the time), where the transports above show what arrived.
+    rm -rf "$out/xfer-dst"; mkdir -p "$out/xfer-dst"
+    ip netns exec "$pb" "$bin" xfer serve --listen "$pnet.2:46231" --root data="$out/xfer-dst" \
+      --key "$out/xfer.key" --archive "$out/xfer-archive.sqlite" 2> "$out/xfer-serve-$tag.log" &
+    xs=$!
+    for _ in $(seq 100); do grep -q 'serving on' "$out/xfer-serve-$tag.log" 2>/dev/null && break; sleep 0.1; done
+    if ip netns exec "$pa" "$bin" xfer push "$out/xfer-src.bin" "$pnet.2:46231/data" --key "$out/xfer.key" \
+        --rate "$loss_rate" --json > "$out/xfer-$tag.json" 2> "$out/xfer-push-$tag.log"; then
+      python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(f'{sys.argv[2]},{d[\"goodput_bps\"]/1e9:.4f}')" \
+        "$out/xfer-$tag.json" "$tag" >> "$out/xfer-loss.csv"
+    else
+      echo "xfer at loss $loss failed: $(tail -1 "$out/xfer-push-$tag.log")"
+    fi
+    kill "$xs" 2>/dev/null || true; wait "$xs" 2>/dev/null || true
     kill -INT "$pe"; wait "$pe" || true
     files+=(--from "$out/loss-$tag.json" --from "$out/loss-$tag-cubic.json")
     echo "loss $loss:"
     "$bin" net efficiency --from "$out/loss-$tag.json" | head -4
     "$bin" net efficiency --from "$out/loss-$tag-cubic.json" | sed -n 2p
   done
-  "$bin" net efficiency "${files[@]}" --plot-loss "$out/loss.png" -q > /dev/null
+  "$bin" net efficiency "${files[@]}" --plot-loss "$out/loss.png" --loss-series "vlbiflow xfer (verified)=$out/xfer-loss.csv" -q > /dev/null
+  echo "vlbiflow xfer, verified goodput (Gb/s) against loss (%):"; column -s, -t "$out/xfer-loss.csv"
+  rm -rf "$out/xfer-src.bin" "$out/xfer-dst"
 fi
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/machine.txt"
 echo "results in $out"

@@ -235,9 +235,49 @@ pub fn loss_series(reports: &[EffReport]) -> Vec<Series> {
     out
 }
 
-/// The seed's "bandwidth versus packet loss": Gb/s received against the path's random loss.
-pub fn plot_loss(path: &Path, reports: &[EffReport]) -> Result<(), PlotError> {
-    let series = loss_series(reports);
+/// Reads a series of (loss %, Gb/s) points measured by another tool (e.g. `vlbiflow xfer` through
+/// the same emulated path): CSV with the header `loss_percent,gbps`, one point per line. Errors name the
+/// file and line.
+pub fn read_loss_series(label: &str, path: &Path) -> Result<Series, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
+    match lines.next() {
+        Some((_, h)) if h.trim().replace(' ', "") == "loss_percent,gbps" => {}
+        Some((i, h)) => {
+            return Err(format!(
+                "{}:{}: header {h:?}, expected \"loss_percent,gbps\"",
+                path.display(),
+                i + 1
+            ))
+        }
+        None => return Err(format!("{}: empty", path.display())),
+    }
+    let mut pts = Vec::new();
+    for (i, l) in lines {
+        let bad = |what: &str| format!("{}:{}: {what} in {l:?}", path.display(), i + 1);
+        let mut f = l.split(',').map(str::trim);
+        let (Some(a), Some(b), None) = (f.next(), f.next(), f.next()) else {
+            return Err(bad("expected two fields"));
+        };
+        let loss: f64 = a.parse().map_err(|_| bad("loss_percent is not a number"))?;
+        let gbps: f64 = b.parse().map_err(|_| bad("gbps is not a number"))?;
+        if !(0.0..=100.0).contains(&loss) || !gbps.is_finite() || gbps < 0.0 {
+            return Err(bad("out of range (loss 0-100 %, Gb/s >= 0)"));
+        }
+        pts.push((loss, gbps));
+    }
+    if pts.is_empty() {
+        return Err(format!("{}: no points", path.display()));
+    }
+    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    Ok((label.to_owned(), pts))
+}
+
+/// The seed's "bandwidth versus packet loss": Gb/s received against the path's random loss, one line per
+/// transport of the reports, plus `extra` series measured by other tools.
+pub fn plot_loss(path: &Path, reports: &[EffReport], extra: &[Series]) -> Result<(), PlotError> {
+    let mut series = loss_series(reports);
+    series.extend(extra.iter().cloned());
     let (title, x, y) = (
         "Bandwidth against packet loss on the path",
         "random loss on the path (%)",
@@ -310,7 +350,33 @@ mod tests {
         let s = loss_series(&[r.clone(), r0.clone()]);
         assert_eq!(s[0].0, "udp");
         assert_eq!(s[0].1, vec![(0.0, 5.2), (1.0, 4.0)]);
-        plot_loss(&dir.path().join("loss.svg"), &[r, r0]).unwrap();
+        plot_loss(&dir.path().join("loss.svg"), &[r, r0], &[]).unwrap();
         assert!(plot_efficiency(&dir.path().join("x.gif"), &EffReport::default()).is_err());
+    }
+
+    #[test]
+    fn another_tools_loss_series_is_read_and_bad_files_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("xfer.csv");
+        std::fs::write(&f, "loss_percent,gbps\n1,0.91\n0, 0.99\n\n5,0.60\n").unwrap();
+        let s = read_loss_series("xfer", &f).unwrap();
+        assert_eq!(
+            s,
+            ("xfer".to_owned(), vec![(0.0, 0.99), (1.0, 0.91), (5.0, 0.60)])
+        );
+        plot_loss(&dir.path().join("loss.svg"), &[], &[s]).unwrap();
+        for (text, says) in [
+            ("", "empty"),
+            ("loss,rate\n1,2\n", ":1: header"),
+            ("loss_percent,gbps\n", "no points"),
+            ("loss_percent,gbps\n1,x\n", ":2: gbps is not a number"),
+            ("loss_percent,gbps\n1\n", ":2: expected two fields"),
+            ("loss_percent,gbps\n101,1\n", ":2: out of range"),
+        ] {
+            std::fs::write(&f, text).unwrap();
+            let e = read_loss_series("xfer", &f).unwrap_err();
+            assert!(e.contains("xfer.csv") && e.contains(says), "{text:?}: {e}");
+        }
+        assert!(read_loss_series("xfer", &dir.path().join("missing.csv")).is_err());
     }
 }

@@ -2,7 +2,7 @@
 //! printing only: the tests run in `vlbiflow_net::efficiency`.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use vlbiflow_net::efficiency::{run_series, table_lines, EffEvent, EffParams, EffReport, EffSetup};
-use vlbiflow_net::plot_eff::{plot_efficiency, plot_loss};
+use vlbiflow_net::plot_eff::{plot_efficiency, plot_loss, read_loss_series};
 use vlbiflow_net::{resolve_responder, Client};
 use vlbiflow_rx::Transport;
 
@@ -30,6 +30,10 @@ Examples:
 
   # Bandwidth against path loss from saved runs
   vlbiflow net efficiency --from loss-0.json --from loss-1.json --from loss-5.json --plot-loss loss.png
+
+  # ... with a line measured by another tool through the same path (CSV: loss_percent,gbps)
+  vlbiflow net efficiency --from loss-0.json --from loss-1.json --plot-loss loss.png \\
+      --loss-series 'vlbiflow xfer=xfer-loss.csv'
 
 Transports: udp (recvmmsg), udp-gro (recvmmsg with UDP GRO), uring (io_uring multishot recvmsg into
 provided buffers), uring-gro, xdp (AF_XDP, generic mode, datagrams up to 3798 bytes; root at the
@@ -99,6 +103,10 @@ pub struct Args {
     /// Write bandwidth against path loss from all reports that carry --path-loss (.png or .svg)
     #[arg(long, value_name = "FILE")]
     plot_loss: Option<PathBuf>,
+    /// With --plot-loss: a line measured by another tool through the same path, LABEL=FILE.csv with the
+    /// header loss_percent,gbps (bench/efficiency.sh adds vlbiflow xfer's verified goodput this way)
+    #[arg(long, value_name = "LABEL=FILE", requires = "plot_loss")]
+    loss_series: Vec<String>,
     /// No progress lines on standard error
     #[arg(long, short)]
     quiet: bool,
@@ -274,7 +282,17 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         if with_loss.is_empty() {
             usage!("--plot-loss: no report carries --path-loss");
         }
-        plot_loss(path, &with_loss)?;
+        let mut extra = Vec::new();
+        for spec in &a.loss_series {
+            let Some((label, file)) = spec.split_once('=') else {
+                usage!("--loss-series {spec:?}: expected LABEL=FILE.csv");
+            };
+            match read_loss_series(label, Path::new(file)) {
+                Ok(s) => extra.push(s),
+                Err(e) => usage!("--loss-series: {e}"),
+            }
+        }
+        plot_loss(path, &with_loss, &extra)?;
         if !a.quiet {
             eprintln!("loss plot: {} ({} report(s))", path.display(), with_loss.len());
         }
