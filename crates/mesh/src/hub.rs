@@ -352,6 +352,16 @@ fn text(status: StatusCode, msg: String) -> Response {
     (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], msg).into_response()
 }
 
+/// The reply to work run with [`blocking`]: `ok` of its value, 503 with the archive's error, or the
+/// internal error.
+fn reply<T>(res: Result<Result<T, String>, Response>, ok: impl FnOnce(T) -> Response) -> Response {
+    match res {
+        Ok(Ok(v)) => ok(v),
+        Ok(Err(e)) => text(StatusCode::SERVICE_UNAVAILABLE, e),
+        Err(r) => r,
+    }
+}
+
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, Response> {
     tokio::task::spawn_blocking(f)
         .await
@@ -823,11 +833,9 @@ async fn dashboard(
     headers: HeaderMap,
 ) -> Response {
     guard!(s, peer, headers);
-    match blocking(move || dashboard_html(&s)).await {
-        Ok(Ok(h)) => ([(header::CACHE_CONTROL, "no-store")], Html(h)).into_response(),
-        Ok(Err(e)) => text(StatusCode::SERVICE_UNAVAILABLE, e),
-        Err(r) => r,
-    }
+    reply(blocking(move || dashboard_html(&s)).await, |h| {
+        ([(header::CACHE_CONTROL, "no-store")], Html(h)).into_response()
+    })
 }
 
 /// Query of pair pages and plots.
@@ -897,11 +905,7 @@ async fn pair_page(
         Ok(h)
     })
     .await;
-    match res {
-        Ok(Ok(h)) => Html(h).into_response(),
-        Ok(Err(e)) => text(StatusCode::SERVICE_UNAVAILABLE, e),
-        Err(r) => r,
-    }
+    reply(res, |h| Html(h).into_response())
 }
 
 fn svg(body: String) -> Response {
@@ -1079,11 +1083,7 @@ async fn api_status(
         })
     })
     .await;
-    match res {
-        Ok(Ok(v)) => json(&v),
-        Ok(Err(e)) => text(StatusCode::SERVICE_UNAVAILABLE, e),
-        Err(r) => r,
-    }
+    reply(res, |v| json(&v))
 }
 
 /// Query of the runs API.
@@ -1114,11 +1114,10 @@ async fn api_runs(
         until: q.until,
         limit: Some(q.limit.unwrap_or(100).min(100_000)),
     };
-    match blocking(move || lock(&s.archive).runs(&f).map_err(|e| e.to_string())).await {
-        Ok(Ok(v)) => json(&v),
-        Ok(Err(e)) => text(StatusCode::SERVICE_UNAVAILABLE, e),
-        Err(r) => r,
-    }
+    reply(
+        blocking(move || lock(&s.archive).runs(&f).map_err(|e| e.to_string())).await,
+        |v| json(&v),
+    )
 }
 
 async fn api_results(
@@ -1127,11 +1126,10 @@ async fn api_results(
     headers: HeaderMap,
 ) -> Response {
     guard!(s, peer, headers);
-    match blocking(move || lock(&s.archive).latest().map_err(|e| e.to_string())).await {
-        Ok(Ok(v)) => json(&v),
-        Ok(Err(e)) => text(StatusCode::SERVICE_UNAVAILABLE, e),
-        Err(r) => r,
-    }
+    reply(
+        blocking(move || lock(&s.archive).latest().map_err(|e| e.to_string())).await,
+        |v| json(&v),
+    )
 }
 
 /// Alerts for `vlbiflow net mesh alerts`.
@@ -1157,11 +1155,7 @@ async fn api_alerts(
         })
     })
     .await;
-    match res {
-        Ok(Ok(v)) => json(&v),
-        Ok(Err(e)) => text(StatusCode::SERVICE_UNAVAILABLE, e),
-        Err(r) => r,
-    }
+    reply(res, |v| json(&v))
 }
 
 async fn api_matrix(
@@ -1170,11 +1164,7 @@ async fn api_matrix(
     headers: HeaderMap,
 ) -> Response {
     guard!(s, peer, headers);
-    match blocking(move || matrix(&s)).await {
-        Ok(Ok(v)) => json(&v),
-        Ok(Err(e)) => text(StatusCode::SERVICE_UNAVAILABLE, e),
-        Err(r) => r,
-    }
+    reply(blocking(move || matrix(&s)).await, |v| json(&v))
 }
 
 fn label(v: &str) -> String {
@@ -1283,11 +1273,9 @@ async fn metrics(
     headers: HeaderMap,
 ) -> Response {
     guard!(s, peer, headers);
-    match blocking(move || metrics_text(&s)).await {
-        Ok(Ok(t)) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], t).into_response(),
-        Ok(Err(e)) => text(StatusCode::SERVICE_UNAVAILABLE, e),
-        Err(r) => r,
-    }
+    reply(blocking(move || metrics_text(&s)).await, |t| {
+        ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], t).into_response()
+    })
 }
 
 #[cfg(test)]
