@@ -51,6 +51,25 @@ pub enum KeyChoice {
     VdifTime,
 }
 
+impl KeyChoice {
+    /// The order used when none is asked for: the PSN where datagrams carry one, else the VDIF time.
+    pub fn default_for(protocol: InputProtocol) -> KeyChoice {
+        match protocol {
+            InputProtocol::Udps => KeyChoice::Psn,
+            InputProtocol::Vdif => KeyChoice::VdifTime,
+        }
+    }
+}
+
+/// The frame length assumed when none is given: 8224 bytes for VDIF (8192 of payload, the e-EVN's
+/// frames), a Mark5B frame's fixed length for Mark5B.
+pub fn default_frame_len(kind: FrameKind) -> usize {
+    match kind {
+        FrameKind::Vdif => 8224,
+        FrameKind::M5b => vlbiflow_formats::mark5b::FRAME_LEN,
+    }
+}
+
 /// A correlator-side receiver's configuration.
 #[derive(Debug, Clone)]
 pub struct ReceiveConfig {
@@ -490,4 +509,17 @@ fn drain_until(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_follow_the_protocol_and_the_format() {
+        assert_eq!(KeyChoice::default_for(InputProtocol::Udps), KeyChoice::Psn);
+        assert_eq!(KeyChoice::default_for(InputProtocol::Vdif), KeyChoice::VdifTime);
+        assert_eq!(default_frame_len(FrameKind::Vdif), 8224);
+        assert_eq!(default_frame_len(FrameKind::M5b), 10016);
+    }
 }

@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::Context;
-use vlbiflow_evlbi::receive::{run_receive, InputProtocol, KeyChoice, ReceiveConfig, ReceiveStatus};
+use vlbiflow_evlbi::receive::{
+    default_frame_len, run_receive, InputProtocol, KeyChoice, ReceiveConfig, ReceiveStatus,
+};
 use vlbiflow_evlbi::OutputSpec;
 use vlbiflow_formats::FrameKind;
 use vlbiflow_realtime::FillMode;
@@ -115,22 +117,52 @@ pub struct Args {
     json: bool,
 }
 
+/// What arrives (receive and relay).
 #[derive(Clone, Copy, clap::ValueEnum)]
-enum ProtocolArg {
+pub(crate) enum ProtocolArg {
     Udps,
     Vdif,
 }
 
+impl From<ProtocolArg> for InputProtocol {
+    fn from(p: ProtocolArg) -> InputProtocol {
+        match p {
+            ProtocolArg::Udps => InputProtocol::Udps,
+            ProtocolArg::Vdif => InputProtocol::Vdif,
+        }
+    }
+}
+
+/// Frame format (receive and relay).
 #[derive(Clone, Copy, clap::ValueEnum)]
-enum FormatArg {
+pub(crate) enum FormatArg {
     Vdif,
     M5b,
 }
 
+impl From<FormatArg> for FrameKind {
+    fn from(f: FormatArg) -> FrameKind {
+        match f {
+            FormatArg::Vdif => FrameKind::Vdif,
+            FormatArg::M5b => FrameKind::M5b,
+        }
+    }
+}
+
+/// Order of the reorder window (receive and relay).
 #[derive(Clone, Copy, clap::ValueEnum)]
-enum KeyArg {
+pub(crate) enum KeyArg {
     Psn,
     VdifTime,
+}
+
+/// The order asked for, or the protocol's default.
+pub(crate) fn key_choice(key: Option<KeyArg>, protocol: ProtocolArg) -> KeyChoice {
+    match key {
+        Some(KeyArg::Psn) => KeyChoice::Psn,
+        Some(KeyArg::VdifTime) => KeyChoice::VdifTime,
+        None => KeyChoice::default_for(protocol.into()),
+    }
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -167,23 +199,10 @@ fn build(a: &Args) -> anyhow::Result<ReceiveConfig> {
         usage!("--json and --output - both want standard output");
     }
     let mut c = ReceiveConfig::new(listen, output);
-    c.protocol = match a.protocol {
-        ProtocolArg::Udps => InputProtocol::Udps,
-        ProtocolArg::Vdif => InputProtocol::Vdif,
-    };
-    c.kind = match a.format {
-        FormatArg::Vdif => FrameKind::Vdif,
-        FormatArg::M5b => FrameKind::M5b,
-    };
-    c.frame_len = a.frame_size.unwrap_or(match c.kind {
-        FrameKind::Vdif => 8224,
-        FrameKind::M5b => vlbiflow_formats::mark5b::FRAME_LEN,
-    });
-    c.key = match (a.key, a.protocol) {
-        (Some(KeyArg::Psn), _) => KeyChoice::Psn,
-        (Some(KeyArg::VdifTime), _) | (None, ProtocolArg::Vdif) => KeyChoice::VdifTime,
-        (None, ProtocolArg::Udps) => KeyChoice::Psn,
-    };
+    c.protocol = a.protocol.into();
+    c.kind = a.format.into();
+    c.frame_len = a.frame_size.unwrap_or(default_frame_len(c.kind));
+    c.key = key_choice(a.key, a.protocol);
     c.threads = a.threads.clone();
     c.frame_rate = a.frame_rate;
     c.window = a.window;

@@ -9,11 +9,10 @@ use std::sync::Arc;
 use anyhow::Context;
 use vlbiflow_evlbi::dest::DestSpec;
 use vlbiflow_evlbi::forward::DestStatus;
-use vlbiflow_evlbi::receive::{InputProtocol, KeyChoice};
+use vlbiflow_evlbi::receive::default_frame_len;
 use vlbiflow_evlbi::relay::{run_relay, RelayConfig, RelayReorder, RelayStatus};
-use vlbiflow_formats::FrameKind;
 
-use crate::cmd::receive::parse_addr;
+use crate::cmd::receive::{key_choice, parse_addr, FormatArg, KeyArg, ProtocolArg};
 use crate::units::{fmt_bit_rate, fmt_bytes, parse_bytes, parse_duration};
 use crate::usage;
 
@@ -87,24 +86,6 @@ pub struct Args {
     json: bool,
 }
 
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum ProtocolArg {
-    Udps,
-    Vdif,
-}
-
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum FormatArg {
-    Vdif,
-    M5b,
-}
-
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum KeyArg {
-    Psn,
-    VdifTime,
-}
-
 pub(crate) fn parse_dests(specs: &[String], flag: &str) -> anyhow::Result<Vec<DestSpec>> {
     let mut dests = Vec::new();
     for s in specs {
@@ -128,25 +109,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let listen = parse_addr("--listen", &a.listen)?;
     let dests = parse_dests(&a.to, "--to")?;
     let mut c = RelayConfig::new(listen, dests);
-    c.protocol = match a.protocol {
-        ProtocolArg::Udps => InputProtocol::Udps,
-        ProtocolArg::Vdif => InputProtocol::Vdif,
-    };
-    c.kind = match a.format {
-        FormatArg::Vdif => FrameKind::Vdif,
-        FormatArg::M5b => FrameKind::M5b,
-    };
-    c.frame_len = a.frame_size.unwrap_or(match c.kind {
-        FrameKind::Vdif => 8224,
-        FrameKind::M5b => vlbiflow_formats::mark5b::FRAME_LEN,
-    });
+    c.protocol = a.protocol.into();
+    c.kind = a.format.into();
+    c.frame_len = a.frame_size.unwrap_or(default_frame_len(c.kind));
     if a.reorder {
-        let key = match (a.key, a.protocol) {
-            (Some(KeyArg::Psn), _) | (None, ProtocolArg::Udps) => KeyChoice::Psn,
-            _ => KeyChoice::VdifTime,
-        };
         c.reorder = Some(RelayReorder {
-            key,
+            key: key_choice(a.key, a.protocol),
             window: a.window,
             deadline: match parse_duration(&a.deadline) {
                 Ok(d) => d,
