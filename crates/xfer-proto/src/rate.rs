@@ -9,7 +9,8 @@
 //!   random loss on a healthy path) the receiver is not keeping up and the rate drops by 15%; otherwise it
 //!   grows back by 10% per window up to `R`.
 //! * **Auto**: the sender keeps a model of the path: bottleneck bandwidth = windowed maximum of delivery
-//!   rate samples (receiver bytes over receiver time, spans of at least 20 ms) over 10 RTTs; propagation
+//!   rate samples (receiver bytes over the longer of the receive span and the send span of those bytes,
+//!   spans of one min-RTT and at least 20 ms) over 10 RTTs; propagation
 //!   RTT = windowed minimum over 10 s. It paces at `gain x bandwidth` with a gain cycle of one RTT per phase
 //!   `[1.25, 0.75, 1, 1, 1, 1, 1, 1]` (probe up, drain the probe's queue, cruise) and keeps at most
 //!   2 x BDP (+10 ms) in flight. Startup grows 2.885x per RTT until the estimate stops growing by 25% for
@@ -23,6 +24,8 @@
 //!   - **a standing queue** (the smallest queueing delay over a whole cycle, drain phase included, above
 //!     max(2 ms, RTT/16)): restarts the filter 15% lower, transiently, so that a loss-based flow holding
 //!     a queue for seconds does not drive this one to nothing;
+//!   - **a queue while cruising** (more than twice the threshold): the delivery rate is the bottleneck's
+//!     capacity (or this flow's share), and an estimate above it is brought down to it at once;
 //!   - **heavy loss** (above `loss_backoff` over a whole cycle) caps like queued loss.
 //!
 //!   The simulator (`tests/sim.rs`) shares a 200 Mb/s, 40 ms, 1-BDP drop-tail bottleneck with a TCP Reno
@@ -85,6 +88,11 @@ pub struct FeedbackSample {
     pub recv_bytes: u64,
     /// Receiver clock of that count, µs.
     pub recv_time_us: u64,
+    /// Sender clock (µs) at which the newest datagram this feedback acknowledges was sent, if this
+    /// feedback acknowledged new datagrams: a delivery-rate sample spans at least the time those bytes
+    /// took to be sent, so a receiver (or a queue) releasing a backlog at once does not read as a faster
+    /// path (BBR's rule: delivered / max(send interval, receive interval)).
+    pub send_time_us: Option<u64>,
     /// Datagrams this feedback reports lost.
     pub lost: u64,
     /// Datagrams this feedback acknowledges (newly covered by `highest_seq`, lost ones excluded).
@@ -111,7 +119,7 @@ pub struct RateControl {
     // shared
     min_rtt: Option<Duration>,
     rtt_samples: VecDeque<(Instant, Duration)>,
-    rate_points: VecDeque<(u64, u64)>,
+    rate_points: VecDeque<(u64, u64, Option<u64>)>,
     // fixed
     fixed_rate: f64,
     // auto
@@ -135,11 +143,39 @@ pub struct RateControl {
     pub cuts_queue: u64,
     /// Number of cuts for heavy loss.
     pub cuts_loss: u64,
+    /// Number of times a queue while cruising brought the estimate down to the delivery rate.
+    pub queue_trims: u64,
     cached: (f64, Option<u64>),
     last_queue: Duration,
     bw_cap: Option<f64>,
     cut_this_cycle: bool,
     quiet_until: Option<Instant>,
+    last_sample: f64,
+}
+
+/// The controller's state, for traces (`VLBIFLOW_XFER_TRACE`) and reports.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateState {
+    /// `fixed`, `startup`, `drain` or `probe`.
+    pub phase: &'static str,
+    /// Gain cycle position in `probe`.
+    pub cycle: usize,
+    /// Pacing rate, bytes/s.
+    pub pacing: f64,
+    /// Bottleneck estimate, bytes/s (auto).
+    pub btl_bw: f64,
+    /// The cap after congestion, bytes/s, if any.
+    pub cap: Option<f64>,
+    /// Latest delivery-rate sample, bytes/s.
+    pub sample: f64,
+    /// Cap on bytes in flight.
+    pub cwnd: Option<u64>,
+    /// Minimum RTT.
+    pub min_rtt: Option<Duration>,
+    /// Latest queueing delay the receiver reported.
+    pub queue: Duration,
+    /// Estimated random loss of the path.
+    pub random_loss: f64,
 }
 
 impl RateControl {
@@ -170,11 +206,13 @@ impl RateControl {
             window_queue_min: None,
             cuts_queue: 0,
             cuts_loss: 0,
+            queue_trims: 0,
             cached: (0.0, None),
             last_queue: Duration::ZERO,
             bw_cap: None,
             cut_this_cycle: false,
             quiet_until: None,
+            last_sample: 0.0,
         }
         .recache()
     }
@@ -182,6 +220,28 @@ impl RateControl {
     fn recache(mut self) -> Self {
         self.cached = (self.compute_pacing_rate(), self.compute_cwnd());
         self
+    }
+
+    /// The state now.
+    pub fn state(&self) -> RateState {
+        let (phase, cycle) = match (self.cfg.mode, self.phase) {
+            (RateMode::Fixed { .. }, _) => ("fixed", 0),
+            (_, Phase::Startup) => ("startup", 0),
+            (_, Phase::Drain) => ("drain", 0),
+            (_, Phase::ProbeBw(i)) => ("probe", i),
+        };
+        RateState {
+            phase,
+            cycle,
+            pacing: self.pacing_rate(),
+            btl_bw: self.btl_bw(),
+            cap: self.bw_cap,
+            sample: self.last_sample,
+            cwnd: self.cwnd(),
+            min_rtt: self.min_rtt,
+            queue: self.last_queue,
+            random_loss: self.random_loss,
+        }
     }
 
     /// The minimum RTT seen over the last 10 s.
@@ -283,7 +343,10 @@ impl RateControl {
             }
             self.min_rtt = self.rtt_samples.front().map(|f| f.1);
         }
-        let sample = self.delivery_rate(s.recv_bytes, s.recv_time_us);
+        let sample = self.delivery_rate(s.recv_bytes, s.recv_time_us, s.send_time_us);
+        if let Some(x) = sample {
+            self.last_sample = x;
+        }
         self.last_queue = s.queue_delay;
         self.window_lost += s.lost;
         self.window_delivered += s.delivered;
@@ -335,8 +398,10 @@ impl RateControl {
         self.window_queue_min = None;
     }
 
-    /// A delivery-rate sample (bytes/s) over at least 20 ms of receiver time, if one completes.
-    fn delivery_rate(&mut self, bytes: u64, t_us: u64) -> Option<f64> {
+    /// A delivery-rate sample (bytes/s) over at least one round trip (and 20 ms) of receiver time, if one
+    /// completes: the bytes
+    /// received over the receive interval or, when longer, the interval in which they were sent.
+    fn delivery_rate(&mut self, bytes: u64, t_us: u64, send_us: Option<u64>) -> Option<f64> {
         if self
             .rate_points
             .back()
@@ -344,19 +409,26 @@ impl RateControl {
         {
             return None; // stale or reordered report
         }
-        self.rate_points.push_back((bytes, t_us));
+        self.rate_points.push_back((bytes, t_us, send_us));
+        // spans of one round trip (at least 20 ms), as BBR's samples span a packet's send to its ack:
+        // shorter spans read a receiver's or a queue's momentary bunching as path capacity
+        let span_us = self.round().max(Duration::from_millis(20)).as_micros() as u64;
         let mut sample = None;
         while self.rate_points.len() >= 2 {
-            let (b0, t0) = self.rate_points[0];
-            if t_us - t0 < 20_000 {
+            let (b0, t0, s0) = self.rate_points[0];
+            if t_us - t0 < span_us {
                 break;
             }
             // newest span of at least 20 ms
-            if self.rate_points.len() > 2 && t_us - self.rate_points[1].1 >= 20_000 {
+            if self.rate_points.len() > 2 && t_us - self.rate_points[1].1 >= span_us {
                 self.rate_points.pop_front();
                 continue;
             }
-            sample = Some((bytes - b0) as f64 * 1e6 / (t_us - t0) as f64);
+            let sent_over = match (s0, send_us) {
+                (Some(a), Some(b)) => b.saturating_sub(a),
+                _ => 0,
+            };
+            sample = Some((bytes - b0) as f64 * 1e6 / (t_us - t0).max(sent_over) as f64);
             break;
         }
         sample
@@ -407,6 +479,16 @@ impl RateControl {
                 }
             }
             Phase::ProbeBw(i) => {
+                // cruising at the estimate with a queue of more than twice the threshold: the bottleneck
+                // is busy, so what arrives is its capacity (or this flow's share of it); an estimate above
+                // that only lengthens the queue until it overflows
+                if i >= 2 && now.duration_since(start) >= round / 2 && self.last_queue >= threshold * 2 {
+                    if let Some(x) = sample.filter(|&x| x < bw * 0.97) {
+                        self.queue_trims += 1;
+                        self.bw_samples.clear();
+                        self.bw_samples.push_back((now, x));
+                    }
+                }
                 if now.duration_since(start) >= round {
                     let mut next = (i + 1) % PROBE_GAINS.len();
                     let quiet = self.quiet_until.is_some_and(|q| now < q);
@@ -557,6 +639,7 @@ mod tests {
                     rtt: Some(self.base + qdelay),
                     recv_bytes: self.recv as u64,
                     recv_time_us: self.t.as_micros() as u64,
+                    send_time_us: None,
                     lost: ((out * self.p + dropped) / 8192.0).round() as u64,
                     delivered: (pkts - (out * self.p + dropped) / 8192.0).max(0.0) as u64,
                     queue_delay: qdelay,
@@ -663,5 +746,58 @@ mod tests {
         l.bw *= 4.0; // the receiver keeps up again
         l.run(&mut rc, 5.0);
         assert!((rc.pacing_rate() - 2e9 / 8.0).abs() < 1.0, "back at the ceiling");
+    }
+
+    /// A receiver that stalls for 30 ms and then drains its socket backlog in 5 ms receives bytes faster
+    /// than the path carries them; samples capped by the send interval keep the estimate at the path's rate.
+    fn estimate_after_receiver_stalls(with_send_times: bool) -> f64 {
+        let rate = 250e6; // bytes/s: 2 Gb/s
+        let t0 = Instant::now();
+        let mut rc = RateControl::new(RateConfig::auto(2e9));
+        let mut processed = 0.0f64;
+        let mut worst: f64 = 0.0;
+        for ms in 30u64..3000 {
+            let arrived = rate * (ms - 25) as f64 / 1e3; // one-way delay 25 ms
+            let phase = ms % 200;
+            if (100..130).contains(&phase) {
+                continue; // stalled: no processing, no feedback
+            }
+            processed = if (130..135).contains(&phase) {
+                // catching up: a fifth of the backlog per ms
+                let backlog = arrived - processed;
+                processed + backlog / (135 - phase) as f64
+            } else {
+                arrived
+            };
+            let sent_us = (processed / rate * 1e6) as u64;
+            rc.on_feedback(
+                t0 + Duration::from_millis(ms),
+                FeedbackSample {
+                    rtt: Some(Duration::from_millis(50)),
+                    recv_bytes: processed as u64,
+                    recv_time_us: ms * 1000,
+                    send_time_us: with_send_times.then_some(sent_us),
+                    lost: 0,
+                    delivered: 30,
+                    queue_delay: Duration::from_secs_f64((arrived - processed) / rate),
+                },
+            );
+            if ms > 500 {
+                worst = worst.max(rc.btl_bw() / rate);
+            }
+        }
+        worst
+    }
+
+    #[test]
+    fn a_receiver_draining_a_backlog_does_not_inflate_the_estimate() {
+        let capped = estimate_after_receiver_stalls(true);
+        let uncapped = estimate_after_receiver_stalls(false);
+        eprintln!("estimate / path rate: {capped:.3} with send times, {uncapped:.3} without");
+        assert!(capped <= 1.02, "{capped}");
+        assert!(
+            uncapped > 1.3,
+            "the stall model should inflate an uncapped estimate: {uncapped}"
+        );
     }
 }

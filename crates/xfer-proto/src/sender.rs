@@ -37,6 +37,11 @@ pub struct SenderConfig {
     pub data_key: Option<[u8; 32]>,
     /// Datagrams that may leave back to back (one GSO batch) before pacing applies.
     pub max_burst: u32,
+    /// How far behind its schedule a sender held back only by pacing may catch up when it runs late (the
+    /// I/O thread woke late: the host's scheduler, not a lack of data): up to this much of the pacing rate
+    /// leaves back to back, so the average rate stays at the pacing rate. A sender that was idle (no data,
+    /// or the in-flight cap) catches up by one burst only.
+    pub catch_up: Duration,
     /// Files announced ahead of the one being sent, so that no file waits for its announce.
     pub announce_ahead: usize,
     /// A chunk that fails verification this many times aborts the transfer (the source changes under us).
@@ -54,6 +59,7 @@ impl SenderConfig {
             dead_timeout: Duration::from_secs(10),
             data_key: None,
             max_burst: 16,
+            catch_up: Duration::from_millis(4),
             announce_ahead: 256,
             max_chunk_retries: 3,
         }
@@ -167,6 +173,8 @@ pub struct Sender {
     tail_idx: usize,
     next_seq: u64,
     next_send: Option<Instant>,
+    /// The last [`Sender::poll_transmit`] that sent nothing was held back by pacing alone.
+    pace_limited: bool,
     last_feedback: Option<Instant>,
     last_sent: Option<Instant>,
     control_out: VecDeque<ControlMsg>,
@@ -222,6 +230,7 @@ impl Sender {
             tail_idx: 0,
             next_seq: 0,
             next_send: None,
+            pace_limited: false,
             last_feedback: None,
             last_sent: None,
             control_out,
@@ -417,9 +426,11 @@ impl Sender {
     /// The next datagram to send now, if pacing, the in-flight cap and the queue allow one.
     pub fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
         if !self.running() || !self.window_open() {
+            self.pace_limited = false;
             return None;
         }
         if self.next_send.is_some_and(|t| t > now) {
+            self.pace_limited = true;
             return None;
         }
         let (file, offset, len, retransmit) = loop {
@@ -429,7 +440,10 @@ impl Sender {
                 }
                 break (f, o, l, true);
             }
-            let (f, o, l) = self.next_new()?;
+            let Some((f, o, l)) = self.next_new() else {
+                self.pace_limited = false;
+                return None;
+            };
             break (f, o, l, false);
         };
         let ts = self.us(now);
@@ -450,9 +464,15 @@ impl Sender {
         let wire_len = wire_of(len) as f64;
         let gap = Duration::from_secs_f64(wire_len / rate);
         let burst = gap * self.cfg.max_burst;
-        // an idle sender may catch up by at most one burst (one GSO batch)
+        // an idle sender may catch up by at most one burst (one GSO batch), one that woke late while held
+        // back by pacing by up to `catch_up`
+        let behind = if self.pace_limited {
+            burst.max(self.cfg.catch_up)
+        } else {
+            burst
+        };
         let base = match self.next_send {
-            Some(t) => now.checked_sub(burst).map_or(t, |floor| t.max(floor)),
+            Some(t) => now.checked_sub(behind).map_or(t, |floor| t.max(floor)),
             None => now,
         };
         self.next_send = Some(base + gap);
@@ -741,6 +761,7 @@ impl Sender {
         let mut lost = 0u64;
         let mut delivered = 0u64;
         let mut rtt = None;
+        let mut newest_sent = None;
         if let Some(h) = f.highest_seq {
             if h >= self.next_seq {
                 self.stats.bad_control += 1;
@@ -758,6 +779,7 @@ impl Sender {
                 let Some(s) = self.inflight.pop_front() else { break };
                 let seq = self.inflight_base;
                 self.inflight_base += 1;
+                newest_sent = Some(s.sent_at);
                 self.tail_idx = self.tail_idx.saturating_sub(1);
                 while ranges.peek().is_some_and(|&&(st, l)| st + l as u64 <= seq) {
                     ranges.next();
@@ -790,12 +812,14 @@ impl Sender {
                 }
             }
         }
+        let send_time_us = newest_sent.map(|t| self.us(t));
         self.rate.on_feedback(
             now,
             FeedbackSample {
                 rtt,
                 recv_bytes: f.recv_bytes + f.recv_datagrams * (HEADER_LEN + wire::IP_UDP_OVERHEAD) as u64,
                 recv_time_us: f.recv_time_us,
+                send_time_us,
                 lost,
                 delivered,
                 queue_delay: Duration::from_micros(f.queue_delay_us),

@@ -193,7 +193,7 @@ pub fn run_sender(
 
 struct DataLoop<'a> {
     link: &'a Link,
-    set: &'a SourceSet,
+    set: &'a Arc<SourceSet>,
     p: &'a SendParams,
     progress: &'a Progress,
     stop: &'a AtomicBool,
@@ -242,7 +242,7 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
     let mut have_done = have_chunks.iter().all(|&c| c == 0);
     let mut added = 0usize;
     let mut closed = false;
-    let mut out = Output::new(p.options.block_size as usize, aead_key);
+    let mut out = Output::new(set.clone(), p.options.block_size as usize, aead_key);
     let mut started: Option<Instant> = None;
     let mut done_at: Option<Instant> = None;
     let mut committed: Option<Vec<Committed>> = None;
@@ -252,6 +252,7 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
     let mut tracker =
         crate::progress::FileTracker::new(set.files.iter().map(|f| (f.name.clone(), f.size)), progress);
     let mut hashes_open = true;
+    let mut trace = RateTrace::from_env();
     if nfiles > 0 {
         progress.set_phase(if have_done {
             "sending"
@@ -398,7 +399,10 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
                     if let ControlMsg::Abort { reason } = &c {
                         return Err(failed!("the receiver aborted: {reason}"));
                     }
-                    s.handle_control(Instant::now(), c)
+                    s.handle_control(Instant::now(), c);
+                    if let Some(t) = trace.as_mut() {
+                        t.line(s);
+                    }
                 }
                 Inbound::Sess(Session::Have { file, chunk, hash }) => {
                     if let Some(slot) = theirs
@@ -472,5 +476,64 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
         if s.poll_timeout().is_some_and(|t| t <= now) {
             s.handle_timeout(now);
         }
+    }
+}
+
+/// A trace of the rate control, one CSV line per control message from the receiver, written when
+/// `VLBIFLOW_XFER_TRACE` names a file (for tuning and for reports of a misbehaving path).
+struct RateTrace {
+    out: std::io::BufWriter<std::fs::File>,
+    t0: Instant,
+}
+
+impl RateTrace {
+    fn from_env() -> Option<RateTrace> {
+        let path = std::env::var_os("VLBIFLOW_XFER_TRACE")?;
+        let file = match std::fs::File::create(&path) {
+            Ok(f) => f,
+            Err(e) => {
+                eprintln!(
+                    "xfer: VLBIFLOW_XFER_TRACE: cannot create {}: {e}",
+                    path.to_string_lossy()
+                );
+                return None;
+            }
+        };
+        let mut out = std::io::BufWriter::new(file);
+        use std::io::Write;
+        let _ = writeln!(
+            out,
+            "t_s,phase,cycle,pacing_mbps,btl_bw_mbps,cap_mbps,sample_mbps,cwnd_mb,min_rtt_ms,queue_ms,random_loss,datagrams,retransmits,reported_lost"
+        );
+        Some(RateTrace {
+            out,
+            t0: Instant::now(),
+        })
+    }
+
+    fn line(&mut self, s: &Sender) {
+        use std::io::Write;
+        let r = s.rate().state();
+        let st = s.stats();
+        let mb = |x: f64| x * 8.0 / 1e6;
+        let _ = writeln!(
+            self.out,
+            "{:.4},{},{},{:.1},{:.1},{},{:.1},{},{},{:.2},{:.5},{},{},{}",
+            self.t0.elapsed().as_secs_f64(),
+            r.phase,
+            r.cycle,
+            mb(r.pacing),
+            mb(r.btl_bw),
+            r.cap.map_or(String::new(), |c| format!("{:.1}", mb(c))),
+            mb(r.sample),
+            r.cwnd.map_or(String::new(), |c| format!("{:.2}", c as f64 / 1e6)),
+            r.min_rtt
+                .map_or(String::new(), |d| format!("{:.2}", d.as_secs_f64() * 1e3)),
+            r.queue.as_secs_f64() * 1e3,
+            r.random_loss,
+            st.datagrams,
+            st.retransmits,
+            st.reported_lost,
+        );
     }
 }

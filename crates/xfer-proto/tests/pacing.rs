@@ -1,0 +1,98 @@
+//! Pacing when the I/O thread runs late, in simulated time: a sender held back only by pacing keeps its
+//! average rate by catching up (within `catch_up`), an idle one releases one burst only.
+
+use std::time::{Duration, Instant};
+
+use vlbiflow_xfer_proto::wire::IP_UDP_OVERHEAD;
+use vlbiflow_xfer_proto::{RateConfig, Sender, SenderConfig};
+
+const RATE: f64 = 2e9;
+const BURST: u32 = 32;
+
+fn sender() -> Sender {
+    let mut c = SenderConfig::new(7, RateConfig::fixed(RATE));
+    c.max_burst = BURST;
+    Sender::new(c)
+}
+
+/// Polls the sender until it holds back, as the I/O loop does on each wake; returns (datagrams, wire bytes).
+fn wake(s: &mut Sender, now: Instant) -> (usize, u64) {
+    let (mut n, mut bytes) = (0, 0);
+    while let Some(t) = s.poll_transmit(now) {
+        n += 1;
+        bytes += (t.datagram_len() + IP_UDP_OVERHEAD) as u64;
+    }
+    (n, bytes)
+}
+
+/// Drives the sender for `span`, each wake `late` after the deadline it asked for; returns the wire rate
+/// in bit/s and the most datagrams released at one wake.
+fn run_late(late: Duration, span: Duration) -> (f64, usize) {
+    let mut s = sender();
+    s.add_file("scan.vdif", 4 << 30, None).unwrap();
+    s.close();
+    let t0 = Instant::now();
+    let mut now = t0;
+    let (mut bytes, mut most) = (0u64, 0usize);
+    while now < t0 + span {
+        let (n, b) = wake(&mut s, now);
+        bytes += b;
+        most = most.max(n);
+        let next = s.poll_timeout().expect("a sender with data has a deadline");
+        now = next.max(now + Duration::from_micros(1)) + late;
+    }
+    (bytes as f64 * 8.0 / (now - t0).as_secs_f64(), most)
+}
+
+fn datagrams_in(d: Duration) -> usize {
+    (RATE / 8.0 * d.as_secs_f64() / (8192 + 64 + IP_UDP_OVERHEAD) as f64).ceil() as usize
+}
+
+#[test]
+fn a_late_backlogged_sender_keeps_its_rate() {
+    let catch_up = SenderConfig::new(0, RateConfig::fixed(RATE)).catch_up;
+    // 2 ms late on every wake: more than one burst (32 datagrams = 1.06 ms at 2 Gb/s), less than catch_up
+    for late in [
+        Duration::ZERO,
+        Duration::from_millis(2),
+        Duration::from_micros(3500),
+    ] {
+        let (rate, most) = run_late(late, Duration::from_secs(1));
+        eprintln!(
+            "{late:?} late: {:.1} Mb/s, at most {most} datagrams at once",
+            rate / 1e6
+        );
+        assert!(rate <= RATE * 1.005, "{late:?} late: {rate} above the ceiling");
+        assert!(rate >= RATE * 0.99, "{late:?} late: {rate} fell behind");
+        assert!(
+            most <= datagrams_in(catch_up) + BURST as usize + 1,
+            "{most} at once"
+        );
+    }
+    // later than catch_up: what is beyond it is not made up (no unbounded bursts)
+    let (rate, most) = run_late(Duration::from_millis(20), Duration::from_secs(1));
+    assert!(rate < RATE * 0.5, "{rate}");
+    assert!(
+        most <= datagrams_in(catch_up) + BURST as usize + 1,
+        "{most} at once"
+    );
+}
+
+#[test]
+fn an_idle_sender_releases_one_burst() {
+    let mut s = sender();
+    s.add_file("first", 1 << 20, None).unwrap();
+    let t0 = Instant::now();
+    let mut now = t0;
+    // send the first file out, then nothing to send for 50 ms
+    for _ in 0..10_000 {
+        wake(&mut s, now);
+        now += Duration::from_micros(100);
+    }
+    assert_eq!(wake(&mut s, now).0, 0, "the first file is out");
+    now += Duration::from_millis(50);
+    s.add_file("second", 64 << 20, None).unwrap();
+    let (n, _) = wake(&mut s, now);
+    assert!(n <= BURST as usize + 1, "{n} datagrams after idling");
+    assert!(n >= 1);
+}
