@@ -145,6 +145,8 @@ pub struct RateControl {
     pub cuts_loss: u64,
     /// Number of times a queue while cruising brought the estimate down to the delivery rate.
     pub queue_trims: u64,
+    /// The best delivery-rate sample and when it was taken (replaced when older than 10 s).
+    long_max: Option<(Instant, f64)>,
     cached: (f64, Option<u64>),
     last_queue: Duration,
     bw_cap: Option<f64>,
@@ -207,6 +209,7 @@ impl RateControl {
             cuts_queue: 0,
             cuts_loss: 0,
             queue_trims: 0,
+            long_max: None,
             cached: (0.0, None),
             last_queue: Duration::ZERO,
             bw_cap: None,
@@ -438,6 +441,12 @@ impl RateControl {
         let round = self.round();
         if let Some(bw) = sample {
             self.bw_samples.push_back((now, bw));
+            if self
+                .long_max
+                .is_none_or(|(at, m)| bw >= m || now.duration_since(at) > Duration::from_secs(10))
+            {
+                self.long_max = Some((now, bw));
+            }
         }
         let window = (round * 10).max(Duration::from_millis(200));
         while self.bw_samples.len() > 1
@@ -482,8 +491,12 @@ impl RateControl {
                 // cruising at the estimate with a queue of more than twice the threshold: the bottleneck
                 // is busy, so what arrives is its capacity (or this flow's share of it); an estimate above
                 // that only lengthens the queue until it overflows
+                // (not below half the best delivery rate of the last 10 s: a loss-based flow keeps a queue
+                // all the time, and trimming to what arrives beside it would hand it everything; the
+                // loss-with-queue and standing-queue cuts still yield to it)
                 if i >= 2 && now.duration_since(start) >= round / 2 && self.last_queue >= threshold * 2 {
-                    if let Some(x) = sample.filter(|&x| x < bw * 0.97) {
+                    let floor = 0.5 * self.long_max.map_or(0.0, |m| m.1);
+                    if let Some(x) = sample.map(|x| x.max(floor)).filter(|&x| x < bw * 0.97) {
                         self.queue_trims += 1;
                         self.bw_samples.clear();
                         self.bw_samples.push_back((now, x));

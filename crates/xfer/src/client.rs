@@ -81,7 +81,7 @@ pub fn push(
     set.check_names()?;
     let conn = connect(cfg)?;
     let (secret, peer) = (conn.secret, conn.peer);
-    let link = Link::start(conn, cfg.dead_timeout + Duration::from_secs(20));
+    let link = Link::start(conn, crate::link::control_stall_limit(cfg.dead_timeout));
     let files: Vec<FileSpec> = set
         .files
         .iter()
@@ -166,7 +166,7 @@ pub fn pull(
     ucfg.gro = true;
     let (sock, _) = vlbiflow_udp::open_udp(&ucfg).map_err(|e| failed!("data socket: {e}"))?;
     let data_port = sock.local_addr().map_err(|e| failed!("data socket: {e}"))?.port();
-    let link = Link::start(conn, cfg.dead_timeout + Duration::from_secs(20));
+    let link = Link::start(conn, crate::link::control_stall_limit(cfg.dead_timeout));
     link.send_session(&Session::Pull {
         sources: sources.to_vec(),
         options: options.clone(),

@@ -346,7 +346,7 @@ fn session(s: TcpStream, peer: SocketAddr, sh: Arc<Shared>) {
         }
     };
     let secret = conn.secret;
-    let link = Link::start(conn, sh.cfg.dead_timeout + Duration::from_secs(20));
+    let link = Link::start(conn, crate::link::control_stall_limit(sh.cfg.dead_timeout));
     let req = match link.rx.recv_timeout(sh.cfg.handshake_timeout) {
         Ok(Inbound::Sess(s)) => s,
         Ok(other) => {

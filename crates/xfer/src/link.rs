@@ -44,6 +44,16 @@ fn parse(line: &str) -> Result<Inbound, String> {
     }
 }
 
+/// How long a transfer's control connection may carry nothing before it is given up: the protocol's own
+/// dead-peer detection (`dead_timeout`, counting data datagrams as well as control messages) is what finds
+/// a peer that is gone; this is a backstop above it. It must outlast TCP's retransmission backoff on a
+/// saturated path: beside a TCP BBR flow filling a 2 Gb/s, 50 ms emulated path, the client's control
+/// connection carried nothing for 30 s while data and feedback still flowed, and the daemon gave up a
+/// healthy transfer (`bench/xfer-compete.sh`).
+pub fn control_stall_limit(dead_timeout: Duration) -> Duration {
+    (dead_timeout + Duration::from_secs(20)).max(Duration::from_secs(120))
+}
+
 impl Link {
     /// Starts the threads on an authenticated connection. The peer may stay silent at most `idle`.
     pub fn start(conn: SecureConn, idle: Duration) -> Link {
