@@ -13,7 +13,8 @@ use vlbiflow_net::stats::Timeline;
 use vlbiflow_net::{BwParams, Client, NetError};
 
 use crate::dispersion::{
-    estimate, fit_train, needs_longer, summarise_length, Estimate, Probe, TrainLength, TrainTimes,
+    estimate, fit_train, needs_longer, sender_bound, summarise_length, Estimate, Probe, TrainLength,
+    TrainTimes,
 };
 
 /// How to probe.
@@ -184,6 +185,10 @@ pub fn measure(
         // Longer trains would only overflow the shaper's queue further: stop where it overflowed
         // (the received packets of these trains still left the bottleneck back to back).
         let heavy_loss = lost as f64 > 0.05 * (n * p.trains_per_length) as f64;
+        if sender_bound(&lengths) {
+            progress("two lengths of trains all sender-limited: not growing further");
+            break;
+        }
         if n >= p.train || heavy_loss {
             if heavy_loss {
                 progress(&format!("trains of {n} lost {lost} packets: not growing further"));

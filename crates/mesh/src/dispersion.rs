@@ -270,6 +270,14 @@ pub fn needs_longer(lengths: &[TrainLength], bytes: usize, min_bytes: usize) -> 
     }
 }
 
+/// The last two lengths had every train left out as sender-limited: longer trains will not help.
+pub fn sender_bound(lengths: &[TrainLength]) -> bool {
+    lengths.len() >= 2
+        && lengths[lengths.len() - 2..]
+            .iter()
+            .all(|l| !l.fits.is_empty() && l.sender_limited == l.fits.len())
+}
+
 /// A token-bucket shaper seen on the path.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Shaper {
@@ -607,6 +615,7 @@ mod tests {
         };
         let lengths = probe_trains(&path, &slow, &mut rng, 1024);
         assert!(lengths.iter().all(|l| l.sender_limited == 3), "{lengths:?}");
+        assert!(sender_bound(&lengths[..2]) && !sender_bound(&lengths[..1]));
         let e = estimate(&pairs(60, 1500, &path, &mut rng), &lengths).unwrap();
         assert!(within(e.capacity_mbps, 2000.0, 0.02), "{e:?}");
         assert_eq!(e.trains_sender_limited, 3 * lengths.len());

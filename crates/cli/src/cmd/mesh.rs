@@ -437,6 +437,7 @@ Examples:
   vlbiflow net capacity 10.0.0.2
   vlbiflow net capacity far.example.org:14233 --json > capacity.json
   vlbiflow net capacity 10.0.0.2 --size 8972 --train 16384 --min-train-mb 4
+  vlbiflow net capacity 10.0.0.2 --hops
 
 Sends back-to-back packet pairs and then trains to a vlbiflow responder (`vlbiflow net responder`
 or a mesh agent); the responder returns every packet's kernel receive time stamp.
@@ -453,7 +454,16 @@ or a mesh agent); the responder returns every packet's kernel receive time stamp
 Rates are at the IP layer (payload + 28 bytes); tc counts the Ethernet header too, so a 100mbit
 tbf passes 99.1 Mb/s of 1500-byte IP packets. A bucket larger than the longest train, or a shaper
 queue that drops most of a train, is not seen past. Without shaping, a path faster than this host
-can send leaves only the pairs (reported as such).";
+can send leaves only the pairs (reported as such).
+
+--hops: for TTL 1, 2, ... trains leave with that TTL; each router drops them and answers ICMP time
+exceeded (the destination: port unreachable), read from the socket's error queue (IP_RECVERR, no
+root needed) with kernel time stamps. The answers' spacing gives the capacity of the path up to and
+including the link into that hop (same train analysis); the hop where it drops is the bottleneck.
+Limits: routers rate-limit ICMP (Linux: net.ipv4.icmp_ratelimit, icmp_ratemask; a hop answering
+under half a train is reported as rate-limited, without a rate); the answers come back over the
+reverse path; ICMP is a router's slow path; an unshaped hop faster than this host sends datagram by
+datagram gives only a lower bound.";
 
 /// Bottleneck capacity of the path to a responder, by packet dispersion (pairs and trains)
 #[derive(clap::Args)]
@@ -482,9 +492,74 @@ pub struct CapacityArgs {
     /// Longest wait for any control answer
     #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
     timeout: f64,
-    /// Print JSON (estimate, every pair and every train's fit)
+    /// Print JSON (estimate, every pair and every train's fit; with --hops the hop list)
     #[arg(long)]
     json: bool,
+    /// Hop by hop instead: TTL-limited trains, capacity up to each hop from the spacing of the
+    /// routers' ICMP time-exceeded answers (no responder needed; IPv4)
+    #[arg(long)]
+    hops: bool,
+    /// With --hops: highest TTL
+    #[arg(long, default_value_t = 30, value_name = "N")]
+    max_hops: u8,
+    /// With --hops: destination UDP port (nothing may listen there)
+    #[arg(long, default_value_t = 33434)]
+    hops_port: u16,
+}
+
+fn run_hops(a: &CapacityArgs, target: std::net::IpAddr) -> anyhow::Result<ExitCode> {
+    if a.max_hops == 0 {
+        usage!("--max-hops must be at least 1");
+    }
+    if a.size > 8972 {
+        usage!("--size {} above 8972 with --hops", a.size);
+    }
+    let p = vlbiflow_mesh::hops::HopsParams {
+        size: a.size,
+        port: a.hops_port,
+        max_hops: a.max_hops,
+        train: a.train,
+        trains_per_length: a.trains,
+        min_train_bytes: (a.min_train_mb * 1e6) as usize,
+        ..vlbiflow_mesh::hops::HopsParams::default()
+    };
+    let stop = stop_flag();
+    let r = vlbiflow_mesh::hops::measure_hops(target, &p, &stop, &mut |m| eprintln!("{m}"))
+        .map_err(|e| anyhow!(e))?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "capacity hop by hop to {} (IP layer, up to and including the link into each hop):",
+        r.target
+    );
+    for h in &r.hops {
+        println!(
+            "{:>3}  {:<16} {:>14}  {}/{} answered{}{}",
+            h.ttl,
+            h.address.map(|a| a.to_string()).unwrap_or_else(|| "*".into()),
+            match (h.capacity_mbps, h.at_least_mbps) {
+                (Some(c), _) => format!("{c:.1} Mb/s"),
+                (None, Some(l)) => format!(">= {l:.1} Mb/s"),
+                _ => "-".into(),
+            },
+            h.answered,
+            h.sent,
+            if h.destination { "  destination" } else { "" },
+            if h.note.is_empty() {
+                String::new()
+            } else {
+                format!("  ({})", h.note)
+            }
+        );
+    }
+    match r.limiting_ttl {
+        Some(t) => println!("narrowest link: into hop {t}"),
+        None => println!("no hop stands out as the bottleneck"),
+    }
+    println!("{:.1} s", r.duration_s);
+    Ok(ExitCode::SUCCESS)
 }
 
 pub fn run_capacity(a: CapacityArgs) -> anyhow::Result<ExitCode> {
@@ -515,6 +590,9 @@ pub fn run_capacity(a: CapacityArgs) -> anyhow::Result<ExitCode> {
         usage!("--timeout {} outside 0..=600 seconds", a.timeout);
     }
     let addr = vlbiflow_net::resolve_responder(&a.host).map_err(|e| anyhow!(e))?;
+    if a.hops {
+        return run_hops(&a, addr.ip());
+    }
     let mut client = vlbiflow_net::Client::connect(addr, Duration::from_secs_f64(a.timeout))
         .with_context(|| format!("responder {addr}"))?;
     let p = CapacityParams {
