@@ -185,7 +185,7 @@ pub fn measure(
         // Longer trains would only overflow the shaper's queue further: stop where it overflowed
         // (the received packets of these trains still left the bottleneck back to back).
         let heavy_loss = lost as f64 > 0.05 * (n * p.trains_per_length) as f64;
-        if sender_bound(&lengths) {
+        if sender_bound(&lengths, bytes, p.min_train_bytes) {
             progress("two lengths of trains all sender-limited: not growing further");
             break;
         }

@@ -270,9 +270,12 @@ pub fn needs_longer(lengths: &[TrainLength], bytes: usize, min_bytes: usize) -> 
     }
 }
 
-/// The last two lengths had every train left out as sender-limited: longer trains will not help.
-pub fn sender_bound(lengths: &[TrainLength]) -> bool {
+/// The last two lengths, the longer carrying at least `min_bytes`, had every train left out as
+/// sender-limited: longer trains will not help. (Shorter ones may still be inside a shaper's burst
+/// while a sender only a little faster than the sustained rate has not built a queue yet.)
+pub fn sender_bound(lengths: &[TrainLength], bytes: usize, min_bytes: usize) -> bool {
     lengths.len() >= 2
+        && lengths[lengths.len() - 1].packets * bytes >= min_bytes
         && lengths[lengths.len() - 2..]
             .iter()
             .all(|l| !l.fits.is_empty() && l.sender_limited == l.fits.len())
@@ -615,7 +618,8 @@ mod tests {
         };
         let lengths = probe_trains(&path, &slow, &mut rng, 1024);
         assert!(lengths.iter().all(|l| l.sender_limited == 3), "{lengths:?}");
-        assert!(sender_bound(&lengths[..2]) && !sender_bound(&lengths[..1]));
+        assert!(sender_bound(&lengths[..2], 1500, 0) && !sender_bound(&lengths[..1], 1500, 0));
+        assert!(!sender_bound(&lengths[..2], 1500, 1 << 20));
         let e = estimate(&pairs(60, 1500, &path, &mut rng), &lengths).unwrap();
         assert!(within(e.capacity_mbps, 2000.0, 0.02), "{e:?}");
         assert_eq!(e.trains_sender_limited, 3 * lengths.len());

@@ -134,6 +134,9 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> HopsError {
 
 /// Most answers of a train may be missing before the hop counts as rate-limiting ICMP.
 const MIN_ANSWERED: f64 = 0.5;
+/// Datagrams per send call: few, so that the time each call returned bounds its packets' hand-over
+/// tightly (trains here go datagram by datagram: a router answers a GSO super-datagram once).
+const SEND_BATCH: usize = 8;
 /// Silent hops in a row after which probing stops.
 const MAX_SILENT: usize = 3;
 
@@ -163,6 +166,9 @@ pub fn measure_hops(
     let (sock, _) = open_udp(&UdpConfig {
         timestamps: true,
         send_buffer: Some(p.train * (p.size + 512)),
+        // The ICMP answers of a whole train wait in the error queue, which counts against the
+        // receive buffer (about 1.3 kB per answer).
+        recv_buffer: Some((p.train * 2304).max(4 << 20)),
         ..UdpConfig::sender(dest)
     })
     .map_err(|e| HopsError::Io {
@@ -171,7 +177,7 @@ pub fn measure_hops(
     })?;
     errqueue::enable_recverr(&sock).map_err(io("IP_RECVERR"))?;
     let mut area = vec![0u8; p.train * p.size];
-    let mut sender = BatchSender::new(64);
+    let mut sender = BatchSender::new(SEND_BATCH);
     let mut test_id = (realtime_ns() as u32) | 1;
     let mut hops = Vec::new();
     let mut silent = 0;
@@ -194,6 +200,7 @@ pub fn measure_hops(
         let bytes = p.size + 28;
         'lengths: while needs_longer(&hop.trains, bytes, p.min_train_bytes) {
             let mut fits = Vec::new();
+            let mut rates = Vec::new();
             let mut unanswered = 0;
             for _ in 0..p.trains_per_length {
                 if stop.load(Ordering::Relaxed) {
@@ -207,6 +214,9 @@ pub fn measure_hops(
                 hop.answered += answers.count;
                 unanswered += n - answers.count;
                 if answers.count == 0 {
+                    if hop.answered > 0 {
+                        hop.note = rate_limited(&hop);
+                    }
                     break 'lengths;
                 }
                 hop.address = hop.address.or(answers.from);
@@ -216,20 +226,20 @@ pub fn measure_hops(
                     let span = t.recv_ns[t.recv_ns.len() - 1] - t.recv_ns[0];
                     last_span = Duration::from_nanos(span.max(0) as u64);
                     if span > 0 {
-                        lower = lower.max(8.0 * (bytes * (t.recv_ns.len() - 1)) as f64 / span as f64 * 1e3);
+                        rates.push(8.0 * (bytes * (t.recv_ns.len() - 1)) as f64 / span as f64 * 1e3);
                     }
                 }
                 fits.push(fit_train(&t));
             }
+            // The lower bound: the longest trains' arrival rate (shorter ones may be inside a
+            // bucket's burst).
+            lower = median(&mut rates).unwrap_or(lower);
             hop.trains.push(summarise_length(n, fits));
             if (unanswered as f64) > (1.0 - MIN_ANSWERED) * (n * p.trains_per_length) as f64 {
-                hop.note = format!(
-                    "{} of {} packets answered: ICMP rate-limited at this hop (net.ipv4.icmp_ratelimit / icmp_ratemask on Linux routers)",
-                    hop.answered, hop.sent
-                );
+                hop.note = rate_limited(&hop);
                 break;
             }
-            if sender_bound(&hop.trains)
+            if sender_bound(&hop.trains, bytes, p.min_train_bytes)
                 || n >= p.train
                 || unanswered as f64 > 0.05 * (n * p.trains_per_length) as f64
             {
@@ -243,7 +253,7 @@ pub fn measure_hops(
             hop.note = "no answer (the hop does not send ICMP time exceeded, or filters it)".into();
         } else if let Some(l) = settled {
             hop.capacity_mbps = l.tail_mbps;
-        } else if limited && hop.note.is_empty() {
+        } else if limited && hop.note.is_empty() && lower > 0.0 {
             hop.at_least_mbps = Some(lower);
             hop.note = "the sender could not keep this hop busy: a lower bound".into();
         } else if hop.note.is_empty() {
@@ -300,6 +310,18 @@ pub fn limiting(hops: &[Hop]) -> Option<u8> {
     found
 }
 
+fn rate_limited(hop: &Hop) -> String {
+    format!(
+        "{} of {} packets answered: ICMP rate-limited at this hop (net.ipv4.icmp_ratelimit / icmp_ratemask on Linux routers)",
+        hop.answered, hop.sent
+    )
+}
+
+fn median(v: &mut [f64]) -> Option<f64> {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v.get(v.len() / 2).copied()
+}
+
 /// A sent train: per packet its write time, and per send call the packets handed so far and when.
 struct SentTrain {
     send_ns: Vec<i64>,
@@ -319,7 +341,7 @@ fn send_train(
     let mut k = 0;
     let mut retries = 0;
     while k < n {
-        let m = (n - k).min(64);
+        let m = (n - k).min(SEND_BATCH);
         for (j, b) in area[k * size..(k + m) * size].chunks_exact_mut(size).enumerate() {
             let ts = realtime_ns();
             TestPacketRepr {
