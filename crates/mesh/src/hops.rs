@@ -253,6 +253,16 @@ pub fn measure_hops(
             hop.note = "no answer (the hop does not send ICMP time exceeded, or filters it)".into();
         } else if let Some(l) = settled {
             hop.capacity_mbps = l.tail_mbps;
+            // Answers missing from trains longer than the settled ones: a queue on the path dropped
+            // their ends, or ICMP rate limits cut in; either way the rate stands.
+            hop.note = if hop.answered < hop.sent {
+                format!(
+                    "{} of {} packets answered: longer trains lost packets (a queue on the path or ICMP rate limits)",
+                    hop.answered, hop.sent
+                )
+            } else {
+                String::new()
+            };
         } else if limited && hop.note.is_empty() && lower > 0.0 {
             hop.at_least_mbps = Some(lower);
             hop.note = "the sender could not keep this hop busy: a lower bound".into();
