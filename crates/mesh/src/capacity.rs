@@ -32,6 +32,8 @@ pub struct CapacityParams {
     /// Send trains as GSO super-datagrams (several packets per send, cut by the kernel): a sender
     /// on a busy core keeps up with faster paths.
     pub gso: bool,
+    /// Most packets per GSO super-datagram (0: as many as fit).
+    pub gso_segments: usize,
     /// Trains per length.
     pub trains_per_length: usize,
     /// Idle time between probes (lets a token bucket refill), at least.
@@ -46,6 +48,7 @@ impl Default for CapacityParams {
             train: 8192,
             min_train_bytes: 1 << 20,
             gso: true,
+            gso_segments: 0,
             trains_per_length: 3,
             gap: Duration::from_millis(20),
         }
@@ -146,6 +149,7 @@ pub fn measure(
             idle(last_span);
             let params = BwParams {
                 gso: p.gso,
+                gso_segments: p.gso_segments,
                 batch: 64,
                 timeline: true,
                 send_buffer: Some((n * (p.size + 64)).max(1 << 20)),

@@ -673,7 +673,14 @@ fn send_paced(
         pkt.set_test_id(test_id);
     }
     let per_gso = if p.gso {
-        (crate::responder::MAX_DATAGRAM / p.size).min(GSO_MAX_SEGMENTS)
+        let limit = if p.gso_segments > 0 {
+            p.gso_segments
+        } else {
+            GSO_MAX_SEGMENTS
+        };
+        (crate::responder::MAX_DATAGRAM / p.size)
+            .min(GSO_MAX_SEGMENTS)
+            .min(limit)
     } else {
         1
     };
@@ -827,6 +834,9 @@ pub struct BwParams {
     /// Send datagrams that are due together (behind schedule, or flat out) as GSO super-datagrams
     /// (falls back to one datagram per message when the path refuses GSO).
     pub gso: bool,
+    /// Most datagrams per GSO super-datagram (0: as many as fit in one, up to the kernel's limit).
+    #[serde(default)]
+    pub gso_segments: usize,
     /// Ask the responder for every packet's times ([`BwRemote::timeline`]) and note when each
     /// send call returned ([`BwLocal::handed`]); at most [`crate::stats::MAX_TIMELINE`] packets.
     #[serde(default)]
@@ -844,6 +854,7 @@ impl BwParams {
             recv_buffer: Some(8 << 20),
             batch: 32,
             gso: true,
+            gso_segments: 0,
             timeline: false,
         }
     }

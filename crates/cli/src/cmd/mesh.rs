@@ -489,6 +489,9 @@ pub struct CapacityArgs {
     /// Send trains one datagram per packet instead of GSO super-datagrams
     #[arg(long)]
     no_gso: bool,
+    /// Most packets per GSO super-datagram (0: as many as fit in 64 kB)
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    gso_segments: usize,
     /// Longest wait for any control answer
     #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
     timeout: f64,
@@ -602,6 +605,7 @@ pub fn run_capacity(a: CapacityArgs) -> anyhow::Result<ExitCode> {
         trains_per_length: a.trains,
         min_train_bytes: (a.min_train_mb * 1e6) as usize,
         gso: !a.no_gso,
+        gso_segments: a.gso_segments,
         ..CapacityParams::default()
     };
     let stop = stop_flag();
