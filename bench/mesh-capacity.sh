@@ -4,7 +4,8 @@
 # responder` in the far namespace. Prints a table of the estimate (IP layer) against the configured
 # rate (acceptance: within 10 %) and against the IP-layer rate that rate allows (tc counts the
 # 14-byte Ethernet header: 1500/1514 of it for 1500-byte packets), and writes JSON per case.
-# Shaper "tbf" uses BURST (default 32kb); "tbfbig" the same tbf with BIG_BURST (default 256kb).
+# Shaper "tbf" uses BURST (default 32kb); "tbfbig" the same tbf with BIG_BURST (default 256kb);
+# "none" (not in the default list) leaves the veth pair unshaped (the rate column is then moot).
 #
 # Needs root. Usage: bench/mesh-capacity.sh [OUT_DIR]   (default target/bench-mesh-capacity)
 # Environment: RATES="100mbit 500mbit 2gbit" SHAPERS="tbf htb tbfbig" PAIRS=60 EXTRA="--train 8192"
@@ -43,6 +44,7 @@ shape() { # shaper rate
   ip netns exec "$a" tc qdisc del dev e0 root 2>/dev/null || true
   case "$1" in
     tbf) ip netns exec "$a" tc qdisc add dev e0 root tbf rate "$2" burst "${BURST:-32kb}" latency 50ms ;;
+    none) ;;  # the bare veth pair (no known capacity: what the tool says about a host-bound path)
     tbfbig) ip netns exec "$a" tc qdisc add dev e0 root tbf rate "$2" burst "${BIG_BURST:-256kb}" latency 50ms ;;
     htb) ip netns exec "$a" tc qdisc add dev e0 root handle 1: htb default 10
          ip netns exec "$a" tc class add dev e0 parent 1: classid 1:10 htb rate "$2" ceil "$2" ;;

@@ -395,7 +395,10 @@ pub fn estimate(pairs: &[Probe], lengths: &[TrainLength]) -> Result<Estimate, St
             ),
             None => (a, "trains' tail rate (did not settle; no pair mode at or above it)"),
         },
-        (None, _, _) => (strongest.mbps, "strongest packet-pair mode (no train kept the bottleneck busy)"),
+        (None, _, _) => (
+            strongest.mbps,
+            "strongest packet-pair mode; no train kept the bottleneck busy, so the path is faster than this host sends trains and the pairs may measure the host",
+        ),
     };
     Ok(Estimate {
         capacity_mbps: capacity,
