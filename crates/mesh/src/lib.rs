@@ -7,7 +7,7 @@
 //! [`auth`] (MACs between agents and hub), [`dispersion`] (capacity from packet pairs and trains)
 //! and the parsers of [`counters`]. The I/O: [`agent`], [`hub`] (with its pages, [`plots`] and
 //! `/metrics`), [`archive`] (SQLite or PostgreSQL), [`runner`] (one run's measurement),
-//! [`capacity`] (the probes) and [`api`] (the read API's client). See docs/mesh.md.
+//! [`capacity`] (the probes), [`hops`] (TTL-limited trains, hop by hop) and [`api`] (the read API's client). See docs/mesh.md.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
@@ -20,6 +20,7 @@ pub mod capacity;
 pub mod config;
 pub mod counters;
 pub mod dispersion;
+pub mod hops;
 pub mod hub;
 pub mod plan;
 pub mod plots;

@@ -191,6 +191,7 @@ impl Client {
             size: p.size,
             recv_buffer: p.recv_buffer,
             max_duration_ms: max_duration.as_millis() as u64,
+            timeline: p.timeline,
         }))?;
         let (port, remote_buffer) = self.expect_ready("waiting for the bw test socket")?;
         let dest = SocketAddr::new(self.server.ip(), port);
@@ -672,7 +673,14 @@ fn send_paced(
         pkt.set_test_id(test_id);
     }
     let per_gso = if p.gso {
-        (crate::responder::MAX_DATAGRAM / p.size).min(GSO_MAX_SEGMENTS)
+        let limit = if p.gso_segments > 0 {
+            p.gso_segments
+        } else {
+            GSO_MAX_SEGMENTS
+        };
+        (crate::responder::MAX_DATAGRAM / p.size)
+            .min(GSO_MAX_SEGMENTS)
+            .min(limit)
     } else {
         1
     };
@@ -691,6 +699,13 @@ fn send_paced(
     let mut first_send: Option<Instant> = None;
     let mut next_check = 0u64;
     let mut gso_sends = 0u64;
+    // One entry per send call at most, allocated before the first packet.
+    let mut handed: Vec<(u64, u64)> = if p.timeline && p.count <= crate::stats::MAX_TIMELINE {
+        Vec::with_capacity(p.count as usize + 1)
+    } else {
+        Vec::new()
+    };
+    let keep_handed = handed.capacity() > 0;
     while k < p.count {
         let n = match pacer.as_mut() {
             Some(pc) => {
@@ -719,7 +734,17 @@ fn send_paced(
                 b.push(&[chunk]);
             }
         }
-        match b.flush(sock) {
+        let flushed = b.flush(sock);
+        if keep_handed && handed.len() < handed.capacity() {
+            let n = match &flushed {
+                Ok(sent) => sent.datagrams,
+                Err(e) => e.sent.datagrams,
+            };
+            if n > 0 {
+                handed.push((k + n as u64, realtime_ns()));
+            }
+        }
+        match flushed {
             Ok(sent) => k += sent.datagrams as u64,
             Err(e) if e.source.raw_os_error() == Some(libc::ECONNREFUSED) => {
                 // An ICMP port-unreachable from an earlier datagram: count it and keep going; the
@@ -786,6 +811,7 @@ fn send_paced(
         refused: st.refused,
         host: HostUsage::default(),
         remote_buffer: 0,
+        handed,
     };
     SendOutcome { local, error }
 }
@@ -808,6 +834,13 @@ pub struct BwParams {
     /// Send datagrams that are due together (behind schedule, or flat out) as GSO super-datagrams
     /// (falls back to one datagram per message when the path refuses GSO).
     pub gso: bool,
+    /// Most datagrams per GSO super-datagram (0: as many as fit in one, up to the kernel's limit).
+    #[serde(default)]
+    pub gso_segments: usize,
+    /// Ask the responder for every packet's times ([`BwRemote::timeline`]) and note when each
+    /// send call returned ([`BwLocal::handed`]); at most [`crate::stats::MAX_TIMELINE`] packets.
+    #[serde(default)]
+    pub timeline: bool,
 }
 
 impl BwParams {
@@ -821,6 +854,8 @@ impl BwParams {
             recv_buffer: Some(8 << 20),
             batch: 32,
             gso: true,
+            gso_segments: 0,
+            timeline: false,
         }
     }
 
@@ -879,6 +914,11 @@ pub struct BwLocal {
     pub host: HostUsage,
     /// Receive buffer the responder got, bytes.
     pub remote_buffer: usize,
+    /// With [`BwParams::timeline`]: per send call that handed packets to the kernel, the number of
+    /// packets handed so far and the CLOCK_REALTIME ns when the call returned (every packet up to
+    /// that number was in the kernel by then).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub handed: Vec<(u64, u64)>,
 }
 
 /// One UDPmon-style throughput line plus the extra statistics.

@@ -77,6 +77,10 @@ pub struct BwSetup {
     pub recv_buffer: Option<usize>,
     /// Longest the test may take before the responder gives up, ms.
     pub max_duration_ms: u64,
+    /// Return every packet's send and receive time ([`BwRemote::timeline`]); for tests of at most
+    /// [`crate::stats::MAX_TIMELINE`] packets (packet dispersion). Absent in older clients: false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub timeline: bool,
 }
 
 /// Responder -> client.
@@ -140,6 +144,9 @@ pub struct BwRemote {
     pub socket_drops: u64,
     /// The receiver's CPU, interrupts and UDP counters during the test.
     pub host: HostUsage,
+    /// Every packet's times, when the client asked for them ([`BwSetup::timeline`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<crate::stats::Timeline>,
 }
 
 /// What the receiving end reports for a TCP test.
@@ -363,7 +370,15 @@ mod tests {
             size: 1472,
             recv_buffer: Some(1 << 20),
             max_duration_ms: 5000,
+            timeline: false,
         });
+        // An older client's request (no timeline field) still parses.
+        let old =
+            r#"{"type":"bw_start","test_id":1,"count":2,"size":64,"recv_buffer":null,"max_duration_ms":9}"#;
+        assert!(matches!(
+            decode::<Request>(old, "request").unwrap(),
+            Request::BwStart(BwSetup { timeline: false, .. })
+        ));
         let line = encode(&r);
         let s = std::str::from_utf8(&line).unwrap().trim_end();
         assert_eq!(decode::<Request>(s, "request").unwrap(), r);

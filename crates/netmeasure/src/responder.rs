@@ -641,6 +641,11 @@ fn serve_bw(
     };
     let host = HostSnapshot::take().since(&before);
     let arrivals = stats.summary(sent);
+    let timeline = if setup.timeline {
+        stats.timeline(sent)
+    } else {
+        None
+    };
     // Given back before the client hears the result, so its next test can use the memory.
     drop(stats);
     drop(reservation);
@@ -652,6 +657,7 @@ fn serve_bw(
         bytes,
         socket_drops: drops,
         host,
+        timeline,
     })))?;
     Ok(())
 }

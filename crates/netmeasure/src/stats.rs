@@ -41,6 +41,22 @@ pub struct ArrivalStats {
     last_recv: u64,
 }
 
+/// Most packets whose times a [`Timeline`] carries (about 20 bytes each in JSON).
+pub const MAX_TIMELINE: u64 = 200_000;
+
+/// Every packet's send and receive time (for packet dispersion), in sequence order.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Timeline {
+    /// Sender's CLOCK_REALTIME of packet 0 (or the first received), ns.
+    pub send_base_ns: u64,
+    /// Receiver's CLOCK_REALTIME of packet 0's arrival (or the first received), ns.
+    pub recv_base_ns: u64,
+    /// Per sequence number: send time minus `send_base_ns`, ns; -1 when the packet was lost.
+    pub send_ns: Vec<i64>,
+    /// Per sequence number: receive time minus `recv_base_ns`, ns; -1 when the packet was lost.
+    pub recv_ns: Vec<i64>,
+}
+
 /// Most memory one packet of announced capacity costs: 24 bytes of storage ([`ArrivalStats::new`])
 /// and up to 32 more of working space while [`ArrivalStats::summary`] runs.
 pub const BYTES_PER_PACKET: u64 = 56;
@@ -183,6 +199,34 @@ impl ArrivalStats {
             prev = Some((send_ts, recv_ts));
         }
         (r, jitter_ns, iat_hist)
+    }
+
+    /// Every packet's times for packets 0..sent, None when more than [`MAX_TIMELINE`] or none arrived.
+    pub fn timeline(&self, sent: u64) -> Option<Timeline> {
+        let n = sent.min(self.capacity);
+        if n > MAX_TIMELINE {
+            return None;
+        }
+        let n = n as usize;
+        let first = (0..n).find(|&i| self.recv_ts[i] != 0)?;
+        let (sb, rb) = (self.send_ts[first], self.recv_ts[first]);
+        let rel = |v: &[u64], base: u64| -> Vec<i64> {
+            (0..n)
+                .map(|i| {
+                    if self.recv_ts[i] == 0 {
+                        -1
+                    } else {
+                        (v[i] as i64).wrapping_sub(base as i64)
+                    }
+                })
+                .collect()
+        };
+        Some(Timeline {
+            send_base_ns: sb,
+            recv_base_ns: rb,
+            send_ns: rel(&self.send_ts, sb),
+            recv_ns: rel(&self.recv_ts, rb),
+        })
     }
 
     /// Summarises, given how many packets the sender says it sent (numbers 0..sent).

@@ -117,6 +117,35 @@ fn bw_lat_tcp_in_sequence_on_one_session() {
 }
 
 #[test]
+fn timeline_carries_every_packets_times() {
+    let r = start_responder();
+    let stop = AtomicBool::new(false);
+    let mut c = Client::connect(r.addr, T).unwrap();
+    let p = BwParams {
+        timeline: true,
+        gso: false,
+        batch: 16,
+        ..BwParams::new(1000, 300, 0.0)
+    };
+    let res = c.bw(&p, &stop).unwrap();
+    let t = res.remote.timeline.expect("timeline asked for");
+    assert_eq!((t.send_ns.len(), t.recv_ns.len()), (300, 300));
+    let lost = t.recv_ns.iter().filter(|&&x| x < 0).count() as u64;
+    assert_eq!(lost, res.lost);
+    // Send times go forward with the sequence; each send call's return is noted, the last one
+    // covering every packet.
+    let sends: Vec<i64> = t.send_ns.iter().copied().filter(|&x| x >= 0).collect();
+    assert!(sends.windows(2).all(|w| w[0] <= w[1]), "{sends:?}");
+    let h = &res.local.handed;
+    assert!(h.len() >= 300 / 16, "{h:?}");
+    assert_eq!(h.last().unwrap().0, 300);
+    assert!(h.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1), "{h:?}");
+    // Without asking, none.
+    let res = c.bw(&BwParams::new(1000, 10, 0.0), &stop).unwrap();
+    assert!(res.remote.timeline.is_none() && res.local.handed.is_empty());
+}
+
+#[test]
 fn flat_out_gso_and_per_datagram_sends_deliver_the_same_numbered_datagrams() {
     let r = start_responder();
     let stop = AtomicBool::new(false);
@@ -201,6 +230,7 @@ fn garbage_on_both_ports_is_counted_and_ignored() {
         size: 100,
         recv_buffer: None,
         max_duration_ms: 5000,
+        timeline: false,
     };
     c.send(&Request::BwStart(setup)).unwrap();
     let Reply::Ready { port, .. } = c.recv(T, "ready", "reply").unwrap() else {
@@ -365,6 +395,7 @@ fn send_paced_stream(
         size: 256,
         recv_buffer: None,
         max_duration_ms: 30_000,
+        timeline: false,
     }))
     .unwrap();
     let Reply::Ready { port, .. } = c.recv(T, "ready", "reply").unwrap() else {
@@ -489,6 +520,7 @@ fn bw_start(c: &mut ControlConn, count: u64, recv_buffer: Option<usize>) -> Repl
         size: 1000,
         recv_buffer,
         max_duration_ms: 5000,
+        timeline: false,
     }))
     .unwrap();
     c.recv(T, "ready", "reply").unwrap()

@@ -7,6 +7,8 @@
 //!   size and source, and the cumulative kernel drop count.
 //! - [`pace`]: absolute-schedule rate pacing and a per-second rate meter.
 //! - [`epoll`]: a readiness set over several sockets, reporting each ready one by its index.
+//! - [`errqueue`]: ICMP errors (time exceeded, unreachable) from a socket's error queue, with the
+//!   sender, the kernel's receive time and the quoted datagram.
 //! - [`snmp`]: the kernel's UDP counters from `/proc/net/snmp`.
 //! - [`sink`]: a discarding receiver with per-second counts and sequence-number loss accounting.
 //!
@@ -18,6 +20,7 @@
 compile_error!("vlbiflow-udp uses Linux-only socket features (sendmmsg, recvmmsg, UDP GSO/GRO)");
 
 pub mod epoll;
+pub mod errqueue;
 pub mod pace;
 pub mod recv;
 pub mod send;

@@ -435,13 +435,35 @@ pub fn run_mesh(a: MeshArgs) -> anyhow::Result<ExitCode> {
 const CAPACITY_EXAMPLES: &str = "\
 Examples:
   vlbiflow net capacity 10.0.0.2
-  vlbiflow net capacity far.example.org --size 8972 --train 1024 --json
+  vlbiflow net capacity far.example.org:14233 --json > capacity.json
+  vlbiflow net capacity 10.0.0.2 --size 8972 --train 16384 --min-train-mb 4
+  vlbiflow net capacity 10.0.0.2 --hops
 
-Sends back-to-back packet pairs and trains to a vlbiflow responder (`vlbiflow net responder` or an
-agent), filters pairs that met cross traffic (queued first packet), finds the modes of the pair
-estimates and the trains' asymptotic dispersion rate, and tells a token-bucket shaper (tbf, htb,
-policer) by train spreads that grow linearly with length after a burst. The capacity is at the IP
-layer (payload + 28 bytes per packet).";
+Sends back-to-back packet pairs and then trains to a vlbiflow responder (`vlbiflow net responder`
+or a mesh agent); the responder returns every packet's kernel receive time stamp.
+- Pairs: those whose first packet queued (cross traffic) are dropped; the modes of the rest are
+  listed (pathrate). Behind a token-bucket shaper (tbf, htb, a policer) pairs pass at the peak.
+- Trains double in length from 64 packets until their tails (last half against last quarter,
+  across trains and with the length before) settle on one rate and carry at least --min-train-mb,
+  so a shaper's burst is passed. Only gaps during which the bottleneck was surely busy count: a gap
+  after which the sender had not yet handed over the next packet (a loaded core) is dropped, and a
+  train with too few busy gaps is left out as sender-limited.
+- Capacity: the trains' settled tail rate (a shaper is reported with its burst and peak when pairs
+  or train heads ran well above it); when the tails vary (cross traffic), the strongest pair mode
+  at or above them.
+Rates are at the IP layer (payload + 28 bytes); tc counts the Ethernet header too, so a 100mbit
+tbf passes 99.1 Mb/s of 1500-byte IP packets. A bucket larger than the longest train, or a shaper
+queue that drops most of a train, is not seen past. Without shaping, a path faster than this host
+can send leaves only the pairs (reported as such).
+
+--hops: for TTL 1, 2, ... trains leave with that TTL; each router drops them and answers ICMP time
+exceeded (the destination: port unreachable), read from the socket's error queue (IP_RECVERR, no
+root needed) with kernel time stamps. The answers' spacing gives the capacity of the path up to and
+including the link into that hop (same train analysis); the hop where it drops is the bottleneck.
+Limits: routers rate-limit ICMP (Linux: net.ipv4.icmp_ratelimit, icmp_ratemask; a hop answering
+under half a train is reported as rate-limited, without a rate); the answers come back over the
+reverse path; ICMP is a router's slow path; an unshaped hop faster than this host sends datagram by
+datagram gives only a lower bound.";
 
 /// Bottleneck capacity of the path to a responder, by packet dispersion (pairs and trains)
 #[derive(clap::Args)]
@@ -455,18 +477,92 @@ pub struct CapacityArgs {
     /// Packet pairs
     #[arg(long, default_value_t = 60)]
     pairs: usize,
-    /// Longest train, packets
-    #[arg(long, default_value_t = 512)]
+    /// Longest train, packets (trains grow from 64 by doubling until settled)
+    #[arg(long, default_value_t = 8192)]
     train: usize,
+    /// Trains grow at least until they carry this many MB (10^6 bytes)
+    #[arg(long, default_value_t = 1.0, value_name = "MB")]
+    min_train_mb: f64,
     /// Trains per length
     #[arg(long, default_value_t = 3)]
     trains: usize,
+    /// Send trains one datagram per packet instead of GSO super-datagrams
+    #[arg(long)]
+    no_gso: bool,
+    /// Most packets per GSO super-datagram (0: as many as fit in 64 kB)
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    gso_segments: usize,
     /// Longest wait for any control answer
     #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
     timeout: f64,
-    /// Print JSON (estimate and every probe)
+    /// Print JSON (estimate, every pair and every train's fit; with --hops the hop list)
     #[arg(long)]
     json: bool,
+    /// Hop by hop instead: TTL-limited trains, capacity up to each hop from the spacing of the
+    /// routers' ICMP time-exceeded answers (no responder needed; IPv4)
+    #[arg(long)]
+    hops: bool,
+    /// With --hops: highest TTL
+    #[arg(long, default_value_t = 30, value_name = "N")]
+    max_hops: u8,
+    /// With --hops: destination UDP port (nothing may listen there)
+    #[arg(long, default_value_t = 33434)]
+    hops_port: u16,
+}
+
+fn run_hops(a: &CapacityArgs, target: std::net::IpAddr) -> anyhow::Result<ExitCode> {
+    if a.max_hops == 0 {
+        usage!("--max-hops must be at least 1");
+    }
+    if a.size > 8972 {
+        usage!("--size {} above 8972 with --hops", a.size);
+    }
+    let p = vlbiflow_mesh::hops::HopsParams {
+        size: a.size,
+        port: a.hops_port,
+        max_hops: a.max_hops,
+        train: a.train,
+        trains_per_length: a.trains,
+        min_train_bytes: (a.min_train_mb * 1e6) as usize,
+        ..vlbiflow_mesh::hops::HopsParams::default()
+    };
+    let stop = stop_flag();
+    let r = vlbiflow_mesh::hops::measure_hops(target, &p, &stop, &mut |m| eprintln!("{m}"))
+        .map_err(|e| anyhow!(e))?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "capacity hop by hop to {} (IP layer, up to and including the link into each hop):",
+        r.target
+    );
+    for h in &r.hops {
+        println!(
+            "{:>3}  {:<16} {:>14}  {}/{} answered{}{}",
+            h.ttl,
+            h.address.map(|a| a.to_string()).unwrap_or_else(|| "*".into()),
+            match (h.capacity_mbps, h.at_least_mbps) {
+                (Some(c), _) => format!("{c:.1} Mb/s"),
+                (None, Some(l)) => format!(">= {l:.1} Mb/s"),
+                _ => "-".into(),
+            },
+            h.answered,
+            h.sent,
+            if h.destination { "  destination" } else { "" },
+            if h.note.is_empty() {
+                String::new()
+            } else {
+                format!("  ({})", h.note)
+            }
+        );
+    }
+    match r.limiting_ttl {
+        Some(t) => println!("narrowest link: into hop {t}"),
+        None => println!("no hop stands out as the bottleneck"),
+    }
+    println!("{:.1} s", r.duration_s);
+    Ok(ExitCode::SUCCESS)
 }
 
 pub fn run_capacity(a: CapacityArgs) -> anyhow::Result<ExitCode> {
@@ -480,8 +576,15 @@ pub fn run_capacity(a: CapacityArgs) -> anyhow::Result<ExitCode> {
     if !(10..=100_000).contains(&a.pairs) {
         usage!("--pairs {} outside 10..=100000", a.pairs);
     }
-    if !(8..=100_000).contains(&a.train) {
-        usage!("--train {} outside 8..=100000", a.train);
+    if !(64..=vlbiflow_net::stats::MAX_TIMELINE as usize).contains(&a.train) {
+        usage!(
+            "--train {} outside 64..={}",
+            a.train,
+            vlbiflow_net::stats::MAX_TIMELINE
+        );
+    }
+    if !(a.min_train_mb >= 0.0 && a.min_train_mb <= 1000.0) {
+        usage!("--min-train-mb {} outside 0..=1000", a.min_train_mb);
     }
     if !(1..=1000).contains(&a.trains) {
         usage!("--trains {} outside 1..=1000", a.trains);
@@ -490,6 +593,9 @@ pub fn run_capacity(a: CapacityArgs) -> anyhow::Result<ExitCode> {
         usage!("--timeout {} outside 0..=600 seconds", a.timeout);
     }
     let addr = vlbiflow_net::resolve_responder(&a.host).map_err(|e| anyhow!(e))?;
+    if a.hops {
+        return run_hops(&a, addr.ip());
+    }
     let mut client = vlbiflow_net::Client::connect(addr, Duration::from_secs_f64(a.timeout))
         .with_context(|| format!("responder {addr}"))?;
     let p = CapacityParams {
@@ -497,6 +603,9 @@ pub fn run_capacity(a: CapacityArgs) -> anyhow::Result<ExitCode> {
         pairs: a.pairs,
         train: a.train,
         trains_per_length: a.trains,
+        min_train_bytes: (a.min_train_mb * 1e6) as usize,
+        gso: !a.no_gso,
+        gso_segments: a.gso_segments,
         ..CapacityParams::default()
     };
     let stop = stop_flag();
@@ -509,12 +618,25 @@ pub fn run_capacity(a: CapacityArgs) -> anyhow::Result<ExitCode> {
     println!("capacity to {addr}: {:.1} Mb/s ({})", e.capacity_mbps, e.method);
     if let Some(s) = &e.shaper {
         println!(
-            "token-bucket shaper: sustained {:.1} Mb/s, burst {:.0} bytes, peak {:.1} Mb/s (fit r2 {:.4})",
-            s.rate_mbps, s.burst_bytes, s.peak_mbps, s.r2
+            "token-bucket shaper: sustained {:.1} Mb/s, burst about {:.0} bytes, peak {:.1} Mb/s",
+            s.rate_mbps, s.burst_bytes, s.peak_mbps
         );
     }
-    if let Some(adr) = e.adr_mbps {
-        println!("trains' asymptotic dispersion rate: {adr:.1} Mb/s");
+    for l in &r.trains {
+        println!(
+            "trains of {:>5}: tail {} (spread {:.1} %, {}){}",
+            l.packets,
+            l.tail_mbps
+                .map(|t| format!("{t:.1} Mb/s"))
+                .unwrap_or_else(|| "-".into()),
+            100.0 * l.spread.min(9.99),
+            if l.settled { "settled" } else { "not settled" },
+            if l.sender_limited > 0 {
+                format!(", {} left out: sender behind", l.sender_limited)
+            } else {
+                String::new()
+            }
+        );
     }
     for m in &e.modes {
         println!(
@@ -525,7 +647,7 @@ pub fn run_capacity(a: CapacityArgs) -> anyhow::Result<ExitCode> {
         );
     }
     println!(
-        "{} probes sent, {} with loss left out, {} pairs kept, {} dropped as queued; {:.1} s",
+        "{} probes sent, {} with loss, {} pairs kept, {} dropped as queued; {:.1} s",
         r.sent, r.incomplete, e.pairs_kept, e.pairs_dropped, r.duration_s
     );
     Ok(ExitCode::SUCCESS)
