@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 13's acceptance at full length (docs/mesh.md, "Full-length acceptance run"); not part of CI.
 # Needs root, iproute2 with tc tbf, PostgreSQL 15 (apt-get install postgresql), chromium, sqlite3,
-# python3. About 14 minutes.
+# python3. 12-14 minutes (the window starts at the next 2-minute boundary).
 #
 # Two meshes side by side, identical but for the archive: one hub on SQLite, one on a private
 # PostgreSQL server this script starts (initdb into OUT/pg, Unix socket only, stopped on exit). Each
