@@ -10,7 +10,7 @@
 //! same time fails only its own pairs, with reasons; and both archives hold the same counts.
 //!
 //! The full-length run (10 minutes, 2-minute bandwidth and 30 s latency intervals) is
-//! bench/mesh-acceptance.sh.
+//! bench/mesh-accept.sh.
 
 #[path = "../../mesh/tests/common/pg.rs"]
 #[allow(dead_code)]

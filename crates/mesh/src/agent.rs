@@ -507,6 +507,7 @@ fn schedule_loop(
             done.extend(rx.try_iter());
             for r in done {
                 machine.finished(&r.run.id);
+                log_outcome(log, &r);
                 outbox.push_report(&r)?;
                 outbox.del(&format!("running:{}", r.run.id))?;
             }
@@ -518,8 +519,20 @@ fn schedule_loop(
         let _ = h.join();
     }
     while let Ok(r) = rx.try_recv() {
+        log_outcome(log, &r);
         outbox.push_report(&r)?;
         outbox.del(&format!("running:{}", r.run.id))?;
     }
     Ok(())
+}
+
+/// One line per finished run, `run ID: ok` or `run ID: REASON: detail`: the agent's own account of
+/// its outcomes, to hold against the archive (bench/mesh-accept.sh does).
+fn log_outcome(log: &(dyn Fn(&str) + Sync), r: &RunReport) {
+    match &r.outcome {
+        crate::report::Outcome::Failed { reason, detail } => {
+            log(&format!("run {}: {}: {detail}", r.run.id, reason.as_str()))
+        }
+        _ => log(&format!("run {}: ok", r.run.id)),
+    }
 }

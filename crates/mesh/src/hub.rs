@@ -556,8 +556,13 @@ pub struct Cell {
     pub src: String,
     /// Destination.
     pub dst: String,
-    /// Newest figure per metric: (value, time, test, class "good"/"warn"/"bad"/"none", stale).
+    /// Newest figure per metric of any test: (value, time, test, class "good"/"warn"/"bad"/"none",
+    /// stale). Where several tests give a metric (a sweep's loss and a latency test's) this is
+    /// whichever ran last: `by_test` keeps them apart.
     pub metrics: BTreeMap<String, CellValue>,
+    /// Newest figure per test and metric.
+    #[serde(default)]
+    pub by_test: BTreeMap<String, BTreeMap<String, CellValue>>,
 }
 
 /// A figure in a cell.
@@ -587,12 +592,15 @@ pub struct Matrix {
 }
 
 fn matrix(s: &Shared) -> Result<Matrix, String> {
-    let now = now_ms();
     let latest = lock(&s.archive).latest().map_err(|e| e.to_string())?;
+    Ok(matrix_of(&s.cfg, &latest, now_ms()))
+}
+
+/// The matrix from the newest result of each (test, src, dst).
+fn matrix_of(cfg: &Config, latest: &[RunRow], now: Ms) -> Matrix {
     let mut cells: BTreeMap<(String, String), Cell> = BTreeMap::new();
     for r in latest {
-        let interval = s
-            .cfg
+        let interval = cfg
             .tests
             .iter()
             .find(|t| t.name == r.test)
@@ -604,6 +612,7 @@ fn matrix(s: &Shared) -> Result<Matrix, String> {
                 src: r.src.clone(),
                 dst: r.dst.clone(),
                 metrics: BTreeMap::new(),
+                by_test: BTreeMap::new(),
             });
         for (name, v) in [
             ("throughput_mbps", r.throughput_mbps),
@@ -612,31 +621,31 @@ fn matrix(s: &Shared) -> Result<Matrix, String> {
             ("capacity_mbps", r.capacity_mbps),
         ] {
             let Some(v) = v else { continue };
-            if cell.metrics.get(name).is_some_and(|c| c.t >= r.planned_start) {
-                continue;
+            let value = CellValue {
+                value: v,
+                t: r.planned_start,
+                test: r.test.clone(),
+                class: cfg
+                    .threshold(name)
+                    .map(|t| t.classify(v))
+                    .unwrap_or("none")
+                    .into(),
+                stale: (now - r.planned_start) as f64 > cfg.stale_after * interval as f64,
+            };
+            let per_test = cell.by_test.entry(r.test.clone()).or_default();
+            if per_test.get(name).is_none_or(|c| c.t < r.planned_start) {
+                per_test.insert(name.into(), value.clone());
             }
-            cell.metrics.insert(
-                name.into(),
-                CellValue {
-                    value: v,
-                    t: r.planned_start,
-                    test: r.test.clone(),
-                    class: s
-                        .cfg
-                        .threshold(name)
-                        .map(|t| t.classify(v))
-                        .unwrap_or("none")
-                        .into(),
-                    stale: (now - r.planned_start) as f64 > s.cfg.stale_after * interval as f64,
-                },
-            );
+            if cell.metrics.get(name).is_none_or(|c| c.t < r.planned_start) {
+                cell.metrics.insert(name.into(), value);
+            }
         }
     }
-    Ok(Matrix {
-        hosts: s.cfg.hosts.iter().map(|h| h.name.clone()).collect(),
+    Matrix {
+        hosts: cfg.hosts.iter().map(|h| h.name.clone()).collect(),
         cells: cells.into_values().collect(),
         now,
-    })
+    }
 }
 
 /// Escapes text for HTML.
@@ -662,6 +671,97 @@ fn fmt_metric(name: &str, v: f64) -> String {
         "rtt_ms" => format!("{v:.2} ms"),
         _ => format!("{v}"),
     }
+}
+
+/// The matrix tables of the dashboard: one per metric, or one per test and metric where several
+/// tests give the metric (a sweep's loss at rates above the path's and a latency test's loss are
+/// different figures; one table would show whichever ran last).
+fn matrix_tables(cfg: &Config, m: &Matrix) -> String {
+    let mut h = String::new();
+    for metric in ["throughput_mbps", "loss_percent", "rtt_ms", "capacity_mbps"] {
+        let mut tests: Vec<&str> = m
+            .cells
+            .iter()
+            .flat_map(|c| c.by_test.iter())
+            .filter(|(_, ms)| ms.contains_key(metric))
+            .map(|(t, _)| t.as_str())
+            .collect();
+        tests.sort_unstable();
+        tests.dedup();
+        if tests.is_empty() && cfg.threshold(metric).is_none() {
+            continue;
+        }
+        let th = cfg
+            .threshold(metric)
+            .map(|t| format!(" (warn {} / bad {})", t.warn, t.bad))
+            .unwrap_or_default();
+        // One table per test giving the metric; a threshold's metric without results yet: one empty.
+        let tables: Vec<Option<&str>> = match tests.len() {
+            0 => vec![None],
+            1 => vec![Some(tests[0])],
+            _ => tests.iter().map(|t| Some(*t)).collect(),
+        };
+        for test in tables {
+            let (title, attr) = match test {
+                Some(t) if tests.len() > 1 => (
+                    format!("{metric} &middot; {}{th}", esc(t)),
+                    format!(" data-test=\"{}\"", esc(t)),
+                ),
+                Some(t) => (format!("{metric}{th}"), format!(" data-test=\"{}\"", esc(t))),
+                None => (format!("{metric}{th}"), String::new()),
+            };
+            let _ = write!(
+                h,
+                "<h2>{title}</h2><div class=\"wrap\"><table class=\"matrix\" data-metric=\"{metric}\"{attr}><tr><th>from \\ to</th>"
+            );
+            for d in &m.hosts {
+                let _ = write!(h, "<th>{}</th>", esc(d));
+            }
+            h += "</tr>";
+            for src in &m.hosts {
+                let _ = write!(h, "<tr><th>{}</th>", esc(src));
+                for dst in &m.hosts {
+                    if src == dst {
+                        h += "<td class=\"self\"></td>";
+                        continue;
+                    }
+                    let v = m
+                        .cells
+                        .iter()
+                        .find(|c| &c.src == src && &c.dst == dst)
+                        .and_then(|c| c.by_test.get(test?))
+                        .and_then(|ms| ms.get(metric));
+                    let pair = format!("{src}->{dst}");
+                    match v {
+                        Some(v) => {
+                            let class = if v.stale { "stale" } else { v.class.as_str() };
+                            let _ = write!(
+                                h,
+                                "<td class=\"{class}\" data-pair=\"{}\" data-class=\"{class}\" title=\"{} at {}\">\
+                                 <a href=\"/pair?src={}&amp;dst={}\">{}</a></td>",
+                                esc(&pair),
+                                esc(&v.test),
+                                rfc3339(v.t),
+                                esc(src),
+                                esc(dst),
+                                fmt_metric(metric, v.value)
+                            );
+                        }
+                        None => {
+                            let _ = write!(
+                                h,
+                                "<td class=\"empty\" data-pair=\"{}\" data-class=\"empty\">&ndash;</td>",
+                                esc(&pair)
+                            );
+                        }
+                    }
+                }
+                h += "</tr>";
+            }
+            h += "</table></div>";
+        }
+    }
+    h
 }
 
 fn dashboard_html(s: &Shared) -> Result<String, String> {
@@ -712,65 +812,7 @@ fn dashboard_html(s: &Shared) -> Result<String, String> {
         );
     }
     h += "</ul>";
-    let metrics: Vec<&str> = ["throughput_mbps", "loss_percent", "rtt_ms", "capacity_mbps"]
-        .into_iter()
-        .filter(|n| m.cells.iter().any(|c| c.metrics.contains_key(*n)) || s.cfg.threshold(n).is_some())
-        .collect();
-    for metric in &metrics {
-        let th = s
-            .cfg
-            .threshold(metric)
-            .map(|t| format!(" (warn {} / bad {})", t.warn, t.bad))
-            .unwrap_or_default();
-        let _ = write!(
-            h,
-            "<h2>{metric}{th}</h2><div class=\"wrap\"><table class=\"matrix\" data-metric=\"{metric}\"><tr><th>from \\ to</th>"
-        );
-        for d in &m.hosts {
-            let _ = write!(h, "<th>{}</th>", esc(d));
-        }
-        h += "</tr>";
-        for src in &m.hosts {
-            let _ = write!(h, "<tr><th>{}</th>", esc(src));
-            for dst in &m.hosts {
-                if src == dst {
-                    h += "<td class=\"self\"></td>";
-                    continue;
-                }
-                let v = m
-                    .cells
-                    .iter()
-                    .find(|c| &c.src == src && &c.dst == dst)
-                    .and_then(|c| c.metrics.get(*metric));
-                let pair = format!("{src}->{dst}");
-                match v {
-                    Some(v) => {
-                        let class = if v.stale { "stale" } else { v.class.as_str() };
-                        let _ = write!(
-                            h,
-                            "<td class=\"{class}\" data-pair=\"{}\" data-class=\"{class}\" title=\"{} at {}\">\
-                             <a href=\"/pair?src={}&amp;dst={}\">{}</a></td>",
-                            esc(&pair),
-                            esc(&v.test),
-                            rfc3339(v.t),
-                            esc(src),
-                            esc(dst),
-                            fmt_metric(metric, v.value)
-                        );
-                    }
-                    None => {
-                        let _ = write!(
-                            h,
-                            "<td class=\"empty\" data-pair=\"{}\" data-class=\"empty\">&ndash;</td>",
-                            esc(&pair)
-                        );
-                    }
-                }
-            }
-            h += "</tr>";
-        }
-        h += "</table></div>";
-    }
+    h += &matrix_tables(&s.cfg, &m);
     let run_table = |h: &mut String, rows: &[RunRow], id: &str| {
         let _ = write!(
             h,
@@ -1191,8 +1233,9 @@ fn metrics_text(s: &Shared) -> Result<String, String> {
     ] {
         let name = format!("vlbiflow_mesh_{metric}");
         help(&mut out, &name, "gauge", text);
+        // One series per test: a pair's loss from a sweep and from a latency test are two figures.
         for c in &m.cells {
-            if let Some(v) = c.metrics.get(metric) {
+            for v in c.by_test.values().filter_map(|ms| ms.get(metric)) {
                 let _ = writeln!(
                     out,
                     "{name}{{src=\"{}\",dst=\"{}\",test=\"{}\"}} {}",
@@ -1208,17 +1251,20 @@ fn metrics_text(s: &Shared) -> Result<String, String> {
         &mut out,
         "vlbiflow_mesh_result_timestamp_seconds",
         "gauge",
-        "Planned start of the newest result of the pair and metric",
+        "Planned start of the newest result of the pair, test and metric",
     );
     for c in &m.cells {
-        for (metric, v) in &c.metrics {
-            let _ = writeln!(
-                out,
-                "vlbiflow_mesh_result_timestamp_seconds{{src=\"{}\",dst=\"{}\",metric=\"{metric}\"}} {}",
-                label(&c.src),
-                label(&c.dst),
-                v.t as f64 / 1000.0
-            );
+        for (test, ms) in &c.by_test {
+            for (metric, v) in ms {
+                let _ = writeln!(
+                    out,
+                    "vlbiflow_mesh_result_timestamp_seconds{{src=\"{}\",dst=\"{}\",test=\"{}\",metric=\"{metric}\"}} {}",
+                    label(&c.src),
+                    label(&c.dst),
+                    label(test),
+                    v.t as f64 / 1000.0
+                );
+            }
         }
     }
     help(
@@ -1280,6 +1326,85 @@ async fn metrics(
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    fn row(test: &str, src: &str, dst: &str, t: Ms, thr: Option<f64>, loss: f64, rtt: Option<f64>) -> RunRow {
+        RunRow {
+            id: format!("{test}/{t}/{src}->{dst}"),
+            test: test.into(),
+            kind: if test == "lat" { "latency" } else { "sweep" }.into(),
+            src: src.into(),
+            dst: dst.into(),
+            planned_start: t,
+            planned_end: t + 5000,
+            exclusive: test != "lat",
+            status: "ok".into(),
+            reason: None,
+            detail: None,
+            started_at: Some(t),
+            ended_at: Some(t + 1000),
+            throughput_mbps: thr,
+            loss_percent: Some(loss),
+            rtt_ms: rtt,
+            capacity_mbps: None,
+            reported_by: Some(src.into()),
+        }
+    }
+
+    /// A sweep over a 100 Mb/s path at 300 Mb/s loses two thirds; the latency test after it loses
+    /// nothing. The dashboard shows both losses in tables of their own (before, the loss table
+    /// showed whichever ran last: 0 % for a path where the sweep had just lost 66 %); throughput,
+    /// given by one test only, stays one table as it was; /metrics has a series per test.
+    #[test]
+    fn a_metric_of_two_tests_is_shown_per_test() {
+        let cfg = Config::parse(
+            "[mesh]\nname = \"t\"\n[[host]]\nname = \"A\"\naddress = \"10.0.0.1\"\n[[host]]\nname = \"J\"\naddress = \"10.0.0.2\"\n\
+             [[test]]\nname = \"bw\"\nkind = \"sweep\"\ninterval = \"PT2M\"\n[[test]]\nname = \"lat\"\nkind = \"latency\"\ninterval = \"PT30S\"\n\
+             [[threshold]]\nmetric = \"throughput_mbps\"\nwarn = 250\nbad = 200\n",
+        )
+        .unwrap();
+        let latest = [
+            row("bw", "A", "J", 1_000_000, Some(97.0), 66.4, None),
+            row("lat", "A", "J", 1_030_000, None, 0.0, Some(0.4)),
+            row("lat", "J", "A", 1_030_000, None, 0.0, Some(0.5)),
+        ];
+        let m = matrix_of(&cfg, &latest, 1_040_000);
+        let aj = m.cells.iter().find(|c| c.src == "A" && c.dst == "J").unwrap();
+        assert_eq!(aj.by_test["bw"]["loss_percent"].value, 66.4);
+        assert_eq!(aj.by_test["lat"]["loss_percent"].value, 0.0);
+        assert_eq!(aj.by_test["bw"]["throughput_mbps"].class, "bad");
+        // The newest of any test, as before.
+        assert_eq!(aj.metrics["loss_percent"].test, "lat");
+
+        let h = matrix_tables(&cfg, &m);
+        let table = |attrs: &str| -> &str {
+            let at = h.find(attrs).unwrap_or_else(|| panic!("no table {attrs}: {h}"));
+            &h[at..at + h[at..].find("</table>").unwrap()]
+        };
+        assert_eq!(h.matches("data-metric=\"throughput_mbps\"").count(), 1, "{h}");
+        assert!(table("data-metric=\"throughput_mbps\" data-test=\"bw\"").contains("97 Mb/s"));
+        assert_eq!(h.matches("data-metric=\"loss_percent\"").count(), 2, "{h}");
+        let bw_loss = table("data-metric=\"loss_percent\" data-test=\"bw\"");
+        assert!(
+            bw_loss.contains("66.40 %") && !bw_loss.contains("0.00 %"),
+            "{bw_loss}"
+        );
+        let lat_loss = table("data-metric=\"loss_percent\" data-test=\"lat\"");
+        assert!(
+            lat_loss.contains("0.00 %") && !lat_loss.contains("66.40 %"),
+            "{lat_loss}"
+        );
+        // J->A has no sweep result: an empty cell in the sweep's loss table.
+        assert!(
+            bw_loss.contains("data-pair=\"J-&gt;A\" data-class=\"empty\""),
+            "{bw_loss}"
+        );
+        assert!(
+            h.contains("<h2>loss_percent &middot; bw</h2>") && h.contains("<h2>rtt_ms</h2>"),
+            "{h}"
+        );
+    }
+
     #[test]
     fn base64() {
         assert_eq!(super::b64_decode("dXNlcjpwYXNz").unwrap(), b"user:pass");

@@ -169,3 +169,64 @@ pub fn sweep_svg(title: &str, pts: &[Point]) -> String {
         Err(e) => empty(title, &format!("plot failed: {e}")),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pair's loss over time from a sweep (loss above the path's rate) and a latency test (none):
+    /// two lines of their own colours, named in a legend, never one line zig-zagging between them.
+    #[test]
+    fn a_metric_of_two_tests_is_two_lines_with_a_legend() {
+        let bw = vec![(0, 60.0), (120_000, 62.0), (240_000, 61.0)];
+        let lat = vec![(30_000, 0.0), (60_000, 0.0), (90_000, 0.0), (150_000, 0.0)];
+        let svg = series_svg(
+            "A -> J: loss_percent",
+            "loss_percent",
+            &[("bw".into(), bw), ("lat".into(), lat)],
+            260_000,
+        );
+        let lines: Vec<&str> = svg.split("<polyline").skip(1).collect();
+        let with = |c: &RGBColor| {
+            let hex = format!("#{:02X}{:02X}{:02X}", c.0, c.1, c.2);
+            lines
+                .iter()
+                .filter(|l| l.contains(&hex) && l.contains("points="))
+                .count()
+        };
+        // One line per test (plus its legend sample, drawn as a path of the same colour).
+        assert!(with(&PALETTE[0]) >= 1 && with(&PALETTE[1]) >= 1, "{svg}");
+        let points = |c: &RGBColor| {
+            let hex = format!("#{:02X}{:02X}{:02X}", c.0, c.1, c.2);
+            lines
+                .iter()
+                .filter(|l| l.contains(&hex))
+                .map(|l| {
+                    let p = &l[l.find("points=\"").unwrap() + 8..];
+                    p[..p.find('"').unwrap()].split_whitespace().count()
+                })
+                .max()
+                .unwrap_or(0)
+        };
+        assert_eq!((points(&PALETTE[0]), points(&PALETTE[1])), (3, 4), "{svg}");
+        let texts = |svg: &str| -> Vec<String> {
+            svg.split("<text")
+                .skip(1)
+                .filter_map(|t| Some(t[t.find('>')? + 1..t.find("</text>")?].trim().to_string()))
+                .collect()
+        };
+        let t = texts(&svg);
+        assert!(
+            t.contains(&"bw".into()) && t.contains(&"lat".into()),
+            "no legend: {t:?}"
+        );
+        // One test alone: one line, no legend.
+        let one = series_svg(
+            "t",
+            "rtt_ms",
+            &[("lat".into(), vec![(0, 1.0), (30_000, 2.0)])],
+            60_000,
+        );
+        assert!(!texts(&one).contains(&"lat".into()), "{one}");
+    }
+}

@@ -219,11 +219,19 @@ impl Client {
         if let Err(e) = self.conn.send(&Request::BwFinish { sent: local.sent }) {
             return Err(abort(local, e.into()));
         }
+        // The responder answers once the stream has drained (up to its idle time after the last
+        // datagram): a stop in that wait ends the test there, not after the answer.
         let wait = self.timeout + Duration::from_secs(2);
-        let remote = match self.conn.recv(wait, "waiting for the bw result", "reply") {
-            Ok(Reply::BwResult(r)) => *r,
-            Ok(Reply::Error { message }) => return Err(abort(local, ProtoError::Remote(message).into())),
-            Ok(other) => {
+        let remote = match self
+            .conn
+            .recv_unless_stopped(wait, "waiting for the bw result", "reply", stop)
+        {
+            Ok(None) => return Err(abort(local, NetError::Interrupted)),
+            Ok(Some(Reply::BwResult(r))) => *r,
+            Ok(Some(Reply::Error { message })) => {
+                return Err(abort(local, ProtoError::Remote(message).into()))
+            }
+            Ok(Some(other)) => {
                 let e = ProtoError::Unexpected {
                     expected: "bw_result",
                     got: short(&other),

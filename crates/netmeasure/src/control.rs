@@ -4,9 +4,13 @@
 use serde::{de::DeserializeOwned, Serialize};
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::proto::{decode, encode, LineCodec, ProtoError};
+
+/// How often a wait that a stop flag can end looks at the flag.
+pub const STOP_POLL: Duration = Duration::from_millis(20);
 
 /// One end of a control connection.
 pub struct ControlConn {
@@ -88,20 +92,53 @@ impl ControlConn {
         decode(&line, kind)
     }
 
+    /// Like [`recv`](Self::recv), but gives up with `Ok(None)` as soon as `stop` is set (looked at
+    /// every [`STOP_POLL`] at least). After `None` the reply may still come: the session is out of
+    /// step and the connection should be dropped.
+    pub fn recv_unless_stopped<T: DeserializeOwned>(
+        &mut self,
+        timeout: Duration,
+        what: &str,
+        kind: &'static str,
+        stop: &AtomicBool,
+    ) -> Result<Option<T>, ProtoError> {
+        match self.next_line(timeout, what, Some(stop))? {
+            Some(line) => decode(&line, kind).map(Some),
+            None => Ok(None),
+        }
+    }
+
     /// Receives one line, waiting at most `timeout`.
     pub fn recv_line(&mut self, timeout: Duration, what: &str) -> Result<String, ProtoError> {
+        Ok(self
+            .next_line(timeout, what, None)?
+            .expect("a line: only a stop flag ends the wait early"))
+    }
+
+    fn next_line(
+        &mut self,
+        timeout: Duration,
+        what: &str,
+        stop: Option<&AtomicBool>,
+    ) -> Result<Option<String>, ProtoError> {
         let deadline = Instant::now() + timeout;
         let mut buf = [0u8; 16384];
         loop {
             if let Some(line) = self.codec.next_line()? {
-                return Ok(line);
+                return Ok(Some(line));
+            }
+            if stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
+                return Ok(None);
             }
             let now = Instant::now();
             if now >= deadline {
                 return Err(self.timeout_error(timeout, what));
             }
             // SO_RCVTIMEO of zero means "forever", so never set less than 1 ms.
-            let left = (deadline - now).max(Duration::from_millis(1));
+            let mut left = (deadline - now).max(Duration::from_millis(1));
+            if stop.is_some() {
+                left = left.min(STOP_POLL);
+            }
             self.stream
                 .set_read_timeout(Some(left))
                 .map_err(|source| ProtoError::Io {

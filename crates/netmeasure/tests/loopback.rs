@@ -323,6 +323,56 @@ fn responder_dying_mid_bw_gives_partial_results_within_the_timeout() {
     assert!(took < T + Duration::from_secs(2), "{took:?}");
 }
 
+/// A stop while the client waits for the responder's answer (the stream draining after the last
+/// datagram) ends the test there: a responder that takes the whole stream and the finish but never
+/// answers, and sets the stop flag once the finish has arrived. Without the stop the client would
+/// wait out its timeout and fail with "no answer"; with it the test is interrupted, with the partial
+/// figures of what was sent.
+#[test]
+fn a_stop_during_the_wait_for_the_bw_result_interrupts_the_test() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let s2 = stop.clone();
+    let silent = thread::spawn(move || {
+        let (s, _) = l.accept().unwrap();
+        let mut c = ControlConn::from_stream(s, T).unwrap();
+        let _: Request = c.recv(T, "hello", "request").unwrap();
+        c.send(&Reply::Hello {
+            version: PROTOCOL_VERSION,
+            software: "silent".into(),
+        })
+        .unwrap();
+        let _: Request = c.recv(T, "start", "request").unwrap();
+        let u = UdpSocket::bind("127.0.0.1:0").unwrap();
+        c.send(&Reply::Ready {
+            port: u.local_addr().unwrap().port(),
+            buffer: 0,
+        })
+        .unwrap();
+        let finish: Request = c.recv(T, "finish", "request").unwrap();
+        assert!(matches!(finish, Request::BwFinish { sent: 200 }), "{finish:?}");
+        s2.store(true, Ordering::SeqCst);
+        // Hold the session open until the client leaves it.
+        let left: Result<Request, _> = c.recv(Duration::from_secs(30), "the client's close", "request");
+        assert!(left.is_err());
+    });
+    let mut c = Client::connect(addr, Duration::from_secs(20)).unwrap();
+    let e = c.bw(&BwParams::new(500, 200, 10.0), &stop).unwrap_err();
+    match &e {
+        NetError::Aborted { partial, source } => {
+            assert!(matches!(**source, NetError::Interrupted), "{e}");
+            match &**partial {
+                Partial::Bw(local) => assert_eq!(local.sent, 200),
+                other => panic!("wrong partial {other:?}"),
+            }
+        }
+        other => panic!("not interrupted: {other}"),
+    }
+    drop(c);
+    silent.join().unwrap();
+}
+
 #[test]
 fn responder_dying_mid_tcp_and_lat_is_reported() {
     let addr = dying_responder(Duration::from_millis(200));
