@@ -25,7 +25,8 @@
 //!     max(2 ms, RTT/16)): restarts the filter 15% lower, transiently, so that a loss-based flow holding
 //!     a queue for seconds does not drive this one to nothing;
 //!   - **a queue while cruising** (more than twice the threshold): the delivery rate is the bottleneck's
-//!     capacity (or this flow's share), and an estimate above it is brought down to it at once;
+//!     capacity (or this flow's share), and an estimate above it is brought down towards it at once (by
+//!     at most 15% per phase);
 //!   - **heavy loss** (above `loss_backoff` over a whole cycle) caps like queued loss.
 //!
 //!   The simulator (`tests/sim.rs`) shares a 200 Mb/s, 40 ms, 1-BDP drop-tail bottleneck with a TCP Reno
@@ -147,6 +148,7 @@ pub struct RateControl {
     pub queue_trims: u64,
     /// The best delivery-rate sample and when it was taken (replaced when older than 10 s).
     long_max: Option<(Instant, f64)>,
+    trimmed_this_phase: bool,
     cached: (f64, Option<u64>),
     last_queue: Duration,
     bw_cap: Option<f64>,
@@ -210,6 +212,7 @@ impl RateControl {
             cuts_loss: 0,
             queue_trims: 0,
             long_max: None,
+            trimmed_this_phase: false,
             cached: (0.0, None),
             last_queue: Duration::ZERO,
             bw_cap: None,
@@ -494,9 +497,16 @@ impl RateControl {
                 // (not below half the best delivery rate of the last 10 s: a loss-based flow keeps a queue
                 // all the time, and trimming to what arrives beside it would hand it everything; the
                 // loss-with-queue and standing-queue cuts still yield to it)
-                if i >= 2 && now.duration_since(start) >= round / 2 && self.last_queue >= threshold * 2 {
-                    let floor = 0.5 * self.long_max.map_or(0.0, |m| m.1);
+                // At most once per phase and by at most 15%: a receiver that stalls for a moment (its
+                // disk, its CPU) also shows a queue and a low sample, and must not halve the rate.
+                if i >= 2
+                    && !self.trimmed_this_phase
+                    && now.duration_since(start) >= round / 2
+                    && self.last_queue >= threshold * 2
+                {
+                    let floor = (0.5 * self.long_max.map_or(0.0, |m| m.1)).max(bw * CUT);
                     if let Some(x) = sample.map(|x| x.max(floor)).filter(|&x| x < bw * 0.97) {
+                        self.trimmed_this_phase = true;
                         self.queue_trims += 1;
                         self.bw_samples.clear();
                         self.bw_samples.push_back((now, x));
@@ -584,6 +594,7 @@ impl RateControl {
 
     fn enter(&mut self, now: Instant, phase: Phase) {
         self.phase = phase;
+        self.trimmed_this_phase = false;
         self.phase_start = Some(now);
         if phase == Phase::ProbeBw(2) || phase == Phase::Drain {
             self.reset_window(now);
