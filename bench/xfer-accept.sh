@@ -7,9 +7,10 @@
 #  2. `vlbiflow gather SCAN -o - | b3sum`: the hash a local gather gives (streamed, nothing written).
 #  3. `vlbiflow pathemu` between two namespaces made for this run (2 Gb/s, 50 ms RTT, 1% random loss each
 #     way, MTU 9000, queue one bandwidth-delay product), a daemon in namespace B gathering into one VDIF
-#     file, `xfer push --scan` by name from namespace A. During the push: 100,000 random datagrams at the
-#     transfer's data port (a third with xfer's magic and version) and a TCP connect scan of ports 1-65535
-#     on the daemon's address (nmap -sT -p-). Then: the file's hash against the gather's, `vlbiflow check`.
+#     file, `xfer push --scan` by name from namespace A (3a: alone, for the goodput); then the same push
+#     again (3b) with 100,000 random datagrams at the transfer's data port (a third with xfer's magic and
+#     version) and a TCP connect scan of ports 1-65535 on the daemon's address (nmap -sT -p-) during it.
+#     After each: the file's hash against the gather's, `vlbiflow check`.
 #  4. The same push again into an empty directory; the daemon is killed with -9 when half the bytes are
 #     verified, restarted, and the same command rerun: bytes moved on the rerun against the remainder.
 #  5. TCP BBR (iperf3, memory to memory) through the same emulator, for the ratio.
@@ -100,20 +101,17 @@ push() { # push OUT.json: the acceptance command, by scan name, from namespace A
 data_port() { ip netns exec $B ss -Huanp 2>/dev/null | awk -v p="pid=$SRV," 'index($0, p) {n = split($4, a, ":"); print a[n]; exit}'; }
 
 start_daemon
-c0=$(cpu_of $SRV); e0=$(cpu_of $EMU)
-echo "load before the push: $(load)"
-push "$DIR/push1.json" &
-PUSH=$!
-for _ in $(seq 300); do DPORT=$(data_port); [ -n "$DPORT" ] && break; sleep 0.1; done
-echo "attack: data port $DPORT; counters before: probes $(metric vlbiflow_xfer_probes_total)," \
-  "bad tags $(metric vlbiflow_xfer_transfer_datagrams_bad_tag), malformed $(metric vlbiflow_xfer_transfer_datagrams_malformed)"
-TID=$(ip netns exec $B curl -s --max-time 2 http://127.0.0.1:9477/metrics | sed -n 's/.*transfer_bytes_total{id="\([0-9a-f]*\)".*/\1/p' | head -1)
-# the port scan runs in the background while the datagrams go out
-t0=$(date +%s)
-(ip netns exec $A nmap -sT -p- -n -Pn -T5 --min-rate 2000 --max-retries 1 $IB -oG - 2>&1 | grep -E "Ports:|done" | cut -c1-300
- echo "port scan: ports 1-65535 in $(( $(date +%s) - t0 )) s") >"$DIR/nmap.out" &
-NMAP=$!
-ip netns exec $A python3 - "$IB" "$DPORT" "${TID:-0}" <<'PY'
+attack() { # during the running push: random datagrams at its data port and a full connect scan
+  for _ in $(seq 300); do DPORT=$(data_port); [ -n "$DPORT" ] && break; sleep 0.1; done
+  echo "attack: data port $DPORT; counters before: probes $(metric vlbiflow_xfer_probes_total)," \
+    "bad tags $(metric vlbiflow_xfer_transfer_datagrams_bad_tag), malformed $(metric vlbiflow_xfer_transfer_datagrams_malformed)"
+  TID=$(ip netns exec $B curl -s --max-time 2 http://127.0.0.1:9477/metrics | sed -n 's/.*transfer_bytes_total{id="\([0-9a-f]*\)".*/\1/p' | head -1)
+  # the port scan runs in the background while the datagrams go out
+  t0=$(date +%s)
+  (ip netns exec $A nmap -sT -p- -n -Pn -T5 --min-rate 2000 --max-retries 1 $IB -oG - 2>&1 | grep -E "Ports:|done" | cut -c1-300
+   echo "port scan: ports 1-65535 in $(( $(date +%s) - t0 )) s") >"$DIR/nmap.out" &
+  NMAP=$!
+  ip netns exec $A python3 - "$IB" "$DPORT" "${TID:-0}" <<'PY'
 import os, socket, sys, time
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 dst = (sys.argv[1], int(sys.argv[2])); tid = int(sys.argv[3], 16)
@@ -130,17 +128,27 @@ for i in range(100_000):
         pass
 print(f"sent {sent} random datagrams in {time.time() - t0:.1f} s (a third with a valid header of transfer {tid:08x})")
 PY
-echo "during the push: bad tags $(metric vlbiflow_xfer_transfer_datagrams_bad_tag), malformed $(metric vlbiflow_xfer_transfer_datagrams_malformed)"
-rc=0; wait $PUSH || rc=$?; PUSH=
-echo "push ended at $(( $(date +%s) - t0 )) s after the attack started"
-wait $NMAP || true; cat "$DIR/nmap.out"
-c1=$(cpu_of $SRV); e1=$(cpu_of $EMU)
-echo "counters after: probes $(metric vlbiflow_xfer_probes_total), bad tags $(metric vlbiflow_xfer_datagrams_bad_tag_total)," \
-  "malformed $(metric vlbiflow_xfer_datagrams_malformed_total), failed logins $(metric vlbiflow_xfer_auth_failures_total)," \
-  "transfers ok $(metric vlbiflow_xfer_transfers_ok_total), failed $(metric vlbiflow_xfer_transfers_failed_total)"
-echo "push exit $rc, load $(load)"
-tail -3 "$DIR/push.err" || true
-python3 - "$DIR/push1.json" "$(awk '{print $1 + $2}' "$DIR/time")" "$c0" "$c1" "$e0" "$e1" <<'PY'
+  echo "during the push: bad tags $(metric vlbiflow_xfer_transfer_datagrams_bad_tag), malformed $(metric vlbiflow_xfer_transfer_datagrams_malformed)"
+}
+push_checked() { # NAME ATTACK: one push of the scan, measured, compared with the gather, checked
+  local name=$1 with_attack=$2 rc=0
+  c0=$(cpu_of $SRV); e0=$(cpu_of $EMU)
+  echo "load before the push: $(load)"
+  push "$DIR/$name.json" &
+  PUSH=$!
+  [ "$with_attack" = 1 ] && attack
+  wait $PUSH || rc=$?; PUSH=
+  if [ "$with_attack" = 1 ]; then
+    echo "push ended at $(( $(date +%s) - t0 )) s after the attack started"
+    wait $NMAP || true; NMAP=; cat "$DIR/nmap.out"
+  fi
+  c1=$(cpu_of $SRV); e1=$(cpu_of $EMU)
+  echo "counters after: probes $(metric vlbiflow_xfer_probes_total), bad tags $(metric vlbiflow_xfer_datagrams_bad_tag_total)," \
+    "malformed $(metric vlbiflow_xfer_datagrams_malformed_total), failed logins $(metric vlbiflow_xfer_auth_failures_total)," \
+    "transfers ok $(metric vlbiflow_xfer_transfers_ok_total), failed $(metric vlbiflow_xfer_transfers_failed_total)"
+  echo "push exit $rc, load $(load)"
+  tail -3 "$DIR/push.err" || true
+  python3 - "$DIR/$name.json" "$(awk '{print $1 + $2}' "$DIR/time")" "$c0" "$c1" "$e0" "$e1" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1])); s, c0, c1, e0, e1 = map(float, sys.argv[2:7])
 gb = d["bytes_total"] / 1e9
@@ -149,11 +157,17 @@ print(f"push: {d['bytes_total']} bytes in {d['seconds']:.1f} s, goodput {d['good
       f"({d['retransmits']} of {d['datagrams']}), CPU s/GB sender {s / gb:.2f}, receiver {(c1 - c0) / gb:.2f}, "
       f"emulator {(e1 - e0) / gb:.2f}; file {d['files'][0]['name']} BLAKE3 {d['files'][0]['blake3']}")
 PY
-F=$(ls "$DIR"/dst/acc/*.vdif)
-H=$(b3sum --no-names "$F")
-[ "$H" = "$GATHER_HASH" ] && echo "IDENTICAL to the local gather ($H)" || echo "DIFFERENT: $H vs gather $GATHER_HASH"
-"$BIN" check "$F" -q | tail -3 || echo "check: exit $?"
-rm -rf "$DIR"/dst/acc
+  F=$(ls "$DIR"/dst/acc/*.vdif)
+  H=$(b3sum --no-names "$F")
+  [ "$H" = "$GATHER_HASH" ] && echo "IDENTICAL to the local gather ($H)" || echo "DIFFERENT: $H vs gather $GATHER_HASH"
+  "$BIN" check "$F" -q | tail -3 || echo "check: exit $?"
+  rm -rf "$DIR"/dst/acc
+}
+
+echo "### 3a. the push alone (the acceptance's goodput)"
+push_checked push1 0
+echo "### 3b. the same push with 100,000 random datagrams and a full port scan during it"
+push_checked push1b 1
 
 echo "## 4. kill -9 of the daemon at half way, restart, rerun; load $(load)"
 push "$DIR/push2.json" &
