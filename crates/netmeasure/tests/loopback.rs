@@ -272,26 +272,33 @@ fn garbage_on_both_ports_is_counted_and_ignored() {
     assert!(r.counters.foreign_datagrams.load(Ordering::Relaxed) >= 11);
 }
 
+/// A hand-made responder's side of a bandwidth test up to its start: accepts one client on `l`, answers
+/// its hello as `software` and its start with a ready on a fresh UDP socket.
+fn accept_bw_start(l: TcpListener, software: &str) -> (ControlConn, UdpSocket) {
+    let (s, _) = l.accept().unwrap();
+    let mut c = ControlConn::from_stream(s, T).unwrap();
+    let _: Request = c.recv(T, "hello", "request").unwrap();
+    c.send(&Reply::Hello {
+        version: PROTOCOL_VERSION,
+        software: software.into(),
+    })
+    .unwrap();
+    let _: Request = c.recv(T, "start", "request").unwrap();
+    let u = UdpSocket::bind("127.0.0.1:0").unwrap();
+    c.send(&Reply::Ready {
+        port: u.local_addr().unwrap().port(),
+        buffer: 0,
+    })
+    .unwrap();
+    (c, u)
+}
+
 /// A responder that accepts a test and then dies (closes everything) shortly after.
 fn dying_responder(after: Duration) -> SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     thread::spawn(move || {
-        let (s, _) = l.accept().unwrap();
-        let mut c = ControlConn::from_stream(s, T).unwrap();
-        let _: Request = c.recv(T, "hello", "request").unwrap();
-        c.send(&Reply::Hello {
-            version: PROTOCOL_VERSION,
-            software: "dying".into(),
-        })
-        .unwrap();
-        let _: Request = c.recv(T, "start", "request").unwrap();
-        let u = UdpSocket::bind("127.0.0.1:0").unwrap();
-        c.send(&Reply::Ready {
-            port: u.local_addr().unwrap().port(),
-            buffer: 0,
-        })
-        .unwrap();
+        let (c, u) = accept_bw_start(l, "dying");
         thread::sleep(after);
         drop(u);
         drop(c);
@@ -335,21 +342,7 @@ fn a_stop_during_the_wait_for_the_bw_result_interrupts_the_test() {
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
     let silent = thread::spawn(move || {
-        let (s, _) = l.accept().unwrap();
-        let mut c = ControlConn::from_stream(s, T).unwrap();
-        let _: Request = c.recv(T, "hello", "request").unwrap();
-        c.send(&Reply::Hello {
-            version: PROTOCOL_VERSION,
-            software: "silent".into(),
-        })
-        .unwrap();
-        let _: Request = c.recv(T, "start", "request").unwrap();
-        let u = UdpSocket::bind("127.0.0.1:0").unwrap();
-        c.send(&Reply::Ready {
-            port: u.local_addr().unwrap().port(),
-            buffer: 0,
-        })
-        .unwrap();
+        let (mut c, _udp) = accept_bw_start(l, "silent");
         let finish: Request = c.recv(T, "finish", "request").unwrap();
         assert!(matches!(finish, Request::BwFinish { sent: 200 }), "{finish:?}");
         s2.store(true, Ordering::SeqCst);

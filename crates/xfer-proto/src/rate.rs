@@ -405,8 +405,8 @@ impl RateControl {
     }
 
     /// A delivery-rate sample (bytes/s) over at least one round trip (and 20 ms) of receiver time, if one
-    /// completes: the bytes
-    /// received over the receive interval or, when longer, the interval in which they were sent.
+    /// completes: the bytes received over the receive interval or, when longer, the interval in which they
+    /// were sent.
     fn delivery_rate(&mut self, bytes: u64, t_us: u64, send_us: Option<u64>) -> Option<f64> {
         if self
             .rate_points
@@ -425,7 +425,7 @@ impl RateControl {
             if t_us - t0 < span_us {
                 break;
             }
-            // newest span of at least 20 ms
+            // the newest span that is long enough
             if self.rate_points.len() > 2 && t_us - self.rate_points[1].1 >= span_us {
                 self.rate_points.pop_front();
                 continue;
@@ -491,14 +491,13 @@ impl RateControl {
                 }
             }
             Phase::ProbeBw(i) => {
-                // cruising at the estimate with a queue of more than twice the threshold: the bottleneck
+                // Cruising at the estimate with a queue of more than twice the threshold: the bottleneck
                 // is busy, so what arrives is its capacity (or this flow's share of it); an estimate above
-                // that only lengthens the queue until it overflows
-                // (not below half the best delivery rate of the last 10 s: a loss-based flow keeps a queue
-                // all the time, and trimming to what arrives beside it would hand it everything; the
-                // loss-with-queue and standing-queue cuts still yield to it)
-                // At most once per phase and by at most 15%: a receiver that stalls for a moment (its
-                // disk, its CPU) also shows a queue and a low sample, and must not halve the rate.
+                // that only lengthens the queue until it overflows. The trim goes at most once per phase,
+                // by at most 15% (a receiver that stalls for a moment, on its disk or CPU, also shows a
+                // queue and a low sample) and not below half the best delivery rate of the last 10 s (a
+                // loss-based flow keeps a queue all the time; the loss-with-queue and standing-queue cuts
+                // still yield to it).
                 if i >= 2
                     && !self.trimmed_this_phase
                     && now.duration_since(start) >= round / 2

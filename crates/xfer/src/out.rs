@@ -346,8 +346,8 @@ struct ReadReq {
 struct ReadAhead {
     tx: Option<Chan<ReadReq>>,
     rx: Receiver<Filled>,
-    /// The start of the window being read, if one was asked for.
-    pending: Option<(usize, u64)>,
+    /// A window was asked for and not taken yet.
+    pending: bool,
     spare: Option<(Vec<u8>, Vec<Seg>)>,
     thread: Option<JoinHandle<()>>,
 }
@@ -379,7 +379,7 @@ impl ReadAhead {
             // without the thread every window is read by the data thread
             tx: thread.as_ref().map(|_| tx),
             rx,
-            pending: None,
+            pending: false,
             spare: None,
             thread,
         }
@@ -388,7 +388,7 @@ impl ReadAhead {
     /// The window read ahead if it starts at `start` and was read without error; otherwise `None` (the
     /// caller reads it, and reports any error) and its buffers are kept for the next request.
     fn take(&mut self, start: (usize, u64)) -> std::io::Result<Option<Filled>> {
-        if self.pending.take().is_none() {
+        if !std::mem::take(&mut self.pending) {
             return Ok(None);
         }
         let got = self.rx.recv_timeout(READ_WAIT).map_err(|_| {
@@ -419,7 +419,7 @@ impl ReadAhead {
         match (next, &self.tx) {
             (Some(start), Some(tx)) if start.0 < set.files.len() => {
                 match tx.try_send(ReadReq { buf, segs, start }) {
-                    Ok(()) => self.pending = Some(start),
+                    Ok(()) => self.pending = true,
                     Err(e) => {
                         let r = e.into_inner();
                         self.spare = Some((r.buf, r.segs));
