@@ -138,16 +138,8 @@ fn try_recv(sock: &UdpSocket, buf: &mut [u8]) -> io::Result<Option<IcmpError>> {
                         out.offender = Some(Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes()));
                     }
                 }
-            } else if c.cmsg_level == libc::SOL_SOCKET
-                && payload >= 16
-                && (c.cmsg_type == sys::SO_TIMESTAMPNS_NEW
-                    || (c.cmsg_type == sys::SO_TIMESTAMPNS_OLD && cfg!(target_pointer_width = "64")))
-            {
-                let sec = ptr::read_unaligned(data as *const i64);
-                let nsec = ptr::read_unaligned((data as *const i64).add(1));
-                if sec >= 0 && (0..1_000_000_000).contains(&nsec) {
-                    out.timestamp_ns = Some(sec as u64 * 1_000_000_000 + nsec as u64);
-                }
+            } else if let Some(t) = sys::cmsg_timestamp_ns(c.cmsg_level, c.cmsg_type, data, payload) {
+                out.timestamp_ns = Some(t);
             }
             cmsg = libc::CMSG_NXTHDR(&hdr, cmsg);
         }

@@ -447,16 +447,8 @@ impl BatchReceiver {
                     let counter = ptr::read_unaligned(data as *const u32);
                     self.drops.update(counter);
                     self.batch_drop_counter = Some(counter);
-                } else if c.cmsg_level == libc::SOL_SOCKET
-                    && payload >= 16
-                    && (c.cmsg_type == sys::SO_TIMESTAMPNS_NEW
-                        || (c.cmsg_type == sys::SO_TIMESTAMPNS_OLD && cfg!(target_pointer_width = "64")))
-                {
-                    // { i64 seconds, i64 nanoseconds } (the old form is a timespec with this layout on
-                    // 64-bit targets, the only ones where it is enabled).
-                    let sec = ptr::read_unaligned(data as *const i64);
-                    let nsec = ptr::read_unaligned((data as *const i64).add(1));
-                    meta.timestamp_ns = timespec_ns(sec, nsec);
+                } else if let Some(t) = sys::cmsg_timestamp_ns(c.cmsg_level, c.cmsg_type, data, payload) {
+                    meta.timestamp_ns = Some(t);
                 }
                 cmsg = libc::CMSG_NXTHDR(hdr, cmsg);
             }
@@ -527,13 +519,6 @@ fn realtime_ns() -> u64 {
 }
 
 /// A kernel timestamp as ns since the epoch; None for times before it or nonsense nanoseconds.
-fn timespec_ns(sec: i64, nsec: i64) -> Option<u64> {
-    if sec < 0 || !(0..1_000_000_000).contains(&nsec) {
-        return None;
-    }
-    (sec as u64).checked_mul(1_000_000_000)?.checked_add(nsec as u64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -70,6 +70,41 @@ unsafe impl<T: Send> Send for RawArray<T> {}
 
 /// The errno of the last failed libc call.
 #[inline]
+/// The kernel receive time (ns since the epoch, CLOCK_REALTIME) a cmsg of `level` and `ty` with `payload`
+/// bytes at `data` carries, if it is a valid receive time stamp: `SO_TIMESTAMPNS_NEW`, or the old form on
+/// 64-bit targets (the only ones where it is enabled), both `{ i64 seconds, i64 nanoseconds }`. `None`
+/// for any other cmsg, a short one, or a time out of range.
+///
+/// # Safety
+/// `data` points at `payload` readable bytes.
+pub(crate) unsafe fn cmsg_timestamp_ns(
+    level: libc::c_int,
+    ty: libc::c_int,
+    data: *const u8,
+    payload: usize,
+) -> Option<u64> {
+    let stamp = ty == SO_TIMESTAMPNS_NEW || (ty == SO_TIMESTAMPNS_OLD && cfg!(target_pointer_width = "64"));
+    if level != libc::SOL_SOCKET || !stamp || payload < 16 {
+        return None;
+    }
+    // SAFETY: 16 readable bytes at `data` (the caller's promise and the check above).
+    let (sec, nsec) = unsafe {
+        (
+            std::ptr::read_unaligned(data as *const i64),
+            std::ptr::read_unaligned((data as *const i64).add(1)),
+        )
+    };
+    timespec_ns(sec, nsec)
+}
+
+/// Nanoseconds since the epoch of a timespec, if it is a valid, representable time.
+fn timespec_ns(sec: i64, nsec: i64) -> Option<u64> {
+    if sec < 0 || !(0..1_000_000_000).contains(&nsec) {
+        return None;
+    }
+    (sec as u64).checked_mul(1_000_000_000)?.checked_add(nsec as u64)
+}
+
 pub(crate) fn errno() -> i32 {
     io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
@@ -166,5 +201,34 @@ mod tests {
             assert_eq!(read_sockaddr(&storage, len), Some(addr));
             assert_eq!(read_sockaddr(&storage, len - 1), None);
         }
+    }
+
+    #[test]
+    fn timestamp_cmsgs_are_read_only_when_whole_valid_and_of_their_kind() {
+        let mut raw = [0u8; 16];
+        raw[..8].copy_from_slice(&1_700_000_000i64.to_ne_bytes());
+        raw[8..].copy_from_slice(&123_456_789i64.to_ne_bytes());
+        let p = raw.as_ptr();
+        let want = Some(1_700_000_000_123_456_789);
+        // SAFETY: `raw` holds 16 readable bytes; each call states at most that many.
+        unsafe {
+            assert_eq!(
+                cmsg_timestamp_ns(libc::SOL_SOCKET, SO_TIMESTAMPNS_NEW, p, 16),
+                want
+            );
+            assert_eq!(
+                cmsg_timestamp_ns(libc::SOL_SOCKET, SO_TIMESTAMPNS_NEW, p, 15),
+                None
+            );
+            assert_eq!(cmsg_timestamp_ns(libc::SOL_IP, SO_TIMESTAMPNS_NEW, p, 16), None);
+            assert_eq!(cmsg_timestamp_ns(libc::SOL_SOCKET, SO_RXQ_OVFL, p, 16), None);
+        }
+        raw[8..].copy_from_slice(&1_000_000_000i64.to_ne_bytes());
+        // SAFETY: as above.
+        let out_of_range =
+            unsafe { cmsg_timestamp_ns(libc::SOL_SOCKET, SO_TIMESTAMPNS_NEW, raw.as_ptr(), 16) };
+        assert_eq!(out_of_range, None);
+        assert_eq!(timespec_ns(-1, 0), None);
+        assert_eq!(timespec_ns(i64::MAX, 0), None);
     }
 }
