@@ -519,20 +519,25 @@ fn scenario(tag: &str, subnet: u8, archive_target: &str, dir: &Path) -> Outcome 
     // Phase 2: A's uplink down to 15 Mb/s: the alert is raised within two intervals; restored, cleared.
     let lowered = now_ms();
     net.uplink("A", "15mbit", "change");
-    let mut raised_at = 0;
-    wait_for(
-        "the alert to be raised",
-        Duration::from_millis(2 * BW_INTERVAL as u64 + 8000),
-        || {
+    // When the first alert event of `state` at or after `since` is in the archive.
+    let alert_at = |state: &str, since, timeout| {
+        let mut at = 0;
+        wait_for(&format!("the alert to be {state}"), timeout, || {
             let ev = open().alert_events(50).unwrap();
-            match ev.iter().find(|e| e.state == "raised" && e.t >= lowered) {
+            match ev.iter().find(|e| e.state == state && e.t >= since) {
                 Some(e) => {
-                    raised_at = e.t;
+                    at = e.t;
                     true
                 }
                 None => false,
             }
-        },
+        });
+        at
+    };
+    let raised_at = alert_at(
+        "raised",
+        lowered,
+        Duration::from_millis(2 * BW_INTERVAL as u64 + 8000),
     );
     assert!(
         raised_at - lowered <= 2 * BW_INTERVAL,
@@ -556,21 +561,7 @@ fn scenario(tag: &str, subnet: u8, archive_target: &str, dir: &Path) -> Outcome 
     }
     let restored = now_ms();
     net.uplink("A", "100mbit", "change");
-    let mut cleared_at = 0;
-    wait_for(
-        "the alert to be cleared",
-        Duration::from_millis(4 * BW_INTERVAL as u64),
-        || {
-            let ev = open().alert_events(50).unwrap();
-            match ev.iter().find(|e| e.state == "cleared" && e.t >= restored) {
-                Some(e) => {
-                    cleared_at = e.t;
-                    true
-                }
-                None => false,
-            }
-        },
-    );
+    let cleared_at = alert_at("cleared", restored, Duration::from_millis(4 * BW_INTERVAL as u64));
     // (The acceptance bounds the raise; the clear follows the first good result of each pair.)
     eprintln!(
         "[{tag}] alert raised {} ms after lowering, cleared {} ms after restoring",
