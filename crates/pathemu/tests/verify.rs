@@ -57,6 +57,7 @@ fn start(tag: &str, link: LinkConfig, drop_log: Option<&Path>) -> Running {
         },
         drop_log: drop_log.map(|p| (p.to_path_buf(), LogFormat::Csv)),
         realtime: false,
+        spin: Duration::ZERO,
     };
     let emu = Emulator::setup(cfg).expect("setting up the path");
     assert_eq!(emu.created_namespaces().len(), 2);
