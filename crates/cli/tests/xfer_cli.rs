@@ -367,6 +367,9 @@ fn push_through_an_emulated_lossy_path_between_namespaces() {
         v["datagrams"]
     );
     assert!(v["retransmits"].as_u64().unwrap() > 0, "1% loss must show");
+    // the feedback came back as datagrams through the same lossy path
+    assert!(v["feedback_datagrams"].as_u64().unwrap() > 0, "{v}");
+    assert_eq!(v["feedback_rejected"].as_u64(), Some(0), "{v}");
     assert!(std::fs::read(root.join("in/obs.vdif")).unwrap() == std::fs::read(&src).unwrap());
     drop(p);
 }

@@ -20,6 +20,12 @@ use crate::event::Event;
 use crate::hash::{block_digest, blocks_are_subtrees, ChunkDigests};
 use crate::wire::{self, ChunkHash, ControlMsg, DataPacket, DataRepr, Feedback, HEADER_LEN};
 
+/// Each loss range goes out in this many consecutive feedbacks, so that a report is lost only with that
+/// many feedback datagrams in a row.
+pub const FEEDBACK_REPEAT: usize = 4;
+/// Most ranges of earlier feedbacks a feedback repeats (the newest ones go whole, however many).
+const MAX_REPEATED_RANGES: usize = 24;
+
 /// Receiver settings.
 #[derive(Debug, Clone)]
 pub struct ReceiverConfig {
@@ -146,6 +152,11 @@ pub struct Receiver {
     files_done: u64,
     highest: Option<u64>,
     loss: Vec<(u64, u32)>,
+    /// Ranges of the last feedbacks (the first sequence number each speaks for, its fresh ranges).
+    loss_hist: VecDeque<(u64, Vec<(u64, u32)>)>,
+    covered_next: u64,
+    fb_n: u64,
+    datagram_feedback_ok: bool,
     recv_bytes: u64,
     echo_ts: u64,
     echo_at: Option<Instant>,
@@ -179,6 +190,10 @@ impl Receiver {
             files_done: 0,
             highest: None,
             loss: Vec::new(),
+            loss_hist: VecDeque::new(),
+            covered_next: 0,
+            fb_n: 0,
+            datagram_feedback_ok: false,
             recv_bytes: 0,
             echo_ts: 0,
             echo_at: None,
@@ -434,6 +449,7 @@ impl Receiver {
                 }
             }
             ControlMsg::Ping | ControlMsg::Auth { .. } => {}
+            ControlMsg::FeedbackDatagrams => self.datagram_feedback_ok = true,
             ControlMsg::Done { files, bytes } => {
                 let all = self.files_done == self.files_total && self.files_total == files as u64;
                 if all {
@@ -590,9 +606,33 @@ impl Receiver {
             }
             None => (0, 0),
         };
+        // this feedback's gaps, and those of the previous ones again (bounded)
+        // (gaps are found as the highest sequence number advances: all of these lie above the highest
+        // one of the previous feedback)
+        let fresh = std::mem::take(&mut self.loss);
+        self.loss_hist.push_back((self.covered_next, fresh));
+        self.covered_next = self.highest.map_or(0, |h| h + 1);
+        while self.loss_hist.len() > FEEDBACK_REPEAT
+            || (self.loss_hist.len() > 1
+                && self
+                    .loss_hist
+                    .iter()
+                    .rev()
+                    .skip(1)
+                    .map(|e| e.1.len())
+                    .sum::<usize>()
+                    > MAX_REPEATED_RANGES)
+        {
+            self.loss_hist.pop_front();
+        }
+        let loss_from = self.loss_hist.front().map_or(0, |e| e.0);
+        let loss: Vec<(u64, u32)> = self.loss_hist.iter().flat_map(|e| e.1.iter().copied()).collect();
+        self.fb_n += 1;
         let fb = Feedback {
+            n: self.fb_n,
             highest_seq: self.highest,
-            loss: std::mem::take(&mut self.loss),
+            loss_from,
+            loss,
             recv_bytes: self.recv_bytes,
             recv_datagrams: self.stats.delivered,
             recv_time_us: now_us,
@@ -647,7 +687,15 @@ impl Receiver {
         }
     }
 
-    /// The next control message to send.
+    /// Whether the sender has said that feedback datagrams reach it ([`ControlMsg::FeedbackDatagrams`]):
+    /// until then the I/O layer sends every feedback on the control connection as well.
+    pub fn feedback_datagrams_confirmed(&self) -> bool {
+        self.datagram_feedback_ok
+    }
+
+    /// The next control message to send. A [`ControlMsg::Feedback`] may go as a feedback datagram
+    /// ([`wire::emit_feedback_datagram`]) to the address the data comes from; everything else goes on the
+    /// control connection.
     pub fn poll_control(&mut self) -> Option<ControlMsg> {
         self.control_out.pop_front()
     }

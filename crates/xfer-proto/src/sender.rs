@@ -108,6 +108,12 @@ pub struct SenderStats {
     pub rate_cuts_queue: u64,
     /// Automatic rate: cuts for loss that came with a queue or heavy loss.
     pub rate_cuts_loss: u64,
+    /// Feedback not newer than one already taken (a copy on the control connection, reordered or
+    /// replayed), ignored.
+    pub stale_feedback: u64,
+    /// Datagrams sent again because every feedback that reported on them was lost (below a feedback's
+    /// `loss_from` without an acknowledgement).
+    pub unreported: u64,
 }
 
 #[derive(Debug)]
@@ -176,6 +182,9 @@ pub struct Sender {
     /// The last [`Sender::poll_transmit`] that sent nothing was held back by pacing alone.
     pace_limited: bool,
     last_feedback: Option<Instant>,
+    /// Number of the newest feedback taken ([`Feedback::n`]).
+    feedback_n: u64,
+    feedback_datagrams: bool,
     last_sent: Option<Instant>,
     control_out: VecDeque<ControlMsg>,
     events: VecDeque<Event>,
@@ -232,6 +241,8 @@ impl Sender {
             next_send: None,
             pace_limited: false,
             last_feedback: None,
+            feedback_n: 0,
+            feedback_datagrams: false,
             last_sent: None,
             control_out,
             events: VecDeque::new(),
@@ -635,6 +646,19 @@ impl Sender {
         }
     }
 
+    /// A feedback datagram's report (the I/O layer checked it with [`wire::parse_feedback_datagram`]). The
+    /// first one tells the receiver that feedback datagrams arrive ([`ControlMsg::FeedbackDatagrams`]).
+    pub fn handle_feedback_datagram(&mut self, now: Instant, f: Feedback) {
+        if !self.running() {
+            return;
+        }
+        if !self.feedback_datagrams {
+            self.feedback_datagrams = true;
+            self.control_out.push_back(ControlMsg::FeedbackDatagrams);
+        }
+        self.on_feedback(now, f);
+    }
+
     /// A control message from the receiver.
     pub fn handle_control(&mut self, now: Instant, msg: ControlMsg) {
         if !self.running() {
@@ -758,6 +782,11 @@ impl Sender {
 
     fn on_feedback(&mut self, now: Instant, f: Feedback) {
         self.last_feedback = Some(now);
+        if f.n <= self.feedback_n {
+            self.stats.stale_feedback += 1;
+            return;
+        }
+        self.feedback_n = f.n;
         let mut lost = 0u64;
         let mut delivered = 0u64;
         let mut rtt = None;
@@ -775,6 +804,18 @@ impl Sender {
                 rtt = Some(Duration::from_micros(r));
             }
             let mut ranges = f.loss.iter().peekable();
+            // reports about datagrams below `loss_from` were in feedbacks that were lost: what of them is
+            // not acknowledged yet is presumed lost (at worst sent twice)
+            while self.inflight_base < f.loss_from.min(h + 1) {
+                let Some(s) = self.inflight.pop_front() else { break };
+                self.inflight_base += 1;
+                self.tail_idx = self.tail_idx.saturating_sub(1);
+                if !s.presumed_lost {
+                    self.inflight_bytes -= wire_of(s.len);
+                    self.retx.push_back((s.file, s.offset, s.len));
+                    self.stats.unreported += 1;
+                }
+            }
             while self.inflight_base <= h {
                 let Some(s) = self.inflight.pop_front() else { break };
                 let seq = self.inflight_base;

@@ -1,6 +1,8 @@
 //! Deterministic end-to-end simulation: Sender and Receiver over a simulated path (rate limit, drop-tail
 //! queue, delay, random and Gilbert-Elliott loss, reordering, duplication, corruption), a reliable
-//! in-order control channel with the path's delay, generated in-memory files and a simulated clock.
+//! in-order control channel with the path's delay, feedback as datagrams on a return path with its own
+//! random loss (copied to the control channel until the sender confirms them, as the I/O layer does),
+//! generated in-memory files and a simulated clock.
 //! Everything is seeded; the same seed gives the same run.
 
 use std::cmp::Ordering;
@@ -166,6 +168,10 @@ struct Sim {
     next_id: u64,
     ctl_s2r: VecDeque<(Instant, String)>,
     ctl_r2s: VecDeque<(Instant, String)>,
+    /// Feedback datagrams on the return path, and its loss.
+    fb_dgrams: VecDeque<(Instant, Vec<u8>)>,
+    fb_loss: f64,
+    fb_lost: u64,
     sizes: Vec<u64>,
     chunk_size: u64,
     /// Store mode: the receiver's "disk"; otherwise every write is compared with the generator.
@@ -192,6 +198,8 @@ struct Setup {
     store: bool,
     key: Option<[u8; 32]>,
     seed: u64,
+    /// Random loss of feedback datagrams on the return path.
+    fb_loss: f64,
 }
 
 impl Setup {
@@ -205,6 +213,7 @@ impl Setup {
             store: true,
             key: None,
             seed: 1,
+            fb_loss: 0.0,
         }
     }
 }
@@ -246,6 +255,9 @@ impl Sim {
             next_id: 0,
             ctl_s2r: VecDeque::new(),
             ctl_r2s: VecDeque::new(),
+            fb_dgrams: VecDeque::new(),
+            fb_loss: st.fb_loss,
+            fb_lost: 0,
             disk: st
                 .store
                 .then(|| st.sizes.iter().map(|&sz| vec![0u8; sz as usize]).collect()),
@@ -417,10 +429,7 @@ impl Sim {
         if !self.receiver_alive() {
             return;
         }
-        while let Some(m) = self.r.poll_control() {
-            self.ctl_r2s
-                .push_back((self.now + self.link.one_way, m.to_line()));
-        }
+        self.receiver_control();
         while let Some(e) = self.r.poll_event() {
             if let Event::ChunkComplete {
                 file,
@@ -441,12 +450,32 @@ impl Sim {
                     None => gen_chunk_hash(file, size, self.chunk_size, chunk as u64, &mut self.scratch),
                 };
                 self.r.chunk_hashed(file, chunk, h);
-                while let Some(m) = self.r.poll_control() {
-                    self.ctl_r2s
-                        .push_back((self.now + self.link.one_way, m.to_line()));
-                }
+                self.receiver_control();
             }
             self.r_events.push((self.now - self.t0, e));
+        }
+    }
+
+    /// The receiver's control messages: feedback as datagrams (lost at random on the return path), and on
+    /// the control channel as well until the sender has confirmed that datagrams arrive; the rest on the
+    /// control channel.
+    fn receiver_control(&mut self) {
+        while let Some(m) = self.r.poll_control() {
+            let at = self.now + self.link.one_way;
+            if let ControlMsg::Feedback(fb) = &m {
+                let mut d = Vec::new();
+                if wire::emit_feedback_datagram(FB_KEY.as_ref(), 7, fb, &mut d).is_some() {
+                    if self.rng.gen::<f64>() < self.fb_loss {
+                        self.fb_lost += 1;
+                    } else {
+                        self.fb_dgrams.push_back((at, d));
+                    }
+                    if self.r.feedback_datagrams_confirmed() {
+                        continue;
+                    }
+                }
+            }
+            self.ctl_r2s.push_back((at, m.to_line()));
         }
     }
 
@@ -471,6 +500,7 @@ impl Sim {
         }
         min(self.ctl_s2r.front().map(|c| c.0));
         min(self.ctl_r2s.front().map(|c| c.0));
+        min(self.fb_dgrams.front().map(|c| c.0));
         t
     }
 
@@ -530,6 +560,11 @@ impl Sim {
             let (_, line) = self.ctl_r2s.pop_front().unwrap();
             self.s
                 .handle_control(now, ControlMsg::parse_line(&line).expect("receiver control line"));
+        }
+        while self.fb_dgrams.front().is_some_and(|c| c.0 <= now) {
+            let (_, d) = self.fb_dgrams.pop_front().unwrap();
+            let fb = wire::parse_feedback_datagram(FB_KEY.as_ref(), 7, &d).expect("feedback datagram");
+            self.s.handle_feedback_datagram(now, fb);
         }
         if self.s.poll_timeout().is_some_and(|t| t <= now) {
             self.s.handle_timeout(now);
@@ -592,6 +627,9 @@ impl Sim {
         assert_eq!(files, self.sizes.len());
     }
 }
+
+/// The feedback datagrams' key in the simulation.
+const FB_KEY: Option<[u8; 32]> = Some([3u8; 32]);
 
 fn mb(x: f64) -> f64 {
     x / 1e6
@@ -671,6 +709,7 @@ fn goodput_at_one_percent_loss_and_100ms() {
         let mut st = Setup::new(link, vec![bytes]);
         st.store = false;
         st.chunk = 32 << 20;
+        st.fb_loss = 0.01; // the return path loses 1% as well
         let mut sim = Sim::new(st);
         let t = sim.run(Duration::from_secs(120));
         sim.check_exact();
@@ -713,6 +752,34 @@ fn goodput_at_one_percent_loss_and_100ms() {
             mb(whole)
         );
     }
+}
+
+/// Feedback datagrams lost in numbers (30% of them, so runs of four and more are lost too) lose no loss
+/// report: what no surviving feedback reported on is sent again, every byte arrives exactly once, and
+/// the copies on the control channel stop once the sender has confirmed the datagrams.
+#[test]
+fn lost_feedback_datagrams_lose_no_report() {
+    let mut link = LinkCfg::new(200e6, Duration::from_millis(40));
+    link.loss = Loss::Random(0.02);
+    let mut st = Setup::new(link, vec![100 << 20, 7 << 20, 1]);
+    st.fb_loss = 0.3;
+    st.seed = 5;
+    let mut sim = Sim::new(st);
+    sim.run(Duration::from_secs(60));
+    sim.check_exact();
+    let s = sim.s.stats();
+    eprintln!(
+        "feedback datagrams lost {}, stale {}, unreported resent {}, reported lost {}, retransmits {}",
+        sim.fb_lost, s.stale_feedback, s.unreported, s.reported_lost, s.retransmits
+    );
+    assert!(sim.fb_lost > 100, "the return path lost feedback");
+    assert!(
+        s.unreported > 0,
+        "some reports were lost with four feedbacks in a row"
+    );
+    assert!(sim.r.feedback_datagrams_confirmed());
+    // resent without a report: only what runs of lost feedbacks hid, far from everything
+    assert!(s.retransmits < s.datagrams / 10, "{s:?}");
 }
 
 #[test]

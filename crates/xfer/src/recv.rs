@@ -11,7 +11,7 @@
 
 use std::collections::VecDeque;
 use std::fs::File;
-use std::net::UdpSocket;
+use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
@@ -21,7 +21,10 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{unbounded, Receiver as ChanRx, Sender as ChanTx};
 use vlbiflow_udp::{BatchReceiver, RecvMeta};
-use vlbiflow_xfer_proto::wire::{derive_data_aead_key, derive_data_key, open_encrypted, HEADER_LEN};
+use vlbiflow_xfer_proto::wire::{
+    derive_data_aead_key, derive_data_key, derive_feedback_key, emit_feedback_datagram, open_encrypted,
+    HEADER_LEN, MAX_FEEDBACK_DATAGRAM,
+};
 use vlbiflow_xfer_proto::{ChunkHash, ControlMsg, Event, Receiver, ReceiverConfig, ReceiverStats};
 
 use crate::dest::{self, Existing, Manifest};
@@ -428,6 +431,13 @@ pub fn run_receiver(
     let aead_key = encrypt.then(|| derive_data_aead_key(&p.secret, p.transfer_id));
     let result = recv_loop(RecvLoop {
         aead_key,
+        fb: FeedbackOut {
+            sock,
+            peer: None,
+            key: derive_feedback_key(&p.secret, p.transfer_id),
+            transfer_id: p.transfer_id,
+            buf: Vec::with_capacity(MAX_FEEDBACK_DATAGRAM),
+        },
         link,
         sock,
         plan: &plan,
@@ -492,6 +502,7 @@ fn finalize(plan: &Plan, j: Finalize, overwrite: bool, source: &str) -> Result<C
 
 struct RecvLoop<'a> {
     aead_key: Option<[u8; 32]>,
+    fb: FeedbackOut<'a>,
     link: &'a Link,
     sock: &'a UdpSocket,
     plan: &'a Plan,
@@ -594,9 +605,38 @@ fn abort(link: &Link, reason: String) -> XferError {
     failed!("{reason}")
 }
 
+/// Where the receiver's feedback datagrams go: from the data socket to the address the data comes from
+/// (known from the first accepted datagram; the sender's socket is connected to the data port).
+struct FeedbackOut<'a> {
+    sock: &'a UdpSocket,
+    peer: Option<SocketAddr>,
+    key: [u8; 32],
+    transfer_id: u32,
+    buf: Vec<u8>,
+}
+
+/// Sends the receiver's control messages. Feedback goes as a datagram (one lost costs nothing: the next
+/// repeats its loss ranges), and on the control connection too until the sender has confirmed that
+/// datagrams reach it, or when it does not fit a datagram; everything else goes on the control connection.
+fn send_control(r: &mut Receiver, link: &Link, fb: &mut FeedbackOut<'_>) {
+    while let Some(m) = r.poll_control() {
+        if let (ControlMsg::Feedback(f), Some(peer)) = (&m, fb.peer) {
+            if emit_feedback_datagram(Some(&fb.key), fb.transfer_id, f, &mut fb.buf).is_some() {
+                // a failed send is a lost feedback; the next one repeats it
+                let _ = fb.sock.send_to(&fb.buf, peer);
+                if r.feedback_datagrams_confirmed() {
+                    continue;
+                }
+            }
+        }
+        link.send(m.to_line());
+    }
+}
+
 fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
     let RecvLoop {
         aead_key,
+        mut fb,
         link,
         sock,
         plan,
@@ -613,7 +653,7 @@ fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
     let cs = plan.options.chunk_size;
     let nfiles = plan.files.len();
     let mut files: Vec<Option<OpenFile>> = (0..nfiles).map(|_| None).collect();
-    let mut rx = BatchReceiver::new(BATCH);
+    let mut rx = BatchReceiver::new(BATCH).with_source(true);
     let mut bufs: Vec<Vec<u8>> = (0..BATCH).map(|_| vec![0u8; BUF]).collect();
     let mut metas = [RecvMeta::default(); BATCH];
     let mut moved = 0u64;
@@ -717,6 +757,9 @@ fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
                 }
                 if let Some(dl) = r.handle_datagram(now, dgram) {
                     started.get_or_insert(now);
+                    if m.source.is_some() {
+                        fb.peer = m.source;
+                    }
                     let Some(of) = files[dl.file as usize].as_ref() else {
                         return Err(abort(
                             link,
@@ -790,9 +833,7 @@ fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
                 chunk_len: &chunk_len,
             },
         )?;
-        while let Some(m) = r.poll_control() {
-            link.send(m.to_line());
-        }
+        send_control(r, link, &mut fb);
         // commits
         while let Ok(c) = fres_rx.try_recv() {
             match c {

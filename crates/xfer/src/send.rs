@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, select, Receiver};
 use vlbiflow_udp::{open_udp, UdpConfig};
-use vlbiflow_xfer_proto::wire::{derive_data_aead_key, derive_data_key};
+use vlbiflow_xfer_proto::wire::{
+    derive_data_aead_key, derive_data_key, derive_feedback_key, parse_feedback_datagram, Feedback,
+};
 use vlbiflow_xfer_proto::{ChunkHash, ControlMsg, Event, RateConfig, Sender, SenderConfig, SenderStats};
 
 use crate::error::{failed, XferError};
@@ -58,6 +60,55 @@ pub struct SendOutcome {
     pub seconds: f64,
     /// Wall time from the first datagram to the last chunk verified (before the receiver's final sync).
     pub verified_seconds: f64,
+    /// Feedback datagrams taken.
+    pub feedback_datagrams: u64,
+    /// Datagrams on the data socket that were not valid feedback (wrong tag, transfer or form: dropped).
+    pub feedback_rejected: u64,
+}
+
+/// Counters of the feedback reader.
+#[derive(Debug, Default, Clone, Copy)]
+struct FeedbackCounts {
+    taken: u64,
+    rejected: u64,
+}
+
+/// Reads feedback datagrams from the data socket (connected to the receiver's data port, so only its
+/// datagrams arrive), checks them and passes them on, until `stop`; each wait is bounded.
+fn feedback_reader(
+    sock: UdpSocket,
+    key: [u8; 32],
+    transfer_id: u32,
+    stop: Arc<AtomicBool>,
+    out: crossbeam_channel::Sender<Feedback>,
+) -> FeedbackCounts {
+    use std::io::ErrorKind::{ConnectionRefused, Interrupted, TimedOut, WouldBlock};
+    let mut c = FeedbackCounts::default();
+    let mut buf = vec![0u8; 2048];
+    if sock.set_read_timeout(Some(Duration::from_millis(50))).is_err() {
+        return c;
+    }
+    while !stop.load(Relaxed) {
+        let n = match sock.recv(&mut buf) {
+            Ok(n) => n,
+            // timeouts, and ICMP errors reported on the connected socket
+            Err(e) if matches!(e.kind(), WouldBlock | TimedOut | ConnectionRefused | Interrupted) => continue,
+            Err(_) => {
+                // anything else: do not spin on it
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+        };
+        match parse_feedback_datagram(Some(&key), transfer_id, &buf[..n]) {
+            Ok(f) => {
+                c.taken += 1;
+                // a full channel means the data loop is stalled: a later feedback repeats this one
+                let _ = out.try_send(f);
+            }
+            Err(_) => c.rejected += 1,
+        }
+    }
+    c
 }
 
 /// Bytes the hashing thread may read ahead of the data cursor (it waits beyond).
@@ -163,6 +214,23 @@ pub fn run_sender(
     let mut s = Sender::new(sc);
     let only_held = s.derives_chunk_hashes();
 
+    let (ftx, frx) = bounded::<Feedback>(1024);
+    let fstop = Arc::new(AtomicBool::new(false));
+    let freader = {
+        let rsock = sock
+            .try_clone()
+            .map_err(|e| failed!("data socket to {}: {e}", p.dest))?;
+        let (key, id, fstop) = (
+            derive_feedback_key(&p.secret, p.transfer_id),
+            p.transfer_id,
+            fstop.clone(),
+        );
+        std::thread::Builder::new()
+            .name("xfer-feedback".into())
+            .spawn(move || feedback_reader(rsock, key, id, fstop, ftx))
+            .map_err(|e| failed!("starting the feedback reader: {e}"))?
+    };
+
     let cursor = Arc::new(AtomicU64::new(0));
     let hstop = Arc::new(AtomicBool::new(false));
     let (htx, hrx) = bounded::<HashMsg>(4096);
@@ -182,13 +250,20 @@ pub fn run_sender(
         s: &mut s,
         sock: &sock,
         hrx: &hrx,
+        frx: &frx,
         cursor: &cursor,
         have_chunks: &have_chunks,
     });
     hstop.store(true, Relaxed);
     drop(hrx);
     let _ = hasher.join();
-    result
+    fstop.store(true, Relaxed);
+    let counts = freader.join().unwrap_or_default();
+    result.map(|o| SendOutcome {
+        feedback_datagrams: counts.taken,
+        feedback_rejected: counts.rejected,
+        ..o
+    })
 }
 
 struct DataLoop<'a> {
@@ -200,6 +275,7 @@ struct DataLoop<'a> {
     s: &'a mut Sender,
     sock: &'a UdpSocket,
     hrx: &'a Receiver<HashMsg>,
+    frx: &'a Receiver<Feedback>,
     cursor: &'a AtomicU64,
     have_chunks: &'a [u32],
 }
@@ -214,6 +290,7 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
         s,
         sock,
         hrx,
+        frx,
         cursor,
         have_chunks,
     } = d;
@@ -375,6 +452,8 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
                         (Some(a), Some(b)) => b.saturating_duration_since(a).as_secs_f64(),
                         _ => 0.0,
                     },
+                    feedback_datagrams: 0,
+                    feedback_rejected: 0,
                 });
             }
         }
@@ -453,8 +532,10 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
         // time: wait on the control link alone then (selecting on it spun a core)
         let never = crossbeam_channel::never();
         let hashes = if hashes_open { hrx } else { &never };
+        let mut first_fb = None;
         select! {
             recv(link.rx) -> m => if let Ok(m) = m { handle(m, s)? },
+            recv(frx) -> m => if let Ok(f) = m { first_fb = Some(f) },
             recv(hashes) -> m => match m {
                 Ok(m) => hash_msg(m, s)?,
                 Err(_) => hashes_open = false,
@@ -464,6 +545,15 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
         // drain whatever else is waiting
         while let Ok(m) = link.rx.try_recv() {
             handle(m, s)?;
+        }
+        for f in first_fb
+            .into_iter()
+            .chain(std::iter::from_fn(|| frx.try_recv().ok()))
+        {
+            s.handle_feedback_datagram(Instant::now(), f);
+            if let Some(t) = trace.as_mut() {
+                t.line(s);
+            }
         }
         while hashes_open {
             match hrx.try_recv() {
