@@ -81,7 +81,7 @@ SIZE=$(cat "$DIR/gather.size")
 echo "gather: $SIZE bytes, BLAKE3 $GATHER_HASH ($(python3 -c "print('%.1f s' % ($t1 - $t0))"))"
 
 echo "## 3. through pathemu: 2 Gb/s, 50 ms RTT, 1% loss each way, MTU 9000, queue 12.5 MB"
-"$BIN" pathemu --ns-a $A --ns-b $B --addr-a $IA --addr-b $IB --mtu 9000 --json --duration 3600 \
+"$BIN" pathemu ${EMU_OPTS:-} --ns-a $A --ns-b $B --addr-a $IA --addr-b $IB --mtu 9000 --json --duration 3600 \
   --rtt 50ms --rate 2Gbps --queue 12500000 --loss 1% >"$DIR/emu.json" 2>"$DIR/emu.err" &
 EMU=$!
 for _ in $(seq 200); do grep -q '^pathemu: ready' "$DIR/emu.err" 2>/dev/null && break; sleep 0.1; done

@@ -29,7 +29,7 @@ cleanup() {
 }
 trap cleanup EXIT
 q=$(python3 -c "print(max(4_000_000, int(2e9/8*$RTT/1000)))")
-"$BIN" pathemu --ns-a $NA --ns-b $NB --addr-a $NET.1 --addr-b $NET.2 --mtu 9000 --duration 3600 --rtt "${RTT}ms" \
+"$BIN" pathemu ${EMU_OPTS:-} --ns-a $NA --ns-b $NB --addr-a $NET.1 --addr-b $NET.2 --mtu 9000 --duration 3600 --rtt "${RTT}ms" \
   --rate 2Gbps --queue "$q" --loss "${LOSS}%" --json >"$SCRATCH/emu.out" 2>"$SCRATCH/emu.err" &
 EMU=$!
 for _ in $(seq 200); do grep -q '^pathemu: ready' "$SCRATCH/emu.err" 2>/dev/null && break; sleep 0.1; done

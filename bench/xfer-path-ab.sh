@@ -30,7 +30,7 @@ cleanup() {
 }
 trap cleanup EXIT
 q=$(python3 -c "print(max(4_000_000, int(2e9/8*$RTT/1000)))")
-"$A" pathemu --ns-a $NA --ns-b $NB --addr-a $NET.1 --addr-b $NET.2 --mtu 9000 --duration 3600 --rtt ${RTT}ms \
+"$A" pathemu ${EMU_OPTS:-} --ns-a $NA --ns-b $NB --addr-a $NET.1 --addr-b $NET.2 --mtu 9000 --duration 3600 --rtt ${RTT}ms \
   --rate 2Gbps --queue $q --loss ${LOSS}% --json >"$SCRATCH/emu.out" 2>"$SCRATCH/emu.err" &
 EMU=$!
 for _ in $(seq 200); do grep -q '^pathemu: ready' "$SCRATCH/emu.err" 2>/dev/null && break; sleep 0.1; done
@@ -56,6 +56,8 @@ for r in $(seq "$ROUNDS"); do
     SRV=$!
     for _ in $(seq 100); do grep -q 'serving on' "$SCRATCH/serve.err" 2>/dev/null && break; sleep 0.1; done
     # shellcheck disable=SC2086
+    # TRACE_DIR=DIR: the rate control's trace of each push in DIR/round-N-V.csv (docs/xfer-protocol.md)
+    if [ -n "${TRACE_DIR:-}" ]; then export VLBIFLOW_XFER_TRACE=$TRACE_DIR/round-$i-$v.csv; fi
     /usr/bin/time -f "%U %S" -o "$SCRATCH/time" ip netns exec $NA "$bin" xfer push "$SCRATCH/src/data.bin" $NET.2:46230/data $opts --json \
       >"$SCRATCH/x.json" 2>"$SCRATCH/x.err" || cat "$SCRATCH/x.err" >&2
     kill $SRV; wait $SRV 2>/dev/null || true; SRV=

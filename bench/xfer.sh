@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Benchmark of `vlbiflow xfer` (docs/bench-xfer.md): through `vlbiflow pathemu` (2 Gb/s bottleneck, MTU 9000),
-# vlbiflow xfer (file to file on disk) against TCP CUBIC and TCP BBR (memory to memory, iperf3 -C when installed),
+# vlbiflow xfer (file to file on disk) against TCP CUBIC and TCP BBR (memory to memory, iperf3 -C when installed,
+# and BBR file to file with iperf3 -F),
 # alternating in one run, over RTT 0/20/100 ms and random loss 0/0.1/1/5 %, with CPU seconds per GB at both
 # ends; then disk to disk on loopback against cp. Needs root. Namespaces vf-bx-<pid>-a/b and a subnet from
 # the pid are made and removed for each point. Data goes to a scratch directory on disk (not tmpfs) that is
@@ -9,7 +10,9 @@
 #   bench/xfer.sh [SIZE_MB] [RTTS] [LOSSES]     e.g. bench/xfer.sh 2000 "0 20 100" "0 0.1 1 5"
 #
 # Optional peer: Tsunami, if TSUNAMI_DIR names a build of its public source (tsunamid and tsunami binaries);
-# this script neither fetches nor builds it.
+# this script neither fetches nor builds it (docs/bench-xfer.md says how it was built). Its row: a pull at a
+# fixed 1900M, file on disk to file on disk; sender CPU is tsunamid's child, receiver CPU the client.
+# EMU_OPTS: extra options for the emulator (e.g. --realtime).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZE_MB=${1:-2000}
@@ -41,7 +44,7 @@ cleanup() {
 trap cleanup EXIT
 
 start_emu() {
-  "$BIN" pathemu --ns-a $A --ns-b $B --addr-a $IA --addr-b $IB --mtu 9000 --json --duration 3600 "$@" \
+  "$BIN" pathemu ${EMU_OPTS:-} --ns-a $A --ns-b $B --addr-a $IA --addr-b $IB --mtu 9000 --json --duration 3600 "$@" \
     >"$SCRATCH/emu.json" 2>"$SCRATCH/emu.err" &
   EMU=$!
   for _ in $(seq 200); do grep -q '^pathemu: ready' "$SCRATCH/emu.err" 2>/dev/null && return; sleep 0.1; done
@@ -123,6 +126,72 @@ except Exception as ex:
 PY
       done
       kill $SRV; wait $SRV 2>/dev/null || true; SRV=
+      # TCP BBR file to file: iperf3 -F reads the source file at the client and writes it at the server
+      # (page cache, not synced; iperf3's own rate and CPU report)
+      rm -f "$SCRATCH/dst/tcp.bin"
+      ip netns exec $B iperf3 -s -1 -B $IB -p 15202 -F "$SCRATCH/dst/tcp.bin" >/dev/null 2>&1 &
+      SRV=$!
+      sleep 0.5
+      e0=$(cpu_of $EMU)
+      timeout 300 ip netns exec $A iperf3 -c $IB -p 15202 -C bbr -F "$SCRATCH/src/data.bin" -J >"$SCRATCH/tcpf.json" 2>/dev/null || true
+      e1=$(cpu_of $EMU)
+      wait $SRV 2>/dev/null || true; SRV=
+      python3 - "$SCRATCH/tcpf.json" "$rtt" "$loss" "$e0" "$e1" "$(cut -d' ' -f1 /proc/loadavg)" <<'PY'
+import json, sys
+try:
+    e0, e1, load = float(sys.argv[4]), float(sys.argv[5]), sys.argv[6]
+    e = json.load(open(sys.argv[1]))["end"]
+    r = e["sum_received"]
+    mbps = r["bits_per_second"] / 1e6
+    gb = r["bytes"] / 1e9
+    secs = r["seconds"]
+    cpu = e["cpu_utilization_percent"]
+    print(f"| {sys.argv[2]} ms | {sys.argv[3]} % | TCP bbr, file to file | {mbps:.0f} | {mbps/20:.1f} | {cpu['host_total'] / 100 * secs / gb:.2f} | {cpu['remote_total'] / 100 * secs / gb:.2f} | {(e1-e0)/gb:.2f} | {e['sum_sent'].get('retransmits', 0)} segments | {load} |")
+except Exception as ex:
+    print(f"| {sys.argv[2]} ms | {sys.argv[3]} % | TCP bbr, file to file | failed ({ex}) | | | | | | |")
+PY
+      rm -f "$SCRATCH/dst/tcp.bin"
+    fi
+    # Tsunami (a pull: tsunamid serves the source directory from side A, the client writes on side B) at a
+    # fixed 1900M (its ipd of 8e6 x 8192 / rate rounds down to whole µs: 2000M would pace above the
+    # bottleneck), 8192-byte blocks, lossless mode; goodput = file size / (client wall time + sync of the
+    # file), as xfer's counts until the file is synced
+    if [ -n "${TSUNAMI_DIR:-}" ]; then
+      mkdir -p "$SCRATCH/dst-tsu"; rm -f "$SCRATCH/dst-tsu"/*
+      (cd "$SCRATCH/src" && exec ip netns exec $A "$TSUNAMI_DIR/tsunamid" --port=46300 >"$SCRATCH/tsud.log" 2>&1) &
+      SRV=$!
+      sleep 0.5
+      # tsunamid forks a child per transfer and reaps it: the child's CPU lands in the parent's cutime/cstime
+      c0=$(awk '{print ($14 + $15 + $16 + $17) / 100}' /proc/$SRV/stat 2>/dev/null || echo 0)
+      e0=$(cpu_of $EMU)
+      t0=$(date +%s.%N)
+      (cd "$SCRATCH/dst-tsu" && /usr/bin/time -f "%U %S" -o "$SCRATCH/time" timeout 600 ip netns exec $B \
+        "$TSUNAMI_DIR/tsunami" set port 46300 set rate 1900M set blocksize 8192 set transcript no \
+        connect $IA get data.bin quit </dev/null >"$SCRATCH/tsu.log" 2>&1) || true
+      sync "$SCRATCH/dst-tsu/data.bin" 2>/dev/null || true
+      t1=$(date +%s.%N)
+      e1=$(cpu_of $EMU)
+      for _ in $(seq 50); do pgrep -P $SRV >/dev/null || break; sleep 0.1; done
+      c1=$(awk '{print ($14 + $15 + $16 + $17) / 100}' /proc/$SRV/stat 2>/dev/null || echo 0)
+      pkill -P $SRV 2>/dev/null || true; kill $SRV 2>/dev/null || true; wait $SRV 2>/dev/null || true; SRV=
+      pkill -x tsunamid 2>/dev/null || true
+      if cmp -s "$SCRATCH/src/data.bin" "$SCRATCH/dst-tsu/data.bin"; then
+        python3 - "$SCRATCH/tsu.log" "$rtt" "$loss" "$(tail -1 "$SCRATCH/time" | awk '{print $1 + $2}')" "$c0" "$c1" "$SIZE_MB" "$e0" "$e1" "$t0" "$t1" "$(cut -d' ' -f1 /proc/loadavg)" <<'PY'
+import re, sys
+log = open(sys.argv[1]).read()
+rtt, loss, ccpu, c0, c1, mb, e0, e1, t0, t1, load = sys.argv[2:]
+gb = float(mb) / 1000
+secs = float(t1) - float(t0)
+gp = float(mb) * 8 / secs
+m = re.search(r"Goodput w/ restarts\s*:\s*([0-9.]+)", log)
+own = f" (its own figure {float(m.group(1)) * 1.048576:.0f})" if m else ""
+dropped = re.search(r"PC performance figure\s*:\s*([0-9]+) packets dropped", log)
+print(f"| {rtt} ms | {loss} % | Tsunami{own} | {gp:.0f} | {gp/20:.1f} | {(float(c1)-float(c0))/gb:.2f} | {float(ccpu)/gb:.2f} | {(float(e1)-float(e0))/gb:.2f} | {dropped.group(1) if dropped else '?'} dropped by the client | {load} |")
+PY
+      else
+        echo "| $rtt ms | $loss % | Tsunami | failed: $(grep -m1 -i 'error\|warning' "$SCRATCH/tsu.log" || tail -1 "$SCRATCH/tsu.log") | | | | | | |"
+      fi
+      rm -f "$SCRATCH/dst-tsu/data.bin"
     fi
     stop_emu
   done
