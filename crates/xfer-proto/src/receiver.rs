@@ -33,6 +33,9 @@ pub struct ReceiverConfig {
     pub feedback_interval: Duration,
     /// Feedback at least this often when no data arrives (keep-alive).
     pub keepalive: Duration,
+    /// Go on reporting every `feedback_interval` for this long after the last datagram: the sender's tail
+    /// timer presumes a loss only while the receiver reports (a silent receiver is taken as stalled).
+    pub feedback_linger: Duration,
     /// Nothing from the sender for this long ends with [`Event::PeerDead`].
     pub dead_timeout: Duration,
     /// Key for datagram tags; with a key, datagrams with a wrong tag are dropped and counted.
@@ -52,6 +55,7 @@ impl Default for ReceiverConfig {
         ReceiverConfig {
             feedback_interval: Duration::from_millis(5),
             keepalive: Duration::from_secs(1),
+            feedback_linger: Duration::from_secs(1),
             dead_timeout: Duration::from_secs(10),
             data_key: None,
             max_files: 10_000_000,
@@ -166,6 +170,7 @@ pub struct Receiver {
     fb_bytes: u64,
     fb_at: Option<Instant>,
     data_since_fb: bool,
+    last_data: Option<Instant>,
     last_heard: Option<Instant>,
     chunks_verified: u64,
     /// The block size when blocks are BLAKE3 subtrees (chunk hashes merged from block digests).
@@ -203,6 +208,7 @@ impl Receiver {
             fb_bytes: 0,
             fb_at: None,
             data_since_fb: false,
+            last_data: None,
             last_heard: None,
             chunks_verified: 0,
             subtree_block: None,
@@ -261,6 +267,7 @@ impl Receiver {
         let now_us = self.us(now);
         self.last_heard = Some(now);
         self.data_since_fb = true;
+        self.last_data = Some(now);
         let next = self.highest.map_or(0, |h| h + 1);
         if repr.seq >= next {
             let mut gap = repr.seq - next;
@@ -652,13 +659,18 @@ impl Receiver {
         self.control_out.push_back(ControlMsg::Feedback(fb));
     }
 
+    /// Whether `t` is within `feedback_linger` of the last datagram.
+    fn lingering(&self, t: Instant) -> bool {
+        self.last_data.is_some_and(|d| t <= d + self.cfg.feedback_linger)
+    }
+
     /// When [`Self::handle_timeout`] wants to run next.
     pub fn poll_timeout(&self) -> Option<Instant> {
         if self.state != State::Running {
             return None;
         }
         let base = self.fb_at.or(self.epoch)?;
-        let fb = if self.data_since_fb {
+        let fb = if self.data_since_fb || self.lingering(base + self.cfg.feedback_interval) {
             base + self.cfg.feedback_interval
         } else {
             base + self.cfg.keepalive
@@ -682,7 +694,8 @@ impl Receiver {
             return;
         }
         let since = now.saturating_duration_since(self.fb_at.unwrap_or(e));
-        if (self.data_since_fb && since >= self.cfg.feedback_interval) || since >= self.cfg.keepalive {
+        let frequent = self.data_since_fb || self.lingering(now);
+        if (frequent && since >= self.cfg.feedback_interval) || since >= self.cfg.keepalive {
             self.send_feedback(now);
         }
     }

@@ -184,6 +184,10 @@ pub struct Sender {
     last_feedback: Option<Instant>,
     /// Number of the newest feedback taken ([`Feedback::n`]).
     feedback_n: u64,
+    /// When the newest feedback was taken, and since when the receiver has been reporting without a
+    /// silence (the tail timer waits while the receiver is silent: a stalled receiver is not a lossy path).
+    last_fresh: Option<Instant>,
+    talking_since: Option<Instant>,
     feedback_datagrams: bool,
     last_sent: Option<Instant>,
     control_out: VecDeque<ControlMsg>,
@@ -242,6 +246,8 @@ impl Sender {
             pace_limited: false,
             last_feedback: None,
             feedback_n: 0,
+            last_fresh: None,
+            talking_since: None,
             feedback_datagrams: false,
             last_sent: None,
             control_out,
@@ -395,6 +401,36 @@ impl Sender {
 
     fn running(&self) -> bool {
         self.state == State::Running
+    }
+
+    /// A receiver that has sent no feedback for this long (it reports every few milliseconds while data
+    /// arrives, and for a while after) is silent: stalled (CPU, disk), or its reports are held up.
+    fn silence_limit(&self) -> Duration {
+        Duration::from_millis(25).max(self.srtt.unwrap_or(Duration::ZERO) / 4)
+    }
+
+    /// The earliest time from `due` on at which the tail timer may presume a datagram lost. At the end of
+    /// the data at once; otherwise only while the receiver is reporting, and has been for a silence limit
+    /// since its last silence: a receiver that stalls for 100-200 ms on a busy host and then works off its
+    /// backlog made the timer resend up to 2,000 datagrams that were not lost (a silence of more than a
+    /// second presumes the loss all the same).
+    fn tail_allowed_from(&self, due: Instant) -> Instant {
+        let hard = due + Duration::from_secs(1);
+        if !self.has_data() {
+            return due;
+        }
+        let quiet = self.silence_limit();
+        match (self.talking_since, self.last_fresh) {
+            (Some(since), Some(last)) => {
+                let from = due.max(since + quiet);
+                if from <= last + quiet {
+                    from.min(hard)
+                } else {
+                    hard
+                }
+            }
+            _ => hard,
+        }
     }
 
     /// Next block of new data, advancing the cursor past verified chunks and finished files.
@@ -605,7 +641,7 @@ impl Sender {
             }
         }
         if let Some(s) = self.inflight.get(self.tail_idx) {
-            min(s.sent_at + self.rto());
+            min(self.tail_allowed_from(s.sent_at + self.rto()));
         }
         if let Some(l) = self.last_sent {
             min(l + Duration::from_secs(1));
@@ -625,10 +661,11 @@ impl Sender {
             return;
         }
         let rto = self.rto();
-        while let Some(s) = self.inflight.get_mut(self.tail_idx) {
-            if s.sent_at + rto > now {
+        while let Some(&s) = self.inflight.get(self.tail_idx) {
+            if self.tail_allowed_from(s.sent_at + rto) > now {
                 break;
             }
+            let s = &mut self.inflight[self.tail_idx];
             if !s.presumed_lost {
                 s.presumed_lost = true;
                 self.inflight_bytes -= wire_of(s.len);
@@ -787,6 +824,14 @@ impl Sender {
             return;
         }
         self.feedback_n = f.n;
+        let quiet = self.silence_limit();
+        if self
+            .last_fresh
+            .is_none_or(|l| now.saturating_duration_since(l) > quiet)
+        {
+            self.talking_since = Some(now);
+        }
+        self.last_fresh = Some(now);
         let mut lost = 0u64;
         let mut delivered = 0u64;
         let mut rtt = None;
