@@ -29,6 +29,9 @@
 //!     at most 15% per phase);
 //!   - **heavy loss** (above `loss_backoff` over a whole cycle) caps like queued loss.
 //!
+//!   Phases (startup rounds, drain, the gain cycle) last at least 20 ms, the shortest delivery-rate
+//!   sample, so that a probe shows in the samples even on a LAN.
+//!
 //!   The simulator (`tests/sim.rs`) shares a 200 Mb/s, 40 ms, 1-BDP drop-tail bottleneck with a TCP Reno
 //!   flow and both keep a share; at 1% random loss and 100 ms the goodput stays above 90% of the link.
 
@@ -105,6 +108,11 @@ pub struct FeedbackSample {
 const PROBE_GAINS: [f64; 8] = [1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0];
 const STARTUP_GAIN: f64 = 2.885;
 const CUT: f64 = 0.85;
+/// Shortest span of a delivery-rate sample, and so the shortest phase of startup, drain and the gain
+/// cycle: a phase shorter than the samples that are to see it does not show in them (at 0.2 ms RTT a
+/// 1.25x probe of one feedback interval, 5 ms, raised a 20 ms sample by 6%, less than 5% random loss
+/// took away, and the estimate stayed at 55-70% of the path).
+const MIN_SPAN: Duration = Duration::from_millis(20);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -418,7 +426,7 @@ impl RateControl {
         self.rate_points.push_back((bytes, t_us, send_us));
         // spans of one round trip (at least 20 ms), as BBR's samples span a packet's send to its ack:
         // shorter spans read a receiver's or a queue's momentary bunching as path capacity
-        let span_us = self.round().max(Duration::from_millis(20)).as_micros() as u64;
+        let span_us = self.round().max(MIN_SPAN).as_micros() as u64;
         let mut sample = None;
         while self.rate_points.len() >= 2 {
             let (b0, t0, s0) = self.rate_points[0];
@@ -442,6 +450,7 @@ impl RateControl {
 
     fn auto_update(&mut self, now: Instant, sample: Option<f64>) {
         let round = self.round();
+        let phase = round.max(MIN_SPAN);
         if let Some(bw) = sample {
             self.bw_samples.push_back((now, bw));
             if self
@@ -466,7 +475,7 @@ impl RateControl {
         match self.phase {
             Phase::Startup => {
                 let r0 = *self.startup_round.get_or_insert(now);
-                if now.duration_since(r0) >= round {
+                if now.duration_since(r0) >= phase {
                     self.startup_round = Some(now);
                     if bw >= self.startup_best * 1.25 {
                         self.startup_best = bw;
@@ -486,7 +495,7 @@ impl RateControl {
             }
             Phase::Drain => {
                 let drained = self.window_queue_min.is_some_and(|q| q < threshold);
-                if (drained && now.duration_since(start) >= round) || now.duration_since(start) >= round * 3 {
+                if (drained && now.duration_since(start) >= phase) || now.duration_since(start) >= phase * 3 {
                     self.enter(now, Phase::ProbeBw(2));
                 }
             }
@@ -500,7 +509,7 @@ impl RateControl {
                 // still yield to it).
                 if i >= 2
                     && !self.trimmed_this_phase
-                    && now.duration_since(start) >= round / 2
+                    && now.duration_since(start) >= phase / 2
                     && self.last_queue >= threshold * 2
                 {
                     let floor = (0.5 * self.long_max.map_or(0.0, |m| m.1)).max(bw * CUT);
@@ -511,7 +520,7 @@ impl RateControl {
                         self.bw_samples.push_back((now, x));
                     }
                 }
-                if now.duration_since(start) >= round {
+                if now.duration_since(start) >= phase {
                     let mut next = (i + 1) % PROBE_GAINS.len();
                     let quiet = self.quiet_until.is_some_and(|q| now < q);
                     if quiet {
