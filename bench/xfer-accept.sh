@@ -119,8 +119,8 @@ t0 = time.time(); sent = 0
 for i in range(100_000):
     n = 8256 if i % 3 == 0 else [64, 100, 1500, 9000][i % 4]
     b = bytearray(os.urandom(n))
-    if i % 3 == 0:  # a well-formed header of this transfer (version 2, file 0, offset 0, one block): reaches the tag check
-        b[0:4] = b"XF\x02\x00"; b[4:8] = tid.to_bytes(4, "big"); b[16:20] = bytes(4); b[20:24] = (n - 64).to_bytes(4, "big")
+    if i % 3 == 0:  # a well-formed header of this transfer (version 3, file 0, offset 0, one block): reaches the tag check
+        b[0:4] = b"XF\x03\x00"; b[4:8] = tid.to_bytes(4, "big"); b[16:20] = bytes(4); b[20:24] = (n - 64).to_bytes(4, "big")
         b[24:32] = bytes(8); b[40:48] = bytes(8)
     try:
         s.sendto(b, dst); sent += 1
