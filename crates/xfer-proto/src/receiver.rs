@@ -236,6 +236,12 @@ impl Receiver {
             self.stats.malformed += 1;
             return None;
         };
+        if self.transfer_id.is_none() {
+            // before `hello` (its UDP overtook the control connection): the hashing mode and with it the
+            // tag are not known yet; it counts as not (yet) of this transfer, not as forged, and comes again
+            self.stats.wrong_transfer += 1;
+            return None;
+        }
         let payload = &datagram[HEADER_LEN..];
         let sub = self.subtree_block;
         let digest =

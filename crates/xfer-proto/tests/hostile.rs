@@ -170,3 +170,33 @@ fn receiver_rejects_announces_out_of_order_and_oversized() {
     assert!(reason(&mut r).contains("blocks, above the limit"));
     assert!(matches!(r.poll_control(), Some(ControlMsg::Abort { .. })));
 }
+
+/// A genuine datagram that overtakes `hello` (UDP is faster than a control connection that lost a
+/// segment) is not counted as forged: without `hello` the receiver does not know how the tag is made.
+/// The same datagram after `hello` and the announce is accepted.
+#[test]
+fn a_datagram_before_hello_is_not_a_bad_tag() {
+    let t0 = Instant::now();
+    let key = [9u8; 32];
+    let mut cfg = SenderConfig::new(1, RateConfig::fixed(1e9));
+    cfg.data_key = Some(key);
+    let mut s = Sender::new(cfg);
+    s.add_file("f", 100_000, None).unwrap();
+    s.close();
+    let t = s.poll_transmit(t0).expect("a datagram");
+    let mut d = vec![0u8; t.datagram_len()];
+    t.emit_header(&mut d);
+    d[wire::HEADER_LEN..].fill(7);
+    s.seal(&mut d);
+    let mut r = Receiver::new(ReceiverConfig {
+        data_key: Some(key),
+        ..ReceiverConfig::default()
+    });
+    assert!(r.handle_datagram(t0, &d).is_none());
+    assert_eq!((r.stats().bad_tag, r.stats().wrong_transfer), (0, 1));
+    while let Some(m) = s.poll_control() {
+        r.handle_control(t0, m);
+    }
+    assert!(r.handle_datagram(t0, &d).is_some());
+    assert_eq!(r.stats().bad_tag, 0);
+}
