@@ -216,6 +216,20 @@ pub fn measure(
 /// The received packets of a train as [`TrainTimes`]: send and hand-over times on the sender's
 /// clock (relative to the timeline's send base), receive times on the receiver's.
 pub fn train_times(t: &Timeline, handed: &[(u64, u64)], bytes: usize) -> TrainTimes {
+    times_of_received(&t.send_ns, &t.recv_ns, handed, t.send_base_ns as i64, bytes)
+}
+
+/// The packets of a train that arrived (`recv_ns[i] >= 0`) as [`TrainTimes`]. `handed` lists
+/// (first packet, hand-over time) of each send call in absolute ns; `handed_base` is subtracted so they
+/// are on the same scale as `send_ns`. Without a note of the send call (an older client), the write
+/// time stands in.
+pub(crate) fn times_of_received(
+    send_ns: &[i64],
+    recv_ns: &[i64],
+    handed: &[(u64, u64)],
+    handed_base: i64,
+    bytes: usize,
+) -> TrainTimes {
     let mut out = TrainTimes {
         bytes,
         send_ns: Vec::new(),
@@ -223,18 +237,14 @@ pub fn train_times(t: &Timeline, handed: &[(u64, u64)], bytes: usize) -> TrainTi
         recv_ns: Vec::new(),
     };
     let mut h = 0;
-    for (i, (&s, &r)) in t.send_ns.iter().zip(&t.recv_ns).enumerate() {
+    for (i, (&s, &r)) in send_ns.iter().zip(recv_ns).enumerate() {
         while h < handed.len() && handed[h].0 <= i as u64 {
             h += 1;
         }
         if r < 0 {
             continue;
         }
-        // Without a note of the send call (an older client), the write time stands in.
-        let hand = handed
-            .get(h)
-            .map(|&(_, ns)| ns as i64 - t.send_base_ns as i64)
-            .unwrap_or(s);
+        let hand = handed.get(h).map(|&(_, ns)| ns as i64 - handed_base).unwrap_or(s);
         out.send_ns.push(s);
         out.handed_ns.push(hand.max(s));
         out.recv_ns.push(r);

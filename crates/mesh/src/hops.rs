@@ -27,7 +27,7 @@ use vlbiflow_net::wire::{realtime_ns, PacketKind, TestPacket, TestPacketRepr, HE
 use vlbiflow_udp::errqueue::{self, ICMP_DEST_UNREACH, ICMP_TIME_EXCEEDED, SO_EE_ORIGIN_ICMP};
 use vlbiflow_udp::{open_udp, BatchSender, UdpConfig};
 
-use crate::dispersion::{fit_train, needs_longer, sender_bound, summarise_length, TrainLength, TrainTimes};
+use crate::dispersion::{fit_train, needs_longer, sender_bound, summarise_length, TrainLength};
 
 /// How to probe hop by hop.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -221,7 +221,13 @@ pub fn measure_hops(
                 }
                 hop.address = hop.address.or(answers.from);
                 hop.destination |= answers.unreachable || answers.from == Some(target);
-                let t = times(&train, &answers.recv, bytes);
+                let t = crate::capacity::times_of_received(
+                    &train.send_ns,
+                    &answers.recv,
+                    &train.handed,
+                    0,
+                    bytes,
+                );
                 if t.recv_ns.len() >= 2 {
                     let span = t.recv_ns[t.recv_ns.len() - 1] - t.recv_ns[0];
                     last_span = Duration::from_nanos(span.max(0) as u64);
@@ -442,30 +448,6 @@ fn read_answers(
         a.unreachable |= e.icmp_type == ICMP_DEST_UNREACH;
     }
     Ok(a)
-}
-
-/// The answered packets as [`TrainTimes`] (all times on this host's clock).
-fn times(t: &SentTrain, recv: &[i64], bytes: usize) -> TrainTimes {
-    let mut out = TrainTimes {
-        bytes,
-        send_ns: Vec::new(),
-        handed_ns: Vec::new(),
-        recv_ns: Vec::new(),
-    };
-    let mut h = 0;
-    for (i, (&s, &r)) in t.send_ns.iter().zip(recv).enumerate() {
-        while h < t.handed.len() && t.handed[h].0 <= i as u64 {
-            h += 1;
-        }
-        if r < 0 {
-            continue;
-        }
-        let hand = t.handed.get(h).map(|&(_, ns)| ns as i64).unwrap_or(s);
-        out.send_ns.push(s);
-        out.handed_ns.push(hand.max(s));
-        out.recv_ns.push(r);
-    }
-    out
 }
 
 #[cfg(test)]
