@@ -689,6 +689,11 @@ impl Sender {
         if !self.running() {
             return;
         }
+        // checked here as on the control connection: the machine does not rely on its caller
+        if f.validate().is_err() {
+            self.stats.bad_control += 1;
+            return;
+        }
         if !self.feedback_datagrams {
             self.feedback_datagrams = true;
             self.control_out.push_back(ControlMsg::FeedbackDatagrams);

@@ -669,6 +669,42 @@ pub struct Feedback {
     pub chunks_verified: u64,
 }
 
+impl Feedback {
+    /// Checks the values a peer could get wrong (`loss_from` and the loss ranges against
+    /// `highest_seq`), naming the field.
+    pub fn validate(&self) -> Result<(), WireError> {
+        if self.loss_from > self.highest_seq.map_or(0, |h| h.saturating_add(1)) {
+            return Err(bad("feedback.loss_from", "above highest_seq + 1"));
+        }
+        let mut floor = self.loss_from;
+        for (i, &(start, len)) in self.loss.iter().enumerate() {
+            if len == 0 {
+                return Err(bad("feedback.loss", format!("range {i} is empty")));
+            }
+            let end = start
+                .checked_add(len as u64)
+                .ok_or_else(|| bad("feedback.loss", "range overflows"))?;
+            if start < floor {
+                return Err(bad(
+                    "feedback.loss",
+                    format!("range {i} not ascending or below loss_from"),
+                ));
+            }
+            match self.highest_seq {
+                Some(h) if end <= h => {}
+                _ => {
+                    return Err(bad(
+                        "feedback.loss",
+                        format!("range {i} reaches past highest_seq"),
+                    ))
+                }
+            }
+            floor = end;
+        }
+        Ok(())
+    }
+}
+
 /// A control message (one JSON line on the control connection).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
@@ -775,36 +811,7 @@ impl ControlMsg {
                     ));
                 }
             }
-            ControlMsg::Feedback(f) => {
-                if f.loss_from > f.highest_seq.map_or(0, |h| h.saturating_add(1)) {
-                    return Err(bad("feedback.loss_from", "above highest_seq + 1"));
-                }
-                let mut floor = f.loss_from;
-                for (i, &(start, len)) in f.loss.iter().enumerate() {
-                    if len == 0 {
-                        return Err(bad("feedback.loss", format!("range {i} is empty")));
-                    }
-                    let end = start
-                        .checked_add(len as u64)
-                        .ok_or_else(|| bad("feedback.loss", "range overflows"))?;
-                    if start < floor {
-                        return Err(bad(
-                            "feedback.loss",
-                            format!("range {i} not ascending or below loss_from"),
-                        ));
-                    }
-                    match f.highest_seq {
-                        Some(h) if end <= h => {}
-                        _ => {
-                            return Err(bad(
-                                "feedback.loss",
-                                format!("range {i} reaches past highest_seq"),
-                            ))
-                        }
-                    }
-                    floor = end;
-                }
-            }
+            ControlMsg::Feedback(f) => f.validate()?,
             ControlMsg::Abort { reason } if reason.len() > 4096 => {
                 return Err(bad("abort.reason", "longer than 4096 bytes"));
             }

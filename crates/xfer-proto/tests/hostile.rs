@@ -200,3 +200,26 @@ fn a_datagram_before_hello_is_not_a_bad_tag() {
     assert!(r.handle_datagram(t0, &d).is_some());
     assert_eq!(r.stats().bad_tag, 0);
 }
+
+/// A feedback datagram whose report does not add up (a loss range past `highest_seq`) is counted and
+/// ignored like a bad control message: nothing is acknowledged and the datagram path is not confirmed.
+#[test]
+fn an_invalid_feedback_datagram_is_counted_and_ignored() {
+    let t0 = Instant::now();
+    let mut s = Sender::new(SenderConfig::new(1, RateConfig::fixed(1e9)));
+    s.add_file("f", 100_000, None).unwrap();
+    s.close();
+    while s.poll_transmit(t0).is_some() {}
+    while s.poll_control().is_some() {}
+    s.handle_feedback_datagram(
+        t0,
+        Feedback {
+            n: 1,
+            highest_seq: Some(3),
+            loss: vec![(2, 5)],
+            ..Default::default()
+        },
+    );
+    assert_eq!(s.stats().bad_control, 1);
+    assert!(s.poll_control().is_none(), "no confirmation of the datagram path");
+}

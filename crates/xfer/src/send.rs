@@ -329,6 +329,7 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
     let mut tracker =
         crate::progress::FileTracker::new(set.files.iter().map(|f| (f.name.clone(), f.size)), progress);
     let mut hashes_open = true;
+    let mut feedback_open = true;
     let mut trace = RateTrace::from_env();
     if nfiles > 0 {
         progress.set_phase(if have_done {
@@ -532,10 +533,16 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
         // time: wait on the control link alone then (selecting on it spun a core)
         let never = crossbeam_channel::never();
         let hashes = if hashes_open { hrx } else { &never };
+        // the same for the feedback reader, should it end early
+        let never_fb = crossbeam_channel::never();
+        let feedback = if feedback_open { frx } else { &never_fb };
         let mut first_fb = None;
         select! {
             recv(link.rx) -> m => if let Ok(m) = m { handle(m, s)? },
-            recv(frx) -> m => if let Ok(f) = m { first_fb = Some(f) },
+            recv(feedback) -> m => match m {
+                Ok(f) => first_fb = Some(f),
+                Err(_) => feedback_open = false,
+            },
             recv(hashes) -> m => match m {
                 Ok(m) => hash_msg(m, s)?,
                 Err(_) => hashes_open = false,

@@ -107,7 +107,8 @@ pub struct Args {
     /// Wake this many microseconds before a packet is due and spin the rest: packets leave within a few
     /// µs of their due time instead of tens of µs, but a busy direction then keeps a core spinning
     /// (at 2 Gb/s of 9000-byte packets, one is due every 36 µs)
-    #[arg(long, value_name = "MICROSECONDS", default_value_t = 0)]
+    #[arg(long, value_name = "MICROSECONDS", default_value_t = 0,
+          value_parser = clap::value_parser!(u64).range(0..=10_000))]
     spin_us: u64,
     /// Print the summary as JSON
     #[arg(long)]
