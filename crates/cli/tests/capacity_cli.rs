@@ -2,18 +2,11 @@
 //! namespace: A -- R -- B with a 100 Mb/s tbf on R's link to B, so hop 1 is unshaped and hop 2
 //! is the bottleneck.
 
+mod common;
+use common::sh;
 use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_vlbiflow");
-
-fn sh(args: &[&str]) {
-    let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 #[test]
 fn help_has_examples_and_the_hops_option() {

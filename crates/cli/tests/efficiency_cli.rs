@@ -1,6 +1,8 @@
 //! `vlbiflow record --discard` and `vlbiflow net efficiency` as a user runs them: real processes, loopback,
 //! and two network namespaces joined by veth.
 
+mod common;
+use common::{run, sh};
 use std::io::{BufRead, BufReader};
 use std::net::UdpSocket;
 use std::process::{Child, Command, Output, Stdio};
@@ -60,19 +62,6 @@ fn output_within(child: Child, limit: Duration) -> Output {
             panic!("did not end within {limit:?}");
         }
     }
-}
-
-fn run(args: &[&str]) -> Output {
-    Command::new(args[0]).args(&args[1..]).output().expect("run")
-}
-
-fn sh(args: &[&str]) {
-    let out = run(args);
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 fn free_udp_port() -> u16 {

@@ -16,6 +16,8 @@
 #[allow(dead_code)]
 mod pg;
 
+mod common;
+use common::sh;
 use std::collections::{BTreeMap, HashSet};
 use std::fs::File;
 use std::io::{Read, Write};
@@ -34,15 +36,6 @@ use vlbiflow_mesh::timespec::{now_ms, Ms};
 const BIN: &str = env!("CARGO_BIN_EXE_vlbiflow");
 const BW_INTERVAL: Ms = 6_000;
 const WINDOW_CYCLES: Ms = 8;
-
-fn sh(args: &[&str]) {
-    let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// A process of the test, killed (SIGKILL, like a crash) and reaped when dropped, also when the
 /// test fails half-way.

@@ -1,6 +1,8 @@
 //! `vlbiflow net` as a user runs it: real processes, loopback, and two network namespaces joined by
 //! veth with `tc tbf` limiting one direction.
 
+mod common;
+use common::{run, sh};
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::process::{Child, Command, Output, Stdio};
@@ -97,10 +99,6 @@ fn spawn(args: &[&str]) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn")
-}
-
-fn run(args: &[&str]) -> Output {
-    Command::new(args[0]).args(&args[1..]).output().expect("run")
 }
 
 fn json(out: &Output) -> serde_json::Value {
@@ -200,15 +198,6 @@ impl Drop for Netns {
         let _ = run(&["ip", "netns", "del", &self.a]);
         let _ = run(&["ip", "netns", "del", &self.b]);
     }
-}
-
-fn sh(args: &[&str]) {
-    let out = run(args);
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 // Ignored by default because it needs root; `scripts/test` runs it (--include-ignored) when root.
