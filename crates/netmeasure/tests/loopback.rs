@@ -438,7 +438,7 @@ fn send_paced_stream(
         size: 256,
         recv_buffer: None,
         max_duration_ms: 30_000,
-        timeline: false,
+        timeline: true,
     }))
     .unwrap();
     let Reply::Ready { port, .. } = c.recv(T, "ready", "reply").unwrap() else {
@@ -473,6 +473,22 @@ fn send_paced_stream(
     (*res, sent_at)
 }
 
+/// The median, over consecutive received pairs, of |(r_j - r_i) - (s_j - s_i)| in µs: the per-packet
+/// transit variation that RFC 3550's jitter smooths. Unlike the smoothed figure, a few datagrams
+/// delayed by a preempted sender or a busy machine move it little.
+fn median_transit_variation_us(t: &vlbiflow_net::stats::Timeline) -> f64 {
+    let mut d: Vec<i64> = t
+        .send_ns
+        .windows(2)
+        .zip(t.recv_ns.windows(2))
+        .filter(|(s, r)| s.iter().chain(r.iter()).all(|&x| x >= 0))
+        .map(|(s, r)| ((r[1] - r[0]) - (s[1] - s[0])).abs())
+        .collect();
+    assert!(!d.is_empty(), "no two consecutive datagrams received");
+    let mid = d.len() / 2;
+    *d.select_nth_unstable(mid).1 as f64 * 1e-3
+}
+
 /// The share of the gaps between consecutive `times` (ns) within `tolerance_ns` of `spacing_ns`.
 fn share_on_schedule(times: &[u64], spacing_ns: u64, tolerance_ns: u64) -> f64 {
     let on = times
@@ -483,8 +499,10 @@ fn share_on_schedule(times: &[u64], spacing_ns: u64, tolerance_ns: u64) -> f64 {
 }
 
 /// The responder stamps each datagram with its own kernel receive time, so a paced stream's spacing
-/// shows in the inter-arrival mode, and jitter and one-way delay stay near zero, however the
-/// responder's reads fall into batches. The stream is sent here one datagram per `send`, each stamped
+/// shows in the inter-arrival mode, and the per-packet transit variation and one-way delay stay near
+/// zero, however the responder's reads fall into batches. (The smoothed RFC 3550 jitter is printed
+/// but not held to a bound: a handful of datagrams held up on a busy machine near the end of the
+/// stream dominate it; CI once saw 5.9 µs with every other figure as expected.) The stream is sent here one datagram per `send`, each stamped
 /// just before its send. A stream the sender itself could not keep on schedule (a busy machine
 /// preempting it for more than half of its gaps) says nothing about the receiver, so it is sent
 /// again, up to 5 times. With one receive
@@ -521,11 +539,14 @@ fn paced_streams_show_their_spacing_in_inter_arrival_mode_and_jitter() {
         };
         let a = &res.arrivals;
         assert_eq!(a.received, count, "{a:?}");
+        let variation = median_transit_variation_us(res.timeline.as_ref().expect("timeline"));
         let summary = format!(
-            "{spacing_us} µs: received mode {:.2} p50 {:.2}, jitter {:.3}, delay p50 {:.2} µs",
+            "{spacing_us} µs: received mode {:.2} p50 {:.2}, jitter {:.3} (median per packet {:.3}), \
+             delay p50 {:.2} µs",
             a.inter_arrival.mode,
             a.inter_arrival.p50,
             a.jitter_us,
+            variation,
             a.delay.as_ref().map_or(f64::NAN, |d| d.hist.p50)
         );
         eprintln!("{summary} (try {tries})");
@@ -533,7 +554,8 @@ fn paced_streams_show_their_spacing_in_inter_arrival_mode_and_jitter() {
             (a.inter_arrival.mode - spacing_us).abs() <= tolerance_us,
             "{summary}"
         );
-        assert!(a.jitter_us < 1.5, "{summary}");
+        // Stamped once per batch, most datagrams of a batch would differ by a whole spacing here.
+        assert!(variation < 1.5, "{summary}");
         if spacing_ns == 20_000 {
             let delay = a.delay.as_ref().unwrap();
             assert!(delay.hist.p50 < 2.0, "{summary}");
