@@ -42,6 +42,11 @@ pub struct SenderConfig {
     /// leaves back to back, so the average rate stays at the pacing rate. A sender that was idle (no data,
     /// or the in-flight cap) catches up by one burst only.
     pub catch_up: Duration,
+    /// Sending time lost beyond `catch_up` (the sender woke later still) is made up afterwards, at up to
+    /// twice the pacing rate rather than back to back, up to this much or half the minimum RTT, whichever
+    /// is less (as Linux's TCP pacing gives credit for OS jitter): a sender on a busy host otherwise falls
+    /// short of its pacing rate by the time it was not scheduled.
+    pub max_pace_debt: Duration,
     /// Files announced ahead of the one being sent, so that no file waits for its announce.
     pub announce_ahead: usize,
     /// A chunk that fails verification this many times aborts the transfer (the source changes under us).
@@ -60,6 +65,7 @@ impl SenderConfig {
             data_key: None,
             max_burst: 16,
             catch_up: Duration::from_millis(4),
+            max_pace_debt: Duration::from_millis(50),
             announce_ahead: 256,
             max_chunk_retries: 3,
         }
@@ -114,6 +120,9 @@ pub struct SenderStats {
     /// Datagrams sent again because every feedback that reported on them was lost (below a feedback's
     /// `loss_from` without an acknowledgement).
     pub unreported: u64,
+    /// Sending time given up, µs: how far behind its pacing schedule the sender was, beyond what it may
+    /// catch up, when it came to send (it was not scheduled on a CPU, or its I/O blocked).
+    pub late_us: u64,
 }
 
 #[derive(Debug)]
@@ -181,6 +190,8 @@ pub struct Sender {
     next_send: Option<Instant>,
     /// The last [`Sender::poll_transmit`] that sent nothing was held back by pacing alone.
     pace_limited: bool,
+    /// Sending time lost to waking late, still to be made up (see [`SenderConfig::max_pace_debt`]).
+    pace_debt: Duration,
     last_feedback: Option<Instant>,
     /// Number of the newest feedback taken ([`Feedback::n`]).
     feedback_n: u64,
@@ -244,6 +255,7 @@ impl Sender {
             next_seq: 0,
             next_send: None,
             pace_limited: false,
+            pace_debt: Duration::ZERO,
             last_feedback: None,
             feedback_n: 0,
             last_fresh: None,
@@ -509,7 +521,7 @@ impl Sender {
         self.inflight_bytes += wire_of(len);
         let rate = self.rate.pacing_rate();
         let wire_len = wire_of(len) as f64;
-        let gap = Duration::from_secs_f64(wire_len / rate);
+        let mut gap = Duration::from_secs_f64(wire_len / rate);
         let burst = gap * self.cfg.max_burst;
         // an idle sender may catch up by at most one burst (one GSO batch), one that woke late while held
         // back by pacing by up to `catch_up`
@@ -519,9 +531,29 @@ impl Sender {
             burst
         };
         let base = match self.next_send {
-            Some(t) => now.checked_sub(behind).map_or(t, |floor| t.max(floor)),
+            Some(t) => match now.checked_sub(behind) {
+                Some(floor) if floor > t => {
+                    if self.pace_limited {
+                        let late = floor - t;
+                        self.stats.late_us += late.as_micros() as u64;
+                        let max_debt = self
+                            .cfg
+                            .max_pace_debt
+                            .min(self.rate.min_rtt().map_or(Duration::ZERO, |r| r / 2));
+                        self.pace_debt = (self.pace_debt + late).min(max_debt);
+                    }
+                    floor
+                }
+                _ => t,
+            },
             None => now,
         };
+        // repaid only on schedule: catching up within `catch_up` already sends back to back
+        if !self.pace_debt.is_zero() && base + gap > now {
+            let repay = self.pace_debt.min(gap / 2);
+            self.pace_debt -= repay;
+            gap -= repay;
+        }
         self.next_send = Some(base + gap);
         self.last_sent = Some(now);
         self.stats.datagrams += 1;
@@ -925,6 +957,11 @@ impl Sender {
             rate_cuts_loss: self.rate.cuts_loss,
             ..self.stats
         }
+    }
+
+    /// Wire bytes sent and not yet acknowledged or reported lost (what the in-flight cap limits).
+    pub fn inflight_bytes(&self) -> u64 {
+        self.inflight_bytes
     }
 
     /// The rate controller (for reports).

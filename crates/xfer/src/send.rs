@@ -600,7 +600,7 @@ impl RateTrace {
         use std::io::Write;
         let _ = writeln!(
             out,
-            "t_s,phase,cycle,pacing_mbps,btl_bw_mbps,cap_mbps,sample_mbps,cwnd_mb,min_rtt_ms,queue_ms,random_loss,datagrams,retransmits,reported_lost"
+            "t_s,phase,cycle,pacing_mbps,btl_bw_mbps,cap_mbps,sample_mbps,cwnd_mb,min_rtt_ms,queue_ms,random_loss,datagrams,retransmits,reported_lost,inflight_mb,late_ms"
         );
         Some(RateTrace {
             out,
@@ -615,7 +615,7 @@ impl RateTrace {
         let mb = |x: f64| x * 8.0 / 1e6;
         let _ = writeln!(
             self.out,
-            "{:.4},{},{},{:.1},{:.1},{},{:.1},{},{},{:.2},{:.5},{},{},{}",
+            "{:.4},{},{},{:.1},{:.1},{},{:.1},{},{},{:.2},{:.5},{},{},{},{:.2},{:.1}",
             self.t0.elapsed().as_secs_f64(),
             r.phase,
             r.cycle,
@@ -631,6 +631,8 @@ impl RateTrace {
             st.datagrams,
             st.retransmits,
             st.reported_lost,
+            s.inflight_bytes() as f64 / 1e6,
+            st.late_us as f64 / 1e3,
         );
     }
 }

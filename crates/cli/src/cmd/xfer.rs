@@ -543,6 +543,7 @@ fn print_summary(out: &SendOutcome, total: u64, json: bool) {
             "feedback_rejected": out.feedback_rejected,
             "feedback_stale": out.stats.stale_feedback,
             "resent_unreported": out.stats.unreported,
+            "pacing_late_ms": out.stats.late_us as f64 / 1e3,
             "seconds": out.seconds,
             "verified_seconds": out.verified_seconds,
             "goodput_bps": goodput,
