@@ -497,6 +497,27 @@ pub struct Archive {
     location: String,
 }
 
+/// Switches a SQLite archive to WAL. The switch takes an exclusive lock, and while another opener is
+/// switching or recovering the same file SQLite answers "database is locked" at once, without calling
+/// the busy handler (CI saw it with six threads opening a new archive together): it is tried again, every
+/// 10 ms, until `limit`.
+fn sqlite_pragmas(c: &rusqlite::Connection, limit: std::time::Duration) -> rusqlite::Result<()> {
+    let until = std::time::Instant::now() + limit;
+    loop {
+        match c.execute_batch("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;") {
+            Err(e)
+                if matches!(
+                    e.sqlite_error_code(),
+                    Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+                ) && std::time::Instant::now() < until =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            r => return r,
+        }
+    }
+}
+
 impl Archive {
     /// Opens (creating and migrating) the archive at `target`: a `postgres://` or `postgresql://`
     /// URL, or a SQLite file path.
@@ -521,8 +542,7 @@ impl Archive {
             let c = rusqlite::Connection::open(path).map_err(|e| err(&format!("open {target}"), e))?;
             c.busy_timeout(std::time::Duration::from_secs(10))
                 .map_err(|e| err("busy timeout", e))?;
-            c.execute_batch("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;")
-                .map_err(|e| err("pragmas", e))?;
+            sqlite_pragmas(&c, std::time::Duration::from_secs(10)).map_err(|e| err("pragmas", e))?;
             Box::new(Sqlite(c))
         };
         let mut a = Archive {
