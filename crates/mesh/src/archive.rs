@@ -497,6 +497,9 @@ pub struct Archive {
     location: String,
 }
 
+/// How long a SQLite opener waits for another one that holds the file.
+const SQLITE_BUSY_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Switches a SQLite archive to WAL. The switch takes an exclusive lock, and while another opener is
 /// switching or recovering the same file SQLite answers "database is locked" at once, without calling
 /// the busy handler (CI saw it with six threads opening a new archive together): it is tried again, every
@@ -540,9 +543,9 @@ impl Archive {
                 std::fs::create_dir_all(dir).map_err(|e| err(&format!("create {}", dir.display()), e))?;
             }
             let c = rusqlite::Connection::open(path).map_err(|e| err(&format!("open {target}"), e))?;
-            c.busy_timeout(std::time::Duration::from_secs(10))
+            c.busy_timeout(SQLITE_BUSY_WAIT)
                 .map_err(|e| err("busy timeout", e))?;
-            sqlite_pragmas(&c, std::time::Duration::from_secs(10)).map_err(|e| err("pragmas", e))?;
+            sqlite_pragmas(&c, SQLITE_BUSY_WAIT).map_err(|e| err("pragmas", e))?;
             Box::new(Sqlite(c))
         };
         let mut a = Archive {

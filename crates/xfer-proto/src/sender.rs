@@ -120,8 +120,9 @@ pub struct SenderStats {
     /// Datagrams sent again because every feedback that reported on them was lost (below a feedback's
     /// `loss_from` without an acknowledgement).
     pub unreported: u64,
-    /// Sending time given up, µs: how far behind its pacing schedule the sender was, beyond what it may
-    /// catch up, when it came to send (it was not scheduled on a CPU, or its I/O blocked).
+    /// Time the sender was late, µs: how far behind its pacing schedule it was, beyond what it may catch
+    /// up back to back, when it came to send (it was not scheduled on a CPU, or its I/O blocked). Up to
+    /// [`SenderConfig::max_pace_debt`] of it is made up afterwards; the rest is sending time lost.
     pub late_us: u64,
 }
 
