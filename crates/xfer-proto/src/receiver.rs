@@ -164,6 +164,8 @@ pub struct Receiver {
     recv_bytes: u64,
     echo_ts: u64,
     echo_at: Option<Instant>,
+    /// Receiver-clock time (µs) at which the newest accepted datagram arrived: the time of `recv_bytes`.
+    arrived_us: u64,
     interval_owd_min: Option<i64>,
     prev_owd_min: Option<i64>,
     owd_window: VecDeque<(Instant, i64)>,
@@ -202,6 +204,7 @@ impl Receiver {
             recv_bytes: 0,
             echo_ts: 0,
             echo_at: None,
+            arrived_us: 0,
             interval_owd_min: None,
             prev_owd_min: None,
             owd_window: VecDeque::new(),
@@ -225,9 +228,24 @@ impl Receiver {
         now.saturating_duration_since(e).as_micros() as u64
     }
 
-    /// One datagram from the network. Returns the data to write, if any is new; everything else is
-    /// counted in [`ReceiverStats`].
+    /// One datagram from the network, handled as it arrives. Returns the data to write, if any is new;
+    /// everything else is counted in [`ReceiverStats`].
     pub fn handle_datagram<'a>(&mut self, now: Instant, datagram: &'a [u8]) -> Option<Delivery<'a>> {
+        self.handle_datagram_at(now, now, datagram)
+    }
+
+    /// One datagram that arrived at `arrived` (the kernel's receive time, at or before `now`) and is
+    /// handled at `now`. The path's timing (one-way delay and queue, the receive time of the bytes in
+    /// feedback, the delay echoed for the RTT) uses the arrival, so that time the datagram waited in the
+    /// receiver's socket buffer (a receiver busy with its disk or descheduled for a moment) is not read
+    /// as a queue on the path nor as a burst of delivery when the backlog is drained.
+    pub fn handle_datagram_at<'a>(
+        &mut self,
+        now: Instant,
+        arrived: Instant,
+        datagram: &'a [u8],
+    ) -> Option<Delivery<'a>> {
+        let arrived = arrived.min(now);
         if self.state != State::Running {
             return None;
         }
@@ -270,7 +288,8 @@ impl Receiver {
             return None;
         }
         // accepted: sequence bookkeeping
-        let now_us = self.us(now);
+        let arrived_us = self.us(arrived);
+        self.arrived_us = self.arrived_us.max(arrived_us);
         self.last_heard = Some(now);
         self.data_since_fb = true;
         self.last_data = Some(now);
@@ -287,9 +306,9 @@ impl Receiver {
             }
             self.highest = Some(repr.seq);
             self.echo_ts = repr.timestamp_us;
-            self.echo_at = Some(now);
+            self.echo_at = Some(arrived);
         }
-        let owd = now_us as i64 - repr.timestamp_us as i64;
+        let owd = arrived_us as i64 - repr.timestamp_us as i64;
         self.interval_owd_min = Some(self.interval_owd_min.map_or(owd, |m| m.min(owd)));
         // the block
         let Some(Some(f)) = self.files.get_mut(repr.file as usize) else {
@@ -592,7 +611,6 @@ impl Receiver {
     }
 
     fn send_feedback(&mut self, now: Instant) {
-        let now_us = self.us(now);
         let dt = self
             .fb_at
             .map_or(0, |t| now.saturating_duration_since(t).as_micros() as u64);
@@ -648,7 +666,7 @@ impl Receiver {
             loss,
             recv_bytes: self.recv_bytes,
             recv_datagrams: self.stats.delivered,
-            recv_time_us: now_us,
+            recv_time_us: self.arrived_us,
             rate_bps,
             echo_ts_us: self.echo_ts,
             echo_delay_us: self

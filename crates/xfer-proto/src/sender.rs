@@ -114,6 +114,8 @@ pub struct SenderStats {
     pub rate_cuts_queue: u64,
     /// Automatic rate: cuts for loss that came with a queue or heavy loss.
     pub rate_cuts_loss: u64,
+    /// Automatic rate: times a queue while cruising brought the estimate down to the delivery rate.
+    pub rate_trims_queue: u64,
     /// Feedback not newer than one already taken (a copy on the control connection, reordered or
     /// replayed), ignored.
     pub stale_feedback: u64,
@@ -956,6 +958,7 @@ impl Sender {
         SenderStats {
             rate_cuts_queue: self.rate.cuts_queue,
             rate_cuts_loss: self.rate.cuts_loss,
+            rate_trims_queue: self.rate.queue_trims,
             ..self.stats
         }
     }

@@ -651,7 +651,8 @@ pub struct Feedback {
     pub recv_bytes: u64,
     /// Datagrams accepted in total (duplicates excluded); with `recv_bytes` it gives the bytes on the wire.
     pub recv_datagrams: u64,
-    /// Receiver clock when this message was made, µs.
+    /// Receiver clock (µs) at which the newest datagram counted in `recv_bytes` arrived (the kernel's
+    /// receive time where the socket gives one).
     pub recv_time_us: u64,
     /// Receive rate over the last interval, bits/s (informational; the sender derives its own samples
     /// from `recv_bytes` / `recv_time_us`).

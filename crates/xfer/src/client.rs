@@ -163,6 +163,7 @@ pub fn pull(
         0,
     ));
     ucfg.recv_buffer = Some(64 << 20);
+    ucfg.timestamps = true; // the path's timing is read from the kernel's receive times
     ucfg.gro = true;
     let (sock, _) = vlbiflow_udp::open_udp(&ucfg).map_err(|e| failed!("data socket: {e}"))?;
     let data_port = sock.local_addr().map_err(|e| failed!("data socket: {e}"))?.port();

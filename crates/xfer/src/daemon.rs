@@ -379,6 +379,7 @@ fn session(s: TcpStream, peer: SocketAddr, sh: Arc<Shared>) {
             }
             let mut ucfg = UdpConfig::receiver(SocketAddr::new(sh.cfg.listen.ip(), 0));
             ucfg.recv_buffer = Some(64 << 20);
+            ucfg.timestamps = true; // the path's timing is read from the kernel's receive times
             ucfg.gro = true;
             ucfg.rxq_ovfl = true;
             let (sock, _rep) = match open_udp(&ucfg) {

@@ -539,6 +539,7 @@ fn print_summary(out: &SendOutcome, total: u64, json: bool) {
             "chunk_resends": out.stats.chunk_resends,
             "rate_cuts_queue": out.stats.rate_cuts_queue,
             "rate_cuts_loss": out.stats.rate_cuts_loss,
+            "rate_trims_queue": out.stats.rate_trims_queue,
             "feedback_datagrams": out.feedback_datagrams,
             "feedback_rejected": out.feedback_rejected,
             "feedback_stale": out.stats.stale_feedback,
