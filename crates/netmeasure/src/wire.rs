@@ -218,12 +218,9 @@ impl fmt::Display for TestPacketRepr {
     }
 }
 
-/// CLOCK_REALTIME in ns (comparable between processes and namespaces of one host; between hosts only
-/// up to their clock offset, which the one-way delay statistics remove).
-pub fn realtime_ns() -> u64 {
-    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Realtime);
-    (ts.tv_sec as u64).wrapping_mul(1_000_000_000) + ts.tv_nsec as u64
-}
+/// CLOCK_REALTIME in ns, the clock of the send timestamps and of the kernel's receive times (between
+/// hosts comparable only up to their clock offset, which the one-way delay statistics remove).
+pub use vlbiflow_udp::realtime_ns;
 
 #[cfg(test)]
 mod tests {

@@ -31,12 +31,34 @@ pub struct RecvMeta {
     pub timestamp_ns: Option<u64>,
 }
 
+/// The oldest receive timestamp [`RecvMeta::arrival`] believes.
+const MAX_STAMP_AGE_NS: u64 = 10_000_000_000;
+
+/// CLOCK_REALTIME in ns, the clock of [`RecvMeta::timestamp_ns`] (comparable between processes and
+/// namespaces of one host; between hosts only up to their clock offset).
+pub fn realtime_ns() -> u64 {
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Realtime);
+    (ts.tv_sec as u64).wrapping_mul(1_000_000_000) + ts.tv_nsec as u64
+}
+
 impl RecvMeta {
     /// Size of the datagrams this message holds (its whole length when not coalesced).
     pub fn segment_size(&self) -> usize {
         match self.gro_segment {
             Some(s) if s > 0 => s as usize,
             _ => self.len,
+        }
+    }
+
+    /// When the message arrived, on the monotonic clock: its kernel receive time taken back from
+    /// `real_ns` ([`realtime_ns`]) and `now`, both read just after the batch. Without a stamp, or with
+    /// one from the future or more than 10 s old (a step of the wall clock in between), `now`.
+    pub fn arrival(&self, real_ns: u64, now: Instant) -> Instant {
+        match self.timestamp_ns {
+            Some(t) if t <= real_ns && real_ns - t < MAX_STAMP_AGE_NS => {
+                now.checked_sub(Duration::from_nanos(real_ns - t)).unwrap_or(now)
+            }
+            _ => now,
         }
     }
 
@@ -512,16 +534,28 @@ impl TimestampKeeper {
     }
 }
 
-fn realtime_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-}
-
-/// A kernel timestamp as ns since the epoch; None for times before it or nonsense nanoseconds.
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn arrival_takes_the_kernel_stamp_back_to_the_monotonic_clock() {
+        let now = Instant::now();
+        let real = realtime_ns();
+        let at = |ts| {
+            RecvMeta {
+                timestamp_ns: ts,
+                ..RecvMeta::default()
+            }
+            .arrival(real, now)
+        };
+        assert_eq!(at(Some(real - 3_000_000)), now - Duration::from_millis(3));
+        assert_eq!(at(Some(real)), now);
+        // none, from the future, or older than 10 s (the wall clock stepped): the read time
+        assert_eq!(at(None), now);
+        assert_eq!(at(Some(real + 1)), now);
+        assert_eq!(at(Some(real - 11_000_000_000)), now);
+    }
 
     #[test]
     fn drop_counter_accumulates_across_wrap_and_ignores_backwards() {

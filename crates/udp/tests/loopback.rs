@@ -9,7 +9,7 @@ use vlbiflow_udp::recv::BatchReceiver;
 use vlbiflow_udp::send::{BatchSender, GsoError};
 use vlbiflow_udp::sink::{Sink, SinkConfig, StopReason};
 use vlbiflow_udp::socket::{open_udp, BufferKind, Feature, UdpConfig};
-use vlbiflow_udp::UdpCounters;
+use vlbiflow_udp::{realtime_ns, UdpCounters};
 
 const FRAME: usize = 8224;
 const WAIT: Duration = Duration::from_secs(5);
@@ -562,13 +562,6 @@ fn one_receiver_many_sockets_keeps_drop_counts_apart() {
         .recv(&big, frames.chunks_exact_mut(1024), Duration::ZERO)
         .unwrap();
     assert!(empty.is_empty() && empty.drop_counter().is_none());
-}
-
-fn realtime_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
 }
 
 #[test]

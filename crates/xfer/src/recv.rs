@@ -595,28 +595,6 @@ fn write_runs(
     Ok(())
 }
 
-/// The clock of the kernel's receive timestamps (CLOCK_REALTIME), ns since the Unix epoch.
-fn realtime_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-}
-
-/// Longest wait in the socket buffer that a receive timestamp is believed for; an older stamp (or one
-/// from the future) comes from a step of the wall clock and reads as `now`.
-const MAX_BACKLOG_NS: u64 = 10_000_000_000;
-
-/// When a datagram arrived, on the monotonic clock: its kernel receive time `ts` (CLOCK_REALTIME),
-/// taken back from `real_ns` read together with `now` after the batch; `now` without a stamp.
-fn arrival(ts: Option<u64>, real_ns: u64, now: Instant) -> Instant {
-    match ts {
-        Some(t) if t <= real_ns && real_ns - t < MAX_BACKLOG_NS => {
-            now.checked_sub(Duration::from_nanos(real_ns - t)).unwrap_or(now)
-        }
-        _ => now,
-    }
-}
-
 fn abort(link: &Link, reason: String) -> XferError {
     link.send(
         ControlMsg::Abort {
@@ -763,7 +741,7 @@ fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
         let n = batch.len();
         metas[..n].copy_from_slice(batch.messages());
         let now = Instant::now();
-        let real_ns = realtime_ns();
+        let real_ns = vlbiflow_udp::realtime_ns();
         writes.clear();
         // a small batch means the datagrams trickle in one by one (e.g. through a forwarder that does not
         // coalesce them): let some gather in the socket buffer rather than wake for each
@@ -771,6 +749,7 @@ fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
         for (i, m) in metas[..n].iter().enumerate() {
             let seg = m.segment_size().max(1);
             let len = m.len.min(bufs[i].len());
+            let arrived = m.arrival(real_ns, now);
             for (k, dgram) in bufs[i][..len].chunks_mut(seg).enumerate() {
                 if let Some(key) = &aead_key {
                     if open_encrypted(key, dgram).is_err() {
@@ -778,7 +757,7 @@ fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
                         continue;
                     }
                 }
-                if let Some(dl) = r.handle_datagram_at(now, arrival(m.timestamp_ns, real_ns, now), dgram) {
+                if let Some(dl) = r.handle_datagram_at(now, arrived, dgram) {
                     started.get_or_insert(now);
                     if m.source.is_some() {
                         fb.peer = m.source;
