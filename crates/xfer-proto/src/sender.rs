@@ -578,7 +578,9 @@ impl Sender {
     }
 
     /// The block size when blocks are BLAKE3 subtrees (see [`crate::hash::block_digest`]).
-    fn subtree_block(&self) -> Option<u64> {
+    /// The block size when blocks are BLAKE3 subtrees ([`blocks_are_subtrees`]): the digest of a datagram's
+    /// payload is then its subtree's chaining value ([`block_digest`]).
+    pub fn subtree_block(&self) -> Option<u64> {
         let b = self.cfg.block_size as u64;
         blocks_are_subtrees(b).then_some(b)
     }
@@ -602,6 +604,14 @@ impl Sender {
     /// I/O layer seals without a data key first (the digest of the plaintext goes into the chunk hash),
     /// then encrypts, which replaces the tag.
     pub fn seal_parts(&mut self, head: &mut [u8], payload: &[u8]) {
+        self.seal_parts_with(head, payload, None);
+    }
+
+    /// [`Self::seal_parts`] with the payload's digest (`block_digest(self.subtree_block(), offset, payload)`)
+    /// when the I/O layer has it already (it hashes what it reads right after the read, while the bytes are
+    /// still in the core's cache); `None` computes it here. A wrong digest cannot corrupt a transfer: its tag
+    /// fails at the receiver and the chunk hash it went into does not match what the receiver wrote.
+    pub fn seal_parts_with(&mut self, head: &mut [u8], payload: &[u8], digest: Option<[u8; 32]>) {
         let p = DataPacket::new_unchecked(&head[..HEADER_LEN]);
         let (file, offset) = (p.file(), p.offset());
         let first = p.flags() & wire::FLAG_RETRANSMIT == 0;
@@ -616,7 +626,13 @@ impl Sender {
         if self.cfg.data_key.is_none() && !want {
             return;
         }
-        let d = block_digest(sub, offset, payload);
+        let d = match digest {
+            Some(d) => {
+                debug_assert_eq!(d, block_digest(sub, offset, payload), "digest of {file}:{offset}");
+                d
+            }
+            None => block_digest(sub, offset, payload),
+        };
         if let Some(k) = &self.cfg.data_key {
             let t = wire::tag(k, head, &d);
             DataPacket::new_unchecked(&mut head[..HEADER_LEN]).set_tag(&t);

@@ -1,5 +1,7 @@
 //! The sender's output path: payloads read in large windows (one `pread` per window of several MiB, the
-//! kernel asked to read the next window ahead), headers kept apart, and datagrams handed to the kernel as
+//! kernel asked to read the next window ahead) and hashed as they are read (each block's digest, which
+//! both its datagram's tag and the chunk hash use, computed piece by piece right after the `pread` while
+//! the bytes are in the reading core's cache), headers kept apart, and datagrams handed to the kernel as
 //! GSO messages gathered straight from the window (`sendmmsg` of messages whose parts are header, payload,
 //! header, payload, ...: the kernel cuts each message into datagrams), so the payload is copied once, by
 //! the kernel, from the window into the socket buffers. Retransmissions (a few percent) and, with
@@ -15,6 +17,7 @@ use std::time::Duration;
 
 use crossbeam_channel::{bounded, Receiver, Sender as Chan};
 use vlbiflow_udp::BatchSender;
+use vlbiflow_xfer_proto::hash::block_digest;
 use vlbiflow_xfer_proto::wire::{seal_encrypted_parts, HEADER_LEN, MAX_PAYLOAD};
 use vlbiflow_xfer_proto::{Sender, Transmit};
 
@@ -22,6 +25,9 @@ use crate::source::{FdCache, SourceSet};
 
 /// Bytes read at once for new data.
 pub const WINDOW: usize = 8 << 20;
+/// A window is read in pieces of this size, each hashed right after its read (a piece fits the core's L2
+/// cache, a window does not).
+const PIECE: usize = 256 << 10;
 /// Longest wait for the reading thread's window (a disk that stalls this long fails the transfer).
 const READ_WAIT: Duration = Duration::from_secs(60);
 /// Datagrams prepared per round at most (then control and timers get a turn).
@@ -40,6 +46,31 @@ struct Seg {
     offset: u64,
     len: usize,
     at: usize,
+    /// The file's size.
+    size: u64,
+    /// Digests of the blocks from `dig_from` (block-aligned) on that lie wholly in the range: `dig_n` of
+    /// them in the window's digests from index `dig`.
+    dig_from: u64,
+    dig: usize,
+    dig_n: usize,
+}
+
+/// A window: bytes, what they are, and the digests of their blocks.
+struct Win {
+    buf: Vec<u8>,
+    segs: Vec<Seg>,
+    digests: Vec<[u8; 32]>,
+}
+
+impl Win {
+    fn new() -> Win {
+        Win {
+            buf: vec![0u8; WINDOW],
+            segs: Vec::new(),
+            // at most one per KiB (the smallest subtree block) and one per file's short last block
+            digests: Vec::with_capacity(WINDOW / 1024 + 256),
+        }
+    }
 }
 
 /// Where a datagram's payload is.
@@ -59,8 +90,9 @@ struct Desc {
 
 /// The output state of one sending transfer.
 pub struct Output {
-    window: Vec<u8>,
-    segs: Vec<Seg>,
+    win: Win,
+    /// The block size when blocks are BLAKE3 subtrees (windows are then hashed as they are read).
+    sub: Option<u64>,
     /// Index of the segment the last lookup found (new data is read in order).
     hint: usize,
     arena: Vec<u8>,
@@ -88,20 +120,26 @@ pub struct Round {
 
 impl Output {
     /// Output of the data of `set` in datagrams of at most `max_payload` payload bytes, encrypted with
-    /// `aead_key` if given.
-    pub fn new(set: Arc<SourceSet>, max_payload: usize, aead_key: Option<[u8; 32]>) -> Output {
+    /// `aead_key` if given; with `subtree_block` ([`Sender::subtree_block`]) the digests of the blocks are
+    /// computed as windows are read.
+    pub fn new(
+        set: Arc<SourceSet>,
+        max_payload: usize,
+        aead_key: Option<[u8; 32]>,
+        subtree_block: Option<u64>,
+    ) -> Output {
         let dgram = HEADER_LEN + max_payload.min(MAX_PAYLOAD);
         let segs = (GSO_MAX_BYTES / dgram).clamp(1, GSO_MAX_SEGMENTS);
         Output {
-            window: vec![0u8; WINDOW],
-            segs: Vec::new(),
+            win: Win::new(),
+            sub: subtree_block,
             hint: 0,
             arena: vec![0u8; MAX_ROUND * max_payload.min(MAX_PAYLOAD)],
             hdrs: vec![[0u8; HEADER_LEN]; MAX_ROUND],
             descs: Vec::with_capacity(MAX_ROUND),
             tx: BatchSender::with_parts(GSO_MSGS, 2 * segs),
             fds: FdCache::default(),
-            ahead: ReadAhead::new(set),
+            ahead: ReadAhead::new(set, subtree_block),
             aead_key,
             send_errors: 0,
             windows: 0,
@@ -113,19 +151,31 @@ impl Output {
         self.arena.len() / MAX_ROUND
     }
 
-    /// Finds `len` bytes of `file` at `offset` in the window.
-    fn lookup(&mut self, file: usize, offset: u64, len: usize) -> Option<usize> {
+    /// Finds `len` bytes of `file` at `offset` in the window: their position and the digest of the block
+    /// they are, if they are one the window has hashed.
+    fn find(&mut self, file: usize, offset: u64, len: usize) -> Option<(usize, Option<[u8; 32]>)> {
         let found =
             |s: &Seg| s.file == file && offset >= s.offset && offset + len as u64 <= s.offset + s.len as u64;
         for i in [self.hint, self.hint + 1] {
-            if let Some(s) = self.segs.get(i) {
+            if let Some(s) = self.win.segs.get(i) {
                 if found(s) {
                     self.hint = i;
-                    return Some(s.at + (offset - s.offset) as usize);
+                    let digest = self.sub.and_then(|b| {
+                        let whole = offset % b == 0 && len as u64 == b.min(s.size - offset);
+                        let k = offset.checked_sub(s.dig_from)? / b;
+                        (whole && k < s.dig_n as u64).then(|| self.win.digests[s.dig + k as usize])
+                    });
+                    return Some((s.at + (offset - s.offset) as usize, digest));
                 }
             }
         }
         None
+    }
+
+    /// The position of `len` bytes of `file` at `offset` in the window.
+    #[cfg(test)]
+    fn lookup(&mut self, file: usize, offset: u64, len: usize) -> Option<usize> {
+        self.find(file, offset, len).map(|(at, _)| at)
     }
 
     /// Makes the window hold `file` from `offset` on: the window the reading thread prepared if it is that
@@ -136,16 +186,15 @@ impl Output {
         let want = next_start(set, file, offset);
         if let Some(got) = self.ahead.take(want)? {
             self.windows_ahead += 1;
-            let old = std::mem::replace(&mut self.window, got.buf);
-            let old_segs = std::mem::replace(&mut self.segs, got.segs);
+            let old = std::mem::replace(&mut self.win, got.win);
             self.hint = 0;
-            self.ahead.request(set, old, old_segs, &self.segs);
+            self.ahead.request(set, old, &self.win.segs);
             return Ok(());
         }
-        fill(set, &mut self.fds, &mut self.window, &mut self.segs, file, offset)?;
+        fill(set, &mut self.fds, &mut self.win, file, offset, self.sub)?;
         self.hint = 0;
-        let (buf, segs) = self.ahead.spare();
-        self.ahead.request(set, buf, segs, &self.segs);
+        let spare = self.ahead.spare();
+        self.ahead.request(set, spare, &self.win.segs);
         Ok(())
     }
 
@@ -165,8 +214,8 @@ impl Output {
             let Some(t) = s.poll_transmit(now) else { break };
             let h = t.header;
             let (file, len) = (h.file as usize, h.len as usize);
-            let mut src = self.lookup(file, h.offset, len).map(Src::Window);
-            if src.is_none() && !h.retransmit {
+            let mut found = self.find(file, h.offset, len);
+            if found.is_none() && !h.retransmit {
                 // new data beyond the window: what is queued refers to the window, so it goes first
                 sent += self.flush(sock);
                 if let Err(e) = self.refill(set, file, h.offset) {
@@ -175,15 +224,17 @@ impl Output {
                         read_error: Some(e.to_string()),
                     };
                 }
-                src = self.lookup(file, h.offset, len).map(Src::Window);
+                found = self.find(file, h.offset, len);
             }
+            let digest = found.and_then(|(_, d)| d);
+            let src = found.map(|(at, _)| Src::Window(at));
             let n = self.descs.len();
             t.emit_header(&mut self.hdrs[n]);
             let src = match (src, self.aead_key.is_some()) {
                 (Some(Src::Window(w)), false) => Src::Window(w),
                 (Some(Src::Window(w)), true) => {
                     // encrypted in place: a copy of its own
-                    self.arena[n * slot..n * slot + len].copy_from_slice(&self.window[w..w + len]);
+                    self.arena[n * slot..n * slot + len].copy_from_slice(&self.win.buf[w..w + len]);
                     Src::Arena(n)
                 }
                 _ => {
@@ -199,10 +250,10 @@ impl Output {
             };
             let hdr = &mut self.hdrs[n];
             match src {
-                Src::Window(w) => s.seal_parts(hdr, &self.window[w..w + len]),
+                Src::Window(w) => s.seal_parts_with(hdr, &self.win.buf[w..w + len], digest),
                 Src::Arena(a) => {
                     let payload = &mut self.arena[a * slot..a * slot + len];
-                    s.seal_parts(hdr, payload);
+                    s.seal_parts_with(hdr, payload, digest);
                     if let Some(k) = &self.aead_key {
                         seal_encrypted_parts(k, hdr, payload);
                     }
@@ -229,7 +280,7 @@ impl Output {
         let slot = self.slot_len();
         let dgram_max = GSO_MAX_BYTES;
         let segs_max = self.tx.parts() / 2;
-        let (window, arena, hdrs, descs) = (&self.window, &self.arena, &self.hdrs, &self.descs);
+        let (window, arena, hdrs, descs) = (&self.win.buf, &self.arena, &self.hdrs, &self.descs);
         let payload = |i: usize| -> &[u8] {
             let d = descs[i];
             match d.src {
@@ -285,30 +336,62 @@ fn next_start(set: &SourceSet, mut file: usize, mut offset: u64) -> (usize, u64)
     (file, offset)
 }
 
-/// Reads `window` from `file` at `offset` on, continuing into the following files while it has room (so
-/// that many small files take one window), records what it holds in `segs`, and asks the kernel to read
-/// on where the window ends inside a file.
+/// Reads the window from `file` at `offset` on, continuing into the following files while it has room (so
+/// that many small files take one window), records what it holds, and asks the kernel to read on where
+/// the window ends inside a file. With `sub` (the block size, blocks being BLAKE3 subtrees) it reads in
+/// pieces and computes the digest of each whole block right after the piece that completes it is read.
 fn fill(
     set: &SourceSet,
     fds: &mut FdCache,
-    window: &mut [u8],
-    segs: &mut Vec<Seg>,
+    win: &mut Win,
     file: usize,
     offset: u64,
+    sub: Option<u64>,
 ) -> std::io::Result<()> {
-    segs.clear();
+    win.segs.clear();
+    win.digests.clear();
+    let window = &mut win.buf[..];
     let mut at = 0usize;
     let (mut f, mut o) = (file, offset);
     while f < set.files.len() && at < window.len() {
         let size = set.files[f].size;
         let n = ((size - o.min(size)) as usize).min(window.len() - at);
         if n > 0 {
-            set.read_at(fds, f, o, &mut window[at..at + n])?;
-            segs.push(Seg {
+            let dig_from = sub.map_or(u64::MAX, |b| o.next_multiple_of(b));
+            let dig = win.digests.len();
+            let mut next = dig_from;
+            let mut done = 0usize;
+            while done < n {
+                let k = if sub.is_some() {
+                    PIECE.min(n - done)
+                } else {
+                    n - done
+                };
+                set.read_at(fds, f, o + done as u64, &mut window[at + done..at + done + k])?;
+                done += k;
+                if let Some(b) = sub {
+                    // every block this piece completes
+                    let read_to = o + done as u64;
+                    while next < read_to {
+                        let end = (next + b).min(size);
+                        if end > read_to {
+                            break;
+                        }
+                        let bytes = &window[at + (next - o) as usize..at + (end - o) as usize];
+                        win.digests.push(block_digest(sub, next, bytes));
+                        next = end;
+                    }
+                }
+            }
+            win.segs.push(Seg {
                 file: f,
                 offset: o,
                 len: n,
                 at,
+                size,
+                dig_from,
+                dig,
+                dig_n: win.digests.len() - dig,
             });
             at += n;
             if o + (n as u64) < size {
@@ -316,7 +399,7 @@ fn fill(
             }
         }
         // small files: a few more in the same window, at most 256 per window
-        if segs.len() >= 256 || at * 2 > window.len() {
+        if win.segs.len() >= 256 || at * 2 > window.len() {
             break;
         }
         f += 1;
@@ -327,16 +410,14 @@ fn fill(
 
 /// A window read by the reading thread.
 struct Filled {
-    buf: Vec<u8>,
-    segs: Vec<Seg>,
+    win: Win,
     start: (usize, u64),
     ok: bool,
 }
 
 /// What the reading thread is asked to read.
 struct ReadReq {
-    buf: Vec<u8>,
-    segs: Vec<Seg>,
+    win: Win,
     start: (usize, u64),
 }
 
@@ -348,12 +429,12 @@ struct ReadAhead {
     rx: Receiver<Filled>,
     /// A window was asked for and not taken yet.
     pending: bool,
-    spare: Option<(Vec<u8>, Vec<Seg>)>,
+    spare: Option<Win>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl ReadAhead {
-    fn new(set: Arc<SourceSet>) -> ReadAhead {
+    fn new(set: Arc<SourceSet>, sub: Option<u64>) -> ReadAhead {
         let (tx, req_rx) = bounded::<ReadReq>(1);
         let (done_tx, rx) = bounded::<Filled>(1);
         let thread = std::thread::Builder::new()
@@ -362,10 +443,9 @@ impl ReadAhead {
                 let mut fds = FdCache::default();
                 for mut r in req_rx {
                     let (f, o) = r.start;
-                    let ok = fill(&set, &mut fds, &mut r.buf, &mut r.segs, f, o).is_ok();
+                    let ok = fill(&set, &mut fds, &mut r.win, f, o, sub).is_ok();
                     let done = Filled {
-                        buf: r.buf,
-                        segs: r.segs,
+                        win: r.win,
                         start: r.start,
                         ok,
                     };
@@ -400,33 +480,28 @@ impl ReadAhead {
         if got.ok && got.start == start {
             return Ok(Some(got));
         }
-        self.spare = Some((got.buf, got.segs));
+        self.spare = Some(got.win);
         Ok(None)
     }
 
     /// Buffers for the next request: the spare ones, else new ones (once per transfer).
-    fn spare(&mut self) -> (Vec<u8>, Vec<Seg>) {
-        self.spare
-            .take()
-            .unwrap_or_else(|| (vec![0u8; WINDOW], Vec::new()))
+    fn spare(&mut self) -> Win {
+        self.spare.take().unwrap_or_else(Win::new)
     }
 
     /// Asks for the window after the one `current` describes (nothing when that is the end of the data).
-    fn request(&mut self, set: &SourceSet, buf: Vec<u8>, segs: Vec<Seg>, current: &[Seg]) {
+    fn request(&mut self, set: &SourceSet, win: Win, current: &[Seg]) {
         let next = current
             .last()
             .map(|l| next_start(set, l.file, l.offset + l.len as u64));
         match (next, &self.tx) {
             (Some(start), Some(tx)) if start.0 < set.files.len() => {
-                match tx.try_send(ReadReq { buf, segs, start }) {
+                match tx.try_send(ReadReq { win, start }) {
                     Ok(()) => self.pending = true,
-                    Err(e) => {
-                        let r = e.into_inner();
-                        self.spare = Some((r.buf, r.segs));
-                    }
+                    Err(e) => self.spare = Some(e.into_inner().win),
                 }
             }
-            _ => self.spare = Some((buf, segs)),
+            _ => self.spare = Some(win),
         }
     }
 }
@@ -452,7 +527,8 @@ mod tests {
 
     /// Files of odd sizes (some far smaller than a window, one spanning several, one empty), read through
     /// windows in order and with jumps (a resume skips held chunks): every lookup finds the right bytes,
-    /// whether the window came from the reading thread or was read on the spot.
+    /// whether the window came from the reading thread or was read on the spot, and every whole block
+    /// sent in order comes with its digest, equal to the one the protocol would compute.
     #[test]
     fn windows_hold_the_right_bytes_in_order_and_after_jumps() {
         let dir = tempfile::tempdir().unwrap();
@@ -472,27 +548,26 @@ mod tests {
             set.add_plain(format!("f{i}"), p, size);
         }
         let set = Arc::new(set);
-        let mut out = Output::new(set.clone(), 8192, None);
-        let check = |out: &mut Output, f: usize, o: u64, len: usize| {
+        let sub = Some(8192);
+        let mut out = Output::new(set.clone(), 8192, None, sub);
+        let check = |out: &mut Output, f: usize, o: u64, len: usize| -> bool {
             if out.lookup(f, o, len).is_none() {
                 out.refill(&set, f, o).unwrap();
             }
-            let at = out.lookup(f, o, len).expect("in the window after a refill");
-            for k in 0..len {
-                assert_eq!(
-                    out.window[at + k],
-                    byte(f, o + k as u64),
-                    "file {f} offset {}",
-                    o + k as u64
-                );
+            let (at, digest) = out.find(f, o, len).expect("in the window after a refill");
+            let bytes: Vec<u8> = (0..len as u64).map(|k| byte(f, o + k)).collect();
+            assert!(out.win.buf[at..at + len] == bytes[..], "file {f} offset {o}");
+            if let Some(d) = digest {
+                assert_eq!(d, block_digest(sub, o, &bytes), "digest of file {f} offset {o}");
             }
+            digest.is_some()
         };
         // in order, datagram by datagram
         for (f, &size) in sizes.iter().enumerate() {
             let mut o = 0;
             while o < size {
                 let len = 8192.min(size - o) as usize;
-                check(&mut out, f, o, len);
+                assert!(check(&mut out, f, o, len), "no digest for file {f} offset {o}");
                 o += len as u64;
             }
         }
@@ -507,7 +582,8 @@ mod tests {
             (3, 100),
             (5, WINDOW as u64 + 5),
         ] {
-            check(&mut out, f, o, 4000.min((sizes[f] - o) as usize));
+            // not whole blocks: no digest (the protocol hashes them itself)
+            assert!(!check(&mut out, f, o, 4000.min((sizes[f] - o) as usize)));
         }
         assert!(read >= 6, "{read} windows");
     }

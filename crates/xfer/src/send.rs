@@ -319,7 +319,12 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
     let mut have_done = have_chunks.iter().all(|&c| c == 0);
     let mut added = 0usize;
     let mut closed = false;
-    let mut out = Output::new(set.clone(), p.options.block_size as usize, aead_key);
+    let mut out = Output::new(
+        set.clone(),
+        p.options.block_size as usize,
+        aead_key,
+        s.subtree_block(),
+    );
     let mut started: Option<Instant> = None;
     let mut done_at: Option<Instant> = None;
     let mut committed: Option<Vec<Committed>> = None;
