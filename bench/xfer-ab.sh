@@ -9,7 +9,14 @@
 #   bench/xfer-ab.sh BIN_A BIN_B [SIZE_MB] [ROUNDS]     e.g. bench/xfer-ab.sh /tmp/vf-old target/release/vlbiflow 1000 6
 #
 # Extra push options (e.g. RATE=4Gbps for a fixed ceiling; default automatic) through RATE and OPTS.
+# PEER=1 adds TCP as a peer to each round: iperf3 -F at both ends (the client reads the same file, the
+# server writes it into the same directory; not hashed, not synced), at RATE if given, with its own CPU
+# report for the two ends (apt-get install iperf3).
 set -euo pipefail
+if [ "${PEER:-0}" = 1 ] && ! command -v iperf3 >/dev/null; then
+  echo "PEER=1 needs iperf3 (apt-get install iperf3)" >&2
+  exit 1
+fi
 A=$(realpath "$1")
 B=$(realpath "$2")
 SIZE_MB=${3:-1000}
@@ -71,8 +78,37 @@ print(f"| {rnd} | {name} | {gp:.0f} | {snd:.2f} | {rcv:.2f} | {rtx:.2f} % | {loa
 open(res, "a").write(f"{name} {gp} {snd} {rcv}\n")
 PY
 }
+run_tcp() { # run_tcp ROUND: iperf3 -F file to file as the TCP peer
+  rm -rf "$SCRATCH/dst"/*
+  [ "${COLD:-0}" = 1 ] && { sync; echo 3 >/proc/sys/vm/drop_caches; }
+  iperf3 -s -1 -B 127.0.0.1 -p $((PORT + 1)) -F "$SCRATCH/dst/tcp.bin" >/dev/null 2>&1 &
+  local ips=$!
+  for _ in $(seq 50); do [ -n "$(ss -Hltn "sport = :$((PORT + 1))")" ] && break; sleep 0.1; done
+  iperf3 -c 127.0.0.1 -p $((PORT + 1)) -F "$SCRATCH/src/data.bin" ${RATE:+-b ${RATE%bps}} -J >"$SCRATCH/tcp.json" 2>/dev/null || true
+  # the one-off server ends with the test; bounded, in case the client never reached it
+  for _ in $(seq 100); do kill -0 $ips 2>/dev/null || break; sleep 0.1; done
+  kill $ips 2>/dev/null || true
+  wait $ips 2>/dev/null || true
+  python3 - "$SCRATCH/tcp.json" "$1" "$(cut -d' ' -f1 /proc/loadavg)" "$SCRATCH/results" <<'PY'
+import json, sys
+js, rnd, load, res = sys.argv[1:]
+try:
+    e = json.load(open(js))["end"]
+    secs, gb = e["sum_sent"]["seconds"], e["sum_sent"]["bytes"] / 1e9
+    c = e["cpu_utilization_percent"]
+except Exception:
+    print(f"| {rnd} | TCP (iperf3 -F) | failed | | | | {load} |")
+    sys.exit(0)
+gp = e["sum_sent"]["bits_per_second"] / 1e6
+snd = c["host_total"] / 100 * secs / gb
+rcv = c["remote_total"] / 100 * secs / gb
+print(f"| {rnd} | TCP (iperf3 -F) | {gp:.0f} | {snd:.2f} | {rcv:.2f} | {e['sum_sent'].get('retransmits', 0)} segments | {load} |")
+open(res, "a").write(f"TCP {gp} {snd} {rcv}\n")
+PY
+}
 for r in $(seq "$ROUNDS"); do
   if [ $((r % 2)) = 1 ]; then run "$r" A "$A"; run "$r" B "$B"; else run "$r" B "$B"; run "$r" A "$A"; fi
+  if [ "${PEER:-0}" = 1 ]; then run_tcp "$r"; fi
 done
 echo
 python3 - "$SCRATCH/results" <<'PY'
@@ -80,7 +116,7 @@ import statistics, sys
 rows = [l.split() for l in open(sys.argv[1])]
 print("| build | goodput Mb/s median (range) | sender CPU s/GB median (range) | receiver CPU s/GB median (range) |")
 print("| --- | --: | --: | --: |")
-for b in ("A", "B"):
+for b in ("A", "B", "TCP"):
     v = [list(map(float, r[1:])) for r in rows if r[0] == b]
     if not v:
         continue

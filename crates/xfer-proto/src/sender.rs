@@ -577,7 +577,6 @@ impl Sender {
         })
     }
 
-    /// The block size when blocks are BLAKE3 subtrees (see [`crate::hash::block_digest`]).
     /// The block size when blocks are BLAKE3 subtrees ([`blocks_are_subtrees`]): the digest of a datagram's
     /// payload is then its subtree's chaining value ([`block_digest`]).
     pub fn subtree_block(&self) -> Option<u64> {
