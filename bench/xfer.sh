@@ -13,6 +13,9 @@
 # this script neither fetches nor builds it (docs/bench-xfer.md says how it was built). Its row: a pull at a
 # fixed 1900M, file on disk to file on disk; sender CPU is tsunamid's child, receiver CPU the client.
 # EMU_OPTS: extra options for the emulator (e.g. --realtime).
+# COLD=1: the page cache is dropped before each file-to-file run (xfer, TCP BBR file to file, Tsunami), so
+# each tool reads a source file the cache does not hold, as a station sends a recording made hours before
+# (default: the source stays in the page cache, so the numbers measure the transfer rather than the disk).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZE_MB=${1:-2000}
@@ -51,11 +54,12 @@ start_emu() {
   echo "pathemu did not start:" >&2; cat "$SCRATCH/emu.err" >&2; exit 1
 }
 stop_emu() { kill "$EMU"; wait "$EMU" || true; EMU=; }
+cold() { if [ "${COLD:-0}" = 1 ]; then sync; echo 3 >/proc/sys/vm/drop_caches; fi; }
 cpu_of() { awk '{print ($14 + $15) / 100}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 json() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
 
 echo "# vlbiflow xfer benchmark, $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# file ${SIZE_MB} MB on $(df --output=source "$SCRATCH" | tail -1), bottleneck 2 Gb/s, MTU 9000"
+echo "# file ${SIZE_MB} MB on $(df --output=source "$SCRATCH" | tail -1), bottleneck 2 Gb/s, MTU 9000, source file $([ "${COLD:-0}" = 1 ] && echo "dropped from the page cache before each file-to-file run" || echo "in the page cache")"
 head -c $((SIZE_MB * 1000000)) /dev/urandom >"$SCRATCH/src/data.bin"
 sync
 
@@ -72,6 +76,7 @@ for rtt in $RTTS; do
     ip netns exec $B "$BIN" xfer serve --listen $IB:46230 --root data="$SCRATCH/dst" 2>"$SCRATCH/serve.err" &
     SRV=$!
     for _ in $(seq 100); do grep -q 'serving on' "$SCRATCH/serve.err" 2>/dev/null && break; sleep 0.1; done
+    cold
     c0=$(cpu_of $SRV)
     e0=$(cpu_of $EMU)
     /usr/bin/time -f "%U %S" -o "$SCRATCH/time" ip netns exec $A "$BIN" xfer push "$SCRATCH/src/data.bin" \
@@ -132,6 +137,7 @@ PY
       ip netns exec $B iperf3 -s -1 -B $IB -p 15202 -F "$SCRATCH/dst/tcp.bin" >/dev/null 2>&1 &
       SRV=$!
       sleep 0.5
+      cold
       e0=$(cpu_of $EMU)
       timeout 300 ip netns exec $A iperf3 -c $IB -p 15202 -C bbr -F "$SCRATCH/src/data.bin" -J >"$SCRATCH/tcpf.json" 2>/dev/null || true
       e1=$(cpu_of $EMU)
@@ -162,6 +168,7 @@ PY
       SRV=$!
       sleep 0.5
       # tsunamid forks a child per transfer and reaps it: the child's CPU lands in the parent's cutime/cstime
+      cold
       c0=$(awk '{print ($14 + $15 + $16 + $17) / 100}' /proc/$SRV/stat 2>/dev/null || echo 0)
       e0=$(cpu_of $EMU)
       t0=$(date +%s.%N)

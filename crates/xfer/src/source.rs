@@ -62,10 +62,19 @@ pub struct SourceSet {
     pub files: Vec<VFile>,
 }
 
+/// The alignment of direct reads: their file offsets, lengths and buffers are multiples of it (4 KiB: what
+/// Linux block devices and file systems accept for `O_DIRECT`, 512-byte devices included).
+pub const DIRECT_ALIGN: usize = 4096;
+
 /// Open files, at most a bounded number at once.
 #[derive(Default)]
 pub struct FdCache {
     open: HashMap<usize, File>,
+    /// The same files opened with `O_DIRECT`; `None` where that is not possible (a file system without
+    /// it, or one that refused a read).
+    direct: HashMap<usize, Option<File>>,
+    /// Bytes read with `O_DIRECT`.
+    pub direct_bytes: u64,
 }
 
 const MAX_OPEN: usize = 256;
@@ -75,6 +84,7 @@ impl FdCache {
         if !self.open.contains_key(&path) {
             if self.open.len() >= MAX_OPEN {
                 self.open.clear();
+                self.direct.clear();
             }
             let p = &set.paths[path];
             let f = File::open(p).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", p.display())))?;
@@ -82,6 +92,58 @@ impl FdCache {
         }
         Ok(&self.open[&path])
     }
+
+    /// `path` opened with `O_DIRECT`, if its file system allows it.
+    fn get_direct(&mut self, set: &SourceSet, path: usize) -> Option<&File> {
+        use std::os::unix::fs::OpenOptionsExt;
+        if !self.direct.contains_key(&path) {
+            if self.direct.len() >= MAX_OPEN {
+                self.open.clear();
+                self.direct.clear();
+            }
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_DIRECT)
+                .open(&set.paths[path])
+                .ok();
+            self.direct.insert(path, f);
+        }
+        self.direct[&path].as_ref()
+    }
+}
+
+/// What `cachestat(2)` reports (Linux 6.5 on), in pages.
+#[repr(C)]
+#[derive(Default)]
+struct CacheStat {
+    nr_cache: u64,
+    nr_dirty: u64,
+    nr_writeback: u64,
+    nr_evicted: u64,
+    nr_recently_evicted: u64,
+}
+
+/// How many of the pages of `len` bytes of `f` at `offset` the page cache holds; `None` where the kernel
+/// cannot say (before Linux 6.5). It looks and reads nothing.
+#[allow(unsafe_code)]
+pub(crate) fn cached_pages(f: &File, offset: u64, len: u64) -> Option<u64> {
+    use std::os::fd::AsRawFd;
+    /// The system call's number (the same on every architecture: it came after their tables were unified).
+    const SYS_CACHESTAT: libc::c_long = 451;
+    let range: [u64; 2] = [offset, len];
+    let mut stat = CacheStat::default();
+    // SAFETY: cachestat(fd, range, stat, flags) reads the two u64 of `range` and writes the five u64 of
+    // `stat`, both valid, aligned and alive for the call; a bad descriptor only makes it fail.
+    let r = unsafe {
+        libc::syscall(
+            SYS_CACHESTAT,
+            f.as_raw_fd(),
+            range.as_ptr(),
+            &mut stat as *mut CacheStat,
+            0u32,
+        )
+    };
+    (r == 0).then_some(stat.nr_cache)
 }
 
 impl SourceSet {
@@ -128,6 +190,91 @@ impl SourceSet {
             i += 1;
         }
         Ok(())
+    }
+
+    /// Whether `len` bytes of virtual file `file` at `offset` should be read with `O_DIRECT`: they are one
+    /// extent at a 4 KiB-aligned place of its file (plain files and FlexBuff chunks; the extents of a Mark6
+    /// scan are not aligned) and the page cache holds less than half of them (a recording read long after
+    /// it was made; a scan just recorded or being recorded is read from the cache). Reading a recording of
+    /// terabytes through the page cache costs a copy per byte and evicts everything else; the kernel
+    /// writes back any dirty pages of the range before a direct read, so both ways read the same bytes.
+    pub fn wants_direct(&self, fds: &mut FdCache, file: usize, offset: u64, len: u64) -> bool {
+        let f = &self.files[file];
+        let i = f.starts.partition_point(|&s| s <= offset).saturating_sub(1);
+        let Some(e) = f.extents.get(i) else { return false };
+        let within = offset - f.starts[i];
+        if (e.offset + within) % DIRECT_ALIGN as u64 != 0 || within + len > e.len || len == 0 {
+            return false;
+        }
+        let Ok(fd) = fds.get(self, e.path) else {
+            return false;
+        };
+        match cached_pages(fd, e.offset + within, len) {
+            Some(pages) => pages * 2 * (DIRECT_ALIGN as u64) < len,
+            None => false,
+        }
+    }
+
+    /// Reads `len` bytes of virtual file `file` at `offset` into `buf[..len]` with `O_DIRECT` where it can:
+    /// the bytes lie in one extent, the file offset and `buf` are 4 KiB-aligned and `buf` has room for
+    /// `len` rounded up to 4 KiB (a file's unaligned tail is read into that slack). Otherwise, or where the
+    /// file system refuses, it reads through the page cache as [`SourceSet::read_at`] does. Returns the
+    /// bytes read directly.
+    pub fn read_direct(
+        &self,
+        fds: &mut FdCache,
+        file: usize,
+        offset: u64,
+        buf: &mut [u8],
+        len: usize,
+    ) -> io::Result<usize> {
+        let f = &self.files[file];
+        let i = f.starts.partition_point(|&s| s <= offset).saturating_sub(1);
+        let mut got = 0usize;
+        if let Some(&e) = f.extents.get(i) {
+            let within = offset - f.starts[i];
+            let at = e.offset + within;
+            let room = len.next_multiple_of(DIRECT_ALIGN);
+            let aligned = at % DIRECT_ALIGN as u64 == 0 && (buf.as_ptr() as usize) % DIRECT_ALIGN == 0;
+            if aligned && within + len as u64 <= e.len && room <= buf.len() {
+                if let Some(fd) = fds.get_direct(self, e.path) {
+                    // whole aligned blocks, the last possibly short at the end of the file
+                    while got < len {
+                        match rustix::io::pread(fd, &mut buf[got..room], at + got as u64) {
+                            Ok(0) => break,
+                            Ok(n) => {
+                                got += n;
+                                if got % DIRECT_ALIGN != 0 {
+                                    break;
+                                }
+                            }
+                            Err(rustix::io::Errno::INTR) => {}
+                            Err(rustix::io::Errno::INVAL) => {
+                                // the file system has stricter rules: this file is read buffered
+                                fds.direct.insert(e.path, None);
+                                break;
+                            }
+                            Err(err) => {
+                                return Err(io::Error::new(
+                                    io::Error::from(err).kind(),
+                                    format!(
+                                        "{} at offset {}: {err}",
+                                        self.paths[e.path].display(),
+                                        at + got as u64
+                                    ),
+                                ))
+                            }
+                        }
+                    }
+                    got = got.min(len);
+                    fds.direct_bytes += got as u64;
+                }
+            }
+        }
+        if got < len {
+            self.read_at(fds, file, offset + got as u64, &mut buf[got..len])?;
+        }
+        Ok(got)
     }
 
     /// Asks the kernel to read `len` bytes of virtual file `file` at `offset` ahead into the page cache
