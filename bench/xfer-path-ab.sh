@@ -6,6 +6,9 @@
 # during the round and the load; then the median per variant. A variant is a binary and push options
 # (e.g. the same binary with and without --rate 2Gbps, or builds before and after a change). Needs root.
 #
+# COLD=1 drops the page cache before each push (a recording the cache does not hold); by default the
+# source file stays in the cache.
+#
 #   bench/xfer-path-ab.sh BIN_A "OPTS_A" BIN_B "OPTS_B" [SIZE_MB] [ROUNDS] [RTT_MS] [LOSS_%]
 #   e.g. bench/xfer-path-ab.sh target/release/vlbiflow "" target/release/vlbiflow "--rate 2Gbps" 2000 4
 set -euo pipefail
@@ -40,7 +43,7 @@ sync
 echo "# xfer A/B through pathemu (2 Gb/s, ${RTT} ms RTT, ${LOSS}% loss each way, MTU 9000, queue $q B), $(date -u +%FT%TZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# A = $A $OA"
 echo "# B = $B $OB"
-echo "# ${SIZE_MB} MB file, ${ROUNDS} rounds per variant"
+echo "# ${SIZE_MB} MB file, ${ROUNDS} rounds per variant, source $([ "${COLD:-0}" = 1 ] && echo "dropped from the page cache before each push" || echo "in the page cache")"
 echo
 echo "| round | variant | goodput Mb/s | % of 2 Gb/s | retransmitted | seconds | of which after the last chunk verified | sender CPU s | rate cuts queue/loss | load |"
 echo "| --: | --- | --: | --: | --: | --: | --: | --: | --: | --: |"
@@ -58,6 +61,7 @@ for r in $(seq "$ROUNDS"); do
     # shellcheck disable=SC2086
     # TRACE_DIR=DIR: the rate control's trace of each push in DIR/round-N-V.csv (docs/xfer-protocol.md)
     if [ -n "${TRACE_DIR:-}" ]; then export VLBIFLOW_XFER_TRACE=$TRACE_DIR/round-$i-$v.csv; fi
+    if [ "${COLD:-0}" = 1 ]; then sync; echo 3 >/proc/sys/vm/drop_caches; fi
     /usr/bin/time -f "%U %S" -o "$SCRATCH/time" ip netns exec $NA "$bin" xfer push "$SCRATCH/src/data.bin" $NET.2:46230/data $opts --json \
       >"$SCRATCH/x.json" 2>"$SCRATCH/x.err" || cat "$SCRATCH/x.err" >&2
     kill $SRV; wait $SRV 2>/dev/null || true; SRV=

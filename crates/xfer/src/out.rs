@@ -4,13 +4,16 @@
 //! the bytes are in the reading core's cache), headers kept apart, and datagrams handed to the kernel as
 //! GSO messages gathered straight from the window (`sendmmsg` of messages whose parts are header, payload,
 //! header, payload, ...: the kernel cuts each message into datagrams), so the payload is copied once, by
-//! the kernel, from the window into the socket buffers. Retransmissions (a few percent) and, with
-//! encryption, every payload (it is encrypted in place) are read into an arena of datagram-sized slots.
+//! the kernel, from the window into the socket buffers. The last few windows are kept after they were
+//! sent, so retransmissions (a few percent, of data sent about one RTT before) go out from them the same
+//! way, with the digests computed when they were read. Older retransmissions and, with encryption, every
+//! payload (it is encrypted in place) are read or copied into an arena of datagram-sized slots.
 //!
-//! Nothing here allocates per datagram: the window, the arena, the headers and the batch are allocated
+//! Nothing here allocates per datagram: the windows, the arena, the headers and the batch are allocated
 //! once per transfer.
 
 use std::net::UdpSocket;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -31,6 +34,10 @@ const PIECE: usize = 256 << 10;
 /// Pieces read with `O_DIRECT` are larger (the bytes come from memory the disk wrote, not from a cache a
 /// smaller piece would fit; one read per MiB keeps a disk busy: 3.0 GB/s here against 2.0 at 256 KiB).
 const DIRECT_PIECE: usize = 1 << 20;
+/// Windows kept after they were sent, for retransmissions, which come about 1.1-1.3 RTT after the first
+/// send: 6 x 8 MiB hold the last 200 ms at 2 Gb/s (40 ms at 10 Gb/s). Older data is read again (from
+/// the page cache, or from the disk for a recording read past the cache).
+const KEPT: usize = 6;
 /// Longest wait for the reading thread's window (a disk that stalls this long fails the transfer).
 const READ_WAIT: Duration = Duration::from_secs(60);
 /// Datagrams prepared per round at most (then control and timers get a turn).
@@ -90,8 +97,8 @@ impl Win {
 /// Where a datagram's payload is.
 #[derive(Debug, Clone, Copy)]
 enum Src {
-    /// In the window at this position.
-    Window(usize),
+    /// In window `k` (0 the current one, then the kept ones, newest first) at this position.
+    Window(usize, usize),
     /// In arena slot `n`.
     Arena(usize),
 }
@@ -105,6 +112,9 @@ struct Desc {
 /// The output state of one sending transfer.
 pub struct Output {
     win: Win,
+    /// Windows sent before the current one, newest first, at most [`KEPT`]: retransmissions (of data sent
+    /// about one RTT before) are sent from them as new data is, with no read, copy or hash.
+    kept: std::collections::VecDeque<Win>,
     /// The block size when blocks are BLAKE3 subtrees (windows are then hashed as they are read).
     sub: Option<u64>,
     /// Index of the segment the last lookup found (new data is read in order).
@@ -118,6 +128,8 @@ pub struct Output {
     aead_key: Option<[u8; 32]>,
     /// `sendmmsg` calls that failed (the datagrams count as lost; the receiver reports them).
     pub send_errors: u64,
+    /// Bytes read with `O_DIRECT`, by both threads.
+    direct: Arc<AtomicU64>,
     /// Windows read.
     pub windows: u64,
     /// Of those, windows the reading thread had read ahead.
@@ -144,8 +156,10 @@ impl Output {
     ) -> Output {
         let dgram = HEADER_LEN + max_payload.min(MAX_PAYLOAD);
         let segs = (GSO_MAX_BYTES / dgram).clamp(1, GSO_MAX_SEGMENTS);
+        let direct = Arc::new(AtomicU64::new(0));
         Output {
             win: Win::new(),
+            kept: std::collections::VecDeque::with_capacity(KEPT + 1),
             sub: subtree_block,
             hint: 0,
             arena: vec![0u8; MAX_ROUND * max_payload.min(MAX_PAYLOAD)],
@@ -153,7 +167,8 @@ impl Output {
             descs: Vec::with_capacity(MAX_ROUND),
             tx: BatchSender::with_parts(GSO_MSGS, 2 * segs),
             fds: FdCache::default(),
-            ahead: ReadAhead::new(set, subtree_block),
+            ahead: ReadAhead::new(set, subtree_block, direct.clone()),
+            direct,
             aead_key,
             send_errors: 0,
             windows: 0,
@@ -161,35 +176,79 @@ impl Output {
         }
     }
 
+    /// Bytes of new data read from the disk past the page cache so far.
+    pub fn direct_bytes(&self) -> u64 {
+        self.direct.load(Relaxed)
+    }
+
     fn slot_len(&self) -> usize {
         self.arena.len() / MAX_ROUND
     }
 
-    /// Finds `len` bytes of `file` at `offset` in the window: their position and the digest of the block
-    /// they are, if they are one the window has hashed.
-    fn find(&mut self, file: usize, offset: u64, len: usize) -> Option<(usize, Option<[u8; 32]>)> {
+    /// Finds `len` bytes of `file` at `offset` in the current window or a kept one: where they are and the
+    /// digest of the block they are, if they are one the window has hashed.
+    fn find(&mut self, file: usize, offset: u64, len: usize) -> Option<(Src, Option<[u8; 32]>)> {
         let found =
             |s: &Seg| s.file == file && offset >= s.offset && offset + len as u64 <= s.offset + s.len as u64;
+        let sub = self.sub;
+        let at = |k: usize, w: &Win, s: &Seg| {
+            let digest = sub.and_then(|b| {
+                let whole = offset % b == 0 && len as u64 == b.min(s.size - offset);
+                let i = offset.checked_sub(s.dig_from)? / b;
+                (whole && i < s.dig_n as u64).then(|| w.digests[s.dig + i as usize])
+            });
+            (Src::Window(k, s.at + (offset - s.offset) as usize), digest)
+        };
+        // new data: the segment found last or the next one
         for i in [self.hint, self.hint + 1] {
             if let Some(s) = self.win.segs.get(i) {
                 if found(s) {
                     self.hint = i;
-                    let digest = self.sub.and_then(|b| {
-                        let whole = offset % b == 0 && len as u64 == b.min(s.size - offset);
-                        let k = offset.checked_sub(s.dig_from)? / b;
-                        (whole && k < s.dig_n as u64).then(|| self.win.digests[s.dig + k as usize])
-                    });
-                    return Some((s.at + (offset - s.offset) as usize, digest));
+                    return Some(at(0, &self.win, s));
                 }
+            }
+        }
+        // retransmissions: anywhere in the windows
+        let wins = std::iter::once(&self.win).chain(self.kept.iter());
+        for (k, w) in wins.enumerate() {
+            if let Some(s) = w.segs.iter().find(|s| found(s)) {
+                return Some(at(k, w, s));
             }
         }
         None
     }
 
-    /// The position of `len` bytes of `file` at `offset` in the window.
+    /// Window `k`: 0 the current one, then the kept ones.
     #[cfg(test)]
-    fn lookup(&mut self, file: usize, offset: u64, len: usize) -> Option<usize> {
-        self.find(file, offset, len).map(|(at, _)| at)
+    fn window(&self, k: usize) -> &Win {
+        if k == 0 {
+            &self.win
+        } else {
+            &self.kept[k - 1]
+        }
+    }
+
+    /// The bytes `src` names.
+    #[cfg(test)]
+    fn bytes_at(&self, src: Src, len: usize) -> &[u8] {
+        match src {
+            Src::Window(k, w) => &self.window(k).bytes()[w..w + len],
+            Src::Arena(a) => &self.arena[a * self.slot_len()..a * self.slot_len() + len],
+        }
+    }
+
+    /// The window just sent becomes the newest kept one; returns buffers for the next window (the oldest
+    /// kept window's once [`KEPT`] are kept, else new ones: a few per transfer).
+    fn keep(&mut self, old: Win) -> Win {
+        if old.segs.is_empty() {
+            return old;
+        }
+        self.kept.push_front(old);
+        if self.kept.len() > KEPT {
+            self.kept.pop_back().expect("more than KEPT")
+        } else {
+            Win::new()
+        }
     }
 
     /// Makes the window hold `file` from `offset` on: the window the reading thread prepared if it is that
@@ -198,16 +257,26 @@ impl Output {
     fn refill(&mut self, set: &SourceSet, file: usize, offset: u64) -> std::io::Result<()> {
         self.windows += 1;
         let want = next_start(set, file, offset);
-        if let Some(got) = self.ahead.take(want)? {
-            self.windows_ahead += 1;
-            let old = std::mem::replace(&mut self.win, got.win);
-            self.hint = 0;
-            self.ahead.request(set, old, &self.win.segs);
-            return Ok(());
-        }
-        fill(set, &mut self.fds, &mut self.win, file, offset, self.sub)?;
+        let new = match self.ahead.take(want)? {
+            Some(got) => {
+                self.windows_ahead += 1;
+                got.win
+            }
+            None => {
+                let mut w = self.ahead.spare();
+                let before = self.fds.direct_bytes;
+                let r = fill(set, &mut self.fds, &mut w, file, offset, self.sub);
+                self.direct.fetch_add(self.fds.direct_bytes - before, Relaxed);
+                if let Err(e) = r {
+                    self.ahead.spare = Some(w);
+                    return Err(e);
+                }
+                w
+            }
+        };
+        let old = std::mem::replace(&mut self.win, new);
         self.hint = 0;
-        let spare = self.ahead.spare();
+        let spare = self.keep(old);
         self.ahead.request(set, spare, &self.win.segs);
         Ok(())
     }
@@ -241,14 +310,15 @@ impl Output {
                 found = self.find(file, h.offset, len);
             }
             let digest = found.and_then(|(_, d)| d);
-            let src = found.map(|(at, _)| Src::Window(at));
+            let src = found.map(|(src, _)| src);
             let n = self.descs.len();
             t.emit_header(&mut self.hdrs[n]);
             let src = match (src, self.aead_key.is_some()) {
-                (Some(Src::Window(w)), false) => Src::Window(w),
-                (Some(Src::Window(w)), true) => {
+                (Some(Src::Window(k, w)), false) => Src::Window(k, w),
+                (Some(Src::Window(k, w)), true) => {
                     // encrypted in place: a copy of its own
-                    self.arena[n * slot..n * slot + len].copy_from_slice(&self.win.bytes()[w..w + len]);
+                    let win = if k == 0 { &self.win } else { &self.kept[k - 1] };
+                    self.arena[n * slot..n * slot + len].copy_from_slice(&win.bytes()[w..w + len]);
                     Src::Arena(n)
                 }
                 _ => {
@@ -264,7 +334,10 @@ impl Output {
             };
             let hdr = &mut self.hdrs[n];
             match src {
-                Src::Window(w) => s.seal_parts_with(hdr, &self.win.bytes()[w..w + len], digest),
+                Src::Window(k, w) => {
+                    let win = if k == 0 { &self.win } else { &self.kept[k - 1] };
+                    s.seal_parts_with(hdr, &win.bytes()[w..w + len], digest)
+                }
                 Src::Arena(a) => {
                     let payload = &mut self.arena[a * slot..a * slot + len];
                     s.seal_parts_with(hdr, payload, digest);
@@ -294,11 +367,12 @@ impl Output {
         let slot = self.slot_len();
         let dgram_max = GSO_MAX_BYTES;
         let segs_max = self.tx.parts() / 2;
-        let (window, arena, hdrs, descs) = (self.win.bytes(), &self.arena, &self.hdrs, &self.descs);
+        let (win, kept, arena, hdrs, descs) = (&self.win, &self.kept, &self.arena, &self.hdrs, &self.descs);
         let payload = |i: usize| -> &[u8] {
             let d = descs[i];
             match d.src {
-                Src::Window(w) => &window[w..w + d.len],
+                Src::Window(0, w) => &win.bytes()[w..w + d.len],
+                Src::Window(k, w) => &kept[k - 1].bytes()[w..w + d.len],
                 Src::Arena(a) => &arena[a * slot..a * slot + d.len],
             }
         };
@@ -454,7 +528,7 @@ struct ReadAhead {
 }
 
 impl ReadAhead {
-    fn new(set: Arc<SourceSet>, sub: Option<u64>) -> ReadAhead {
+    fn new(set: Arc<SourceSet>, sub: Option<u64>, direct: Arc<AtomicU64>) -> ReadAhead {
         let (tx, req_rx) = bounded::<ReadReq>(1);
         let (done_tx, rx) = bounded::<Filled>(1);
         let thread = std::thread::Builder::new()
@@ -463,7 +537,9 @@ impl ReadAhead {
                 let mut fds = FdCache::default();
                 for mut r in req_rx {
                     let (f, o) = r.start;
+                    let before = fds.direct_bytes;
                     let ok = fill(&set, &mut fds, &mut r.win, f, o, sub).is_ok();
+                    direct.fetch_add(fds.direct_bytes - before, Relaxed);
                     let done = Filled {
                         win: r.win,
                         start: r.start,
@@ -571,12 +647,12 @@ mod tests {
         let sub = Some(8192);
         let mut out = Output::new(set.clone(), 8192, None, sub);
         let check = |out: &mut Output, f: usize, o: u64, len: usize| -> bool {
-            if out.lookup(f, o, len).is_none() {
+            if out.find(f, o, len).is_none() {
                 out.refill(&set, f, o).unwrap();
             }
-            let (at, digest) = out.find(f, o, len).expect("in the window after a refill");
+            let (src, digest) = out.find(f, o, len).expect("in the window after a refill");
             let bytes: Vec<u8> = (0..len as u64).map(|k| byte(f, o + k)).collect();
-            assert!(out.win.bytes()[at..at + len] == bytes[..], "file {f} offset {o}");
+            assert!(out.bytes_at(src, len) == &bytes[..], "file {f} offset {o}");
             if let Some(d) = digest {
                 assert_eq!(d, block_digest(sub, o, &bytes), "digest of file {f} offset {o}");
             }
@@ -606,6 +682,40 @@ mod tests {
             assert!(!check(&mut out, f, o, 4000.min((sizes[f] - o) as usize)));
         }
         assert!(read >= 6, "{read} windows");
+    }
+
+    /// Retransmissions of data from the last windows are found in the kept ones, with the right bytes and
+    /// digests; older data is not (it is read again).
+    #[test]
+    fn retransmissions_come_from_the_kept_windows() {
+        let dir = tempfile::tempdir().unwrap();
+        let size = (KEPT as u64 + 3) * WINDOW as u64 + 12_288;
+        let p = dir.path().join("f");
+        std::fs::write(&p, (0..size).map(|o| byte(0, o)).collect::<Vec<u8>>()).unwrap();
+        let mut set = SourceSet::default();
+        set.add_plain("f".into(), p, size);
+        let set = Arc::new(set);
+        let sub = Some(8192);
+        let mut out = Output::new(set.clone(), 8192, None, sub);
+        let len = |o: u64| 8192.min(size - o) as usize;
+        for o in (0..size).step_by(8192) {
+            if out.find(0, o, len(o)).is_none() {
+                out.refill(&set, 0, o).unwrap();
+            }
+        }
+        assert_eq!(out.kept.len(), KEPT);
+        let oldest_kept = size.next_multiple_of(WINDOW as u64) - (KEPT as u64 + 1) * WINDOW as u64;
+        for o in (0..size).step_by(8192) {
+            match out.find(0, o, len(o)) {
+                Some((src, digest)) => {
+                    assert!(o >= oldest_kept, "offset {o} found");
+                    let bytes: Vec<u8> = (0..len(o) as u64).map(|i| byte(0, o + i)).collect();
+                    assert!(out.bytes_at(src, len(o)) == &bytes[..], "offset {o}");
+                    assert_eq!(digest, Some(block_digest(sub, o, &bytes)), "offset {o}");
+                }
+                None => assert!(o < oldest_kept, "offset {o} not found"),
+            }
+        }
     }
 
     /// Files the page cache does not hold are read past it with `O_DIRECT` (on a file system that has it,

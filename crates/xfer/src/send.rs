@@ -64,6 +64,9 @@ pub struct SendOutcome {
     pub feedback_datagrams: u64,
     /// Datagrams on the data socket that were not valid feedback (wrong tag, transfer or form: dropped).
     pub feedback_rejected: u64,
+    /// Bytes of new data read from the disk past the page cache (`O_DIRECT`: a recording the cache did
+    /// not hold).
+    pub bytes_read_direct: u64,
 }
 
 /// Counters of the feedback reader.
@@ -460,6 +463,7 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
                     },
                     feedback_datagrams: 0,
                     feedback_rejected: 0,
+                    bytes_read_direct: out.direct_bytes(),
                 });
             }
         }

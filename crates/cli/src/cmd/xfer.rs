@@ -542,6 +542,7 @@ fn print_summary(out: &SendOutcome, total: u64, json: bool) {
             "rate_trims_queue": out.stats.rate_trims_queue,
             "feedback_datagrams": out.feedback_datagrams,
             "feedback_rejected": out.feedback_rejected,
+            "bytes_read_direct": out.bytes_read_direct,
             "feedback_stale": out.stats.stale_feedback,
             "resent_unreported": out.stats.unreported,
             "pacing_late_ms": out.stats.late_us as f64 / 1e3,
