@@ -321,6 +321,11 @@ fn push_through_an_emulated_lossy_path_between_namespaces() {
     std::fs::create_dir_all(&root).unwrap();
     let src = d.path().join("obs.vdif");
     std::fs::write(&src, content(8, 24 << 20)).unwrap();
+    // out of the page cache, as a recording made hours before: the sender reads it from the disk past
+    // the cache, and sends retransmissions from the windows it keeps
+    let f = std::fs::File::open(&src).unwrap();
+    f.sync_all().unwrap();
+    rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed).unwrap();
     // 20 ms round trip, 400 Mb/s bottleneck, 1% random loss both ways, jumbo MTU
     let p = Path2::start("p", &["--rtt", "20ms", "--rate", "400Mbps", "--loss", "1%"]);
     let listen = format!("{}:46230", p.addr_b);
@@ -371,7 +376,23 @@ fn push_through_an_emulated_lossy_path_between_namespaces() {
     assert!(v["feedback_datagrams"].as_u64().unwrap() > 0, "{v}");
     assert_eq!(v["feedback_rejected"].as_u64(), Some(0), "{v}");
     assert!(std::fs::read(root.join("in/obs.vdif")).unwrap() == std::fs::read(&src).unwrap());
+    if direct_reads_expected(&f) {
+        assert!(v["bytes_read_direct"].as_u64().unwrap() >= 24 << 20, "{v}");
+    }
     drop(p);
+}
+
+/// Whether a sender reads a file the page cache does not hold with `O_DIRECT`: the kernel says what the
+/// cache holds (`cachestat`, Linux 6.5 on) and the file is on a disk (on tmpfs its pages are the cache).
+fn direct_reads_expected(f: &std::fs::File) -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut v = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|x| x.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (v.next().unwrap_or(0), v.next().unwrap_or(0));
+    const TMPFS_MAGIC: u64 = 0x0102_1994;
+    let on_disk = rustix::fs::fstatfs(f).is_ok_and(|s| s.f_type as u64 != TMPFS_MAGIC);
+    (major, minor) >= (6, 5) && on_disk
 }
 
 /// `push --follow` while `vlbiflow record` records: rounds go out while the scan grows (the test waits for
