@@ -19,8 +19,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZE_MB=${1:-2000}
-RTTS=${2:-"0 20 100"}
-LOSSES=${3:-"0 0.1 1 5"}
+RTTS=${2-"0 20 100"}     # an empty list skips the emulator grid: bench/xfer.sh 3000 "" "" runs the loopback part alone
+LOSSES=${3-"0 0.1 1 5"}
 TCP_SECS=${TCP_SECS:-10}
 NO_TCP=${NO_TCP:-0}        # 1: xfer only (for quick before/after runs)
 NO_LOOPBACK=${NO_LOOPBACK:-0}
