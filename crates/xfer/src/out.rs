@@ -94,6 +94,15 @@ impl Win {
     }
 }
 
+/// Window `k` of a transfer: 0 the current one, then the kept ones, newest first.
+fn window_of<'a>(win: &'a Win, kept: &'a std::collections::VecDeque<Win>, k: usize) -> &'a Win {
+    if k == 0 {
+        win
+    } else {
+        &kept[k - 1]
+    }
+}
+
 /// Where a datagram's payload is.
 #[derive(Debug, Clone, Copy)]
 enum Src {
@@ -218,21 +227,11 @@ impl Output {
         None
     }
 
-    /// Window `k`: 0 the current one, then the kept ones.
-    #[cfg(test)]
-    fn window(&self, k: usize) -> &Win {
-        if k == 0 {
-            &self.win
-        } else {
-            &self.kept[k - 1]
-        }
-    }
-
     /// The bytes `src` names.
     #[cfg(test)]
     fn bytes_at(&self, src: Src, len: usize) -> &[u8] {
         match src {
-            Src::Window(k, w) => &self.window(k).bytes()[w..w + len],
+            Src::Window(k, w) => &window_of(&self.win, &self.kept, k).bytes()[w..w + len],
             Src::Arena(a) => &self.arena[a * self.slot_len()..a * self.slot_len() + len],
         }
     }
@@ -264,13 +263,13 @@ impl Output {
             }
             None => {
                 let mut w = self.ahead.spare();
-                let before = self.fds.direct_bytes;
-                let r = fill(set, &mut self.fds, &mut w, file, offset, self.sub);
-                self.direct.fetch_add(self.fds.direct_bytes - before, Relaxed);
-                if let Err(e) = r {
-                    self.ahead.spare = Some(w);
-                    return Err(e);
-                }
+                match fill(set, &mut self.fds, &mut w, file, offset, self.sub) {
+                    Ok(direct) => self.direct.fetch_add(direct, Relaxed),
+                    Err(e) => {
+                        self.ahead.spare = Some(w);
+                        return Err(e);
+                    }
+                };
                 w
             }
         };
@@ -317,7 +316,7 @@ impl Output {
                 (Some(Src::Window(k, w)), false) => Src::Window(k, w),
                 (Some(Src::Window(k, w)), true) => {
                     // encrypted in place: a copy of its own
-                    let win = if k == 0 { &self.win } else { &self.kept[k - 1] };
+                    let win = window_of(&self.win, &self.kept, k);
                     self.arena[n * slot..n * slot + len].copy_from_slice(&win.bytes()[w..w + len]);
                     Src::Arena(n)
                 }
@@ -335,7 +334,7 @@ impl Output {
             let hdr = &mut self.hdrs[n];
             match src {
                 Src::Window(k, w) => {
-                    let win = if k == 0 { &self.win } else { &self.kept[k - 1] };
+                    let win = window_of(&self.win, &self.kept, k);
                     s.seal_parts_with(hdr, &win.bytes()[w..w + len], digest)
                 }
                 Src::Arena(a) => {
@@ -371,8 +370,7 @@ impl Output {
         let payload = |i: usize| -> &[u8] {
             let d = descs[i];
             match d.src {
-                Src::Window(0, w) => &win.bytes()[w..w + d.len],
-                Src::Window(k, w) => &kept[k - 1].bytes()[w..w + d.len],
+                Src::Window(k, w) => &window_of(win, kept, k).bytes()[w..w + d.len],
                 Src::Arena(a) => &arena[a * slot..a * slot + d.len],
             }
         };
@@ -428,6 +426,7 @@ fn next_start(set: &SourceSet, mut file: usize, mut offset: u64) -> (usize, u64)
 /// that many small files take one window), records what it holds, and asks the kernel to read on where
 /// the window ends inside a file. With `sub` (the block size, blocks being BLAKE3 subtrees) it reads in
 /// pieces and computes the digest of each whole block right after the piece that completes it is read.
+/// Returns the bytes read with `O_DIRECT`.
 fn fill(
     set: &SourceSet,
     fds: &mut FdCache,
@@ -435,7 +434,8 @@ fn fill(
     file: usize,
     offset: u64,
     sub: Option<u64>,
-) -> std::io::Result<()> {
+) -> std::io::Result<u64> {
+    let mut read_direct = 0u64;
     win.segs.clear();
     win.digests.clear();
     let window = &mut win.mem[win.base..];
@@ -458,7 +458,8 @@ fn fill(
                     (false, false) => n - done,
                 };
                 if direct {
-                    set.read_direct(fds, f, o + done as u64, &mut window[at + done..], k)?;
+                    read_direct +=
+                        set.read_direct(fds, f, o + done as u64, &mut window[at + done..], k)? as u64;
                 } else {
                     set.read_at(fds, f, o + done as u64, &mut window[at + done..at + done + k])?;
                 }
@@ -499,7 +500,7 @@ fn fill(
         f += 1;
         o = 0;
     }
-    Ok(())
+    Ok(read_direct)
 }
 
 /// A window read by the reading thread.
@@ -537,9 +538,13 @@ impl ReadAhead {
                 let mut fds = FdCache::default();
                 for mut r in req_rx {
                     let (f, o) = r.start;
-                    let before = fds.direct_bytes;
-                    let ok = fill(&set, &mut fds, &mut r.win, f, o, sub).is_ok();
-                    direct.fetch_add(fds.direct_bytes - before, Relaxed);
+                    let ok = match fill(&set, &mut fds, &mut r.win, f, o, sub) {
+                        Ok(d) => {
+                            direct.fetch_add(d, Relaxed);
+                            true
+                        }
+                        Err(_) => false,
+                    };
                     let done = Filled {
                         win: r.win,
                         start: r.start,
@@ -621,6 +626,17 @@ mod tests {
         (off.wrapping_mul(31) ^ (file as u64 * 131) ^ (off >> 9)) as u8
     }
 
+    /// Files `f0`, `f1`, ... of `sizes` in `dir`, each byte given by [`byte`], as plain files of a set.
+    fn files(dir: &std::path::Path, sizes: &[u64]) -> SourceSet {
+        let mut set = SourceSet::default();
+        for (i, &size) in sizes.iter().enumerate() {
+            let p = dir.join(format!("f{i}"));
+            std::fs::write(&p, (0..size).map(|o| byte(i, o)).collect::<Vec<u8>>()).unwrap();
+            set.add_plain(format!("f{i}"), p, size);
+        }
+        set
+    }
+
     /// Files of odd sizes (some far smaller than a window, one spanning several, one empty), read through
     /// windows in order and with jumps (a resume skips held chunks): every lookup finds the right bytes,
     /// whether the window came from the reading thread or was read on the spot, and every whole block
@@ -636,14 +652,7 @@ mod tests {
             9_000,
             2 * WINDOW as u64,
         ];
-        let mut set = SourceSet::default();
-        for (i, &size) in sizes.iter().enumerate() {
-            let p = dir.path().join(format!("f{i}"));
-            let data: Vec<u8> = (0..size).map(|o| byte(i, o)).collect();
-            std::fs::write(&p, &data).unwrap();
-            set.add_plain(format!("f{i}"), p, size);
-        }
-        let set = Arc::new(set);
+        let set = Arc::new(files(dir.path(), &sizes));
         let sub = Some(8192);
         let mut out = Output::new(set.clone(), 8192, None, sub);
         let check = |out: &mut Output, f: usize, o: u64, len: usize| -> bool {
@@ -690,11 +699,7 @@ mod tests {
     fn retransmissions_come_from_the_kept_windows() {
         let dir = tempfile::tempdir().unwrap();
         let size = (KEPT as u64 + 3) * WINDOW as u64 + 12_288;
-        let p = dir.path().join("f");
-        std::fs::write(&p, (0..size).map(|o| byte(0, o)).collect::<Vec<u8>>()).unwrap();
-        let mut set = SourceSet::default();
-        set.add_plain("f".into(), p, size);
-        let set = Arc::new(set);
+        let set = Arc::new(files(dir.path(), &[size]));
         let sub = Some(8192);
         let mut out = Output::new(set.clone(), 8192, None, sub);
         let len = |o: u64| 8192.min(size - o) as usize;
@@ -731,13 +736,7 @@ mod tests {
             3 * PIECE as u64 - 7,
             0,
         ];
-        let mut set = SourceSet::default();
-        for (i, &size) in sizes.iter().enumerate() {
-            let p = dir.path().join(format!("f{i}"));
-            let data: Vec<u8> = (0..size).map(|o| byte(i, o)).collect();
-            std::fs::write(&p, &data).unwrap();
-            set.add_plain(format!("f{i}"), p, size);
-        }
+        let set = files(dir.path(), &sizes);
         let evict = |set: &SourceSet| {
             for p in &set.paths {
                 let f = std::fs::File::open(p).unwrap();
@@ -761,7 +760,7 @@ mod tests {
         let mut win = Win::new();
         for cold in [true, false] {
             let mut fds = FdCache::default();
-            let mut read = 0u64;
+            let (mut read, mut direct) = (0u64, 0u64);
             for &(f, o) in &[(0usize, 0u64), (0, WINDOW as u64), (2, 0), (2, 2 * PIECE as u64)] {
                 if cold {
                     evict(&set);
@@ -769,7 +768,7 @@ mod tests {
                     // in the page cache (read through it)
                     set.paths.iter().for_each(|p| drop(std::fs::read(p).unwrap()));
                 }
-                fill(&set, &mut fds, &mut win, f, o, sub).unwrap();
+                direct += fill(&set, &mut fds, &mut win, f, o, sub).unwrap();
                 let mut digests = win.digests.iter();
                 for s in &win.segs {
                     let bytes: Vec<u8> = (0..s.len as u64).map(|k| byte(s.file, s.offset + k)).collect();
@@ -797,12 +796,12 @@ mod tests {
                 assert!(digests.next().is_none());
             }
             if !cold {
-                assert_eq!(fds.direct_bytes, 0, "files in the page cache are read from it");
+                assert_eq!(direct, 0, "files in the page cache are read from it");
             } else if direct_here && cache_known {
                 // all but what follows the first file's tail in its second window (the small file and
                 // the third file, which do not start at an aligned place in the window)
                 assert_eq!(
-                    fds.direct_bytes,
+                    direct,
                     read - sizes[1] - sizes[2],
                     "bytes read directly of {read}"
                 );

@@ -73,8 +73,6 @@ pub struct FdCache {
     /// The same files opened with `O_DIRECT`; `None` where that is not possible (a file system without
     /// it, or one that refused a read).
     direct: HashMap<usize, Option<File>>,
-    /// Bytes read with `O_DIRECT`.
-    pub direct_bytes: u64,
 }
 
 const MAX_OPEN: usize = 256;
@@ -267,7 +265,6 @@ impl SourceSet {
                         }
                     }
                     got = got.min(len);
-                    fds.direct_bytes += got as u64;
                 }
             }
         }
