@@ -208,6 +208,20 @@ pub fn open_part(dir: &OwnedFd, name: &str) -> io::Result<File> {
     Ok(File::from(fd))
 }
 
+/// `NAME.part` (as opened by [`open_part`] into `part`) opened a second time for writing with `O_DIRECT`,
+/// where its file system allows that; `None` otherwise (tmpfs, or the name no longer being that file).
+pub fn open_part_direct(dir: &OwnedFd, name: &str, part: &File) -> Option<File> {
+    let fd = rfs::openat(
+        dir,
+        format!("{name}{PART_SUFFIX}").as_str(),
+        OFlags::WRONLY | OFlags::DIRECT | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    let (a, b) = (rfs::fstat(&fd).ok()?, rfs::fstat(part).ok()?);
+    (a.st_dev == b.st_dev && a.st_ino == b.st_ino).then(|| File::from(fd))
+}
+
 /// Opens the existing final file `name` in `dir` for reading, never through a link.
 pub fn open_final_ro(dir: &OwnedFd, name: &str) -> io::Result<File> {
     let fd = rfs::openat(

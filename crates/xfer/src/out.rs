@@ -24,7 +24,7 @@ use vlbiflow_xfer_proto::hash::block_digest;
 use vlbiflow_xfer_proto::wire::{seal_encrypted_parts, HEADER_LEN, MAX_PAYLOAD};
 use vlbiflow_xfer_proto::{Sender, Transmit};
 
-use crate::source::{FdCache, SourceSet, DIRECT_ALIGN};
+use crate::source::{AlignedBuf, FdCache, SourceSet, DIRECT_ALIGN};
 
 /// Bytes read at once for new data.
 pub const WINDOW: usize = 8 << 20;
@@ -67,21 +67,17 @@ struct Seg {
 
 /// A window: bytes, what they are, and the digests of their blocks.
 struct Win {
-    /// The window is `mem[base..base + WINDOW]`, page-aligned for direct reads, followed by the slack a
-    /// direct read of a file's unaligned tail needs.
-    mem: Vec<u8>,
-    base: usize,
+    /// The window, page-aligned for direct reads, followed by the slack a direct read of a file's
+    /// unaligned tail needs.
+    mem: AlignedBuf,
     segs: Vec<Seg>,
     digests: Vec<[u8; 32]>,
 }
 
 impl Win {
     fn new() -> Win {
-        let mem = vec![0u8; WINDOW + 2 * DIRECT_ALIGN];
-        let base = (DIRECT_ALIGN - mem.as_ptr() as usize % DIRECT_ALIGN) % DIRECT_ALIGN;
         Win {
-            mem,
-            base,
+            mem: AlignedBuf::new(WINDOW, DIRECT_ALIGN),
             segs: Vec::new(),
             // at most one per KiB (the smallest subtree block) and one per file's short last block
             digests: Vec::with_capacity(WINDOW / 1024 + 256),
@@ -90,7 +86,7 @@ impl Win {
 
     /// The window's bytes.
     fn bytes(&self) -> &[u8] {
-        &self.mem[self.base..self.base + WINDOW]
+        self.mem.bytes()
     }
 }
 
@@ -438,7 +434,7 @@ fn fill(
     let mut read_direct = 0u64;
     win.segs.clear();
     win.digests.clear();
-    let window = &mut win.mem[win.base..];
+    let window = win.mem.with_slack();
     let mut at = 0usize;
     let (mut f, mut o) = (file, offset);
     while f < set.files.len() && at < WINDOW {

@@ -66,6 +66,38 @@ pub struct SourceSet {
 /// Linux block devices and file systems accept for `O_DIRECT`, 512-byte devices included).
 pub const DIRECT_ALIGN: usize = 4096;
 
+/// Memory for direct I/O: `len` bytes starting at a multiple of [`DIRECT_ALIGN`], followed by `slack`
+/// bytes a direct read of a file's unaligned tail may fill (glibc's large allocations are not aligned).
+/// Zeroed lazily by the kernel: pages are touched only when used.
+pub(crate) struct AlignedBuf {
+    mem: Vec<u8>,
+    base: usize,
+    len: usize,
+}
+
+impl AlignedBuf {
+    pub(crate) fn new(len: usize, slack: usize) -> AlignedBuf {
+        let mem = vec![0u8; len + slack + DIRECT_ALIGN];
+        let base = (DIRECT_ALIGN - mem.as_ptr() as usize % DIRECT_ALIGN) % DIRECT_ALIGN;
+        AlignedBuf { mem, base, len }
+    }
+
+    /// The `len` aligned bytes.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.mem[self.base..self.base + self.len]
+    }
+
+    /// The `len` aligned bytes, to fill.
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.mem[self.base..self.base + self.len]
+    }
+
+    /// The aligned bytes and (at least) the slack after them.
+    pub(crate) fn with_slack(&mut self) -> &mut [u8] {
+        &mut self.mem[self.base..]
+    }
+}
+
 /// Open files, at most a bounded number at once.
 #[derive(Default)]
 pub struct FdCache {

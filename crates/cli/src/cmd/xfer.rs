@@ -813,6 +813,7 @@ fn pull(a: PullArgs) -> anyhow::Result<ExitCode> {
                     "files": out.committed,
                     "bytes_total": total,
                     "bytes_already_there": out.bytes_resumed,
+                    "bytes_written_direct": out.bytes_written_direct,
                     "datagrams": out.stats.delivered,
                     "seconds": out.seconds,
                     "goodput_bps": goodput,
