@@ -257,18 +257,19 @@ struct OpenFile {
 enum ChunkWrite {
     /// Nothing of it received yet.
     Open,
-    /// Gathered in stage slot `n` as it arrives, written with `O_DIRECT` when complete.
+    /// Gathered in stage slot `n` as it arrives, written with `O_DIRECT` when verified (or, where chunk
+    /// hashes are not merged from block digests, when complete, then hashed from the buffer written).
     Staged(u32),
     /// Written through the page cache as it arrives, or already handed to the verifier.
     Buffered,
 }
 
-/// Chunks gathered in memory as they arrive and written with `O_DIRECT` once complete, then hashed from
-/// the very buffer that was written: no copy into the page cache and no read-back of it (on this class of
-/// machine a buffered write costs 0.4-4 s of CPU per GB, a direct one 0.1). At most [`STAGE_BYTES`] at
-/// once, so a transfer holds a bounded amount of memory; a chunk that finds no free slot, or a file system
-/// without `O_DIRECT`, is written through the page cache and read back as before. A chunk staged when the
-/// receiver dies is not on disk, and was not verified: a resume sends it again, as any unverified chunk.
+/// Chunks gathered in memory as they arrive and written with `O_DIRECT` from that buffer once verified:
+/// no copy of every byte into the page cache (on this class of machine a buffered write costs 0.4-4 s of
+/// CPU per GB, a direct one 0.1; docs/xfer-protocol.md, "Writing at the receiver"). At most
+/// [`STAGE_BYTES`] in buffers at once, made as needed and reused; a chunk that finds none free, or a file
+/// system without `O_DIRECT`, is written through the page cache as it arrives. A chunk staged when the
+/// receiver dies is not on disk and was not verified: a resume sends it again, as any unverified chunk.
 struct Stages {
     /// Buffers of chunks being gathered, by slot.
     slots: Vec<Option<AlignedBuf>>,
@@ -1061,7 +1062,8 @@ fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
                 }
             }
         }
-        // what arrived goes to disk before anything is reported about it
+        // what arrived is written (or staged) before anything is reported about it; a receiver that dies
+        // before a chunk is verified and on disk has that chunk sent again on resume
         if let Err((f, e)) = write_runs(&writes, &bufs, &files) {
             return Err(abort(
                 link,

@@ -350,8 +350,9 @@ fn direct_writes_possible(dir: &Path) -> bool {
 
 /// The receiver gathers each chunk in memory and writes it with `O_DIRECT` once it is verified (only a
 /// file's unaligned tail goes through the page cache): what arrives is identical, whatever the sizes, and
-/// exactly the aligned bytes went direct. Authenticated (chunk hashes merged from block digests) and
-/// encrypted (chunks hashed from the buffer written) both.
+/// exactly the aligned bytes went direct: authenticated or encrypted (chunk hashes merged from block
+/// digests) and with 512-byte blocks (too small to be BLAKE3 subtrees: chunks hashed from the buffer
+/// written).
 #[test]
 fn received_chunks_are_written_direct_and_arrive_identical() {
     let e = env();
@@ -370,7 +371,7 @@ fn received_chunks_are_written_direct_and_arrive_identical() {
         std::fs::write(dir.join(format!("f{i}")), content(40 + i as u64, n)).unwrap();
     }
     let cfg = ClientConfig::new(e.daemon.local_addr().to_string(), e.key.clone());
-    for encrypt in [false, true] {
+    for (encrypt, block_size) in [(false, 8192), (true, 8192), (false, 512)] {
         let local = tempfile::tempdir().unwrap();
         let out = client::pull(
             &cfg,
@@ -379,6 +380,7 @@ fn received_chunks_are_written_direct_and_arrive_identical() {
             local.path(),
             Options {
                 encrypt,
+                block_size,
                 ..opts(1 << 20)
             },
             &Progress::default(),
@@ -390,14 +392,20 @@ fn received_chunks_are_written_direct_and_arrive_identical() {
             let n = format!("exp/f{i}");
             assert!(
                 std::fs::read(local.path().join(&n)).unwrap() == std::fs::read(e.root.join(&n)).unwrap(),
-                "{n} (encrypt {encrypt})"
+                "{n} (encrypt {encrypt}, blocks of {block_size})"
             );
         }
         let aligned: u64 = sizes.iter().map(|&n| (n - n % 4096) as u64).sum();
         if direct_writes_possible(local.path()) {
-            assert_eq!(out.bytes_written_direct, aligned, "encrypt {encrypt}");
+            assert_eq!(
+                out.bytes_written_direct, aligned,
+                "encrypt {encrypt}, blocks of {block_size}"
+            );
         } else {
-            assert_eq!(out.bytes_written_direct, 0, "encrypt {encrypt}");
+            assert_eq!(
+                out.bytes_written_direct, 0,
+                "encrypt {encrypt}, blocks of {block_size}"
+            );
         }
     }
 }
