@@ -183,7 +183,7 @@ echo "killed the daemon with -9 at $v of $t bytes verified ($(ls -l "$DIR"/dst/a
 rc=0; wait $PUSH || rc=$?; PUSH=
 echo "the interrupted push: exit $rc ($(tail -1 "$DIR/push.err"))"
 start_daemon
-push "$DIR/push3.json" || echo "rerun failed: $(tail -3 "$DIR/push.err")"
+push "$DIR/push3.json" || { echo "rerun failed: $(tail -3 "$DIR/push.err")"; echo "the daemon's log:"; tail -20 "$DIR/serve.err"; }
 python3 - "$DIR/push3.json" "$v" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1])); killed_at = int(sys.argv[2])

@@ -693,7 +693,9 @@ impl Sender {
         if let Some(s) = self.inflight.get(self.tail_idx) {
             min(self.tail_allowed_from(s.sent_at + self.rto()));
         }
-        if let Some(l) = self.last_sent {
+        // keep-alive: a ping after a second without sending, also before the first datagram (a sender
+        // whose files wait for the receiver's resume comparison sends nothing else for minutes)
+        if let Some(l) = self.last_sent.or(self.epoch) {
             min(l + Duration::from_secs(1));
         }
         t
@@ -756,6 +758,8 @@ impl Sender {
         if !self.running() {
             return;
         }
+        // the clocks (keep-alive, dead peer) run from the first word of the receiver on
+        self.epoch.get_or_insert(now);
         if msg.validate().is_err() {
             self.stats.bad_control += 1;
             return;

@@ -949,6 +949,33 @@ impl Sim {
 }
 
 #[test]
+fn a_sender_that_adds_its_files_late_keeps_the_receiver_from_declaring_it_dead() {
+    // As during a resume: the receiver re-reads what it holds from its disk (minutes for terabytes after a
+    // reboot) and the sender adds its files only when that comparison is done, so it sends no datagram
+    // for far longer than the dead-peer timeout. Its keep-alive pings hold the receiver; then the
+    // transfer completes.
+    let link = LinkCfg::new(100e6, Duration::from_millis(20));
+    let size: u64 = 4 << 20;
+    let st = Setup::new(link, vec![size]);
+    let mut sc = SenderConfig::new(7, st.rate);
+    sc.block_size = st.block;
+    sc.chunk_size = st.chunk;
+    let mut sim = Sim::new(st);
+    sim.s = Sender::new(sc);
+    sim.run_until(Duration::from_secs(35));
+    let dead = |ev: &[(Duration, Event)]| ev.iter().any(|e| e.1 == Event::PeerDead);
+    assert!(
+        !dead(&sim.r_events),
+        "the receiver declared the waiting sender dead"
+    );
+    assert!(!dead(&sim.s_events), "the sender declared the receiver dead");
+    sim.s.add_file("exp/file00000.vdif", size, None).unwrap();
+    sim.s.close();
+    sim.run(Duration::from_secs(60));
+    sim.check_exact();
+}
+
+#[test]
 fn many_small_files_do_not_crawl() {
     let link = LinkCfg::new(100e6, Duration::from_millis(20));
     let n = 10_000;
