@@ -463,10 +463,11 @@ fn session(s: TcpStream, peer: SocketAddr, sh: Arc<Shared>) {
                     sh.counters.transfers_ok.fetch_add(1, Relaxed);
                     log!(
                         sh,
-                        "{peer}: transfer {transfer_id:08x}: verified and committed {} files ({} bytes already here, {} written with O_DIRECT) in {:.1} s; datagrams: {} accepted, {} duplicate, {} reported lost, {} bad tag, {} malformed, {} for files not yet announced",
+                        "{peer}: transfer {transfer_id:08x}: verified and committed {} files ({} bytes already here, {} written with O_DIRECT, {} read back) in {:.1} s; datagrams: {} accepted, {} duplicate, {} reported lost, {} bad tag, {} malformed, {} for files not yet announced",
                         o.committed.len(),
                         o.bytes_resumed,
                         o.bytes_written_direct,
+                        o.bytes_read_back,
                         o.seconds,
                         o.stats.delivered,
                         o.stats.duplicates,

@@ -208,13 +208,13 @@ pub fn open_part(dir: &OwnedFd, name: &str) -> io::Result<File> {
     Ok(File::from(fd))
 }
 
-/// `NAME.part` (as opened by [`open_part`] into `part`) opened a second time for writing with `O_DIRECT`,
+/// `NAME.part` (as opened by [`open_part`] into `part`) opened a second time with `O_DIRECT`,
 /// where its file system allows that; `None` otherwise (tmpfs, or the name no longer being that file).
 pub fn open_part_direct(dir: &OwnedFd, name: &str, part: &File) -> Option<File> {
     let fd = rfs::openat(
         dir,
         format!("{name}{PART_SUFFIX}").as_str(),
-        OFlags::WRONLY | OFlags::DIRECT | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        OFlags::RDWR | OFlags::DIRECT | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::empty(),
     )
     .ok()?;

@@ -235,6 +235,8 @@ pub struct RecvOutcome {
     pub bytes_resumed: u64,
     /// Bytes written with `O_DIRECT` from staged chunks (the rest went through the page cache).
     pub bytes_written_direct: u64,
+    /// Bytes read back from the disk after they were written and found equal (`verify_written`).
+    pub bytes_read_back: u64,
     pub seconds: f64,
 }
 
@@ -342,6 +344,19 @@ enum Job {
     },
     /// A file is verified: after every write queued before it, hand it to the committing thread.
     Finalize(Finalize),
+    /// `verify_written`: read a verified chunk back from the disk after its write (queued before this) and
+    /// check it against the hash it was verified with.
+    ReadBack {
+        file: u32,
+        chunk: u32,
+        /// The file, opened with `O_DIRECT` when `direct`.
+        f: Arc<File>,
+        direct: bool,
+        size: u64,
+        offset: u64,
+        len: u64,
+        want: ChunkHash,
+    },
     /// A staged chunk, complete, where chunk hashes are not merged from block digests: write it as
     /// `Write` does, then hash the buffer written, and give the buffer back.
     Staged {
@@ -375,6 +390,7 @@ struct VerifierIo {
     back: ChanTx<AlignedBuf>,
     direct_ok: Arc<AtomicBool>,
     written_direct: Arc<AtomicU64>,
+    read_back: Arc<AtomicU64>,
     /// To the committing thread.
     fin: ChanTx<Finalize>,
 }
@@ -387,8 +403,40 @@ fn verifier(chunk_size: u64, jobs: ChanRx<Job>, io: VerifierIo) {
     let mut buf = vec![0u8; (8 << 20).min(chunk_size as usize)];
     // after a failed write nothing more is committed (the loop aborts the transfer on the error)
     let mut failed = false;
+    let mut back_buf: Option<AlignedBuf> = None;
     while let Ok(job) = jobs.recv() {
         match job {
+            Job::ReadBack {
+                file,
+                chunk,
+                f,
+                direct,
+                size,
+                offset,
+                len,
+                want,
+            } => {
+                let b = back_buf.get_or_insert_with(|| AlignedBuf::new(READ_BACK_PIECE, 0));
+                let r = read_back(&f, direct, offset, len, b, ChunkHasher::new(size, chunk_size, chunk as u64))
+                    .and_then(|got| {
+                        if got == want {
+                            io.read_back.fetch_add(len, Relaxed);
+                            Ok(())
+                        } else {
+                            Err(format!(
+                                "chunk {chunk} as read back from the disk (BLAKE3 {}) is not what was verified ({}); nothing was committed, run the same command again to resume",
+                                hex(&got.0),
+                                hex(&want.0)
+                            ))
+                        }
+                    });
+                if let Err(e) = r {
+                    failed = true;
+                    if out.send((file, chunk, Err(e))).is_err() {
+                        return;
+                    }
+                }
+            }
             Job::Write {
                 file,
                 chunk,
@@ -516,6 +564,59 @@ fn write_staged(
     Ok(done as u64)
 }
 
+/// Pieces in which `verify_written` reads chunks back.
+const READ_BACK_PIECE: usize = 8 << 20;
+
+/// Reads `len` bytes of `f` at `offset` (a chunk's start, so a multiple of [`DIRECT_ALIGN`]) into `buf` piece
+/// by piece and returns their hash. With `direct` (`f` opened with `O_DIRECT`) each piece is read past the
+/// page cache, from the disk (the kernel writes back dirty pages of the range first), its length rounded
+/// up to whole blocks (a read stops at the end of the file); a refused direct read reads the rest through
+/// the cache.
+fn read_back(
+    f: &File,
+    mut direct: bool,
+    offset: u64,
+    len: u64,
+    buf: &mut AlignedBuf,
+    mut h: ChunkHasher,
+) -> Result<ChunkHash, String> {
+    let mut done = 0u64;
+    while done < len {
+        let k = (READ_BACK_PIECE as u64).min(len - done) as usize;
+        let at = offset + done;
+        let mut got = 0usize;
+        while direct && got < k {
+            let want = (k - got)
+                .next_multiple_of(DIRECT_ALIGN)
+                .min(READ_BACK_PIECE - got);
+            match rustix::io::pread(f, &mut buf.bytes_mut()[got..got + want], at + got as u64) {
+                Ok(0) => {
+                    return Err(format!(
+                        "reading back at offset {}: the file ends there",
+                        at + got as u64
+                    ))
+                }
+                Ok(n) if n % DIRECT_ALIGN != 0 && got + n < k => {
+                    // a short read inside the range: the rest through the cache
+                    got += n;
+                    direct = false;
+                }
+                Ok(n) => got += n.min(k - got),
+                Err(rustix::io::Errno::INTR) => {}
+                Err(rustix::io::Errno::INVAL) if got % DIRECT_ALIGN == 0 => direct = false,
+                Err(e) => return Err(format!("reading back at offset {}: {e}", at + got as u64)),
+            }
+        }
+        if got < k {
+            f.read_exact_at(&mut buf.bytes_mut()[got..k], at + got as u64)
+                .map_err(|e| format!("reading back at offset {}: {e}", at + got as u64))?;
+        }
+        h.update(&buf.bytes()[..k]);
+        done += k as u64;
+    }
+    Ok(h.finish())
+}
+
 fn hash_range(
     f: &File,
     size: u64,
@@ -640,6 +741,7 @@ pub fn run_receiver(
     let (back_tx, back_rx) = unbounded::<AlignedBuf>();
     let direct_ok = Arc::new(AtomicBool::new(true));
     let written_direct = Arc::new(AtomicU64::new(0));
+    let read_back = Arc::new(AtomicU64::new(0));
     let mut stages = Stages::new(cs, plan.options.block_size, back_rx, direct_ok.clone());
     let (fin_tx, fin_rx) = unbounded::<Finalize>();
     let vio = VerifierIo {
@@ -647,6 +749,7 @@ pub fn run_receiver(
         back: back_tx,
         direct_ok,
         written_direct: written_direct.clone(),
+        read_back: read_back.clone(),
         fin: fin_tx,
     };
     let ver = std::thread::Builder::new()
@@ -698,6 +801,7 @@ pub fn run_receiver(
     let _ = fin.join();
     let result = result.map(|mut o| {
         o.bytes_written_direct = written_direct.load(Relaxed);
+        o.bytes_read_back = read_back.load(Relaxed);
         o
     });
     if let Some(t) = resumer {
@@ -1142,7 +1246,8 @@ fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
                 committed: files,
                 stats: st,
                 bytes_resumed,
-                bytes_written_direct: 0, // filled in when the verifier has stopped
+                bytes_written_direct: 0, // these two are filled in when the verifier has stopped
+                bytes_read_back: 0,
                 seconds: started.map_or(0.0, |t| t.elapsed().as_secs_f64()),
             });
         }
@@ -1215,7 +1320,7 @@ fn handle_events(
                     }
                 };
                 let n = size.div_ceil(cs) as usize;
-                let direct = if read_only || stages.slots.is_empty() {
+                let direct = if read_only || (stages.slots.is_empty() && !plan.options.verify_written) {
                     None
                 } else {
                     dest::open_part_direct(&dir, &fp.leaf, &f).map(Arc::new)
@@ -1313,6 +1418,29 @@ fn handle_events(
                             len: l,
                         },
                     });
+                    // read back after the write, before the commit (all on the verifier, in order); a
+                    // chunk found on disk when resuming was just read from it
+                    let want = of.hashes.get(chunk as usize).copied().flatten();
+                    if let (true, false, Some(want)) = (
+                        plan.options.verify_written,
+                        of.declared.get(chunk as usize) == Some(&true),
+                        want,
+                    ) {
+                        let (f, direct) = match &of.direct {
+                            Some(d) => (d.clone(), true),
+                            None => (of.file.clone(), false),
+                        };
+                        let _ = job_tx.send(Job::ReadBack {
+                            file,
+                            chunk,
+                            f,
+                            direct,
+                            size: plan.files[file as usize].size,
+                            offset: chunk as u64 * cs,
+                            len: l,
+                            want,
+                        });
+                    }
                 }
                 *c.bytes_verified += l;
                 progress.bytes_verified.store(*c.bytes_verified, Relaxed);
@@ -1435,6 +1563,87 @@ mod tests {
                 "aligned parts direct, the tail not"
             );
         }
+    }
+
+    #[test]
+    fn a_chunk_read_back_hashes_as_written_and_a_wrong_one_stops_the_commit() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = dest::open_dir(d.path(), &[], false).unwrap();
+        let part = dest::open_part(&dir, "f").unwrap();
+        // two chunks of 64 KiB, the last short and unaligned; written through the cache (dirty pages
+        // that a direct read has the kernel write back first)
+        let cs: u64 = 64 << 10;
+        let size = cs + 3 * 4096 + 123;
+        let data: Vec<u8> = (0..size).map(|i| (i * 13 % 251) as u8).collect();
+        part.write_all_at(&data, 0).unwrap();
+        let direct = dest::open_part_direct(&dir, "f", &part);
+        let f = Arc::new(direct.unwrap_or(part.try_clone().unwrap()));
+        let on_disk = dest::open_part_direct(&dir, "f", &part).is_some();
+        let want = |c: u64| {
+            let (o, l) = (c * cs, cs.min(size - c * cs));
+            let mut h = ChunkHasher::new(size, cs, c);
+            h.update(&data[o as usize..(o + l) as usize]);
+            h.finish()
+        };
+        let mut buf = AlignedBuf::new(READ_BACK_PIECE, 0);
+        for c in 0..2u64 {
+            let l = cs.min(size - c * cs);
+            let got = read_back(&f, on_disk, c * cs, l, &mut buf, ChunkHasher::new(size, cs, c)).unwrap();
+            assert!(got == want(c), "chunk {c}");
+        }
+        // through the verifier: a chunk that reads back other than verified fails, and the file queued
+        // after it is not committed
+        let (job_tx, job_rx) = unbounded();
+        let (out_tx, out_rx) = unbounded();
+        let (back_tx, _back_rx) = unbounded();
+        let (fin_tx, fin_rx) = unbounded();
+        let read_back_bytes = Arc::new(AtomicU64::new(0));
+        let io = VerifierIo {
+            out: out_tx,
+            back: back_tx,
+            direct_ok: Arc::new(AtomicBool::new(true)),
+            written_direct: Arc::new(AtomicU64::new(0)),
+            read_back: read_back_bytes.clone(),
+            fin: fin_tx,
+        };
+        let t = std::thread::spawn(move || verifier(cs, job_rx, io));
+        let job = |chunk: u32, want: ChunkHash| Job::ReadBack {
+            file: 0,
+            chunk,
+            f: f.clone(),
+            direct: on_disk,
+            size,
+            offset: chunk as u64 * cs,
+            len: cs.min(size - chunk as u64 * cs),
+            want,
+        };
+        job_tx.send(job(0, want(0))).unwrap();
+        job_tx.send(job(1, want(0))).unwrap();
+        job_tx
+            .send(Job::Finalize(Finalize {
+                file: 0,
+                f: Arc::new(part.try_clone().unwrap()),
+                dir: Arc::new(dir),
+                read_only: false,
+                hashes: vec![want(0), want(1)],
+                resumed: 0,
+            }))
+            .unwrap();
+        drop(job_tx);
+        t.join().unwrap();
+        let reports: Vec<_> = out_rx.iter().collect();
+        assert_eq!(reports.len(), 1, "only the wrong chunk is reported");
+        let (_, chunk, r) = &reports[0];
+        assert_eq!(*chunk, 1);
+        assert!(
+            r.as_ref().unwrap_err().contains("is not what was verified"),
+            "{r:?}"
+        );
+        assert_eq!(read_back_bytes.load(Relaxed), cs, "the good chunk counted");
+        assert!(
+            fin_rx.try_recv().is_err(),
+            "nothing committed after a failed check"
+        );
     }
 
     #[test]

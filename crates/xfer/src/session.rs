@@ -37,6 +37,11 @@ pub struct Options {
     /// manifest); the file is still growing at the source and a later request completes it.
     #[serde(default)]
     pub partial: bool,
+    /// The receiver reads every chunk back from its disk after writing it (`O_DIRECT` where it can) and
+    /// compares its hash with the verified one before the file is committed. Left out of the request when
+    /// false, so a daemon from before it understands the rest.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub verify_written: bool,
 }
 
 /// A scan by name on a daemon's disks (`pull --scan`, `copy --scan`).

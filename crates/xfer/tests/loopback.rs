@@ -32,6 +32,7 @@ fn opts(chunk: u64) -> Options {
         encrypt: false,
         rate_bps: None,
         partial: false,
+        verify_written: false,
     }
 }
 
@@ -407,6 +408,31 @@ fn received_chunks_are_written_direct_and_arrive_identical() {
                 "encrypt {encrypt}, blocks of {block_size}"
             );
         }
+        assert_eq!(out.bytes_read_back, 0, "read back only when asked");
+    }
+    // --verify-written: every byte is read back from the disk and checked before the commit
+    let local = tempfile::tempdir().unwrap();
+    let out = client::pull(
+        &cfg,
+        &["data/exp".to_string()],
+        None,
+        local.path(),
+        Options {
+            verify_written: true,
+            ..opts(1 << 20)
+        },
+        &Progress::default(),
+        &AtomicBool::new(false),
+    )
+    .unwrap();
+    let total: u64 = sizes.iter().map(|&n| n as u64).sum();
+    assert_eq!(out.bytes_read_back, total);
+    for i in 0..sizes.len() {
+        let n = format!("exp/f{i}");
+        assert!(
+            std::fs::read(local.path().join(&n)).unwrap() == std::fs::read(e.root.join(&n)).unwrap(),
+            "{n}"
+        );
     }
 }
 

@@ -110,6 +110,7 @@ fn mark6_scan_gathered_flexbuff_and_same_layout() {
         encrypt: false,
         rate_bps: None,
         partial: false,
+        verify_written: false,
     };
     for (layout, dir) in [
         (Layout::Gather, "g"),
@@ -180,6 +181,7 @@ fn pull_and_copy_of_a_scan_by_name_confined_to_the_roots() {
         encrypt: false,
         rate_bps: None,
         partial: false,
+        verify_written: false,
     };
     let req = |name: &str, disks: &[&str]| ScanRequest {
         name: name.into(),

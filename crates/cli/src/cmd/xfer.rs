@@ -128,6 +128,8 @@ Examples:
   vlbiflow xfer push scan1.vdif scan2.vdif corr:46230/data/exp1
   vlbiflow xfer push /data/exp1 corr/data --rate 2Gbps
   vlbiflow xfer push big.vdif '[::1]:46230/data' --chunk-size 64MiB --json
+  # the daemon also reads every chunk back from its disk before it commits the file
+  vlbiflow xfer push /data/exp1 corr/data --verify-written
 
   # A Mark6 scan on its module disks, read in place, arriving as one VDIF file (no gather step)
   vlbiflow xfer push --scan exp_st_no0001 --disk '/mnt/disks/*/*/data' corr/data/exp
@@ -136,7 +138,8 @@ Examples:
 
 The destination is DAEMON[:PORT]/ROOT/DIR (port 46230 by default). A directory arrives as DIR/<its name>/...
 Every chunk is hashed (BLAKE3) where it is read and where it is written; the command succeeds only when all
-match and the daemon has synced and renamed every file. Rerun the same command after an interruption: what
+match and the daemon has synced and renamed every file (with --verify-written, also read every chunk back
+from its disk and found it equal). Rerun the same command after an interruption: what
 is already there is re-verified at disk speed and only what is missing or different moves.";
 
 #[derive(clap::Args)]
@@ -256,6 +259,10 @@ struct Common {
     /// Encrypt the data (ChaCha20-Poly1305) instead of only authenticating it (control is always encrypted)
     #[arg(long)]
     encrypt: bool,
+    /// The receiver reads every chunk back from its disk after writing it, past the page cache, and
+    /// checks its hash before committing the file: proof of what is on the disk, for one more read of it
+    #[arg(long)]
+    verify_written: bool,
     /// A peer silent this long is dead
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     dead_timeout: Duration,
@@ -451,6 +458,7 @@ fn options(c: &Common) -> anyhow::Result<Options> {
         encrypt: c.encrypt,
         rate_bps: c.rate,
         partial: false,
+        verify_written: c.verify_written,
     })
 }
 
@@ -814,6 +822,7 @@ fn pull(a: PullArgs) -> anyhow::Result<ExitCode> {
                     "bytes_total": total,
                     "bytes_already_there": out.bytes_resumed,
                     "bytes_written_direct": out.bytes_written_direct,
+                    "bytes_read_back": out.bytes_read_back,
                     "datagrams": out.stats.delivered,
                     "seconds": out.seconds,
                     "goodput_bps": goodput,
