@@ -330,9 +330,27 @@ impl Stages {
     }
 }
 
+impl OpenFile {
+    /// If chunk `chunk` is staged: its buffer, to be written, and the `O_DIRECT` file to write it to. The
+    /// chunk is no longer staged either way (nothing more of it is received unless it is sent again).
+    fn take_staged(&mut self, chunk: u32, stages: &mut Stages) -> Option<(Arc<File>, AlignedBuf)> {
+        let w = self.writes.get_mut(chunk as usize)?;
+        let staged = match (*w, &self.direct) {
+            (ChunkWrite::Staged(slot), Some(direct)) => stages.slots[slot as usize]
+                .take()
+                .map(|buf| (direct.clone(), buf)),
+            _ => None,
+        };
+        *w = ChunkWrite::Buffered;
+        staged
+    }
+}
+
 enum Job {
-    /// A staged chunk verified from its block digests (the tags' BLAKE3 chaining values): write it with
-    /// `O_DIRECT` (the unaligned tail of the file through `f`) and give the buffer back.
+    /// A staged chunk: write it with `O_DIRECT` (the unaligned tail of the file through `f`) and give the
+    /// buffer back. Verified already from its block digests (the tags' BLAKE3 chaining values) when
+    /// `hash_size` is `None`; otherwise complete, and the buffer written is hashed (as a chunk of a file of
+    /// `hash_size` bytes) and reported like `Hash`.
     Write {
         file: u32,
         chunk: u32,
@@ -341,6 +359,7 @@ enum Job {
         offset: u64,
         len: u64,
         buf: AlignedBuf,
+        hash_size: Option<u64>,
     },
     /// A file is verified: after every write queued before it, hand it to the committing thread.
     Finalize(Finalize),
@@ -356,18 +375,6 @@ enum Job {
         offset: u64,
         len: u64,
         want: ChunkHash,
-    },
-    /// A staged chunk, complete, where chunk hashes are not merged from block digests: write it as
-    /// `Write` does, then hash the buffer written, and give the buffer back.
-    Staged {
-        file: u32,
-        chunk: u32,
-        direct: Arc<File>,
-        f: Arc<File>,
-        size: u64,
-        offset: u64,
-        len: u64,
-        buf: AlignedBuf,
     },
     Hash {
         file: u32,
@@ -400,10 +407,9 @@ struct VerifierIo {
 /// receiving loop asked: a file is committed only after every write of it has succeeded.
 fn verifier(chunk_size: u64, jobs: ChanRx<Job>, io: VerifierIo) {
     let out = io.out;
-    let mut buf = vec![0u8; (8 << 20).min(chunk_size as usize)];
+    let mut buf = AlignedBuf::new(READ_PIECE.min(chunk_size as usize), 0);
     // after a failed write nothing more is committed (the loop aborts the transfer on the error)
     let mut failed = false;
-    let mut back_buf: Option<AlignedBuf> = None;
     while let Ok(job) = jobs.recv() {
         match job {
             Job::ReadBack {
@@ -416,9 +422,8 @@ fn verifier(chunk_size: u64, jobs: ChanRx<Job>, io: VerifierIo) {
                 len,
                 want,
             } => {
-                let b = back_buf.get_or_insert_with(|| AlignedBuf::new(READ_BACK_PIECE, 0));
-                let r = read_back(&f, direct, offset, len, b, ChunkHasher::new(size, chunk_size, chunk as u64))
-                    .and_then(|got| {
+                let h = ChunkHasher::new(size, chunk_size, chunk as u64);
+                let r = hash_from_disk(&f, direct, offset, len, &mut buf, h).and_then(|got| {
                         if got == want {
                             io.read_back.fetch_add(len, Relaxed);
                             Ok(())
@@ -445,57 +450,30 @@ fn verifier(chunk_size: u64, jobs: ChanRx<Job>, io: VerifierIo) {
                 offset,
                 len,
                 buf: staged,
-            } => {
-                let r = write_staged(
-                    &direct,
-                    &f,
-                    offset,
-                    &staged.bytes()[..len as usize],
-                    &io.direct_ok,
-                );
-                let _ = io.back.send(staged);
-                match r {
-                    Ok(d) => {
-                        io.written_direct.fetch_add(d, Relaxed);
-                    }
-                    Err(e) => {
-                        failed = true;
-                        if out
-                            .send((file, chunk, Err(format!("writing at offset {offset}: {e}"))))
-                            .is_err()
-                        {
-                            return;
-                        }
-                    }
-                }
-            }
-            Job::Finalize(j) => {
-                if !failed && io.fin.send(j).is_err() {
-                    return;
-                }
-            }
-            Job::Staged {
-                file,
-                chunk,
-                direct,
-                f,
-                size,
-                offset,
-                len,
-                buf: staged,
+                hash_size,
             } => {
                 let bytes = &staged.bytes()[..len as usize];
                 let r = write_staged(&direct, &f, offset, bytes, &io.direct_ok)
                     .map(|d| {
                         io.written_direct.fetch_add(d, Relaxed);
-                        let mut h = ChunkHasher::new(size, chunk_size, chunk as u64);
-                        h.update(bytes);
-                        h.finish()
+                        hash_size.map(|size| {
+                            let mut h = ChunkHasher::new(size, chunk_size, chunk as u64);
+                            h.update(bytes);
+                            h.finish()
+                        })
                     })
                     .map_err(|e| format!("writing at offset {offset}: {e}"));
-                failed |= r.is_err();
                 let _ = io.back.send(staged);
-                if out.send((file, chunk, r)).is_err() {
+                failed |= r.is_err();
+                // a hash, or an error, is reported; a verified chunk written is not
+                if let Some(r) = r.transpose() {
+                    if out.send((file, chunk, r)).is_err() {
+                        return;
+                    }
+                }
+            }
+            Job::Finalize(j) => {
+                if !failed && io.fin.send(j).is_err() {
                     return;
                 }
             }
@@ -507,7 +485,8 @@ fn verifier(chunk_size: u64, jobs: ChanRx<Job>, io: VerifierIo) {
                 offset,
                 len,
             } => {
-                let r = hash_range(&f, size, chunk_size, chunk, offset, len, &mut buf);
+                let h = ChunkHasher::new(size, chunk_size, chunk as u64);
+                let r = hash_from_disk(&f, false, offset, len, &mut buf, h);
                 if out.send((file, chunk, r)).is_err() {
                     return;
                 }
@@ -564,15 +543,16 @@ fn write_staged(
     Ok(done as u64)
 }
 
-/// Pieces in which `verify_written` reads chunks back.
-const READ_BACK_PIECE: usize = 8 << 20;
+/// The largest piece in which chunks are read to be hashed.
+const READ_PIECE: usize = 8 << 20;
 
 /// Reads `len` bytes of `f` at `offset` (a chunk's start, so a multiple of [`DIRECT_ALIGN`]) into `buf` piece
-/// by piece and returns their hash. With `direct` (`f` opened with `O_DIRECT`) each piece is read past the
-/// page cache, from the disk (the kernel writes back dirty pages of the range first), its length rounded
-/// up to whole blocks (a read stops at the end of the file); a refused direct read reads the rest through
-/// the cache.
-fn read_back(
+/// by piece (`buf`'s length, a multiple of [`DIRECT_ALIGN`]) and returns their hash: a chunk as written,
+/// or as found when resuming. With `direct` (`f` opened with `O_DIRECT`, for `verify_written`) each piece
+/// is read past the page cache, from the disk (the kernel writes back dirty pages of the range first), its
+/// length rounded up to whole blocks (a read stops at the end of the file); a refused direct read reads the
+/// rest through the cache.
+fn hash_from_disk(
     f: &File,
     mut direct: bool,
     offset: u64,
@@ -580,15 +560,14 @@ fn read_back(
     buf: &mut AlignedBuf,
     mut h: ChunkHasher,
 ) -> Result<ChunkHash, String> {
+    let piece = buf.bytes().len();
     let mut done = 0u64;
     while done < len {
-        let k = (READ_BACK_PIECE as u64).min(len - done) as usize;
+        let k = (piece as u64).min(len - done) as usize;
         let at = offset + done;
         let mut got = 0usize;
         while direct && got < k {
-            let want = (k - got)
-                .next_multiple_of(DIRECT_ALIGN)
-                .min(READ_BACK_PIECE - got);
+            let want = (k - got).next_multiple_of(DIRECT_ALIGN).min(piece - got);
             match rustix::io::pread(f, &mut buf.bytes_mut()[got..got + want], at + got as u64) {
                 Ok(0) => {
                     return Err(format!(
@@ -617,27 +596,6 @@ fn read_back(
     Ok(h.finish())
 }
 
-fn hash_range(
-    f: &File,
-    size: u64,
-    chunk_size: u64,
-    chunk: u32,
-    offset: u64,
-    len: u64,
-    buf: &mut [u8],
-) -> Result<ChunkHash, String> {
-    let mut h = ChunkHasher::new(size, chunk_size, chunk as u64);
-    let mut done = 0u64;
-    while done < len {
-        let k = (buf.len() as u64).min(len - done) as usize;
-        f.read_exact_at(&mut buf[..k], offset + done)
-            .map_err(|e| format!("reading back at offset {}: {e}", offset + done))?;
-        h.update(&buf[..k]);
-        done += k as u64;
-    }
-    Ok(h.finish())
-}
-
 /// Hashes what is already on disk (`have` files) in order, storing each hash and reporting it to the sender.
 fn resume_hasher(
     plan: Arc<Plan>,
@@ -646,7 +604,7 @@ fn resume_hasher(
     stop: Arc<AtomicBool>,
 ) -> Result<(), String> {
     let cs = plan.options.chunk_size;
-    let mut buf = vec![0u8; (8 << 20).min(cs as usize)];
+    let mut buf = AlignedBuf::new(READ_PIECE.min(cs as usize), 0);
     for (i, f) in plan.files.iter().enumerate() {
         let (chunks, name) = match f.resume {
             Resume::Nothing => continue,
@@ -661,8 +619,15 @@ fn resume_hasher(
             }
             let off = c as u64 * cs;
             let len = cs.min(f.size - off);
-            let h = hash_range(&file, f.size, cs, c, off, len, &mut buf)
-                .map_err(|e| format!("{}: {e}", f.name))?;
+            let h = hash_from_disk(
+                &file,
+                false,
+                off,
+                len,
+                &mut buf,
+                ChunkHasher::new(f.size, cs, c as u64),
+            )
+            .map_err(|e| format!("{}: {e}", f.name))?;
             store.lock().expect("resume hashes")[i][c as usize] = Some(h);
             let _ = link_tx.send(Session::Have {
                 file: i as u32,
@@ -1352,25 +1317,16 @@ fn handle_events(
             } => {
                 let of = files[file as usize].as_mut().expect("open file");
                 let size = plan.files[file as usize].size;
-                let staged = match (of.writes.get(chunk as usize), &of.direct) {
-                    (Some(ChunkWrite::Staged(slot)), Some(direct)) => {
-                        stages.slots[*slot as usize].take().map(|buf| (direct.clone(), buf))
-                    }
-                    _ => None,
-                };
-                if let Some(w) = of.writes.get_mut(chunk as usize) {
-                    *w = ChunkWrite::Buffered;
-                }
-                let _ = job_tx.send(match staged {
-                    Some((direct, buf)) => Job::Staged {
+                let _ = job_tx.send(match of.take_staged(chunk, stages) {
+                    Some((direct, buf)) => Job::Write {
                         file,
                         chunk,
                         direct,
                         f: of.file.clone(),
-                        size,
                         offset,
                         len,
                         buf,
+                        hash_size: Some(size),
                     },
                     None => Job::Hash {
                         file,
@@ -1393,16 +1349,7 @@ fn handle_events(
                 let l = (c.chunk_len)(file as usize, chunk);
                 if let Some(of) = files[file as usize].as_mut().filter(|of| !of.read_only) {
                     // a staged chunk (verified from its block digests) goes to disk now, in one piece
-                    let staged = match (of.writes.get(chunk as usize), &of.direct) {
-                        (Some(ChunkWrite::Staged(slot)), Some(direct)) => {
-                            stages.slots[*slot as usize].take().map(|buf| (direct.clone(), buf))
-                        }
-                        _ => None,
-                    };
-                    if let Some(w) = of.writes.get_mut(chunk as usize) {
-                        *w = ChunkWrite::Buffered;
-                    }
-                    let _ = job_tx.send(match staged {
+                    let _ = job_tx.send(match of.take_staged(chunk, stages) {
                         Some((direct, buf)) => Job::Write {
                             file,
                             chunk,
@@ -1411,6 +1358,7 @@ fn handle_events(
                             offset: chunk as u64 * cs,
                             len: l,
                             buf,
+                            hash_size: None,
                         },
                         None => Job::Writeback {
                             f: of.file.clone(),
@@ -1585,10 +1533,11 @@ mod tests {
             h.update(&data[o as usize..(o + l) as usize]);
             h.finish()
         };
-        let mut buf = AlignedBuf::new(READ_BACK_PIECE, 0);
+        let mut buf = AlignedBuf::new(READ_PIECE, 0);
         for c in 0..2u64 {
             let l = cs.min(size - c * cs);
-            let got = read_back(&f, on_disk, c * cs, l, &mut buf, ChunkHasher::new(size, cs, c)).unwrap();
+            let got =
+                hash_from_disk(&f, on_disk, c * cs, l, &mut buf, ChunkHasher::new(size, cs, c)).unwrap();
             assert!(got == want(c), "chunk {c}");
         }
         // through the verifier: a chunk that reads back other than verified fails, and the file queued

@@ -372,7 +372,16 @@ fn received_chunks_are_written_direct_and_arrive_identical() {
         std::fs::write(dir.join(format!("f{i}")), content(40 + i as u64, n)).unwrap();
     }
     let cfg = ClientConfig::new(e.daemon.local_addr().to_string(), e.key.clone());
-    for (encrypt, block_size) in [(false, 8192), (true, 8192), (false, 512)] {
+    let total: u64 = sizes.iter().map(|&n| n as u64).sum();
+    let aligned: u64 = sizes.iter().map(|&n| (n - n % 4096) as u64).sum();
+    // the last: --verify-written, every byte read back from the disk and checked before the commit
+    for (encrypt, block_size, verify_written) in [
+        (false, 8192, false),
+        (true, 8192, false),
+        (false, 512, false),
+        (false, 8192, true),
+    ] {
+        let case = format!("encrypt {encrypt}, blocks of {block_size}, verify_written {verify_written}");
         let local = tempfile::tempdir().unwrap();
         let out = client::pull(
             &cfg,
@@ -382,6 +391,7 @@ fn received_chunks_are_written_direct_and_arrive_identical() {
             Options {
                 encrypt,
                 block_size,
+                verify_written,
                 ..opts(1 << 20)
             },
             &Progress::default(),
@@ -393,45 +403,19 @@ fn received_chunks_are_written_direct_and_arrive_identical() {
             let n = format!("exp/f{i}");
             assert!(
                 std::fs::read(local.path().join(&n)).unwrap() == std::fs::read(e.root.join(&n)).unwrap(),
-                "{n} (encrypt {encrypt}, blocks of {block_size})"
+                "{n} ({case})"
             );
         }
-        let aligned: u64 = sizes.iter().map(|&n| (n - n % 4096) as u64).sum();
-        if direct_writes_possible(local.path()) {
-            assert_eq!(
-                out.bytes_written_direct, aligned,
-                "encrypt {encrypt}, blocks of {block_size}"
-            );
+        let direct = if direct_writes_possible(local.path()) {
+            aligned
         } else {
-            assert_eq!(
-                out.bytes_written_direct, 0,
-                "encrypt {encrypt}, blocks of {block_size}"
-            );
-        }
-        assert_eq!(out.bytes_read_back, 0, "read back only when asked");
-    }
-    // --verify-written: every byte is read back from the disk and checked before the commit
-    let local = tempfile::tempdir().unwrap();
-    let out = client::pull(
-        &cfg,
-        &["data/exp".to_string()],
-        None,
-        local.path(),
-        Options {
-            verify_written: true,
-            ..opts(1 << 20)
-        },
-        &Progress::default(),
-        &AtomicBool::new(false),
-    )
-    .unwrap();
-    let total: u64 = sizes.iter().map(|&n| n as u64).sum();
-    assert_eq!(out.bytes_read_back, total);
-    for i in 0..sizes.len() {
-        let n = format!("exp/f{i}");
-        assert!(
-            std::fs::read(local.path().join(&n)).unwrap() == std::fs::read(e.root.join(&n)).unwrap(),
-            "{n}"
+            0
+        };
+        assert_eq!(out.bytes_written_direct, direct, "{case}");
+        assert_eq!(
+            out.bytes_read_back,
+            if verify_written { total } else { 0 },
+            "{case}"
         );
     }
 }
