@@ -2,8 +2,9 @@
 # A/B comparison of two variants of `vlbiflow xfer push` through `vlbiflow pathemu` (docs/bench-xfer.md):
 # one emulator for the whole run (default 2 Gb/s, 50 ms RTT, 1% random loss each way, MTU 9000, queue one
 # bandwidth-delay product), rounds alternating A, B, B, A, ..., each a push of the same file on disk into a
-# daemon writing to disk; per round the goodput, the retransmitted fraction, the emulator's queue drops
-# during the round and the load; then the median per variant. A variant is a binary and push options
+# daemon writing to disk; per round the goodput, the retransmitted fraction, CPU seconds at both ends
+# (the client from /usr/bin/time, the daemon from /proc/PID/stat) and the load; then the median per
+# variant and the emulator's queue drops over the run. A variant is a binary and push options
 # (e.g. the same binary with and without --rate 2Gbps, or builds before and after a change). Needs root.
 #
 # COLD=1 drops the page cache before each push (a recording the cache does not hold); by default the
@@ -45,8 +46,8 @@ echo "# A = $A $OA"
 echo "# B = $B $OB"
 echo "# ${SIZE_MB} MB file, ${ROUNDS} rounds per variant, source $([ "${COLD:-0}" = 1 ] && echo "dropped from the page cache before each push" || echo "in the page cache")"
 echo
-echo "| round | variant | goodput Mb/s | % of 2 Gb/s | retransmitted | seconds | of which after the last chunk verified | sender CPU s | rate cuts queue/loss | load |"
-echo "| --: | --- | --: | --: | --: | --: | --: | --: | --: | --: |"
+echo "| round | variant | goodput Mb/s | % of 2 Gb/s | retransmitted | seconds | of which after the last chunk verified | sender CPU s | receiver CPU s | rate cuts queue/loss | load |"
+echo "| --: | --- | --: | --: | --: | --: | --: | --: | --: | --: | --: |"
 : >"$SCRATCH/results"
 i=0
 for r in $(seq "$ROUNDS"); do
@@ -62,20 +63,24 @@ for r in $(seq "$ROUNDS"); do
     # TRACE_DIR=DIR: the rate control's trace of each push in DIR/round-N-V.csv (docs/xfer-protocol.md)
     if [ -n "${TRACE_DIR:-}" ]; then export VLBIFLOW_XFER_TRACE=$TRACE_DIR/round-$i-$v.csv; fi
     if [ "${COLD:-0}" = 1 ]; then sync; echo 3 >/proc/sys/vm/drop_caches; fi
+    c0=$(awk '{print ($14 + $15) / 100}' /proc/$SRV/stat)
     /usr/bin/time -f "%U %S" -o "$SCRATCH/time" ip netns exec $NA "$bin" xfer push "$SCRATCH/src/data.bin" $NET.2:46230/data $opts --json \
       >"$SCRATCH/x.json" 2>"$SCRATCH/x.err" || cat "$SCRATCH/x.err" >&2
+    # the daemon's CPU for this push: it waits idle before and after (a round of the tail timer at most)
+    c1=$(awk '{print ($14 + $15) / 100}' /proc/$SRV/stat)
     kill $SRV; wait $SRV 2>/dev/null || true; SRV=
-    python3 - "$SCRATCH/x.json" $i $v "$(cut -d' ' -f1 /proc/loadavg)" "$SCRATCH/results" "$(awk '{print $1 + $2}' "$SCRATCH/time")" <<'PY'
+    python3 - "$SCRATCH/x.json" $i $v "$(cut -d' ' -f1 /proc/loadavg)" "$SCRATCH/results" "$(awk '{print $1 + $2}' "$SCRATCH/time")" "$(python3 -c "print(round($c1 - $c0, 2))")" "$SIZE_MB" <<'PY'
 import json, sys
 try:
     d = json.load(open(sys.argv[1]))
     gp = d["goodput_bps"] / 1e6
     rtx = 100 * d["retransmits"] / max(1, d["datagrams"])
     s, vs = d["seconds"], d["verified_seconds"]
-    print(f"| {sys.argv[2]} | {sys.argv[3]} | {gp:.0f} | {gp / 20:.1f} | {rtx:.2f} % | {s:.1f} | {s - vs:.2f} | {sys.argv[6]} | {d.get('rate_cuts_queue', '?')}/{d.get('rate_cuts_loss', '?')} | {sys.argv[4]} |")
-    open(sys.argv[5], "a").write(f"{sys.argv[3]} {gp} {rtx}\n")
+    print(f"| {sys.argv[2]} | {sys.argv[3]} | {gp:.0f} | {gp / 20:.1f} | {rtx:.2f} % | {s:.1f} | {s - vs:.2f} | {sys.argv[6]} | {sys.argv[7]} | {d.get('rate_cuts_queue', '?')}/{d.get('rate_cuts_loss', '?')} | {sys.argv[4]} |")
+    gb = float(sys.argv[8]) / 1000
+    open(sys.argv[5], "a").write(f"{sys.argv[3]} {gp} {rtx} {float(sys.argv[6]) / gb} {float(sys.argv[7]) / gb}\n")
 except Exception as e:
-    print(f"| {sys.argv[2]} | {sys.argv[3]} | failed ({e}) | | | | | | | |")
+    print(f"| {sys.argv[2]} | {sys.argv[3]} | failed ({e}) | | | | | | | | |")
 PY
   done
 done
@@ -85,8 +90,11 @@ rows = [l.split() for l in open(sys.argv[1])]
 for v in "AB":
     g = sorted(float(r[1]) for r in rows if r[0] == v)
     x = sorted(float(r[2]) for r in rows if r[0] == v)
+    cs = sorted(float(r[3]) for r in rows if r[0] == v)
+    cr = sorted(float(r[4]) for r in rows if r[0] == v)
     if g:
-        print(f"{v}: goodput median {statistics.median(g):.0f} Mb/s (range {g[0]:.0f}-{g[-1]:.0f}), retransmitted median {statistics.median(x):.2f} %")
+        print(f"{v}: goodput median {statistics.median(g):.0f} Mb/s (range {g[0]:.0f}-{g[-1]:.0f}), retransmitted median {statistics.median(x):.2f} %, "
+              f"CPU s/GB sender {statistics.median(cs):.2f} ({cs[0]:.2f}-{cs[-1]:.2f}), receiver {statistics.median(cr):.2f} ({cr[0]:.2f}-{cr[-1]:.2f})")
 PY
 kill $EMU; wait $EMU || true; EMU=
 echo "emulator: $(grep -o '"dropped_queue": [0-9]*' "$SCRATCH/emu.out" | tr '\n' ' ')"

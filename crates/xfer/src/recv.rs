@@ -831,9 +831,26 @@ struct RecvLoop<'a> {
 }
 
 const BATCH: usize = 64;
-/// Pause after a batch of fewer than `BATCH / 8` messages (at 2 Gb/s, 300 µs gather about 9 jumbo datagrams;
-/// at high rates the batches are full and there is no pause).
-const NAP: Duration = Duration::from_micros(300);
+/// Longest pause after a small batch, to let datagrams gather in the socket buffer rather than wake for
+/// each. See [`nap_for`].
+const NAP_MAX: Duration = Duration::from_millis(1);
+/// Bytes a batch should bring for the receiver not to pause after it (about 32 jumbo datagrams).
+const NAP_TARGET: usize = 256 << 10;
+
+/// How long to pause after a batch that brought `bytes`, received `since` after the one before, with a
+/// socket receive buffer of `rcvbuf` bytes: long enough for [`NAP_TARGET`] bytes to gather at the rate
+/// this batch arrived at, at most [`NAP_MAX`], and no longer than an eighth of the buffer (as the kernel
+/// reports it: twice what was set, of which each datagram takes more than its length) takes to fill, so
+/// that a buffer capped by `net.core.rmem_max` does not overflow. None after a batch that brought the
+/// target (at high rates, and with GRO), or nothing.
+fn nap_for(bytes: usize, since: Duration, rcvbuf: usize) -> Duration {
+    if bytes == 0 || bytes >= NAP_TARGET {
+        return Duration::ZERO;
+    }
+    let rate = bytes as f64 / since.as_secs_f64().max(1e-6);
+    let gather = (NAP_TARGET - bytes) as f64 / rate;
+    NAP_MAX.min(Duration::from_secs_f64(gather.min(rcvbuf as f64 / 8.0 / rate)))
+}
 /// Receive buffer per message: a GRO super-datagram can exceed 64 KiB (8 jumbo segments).
 const BUF: usize = 128 << 10;
 
@@ -969,6 +986,9 @@ fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
     let mut rx = BatchReceiver::new(BATCH).with_source(true);
     let mut bufs: Vec<Vec<u8>> = (0..BATCH).map(|_| vec![0u8; BUF]).collect();
     let mut metas = [RecvMeta::default(); BATCH];
+    // as the kernel reports it (twice what was set); SO_RCVBUFFORCE was tried when the socket was made
+    let rcvbuf = vlbiflow_udp::socket::recv_buffer_size(sock).unwrap_or(1 << 20);
+    let mut last_batch = Instant::now();
     let mut moved = 0u64;
     let mut aead_bad = 0u64;
     let mut committed: Vec<Option<Committed>> = vec![None; nfiles];
@@ -1058,7 +1078,9 @@ fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
         writes.clear();
         // a small batch means the datagrams trickle in one by one (e.g. through a forwarder that does not
         // coalesce them): let some gather in the socket buffer rather than wake for each
-        let nap = n > 0 && n < BATCH / 8;
+        let batch_bytes = metas[..n].iter().map(|m| m.len).sum();
+        let nap = nap_for(batch_bytes, now.saturating_duration_since(last_batch), rcvbuf);
+        last_batch = now;
         for (i, m) in metas[..n].iter().enumerate() {
             let seg = m.segment_size().max(1);
             let len = m.len.min(bufs[i].len());
@@ -1139,8 +1161,8 @@ fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
                 format!("writing {}: {e}", plan.files[f as usize].name),
             ));
         }
-        if nap {
-            std::thread::sleep(NAP);
+        if !nap.is_zero() {
+            std::thread::sleep(nap);
         }
         let now = Instant::now();
         if r.poll_timeout().is_some_and(|t| t <= now) {
@@ -1482,6 +1504,25 @@ mod tests {
     /// Whether `O_DIRECT` is possible under `dir` (not on tmpfs, for one).
     fn direct_possible(dir: &OwnedFd, name: &str, part: &File) -> bool {
         dest::open_part_direct(dir, name, part).is_some()
+    }
+
+    #[test]
+    fn the_receiver_naps_after_a_small_batch_only_as_long_as_its_buffer_can_hold() {
+        let us = Duration::from_micros;
+        let big = 128 << 20;
+        // a batch that brought the target, or nothing: no pause
+        assert_eq!(nap_for(NAP_TARGET, us(1000), big), Duration::ZERO);
+        assert_eq!(nap_for(0, us(5000), big), Duration::ZERO);
+        // 1 Gb/s of jumbo datagrams one by one: the whole pause
+        assert_eq!(nap_for(4 * 8256, us(264), big), NAP_MAX);
+        // 2 Gb/s: until about 256 KiB have gathered (9 datagrams in 300 µs, 0.75 ms more)
+        let nap = nap_for(9 * 8256, us(300), big);
+        assert!(nap > us(700) && nap < us(800), "{nap:?}");
+        // 20 Gb/s into a buffer capped at 256 KiB (512 KiB reported): 64 KiB fill in about 26 µs
+        let nap = nap_for(8 * 8256, us(26), 512 << 10);
+        assert!(nap > us(20) && nap < us(32), "{nap:?}");
+        // a batch that took no measurable time still gives a bounded pause
+        assert!(nap_for(8256, Duration::ZERO, 8 << 20) <= NAP_MAX);
     }
 
     #[test]
