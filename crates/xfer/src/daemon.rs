@@ -53,6 +53,9 @@ pub struct ServeConfig {
     pub total_rate_bps: Option<f64>,
     /// Key for daemons this one pushes to on a client's behalf (default: its own key).
     pub peer_key: Option<Key>,
+    /// Read every chunk received back from the disk before committing, whatever the client asked
+    /// (`--verify-written` as the station's policy).
+    pub verify_written: bool,
 }
 
 impl ServeConfig {
@@ -72,6 +75,7 @@ impl ServeConfig {
             max_rate_bps: None,
             total_rate_bps: None,
             peer_key: None,
+            verify_written: false,
         }
     }
 }
@@ -89,6 +93,8 @@ pub struct Counters {
     pub bytes_received: AtomicU64,
     pub datagrams_bad_tag: AtomicU64,
     pub datagrams_malformed: AtomicU64,
+    pub bytes_written_direct: AtomicU64,
+    pub bytes_read_back: AtomicU64,
 }
 
 /// A transfer the daemon runs now.
@@ -361,7 +367,12 @@ fn session(s: TcpStream, peer: SocketAddr, sh: Arc<Shared>) {
         link.send_session(&Session::Refuse { error: why });
     };
     match req {
-        Session::Push { dest, files, options } => {
+        Session::Push {
+            dest,
+            files,
+            mut options,
+        } => {
+            options.verify_written |= sh.cfg.verify_written;
             let (root, comps) = match sh.cfg.roots.resolve(&dest) {
                 Ok(x) => x,
                 Err(e) => return refuse(e),
@@ -450,6 +461,8 @@ fn session(s: TcpStream, peer: SocketAddr, sh: Arc<Shared>) {
                             "datagrams": o.stats.delivered, "duplicates": o.stats.duplicates,
                             "reported_lost": o.stats.reported_lost, "bad_tag": o.stats.bad_tag,
                             "malformed": o.stats.malformed + o.stats.wrong_transfer + o.stats.unknown_file,
+                            "bytes_written_direct": o.bytes_written_direct,
+                            "bytes_read_back": o.bytes_read_back,
                         }),
                         Err(_) => serde_json::Value::Null,
                     },
@@ -460,6 +473,11 @@ fn session(s: TcpStream, peer: SocketAddr, sh: Arc<Shared>) {
             }
             match r {
                 Ok(o) => {
+                    // before transfers_ok, which is what a reader of the metrics waits for
+                    sh.counters
+                        .bytes_written_direct
+                        .fetch_add(o.bytes_written_direct, Relaxed);
+                    sh.counters.bytes_read_back.fetch_add(o.bytes_read_back, Relaxed);
                     sh.counters.transfers_ok.fetch_add(1, Relaxed);
                     log!(
                         sh,
@@ -574,6 +592,16 @@ fn metrics_text(sh: &Shared) -> String {
         "datagrams_malformed_total",
         "Data datagrams dropped as malformed (finished transfers).",
         g(&c.datagrams_malformed),
+    );
+    counter(
+        "bytes_written_direct_total",
+        "Bytes received and written with O_DIRECT, past the page cache (finished transfers).",
+        g(&c.bytes_written_direct),
+    );
+    counter(
+        "bytes_read_back_total",
+        "Bytes read back from the disk after writing and found equal (verify-written; finished transfers).",
+        g(&c.bytes_read_back),
     );
     let active = sh.active.lock().map(|a| a.clone()).unwrap_or_default();
     let _ = writeln!(t, "# HELP vlbiflow_xfer_active_transfers Transfers running now.\n# TYPE vlbiflow_xfer_active_transfers gauge\nvlbiflow_xfer_active_transfers {}", active.len());

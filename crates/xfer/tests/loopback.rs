@@ -289,6 +289,8 @@ fn archive_and_metrics() {
         .contains("loopback only"));
     cfg.metrics = Some("127.0.0.1:0".parse().unwrap());
     cfg.archive = Some(s.path().join("a/xfer.sqlite"));
+    // the station's policy reads back what the client did not ask to
+    cfg.verify_written = true;
     let d = Daemon::start(cfg).unwrap();
     let f = s.path().join("m.vdif");
     std::fs::write(&f, content(3, 300_000)).unwrap();
@@ -322,6 +324,14 @@ fn archive_and_metrics() {
     assert!(body.starts_with("HTTP/1.1 200"), "{body}");
     assert!(body.contains("vlbiflow_xfer_transfers_ok_total 1"), "{body}");
     assert!(body.contains("vlbiflow_xfer_active_transfers 0"), "{body}");
+    assert!(
+        body.contains("vlbiflow_xfer_bytes_read_back_total 300000\n"),
+        "{body}"
+    );
+    let direct_line = body
+        .lines()
+        .find(|l| l.starts_with("vlbiflow_xfer_bytes_written_direct_total "))
+        .expect("bytes_written_direct_total");
     drop(d);
     let a = vlbiflow_xfer::archive::Archive::open(&s.path().join("a/xfer.sqlite")).unwrap();
     let l = a.list(10).unwrap();
@@ -332,6 +342,14 @@ fn archive_and_metrics() {
         l[0]
     );
     assert_eq!(l[0].detail["files"][0]["name"], "m.vdif");
+    assert_eq!(l[0].detail["bytes_read_back"], 300_000);
+    assert_eq!(
+        format!(
+            "vlbiflow_xfer_bytes_written_direct_total {}",
+            l[0].detail["bytes_written_direct"]
+        ),
+        direct_line
+    );
 }
 
 /// Whether files under `dir` can be written with `O_DIRECT` (not on tmpfs, for one).

@@ -81,6 +81,7 @@ const SERVE_EXAMPLES: &str = "\
 Examples:
   vlbiflow xfer serve --root data=/mnt/raid
   vlbiflow xfer serve --listen 0.0.0.0:46230 --root data=/mnt/raid --key /etc/vlbiflow/xfer.key
+  vlbiflow xfer serve --root data=/mnt/raid --verify-written --metrics 127.0.0.1:9466
 
 Clients write only below a root (`ROOT/relative/dir`, no `..`, symbolic links not followed) and never
 replace an existing file unless they ask (--overwrite). Without --key the key file is
@@ -121,6 +122,10 @@ struct ServeArgs {
     /// Key for the daemons this one pushes to on behalf of `xfer copy` (default: its own key)
     #[arg(long, value_name = "FILE")]
     peer_key: Option<PathBuf>,
+    /// Read every chunk received back from the disk, past the page cache, and check its hash before
+    /// committing the file, whether or not the client asked (push --verify-written as this station's policy)
+    #[arg(long)]
+    verify_written: bool,
 }
 
 const PUSH_EXAMPLES: &str = "\
@@ -410,6 +415,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
         };
     }
     cfg.total_rate_bps = a.total_rate;
+    cfg.verify_written = a.verify_written;
     let stop = stop_flag();
     let d = match Daemon::start(cfg) {
         Ok(d) => d,
@@ -426,6 +432,9 @@ fn serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
             .collect::<Vec<_>>()
             .join(", ")
     );
+    if a.verify_written {
+        eprintln!("xfer: every chunk received is read back from the disk and checked before its file is committed (--verify-written)");
+    }
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(200));
     }
