@@ -234,6 +234,29 @@ impl Receiver {
         self.handle_datagram_at(now, now, datagram)
     }
 
+    /// Whether `datagram` overtook a control message it depends on: it is well-formed and comes before
+    /// `hello`, or it is of this transfer and of a file not yet announced (files are announced in order,
+    /// each before its first datagram is sent, over the control connection, which UDP can overtake).
+    /// Such a datagram handled now is dropped (counted in `wrong_transfer` or `unknown_file`) and has to
+    /// be sent again; the I/O layer may hold it until the control messages waiting for it are handled.
+    /// Only the header is read (a forged one can say the same: hold datagrams within a time budget).
+    pub fn awaits_control(&self, datagram: &[u8]) -> bool {
+        if self.state != State::Running {
+            return false;
+        }
+        let Ok(p) = DataPacket::new_checked(datagram) else {
+            return false;
+        };
+        match self.transfer_id {
+            None => true,
+            Some(id) => {
+                id == p.transfer_id()
+                    && p.file() as usize >= self.files.len()
+                    && p.file() < self.cfg.max_files
+            }
+        }
+    }
+
     /// One datagram that arrived at `arrived` (the kernel's receive time, at or before `now`) and is
     /// handled at `now`. The path's timing (one-way delay and queue, the receive time of the bytes in
     /// feedback, the delay echoed for the RTT) uses the arrival, so that time the datagram waited in the

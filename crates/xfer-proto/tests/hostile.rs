@@ -192,11 +192,28 @@ fn a_datagram_before_hello_is_not_a_bad_tag() {
         data_key: Some(key),
         ..ReceiverConfig::default()
     });
+    assert!(r.awaits_control(&d), "before hello");
+    assert!(
+        !r.awaits_control(&d[..wire::HEADER_LEN - 1]),
+        "not a data datagram"
+    );
     assert!(r.handle_datagram(t0, &d).is_none());
     assert_eq!((r.stats().bad_tag, r.stats().wrong_transfer), (0, 1));
-    while let Some(m) = s.poll_control() {
+    let mut ctl: Vec<ControlMsg> = std::iter::from_fn(|| s.poll_control()).collect();
+    assert!(matches!(ctl[0], ControlMsg::Hello { .. }));
+    r.handle_control(t0, ctl.remove(0));
+    assert!(r.awaits_control(&d), "after hello, before its file is announced");
+    // another transfer's datagram, or one of a file index past the limit, waits for nothing
+    let mut other = d.clone();
+    DataPacket::new_unchecked(&mut other[..]).set_transfer_id(2);
+    assert!(!r.awaits_control(&other));
+    let mut far = d.clone();
+    DataPacket::new_unchecked(&mut far[..]).set_file(ReceiverConfig::default().max_files);
+    assert!(!r.awaits_control(&far));
+    for m in ctl {
         r.handle_control(t0, m);
     }
+    assert!(!r.awaits_control(&d), "its file is announced");
     assert!(r.handle_datagram(t0, &d).is_some());
     assert_eq!(r.stats().bad_tag, 0);
 }

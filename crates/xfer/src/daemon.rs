@@ -460,7 +460,8 @@ fn session(s: TcpStream, peer: SocketAddr, sh: Arc<Shared>) {
                             "files": o.committed,
                             "datagrams": o.stats.delivered, "duplicates": o.stats.duplicates,
                             "reported_lost": o.stats.reported_lost, "bad_tag": o.stats.bad_tag,
-                            "malformed": o.stats.malformed + o.stats.wrong_transfer + o.stats.unknown_file,
+                            "malformed": o.stats.malformed, "wrong_transfer": o.stats.wrong_transfer,
+                            "unknown_file": o.stats.unknown_file,
                             "bytes_written_direct": o.bytes_written_direct,
                             "bytes_read_back": o.bytes_read_back,
                         }),
@@ -481,7 +482,7 @@ fn session(s: TcpStream, peer: SocketAddr, sh: Arc<Shared>) {
                     sh.counters.transfers_ok.fetch_add(1, Relaxed);
                     log!(
                         sh,
-                        "{peer}: transfer {transfer_id:08x}: verified and committed {} files ({} bytes already here, {} written with O_DIRECT, {} read back) in {:.1} s; datagrams: {} accepted, {} duplicate, {} reported lost, {} bad tag, {} malformed, {} for files not yet announced",
+                        "{peer}: transfer {transfer_id:08x}: verified and committed {} files ({} bytes already here, {} written with O_DIRECT, {} read back) in {:.1} s; datagrams: {} accepted, {} duplicate, {} reported lost, {} bad tag, {} malformed, {} of another transfer or before its hello, {} for files not yet announced",
                         o.committed.len(),
                         o.bytes_resumed,
                         o.bytes_written_direct,
@@ -491,7 +492,8 @@ fn session(s: TcpStream, peer: SocketAddr, sh: Arc<Shared>) {
                         o.stats.duplicates,
                         o.stats.reported_lost,
                         o.stats.bad_tag,
-                        o.stats.malformed + o.stats.wrong_transfer,
+                        o.stats.malformed,
+                        o.stats.wrong_transfer,
                         o.stats.unknown_file
                     );
                     sh.counters.datagrams_bad_tag.fetch_add(o.stats.bad_tag, Relaxed);
@@ -590,7 +592,7 @@ fn metrics_text(sh: &Shared) -> String {
     );
     counter(
         "datagrams_malformed_total",
-        "Data datagrams dropped as malformed (finished transfers).",
+        "Data datagrams dropped as malformed, of another transfer, or of a file not announced (finished transfers).",
         g(&c.datagrams_malformed),
     );
     counter(

@@ -834,6 +834,13 @@ const BATCH: usize = 64;
 /// Longest pause after a small batch, to let datagrams gather in the socket buffer rather than wake for
 /// each. See [`nap_for`].
 const NAP_MAX: Duration = Duration::from_millis(1);
+/// How long a batch held for a control message its datagrams overtook waits for one at a time.
+const HOLD_POLL: Duration = Duration::from_millis(2);
+/// Longest a batch is held; then its datagrams are handled (and those still early dropped, counted and
+/// sent again).
+const HOLD_MAX: Duration = Duration::from_millis(500);
+/// Longest all holds of a transfer take together, so that forged headers cannot stall it.
+const HOLD_TOTAL: Duration = Duration::from_secs(2);
 /// Bytes a batch should bring for the receiver not to pause after it (about 32 jumbo datagrams).
 const NAP_TARGET: usize = 256 << 10;
 
@@ -989,6 +996,9 @@ fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
     // as the kernel reports it (twice what was set); SO_RCVBUFFORCE was tried when the socket was made
     let rcvbuf = vlbiflow_udp::socket::recv_buffer_size(sock).unwrap_or(1 << 20);
     let mut last_batch = Instant::now();
+    // a batch held for control messages its datagrams overtook: (its messages, held since)
+    let mut held: Option<(usize, Instant)> = None;
+    let mut held_total = Duration::ZERO;
     let mut moved = 0u64;
     let mut aead_bad = 0u64;
     let mut committed: Vec<Option<Committed>> = vec![None; nfiles];
@@ -1020,8 +1030,15 @@ fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
                 Err(crossbeam_channel::TryRecvError::Disconnected) => sess_open = false,
             }
         }
-        // control from the sender
-        while let Ok(m) = link.rx.try_recv() {
+        // control from the sender; a batch held for a control message it overtook waits a little for it
+        let first = match held {
+            Some(_) => link.rx.recv_timeout(HOLD_POLL).ok(),
+            None => None,
+        };
+        for m in first
+            .into_iter()
+            .chain(std::iter::from_fn(|| link.rx.try_recv().ok()))
+        {
             match m {
                 Inbound::Ctl(c) => ctl_queue.push_back(c),
                 Inbound::Sess(s) => {
@@ -1061,26 +1078,51 @@ fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
                 },
             )?;
         }
-        // data
-        let timeout = r
-            .poll_timeout()
-            .map_or(Duration::from_millis(5), |t| {
-                t.saturating_duration_since(Instant::now())
-            })
-            .min(Duration::from_millis(2));
-        let batch = rx
-            .recv(sock, bufs.iter_mut().map(|b| &mut b[..]), timeout)
-            .map_err(|e| abort(link, format!("data socket: {e}")))?;
-        let n = batch.len();
-        metas[..n].copy_from_slice(batch.messages());
+        // data: a new batch, or the one held
+        let (n, nap) = match held {
+            Some((n, _)) => (n, Duration::ZERO),
+            None => {
+                let timeout = r
+                    .poll_timeout()
+                    .map_or(Duration::from_millis(5), |t| {
+                        t.saturating_duration_since(Instant::now())
+                    })
+                    .min(Duration::from_millis(2));
+                let batch = rx
+                    .recv(sock, bufs.iter_mut().map(|b| &mut b[..]), timeout)
+                    .map_err(|e| abort(link, format!("data socket: {e}")))?;
+                let n = batch.len();
+                metas[..n].copy_from_slice(batch.messages());
+                // a small batch means the datagrams trickle in one by one (e.g. through a forwarder that
+                // does not coalesce them): let some gather in the socket buffer rather than wake for each
+                let now = Instant::now();
+                let batch_bytes = metas[..n].iter().map(|m| m.len).sum();
+                let nap = nap_for(batch_bytes, now.saturating_duration_since(last_batch), rcvbuf);
+                last_batch = now;
+                (n, nap)
+            }
+        };
         let now = Instant::now();
         let real_ns = vlbiflow_udp::realtime_ns();
+        // datagrams that overtook `hello` or their file's announce would be dropped and sent again: the
+        // batch waits for those control messages, within a budget (a forged header can ask the same)
+        let since = held.map_or(now, |h| h.1);
+        let within = now.saturating_duration_since(since) < HOLD_MAX && held_total < HOLD_TOTAL;
+        if within
+            && metas[..n].iter().enumerate().any(|(i, m)| {
+                let len = m.len.min(bufs[i].len());
+                bufs[i][..len]
+                    .chunks(m.segment_size().max(1))
+                    .any(|d| r.awaits_control(d))
+            })
+        {
+            held = Some((n, since));
+            continue;
+        }
+        if held.take().is_some() {
+            held_total += now.saturating_duration_since(since);
+        }
         writes.clear();
-        // a small batch means the datagrams trickle in one by one (e.g. through a forwarder that does not
-        // coalesce them): let some gather in the socket buffer rather than wake for each
-        let batch_bytes = metas[..n].iter().map(|m| m.len).sum();
-        let nap = nap_for(batch_bytes, now.saturating_duration_since(last_batch), rcvbuf);
-        last_batch = now;
         for (i, m) in metas[..n].iter().enumerate() {
             let seg = m.segment_size().max(1);
             let len = m.len.min(bufs[i].len());

@@ -417,6 +417,13 @@ fn received_chunks_are_written_direct_and_arrive_identical() {
         )
         .unwrap();
         assert_eq!(out.committed.len(), sizes.len());
+        // datagrams that overtake `hello` or their file's announce wait for it rather than being dropped
+        // and sent again
+        assert_eq!(
+            (out.stats.wrong_transfer, out.stats.unknown_file),
+            (0, 0),
+            "{case}"
+        );
         for i in 0..sizes.len() {
             let n = format!("exp/f{i}");
             assert!(
