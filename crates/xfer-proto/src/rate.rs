@@ -13,8 +13,9 @@
 //!   spans of one min-RTT and at least 20 ms) over 10 RTTs; propagation
 //!   RTT = windowed minimum over 10 s. It paces at `gain x bandwidth` with a gain cycle of one RTT per phase
 //!   `[1.25, 0.75, 1, 1, 1, 1, 1, 1]` (probe up, drain the probe's queue, cruise) and keeps at most
-//!   2 x BDP (+10 ms) in flight. Startup grows 2.885x per RTT until the estimate stops growing by 25% for
-//!   3 RTTs or the receiver sees a queue of RTT/8 (delay-based exit), then drains.
+//!   2 x BDP (+10 ms) in flight. Startup paces at 2.885x the estimate, with at most twice the delivered
+//!   bytes of a round trip (at least 10 ms) in flight, until the estimate stops growing by 25% for 3 RTTs
+//!   or the receiver sees a queue of RTT/8 (delay-based exit), then drains until one BDP is in flight.
 //!   Random loss does not change the model (the delivery rate falls only by the lost fraction).
 //!   Congestion signals:
 //!   - **loss that comes with a queue**: the receiver reports its queueing delay with every loss report;
@@ -103,6 +104,9 @@ pub struct FeedbackSample {
     pub delivered: u64,
     /// Receiver's queueing delay estimate.
     pub queue_delay: Duration,
+    /// Bytes in flight (on the wire) once this feedback is applied, if the caller keeps count: drain
+    /// ends when they are down to one BDP.
+    pub inflight: Option<u64>,
 }
 
 const PROBE_GAINS: [f64; 8] = [1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0];
@@ -159,6 +163,7 @@ pub struct RateControl {
     trimmed_this_phase: bool,
     cached: (f64, Option<u64>),
     last_queue: Duration,
+    last_inflight: Option<u64>,
     bw_cap: Option<f64>,
     cut_this_cycle: bool,
     quiet_until: Option<Instant>,
@@ -223,6 +228,7 @@ impl RateControl {
             trimmed_this_phase: false,
             cached: (0.0, None),
             last_queue: Duration::ZERO,
+            last_inflight: None,
             bw_cap: None,
             cut_this_cycle: false,
             quiet_until: None,
@@ -329,14 +335,26 @@ impl RateControl {
         match self.cfg.mode {
             RateMode::Fixed { .. } => None,
             RateMode::Auto { .. } => {
-                let bw = self.btl_bw().max(self.compute_pacing_rate());
-                let rtt = self.round() + Duration::from_millis(10);
-                let gain = if self.phase == Phase::Startup {
-                    STARTUP_GAIN
+                let measured = self.btl_bw();
+                let startup = self.phase == Phase::Startup && measured > 0.0;
+                // feedback comes every 5 ms (and a receiver gathers datagrams for up to 1 ms): the cap
+                // leaves room for 10 ms more than a round trip, and in startup for at least 10 ms
+                let rtt = if startup {
+                    self.round().max(Duration::from_millis(10))
                 } else {
-                    2.0
+                    self.round() + Duration::from_millis(10)
                 };
-                Some(((bw * rtt.as_secs_f64() * gain) as u64).max(256 * 1024))
+                let bw = if startup {
+                    // twice what the path has delivered, as BBR v3's startup: growth of about 2.2x per
+                    // round rather than 2.9x, and when the path is full, a queue of at most about one
+                    // BDP (at 2.9x on top of the pacing rate the last round of startup put two more in the
+                    // bottleneck's buffer before the queue showed at the sender, and a buffer of one BDP
+                    // overflowed: 1400-2000 datagrams dropped at 100 ms, 2 Gb/s)
+                    measured
+                } else {
+                    measured.max(self.compute_pacing_rate())
+                };
+                Some(((bw * rtt.as_secs_f64() * 2.0) as u64).max(256 * 1024))
             }
         }
     }
@@ -362,6 +380,7 @@ impl RateControl {
             self.last_sample = x;
         }
         self.last_queue = s.queue_delay;
+        self.last_inflight = s.inflight;
         self.window_lost += s.lost;
         self.window_delivered += s.delivered;
         let queued = s.queue_delay >= self.queue_threshold();
@@ -494,8 +513,22 @@ impl RateControl {
                 }
             }
             Phase::Drain => {
-                let drained = self.window_queue_min.is_some_and(|q| q < threshold);
-                if (drained && now.duration_since(start) >= phase) || now.duration_since(start) >= phase * 3 {
+                // BBR's rule where the bytes in flight are known: the startup's queue is gone when no more
+                // than one BDP is in flight. The receiver's queue readings lag by a round trip, and while
+                // the last round of startup still arrives they can dip below the threshold between two
+                // bursts (a drain that ended on one such reading left a 64 ms queue growing into probing,
+                // which overflowed the path's buffer).
+                let drained = match self.last_inflight {
+                    Some(inflight) => (inflight as f64) <= bw * round.as_secs_f64(),
+                    None => self.window_queue_min.is_some_and(|q| q < threshold),
+                };
+                let least = if self.last_inflight.is_some() {
+                    MIN_SPAN
+                } else {
+                    phase
+                };
+                let took = now.duration_since(start);
+                if (drained && took >= least) || took >= phase * 3 {
                     self.enter(now, Phase::ProbeBw(2));
                 }
             }
@@ -675,6 +708,7 @@ mod tests {
                     lost: ((out * self.p + dropped) / 8192.0).round() as u64,
                     delivered: (pkts - (out * self.p + dropped) / 8192.0).max(0.0) as u64,
                     queue_delay: qdelay,
+                    inflight: None,
                 },
             );
             got / s
@@ -812,6 +846,7 @@ mod tests {
                     lost: 0,
                     delivered: 30,
                     queue_delay: Duration::from_secs_f64((arrived - processed) / rate),
+                    inflight: None,
                 },
             );
             if ms > 500 {

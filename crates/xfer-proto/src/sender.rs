@@ -968,6 +968,7 @@ impl Sender {
                 lost,
                 delivered,
                 queue_delay: Duration::from_micros(f.queue_delay_us),
+                inflight: Some(self.inflight_bytes),
             },
         );
     }
