@@ -183,6 +183,10 @@ struct Sim {
     /// The receiver stalls (takes no datagram or message, runs no timer) from .0 until .1, then works off
     /// what queued up: a receiving host that lost its CPU or blocked on its disk for a moment.
     receiver_stall: Option<(Instant, Instant)>,
+    /// The receiver is slow from .0 until .1: it handles one datagram per .2 (its messages and timers as
+    /// usual), so datagrams wait for it and it keeps reporting: a receiving host slowed by its disk.
+    receiver_slow: Option<(Instant, Instant, Duration)>,
+    slow_taken: u64,
     injected: u64,
     // results
     s_events: Vec<(Duration, Event)>,
@@ -271,6 +275,8 @@ impl Sim {
             scratch: Vec::new(),
             receiver_dies_at: None,
             receiver_stall: None,
+            receiver_slow: None,
+            slow_taken: 0,
             injected: 0,
             s_events: Vec::new(),
             r_events: Vec::new(),
@@ -508,7 +514,14 @@ impl Sim {
             min(self.receiver_dies_at);
         }
         min(self.receiver_stall.map(|s| s.0).filter(|&a| a > self.now));
-        min(self.next_arrival());
+        match self.receiver_slow {
+            // a slow receiver takes its next datagram when it has time for it
+            Some((a, b, per)) if self.now >= a && self.now < b => {
+                let slot = a + per * (self.slow_taken as u32 + 1);
+                min(self.next_arrival().map(|x| x.max(slot.min(b))));
+            }
+            _ => min(self.next_arrival()),
+        }
         if let Some(r) = &self.reno {
             min(r.acks.front().map(|a| a.0));
             min(r
@@ -533,7 +546,19 @@ impl Sim {
         let now = self.now;
         let stalled = self.receiver_stalled();
         let alive = self.receiver_alive() && !stalled;
-        while let Some(p) = (!stalled).then(|| self.pop_due(now)).flatten() {
+        // a slow receiver takes what it has had time for since it became slow
+        let mut budget = u64::MAX;
+        if let Some((a, b, per)) = self.receiver_slow {
+            if now >= a && now < b {
+                let may = ((now - a).as_nanos() / per.as_nanos().max(1)) as u64;
+                budget = may.saturating_sub(self.slow_taken);
+            }
+        }
+        while let Some(p) = (!stalled && budget > 0).then(|| self.pop_due(now)).flatten() {
+            if budget != u64::MAX {
+                budget -= 1;
+                self.slow_taken += 1;
+            }
             if self.reno.is_some() && p.data.first() == Some(&RENO_MARK) {
                 if let Some(r) = &mut self.reno {
                     let mut s = [0u8; 8];
@@ -544,7 +569,8 @@ impl Sim {
                 continue;
             }
             if alive {
-                if let Some(d) = self.r.handle_datagram(now, &p.data) {
+                // the arrival is when the datagram reached the receiving host (the kernel's receive time)
+                if let Some(d) = self.r.handle_datagram_at(now, p.at.min(now), &p.data) {
                     let f = d.file as usize;
                     self.written[f] += d.data.len() as u64;
                     match &mut self.disk {
@@ -830,6 +856,37 @@ fn lost_feedback_datagrams_lose_no_report() {
     assert!(sim.r.feedback_datagrams_confirmed());
     // resent without a report: only what runs of lost feedbacks hid, far from everything
     assert!(s.retransmits < s.datagrams / 10, "{s:?}");
+}
+
+/// A receiver slowed to a third of the path's rate for 300 ms (its disk), which keeps reporting what it
+/// handles: datagrams wait in its buffer for up to 200 ms, longer than the tail timer's 130 ms at this
+/// RTT. The sender adds the receiver's lag (the echo delay of its reports) to the timer, so nothing that
+/// was only waiting is sent again.
+#[test]
+fn a_slow_receiver_is_not_a_lossy_path() {
+    let link = LinkCfg::new(200e6, Duration::from_millis(40));
+    let mut st = Setup::new(link, vec![80 << 20]);
+    st.seed = 9;
+    let mut sim = Sim::new(st);
+    let t0 = sim.t0;
+    // one 8 KiB datagram per 1.2 ms: about 55 Mb/s against 200
+    sim.receiver_slow = Some((
+        t0 + Duration::from_millis(1500),
+        t0 + Duration::from_millis(1800),
+        Duration::from_micros(1200),
+    ));
+    let took = sim.run(Duration::from_secs(60));
+    sim.check_exact();
+    let s = sim.s.stats();
+    eprintln!(
+        "slow for 300 ms: {took:?}, {} datagrams, {} retransmits, tail presumed {}",
+        s.datagrams, s.retransmits, s.tail_lost
+    );
+    assert_eq!(s.tail_lost, 0, "{s:?}");
+    assert!(
+        s.retransmits <= s.reported_lost,
+        "only what the path lost goes twice: {s:?}"
+    );
 }
 
 /// A receiver that stalls for 150 ms (longer than the tail timer's 130 ms at this RTT): the sender waits
