@@ -257,6 +257,12 @@ impl Receiver {
         }
     }
 
+    /// Files announced so far; `None` before `hello`. While it is below the files the I/O layer expects,
+    /// datagrams may arrive ahead of their control messages ([`Receiver::awaits_control`]).
+    pub fn files_announced(&self) -> Option<usize> {
+        self.transfer_id.map(|_| self.files.len())
+    }
+
     /// One datagram that arrived at `arrived` (the kernel's receive time, at or before `now`) and is
     /// handled at `now`. The path's timing (one-way delay and queue, the receive time of the bytes in
     /// feedback, the delay echoed for the RTT) uses the arrival, so that time the datagram waited in the

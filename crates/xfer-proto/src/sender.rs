@@ -209,12 +209,12 @@ pub struct Sender {
     rate: RateControl,
     /// Smoothed RTT and its mean deviation (RFC 6298), for the tail timer.
     srtt: Option<Duration>,
+    rttvar: Duration,
     /// How long the receiver lately held datagrams before it handled them (the echo delay of feedback that
     /// acknowledged new datagrams), as of `recv_lag_at`, going down as fast as time passes: a receiver
     /// working off a backlog in its socket buffer acknowledges what it holds that much later.
     recv_lag: Duration,
     recv_lag_at: Option<Instant>,
-    rttvar: Duration,
     /// Block digests of chunks whose hash is not known yet, until the last block of each was sealed.
     digests: HashMap<(u32, u32), ChunkDigests>,
     state: State,
@@ -245,9 +245,9 @@ impl Sender {
         Sender {
             rate: RateControl::new(cfg.rate),
             srtt: None,
+            rttvar: Duration::ZERO,
             recv_lag: Duration::ZERO,
             recv_lag_at: None,
-            rttvar: Duration::ZERO,
             digests: HashMap::new(),
             cfg,
             epoch: None,

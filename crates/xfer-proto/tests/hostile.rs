@@ -192,6 +192,7 @@ fn a_datagram_before_hello_is_not_a_bad_tag() {
         data_key: Some(key),
         ..ReceiverConfig::default()
     });
+    assert_eq!(r.files_announced(), None);
     assert!(r.awaits_control(&d), "before hello");
     assert!(
         !r.awaits_control(&d[..wire::HEADER_LEN - 1]),
@@ -203,6 +204,7 @@ fn a_datagram_before_hello_is_not_a_bad_tag() {
     assert!(matches!(ctl[0], ControlMsg::Hello { .. }));
     r.handle_control(t0, ctl.remove(0));
     assert!(r.awaits_control(&d), "after hello, before its file is announced");
+    assert_eq!(r.files_announced(), Some(0));
     // another transfer's datagram, or one of a file index past the limit, waits for nothing
     let mut other = d.clone();
     DataPacket::new_unchecked(&mut other[..]).set_transfer_id(2);
@@ -214,6 +216,7 @@ fn a_datagram_before_hello_is_not_a_bad_tag() {
         r.handle_control(t0, m);
     }
     assert!(!r.awaits_control(&d), "its file is announced");
+    assert_eq!(r.files_announced(), Some(1));
     assert!(r.handle_datagram(t0, &d).is_some());
     assert_eq!(r.stats().bad_tag, 0);
 }

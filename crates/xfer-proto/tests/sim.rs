@@ -858,61 +858,54 @@ fn lost_feedback_datagrams_lose_no_report() {
     assert!(s.retransmits < s.datagrams / 10, "{s:?}");
 }
 
-/// A receiver slowed to a third of the path's rate for 300 ms (its disk), which keeps reporting what it
-/// handles: datagrams wait in its buffer for up to 200 ms, longer than the tail timer's 130 ms at this
-/// RTT. The sender adds the receiver's lag (the echo delay of its reports) to the timer, so nothing that
-/// was only waiting is sent again.
-#[test]
-fn a_slow_receiver_is_not_a_lossy_path() {
+/// A 200 Mb/s, 40 ms path carrying `bytes`, with a receiving host that `hiccup` makes stall or slow
+/// down (given the simulation and its start): the tail timer (130 ms at this RTT) presumes nothing lost,
+/// and only what the path lost is sent twice.
+fn receiver_hiccup(what: &str, bytes: u64, hiccup: impl FnOnce(&mut Sim, Instant)) {
     let link = LinkCfg::new(200e6, Duration::from_millis(40));
-    let mut st = Setup::new(link, vec![80 << 20]);
+    let mut st = Setup::new(link, vec![bytes]);
     st.seed = 9;
     let mut sim = Sim::new(st);
     let t0 = sim.t0;
-    // one 8 KiB datagram per 1.2 ms: about 55 Mb/s against 200
-    sim.receiver_slow = Some((
-        t0 + Duration::from_millis(1500),
-        t0 + Duration::from_millis(1800),
-        Duration::from_micros(1200),
-    ));
+    hiccup(&mut sim, t0);
     let took = sim.run(Duration::from_secs(60));
     sim.check_exact();
     let s = sim.s.stats();
     eprintln!(
-        "slow for 300 ms: {took:?}, {} datagrams, {} retransmits, tail presumed {}",
+        "{what}: {took:?}, {} datagrams, {} retransmits, tail presumed {}",
         s.datagrams, s.retransmits, s.tail_lost
     );
-    assert_eq!(s.tail_lost, 0, "{s:?}");
+    assert_eq!(s.tail_lost, 0, "{what}: {s:?}");
     assert!(
         s.retransmits <= s.reported_lost,
-        "only what the path lost goes twice: {s:?}"
+        "{what}: only what the path lost goes twice: {s:?}"
     );
 }
 
-/// A receiver that stalls for 150 ms (longer than the tail timer's 130 ms at this RTT): the sender waits
-/// for it instead of presuming what is in flight lost; once it works off its backlog, only what the path
-/// lost (the start's queue overflow here) was sent twice.
+/// A receiver slowed to about a quarter of the path's rate for 300 ms (its disk), which keeps reporting
+/// what it handles: datagrams wait in its buffer for up to 200 ms. The sender adds the receiver's lag (the
+/// echo delay of its reports) to the tail timer, so nothing that was only waiting is sent again (without
+/// the lag: 441 presumed lost, 352 sent twice).
+#[test]
+fn a_slow_receiver_is_not_a_lossy_path() {
+    // one 8 KiB datagram per 1.2 ms: about 55 Mb/s against 200
+    receiver_hiccup("slow for 300 ms", 80 << 20, |sim, t0| {
+        sim.receiver_slow = Some((
+            t0 + Duration::from_millis(1500),
+            t0 + Duration::from_millis(1800),
+            Duration::from_micros(1200),
+        ));
+    });
+}
+
+/// A receiver that stalls for 150 ms: the sender waits for it instead of presuming what is in flight
+/// lost; once it works off its backlog, only what the path lost (the start's queue overflow here) was
+/// sent twice (without the wait: 197 presumed lost by the tail timer, 341 retransmissions).
 #[test]
 fn a_stalled_receiver_is_not_a_lossy_path() {
-    let link = LinkCfg::new(200e6, Duration::from_millis(40));
-    let mut st = Setup::new(link, vec![60 << 20]);
-    st.seed = 9;
-    let mut sim = Sim::new(st);
-    let t0 = sim.t0;
-    sim.receiver_stall = Some((t0 + Duration::from_millis(1500), t0 + Duration::from_millis(1650)));
-    let took = sim.run(Duration::from_secs(60));
-    sim.check_exact();
-    let s = sim.s.stats();
-    eprintln!(
-        "stall of 150 ms: {took:?}, {} datagrams, {} retransmits, tail presumed {}",
-        s.datagrams, s.retransmits, s.tail_lost
-    );
-    // (without the wait: 197 presumed lost by the tail timer, 341 retransmissions)
-    assert_eq!(s.tail_lost, 0, "{s:?}");
-    assert!(
-        s.retransmits <= s.reported_lost,
-        "only what the path lost goes twice: {s:?}"
-    );
+    receiver_hiccup("stall of 150 ms", 60 << 20, |sim, t0| {
+        sim.receiver_stall = Some((t0 + Duration::from_millis(1500), t0 + Duration::from_millis(1650)));
+    });
 }
 
 /// A LAN-like path (0.2 ms RTT) with 5% random loss: the estimate must climb to the path (a probe as

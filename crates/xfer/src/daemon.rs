@@ -615,7 +615,7 @@ fn metrics_text(sh: &Shared) -> String {
         ("datagrams_bad_tag", "Datagrams dropped for a wrong tag."),
         (
             "datagrams_malformed",
-            "Datagrams dropped as malformed or of another transfer.",
+            "Datagrams dropped as malformed, of another transfer, or of a file not announced.",
         ),
         ("datagrams_lost", "Datagrams reported lost."),
     ];

@@ -834,13 +834,6 @@ const BATCH: usize = 64;
 /// Longest pause after a small batch, to let datagrams gather in the socket buffer rather than wake for
 /// each. See [`nap_for`].
 const NAP_MAX: Duration = Duration::from_millis(1);
-/// How long a batch held for a control message its datagrams overtook waits for one at a time.
-const HOLD_POLL: Duration = Duration::from_millis(2);
-/// Longest a batch is held; then its datagrams are handled (and those still early dropped, counted and
-/// sent again).
-const HOLD_MAX: Duration = Duration::from_millis(500);
-/// Longest all holds of a transfer take together, so that forged headers cannot stall it.
-const HOLD_TOTAL: Duration = Duration::from_secs(2);
 /// Bytes a batch should bring for the receiver not to pause after it (about 32 jumbo datagrams).
 const NAP_TARGET: usize = 256 << 10;
 
@@ -858,6 +851,13 @@ fn nap_for(bytes: usize, since: Duration, rcvbuf: usize) -> Duration {
     let gather = (NAP_TARGET - bytes) as f64 / rate;
     NAP_MAX.min(Duration::from_secs_f64(gather.min(rcvbuf as f64 / 8.0 / rate)))
 }
+/// How long a batch held for a control message its datagrams overtook waits for one at a time.
+const HOLD_POLL: Duration = Duration::from_millis(2);
+/// Longest a batch is held; then its datagrams are handled (and those still early dropped, counted and
+/// sent again).
+const HOLD_MAX: Duration = Duration::from_millis(500);
+/// Longest all holds of a transfer take together, so that forged headers cannot stall it.
+const HOLD_TOTAL: Duration = Duration::from_secs(2);
 /// Receive buffer per message: a GRO super-datagram can exceed 64 KiB (8 jumbo segments).
 const BUF: usize = 128 << 10;
 
@@ -1106,9 +1106,11 @@ fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
         let real_ns = vlbiflow_udp::realtime_ns();
         // datagrams that overtook `hello` or their file's announce would be dropped and sent again: the
         // batch waits for those control messages, within a budget (a forged header can ask the same)
+        // (only while `hello` or an announce is still to come: then no datagram is read twice)
         let since = held.map_or(now, |h| h.1);
         let within = now.saturating_duration_since(since) < HOLD_MAX && held_total < HOLD_TOTAL;
         if within
+            && r.files_announced().is_none_or(|a| a < nfiles)
             && metas[..n].iter().enumerate().any(|(i, m)| {
                 let len = m.len.min(bufs[i].len());
                 bufs[i][..len]
