@@ -8,7 +8,9 @@
 # (e.g. the same binary with and without --rate 2Gbps, or builds before and after a change). Needs root.
 #
 # COLD=1 drops the page cache before each push (a recording the cache does not hold); by default the
-# source file stays in the cache.
+# source file stays in the cache. EMU_PER_ROUND=1 starts an emulator for each push instead of one for the
+# run, so that the table gets each push's drops at the bottleneck's queue (the emulator reports them when
+# it stops).
 #
 #   bench/xfer-path-ab.sh BIN_A "OPTS_A" BIN_B "OPTS_B" [SIZE_MB] [ROUNDS] [RTT_MS] [LOSS_%]
 #   e.g. bench/xfer-path-ab.sh target/release/vlbiflow "" target/release/vlbiflow "--rate 2Gbps" 2000 4
@@ -34,11 +36,18 @@ cleanup() {
 }
 trap cleanup EXIT
 q=$(python3 -c "print(max(4_000_000, int(2e9/8*$RTT/1000)))")
-"$A" pathemu ${EMU_OPTS:-} --ns-a $NA --ns-b $NB --addr-a $NET.1 --addr-b $NET.2 --mtu 9000 --duration 3600 --rtt ${RTT}ms \
-  --rate 2Gbps --queue $q --loss ${LOSS}% --json >"$SCRATCH/emu.out" 2>"$SCRATCH/emu.err" &
-EMU=$!
-for _ in $(seq 200); do grep -q '^pathemu: ready' "$SCRATCH/emu.err" 2>/dev/null && break; sleep 0.1; done
-grep -q '^pathemu: ready' "$SCRATCH/emu.err" || { cat "$SCRATCH/emu.err" >&2; exit 1; }
+start_emu() {
+  "$A" pathemu ${EMU_OPTS:-} --ns-a $NA --ns-b $NB --addr-a $NET.1 --addr-b $NET.2 --mtu 9000 --duration 3600 --rtt ${RTT}ms \
+    --rate 2Gbps --queue $q --loss ${LOSS}% --json >"$SCRATCH/emu.out" 2>"$SCRATCH/emu.err" &
+  EMU=$!
+  for _ in $(seq 200); do grep -q '^pathemu: ready' "$SCRATCH/emu.err" 2>/dev/null && break; sleep 0.1; done
+  grep -q '^pathemu: ready' "$SCRATCH/emu.err" || { cat "$SCRATCH/emu.err" >&2; exit 1; }
+}
+stop_emu() { kill $EMU; wait $EMU || true; EMU=; }
+# drops at the queue of the data direction, as the emulator reported them when it stopped
+queue_drops() { python3 -c "import json; print(json.load(open('$SCRATCH/emu.out'))['report']['a_to_b']['dropped_queue'])"; }
+PER_ROUND=${EMU_PER_ROUND:-0}
+[ "$PER_ROUND" = 1 ] || start_emu
 head -c $((SIZE_MB * 1000000)) /dev/urandom >"$SCRATCH/src/data.bin"
 sync
 echo "# xfer A/B through pathemu (2 Gb/s, ${RTT} ms RTT, ${LOSS}% loss each way, MTU 9000, queue $q B), $(date -u +%FT%TZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -46,8 +55,8 @@ echo "# A = $A $OA"
 echo "# B = $B $OB"
 echo "# ${SIZE_MB} MB file, ${ROUNDS} rounds per variant, source $([ "${COLD:-0}" = 1 ] && echo "dropped from the page cache before each push" || echo "in the page cache")"
 echo
-echo "| round | variant | goodput Mb/s | % of 2 Gb/s | retransmitted | seconds | of which after the last chunk verified | sender CPU s | receiver CPU s | rate cuts queue/loss | load |"
-echo "| --: | --- | --: | --: | --: | --: | --: | --: | --: | --: | --: |"
+echo "| round | variant | goodput Mb/s | % of 2 Gb/s | retransmitted | seconds | of which after the last chunk verified | sender CPU s | receiver CPU s | rate cuts queue/loss | queue drops | load |"
+echo "| --: | --- | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: |"
 : >"$SCRATCH/results"
 i=0
 for r in $(seq "$ROUNDS"); do
@@ -56,6 +65,7 @@ for r in $(seq "$ROUNDS"); do
     i=$((i + 1))
     if [ $v = A ]; then bin=$A; opts=$OA; else bin=$B; opts=$OB; fi
     rm -rf "$SCRATCH/dst"/*
+    if [ "$PER_ROUND" = 1 ]; then start_emu; fi
     ip netns exec $NB "$bin" xfer serve --listen $NET.2:46230 --root data="$SCRATCH/dst" 2>"$SCRATCH/serve.err" &
     SRV=$!
     for _ in $(seq 100); do grep -q 'serving on' "$SCRATCH/serve.err" 2>/dev/null && break; sleep 0.1; done
@@ -69,18 +79,20 @@ for r in $(seq "$ROUNDS"); do
     # the daemon's CPU for this push: it waits idle before and after (a round of the tail timer at most)
     c1=$(awk '{print ($14 + $15) / 100}' /proc/$SRV/stat)
     kill $SRV; wait $SRV 2>/dev/null || true; SRV=
-    python3 - "$SCRATCH/x.json" $i $v "$(cut -d' ' -f1 /proc/loadavg)" "$SCRATCH/results" "$(awk '{print $1 + $2}' "$SCRATCH/time")" "$(python3 -c "print(round($c1 - $c0, 2))")" "$SIZE_MB" <<'PY'
+    drops=-
+    if [ "$PER_ROUND" = 1 ]; then stop_emu; drops=$(queue_drops); fi
+    python3 - "$SCRATCH/x.json" $i $v "$(cut -d' ' -f1 /proc/loadavg)" "$SCRATCH/results" "$(awk '{print $1 + $2}' "$SCRATCH/time")" "$(python3 -c "print(round($c1 - $c0, 2))")" "$SIZE_MB" "$drops" <<'PY'
 import json, sys
 try:
     d = json.load(open(sys.argv[1]))
     gp = d["goodput_bps"] / 1e6
     rtx = 100 * d["retransmits"] / max(1, d["datagrams"])
     s, vs = d["seconds"], d["verified_seconds"]
-    print(f"| {sys.argv[2]} | {sys.argv[3]} | {gp:.0f} | {gp / 20:.1f} | {rtx:.2f} % | {s:.1f} | {s - vs:.2f} | {sys.argv[6]} | {sys.argv[7]} | {d.get('rate_cuts_queue', '?')}/{d.get('rate_cuts_loss', '?')} | {sys.argv[4]} |")
+    print(f"| {sys.argv[2]} | {sys.argv[3]} | {gp:.0f} | {gp / 20:.1f} | {rtx:.2f} % | {s:.1f} | {s - vs:.2f} | {sys.argv[6]} | {sys.argv[7]} | {d.get('rate_cuts_queue', '?')}/{d.get('rate_cuts_loss', '?')} | {sys.argv[9]} | {sys.argv[4]} |")
     gb = float(sys.argv[8]) / 1000
     open(sys.argv[5], "a").write(f"{sys.argv[3]} {gp} {rtx} {float(sys.argv[6]) / gb} {float(sys.argv[7]) / gb}\n")
 except Exception as e:
-    print(f"| {sys.argv[2]} | {sys.argv[3]} | failed ({e}) | | | | | | | | |")
+    print(f"| {sys.argv[2]} | {sys.argv[3]} | failed ({e}) | | | | | | | | | |")
 PY
   done
 done
@@ -96,5 +108,7 @@ for v in "AB":
         print(f"{v}: goodput median {statistics.median(g):.0f} Mb/s (range {g[0]:.0f}-{g[-1]:.0f}), retransmitted median {statistics.median(x):.2f} %, "
               f"CPU s/GB sender {statistics.median(cs):.2f} ({cs[0]:.2f}-{cs[-1]:.2f}), receiver {statistics.median(cr):.2f} ({cr[0]:.2f}-{cr[-1]:.2f})")
 PY
-kill $EMU; wait $EMU || true; EMU=
-echo "emulator: $(grep -o '"dropped_queue": [0-9]*' "$SCRATCH/emu.out" | tr '\n' ' ')"
+if [ "$PER_ROUND" != 1 ]; then
+  stop_emu
+  echo "emulator, the whole run: $(grep -o '"dropped_queue": [0-9]*' "$SCRATCH/emu.out" | tr '\n' ' ')"
+fi
