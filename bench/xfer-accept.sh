@@ -119,8 +119,8 @@ t0 = time.time(); sent = 0
 for i in range(100_000):
     n = 8256 if i % 3 == 0 else [64, 100, 1500, 9000][i % 4]
     b = bytearray(os.urandom(n))
-    if i % 3 == 0:  # a well-formed header of this transfer (version 3, file 0, offset 0, one block): reaches the tag check
-        b[0:4] = b"XF\x03\x00"; b[4:8] = tid.to_bytes(4, "big"); b[16:20] = bytes(4); b[20:24] = (n - 64).to_bytes(4, "big")
+    if i % 3 == 0:  # a well-formed header of this transfer (protocol version 4, file 0, offset 0, one block): reaches the tag check
+        b[0:4] = b"XF\x04\x00"; b[4:8] = tid.to_bytes(4, "big"); b[16:20] = bytes(4); b[20:24] = (n - 64).to_bytes(4, "big")
         b[24:32] = bytes(8); b[40:48] = bytes(8)
     try:
         s.sendto(b, dst); sent += 1
@@ -156,6 +156,10 @@ print(f"push: {d['bytes_total']} bytes in {d['seconds']:.1f} s, goodput {d['good
       f"({d['goodput_bps'] / 2e7:.1f}% of 2 Gb/s), retransmitted {100 * d['retransmits'] / max(1, d['datagrams']):.2f}% "
       f"({d['retransmits']} of {d['datagrams']}), CPU s/GB sender {s / gb:.2f}, receiver {(c1 - c0) / gb:.2f}, "
       f"emulator {(e1 - e0) / gb:.2f}; file {d['files'][0]['name']} BLAKE3 {d['files'][0]['blake3']}")
+r = d["receiver"]
+print(f"the receiver's count: {r['datagrams']} datagrams written, {r['duplicates']} duplicate, {r['reported_lost']} reported lost; "
+      f"dropped: {r['bad_tag']} bad tag, {r['malformed']} malformed, {r['wrong_transfer']} of another transfer or before hello, "
+      f"{r['unknown_file']} for a file not announced")
 PY
   F=$(ls "$DIR"/dst/acc/*.vdif)
   H=$(b3sum --no-names "$F")

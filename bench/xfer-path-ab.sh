@@ -10,7 +10,9 @@
 # COLD=1 drops the page cache before each push (a recording the cache does not hold); by default the
 # source file stays in the cache. EMU_PER_ROUND=1 starts an emulator for each push instead of one for the
 # run, so that the table gets each push's drops at the bottleneck's queue (the emulator reports them when
-# it stops).
+# it stops). FLOOD=1 sends 100,000 random datagrams at the transfer's data port FLOOD_AT seconds (default 2)
+# into each push, as the acceptance's attack does (a third with a well-formed header of the transfer, so
+# that they reach the tag check), to measure how the rate control comes back from that flood.
 #
 #   bench/xfer-path-ab.sh BIN_A "OPTS_A" BIN_B "OPTS_B" [SIZE_MB] [ROUNDS] [RTT_MS] [LOSS_%]
 #   e.g. bench/xfer-path-ab.sh target/release/vlbiflow "" target/release/vlbiflow "--rate 2Gbps" 2000 4
@@ -46,6 +48,32 @@ start_emu() {
 stop_emu() { kill $EMU; wait $EMU || true; EMU=; }
 # drops at the queue of the data direction, as the emulator reported them when it stopped
 queue_drops() { python3 -c "import json; print(json.load(open('$SCRATCH/emu.out'))['report']['a_to_b']['dropped_queue'])"; }
+# the flood: waits for the push's data port (the daemon's UDP socket) and transfer id (its metrics), then
+# FLOOD_AT seconds more
+flood() {
+  local port= tid=
+  for _ in $(seq 300); do
+    port=$(ip netns exec $NB ss -Huanp 2>/dev/null | awk -v p="pid=$SRV," 'index($0, p) {n = split($4, a, ":"); print a[n]; exit}')
+    [ -n "$port" ] && break; sleep 0.1
+  done
+  tid=$(ip netns exec $NB curl -s --max-time 2 http://127.0.0.1:9477/metrics | sed -n 's/.*transfer_bytes_total{id="\([0-9a-f]*\)".*/\1/p' | head -1)
+  sleep "${FLOOD_AT:-2}"
+  ip netns exec $NA python3 - $NET.2 "$port" "${tid:-0}" <<'PY'
+import os, socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+dst = (sys.argv[1], int(sys.argv[2])); tid = int(sys.argv[3], 16)
+for i in range(100_000):
+    n = 8256 if i % 3 == 0 else [64, 100, 1500, 9000][i % 4]
+    b = bytearray(os.urandom(n))
+    if i % 3 == 0:  # a well-formed header of this transfer (protocol version 4): reaches the tag check
+        b[0:4] = b"XF\x04\x00"; b[4:8] = tid.to_bytes(4, "big"); b[16:20] = bytes(4); b[20:24] = (n - 64).to_bytes(4, "big")
+        b[24:32] = bytes(8); b[40:48] = bytes(8)
+    try:
+        s.sendto(b, dst)
+    except OSError:
+        pass
+PY
+}
 PER_ROUND=${EMU_PER_ROUND:-0}
 [ "$PER_ROUND" = 1 ] || start_emu
 head -c $((SIZE_MB * 1000000)) /dev/urandom >"$SCRATCH/src/data.bin"
@@ -55,8 +83,8 @@ echo "# A = $A $OA"
 echo "# B = $B $OB"
 echo "# ${SIZE_MB} MB file, ${ROUNDS} rounds per variant, source $([ "${COLD:-0}" = 1 ] && echo "dropped from the page cache before each push" || echo "in the page cache")"
 echo
-echo "| round | variant | goodput Mb/s | % of 2 Gb/s | retransmitted | seconds | of which after the last chunk verified | sender CPU s | receiver CPU s | rate cuts queue/loss | queue drops | load |"
-echo "| --: | --- | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: |"
+echo "| round | variant | goodput Mb/s | % of 2 Gb/s | retransmitted | seconds | of which after the last chunk verified | sender CPU s | receiver CPU s | rate cuts queue/loss | queue drops | dropped by the receiver | load |"
+echo "| --: | --- | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: |"
 : >"$SCRATCH/results"
 i=0
 for r in $(seq "$ROUNDS"); do
@@ -66,7 +94,7 @@ for r in $(seq "$ROUNDS"); do
     if [ $v = A ]; then bin=$A; opts=$OA; else bin=$B; opts=$OB; fi
     rm -rf "$SCRATCH/dst"/*
     if [ "$PER_ROUND" = 1 ]; then start_emu; fi
-    ip netns exec $NB "$bin" xfer serve --listen $NET.2:46230 --root data="$SCRATCH/dst" 2>"$SCRATCH/serve.err" &
+    ip netns exec $NB "$bin" xfer serve --listen $NET.2:46230 --root data="$SCRATCH/dst" --metrics 127.0.0.1:9477 2>"$SCRATCH/serve.err" &
     SRV=$!
     for _ in $(seq 100); do grep -q 'serving on' "$SCRATCH/serve.err" 2>/dev/null && break; sleep 0.1; done
     # shellcheck disable=SC2086
@@ -75,7 +103,10 @@ for r in $(seq "$ROUNDS"); do
     if [ "${COLD:-0}" = 1 ]; then sync; echo 3 >/proc/sys/vm/drop_caches; fi
     c0=$(awk '{print ($14 + $15) / 100}' /proc/$SRV/stat)
     /usr/bin/time -f "%U %S" -o "$SCRATCH/time" ip netns exec $NA "$bin" xfer push "$SCRATCH/src/data.bin" $NET.2:46230/data $opts --json \
-      >"$SCRATCH/x.json" 2>"$SCRATCH/x.err" || cat "$SCRATCH/x.err" >&2
+      >"$SCRATCH/x.json" 2>"$SCRATCH/x.err" &
+    PUSH=$!
+    if [ "${FLOOD:-0}" = 1 ]; then flood; fi
+    wait $PUSH || cat "$SCRATCH/x.err" >&2
     # the daemon's CPU for this push: it waits idle before and after (a round of the tail timer at most)
     c1=$(awk '{print ($14 + $15) / 100}' /proc/$SRV/stat)
     kill $SRV; wait $SRV 2>/dev/null || true; SRV=
@@ -88,11 +119,13 @@ try:
     gp = d["goodput_bps"] / 1e6
     rtx = 100 * d["retransmits"] / max(1, d["datagrams"])
     s, vs = d["seconds"], d["verified_seconds"]
-    print(f"| {sys.argv[2]} | {sys.argv[3]} | {gp:.0f} | {gp / 20:.1f} | {rtx:.2f} % | {s:.1f} | {s - vs:.2f} | {sys.argv[6]} | {sys.argv[7]} | {d.get('rate_cuts_queue', '?')}/{d.get('rate_cuts_loss', '?')} | {sys.argv[9]} | {sys.argv[4]} |")
+    r = d.get("receiver")  # protocol version 4 on
+    dropped = sum(r[k] for k in ("bad_tag", "malformed", "wrong_transfer", "unknown_file")) if r else "-"
+    print(f"| {sys.argv[2]} | {sys.argv[3]} | {gp:.0f} | {gp / 20:.1f} | {rtx:.2f} % | {s:.1f} | {s - vs:.2f} | {sys.argv[6]} | {sys.argv[7]} | {d.get('rate_cuts_queue', '?')}/{d.get('rate_cuts_loss', '?')} | {sys.argv[9]} | {dropped} | {sys.argv[4]} |")
     gb = float(sys.argv[8]) / 1000
     open(sys.argv[5], "a").write(f"{sys.argv[3]} {gp} {rtx} {float(sys.argv[6]) / gb} {float(sys.argv[7]) / gb}\n")
 except Exception as e:
-    print(f"| {sys.argv[2]} | {sys.argv[3]} | failed ({e}) | | | | | | | | | |")
+    print(f"| {sys.argv[2]} | {sys.argv[3]} | failed ({e}) | | | | | | | | | | |")
 PY
   done
 done

@@ -8,6 +8,8 @@
 # removed at the end.
 #
 #   bench/xfer.sh [SIZE_MB] [RTTS] [LOSSES]     e.g. bench/xfer.sh 2000 "0 20 100" "0 0.1 1 5"
+#   ROUNDS=3 NO_MEM=1 bench/xfer.sh 3000 "0 20 100" "0 0.1 1 5"   xfer against TCP BBR file to file, 3 runs each
+#   per point in alternating order, and a summary of their medians
 #
 # Optional peer: Tsunami, if TSUNAMI_DIR names a build of its public source (tsunamid and tsunami binaries);
 # this script neither fetches nor builds it (docs/bench-xfer.md says how it was built). Its row: a pull at a
@@ -63,30 +65,24 @@ echo "# file ${SIZE_MB} MB on $(df --output=source "$SCRATCH" | tail -1), bottle
 head -c $((SIZE_MB * 1000000)) /dev/urandom >"$SCRATCH/src/data.bin"
 sync
 
-echo
-echo "| RTT | loss | tool | goodput Mb/s | % of 2 Gb/s | sender CPU s/GB | receiver CPU s/GB | emulator CPU s/GB | retransmitted | load |"
-echo "| --: | --: | --- | --: | --: | --: | --: | --: | --: | --: |"
-for rtt in $RTTS; do
-  for loss in $LOSSES; do
-    # queue: one bandwidth-delay product, at least 4 MB
-    q=$(python3 -c "print(max(4_000_000, int(2e9/8*$rtt/1000)))")
-    start_emu --rtt ${rtt}ms --rate 2Gbps --queue $q --loss ${loss}%
-    # vlbiflow xfer, file to file
-    rm -rf "$SCRATCH/dst"/*
-    ip netns exec $B "$BIN" xfer serve --listen $IB:46230 --root data="$SCRATCH/dst" 2>"$SCRATCH/serve.err" &
-    SRV=$!
-    for _ in $(seq 100); do grep -q 'serving on' "$SCRATCH/serve.err" 2>/dev/null && break; sleep 0.1; done
-    cold
-    c0=$(cpu_of $SRV)
-    e0=$(cpu_of $EMU)
-    /usr/bin/time -f "%U %S" -o "$SCRATCH/time" ip netns exec $A "$BIN" xfer push "$SCRATCH/src/data.bin" \
-      $IB:46230/data --json >"$SCRATCH/xfer.json" 2>"$SCRATCH/xfer.err" || { cat "$SCRATCH/xfer.err"; }
-    c1=$(cpu_of $SRV)
-    e1=$(cpu_of $EMU)
-    kill $SRV; wait $SRV 2>/dev/null || true; SRV=
-    if [ -s "$SCRATCH/xfer.json" ]; then
-      scpu=$(awk '{print $1 + $2}' "$SCRATCH/time")
-      python3 - "$SCRATCH/xfer.json" "$rtt" "$loss" "$scpu" "$c0" "$c1" "$SIZE_MB" "$e0" "$e1" "$(cut -d' ' -f1 /proc/loadavg)" <<'PY'
+# one run of a tool at the current point ($rtt, $loss) each: a row of the table; the file-to-file runs of
+# xfer and TCP BBR also go to $SCRATCH/grid for the summary of medians
+run_xfer() {
+  rm -rf "$SCRATCH/dst"/*
+  ip netns exec $B "$BIN" xfer serve --listen $IB:46230 --root data="$SCRATCH/dst" 2>"$SCRATCH/serve.err" &
+  SRV=$!
+  for _ in $(seq 100); do grep -q 'serving on' "$SCRATCH/serve.err" 2>/dev/null && break; sleep 0.1; done
+  cold
+  c0=$(cpu_of $SRV)
+  e0=$(cpu_of $EMU)
+  /usr/bin/time -f "%U %S" -o "$SCRATCH/time" ip netns exec $A "$BIN" xfer push "$SCRATCH/src/data.bin" \
+    $IB:46230/data --json >"$SCRATCH/xfer.json" 2>"$SCRATCH/xfer.err" || { cat "$SCRATCH/xfer.err"; }
+  c1=$(cpu_of $SRV)
+  e1=$(cpu_of $EMU)
+  kill $SRV; wait $SRV 2>/dev/null || true; SRV=
+  if [ -s "$SCRATCH/xfer.json" ]; then
+    scpu=$(awk '{print $1 + $2}' "$SCRATCH/time")
+    python3 - "$SCRATCH/xfer.json" "$rtt" "$loss" "$scpu" "$c0" "$c1" "$SIZE_MB" "$e0" "$e1" "$(cut -d' ' -f1 /proc/loadavg)" "$SCRATCH/grid" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 rtt, loss, scpu, c0, c1, mb = sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6]), float(sys.argv[7])
@@ -95,24 +91,21 @@ gp = d["goodput_bps"] / 1e6
 rtx = 100 * d["retransmits"] / max(1, d["datagrams"])
 gb = mb / 1000
 print(f"| {rtt} ms | {loss} % | xfer | {gp:.0f} | {gp/20:.1f} | {scpu/gb:.2f} | {(c1-c0)/gb:.2f} | {(e1-e0)/gb:.2f} | {rtx:.2f} % | {load} |")
+open(sys.argv[11], "a").write(f"{rtt} {loss} xfer {gp} {scpu/gb} {(c1-c0)/gb}\n")
 PY
-    else
-      echo "| $rtt ms | $loss % | xfer | failed | | | | | | |"
-    fi
-    # TCP, memory to memory: iperf3 with the congestion control set per socket (TCP_CONGESTION)
-    if [ "$NO_TCP" != 1 ] && command -v iperf3 >/dev/null; then
-      # TCP buffers up to 128 MiB (the default 6 MB holds TCP to about 6 MB per RTT: 240 Mb/s at 100 ms)
-      for ns in $A $B; do
-        ip netns exec $ns sysctl -qw net.ipv4.tcp_rmem="4096 131072 134217728" net.ipv4.tcp_wmem="4096 131072 134217728"
-      done
-      ip netns exec $B iperf3 -s -B $IB -p 15201 >/dev/null 2>&1 &
-      SRV=$!
-      sleep 0.5
-      for cc in cubic bbr; do
-        e0=$(cpu_of $EMU)
-        ip netns exec $A iperf3 -c $IB -p 15201 -C $cc -t $TCP_SECS -J >"$SCRATCH/tcp.json" 2>/dev/null || true
-        e1=$(cpu_of $EMU)
-        python3 - "$SCRATCH/tcp.json" "$rtt" "$loss" "$cc" "$TCP_SECS" "$e0" "$e1" "$(cut -d' ' -f1 /proc/loadavg)" <<'PY'
+  else
+    echo "| $rtt ms | $loss % | xfer | failed | | | | | | |"
+  fi
+}
+run_tcp_memory() {
+  ip netns exec $B iperf3 -s -B $IB -p 15201 >/dev/null 2>&1 &
+  SRV=$!
+  sleep 0.5
+  for cc in cubic bbr; do
+    e0=$(cpu_of $EMU)
+    ip netns exec $A iperf3 -c $IB -p 15201 -C $cc -t $TCP_SECS -J >"$SCRATCH/tcp.json" 2>/dev/null || true
+    e1=$(cpu_of $EMU)
+    python3 - "$SCRATCH/tcp.json" "$rtt" "$loss" "$cc" "$TCP_SECS" "$e0" "$e1" "$(cut -d' ' -f1 /proc/loadavg)" <<'PY'
 import json, sys
 try:
     e0, e1, load = float(sys.argv[6]), float(sys.argv[7]), sys.argv[8]
@@ -129,20 +122,22 @@ try:
 except Exception as ex:
     print(f"| {sys.argv[2]} ms | {sys.argv[3]} % | TCP {sys.argv[4]} | failed ({ex}) | | | | | | |")
 PY
-      done
-      kill $SRV; wait $SRV 2>/dev/null || true; SRV=
-      # TCP BBR file to file: iperf3 -F reads the source file at the client and writes it at the server
-      # (page cache, not synced; iperf3's own rate and CPU report)
-      rm -f "$SCRATCH/dst/tcp.bin"
-      ip netns exec $B iperf3 -s -1 -B $IB -p 15202 -F "$SCRATCH/dst/tcp.bin" >/dev/null 2>&1 &
-      SRV=$!
-      sleep 0.5
-      cold
-      e0=$(cpu_of $EMU)
-      timeout 300 ip netns exec $A iperf3 -c $IB -p 15202 -C bbr -F "$SCRATCH/src/data.bin" -J >"$SCRATCH/tcpf.json" 2>/dev/null || true
-      e1=$(cpu_of $EMU)
-      wait $SRV 2>/dev/null || true; SRV=
-      python3 - "$SCRATCH/tcpf.json" "$rtt" "$loss" "$e0" "$e1" "$(cut -d' ' -f1 /proc/loadavg)" <<'PY'
+  done
+  kill $SRV; wait $SRV 2>/dev/null || true; SRV=
+}
+run_tcp_file() {
+  # TCP BBR file to file: iperf3 -F reads the source file at the client and writes it at the server
+  # (page cache, not synced; iperf3's own rate and CPU report)
+  rm -f "$SCRATCH/dst/tcp.bin"
+  ip netns exec $B iperf3 -s -1 -B $IB -p 15202 -F "$SCRATCH/dst/tcp.bin" >/dev/null 2>&1 &
+  SRV=$!
+  sleep 0.5
+  cold
+  e0=$(cpu_of $EMU)
+  timeout 300 ip netns exec $A iperf3 -c $IB -p 15202 -C bbr -F "$SCRATCH/src/data.bin" -J >"$SCRATCH/tcpf.json" 2>/dev/null || true
+  e1=$(cpu_of $EMU)
+  wait $SRV 2>/dev/null || true; SRV=
+  python3 - "$SCRATCH/tcpf.json" "$rtt" "$loss" "$e0" "$e1" "$(cut -d' ' -f1 /proc/loadavg)" "$SCRATCH/grid" <<'PY'
 import json, sys
 try:
     e0, e1, load = float(sys.argv[4]), float(sys.argv[5]), sys.argv[6]
@@ -152,38 +147,40 @@ try:
     gb = r["bytes"] / 1e9
     secs = r["seconds"]
     cpu = e["cpu_utilization_percent"]
-    print(f"| {sys.argv[2]} ms | {sys.argv[3]} % | TCP bbr, file to file | {mbps:.0f} | {mbps/20:.1f} | {cpu['host_total'] / 100 * secs / gb:.2f} | {cpu['remote_total'] / 100 * secs / gb:.2f} | {(e1-e0)/gb:.2f} | {e['sum_sent'].get('retransmits', 0)} segments | {load} |")
+    snd, rcv = cpu['host_total'] / 100 * secs / gb, cpu['remote_total'] / 100 * secs / gb
+    print(f"| {sys.argv[2]} ms | {sys.argv[3]} % | TCP bbr, file to file | {mbps:.0f} | {mbps/20:.1f} | {snd:.2f} | {rcv:.2f} | {(e1-e0)/gb:.2f} | {e['sum_sent'].get('retransmits', 0)} segments | {load} |")
+    open(sys.argv[7], "a").write(f"{sys.argv[2]} {sys.argv[3]} bbr-file {mbps} {snd} {rcv}\n")
 except Exception as ex:
     print(f"| {sys.argv[2]} ms | {sys.argv[3]} % | TCP bbr, file to file | failed ({ex}) | | | | | | |")
 PY
-      rm -f "$SCRATCH/dst/tcp.bin"
-    fi
-    # Tsunami (a pull: tsunamid serves the source directory from side A, the client writes on side B) at a
-    # fixed 1900M (its ipd of 8e6 x 8192 / rate rounds down to whole µs: 2000M would pace above the
-    # bottleneck), 8192-byte blocks, lossless mode; goodput = file size / (client wall time + sync of the
-    # file), as xfer's counts until the file is synced
-    if [ -n "${TSUNAMI_DIR:-}" ]; then
-      mkdir -p "$SCRATCH/dst-tsu"; rm -f "$SCRATCH/dst-tsu"/*
-      (cd "$SCRATCH/src" && exec ip netns exec $A "$TSUNAMI_DIR/tsunamid" --port=46300 >"$SCRATCH/tsud.log" 2>&1) &
-      SRV=$!
-      sleep 0.5
-      # tsunamid forks a child per transfer and reaps it: the child's CPU lands in the parent's cutime/cstime
-      cold
-      c0=$(awk '{print ($14 + $15 + $16 + $17) / 100}' /proc/$SRV/stat 2>/dev/null || echo 0)
-      e0=$(cpu_of $EMU)
-      t0=$(date +%s.%N)
-      (cd "$SCRATCH/dst-tsu" && /usr/bin/time -f "%U %S" -o "$SCRATCH/time" timeout 600 ip netns exec $B \
-        "$TSUNAMI_DIR/tsunami" set port 46300 set rate 1900M set blocksize 8192 set transcript no \
-        connect $IA get data.bin quit </dev/null >"$SCRATCH/tsu.log" 2>&1) || true
-      sync "$SCRATCH/dst-tsu/data.bin" 2>/dev/null || true
-      t1=$(date +%s.%N)
-      e1=$(cpu_of $EMU)
-      for _ in $(seq 50); do pgrep -P $SRV >/dev/null || break; sleep 0.1; done
-      c1=$(awk '{print ($14 + $15 + $16 + $17) / 100}' /proc/$SRV/stat 2>/dev/null || echo 0)
-      pkill -P $SRV 2>/dev/null || true; kill $SRV 2>/dev/null || true; wait $SRV 2>/dev/null || true; SRV=
-      pkill -x tsunamid 2>/dev/null || true
-      if cmp -s "$SCRATCH/src/data.bin" "$SCRATCH/dst-tsu/data.bin"; then
-        python3 - "$SCRATCH/tsu.log" "$rtt" "$loss" "$(tail -1 "$SCRATCH/time" | awk '{print $1 + $2}')" "$c0" "$c1" "$SIZE_MB" "$e0" "$e1" "$t0" "$t1" "$(cut -d' ' -f1 /proc/loadavg)" <<'PY'
+  rm -f "$SCRATCH/dst/tcp.bin"
+}
+run_tsunami() {
+  # Tsunami (a pull: tsunamid serves the source directory from side A, the client writes on side B) at a
+  # fixed 1900M (its ipd of 8e6 x 8192 / rate rounds down to whole µs: 2000M would pace above the
+  # bottleneck), 8192-byte blocks, lossless mode; goodput = file size / (client wall time + sync of the
+  # file), as xfer's counts until the file is synced
+  mkdir -p "$SCRATCH/dst-tsu"; rm -f "$SCRATCH/dst-tsu"/*
+  (cd "$SCRATCH/src" && exec ip netns exec $A "$TSUNAMI_DIR/tsunamid" --port=46300 >"$SCRATCH/tsud.log" 2>&1) &
+  SRV=$!
+  sleep 0.5
+  # tsunamid forks a child per transfer and reaps it: the child's CPU lands in the parent's cutime/cstime
+  cold
+  c0=$(awk '{print ($14 + $15 + $16 + $17) / 100}' /proc/$SRV/stat 2>/dev/null || echo 0)
+  e0=$(cpu_of $EMU)
+  t0=$(date +%s.%N)
+  (cd "$SCRATCH/dst-tsu" && /usr/bin/time -f "%U %S" -o "$SCRATCH/time" timeout 600 ip netns exec $B \
+    "$TSUNAMI_DIR/tsunami" set port 46300 set rate 1900M set blocksize 8192 set transcript no \
+    connect $IA get data.bin quit </dev/null >"$SCRATCH/tsu.log" 2>&1) || true
+  sync "$SCRATCH/dst-tsu/data.bin" 2>/dev/null || true
+  t1=$(date +%s.%N)
+  e1=$(cpu_of $EMU)
+  for _ in $(seq 50); do pgrep -P $SRV >/dev/null || break; sleep 0.1; done
+  c1=$(awk '{print ($14 + $15 + $16 + $17) / 100}' /proc/$SRV/stat 2>/dev/null || echo 0)
+  pkill -P $SRV 2>/dev/null || true; kill $SRV 2>/dev/null || true; wait $SRV 2>/dev/null || true; SRV=
+  pkill -x tsunamid 2>/dev/null || true
+  if cmp -s "$SCRATCH/src/data.bin" "$SCRATCH/dst-tsu/data.bin"; then
+    python3 - "$SCRATCH/tsu.log" "$rtt" "$loss" "$(tail -1 "$SCRATCH/time" | awk '{print $1 + $2}')" "$c0" "$c1" "$SIZE_MB" "$e0" "$e1" "$t0" "$t1" "$(cut -d' ' -f1 /proc/loadavg)" <<'PY'
 import re, sys
 log = open(sys.argv[1]).read()
 rtt, loss, ccpu, c0, c1, mb, e0, e1, t0, t1, load = sys.argv[2:]
@@ -195,14 +192,68 @@ own = f" (its own figure {float(m.group(1)) * 1.048576:.0f})" if m else ""
 dropped = re.search(r"PC performance figure\s*:\s*([0-9]+) packets dropped", log)
 print(f"| {rtt} ms | {loss} % | Tsunami{own} | {gp:.0f} | {gp/20:.1f} | {(float(c1)-float(c0))/gb:.2f} | {float(ccpu)/gb:.2f} | {(float(e1)-float(e0))/gb:.2f} | {dropped.group(1) if dropped else '?'} dropped by the client | {load} |")
 PY
-      else
-        echo "| $rtt ms | $loss % | Tsunami | failed: $(grep -m1 -i 'error\|warning' "$SCRATCH/tsu.log" || tail -1 "$SCRATCH/tsu.log") | | | | | | |"
+  else
+    echo "| $rtt ms | $loss % | Tsunami | failed: $(grep -m1 -i 'error\|warning' "$SCRATCH/tsu.log" || tail -1 "$SCRATCH/tsu.log") | | | | | | |"
+  fi
+  rm -f "$SCRATCH/dst-tsu/data.bin"
+}
+
+echo
+echo "| RTT | loss | tool | goodput Mb/s | % of 2 Gb/s | sender CPU s/GB | receiver CPU s/GB | emulator CPU s/GB | retransmitted | load |"
+echo "| --: | --: | --- | --: | --: | --: | --: | --: | --: | --: |"
+: >"$SCRATCH/grid"
+for rtt in $RTTS; do
+  for loss in $LOSSES; do
+    # queue: one bandwidth-delay product, at least 4 MB
+    q=$(python3 -c "print(max(4_000_000, int(2e9/8*$rtt/1000)))")
+    start_emu --rtt ${rtt}ms --rate 2Gbps --queue $q --loss ${loss}%
+    # ROUNDS (default 1) runs of xfer and of TCP BBR file to file at each point, in alternating order
+    # (xfer first in odd rounds): on this shared machine one run per point says little
+    for r in $(seq "${ROUNDS:-1}"); do
+      if [ $((r % 2)) = 1 ]; then run_xfer; fi
+      if [ "$NO_TCP" != 1 ] && command -v iperf3 >/dev/null; then
+        # TCP buffers up to 128 MiB (the default 6 MB holds TCP to about 6 MB per RTT: 240 Mb/s at 100 ms)
+        for ns in $A $B; do
+          ip netns exec $ns sysctl -qw net.ipv4.tcp_rmem="4096 131072 134217728" net.ipv4.tcp_wmem="4096 131072 134217728"
+        done
+        # memory to memory (CUBIC, BBR) in the first round only; NO_MEM=1 leaves it out
+        if [ "$r" = 1 ] && [ "${NO_MEM:-0}" != 1 ]; then run_tcp_memory; fi
+        run_tcp_file
       fi
-      rm -f "$SCRATCH/dst-tsu/data.bin"
-    fi
+      if [ $((r % 2)) = 0 ]; then run_xfer; fi
+    done
+    if [ -n "${TSUNAMI_DIR:-}" ]; then run_tsunami; fi
     stop_emu
   done
 done
+if [ -n "$RTTS" ]; then
+  # per point, the medians of the file-to-file runs: xfer against TCP BBR (iperf3 -F)
+  python3 - "$SCRATCH/grid" <<'PY'
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1])]
+points = list(dict.fromkeys((r[0], r[1]) for r in rows))
+med = lambda rs, i: statistics.median(float(r[i]) for r in rs)
+span = lambda rs: f"{min(float(r[3]) for r in rs):.0f}-{max(float(r[3]) for r in rs):.0f}"
+lines, ahead, snd_ok, rcv_ok = [], 0, 0, 0
+for p in points:
+    x = [r for r in rows if (r[0], r[1]) == p and r[2] == "xfer"]
+    b = [r for r in rows if (r[0], r[1]) == p and r[2] == "bbr-file"]
+    if not x or not b:
+        continue
+    gx, gb = med(x, 3), med(b, 3)
+    ahead += gx >= gb
+    snd_ok += med(x, 4) <= med(b, 4)
+    rcv_ok += med(x, 5) <= med(b, 5)
+    lines.append(f"| {p[0]} ms | {p[1]} % | {len(x)} / {len(b)} | {gx:.0f} ({span(x)}) | {gb:.0f} ({span(b)}) | {100 * gx / gb:.1f} % "
+                 f"| {med(x, 4):.2f} / {med(b, 4):.2f} | {med(x, 5):.2f} / {med(b, 5):.2f} |")
+if lines:
+    print("\nFile to file, medians per point (runs alternating):\n")
+    print("| RTT | loss | runs xfer / BBR | xfer Mb/s (range) | TCP BBR -F Mb/s (range) | xfer / BBR | sender CPU s/GB xfer / BBR | receiver CPU s/GB xfer / BBR |")
+    print("| --: | --: | --: | --: | --: | --: | --: | --: |")
+    print("\n".join(lines))
+    print(f"\nxfer's median goodput at least BBR's: {ahead} of {len(lines)} points; sender CPU at most BBR's: {snd_ok}; receiver CPU at most BBR's: {rcv_ok}")
+PY
+fi
 
 [ "$NO_LOOPBACK" = 1 ] && exit 0
 echo

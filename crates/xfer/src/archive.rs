@@ -168,7 +168,7 @@ pub fn record_send(
         error: r.as_ref().err().map(|e| e.to_string()),
         detail: match r {
             Ok(o) => serde_json::json!({"files": o.committed, "retransmits": o.stats.retransmits,
-                "datagrams": o.stats.datagrams}),
+                "datagrams": o.stats.datagrams, "receiver": o.receiver}),
             Err(_) => serde_json::Value::Null,
         },
     };

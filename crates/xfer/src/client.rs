@@ -220,6 +220,8 @@ pub struct RelayOutcome {
     pub bytes_moved: u64,
     pub seconds: f64,
     pub attempts: u32,
+    /// The counters of the receiving daemon.
+    pub receiver: Option<crate::session::ReceiverReport>,
 }
 
 /// Asks the daemon of `cfg` to push `sources` (its `ROOT/path`s) to the daemon `to` into `dest`, and follows
@@ -287,6 +289,7 @@ pub fn relay(
                 files,
                 bytes_moved,
                 seconds,
+                receiver,
             })) => {
                 link.close();
                 return if ok {
@@ -295,6 +298,7 @@ pub fn relay(
                         bytes_moved,
                         seconds,
                         attempts,
+                        receiver,
                     })
                 } else {
                     let e = error.unwrap_or_default();

@@ -982,9 +982,9 @@ fn relay_session(
             other => break other,
         }
     };
-    let (ok, error, files, moved) = match &result {
-        Ok(o) => (true, None, o.committed.clone(), o.stats.bytes),
-        Err(e) => (false, Some(e.to_string()), Vec::new(), 0),
+    let (ok, error, files, moved, receiver) = match &result {
+        Ok(o) => (true, None, o.committed.clone(), o.stats.bytes, Some(o.receiver)),
+        Err(e) => (false, Some(e.to_string()), Vec::new(), 0, None),
     };
     log!(
         sh,
@@ -1028,5 +1028,6 @@ fn relay_session(
         files,
         bytes_moved: moved,
         seconds: t0.elapsed().as_secs_f64(),
+        receiver,
     });
 }

@@ -36,7 +36,7 @@ use crate::hash::{file_hash, ChunkHasher};
 use crate::key::hex;
 use crate::link::{Inbound, Link};
 use crate::progress::Progress;
-use crate::session::{Committed, FileSpec, Have, Options, Session};
+use crate::session::{Committed, FileSpec, Have, Options, ReceiverReport, Session};
 use crate::source::{AlignedBuf, DIRECT_ALIGN};
 
 /// Where one file of a request goes and what is there already.
@@ -238,6 +238,13 @@ pub struct RecvOutcome {
     /// Bytes read back from the disk after they were written and found equal (`verify_written`).
     pub bytes_read_back: u64,
     pub seconds: f64,
+}
+
+impl RecvOutcome {
+    /// The counters as the receiver reports them to the sender.
+    pub fn report(&self) -> ReceiverReport {
+        ReceiverReport::new(&self.stats, self.bytes_written_direct, self.bytes_read_back)
+    }
 }
 
 struct OpenFile {
@@ -758,6 +765,8 @@ pub fn run_receiver(
         hres_rx: &hres_rx,
         fres_rx: &fres_rx,
         stages: &mut stages,
+        written_direct: &written_direct,
+        read_back: &read_back,
     });
     hstop.store(true, Relaxed);
     // the verifier ends, then the committing thread (the verifier held its channel)
@@ -828,6 +837,10 @@ struct RecvLoop<'a> {
     hres_rx: &'a ChanRx<(u32, u32, Result<ChunkHash, String>)>,
     fres_rx: &'a ChanRx<Result<Committed, String>>,
     stages: &'a mut Stages,
+    /// The verifier's counts of bytes written with `O_DIRECT` and read back (final once every file is
+    /// committed: each file's chunks are written and read back before its commit).
+    written_direct: &'a AtomicU64,
+    read_back: &'a AtomicU64,
 }
 
 const BATCH: usize = 64;
@@ -986,6 +999,8 @@ fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
         hres_rx,
         fres_rx,
         stages,
+        written_direct,
+        read_back,
     } = d;
     let cs = plan.options.chunk_size;
     let nfiles = plan.files.len();
@@ -1272,13 +1287,17 @@ fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
         progress.lost.store(st.reported_lost, Relaxed);
         if transfer_done && n_committed == nfiles {
             let files: Vec<Committed> = committed.into_iter().map(|c| c.expect("committed")).collect();
-            link.send_session(&Session::Committed { files: files.clone() });
+            let (direct, back) = (written_direct.load(Relaxed), read_back.load(Relaxed));
+            link.send_session(&Session::Committed {
+                files: files.clone(),
+                receiver: ReceiverReport::new(&st, direct, back),
+            });
             return Ok(RecvOutcome {
                 committed: files,
                 stats: st,
                 bytes_resumed,
-                bytes_written_direct: 0, // these two are filled in when the verifier has stopped
-                bytes_read_back: 0,
+                bytes_written_direct: direct,
+                bytes_read_back: back,
                 seconds: started.map_or(0.0, |t| t.elapsed().as_secs_f64()),
             });
         }

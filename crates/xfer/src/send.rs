@@ -25,7 +25,7 @@ use crate::hash::ChunkHasher;
 use crate::link::{Inbound, Link};
 use crate::out::Output;
 use crate::progress::Progress;
-use crate::session::{Committed, Have, Options, Session};
+use crate::session::{Committed, Have, Options, ReceiverReport, Session};
 use crate::source::{FdCache, SourceSet};
 
 /// Settings of one sending transfer.
@@ -52,6 +52,8 @@ pub struct SendParams {
 pub struct SendOutcome {
     /// The receiver's report: each file synced under its final name, with its BLAKE3.
     pub committed: Vec<Committed>,
+    /// The receiver's counters: what arrived, what it asked for again, what it dropped.
+    pub receiver: ReceiverReport,
     /// Protocol counters.
     pub stats: SenderStats,
     /// Bytes found already at the destination (verified, not moved).
@@ -330,7 +332,7 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
     );
     let mut started: Option<Instant> = None;
     let mut done_at: Option<Instant> = None;
-    let mut committed: Option<Vec<Committed>> = None;
+    let mut committed: Option<(Vec<Committed>, ReceiverReport)> = None;
     let mut link_closed = false;
     let mut bytes_resumed = 0u64;
     let mut files_done = 0u64;
@@ -444,7 +446,7 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
         if let Some(r) = s.rate().min_rtt() {
             progress.min_rtt_us.store(r.as_micros() as u64, Relaxed);
         }
-        if let Some(c) = &committed {
+        if let Some((c, receiver)) = &committed {
             if done_at.is_none() {
                 if link_closed && link.rx.is_empty() {
                     return Err(failed!(
@@ -454,6 +456,7 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
             } else {
                 return Ok(SendOutcome {
                     committed: c.clone(),
+                    receiver: *receiver,
                     stats: st,
                     bytes_resumed,
                     seconds: started.map_or(0.0, |t| t.elapsed().as_secs_f64()),
@@ -504,9 +507,9 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
                 Inbound::Sess(Session::HaveDone) => {
                     have_done = true;
                 }
-                Inbound::Sess(Session::Committed { files }) => {
+                Inbound::Sess(Session::Committed { files, receiver }) => {
                     // checked against the sender's own verdict below, after pending events
-                    committed = Some(files);
+                    committed = Some((files, receiver));
                 }
                 Inbound::Sess(other) => {
                     return Err(failed!(

@@ -80,6 +80,61 @@ pub struct Committed {
     pub resumed_chunks: u64,
 }
 
+/// What the receiver counted over a transfer, reported with `committed` (protocol version 4) so that the
+/// sending side's summary has the receiver's own view: what arrived, what it had to ask for again, and
+/// everything it dropped, by cause.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReceiverReport {
+    /// Data datagrams whose payload was written.
+    pub datagrams: u64,
+    /// Datagrams for blocks already held (late, duplicated or redundant retransmissions).
+    pub duplicates: u64,
+    /// Sequence numbers the receiver reported lost (each is counted once per report that carries it).
+    pub reported_lost: u64,
+    /// Datagrams dropped for a wrong authentication tag (forged, or corrupted on the way).
+    pub bad_tag: u64,
+    /// Datagrams dropped for a malformed header or a range outside the announced file.
+    pub malformed: u64,
+    /// Datagrams of another transfer, or from before `hello`.
+    pub wrong_transfer: u64,
+    /// Datagrams for a file not announced.
+    pub unknown_file: u64,
+    /// Chunks whose hash did not match the sender's (sent again).
+    pub chunk_mismatches: u64,
+    /// Bytes written past the page cache (`O_DIRECT`).
+    pub bytes_written_direct: u64,
+    /// Bytes read back from the disk after writing and compared with the verified hashes.
+    pub bytes_read_back: u64,
+}
+
+impl ReceiverReport {
+    /// The report from the protocol's counters and the disk counters of the receiving side.
+    pub fn new(
+        st: &vlbiflow_xfer_proto::ReceiverStats,
+        bytes_written_direct: u64,
+        bytes_read_back: u64,
+    ) -> ReceiverReport {
+        ReceiverReport {
+            datagrams: st.delivered,
+            duplicates: st.duplicates,
+            reported_lost: st.reported_lost,
+            bad_tag: st.bad_tag,
+            malformed: st.malformed,
+            wrong_transfer: st.wrong_transfer,
+            unknown_file: st.unknown_file,
+            chunk_mismatches: st.mismatches,
+            bytes_written_direct,
+            bytes_read_back,
+        }
+    }
+
+    /// Datagrams dropped, all causes.
+    pub fn dropped(&self) -> u64 {
+        self.bad_tag + self.malformed + self.wrong_transfer + self.unknown_file
+    }
+}
+
 /// A session message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
@@ -133,8 +188,11 @@ pub enum Session {
     Have { file: u32, chunk: u32, hash: ChunkHash },
     /// Receiver -> sender: every `have` has been sent.
     HaveDone,
-    /// Receiver -> sender: every file is synced under its final name.
-    Committed { files: Vec<Committed> },
+    /// Receiver -> sender: every file is synced under its final name; with the receiver's counters.
+    Committed {
+        files: Vec<Committed>,
+        receiver: ReceiverReport,
+    },
     /// Daemon -> client of a relay: progress of the daemon-to-daemon transfer.
     Progress {
         bytes_total: u64,
@@ -156,6 +214,8 @@ pub enum Session {
         files: Vec<Committed>,
         bytes_moved: u64,
         seconds: f64,
+        /// The receiving daemon's counters (none when the relay failed).
+        receiver: Option<ReceiverReport>,
     },
 }
 
@@ -197,5 +257,30 @@ mod tests {
         let p = vlbiflow_xfer_proto::ControlMsg::Ping.to_line();
         assert!(!Session::is_session_line(&p));
         assert!(Session::parse(r#"{"op":"push","dest":"a","files":[],"options":{}}"#).is_err());
+    }
+
+    #[test]
+    fn the_commit_report_carries_the_receivers_counts() {
+        let st = vlbiflow_xfer_proto::ReceiverStats {
+            delivered: 10,
+            duplicates: 1,
+            malformed: 2,
+            bad_tag: 3,
+            wrong_transfer: 4,
+            unknown_file: 5,
+            reported_lost: 6,
+            mismatches: 7,
+            ..Default::default()
+        };
+        let r = ReceiverReport::new(&st, 8, 9);
+        assert_eq!(r.dropped(), 2 + 3 + 4 + 5);
+        let m = Session::Committed {
+            files: vec![],
+            receiver: r,
+        };
+        let l = m.to_line();
+        assert_eq!(Session::parse(&l).unwrap(), m);
+        // a commit report of version 3 (no counters) is not taken for one of version 4
+        assert!(Session::parse(r#"{"op":"committed","files":[]}"#).is_err());
     }
 }

@@ -119,6 +119,14 @@ fn push_files_and_a_tree_verified_and_committed() {
     )
     .unwrap();
     assert_eq!(out.committed.len(), sizes.len() + 2);
+    // the receiver's report: every block arrived as one datagram at least, nothing was dropped
+    let blocks: u64 = sizes
+        .iter()
+        .chain([&70_000, &(2 << 20)])
+        .map(|&n| (n as u64).div_ceil(8192))
+        .sum();
+    assert!(out.receiver.datagrams >= blocks, "{:?}", out.receiver);
+    assert_eq!(out.receiver.dropped(), 0, "{:?}", out.receiver);
     for c in &out.committed {
         let got = std::fs::read(e.root.join("in").join(&c.name)).unwrap();
         let want = std::fs::read(e.src.join(&c.name)).unwrap();
@@ -270,6 +278,14 @@ fn garbage_datagrams_and_connection_probes_change_only_counters() {
     // what arrived while the transfer ran was counted (the rest hit a closed port), nothing was written
     assert!(bad + malformed > 0);
     assert!(bad > 0, "no forged datagram reached the tag check");
+    // the client has the receiver's own count of this transfer (the daemon ran no other)
+    assert_eq!(out.receiver.bad_tag, bad, "{:?}", out.receiver);
+    assert_eq!(out.receiver.dropped(), bad + malformed, "{:?}", out.receiver);
+    assert!(
+        out.receiver.datagrams >= (size as u64).div_ceil(8192),
+        "{:?}",
+        out.receiver
+    );
     assert_eq!(tree(&e.root), ["g/g.vdif", "g/g.vdif.blake3.json"]);
 }
 
@@ -296,7 +312,7 @@ fn archive_and_metrics() {
     std::fs::write(&f, content(3, 300_000)).unwrap();
     let (set, _) = collect_paths(&[f]).unwrap();
     let ccfg = ClientConfig::new(d.local_addr().to_string(), key);
-    client::push(
+    let out = client::push(
         &ccfg,
         set,
         "data",
@@ -306,6 +322,8 @@ fn archive_and_metrics() {
         &AtomicBool::new(false),
     )
     .unwrap();
+    // the daemon's policy, as its report to the client says: every byte was read back before the commit
+    assert_eq!(out.receiver.bytes_read_back, 300_000, "{:?}", out.receiver);
     // the client returns when the commit report arrives; the daemon finishes its books right after
     let t0 = std::time::Instant::now();
     while d

@@ -17,7 +17,7 @@ use vlbiflow_xfer::dest::Roots;
 use vlbiflow_xfer::remote;
 use vlbiflow_xfer::scan::{scan_source, Layout};
 use vlbiflow_xfer::send::SendOutcome;
-use vlbiflow_xfer::session::Options;
+use vlbiflow_xfer::session::{Options, ReceiverReport};
 use vlbiflow_xfer::source::collect_paths;
 use vlbiflow_xfer::{Key, Progress, XferError};
 use vlbiflow_xfer_proto::RateConfig;
@@ -566,6 +566,7 @@ fn print_summary(out: &SendOutcome, total: u64, json: bool) {
             "seconds": out.seconds,
             "verified_seconds": out.verified_seconds,
             "goodput_bps": goodput,
+            "receiver": out.receiver,
         });
         println!("{}", serde_json::to_string_pretty(&v).expect("json"));
         return;
@@ -582,6 +583,7 @@ fn print_summary(out: &SendOutcome, total: u64, json: bool) {
         out.stats.retransmits,
         out.stats.retransmits as f64 / out.stats.datagrams.max(1) as f64 * 100.0
     );
+    println!("{}", receiver_line(&out.receiver));
     for c in out.committed.iter().take(20) {
         println!("  {}  {}  {}", c.blake3, fmt_bytes(c.size), c.name);
     }
@@ -591,6 +593,39 @@ fn print_summary(out: &SendOutcome, total: u64, json: bool) {
             out.committed.len() - 20
         );
     }
+}
+
+/// One line of what the receiving side counted (push, pull and relay summaries).
+fn receiver_line(r: &ReceiverReport) -> String {
+    let mut l = format!(
+        "receiver: {} datagrams written, {} duplicate, {} reported lost",
+        r.datagrams, r.duplicates, r.reported_lost
+    );
+    if r.dropped() == 0 {
+        l.push_str(", none dropped");
+    } else {
+        l.push_str(&format!(
+            ", {} dropped ({} bad tag, {} malformed, {} of another transfer or before hello, {} for a file not announced)",
+            r.dropped(),
+            r.bad_tag,
+            r.malformed,
+            r.wrong_transfer,
+            r.unknown_file
+        ));
+    }
+    if r.chunk_mismatches > 0 {
+        l.push_str(&format!(
+            ", {} chunks failed verification and came again",
+            r.chunk_mismatches
+        ));
+    }
+    if r.bytes_read_back > 0 {
+        l.push_str(&format!(
+            ", {} read back from its disk and matched",
+            fmt_bytes(r.bytes_read_back)
+        ));
+    }
+    l
 }
 
 /// Logs a client run to the local archive (problems with the archive are reported, not fatal).
@@ -782,7 +817,7 @@ fn copy(a: CopyArgs) -> anyhow::Result<ExitCode> {
             if a.common.json {
                 let v = serde_json::json!({
                     "verified": true, "files": out.files, "bytes_total": total, "bytes_sent": out.bytes_moved,
-                    "seconds": out.seconds, "attempts": out.attempts,
+                    "seconds": out.seconds, "attempts": out.attempts, "receiver": out.receiver,
                 });
                 println!("{}", serde_json::to_string_pretty(&v).expect("json"));
             } else {
@@ -794,6 +829,9 @@ fn copy(a: CopyArgs) -> anyhow::Result<ExitCode> {
                     out.seconds,
                     out.attempts
                 );
+                if let Some(r) = &out.receiver {
+                    println!("{}", receiver_line(r));
+                }
                 for c in out.files.iter().take(20) {
                     println!("  {}  {}  {}", c.blake3, fmt_bytes(c.size), c.name);
                 }
@@ -835,6 +873,7 @@ fn pull(a: PullArgs) -> anyhow::Result<ExitCode> {
                     "datagrams": out.stats.delivered,
                     "seconds": out.seconds,
                     "goodput_bps": goodput,
+                    "receiver": out.report(),
                 });
                 println!("{}", serde_json::to_string_pretty(&v).expect("json"));
             } else {
@@ -846,6 +885,7 @@ fn pull(a: PullArgs) -> anyhow::Result<ExitCode> {
                     out.seconds,
                     fmt_bit_rate(goodput)
                 );
+                println!("{}", receiver_line(&out.report()));
                 for c in out.committed.iter().take(20) {
                     println!("  {}  {}  {}", c.blake3, fmt_bytes(c.size), c.name);
                 }
