@@ -107,7 +107,7 @@ pub fn push(
         Ok(Inbound::Sess(Session::Refuse { error })) => {
             return Err(XferError::Refused(format!("the daemon refused: {error}")))
         }
-        Ok(Inbound::Closed(why)) => return Err(failed!("{why}")),
+        Ok(Inbound::Closed(why) | Inbound::Refused(why)) => return Err(failed!("{why}")),
         Ok(other) => return Err(failed!("unexpected answer from the daemon: {other:?}")),
         Err(_) => return Err(failed!("the daemon did not answer the request within 60 s")),
     };
@@ -182,7 +182,7 @@ pub fn pull(
         Ok(Inbound::Sess(Session::Refuse { error })) => {
             return Err(XferError::Refused(format!("the daemon refused: {error}")))
         }
-        Ok(Inbound::Closed(why)) => return Err(failed!("{why}")),
+        Ok(Inbound::Closed(why) | Inbound::Refused(why)) => return Err(failed!("{why}")),
         Ok(other) => return Err(failed!("unexpected answer from the daemon: {other:?}")),
         Err(_) => return Err(failed!("the daemon did not answer the request within 60 s")),
     };
@@ -254,7 +254,7 @@ pub fn relay(
         Ok(Inbound::Sess(Session::Refuse { error })) => {
             return Err(XferError::Refused(format!("the daemon refused: {error}")))
         }
-        Ok(Inbound::Closed(why)) => return Err(failed!("{why}")),
+        Ok(Inbound::Closed(why) | Inbound::Refused(why)) => return Err(failed!("{why}")),
         Ok(other) => return Err(failed!("unexpected answer from the daemon: {other:?}")),
         Err(_) => return Err(failed!("the daemon did not answer the request within 60 s")),
     }
@@ -310,7 +310,7 @@ pub fn relay(
                     }
                 };
             }
-            Ok(Inbound::Closed(why)) => {
+            Ok(Inbound::Closed(why) | Inbound::Refused(why)) => {
                 return Err(failed!(
                     "{why} (the daemon may still be retrying; see its log and `xfer history` there)"
                 ))

@@ -355,6 +355,15 @@ fn session(s: TcpStream, peer: SocketAddr, sh: Arc<Shared>) {
     let link = Link::start(conn, crate::link::control_stall_limit(sh.cfg.dead_timeout));
     let req = match link.rx.recv_timeout(sh.cfg.handshake_timeout) {
         Ok(Inbound::Sess(s)) => s,
+        Ok(Inbound::Refused(why)) => {
+            // an authenticated client whose request this daemon cannot read (another release): it hears why
+            sh.counters.refused.fetch_add(1, Relaxed);
+            log!(sh, "{peer}: refused: {why}");
+            link.send_session(&Session::Refuse {
+                error: format!("{why} (the daemon runs vlbiflow {})", env!("CARGO_PKG_VERSION")),
+            });
+            return;
+        }
         Ok(other) => {
             log!(sh, "{peer}: expected a request, got {other:?}");
             return;

@@ -20,8 +20,12 @@ pub enum Inbound {
     Ctl(ControlMsg),
     /// A session message.
     Sess(Session),
-    /// The connection ended (or a line was not understood); the reason.
+    /// The connection ended; the reason.
     Closed(String),
+    /// The peer sent a line this side does not understand (another protocol version, a bug, or not a
+    /// peer at all); the reason. Nothing more is read. The receiver of this should tell the peer why in an
+    /// `abort` before it gives up, so that the other side's operator learns it too.
+    Refused(String),
 }
 
 /// Both threads of a control link.
@@ -122,12 +126,12 @@ fn read_loop(mut rx: SecureReader, out: Sender<Inbound>, stop: Arc<AtomicBool>) 
         let msg = match rx.read_line(Some(&stop)) {
             Ok(Some(line)) => match parse(&line) {
                 Ok(m) => m,
-                Err(e) => Inbound::Closed(format!("the peer sent a message we do not understand: {e}")),
+                Err(e) => Inbound::Refused(format!("a message from the peer was not understood: {e}")),
             },
             Ok(None) => Inbound::Closed("the peer closed the control connection".into()),
             Err(e) => Inbound::Closed(format!("control connection: {e}")),
         };
-        let end = matches!(msg, Inbound::Closed(_));
+        let end = matches!(msg, Inbound::Closed(_) | Inbound::Refused(_));
         if out.send(msg).is_err() || end {
             return;
         }

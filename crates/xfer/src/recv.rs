@@ -1068,6 +1068,12 @@ fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
                 Inbound::Closed(why) => {
                     return Err(failed!("{why}; the .part files are kept for a resume"));
                 }
+                Inbound::Refused(why) => {
+                    return Err(abort(
+                        link,
+                        format!("{why}; the .part files are kept for a resume"),
+                    ));
+                }
             }
         }
         let now = Instant::now();

@@ -518,6 +518,10 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
                     ))
                 }
                 Inbound::Closed(_) if committed.is_some() => link_closed = true,
+                Inbound::Refused(why) => {
+                    link.send(ControlMsg::Abort { reason: why.clone() }.to_line());
+                    return Err(failed!("{why}"));
+                }
                 Inbound::Closed(why) => {
                     return Err(failed!(
                         "{why}; verified chunks are kept at the receiver, run the same command to resume"

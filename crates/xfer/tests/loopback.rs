@@ -678,3 +678,73 @@ fn a_file_larger_than_the_free_space_is_refused_up_front() {
     );
     assert!(tree(&e.root).is_empty(), "{:?}", tree(&e.root));
 }
+
+/// A peer of another release hears why it was turned away: a request this daemon cannot read is refused
+/// with the reason, and a `hello` of another protocol version ends the transfer with an `abort` that says
+/// so (before, both ends only saw the connection close). Nothing is written.
+#[test]
+fn a_peer_of_another_protocol_version_is_told_why() {
+    use vlbiflow_xfer::link::{Inbound, Link};
+    use vlbiflow_xfer::session::{FileSpec, Session};
+    use vlbiflow_xfer_proto::ControlMsg;
+    let e = env();
+    let cfg = ClientConfig::new(e.daemon.local_addr().to_string(), e.key.clone());
+    let next = |link: &Link| link.rx.recv_timeout(Duration::from_secs(20)).expect("an answer");
+
+    // a request with a field this release does not know
+    let link = Link::start(client::connect(&cfg).unwrap(), Duration::from_secs(20));
+    let push = Session::Push {
+        dest: "data/v".into(),
+        files: vec![FileSpec {
+            name: "a.bin".into(),
+            size: 10_000,
+        }],
+        options: opts(1 << 20),
+    }
+    .to_line();
+    link.send(format!(
+        "{},\"from_the_future\":1}}",
+        push.strip_suffix('}').unwrap()
+    ));
+    match next(&link) {
+        Inbound::Sess(Session::Refuse { error }) => {
+            assert!(error.contains("from_the_future"), "{error}")
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    link.close();
+
+    // a hello of the protocol version before this one
+    let link = Link::start(client::connect(&cfg).unwrap(), Duration::from_secs(20));
+    link.send(push);
+    let transfer_id = match next(&link) {
+        Inbound::Sess(Session::Accept { transfer_id, .. }) => transfer_id,
+        other => panic!("expected an accept, got {other:?}"),
+    };
+    let v = vlbiflow_xfer_proto::wire::VERSION;
+    let hello = ControlMsg::Hello {
+        version: v,
+        transfer_id,
+        block_size: 8192,
+    }
+    .to_line()
+    .replace(&format!("\"version\":{v}"), &format!("\"version\":{}", v - 1));
+    link.send(hello);
+    let reason = loop {
+        match next(&link) {
+            Inbound::Ctl(ControlMsg::Abort { reason }) => break reason,
+            Inbound::Ctl(_) => continue, // what the receiver sends before it reads the hello
+            other => panic!("expected an abort, got {other:?}"),
+        }
+    };
+    assert!(
+        reason.contains(&format!("hello.version: {}, this side speaks {v}", v - 1)),
+        "{reason}"
+    );
+    link.close();
+    assert!(
+        tree(&e.root).iter().all(|p| p.ends_with(".part")),
+        "{:?}",
+        tree(&e.root)
+    );
+}
