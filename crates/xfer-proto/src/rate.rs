@@ -32,7 +32,8 @@
 //!
 //!   Refilling: when congestion has gone and left the estimate under half the best delivery rate of the
 //!   last 10 s (a flood of other traffic cuts it round after round), rounds with no queue probe at 1.25x
-//!   and raise the cap 25% each, up to 90% of that rate.
+//!   and raise the cap 25% each, up to 90% of that rate; it ends for good (towards that best sample) when
+//!   the estimate does not follow or the loss rises above the path's random loss.
 //!
 //!   Phases (startup rounds, drain, the gain cycle) last at least 20 ms, the shortest delivery-rate
 //!   sample, so that a probe shows in the samples even on a LAN.
@@ -178,6 +179,18 @@ pub struct RateControl {
     /// Refilling: the estimate, capped by congestion that has gone, comes back by 25% per round (see
     /// `auto_update`).
     refilling: bool,
+    /// The estimate when the previous and the current refilling round began. The samples span a round,
+    /// so a probe shows a round later: a round that leaves the estimate under 1.1x what it was two rounds
+    /// before ends refilling (the path, not a cap, is what holds the rate there).
+    refill_bases: [f64; 2],
+    /// Refilling rounds in a row.
+    refill_streak: u32,
+    /// When refilling ended for want of progress: the time of the best sample it was reaching for. It does
+    /// not start again towards that same sample.
+    refill_spent: Option<Instant>,
+    /// The last round lost clearly more than the path's random loss while the queue was empty (a policer,
+    /// a shallow buffer, a path whose capacity fell): no refilling then.
+    round_loss_excess: bool,
     /// Rounds spent refilling (for reports and tests).
     pub refill_rounds: u64,
 }
@@ -244,6 +257,10 @@ impl RateControl {
             bw_cap: None,
             round_queue_free: false,
             refilling: false,
+            refill_bases: [0.0; 2],
+            refill_streak: 0,
+            refill_spent: None,
+            round_loss_excess: false,
             refill_rounds: 0,
             cut_this_cycle: false,
             quiet_until: None,
@@ -305,6 +322,8 @@ impl RateControl {
     fn cut(&mut self) {
         self.bw_cap = Some(self.btl_bw() * CUT);
         self.cut_this_cycle = true;
+        self.refilling = false;
+        self.refill_streak = 0;
     }
 
     fn ceiling(&self) -> f64 {
@@ -590,13 +609,34 @@ impl RateControl {
                     // rounds, as far as that earlier rate and no further. A flow that keeps a queue (TCP
                     // beside this one) stops it at once, and one cut for loss (15%) does not start it: at
                     // 90% instead of half, CUBIC beside xfer kept 45% of the path rather than 57%, taking
-                    // every round its loss backoff left the queue empty.
-                    let best = self.long_max.map_or(0.0, |m| m.1);
+                    // every round its loss backoff left the queue empty. It also ends when a refilling
+                    // round did not raise the estimate by 10% (what holds the rate is the path: one that
+                    // drops without a queue, a policer, or less capacity than 10 s before) and when the
+                    // round lost clearly more than the path's random loss.
+                    let (best_at, best) = self.long_max.unwrap_or((now, 0.0));
                     let enough = if self.refilling { 0.9 } else { 0.5 };
-                    self.refilling = !quiet && !congested && self.round_queue_free && bw < enough * best;
+                    let want = !quiet
+                        && !congested
+                        && self.round_queue_free
+                        && !self.round_loss_excess
+                        && bw < enough * best
+                        && (self.refilling || self.refill_spent != Some(best_at));
+                    let progress = self.refill_streak < 2 || bw >= 1.1 * self.refill_bases[0];
+                    if congested {
+                        // congestion with a queue: whatever held the rate before has changed
+                        self.refill_spent = None;
+                    } else if self.refilling && (!progress || self.round_loss_excess) {
+                        // the path itself does not follow: not again towards the same best sample
+                        self.refill_spent = Some(best_at);
+                    }
+                    self.refilling = want && progress;
                     if self.refilling {
                         self.refill_rounds += 1;
-                        self.bw_cap = self.bw_cap.map(|c| c.max(bw) * 1.25);
+                        self.refill_streak += 1;
+                        self.refill_bases = [self.refill_bases[1], bw];
+                        self.bw_cap = self.bw_cap.map(|c| (c.max(bw) * 1.25).min(0.9 * best));
+                    } else {
+                        self.refill_streak = 0;
                     }
                     if next == 0 {
                         self.end_of_cycle(now, threshold);
@@ -619,8 +659,14 @@ impl RateControl {
         let (ql, qt) = std::mem::take(&mut self.round_q);
         // no queue: at most one datagram in 20 reported while the receiver saw one
         self.round_queue_free = et > 0 && qt * 20 <= qt + et;
+        self.round_loss_excess = false;
         if et >= 100 {
             let r = el as f64 / et as f64;
+            // well above the random loss so far: twice it (at least 0.5 points more) and 3 sigma
+            let base = self.random_loss;
+            self.round_loss_excess = (base > 0.0
+                && r > (2.0 * base).max(base + 0.005) + 3.0 * (base / et as f64).sqrt())
+                || r > self.cfg.loss_backoff;
             self.random_loss = if self.random_loss == 0.0 {
                 r
             } else {
@@ -651,6 +697,8 @@ impl RateControl {
                 // a standing queue restarts the filter 15% lower: transient, so that a loss-based flow
                 // holding a queue for seconds does not drive this one to nothing
                 self.cuts_queue += 1;
+                self.refilling = false;
+                self.refill_streak = 0;
                 let bw = self.btl_bw() * CUT;
                 self.bw_samples.clear();
                 self.bw_samples.push_back((now, bw));
@@ -838,6 +886,38 @@ mod tests {
         );
         assert!(rc.refill_rounds > 0);
         assert!(rc.btl_bw() > 0.9 * l.bw * 0.99, "estimate {:.3e}", rc.btl_bw());
+    }
+
+    /// A path whose capacity falls to 30% with almost no buffer (it drops without a queue, as a policer
+    /// does) is not refilled for long: a refilling round that does not raise the estimate ends it, and
+    /// then the rate stays near what the path delivers.
+    #[test]
+    fn refilling_stops_where_the_path_does_not_follow() {
+        let mut rc = RateControl::new(RateConfig::auto(10e6));
+        let mut l = link(1e9, 0.0);
+        l.run(&mut rc, 10.0);
+        l.bw *= 0.3;
+        l.buf = 2.0 * 8192.0;
+        l.run(&mut rc, 4.0);
+        let rounds = rc.refill_rounds;
+        let mut sent = 0.0;
+        let mut refill_steps = 0;
+        for _ in 0..800 {
+            sent += rc.pacing_rate() * 0.005;
+            l.step(&mut rc, Duration::from_millis(5));
+            refill_steps += (rc.state().phase == "refill") as u32;
+        }
+        assert!(
+            refill_steps < 80,
+            "refilling for {refill_steps} of 800 steps ({} rounds in all)",
+            rc.refill_rounds
+        );
+        assert!(
+            sent < 1.4 * l.bw * 4.0,
+            "sent {sent:.3e} into a path of {:.3e} over 4 s",
+            l.bw * 4.0
+        );
+        let _ = rounds;
     }
 
     #[test]

@@ -795,6 +795,13 @@ fn pull_session(
     });
     let have = match link.rx.recv_timeout(Duration::from_secs(60)) {
         Ok(Inbound::Sess(Session::Ready { have })) => have,
+        Ok(Inbound::Refused(why)) => {
+            log!(sh, "{peer}: pull: refused: {why}");
+            link.send_session(&Session::Refuse {
+                error: format!("{why} (the daemon runs vlbiflow {})", env!("CARGO_PKG_VERSION")),
+            });
+            return;
+        }
         Ok(other) => {
             log!(sh, "{peer}: pull: expected ready, got {other:?}");
             return;

@@ -334,6 +334,8 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
     let mut done_at: Option<Instant> = None;
     let mut committed: Option<(Vec<Committed>, ReceiverReport)> = None;
     let mut link_closed = false;
+    // nothing at all from the receiver yet (a link that closes then points at another release)
+    let mut heard = false;
     let mut bytes_resumed = 0u64;
     let mut files_done = 0u64;
     let mut tracker =
@@ -488,6 +490,7 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
         let mut handle = |m: Inbound, s: &mut Sender| -> Result<(), XferError> {
             match m {
                 Inbound::Ctl(c) => {
+                    heard = true;
                     if let ControlMsg::Abort { reason } = &c {
                         return Err(failed!("the receiver aborted: {reason}"));
                     }
@@ -521,6 +524,11 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
                 Inbound::Refused(why) => {
                     link.send(ControlMsg::Abort { reason: why.clone() }.to_line());
                     return Err(failed!("{why}"));
+                }
+                Inbound::Closed(why) if !heard => {
+                    return Err(failed!(
+                        "{why} before the receiver sent anything: if it runs another vlbiflow release, the protocol versions differ (the receiver's log says); otherwise run the same command to resume"
+                    ))
                 }
                 Inbound::Closed(why) => {
                     return Err(failed!(
@@ -573,6 +581,7 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
             .into_iter()
             .chain(std::iter::from_fn(|| frx.try_recv().ok()))
         {
+            heard = true;
             s.handle_feedback_datagram(Instant::now(), f);
             if let Some(t) = trace.as_mut() {
                 t.line(s);

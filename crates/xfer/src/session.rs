@@ -131,7 +131,11 @@ impl ReceiverReport {
 
     /// Datagrams dropped, all causes.
     pub fn dropped(&self) -> u64 {
-        self.bad_tag + self.malformed + self.wrong_transfer + self.unknown_file
+        // saturating: the numbers come from the peer
+        self.bad_tag
+            .saturating_add(self.malformed)
+            .saturating_add(self.wrong_transfer)
+            .saturating_add(self.unknown_file)
     }
 }
 
@@ -214,7 +218,8 @@ pub enum Session {
         files: Vec<Committed>,
         bytes_moved: u64,
         seconds: f64,
-        /// The receiving daemon's counters (none when the relay failed).
+        /// The receiving daemon's counters (none when the relay failed, and then left out).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         receiver: Option<ReceiverReport>,
     },
 }
