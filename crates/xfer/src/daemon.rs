@@ -332,6 +332,16 @@ fn note_failure(sh: &Shared, ip: IpAddr) {
     }
 }
 
+/// An authenticated client sent a session message this daemon cannot read (another release, most
+/// likely): counted and logged as a refusal, and the client hears why.
+fn refuse_unreadable(sh: &Shared, link: &Link, peer: SocketAddr, why: &str) {
+    sh.counters.refused.fetch_add(1, Relaxed);
+    log!(sh, "{peer}: refused: {why}");
+    link.send_session(&Session::Refuse {
+        error: format!("{why} (the daemon runs vlbiflow {})", env!("CARGO_PKG_VERSION")),
+    });
+}
+
 fn session(s: TcpStream, peer: SocketAddr, sh: Arc<Shared>) {
     if blocked(&sh, peer.ip()) {
         sh.counters.auth_blocked.fetch_add(1, Relaxed);
@@ -355,15 +365,7 @@ fn session(s: TcpStream, peer: SocketAddr, sh: Arc<Shared>) {
     let link = Link::start(conn, crate::link::control_stall_limit(sh.cfg.dead_timeout));
     let req = match link.rx.recv_timeout(sh.cfg.handshake_timeout) {
         Ok(Inbound::Sess(s)) => s,
-        Ok(Inbound::Refused(why)) => {
-            // an authenticated client whose request this daemon cannot read (another release): it hears why
-            sh.counters.refused.fetch_add(1, Relaxed);
-            log!(sh, "{peer}: refused: {why}");
-            link.send_session(&Session::Refuse {
-                error: format!("{why} (the daemon runs vlbiflow {})", env!("CARGO_PKG_VERSION")),
-            });
-            return;
-        }
+        Ok(Inbound::Refused(why)) => return refuse_unreadable(&sh, &link, peer, &why),
         Ok(other) => {
             log!(sh, "{peer}: expected a request, got {other:?}");
             return;
@@ -795,13 +797,7 @@ fn pull_session(
     });
     let have = match link.rx.recv_timeout(Duration::from_secs(60)) {
         Ok(Inbound::Sess(Session::Ready { have })) => have,
-        Ok(Inbound::Refused(why)) => {
-            log!(sh, "{peer}: pull: refused: {why}");
-            link.send_session(&Session::Refuse {
-                error: format!("{why} (the daemon runs vlbiflow {})", env!("CARGO_PKG_VERSION")),
-            });
-            return;
-        }
+        Ok(Inbound::Refused(why)) => return refuse_unreadable(sh, link, peer, &why),
         Ok(other) => {
             log!(sh, "{peer}: pull: expected ready, got {other:?}");
             return;

@@ -334,7 +334,8 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
     let mut done_at: Option<Instant> = None;
     let mut committed: Option<(Vec<Committed>, ReceiverReport)> = None;
     let mut link_closed = false;
-    // nothing at all from the receiver yet (a link that closes then points at another release)
+    // no protocol message (control or feedback) from the receiver yet: a link that closes then points at
+    // another release
     let mut heard = false;
     let mut bytes_resumed = 0u64;
     let mut files_done = 0u64;
@@ -527,7 +528,7 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
                 }
                 Inbound::Closed(why) if !heard => {
                     return Err(failed!(
-                        "{why} before the receiver sent anything: if it runs another vlbiflow release, the protocol versions differ (the receiver's log says); otherwise run the same command to resume"
+                        "{why} before the receiver sent any protocol message: if it runs another vlbiflow release, the protocol versions differ (the receiver's log says); otherwise run the same command to resume"
                     ))
                 }
                 Inbound::Closed(why) => {

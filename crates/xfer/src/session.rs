@@ -90,7 +90,8 @@ pub struct ReceiverReport {
     pub datagrams: u64,
     /// Datagrams for blocks already held (late, duplicated or redundant retransmissions).
     pub duplicates: u64,
-    /// Sequence numbers the receiver reported lost (each is counted once per report that carries it).
+    /// Sequence numbers the receiver found missing and reported lost, each counted once, when its gap was
+    /// seen (one that then arrives late after all counts here and as written or duplicate).
     pub reported_lost: u64,
     /// Datagrams dropped for a wrong authentication tag (forged, or corrupted on the way).
     pub bad_tag: u64,
