@@ -20,6 +20,11 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use vlbiflow_udp::sched;
+
+/// The forwarding threads' priority in the real-time class (`realtime`): above the 5 of vlbiflow's own
+/// data-plane threads (`--realtime`), so that the path's timing holds while they run.
+const EMU_PRIORITY: i32 = 10;
 
 /// Longest a forwarding thread sleeps before it looks at the stop flag again.
 const IDLE: Duration = Duration::from_millis(20);
@@ -349,10 +354,13 @@ fn forward(
     log: Option<SyncSender<DropRecord>>,
     log_lost: &AtomicU64,
 ) -> Result<DirReport, Error> {
-    sys::set_timer_slack(1);
-    if realtime {
-        sys::set_realtime(10).map_err(io_err("entering the SCHED_FIFO real-time class"))?;
-    }
+    sched::set_timer_slack(1);
+    // the thread ends with the run, and its class with it
+    let _rt = if realtime {
+        Some(sched::enter_realtime(EMU_PRIORITY).map_err(io_err("entering the SCHED_FIFO real-time class"))?)
+    } else {
+        None
+    };
     let now = || start.elapsed().as_nanos() as Nanos;
     let mut buf = vec![0u8; crate::model::MAX_PACKET + 1];
     let mut rep = DirReport::default();

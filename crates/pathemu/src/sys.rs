@@ -81,24 +81,6 @@ impl Tun {
     }
 }
 
-/// Sets the calling thread's timer slack (the kernel's default of 50 µs would blur every wake-up).
-pub fn set_timer_slack(ns: u64) {
-    // 0 would mean "back to the default"; the smallest slack the kernel takes is 1 ns.
-    let _ = rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(ns.max(1)));
-}
-
-/// Puts the calling thread in the SCHED_FIFO real-time class at `priority` (1..99).
-pub fn set_realtime(priority: i32) -> io::Result<()> {
-    let param = libc::sched_param {
-        sched_priority: priority,
-    };
-    // SAFETY: pid 0 is the calling thread; `param` outlives the call.
-    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 /// Runs `ip ARGS`; an error names the command and repeats what `ip` said.
 pub fn ip(args: &[&str]) -> io::Result<String> {
     let out = Command::new("ip").args(args).output().map_err(|e| {

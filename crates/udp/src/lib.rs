@@ -10,6 +10,7 @@
 //! - [`errqueue`]: ICMP errors (time exceeded, unreachable) from a socket's error queue, with the
 //!   sender, the kernel's receive time and the quoted datagram.
 //! - [`snmp`]: the kernel's UDP counters from `/proc/net/snmp`.
+//! - [`sched`]: data-plane threads in the real-time class (`--realtime`) and their timer slack.
 //! - [`sink`]: a discarding receiver with per-second counts and sequence-number loss accounting.
 //!
 //! Everything allocates at construction only; the send and receive paths do not allocate.
@@ -23,6 +24,7 @@ pub mod epoll;
 pub mod errqueue;
 pub mod pace;
 pub mod recv;
+pub mod sched;
 pub mod send;
 pub mod sink;
 pub mod snmp;
