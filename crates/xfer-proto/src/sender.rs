@@ -126,6 +126,10 @@ pub struct SenderStats {
     /// up back to back, when it came to send (it was not scheduled on a CPU, or its I/O blocked). Up to
     /// [`SenderConfig::max_pace_debt`] of it is made up afterwards; the rest is sending time lost.
     pub late_us: u64,
+    /// Sending time lost to the in-flight cap, µs: how far behind its pacing schedule the sender was when
+    /// the cap (twice the estimated BDP and the feedback's slack) opened again, beyond one burst. Feedback
+    /// that comes late (a receiver not scheduled, a feedback datagram queued) shows here.
+    pub window_us: u64,
 }
 
 #[derive(Debug)]
@@ -193,6 +197,8 @@ pub struct Sender {
     next_send: Option<Instant>,
     /// The last [`Sender::poll_transmit`] that sent nothing was held back by pacing alone.
     pace_limited: bool,
+    /// The last [`Sender::poll_transmit`] that sent nothing was held back by the in-flight cap.
+    window_limited: bool,
     /// Sending time lost to waking late, still to be made up (see [`SenderConfig::max_pace_debt`]).
     pace_debt: Duration,
     last_feedback: Option<Instant>,
@@ -265,6 +271,7 @@ impl Sender {
             next_seq: 0,
             next_send: None,
             pace_limited: false,
+            window_limited: false,
             pace_debt: Duration::ZERO,
             last_feedback: None,
             feedback_n: 0,
@@ -498,11 +505,13 @@ impl Sender {
     /// The next datagram to send now, if pacing, the in-flight cap and the queue allow one.
     pub fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
         if !self.running() || !self.window_open() {
+            self.window_limited = self.running();
             self.pace_limited = false;
             return None;
         }
         if self.next_send.is_some_and(|t| t > now) {
             self.pace_limited = true;
+            self.window_limited = false;
             return None;
         }
         let (file, offset, len, retransmit) = loop {
@@ -554,6 +563,8 @@ impl Sender {
                             .max_pace_debt
                             .min(self.rate.min_rtt().map_or(Duration::ZERO, |r| r / 2));
                         self.pace_debt = (self.pace_debt + late).min(max_debt);
+                    } else if self.window_limited {
+                        self.stats.window_us += (floor - t).as_micros() as u64;
                     }
                     floor
                 }
@@ -568,6 +579,7 @@ impl Sender {
             gap -= repay;
         }
         self.next_send = Some(base + gap);
+        self.window_limited = false;
         self.last_sent = Some(now);
         self.stats.datagrams += 1;
         self.stats.bytes += len as u64;

@@ -171,3 +171,65 @@ fn time_lost_to_a_long_stall_is_made_up_at_twice_the_rate_at_most() {
     );
     assert!(8.0 / fastest <= RATE * 2.01, "paced at {} b/s", 8.0 / fastest);
 }
+
+/// A sender held by the in-flight cap (feedback that comes late: a receiver not scheduled, feedback
+/// queued) loses that time without being "late": it shows as `window_us`, apart from `late_us`, and is
+/// not made up afterwards (one burst, as after idling).
+#[test]
+fn time_held_by_the_in_flight_cap_is_counted_apart_and_not_made_up() {
+    let mut c = SenderConfig::new(7, RateConfig::auto(1e9));
+    c.max_burst = BURST;
+    let mut s = Sender::new(c);
+    s.add_file("scan.vdif", 4 << 30, None).unwrap();
+    s.close();
+    let t0 = Instant::now();
+    let mut now = t0;
+    let cap = s.rate().cwnd().expect("automatic mode caps what is in flight");
+    // send without feedback until the cap holds the sender
+    let mut sent = 0u64;
+    loop {
+        sent += wake(&mut s, now).0 as u64;
+        if s.inflight_bytes() >= cap {
+            break;
+        }
+        now = s
+            .poll_timeout()
+            .expect("a deadline")
+            .max(now + Duration::from_micros(1));
+        assert!(now < t0 + Duration::from_secs(1), "the cap never closed");
+    }
+    assert_eq!(wake(&mut s, now).0, 0, "held by the cap");
+    // the feedback comes 20 ms late and acknowledges everything
+    let hold = Duration::from_millis(20);
+    now += hold;
+    assert_eq!(wake(&mut s, now).0, 0, "still held");
+    s.handle_feedback_datagram(
+        now,
+        Feedback {
+            n: 1,
+            highest_seq: Some(sent - 1),
+            loss_from: sent,
+            recv_bytes: sent * 8192,
+            recv_datagrams: sent,
+            recv_time_us: (now - t0).as_micros() as u64,
+            echo_ts_us: 0,
+            ..Feedback::default()
+        },
+    );
+    let (n, _) = wake(&mut s, now);
+    assert!(
+        (1..=BURST as usize + 1).contains(&n),
+        "{n} datagrams after the hold"
+    );
+    let st = s.stats();
+    eprintln!(
+        "held {hold:?}: window {} µs, late {} µs",
+        st.window_us, st.late_us
+    );
+    assert_eq!(st.late_us, 0, "a sender held by the cap is not late");
+    assert!(
+        st.window_us >= (hold / 2).as_micros() as u64 && st.window_us <= (hold * 2).as_micros() as u64,
+        "{} µs counted for a hold of {hold:?}",
+        st.window_us
+    );
+}
