@@ -146,6 +146,80 @@ fn wrong_key_unknown_root_and_dotdot_each_get_one_error_and_write_nothing() {
     }
 }
 
+/// `vlbiflow ARGS` as a user with no allowance for the real-time class: as root, user nobody (changing
+/// the user drops every capability); otherwise this user with its `RLIMIT_RTPRIO` lowered to 0.
+fn without_realtime_allowance(args: &[&str]) -> Command {
+    // SAFETY: geteuid has no preconditions.
+    let mut c = if unsafe { libc::geteuid() } == 0 {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]);
+        c
+    } else {
+        let mut c = Command::new("prlimit");
+        c.args(["--rtprio=0", "--"]);
+        c
+    };
+    c.arg(BIN).args(args);
+    c
+}
+
+#[test]
+fn realtime_that_is_not_permitted_is_refused_before_anything_starts() {
+    let d = tempfile::tempdir().unwrap();
+    // the unprivileged user works in here
+    std::fs::set_permissions(d.path(), std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let (root, key, src) = (
+        d.path().join("root"),
+        d.path().join("k.key"),
+        d.path().join("a.vdif"),
+    );
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::set_permissions(&root, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    std::fs::write(&src, content(3, 10_000)).unwrap();
+    std::fs::set_permissions(&src, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let state = d.path().join("state");
+    let (rootarg, keyarg) = (format!("data={}", root.display()), key.display().to_string());
+    let serve = without_realtime_allowance(&[
+        "xfer",
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--root",
+        &rootarg,
+        "--key",
+        &keyarg,
+        "--realtime",
+    ])
+    .env("XDG_STATE_HOME", &state)
+    .output()
+    .unwrap();
+    let err = String::from_utf8_lossy(&serve.stderr);
+    assert_eq!(serve.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--realtime") && err.contains("CAP_SYS_NICE"),
+        "{err}"
+    );
+    assert!(!err.contains("serving on"), "{err}");
+    // the client, with the key the daemon created: refused before it connects (nothing listens at port 9)
+    let push = without_realtime_allowance(&[
+        "xfer",
+        "push",
+        "--realtime",
+        "--key",
+        &keyarg,
+        &src.display().to_string(),
+        "127.0.0.1:9/data",
+    ])
+    .env("XDG_STATE_HOME", &state)
+    .output()
+    .unwrap();
+    let err = String::from_utf8_lossy(&push.stderr);
+    assert_eq!(push.status.code(), Some(2), "{err}");
+    assert!(err.contains("--realtime") && err.contains("ulimit -r"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert_eq!(std::fs::read_dir(&root).unwrap().count(), 0, "nothing written");
+}
+
 #[test]
 fn kill_9_of_the_receiver_then_the_same_command_moves_only_the_rest() {
     let d = tempfile::tempdir().unwrap();
@@ -331,7 +405,16 @@ fn push_through_an_emulated_lossy_path_between_namespaces() {
     let listen = format!("{}:46230", p.addr_b);
     let mut daemon = Command::new("ip")
         .args([
-            "netns", "exec", &p.ns_b, BIN, "xfer", "serve", "--listen", &listen, "--root",
+            "netns",
+            "exec",
+            &p.ns_b,
+            BIN,
+            "xfer",
+            "serve",
+            "--listen",
+            &listen,
+            "--realtime",
+            "--root",
         ])
         .arg(format!("data={}", root.display()))
         .env("XDG_STATE_HOME", &state)
@@ -356,7 +439,8 @@ fn push_through_an_emulated_lossy_path_between_namespaces() {
         .args(["netns", "exec", &p.ns_a, BIN, "xfer", "push"])
         .arg(&src)
         .arg(format!("{listen}/data/in"))
-        .args(["--chunk-size", "4MiB", "--json"])
+        // the pacing thread in the real-time class (root may)
+        .args(["--chunk-size", "4MiB", "--json", "--realtime"])
         .env("XDG_STATE_HOME", &state)
         .output()
         .unwrap();
@@ -372,6 +456,7 @@ fn push_through_an_emulated_lossy_path_between_namespaces() {
         v["datagrams"]
     );
     assert!(v["retransmits"].as_u64().unwrap() > 0, "1% loss must show");
+    assert_eq!(v["realtime"], true, "{v}");
     // the feedback came back as datagrams through the same lossy path
     assert!(v["feedback_datagrams"].as_u64().unwrap() > 0, "{v}");
     assert_eq!(v["feedback_rejected"].as_u64(), Some(0), "{v}");

@@ -27,6 +27,8 @@ pub struct ClientConfig {
     pub connect_timeout: Duration,
     /// Dead-peer timeout.
     pub dead_timeout: Duration,
+    /// This side's data threads in the real-time class (`--realtime`; checked before connecting).
+    pub realtime: bool,
 }
 
 impl ClientConfig {
@@ -37,12 +39,16 @@ impl ClientConfig {
             key,
             connect_timeout: Duration::from_secs(10),
             dead_timeout: Duration::from_secs(10),
+            realtime: false,
         }
     }
 }
 
 /// Connects and authenticates.
 pub fn connect(cfg: &ClientConfig) -> Result<SecureConn, XferError> {
+    if cfg.realtime {
+        crate::check_realtime()?;
+    }
     let addrs: Vec<SocketAddr> = cfg
         .server
         .to_socket_addrs()
@@ -133,6 +139,7 @@ pub fn push(
         dest: SocketAddr::new(peer.ip(), data_port),
         dead_timeout: cfg.dead_timeout,
         commit_timeout: Duration::from_secs(600),
+        realtime: cfg.realtime,
     };
     let out = send::run_sender(&link, Arc::new(set), &have, &params, progress, stop);
     link.close();
@@ -207,6 +214,7 @@ pub fn pull(
         secret,
         dead_timeout: cfg.dead_timeout,
         source: peer.to_string(),
+        realtime: cfg.realtime,
     };
     let out = crate::recv::run_receiver(&link, &sock, plan, &params, progress, stop);
     link.close();

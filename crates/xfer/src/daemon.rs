@@ -56,6 +56,8 @@ pub struct ServeConfig {
     /// Read every chunk received back from the disk before committing, whatever the client asked
     /// (`--verify-written` as the station's policy).
     pub verify_written: bool,
+    /// Run the data threads of every transfer in the real-time class (`--realtime`; checked at start).
+    pub realtime: bool,
 }
 
 impl ServeConfig {
@@ -76,6 +78,7 @@ impl ServeConfig {
             total_rate_bps: None,
             peer_key: None,
             verify_written: false,
+            realtime: false,
         }
     }
 }
@@ -167,6 +170,9 @@ macro_rules! log {
 impl Daemon {
     /// Binds the control port and starts accepting.
     pub fn start(cfg: ServeConfig) -> Result<Daemon, XferError> {
+        if cfg.realtime {
+            crate::check_realtime()?;
+        }
         let l = TcpListener::bind(cfg.listen)
             .map_err(|e| XferError::Usage(format!("listening on {}: {e}", cfg.listen)))?;
         l.set_nonblocking(true)
@@ -444,6 +450,7 @@ fn session(s: TcpStream, peer: SocketAddr, sh: Arc<Shared>) {
                 secret,
                 dead_timeout: sh.cfg.dead_timeout,
                 source: peer.to_string(),
+                realtime: sh.cfg.realtime,
             };
             let r = recv::run_receiver(&link, &sock, plan, &params, &progress, &sh.stop);
             sh.active
@@ -846,6 +853,7 @@ fn pull_session(
         dest: SocketAddr::new(peer.ip(), data_port),
         dead_timeout: sh.cfg.dead_timeout,
         commit_timeout: Duration::from_secs(600),
+        realtime: sh.cfg.realtime,
     };
     let r = crate::send::run_sender(link, Arc::new(set), &have, &params, &progress, &sh.stop);
     sh.active
@@ -928,6 +936,7 @@ fn relay_session(
     let key = sh.cfg.peer_key.clone().unwrap_or_else(|| sh.cfg.key.clone());
     let mut ccfg = crate::client::ClientConfig::new(to.clone(), key);
     ccfg.dead_timeout = sh.cfg.dead_timeout;
+    ccfg.realtime = sh.cfg.realtime;
     let rate = match options.rate_bps {
         Some(r) => vlbiflow_xfer_proto::RateConfig::fixed(r),
         None => vlbiflow_xfer_proto::RateConfig::auto(100e6),

@@ -16,6 +16,11 @@
 //! - [`client`], [`daemon`]: the client verbs and the serving daemon.
 //! - [`remote`]: `DAEMON[:PORT]/ROOT/PATH` arguments and the client's state directory.
 //! - [`follow`]: `push --follow`, a scan sent while it is recorded.
+//!
+//! With `--realtime` the data-plane threads (the sender's pacing thread, feedback reader and reading
+//! thread; the receiver's receiving and writing threads) run in the real-time class at a low priority
+//! ([`vlbiflow_udp::sched`]), so that pacing holds on a loaded host; control, resume hashing and
+//! committing stay in the ordinary class.
 
 // One system call rustix does not wrap (`cachestat`, in `source`) is the only unsafe code, allowed there.
 #![deny(unsafe_code)]
@@ -40,5 +45,28 @@ pub mod session;
 pub mod source;
 
 pub use error::XferError;
+
+/// Puts the calling data-plane thread in the real-time class when `realtime` (`--realtime`) asks for
+/// it, until the guard is dropped. The commands check that the class is permitted before a transfer
+/// starts ([`check_realtime`]); should it still fail here, the thread goes on in the ordinary class
+/// with a warning: a transfer is not given up for its priority.
+fn realtime_class(realtime: bool, thread: &str) -> Option<vlbiflow_udp::sched::RealtimeGuard> {
+    if !realtime {
+        return None;
+    }
+    match vlbiflow_udp::sched::enter_realtime(vlbiflow_udp::sched::DATA_PLANE_PRIORITY) {
+        Ok(g) => Some(g),
+        Err(e) => {
+            eprintln!("vlbiflow: warning: --realtime: {thread} stays in the ordinary class: {e}");
+            None
+        }
+    }
+}
+
+/// Whether `--realtime` can be honoured: the error (a usage error) says what to grant.
+pub fn check_realtime() -> Result<(), XferError> {
+    vlbiflow_udp::sched::check_realtime(vlbiflow_udp::sched::DATA_PLANE_PRIORITY)
+        .map_err(|e| XferError::Usage(format!("--realtime: {e}")))
+}
 pub use key::Key;
 pub use progress::Progress;

@@ -152,12 +152,15 @@ pub struct Round {
 impl Output {
     /// Output of the data of `set` in datagrams of at most `max_payload` payload bytes, encrypted with
     /// `aead_key` if given; with `subtree_block` ([`Sender::subtree_block`]) the digests of the blocks are
-    /// computed as windows are read.
+    /// computed as windows are read. With `realtime` the reading thread runs in the real-time class, as
+    /// the data thread it feeds does (`--realtime`): in the ordinary class, behind the real-time threads of
+    /// a busy host, it fell behind by up to 200 ms and the data thread waited for its window.
     pub fn new(
         set: Arc<SourceSet>,
         max_payload: usize,
         aead_key: Option<[u8; 32]>,
         subtree_block: Option<u64>,
+        realtime: bool,
     ) -> Output {
         let dgram = HEADER_LEN + max_payload.min(MAX_PAYLOAD);
         let segs = (GSO_MAX_BYTES / dgram).clamp(1, GSO_MAX_SEGMENTS);
@@ -172,7 +175,7 @@ impl Output {
             descs: Vec::with_capacity(MAX_ROUND),
             tx: BatchSender::with_parts(GSO_MSGS, 2 * segs),
             fds: FdCache::default(),
-            ahead: ReadAhead::new(set, subtree_block, direct.clone()),
+            ahead: ReadAhead::new(set, subtree_block, direct.clone(), realtime),
             direct,
             aead_key,
             send_errors: 0,
@@ -525,12 +528,13 @@ struct ReadAhead {
 }
 
 impl ReadAhead {
-    fn new(set: Arc<SourceSet>, sub: Option<u64>, direct: Arc<AtomicU64>) -> ReadAhead {
+    fn new(set: Arc<SourceSet>, sub: Option<u64>, direct: Arc<AtomicU64>, realtime: bool) -> ReadAhead {
         let (tx, req_rx) = bounded::<ReadReq>(1);
         let (done_tx, rx) = bounded::<Filled>(1);
         let thread = std::thread::Builder::new()
             .name("xfer-read".into())
             .spawn(move || {
+                let _rt = crate::realtime_class(realtime, "the reading thread");
                 let mut fds = FdCache::default();
                 for mut r in req_rx {
                     let (f, o) = r.start;
@@ -650,7 +654,7 @@ mod tests {
         ];
         let set = Arc::new(files(dir.path(), &sizes));
         let sub = Some(8192);
-        let mut out = Output::new(set.clone(), 8192, None, sub);
+        let mut out = Output::new(set.clone(), 8192, None, sub, false);
         let check = |out: &mut Output, f: usize, o: u64, len: usize| -> bool {
             if out.find(f, o, len).is_none() {
                 out.refill(&set, f, o).unwrap();
@@ -697,7 +701,7 @@ mod tests {
         let size = (KEPT as u64 + 3) * WINDOW as u64 + 12_288;
         let set = Arc::new(files(dir.path(), &[size]));
         let sub = Some(8192);
-        let mut out = Output::new(set.clone(), 8192, None, sub);
+        let mut out = Output::new(set.clone(), 8192, None, sub, false);
         let len = |o: u64| 8192.min(size - o) as usize;
         for o in (0..size).step_by(8192) {
             if out.find(0, o, len(o)).is_none() {

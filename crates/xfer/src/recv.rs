@@ -225,6 +225,9 @@ pub struct RecvParams {
     pub dead_timeout: Duration,
     /// For manifests: who sent it.
     pub source: String,
+    /// Run the data thread (receiving, feedback) in the real-time class (`--realtime`, see
+    /// [`vlbiflow_udp::sched`]).
+    pub realtime: bool,
 }
 
 /// What a completed receive did.
@@ -238,6 +241,8 @@ pub struct RecvOutcome {
     /// Bytes read back from the disk after they were written and found equal (`verify_written`).
     pub bytes_read_back: u64,
     pub seconds: f64,
+    /// The data thread ran in the real-time class (`--realtime` asked for it and it was permitted).
+    pub realtime: bool,
 }
 
 impl RecvOutcome {
@@ -724,9 +729,15 @@ pub fn run_receiver(
         read_back: read_back.clone(),
         fin: fin_tx,
     };
+    // the verifier writes the staged chunks and returns their buffers, which the receiving thread waits
+    // for when none is free: it runs in the same class
+    let realtime = p.realtime;
     let ver = std::thread::Builder::new()
         .name("xfer-verify".into())
-        .spawn(move || verifier(cs, job_rx, vio))
+        .spawn(move || {
+            let _rt = crate::realtime_class(realtime, "the verifying thread");
+            verifier(cs, job_rx, vio)
+        })
         .expect("spawn verifier");
     let (fres_tx, fres_rx) = unbounded::<Result<Committed, String>>();
     let (overwrite, source) = (plan.options.overwrite, p.source.clone());
@@ -744,6 +755,8 @@ pub fn run_receiver(
         .expect("spawn finalizer");
 
     let aead_key = encrypt.then(|| derive_data_aead_key(&p.secret, p.transfer_id));
+    let rt = crate::realtime_class(p.realtime, "the receiving data thread");
+    let realtime = rt.is_some();
     let result = recv_loop(RecvLoop {
         aead_key,
         fb: FeedbackOut {
@@ -768,6 +781,7 @@ pub fn run_receiver(
         written_direct: &written_direct,
         read_back: &read_back,
     });
+    drop(rt);
     hstop.store(true, Relaxed);
     // the verifier ends, then the committing thread (the verifier held its channel)
     drop(job_tx);
@@ -776,6 +790,7 @@ pub fn run_receiver(
     let result = result.map(|mut o| {
         o.bytes_written_direct = written_direct.load(Relaxed);
         o.bytes_read_back = read_back.load(Relaxed);
+        o.realtime = realtime;
         o
     });
     if let Some(t) = resumer {
@@ -1305,6 +1320,7 @@ fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
                 bytes_written_direct: direct,
                 bytes_read_back: back,
                 seconds: started.map_or(0.0, |t| t.elapsed().as_secs_f64()),
+                realtime: false,
             });
         }
         if r.is_finished() && !transfer_done {

@@ -45,6 +45,9 @@ pub struct SendParams {
     pub dead_timeout: Duration,
     /// How long to wait for the receiver's commit report after the last chunk is verified.
     pub commit_timeout: Duration,
+    /// Run the data thread and the feedback reader in the real-time class (`--realtime`, see
+    /// [`vlbiflow_udp::sched`]).
+    pub realtime: bool,
 }
 
 /// What a completed send did.
@@ -69,6 +72,8 @@ pub struct SendOutcome {
     /// Bytes of new data read from the disk past the page cache (`O_DIRECT`: a recording the cache did
     /// not hold).
     pub bytes_read_direct: u64,
+    /// The data thread ran in the real-time class (`--realtime` asked for it and it was permitted).
+    pub realtime: bool,
 }
 
 /// Counters of the feedback reader.
@@ -230,9 +235,13 @@ pub fn run_sender(
             p.transfer_id,
             fstop.clone(),
         );
+        let realtime = p.realtime;
         std::thread::Builder::new()
             .name("xfer-feedback".into())
-            .spawn(move || feedback_reader(rsock, key, id, fstop, ftx))
+            .spawn(move || {
+                let _rt = crate::realtime_class(realtime, "the feedback reader");
+                feedback_reader(rsock, key, id, fstop, ftx)
+            })
             .map_err(|e| failed!("starting the feedback reader: {e}"))?
     };
 
@@ -246,6 +255,8 @@ pub fn run_sender(
             .spawn(move || hash_thread(set, chunk_size, have, only_held, cursor, hstop, htx))
             .expect("spawn hasher")
     };
+    let rt = crate::realtime_class(p.realtime, "the sending data thread");
+    let realtime = rt.is_some();
     let result = data_loop(DataLoop {
         link,
         set: &set,
@@ -259,6 +270,7 @@ pub fn run_sender(
         cursor: &cursor,
         have_chunks: &have_chunks,
     });
+    drop(rt);
     hstop.store(true, Relaxed);
     drop(hrx);
     let _ = hasher.join();
@@ -267,6 +279,7 @@ pub fn run_sender(
     result.map(|o| SendOutcome {
         feedback_datagrams: counts.taken,
         feedback_rejected: counts.rejected,
+        realtime,
         ..o
     })
 }
@@ -329,6 +342,7 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
         p.options.block_size as usize,
         aead_key,
         s.subtree_block(),
+        p.realtime,
     );
     let mut started: Option<Instant> = None;
     let mut done_at: Option<Instant> = None;
@@ -470,6 +484,7 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
                     feedback_datagrams: 0,
                     feedback_rejected: 0,
                     bytes_read_direct: out.direct_bytes(),
+                    realtime: false,
                 });
             }
         }
@@ -626,7 +641,7 @@ impl RateTrace {
         use std::io::Write;
         let _ = writeln!(
             out,
-            "t_s,phase,cycle,pacing_mbps,btl_bw_mbps,cap_mbps,sample_mbps,cwnd_mb,min_rtt_ms,queue_ms,random_loss,datagrams,retransmits,reported_lost,inflight_mb,late_ms"
+            "t_s,phase,cycle,pacing_mbps,btl_bw_mbps,cap_mbps,sample_mbps,cwnd_mb,min_rtt_ms,queue_ms,random_loss,datagrams,retransmits,reported_lost,inflight_mb,late_ms,window_ms"
         );
         Some(RateTrace {
             out,
@@ -641,7 +656,7 @@ impl RateTrace {
         let mb = |x: f64| x * 8.0 / 1e6;
         let _ = writeln!(
             self.out,
-            "{:.4},{},{},{:.1},{:.1},{},{:.1},{},{},{:.2},{:.5},{},{},{},{:.2},{:.1}",
+            "{:.4},{},{},{:.1},{:.1},{},{:.1},{},{},{:.2},{:.5},{},{},{},{:.2},{:.1},{:.1}",
             self.t0.elapsed().as_secs_f64(),
             r.phase,
             r.cycle,
@@ -659,6 +674,7 @@ impl RateTrace {
             st.reported_lost,
             s.inflight_bytes() as f64 / 1e6,
             st.late_us as f64 / 1e3,
+            st.window_us as f64 / 1e3,
         );
     }
 }

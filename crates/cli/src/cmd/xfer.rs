@@ -82,6 +82,8 @@ Examples:
   vlbiflow xfer serve --root data=/mnt/raid
   vlbiflow xfer serve --listen 0.0.0.0:46230 --root data=/mnt/raid --key /etc/vlbiflow/xfer.key
   vlbiflow xfer serve --root data=/mnt/raid --verify-written --metrics 127.0.0.1:9466
+  # receiving (and, for pulls, pacing) in the real-time class on a busy host (root or CAP_SYS_NICE)
+  vlbiflow xfer serve --root data=/mnt/raid --realtime
 
 Clients write only below a root (`ROOT/relative/dir`, no `..`, symbolic links not followed) and never
 replace an existing file unless they ask (--overwrite). Without --key the key file is
@@ -126,6 +128,11 @@ struct ServeArgs {
     /// committing the file, whether or not the client asked (push --verify-written as this station's policy)
     #[arg(long)]
     verify_written: bool,
+    /// Run this side's data threads (pacing, reading ahead, feedback; receiving, writing) in the real-time
+    /// class SCHED_FIFO at priority 5, so that pacing holds on a loaded host; use it at both ends (needs
+    /// root, CAP_SYS_NICE or `ulimit -r` >= 5; on a host that records, only below the recorder's priority)
+    #[arg(long)]
+    realtime: bool,
 }
 
 const PUSH_EXAMPLES: &str = "\
@@ -135,6 +142,8 @@ Examples:
   vlbiflow xfer push big.vdif '[::1]:46230/data' --chunk-size 64MiB --json
   # the daemon also reads every chunk back from its disk before it commits the file
   vlbiflow xfer push /data/exp1 corr/data --verify-written
+  # pacing in the real-time class, so that the rate holds on a busy host (root or CAP_SYS_NICE)
+  vlbiflow xfer push /data/exp1 corr/data --realtime
 
   # A Mark6 scan on its module disks, read in place, arriving as one VDIF file (no gather step)
   vlbiflow xfer push --scan exp_st_no0001 --disk '/mnt/disks/*/*/data' corr/data/exp
@@ -170,6 +179,11 @@ struct PushArgs {
     /// With --follow: give up when the scan neither grows nor is marked complete for this long
     #[arg(long, default_value = "60s", value_parser = parse_duration, requires = "follow")]
     follow_timeout: std::time::Duration,
+    /// Run this side's data threads (pacing, reading ahead, feedback; receiving, writing) in the real-time
+    /// class SCHED_FIFO at priority 5, so that pacing holds on a loaded host; use it at both ends (needs
+    /// root, CAP_SYS_NICE or `ulimit -r` >= 5; on a host that records, only below the recorder's priority)
+    #[arg(long)]
+    realtime: bool,
     #[command(flatten)]
     common: Common,
 }
@@ -194,6 +208,11 @@ struct PullArgs {
     args: Vec<String>,
     #[command(flatten)]
     scan: RemoteScan,
+    /// Run this side's data threads (pacing, reading ahead, feedback; receiving, writing) in the real-time
+    /// class SCHED_FIFO at priority 5, so that pacing holds on a loaded host; use it at both ends (needs
+    /// root, CAP_SYS_NICE or `ulimit -r` >= 5; on a host that records, only below the recorder's priority)
+    #[arg(long)]
+    realtime: bool,
     #[command(flatten)]
     common: Common,
 }
@@ -416,6 +435,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     cfg.total_rate_bps = a.total_rate;
     cfg.verify_written = a.verify_written;
+    cfg.realtime = a.realtime;
     let stop = stop_flag();
     let d = match Daemon::start(cfg) {
         Ok(d) => d,
@@ -563,6 +583,8 @@ fn print_summary(out: &SendOutcome, total: u64, json: bool) {
             "feedback_stale": out.stats.stale_feedback,
             "resent_unreported": out.stats.unreported,
             "pacing_late_ms": out.stats.late_us as f64 / 1e3,
+            "pacing_window_ms": out.stats.window_us as f64 / 1e3,
+            "realtime": out.realtime,
             "seconds": out.seconds,
             "verified_seconds": out.verified_seconds,
             "goodput_bps": goodput,
@@ -679,6 +701,7 @@ fn push(a: PushArgs) -> anyhow::Result<ExitCode> {
     };
     let mut cfg = ClientConfig::new(server, key);
     cfg.dead_timeout = a.common.dead_timeout;
+    cfg.realtime = a.realtime;
     let total = set.total_bytes();
     let progress = Arc::new(Progress::default());
     let stop = stop_flag();
@@ -721,6 +744,7 @@ fn push_follow(a: &PushArgs, server: &str, dest_path: &str, opts: Options) -> an
     };
     let mut cfg = ClientConfig::new(server, key);
     cfg.dead_timeout = a.common.dead_timeout;
+    cfg.realtime = a.realtime;
     let follow = vlbiflow_xfer::follow::FollowConfig {
         stall_timeout: a.follow_timeout,
         min_new: (8 * opts.chunk_size).min(256 << 20),
@@ -853,6 +877,7 @@ fn pull(a: PullArgs) -> anyhow::Result<ExitCode> {
     };
     let mut cfg = ClientConfig::new(server, key);
     cfg.dead_timeout = a.common.dead_timeout;
+    cfg.realtime = a.realtime;
     let progress = Arc::new(Progress::default());
     let stop = stop_flag();
     let r = with_progress(&progress, a.common.quiet || a.common.json, || {
@@ -873,6 +898,7 @@ fn pull(a: PullArgs) -> anyhow::Result<ExitCode> {
                     "datagrams": out.stats.delivered,
                     "seconds": out.seconds,
                     "goodput_bps": goodput,
+                    "realtime": out.realtime,
                     "receiver": out.report(),
                 });
                 println!("{}", serde_json::to_string_pretty(&v).expect("json"));
