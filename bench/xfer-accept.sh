@@ -15,6 +15,8 @@
 #     verified, restarted, and the same command rerun: bytes moved on the rerun against the remainder.
 #  5. TCP BBR (iperf3, memory to memory) through the same emulator, for the ratio.
 #
+# PUSH_OPTS / SERVE_OPTS: extra options for every push and for the daemon (e.g. both --realtime).
+#
 #   bench/xfer-accept.sh [DIR (default /var/tmp/vf-accept-PID)] [RATE (default 4Gbps)] [SECS (default 40)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -52,7 +54,7 @@ metric() { # metric NAME: first value of a metric of the daemon in namespace B
 }
 
 echo "# xfer acceptance run, $(date -u +%FT%TZ), $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, load $(load)"
-echo "# binary $BIN ($(git rev-parse --short HEAD 2>/dev/null || echo '?')), scratch $DIR on $(df --output=source "$DIR" | tail -1)"
+echo "# binary $BIN ($(git rev-parse --short HEAD 2>/dev/null || echo '?')), scratch $DIR on $(df --output=source "$DIR" | tail -1); push options: ${PUSH_OPTS:-none}, serve options: ${SERVE_OPTS:-none}"
 
 echo "## 1. record: gen $RATE for $SECS s -> record (Mark6, 4 directories), load $(load)"
 "$BIN" record --stream a=vdif@127.0.0.1:$PORT,psn --disk "$DIR"/disk0 --disk "$DIR"/disk1 --disk "$DIR"/disk2 \
@@ -88,15 +90,17 @@ for _ in $(seq 200); do grep -q '^pathemu: ready' "$DIR/emu.err" 2>/dev/null && 
 grep -q '^pathemu: ready' "$DIR/emu.err" || { cat "$DIR/emu.err" >&2; exit 1; }
 ip netns exec $B ip link set lo up
 start_daemon() {
+  # shellcheck disable=SC2086
   ip netns exec $B "$BIN" xfer serve --listen $IB:46230 --root data="$DIR/dst" --metrics 127.0.0.1:9477 \
-    2>>"$DIR/serve.err" &
+    ${SERVE_OPTS:-} 2>>"$DIR/serve.err" &
   SRV=$!
   for _ in $(seq 100); do [ -n "$(metric vlbiflow_xfer_connections_total)" ] && return; sleep 0.1; done
   echo "daemon did not start" >&2; cat "$DIR/serve.err" >&2; exit 1
 }
 push() { # push OUT.json: the acceptance command, by scan name, from namespace A
+  # shellcheck disable=SC2086
   /usr/bin/time -f "%U %S" -o "$DIR/time" ip netns exec $A "$BIN" xfer push --scan $SCAN --disk "$DIR/disk*" \
-    $IB:46230/data/acc --json >"$1" 2>>"$DIR/push.err"
+    $IB:46230/data/acc ${PUSH_OPTS:-} --json >"$1" 2>>"$DIR/push.err"
 }
 data_port() { ip netns exec $B ss -Huanp 2>/dev/null | awk -v p="pid=$SRV," 'index($0, p) {n = split($4, a, ":"); print a[n]; exit}'; }
 

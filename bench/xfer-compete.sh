@@ -6,6 +6,8 @@
 # verified; the table gives TCP alone, TCP while xfer ran (from iperf3's 1 s intervals inside the push) and
 # xfer's goodput. Needs root and iperf3 (apt-get install iperf3).
 #
+# PUSH_OPTS / SERVE_OPTS: extra options for xfer's client and daemon (e.g. both --realtime).
+#
 #   bench/xfer-compete.sh [BIN] [SIZE_MB] [RTT_MS] [LOSS_%]
 #   e.g. bench/xfer-compete.sh target/release/vlbiflow 1000 50 0
 set -euo pipefail
@@ -42,11 +44,12 @@ done
 head -c $((SIZE_MB * 1000000)) /dev/urandom >"$SCRATCH/src/data.bin"
 sync
 echo "# xfer (automatic rate) beside one TCP flow through pathemu (2 Gb/s, ${RTT} ms RTT, ${LOSS}% loss each way, MTU 9000, queue $q B), $(date -u +%FT%TZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# $BIN, ${SIZE_MB} MB file on disk into a daemon writing to disk"
+echo "# $BIN, ${SIZE_MB} MB file on disk into a daemon writing to disk; push options: ${PUSH_OPTS:-none}, serve options: ${SERVE_OPTS:-none}"
 echo
 echo "| TCP | TCP alone Mb/s | TCP beside xfer Mb/s | TCP share of 2 Gb/s | xfer goodput Mb/s | xfer retransmitted | together Mb/s | seconds beside | load |"
 echo "| --- | --: | --: | --: | --: | --: | --: | --: | --: |"
-ip netns exec $NB "$BIN" xfer serve --listen $NET.2:46230 --root data="$SCRATCH/dst" 2>"$SCRATCH/serve.err" &
+# shellcheck disable=SC2086
+ip netns exec $NB "$BIN" xfer serve --listen $NET.2:46230 --root data="$SCRATCH/dst" ${SERVE_OPTS:-} 2>"$SCRATCH/serve.err" &
 SRV=$!
 for _ in $(seq 100); do grep -q 'serving on' "$SCRATCH/serve.err" 2>/dev/null && break; sleep 0.1; done
 ip netns exec $NB iperf3 -s -B $NET.2 -p 15301 >/dev/null 2>&1 &
@@ -59,7 +62,8 @@ for cc in cubic bbr; do
   IPC=$!
   sleep 10
   t0=$(date +%s.%N)
-  ip netns exec $NA "$BIN" xfer push "$SCRATCH/src/data.bin" $NET.2:46230/data --json >"$SCRATCH/x.json" 2>"$SCRATCH/x.err" \
+  # shellcheck disable=SC2086
+  ip netns exec $NA "$BIN" xfer push "$SCRATCH/src/data.bin" $NET.2:46230/data ${PUSH_OPTS:-} --json >"$SCRATCH/x.json" 2>"$SCRATCH/x.err" \
     || { cat "$SCRATCH/x.err" >&2; tail -5 "$SCRATCH/serve.err" >&2; }
   t1=$(date +%s.%N)
   kill -INT $IPC 2>/dev/null || true

@@ -13,6 +13,8 @@
 # it stops). FLOOD=1 sends 100,000 random datagrams at the transfer's data port FLOOD_AT seconds (default 2)
 # into each push, as the acceptance's attack does (a third with a well-formed header of the transfer, so
 # that they reach the tag check), to measure how the rate control comes back from that flood.
+# SERVE_A / SERVE_B add options to the daemon of variant A / B (e.g. SERVE_B=--realtime with OPTS_B
+# --realtime: the data threads of both ends in the real-time class).
 #
 #   bench/xfer-path-ab.sh BIN_A "OPTS_A" BIN_B "OPTS_B" [SIZE_MB] [ROUNDS] [RTT_MS] [LOSS_%]
 #   e.g. bench/xfer-path-ab.sh target/release/vlbiflow "" target/release/vlbiflow "--rate 2Gbps" 2000 4
@@ -47,6 +49,22 @@ start_emu() {
 }
 stop_emu() { kill $EMU; wait $EMU || true; EMU=; }
 # drops at the queue of the data direction, as the emulator reported them when it stopped
+# The scratch file system may be mounted with `discard` (this machine's is): deleting the last run's
+# output (3 GB) makes the kernel send that much in discards to the disk after the next journal commit,
+# and a run that starts while they are still going stalls on its reads and writes (0.1-0.5 s at a time
+# measured on xfer's sender). settle: sync, then wait (at most 60 s) until the disk's count of
+# discards stops moving, before each push.
+DISK=$(basename "$(df --output=source "$SCRATCH" | tail -1)")
+settle() {
+  sync
+  local prev=x cur
+  for _ in $(seq 120); do
+    cur=$(awk -v d="$DISK" '$3 == d {print $15}' /proc/diskstats)
+    [ "$cur" = "$prev" ] && return
+    prev=$cur
+    sleep 0.5
+  done
+}
 queue_drops() { python3 -c "import json; print(json.load(open('$SCRATCH/emu.out'))['report']['a_to_b']['dropped_queue'])"; }
 # the flood: waits for the push's data port (the daemon's UDP socket) and transfer id (its metrics), then
 # FLOOD_AT seconds more
@@ -82,8 +100,8 @@ PER_ROUND=${EMU_PER_ROUND:-0}
 head -c $((SIZE_MB * 1000000)) /dev/urandom >"$SCRATCH/src/data.bin"
 sync
 echo "# xfer A/B through pathemu (2 Gb/s, ${RTT} ms RTT, ${LOSS}% loss each way, MTU 9000, queue $q B), $(date -u +%FT%TZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# A = $A $OA"
-echo "# B = $B $OB"
+echo "# A = $A $OA${SERVE_A:+ (serve $SERVE_A)}"
+echo "# B = $B $OB${SERVE_B:+ (serve $SERVE_B)}"
 echo "# ${SIZE_MB} MB file, ${ROUNDS} rounds per variant, source $([ "${COLD:-0}" = 1 ] && echo "dropped from the page cache before each push" || echo "in the page cache")"
 echo
 echo "| round | variant | goodput Mb/s | % of 2 Gb/s | retransmitted | seconds | of which after the last chunk verified | sender CPU s | receiver CPU s | rate cuts queue/loss | queue drops | dropped by the receiver | load |"
@@ -97,13 +115,16 @@ for r in $(seq "$ROUNDS"); do
     if [ $v = A ]; then bin=$A; opts=$OA; else bin=$B; opts=$OB; fi
     rm -rf "$SCRATCH/dst"/*
     if [ "$PER_ROUND" = 1 ]; then start_emu; fi
-    ip netns exec $NB "$bin" xfer serve --listen $NET.2:46230 --root data="$SCRATCH/dst" --metrics 127.0.0.1:9477 2>"$SCRATCH/serve.err" &
+    if [ $v = A ]; then sopts=${SERVE_A:-}; else sopts=${SERVE_B:-}; fi
+    # shellcheck disable=SC2086
+    ip netns exec $NB "$bin" xfer serve --listen $NET.2:46230 --root data="$SCRATCH/dst" --metrics 127.0.0.1:9477 $sopts 2>"$SCRATCH/serve.err" &
     SRV=$!
     for _ in $(seq 100); do grep -q 'serving on' "$SCRATCH/serve.err" 2>/dev/null && break; sleep 0.1; done
     # shellcheck disable=SC2086
     # TRACE_DIR=DIR: the rate control's trace of each push in DIR/round-N-V.csv (docs/xfer-protocol.md)
     if [ -n "${TRACE_DIR:-}" ]; then export VLBIFLOW_XFER_TRACE=$TRACE_DIR/round-$i-$v.csv; fi
-    if [ "${COLD:-0}" = 1 ]; then sync; echo 3 >/proc/sys/vm/drop_caches; fi
+    settle
+    if [ "${COLD:-0}" = 1 ]; then echo 3 >/proc/sys/vm/drop_caches; fi
     c0=$(awk '{print ($14 + $15) / 100}' /proc/$SRV/stat)
     /usr/bin/time -f "%U %S" -o "$SCRATCH/time" ip netns exec $NA "$bin" xfer push "$SCRATCH/src/data.bin" $NET.2:46230/data $opts --json \
       >"$SCRATCH/x.json" 2>"$SCRATCH/x.err" &

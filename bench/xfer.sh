@@ -15,6 +15,10 @@
 # this script neither fetches nor builds it (docs/bench-xfer.md says how it was built). Its row: a pull at a
 # fixed 1900M, file on disk to file on disk; sender CPU is tsunamid's child, receiver CPU the client.
 # EMU_OPTS: extra options for the emulator (e.g. --realtime).
+# PUSH_OPTS / SERVE_OPTS: extra options for xfer's client and daemon on the emulated path (e.g. both
+# --realtime: the data threads in the real-time class).
+# TRACE_DIR=DIR: each xfer push's rate-control trace (DIR/RTT-LOSS-N.csv, docs/xfer-protocol.md) and its
+# JSON summary (DIR/RTT-LOSS-N.json), to look into a run that fell short.
 # COLD=1: the page cache is dropped before each file-to-file run (xfer, TCP BBR file to file, Tsunami), so
 # each tool reads a source file the cache does not hold, as a station sends a recording made hours before
 # (default: the source stays in the page cache, so the numbers measure the transfer rather than the disk).
@@ -56,12 +60,29 @@ start_emu() {
   echo "pathemu did not start:" >&2; cat "$SCRATCH/emu.err" >&2; exit 1
 }
 stop_emu() { kill "$EMU"; wait "$EMU" || true; EMU=; }
-cold() { if [ "${COLD:-0}" = 1 ]; then sync; echo 3 >/proc/sys/vm/drop_caches; fi; }
+# The scratch file system may be mounted with `discard` (this machine's is): deleting the last run's
+# output (3 GB) makes the kernel send that much in discards to the disk after the next journal commit,
+# and a run that starts while they are still going stalls on its reads and writes (0.1-0.5 s at a time
+# measured on xfer's sender). settle: sync, then wait (at most 60 s) until the disk's count of
+# discards stops moving, before each file-to-file run of any tool.
+DISK=$(basename "$(df --output=source "$SCRATCH" | tail -1)")
+settle() {
+  sync
+  local prev=x cur
+  for _ in $(seq 120); do
+    cur=$(awk -v d="$DISK" '$3 == d {print $15}' /proc/diskstats)
+    [ "$cur" = "$prev" ] && return
+    prev=$cur
+    sleep 0.5
+  done
+}
+cold() { settle; if [ "${COLD:-0}" = 1 ]; then echo 3 >/proc/sys/vm/drop_caches; fi; }
 cpu_of() { awk '{print ($14 + $15) / 100}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 json() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
 
 echo "# vlbiflow xfer benchmark, $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# file ${SIZE_MB} MB on $(df --output=source "$SCRATCH" | tail -1), bottleneck 2 Gb/s, MTU 9000, source file $([ "${COLD:-0}" = 1 ] && echo "dropped from the page cache before each file-to-file run" || echo "in the page cache")"
+echo "# xfer push options: ${PUSH_OPTS:-none}; serve options: ${SERVE_OPTS:-none}; emulator options: ${EMU_OPTS:-none}"
 head -c $((SIZE_MB * 1000000)) /dev/urandom >"$SCRATCH/src/data.bin"
 sync
 
@@ -69,14 +90,22 @@ sync
 # xfer and TCP BBR also go to $SCRATCH/grid for the summary of medians
 run_xfer() {
   rm -rf "$SCRATCH/dst"/*
-  ip netns exec $B "$BIN" xfer serve --listen $IB:46230 --root data="$SCRATCH/dst" 2>"$SCRATCH/serve.err" &
+  # shellcheck disable=SC2086
+  ip netns exec $B "$BIN" xfer serve --listen $IB:46230 --root data="$SCRATCH/dst" ${SERVE_OPTS:-} 2>"$SCRATCH/serve.err" &
   SRV=$!
   for _ in $(seq 100); do grep -q 'serving on' "$SCRATCH/serve.err" 2>/dev/null && break; sleep 0.1; done
   cold
   c0=$(cpu_of $SRV)
   e0=$(cpu_of $EMU)
+  local trace=
+  if [ -n "${TRACE_DIR:-}" ]; then
+    mkdir -p "$TRACE_DIR"; XFER_RUN=$((${XFER_RUN:-0} + 1)); trace=$TRACE_DIR/$rtt-$loss-$XFER_RUN
+    export VLBIFLOW_XFER_TRACE=$trace.csv
+  fi
+  # shellcheck disable=SC2086
   /usr/bin/time -f "%U %S" -o "$SCRATCH/time" ip netns exec $A "$BIN" xfer push "$SCRATCH/src/data.bin" \
-    $IB:46230/data --json >"$SCRATCH/xfer.json" 2>"$SCRATCH/xfer.err" || { cat "$SCRATCH/xfer.err"; }
+    $IB:46230/data ${PUSH_OPTS:-} --json >"$SCRATCH/xfer.json" 2>"$SCRATCH/xfer.err" || { cat "$SCRATCH/xfer.err"; }
+  if [ -n "$trace" ]; then unset VLBIFLOW_XFER_TRACE; cp "$SCRATCH/xfer.json" "$trace.json" 2>/dev/null || true; fi
   c1=$(cpu_of $SRV)
   e1=$(cpu_of $EMU)
   kill $SRV; wait $SRV 2>/dev/null || true; SRV=
