@@ -49,22 +49,8 @@ start_emu() {
 }
 stop_emu() { kill $EMU; wait $EMU || true; EMU=; }
 # drops at the queue of the data direction, as the emulator reported them when it stopped
-# The scratch file system may be mounted with `discard` (this machine's is): deleting the last run's
-# output (3 GB) makes the kernel send that much in discards to the disk after the next journal commit,
-# and a run that starts while they are still going stalls on its reads and writes (0.1-0.5 s at a time
-# measured on xfer's sender). settle: sync, then wait (at most 60 s) until the disk's count of
-# discards stops moving, before each push.
-DISK=$(basename "$(df --output=source "$SCRATCH" | tail -1)")
-settle() {
-  sync
-  local prev=x cur
-  for _ in $(seq 120); do
-    cur=$(awk -v d="$DISK" '$3 == d {print $15}' /proc/diskstats)
-    [ "$cur" = "$prev" ] && return
-    prev=$cur
-    sleep 0.5
-  done
-}
+# settle: sync and wait for the disk's discards before a run (bench/settle.sh says why)
+. "$(dirname "$(realpath "$0")")/settle.sh"
 queue_drops() { python3 -c "import json; print(json.load(open('$SCRATCH/emu.out'))['report']['a_to_b']['dropped_queue'])"; }
 # the flood: waits for the push's data port (the daemon's UDP socket) and transfer id (its metrics), then
 # FLOOD_AT seconds more

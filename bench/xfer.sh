@@ -60,22 +60,8 @@ start_emu() {
   echo "pathemu did not start:" >&2; cat "$SCRATCH/emu.err" >&2; exit 1
 }
 stop_emu() { kill "$EMU"; wait "$EMU" || true; EMU=; }
-# The scratch file system may be mounted with `discard` (this machine's is): deleting the last run's
-# output (3 GB) makes the kernel send that much in discards to the disk after the next journal commit,
-# and a run that starts while they are still going stalls on its reads and writes (0.1-0.5 s at a time
-# measured on xfer's sender). settle: sync, then wait (at most 60 s) until the disk's count of
-# discards stops moving, before each file-to-file run of any tool.
-DISK=$(basename "$(df --output=source "$SCRATCH" | tail -1)")
-settle() {
-  sync
-  local prev=x cur
-  for _ in $(seq 120); do
-    cur=$(awk -v d="$DISK" '$3 == d {print $15}' /proc/diskstats)
-    [ "$cur" = "$prev" ] && return
-    prev=$cur
-    sleep 0.5
-  done
-}
+# settle: sync and wait for the disk's discards before a run (bench/settle.sh says why)
+. bench/settle.sh
 cold() { settle; if [ "${COLD:-0}" = 1 ]; then echo 3 >/proc/sys/vm/drop_caches; fi; }
 cpu_of() { awk '{print ($14 + $15) / 100}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 json() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
