@@ -15,7 +15,8 @@
 //!   `[1.25, 0.75, 1, 1, 1, 1, 1, 1]` (probe up, drain the probe's queue, cruise) and keeps at most
 //!   2 x BDP (+10 ms) in flight. Startup paces at 2.885x the estimate, with at most twice the delivered
 //!   bytes of a round trip (at least 10 ms) in flight, until the estimate stops growing by 25% for 3 RTTs
-//!   or the receiver sees a queue of RTT/8 (delay-based exit), then drains until one BDP is in flight.
+//!   or the receiver sees a queue of RTT/8 for half a round, at least 10 ms (delay-based exit), then
+//!   drains until one BDP is in flight.
 //!   Random loss does not change the model (the delivery rate falls only by the lost fraction).
 //!   Congestion signals:
 //!   - **loss that comes with a queue**: the receiver reports its queueing delay with every loss report;
@@ -147,6 +148,8 @@ pub struct RateControl {
     startup_best: f64,
     startup_stall: u32,
     startup_round: Option<Instant>,
+    /// Since when every feedback in startup has reported a queue (for the delay-based exit).
+    startup_queue_since: Option<Instant>,
     // congestion signals, evaluated per window (fixed) or per gain cycle (auto)
     window_start: Option<Instant>,
     window_lost: u64,
@@ -239,6 +242,7 @@ impl RateControl {
             startup_best: 0.0,
             startup_stall: 0,
             startup_round: None,
+            startup_queue_since: None,
             window_start: None,
             window_lost: 0,
             window_delivered: 0,
@@ -543,9 +547,19 @@ impl RateControl {
                     }
                 }
                 // delay-based exit (like HyStart): a queue of an eighth of the RTT means we are past the
-                // bottleneck; leaving now spares the drop-tail buffer the rest of the 2.9x overshoot
+                // bottleneck; leaving then spares the drop-tail buffer the rest of the 2.9x overshoot. The
+                // queue must last half a round (20 ms at least): a forwarder or sending host that loses
+                // its CPU for 25 ms delays what follows by as much with no queue at the bottleneck, and
+                // such readings ended startup at a tenth of a 2 Gb/s, 100 ms path (`tests/sim.rs`,
+                // `short_stalls_of_the_path_do_not_end_startup`). A queue that is real keeps growing
+                // until startup ends; the bytes in flight stay capped meanwhile.
                 if self.last_queue >= threshold.max(round / 8) && bw > 0.0 {
-                    self.enter(now, Phase::Drain);
+                    let since = *self.startup_queue_since.get_or_insert(now);
+                    if now.duration_since(since) >= phase / 2 {
+                        self.enter(now, Phase::Drain);
+                    }
+                } else {
+                    self.startup_queue_since = None;
                 }
             }
             Phase::Drain => {
