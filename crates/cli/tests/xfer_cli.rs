@@ -460,6 +460,8 @@ fn push_through_an_emulated_lossy_path_between_namespaces() {
     // the feedback came back as datagrams through the same lossy path
     assert!(v["feedback_datagrams"].as_u64().unwrap() > 0, "{v}");
     assert_eq!(v["feedback_rejected"].as_u64(), Some(0), "{v}");
+    // the time the data thread waited for its disk: at least the first window's read
+    assert!(v["read_wait_ms"].as_f64().is_some_and(|w| w > 0.0), "{v}");
     assert!(std::fs::read(root.join("in/obs.vdif")).unwrap() == std::fs::read(&src).unwrap());
     if direct_reads_expected(&f) {
         assert!(v["bytes_read_direct"].as_u64().unwrap() >= 24 << 20, "{v}");

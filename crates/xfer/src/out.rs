@@ -139,6 +139,9 @@ pub struct Output {
     pub windows: u64,
     /// Of those, windows the reading thread had read ahead.
     pub windows_ahead: u64,
+    /// Time the data thread spent waiting for a window the reading thread had not finished, or reading
+    /// one itself: time it could not send new data for its disk.
+    pub read_wait: Duration,
 }
 
 /// What a round did.
@@ -181,6 +184,7 @@ impl Output {
             send_errors: 0,
             windows: 0,
             windows_ahead: 0,
+            read_wait: Duration::ZERO,
         }
     }
 
@@ -255,14 +259,20 @@ impl Output {
     fn refill(&mut self, set: &SourceSet, file: usize, offset: u64) -> std::io::Result<()> {
         self.windows += 1;
         let want = next_start(set, file, offset);
-        let new = match self.ahead.take(want)? {
+        let t0 = std::time::Instant::now();
+        let got = self.ahead.take(want);
+        self.read_wait += t0.elapsed();
+        let new = match got? {
             Some(got) => {
                 self.windows_ahead += 1;
                 got.win
             }
             None => {
                 let mut w = self.ahead.spare();
-                match fill(set, &mut self.fds, &mut w, file, offset, self.sub) {
+                let t0 = std::time::Instant::now();
+                let filled = fill(set, &mut self.fds, &mut w, file, offset, self.sub);
+                self.read_wait += t0.elapsed();
+                match filled {
                     Ok(direct) => self.direct.fetch_add(direct, Relaxed),
                     Err(e) => {
                         self.ahead.spare = Some(w);
@@ -507,48 +517,100 @@ struct Filled {
     win: Win,
     start: (usize, u64),
     ok: bool,
+    /// The [`Cmd::Seek`] it was read after.
+    epoch: u64,
 }
 
-/// What the reading thread is asked to read.
-struct ReadReq {
-    win: Win,
-    start: (usize, u64),
+/// What the data thread tells the reading thread.
+enum Cmd {
+    /// Read on from here (the data thread went elsewhere); windows of older epochs are dropped.
+    Seek { start: (usize, u64), epoch: u64 },
+    /// Buffers for another window.
+    Free(Win),
 }
 
-/// The reading thread: it reads the window after the one being sent while the data thread paces, so that
-/// the pacing loop does not stop for a read (an 8 MiB read took 2-3 ms, longer than the one burst the
-/// pacer may catch up by: the sender fell 6% short of a 2 Gb/s ceiling on an idle loopback).
+impl Cmd {
+    /// The reading thread's side: its free buffers, where it reads next, and its epoch.
+    fn apply(self, free: &mut Vec<Win>, at: &mut Option<(usize, u64)>, epoch: &mut u64) {
+        match self {
+            Cmd::Seek { start, epoch: e } => {
+                *at = Some(start);
+                *epoch = e;
+            }
+            Cmd::Free(w) => free.push(w),
+        }
+    }
+}
+
+/// Windows the reading thread reads ahead of the one being sent: [`DEPTH`] x 8 MiB is 130 ms at 2 Gb/s.
+/// One window (33 ms) was not enough for a recording read past the page cache from a disk the receiver
+/// writes to: the data thread waited 60-530 ms per 13 s push for its window (`read_wait_ms`), and it
+/// came late to its pacing schedule as long.
+const DEPTH: usize = 4;
+
+/// The reading thread: it reads up to [`DEPTH`] windows after the one being sent while the data thread
+/// paces, in order, each into buffers the data thread handed back, so that the pacing loop does not stop
+/// for a read (an 8 MiB read took 2-3 ms, longer than the one burst the pacer may catch up by: the sender
+/// fell 6% short of a 2 Gb/s ceiling on an idle loopback), nor for a disk that is slow for a moment.
 struct ReadAhead {
-    tx: Option<Chan<ReadReq>>,
+    tx: Option<Chan<Cmd>>,
     rx: Receiver<Filled>,
-    /// A window was asked for and not taken yet.
-    pending: bool,
+    /// Buffers the reading thread holds (free or filled and not yet taken).
+    owned: usize,
+    /// The current epoch: windows of others were asked for before the data thread went elsewhere.
+    epoch: u64,
+    /// The reading thread reads on in order from `expect`, the start of the window after the one the
+    /// data thread moved to last (no seek needed).
+    in_step: bool,
+    expect: Option<(usize, u64)>,
     spare: Option<Win>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl ReadAhead {
     fn new(set: Arc<SourceSet>, sub: Option<u64>, direct: Arc<AtomicU64>, realtime: bool) -> ReadAhead {
-        let (tx, req_rx) = bounded::<ReadReq>(1);
-        let (done_tx, rx) = bounded::<Filled>(1);
+        let (tx, cmd_rx) = bounded::<Cmd>(2 * DEPTH + 2);
+        let (done_tx, rx) = bounded::<Filled>(DEPTH + 1);
         let thread = std::thread::Builder::new()
             .name("xfer-read".into())
             .spawn(move || {
                 let _rt = crate::realtime_class(realtime, "the reading thread");
                 let mut fds = FdCache::default();
-                for mut r in req_rx {
-                    let (f, o) = r.start;
-                    let ok = match fill(&set, &mut fds, &mut r.win, f, o, sub) {
+                let mut free: Vec<Win> = Vec::with_capacity(DEPTH + 1);
+                let mut at: Option<(usize, u64)> = None;
+                let mut epoch = 0;
+                loop {
+                    // every command that is there, then a window if there is one to read and room for it;
+                    // else wait for a command (the channel closes when the data thread is done)
+                    while let Ok(c) = cmd_rx.try_recv() {
+                        c.apply(&mut free, &mut at, &mut epoch);
+                    }
+                    let start = at.filter(|s| s.0 < set.files.len());
+                    let Some((start, mut win)) = start.zip(free.pop()) else {
+                        match cmd_rx.recv() {
+                            Ok(c) => c.apply(&mut free, &mut at, &mut epoch),
+                            Err(_) => return,
+                        }
+                        continue;
+                    };
+                    let ok = match fill(&set, &mut fds, &mut win, start.0, start.1, sub) {
                         Ok(d) => {
                             direct.fetch_add(d, Relaxed);
                             true
                         }
                         Err(_) => false,
                     };
+                    // on an error the data thread reads the window itself and reports it
+                    at = win
+                        .segs
+                        .last()
+                        .filter(|_| ok)
+                        .map(|l| next_start(&set, l.file, l.offset + l.len as u64));
                     let done = Filled {
-                        win: r.win,
-                        start: r.start,
+                        win,
+                        start,
                         ok,
+                        epoch,
                     };
                     if done_tx.send(done).is_err() {
                         return;
@@ -560,49 +622,89 @@ impl ReadAhead {
             // without the thread every window is read by the data thread
             tx: thread.as_ref().map(|_| tx),
             rx,
-            pending: false,
+            owned: 0,
+            epoch: 0,
+            in_step: false,
+            expect: None,
             spare: None,
             thread,
         }
     }
 
-    /// The window read ahead if it starts at `start` and was read without error; otherwise `None` (the
-    /// caller reads it, and reports any error) and its buffers are kept for the next request.
+    /// The window read ahead if the next one starts at `start` and was read without error; otherwise
+    /// `None` (the caller reads it, and reports any error). Windows read before the last seek are passed
+    /// over and their buffers go back to the reading thread.
     fn take(&mut self, start: (usize, u64)) -> std::io::Result<Option<Filled>> {
-        if !std::mem::take(&mut self.pending) {
+        // the reading thread reads on in order from `expect`: anything else is a jump, not worth a wait
+        if !self.in_step || self.expect != Some(start) {
+            self.in_step = false;
             return Ok(None);
         }
-        let got = self.rx.recv_timeout(READ_WAIT).map_err(|_| {
-            std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("the disk returned no data for {}s", READ_WAIT.as_secs()),
-            )
-        })?;
-        if got.ok && got.start == start {
-            return Ok(Some(got));
+        loop {
+            let got = self.rx.recv_timeout(READ_WAIT).map_err(|_| {
+                std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("the disk returned no data for {}s", READ_WAIT.as_secs()),
+                )
+            })?;
+            self.owned -= 1;
+            if got.epoch != self.epoch {
+                self.give(got.win);
+                continue;
+            }
+            if got.ok && got.start == start {
+                return Ok(Some(got));
+            }
+            // unreadable: the caller reads it again and reports the error
+            self.in_step = false;
+            self.spare = Some(got.win);
+            return Ok(None);
         }
-        self.spare = Some(got.win);
-        Ok(None)
     }
 
-    /// Buffers for the next request: the spare ones, else new ones (once per transfer).
+    /// Buffers for a window read on the spot: the spare ones, else new ones (a few per transfer).
     fn spare(&mut self) -> Win {
         self.spare.take().unwrap_or_else(Win::new)
     }
 
-    /// Asks for the window after the one `current` describes (nothing when that is the end of the data).
+    /// Hands buffers to the reading thread (dropped when it is gone).
+    fn give(&mut self, win: Win) {
+        if let Some(tx) = &self.tx {
+            if tx.try_send(Cmd::Free(win)).is_ok() {
+                self.owned += 1;
+            }
+        }
+    }
+
+    /// After the data thread moved to the window `current` describes: `win`'s buffers (and, at first,
+    /// new ones, up to [`DEPTH`]) go to the reading thread, which reads on after `current`, told so if
+    /// it was not reading there already (nothing when `current` ends the data).
     fn request(&mut self, set: &SourceSet, win: Win, current: &[Seg]) {
         let next = current
             .last()
-            .map(|l| next_start(set, l.file, l.offset + l.len as u64));
-        match (next, &self.tx) {
-            (Some(start), Some(tx)) if start.0 < set.files.len() => {
-                match tx.try_send(ReadReq { win, start }) {
-                    Ok(()) => self.pending = true,
-                    Err(e) => self.spare = Some(e.into_inner().win),
-                }
+            .map(|l| next_start(set, l.file, l.offset + l.len as u64))
+            .filter(|s| s.0 < set.files.len());
+        self.expect = next;
+        let Some(next) = next.filter(|_| self.tx.is_some()) else {
+            self.in_step = false;
+            self.spare = Some(win);
+            return;
+        };
+        if !self.in_step {
+            self.epoch += 1;
+            let seek = Cmd::Seek {
+                start: next,
+                epoch: self.epoch,
+            };
+            if self.tx.as_ref().is_some_and(|tx| tx.try_send(seek).is_err()) {
+                self.spare = Some(win);
+                return;
             }
-            _ => self.spare = Some(win),
+            self.in_step = true;
+        }
+        self.give(win);
+        while self.owned < DEPTH {
+            self.give(Win::new());
         }
     }
 }
@@ -691,6 +793,43 @@ mod tests {
             assert!(!check(&mut out, f, o, 4000.min((sizes[f] - o) as usize)));
         }
         assert!(read >= 6, "{read} windows");
+    }
+
+    /// After a jump forward (resume passes over what the receiver holds), in order again: the windows
+    /// after the first come from the reading thread again, with the right bytes; the ones it had read
+    /// ahead before the jump are passed over and their buffers reused.
+    #[test]
+    fn reading_ahead_resumes_after_a_jump() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = WINDOW as u64;
+        let set = Arc::new(files(dir.path(), &[16 * w + 100]));
+        let mut out = Output::new(set.clone(), 8192, None, Some(8192), false);
+        let run = |out: &mut Output, from: u64, to: u64| {
+            let (read, ahead) = (out.windows, out.windows_ahead);
+            let mut o = from;
+            while o < to {
+                if out.find(0, o, 8192).is_none() {
+                    out.refill(&set, 0, o).unwrap();
+                }
+                let (src, _) = out.find(0, o, 8192).expect("in the window after a refill");
+                let bytes: Vec<u8> = (0..8192).map(|k| byte(0, o + k)).collect();
+                assert!(out.bytes_at(src, 8192) == &bytes[..], "offset {o}");
+                o += 8192;
+            }
+            (out.windows - read, out.windows_ahead - ahead)
+        };
+        let (read, ahead) = run(&mut out, 0, 3 * w);
+        assert!(read == 3 && ahead == 2, "{ahead} of {read} windows read ahead");
+        let (read, ahead) = run(&mut out, 10 * w, 14 * w);
+        assert!(
+            read == 4 && ahead == 3,
+            "after the jump: {ahead} of {read} windows read ahead"
+        );
+        assert!(
+            out.ahead.owned <= DEPTH + 1,
+            "{} buffers at the reading thread",
+            out.ahead.owned
+        );
     }
 
     /// Retransmissions of data from the last windows are found in the kept ones, with the right bytes and

@@ -72,6 +72,8 @@ pub struct SendOutcome {
     /// Bytes of new data read from the disk past the page cache (`O_DIRECT`: a recording the cache did
     /// not hold).
     pub bytes_read_direct: u64,
+    /// Time the data thread waited for its disk (a window not read ahead in time, or read by itself).
+    pub read_wait_seconds: f64,
     /// The data thread ran in the real-time class (`--realtime` asked for it and it was permitted).
     pub realtime: bool,
 }
@@ -484,6 +486,7 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
                     feedback_datagrams: 0,
                     feedback_rejected: 0,
                     bytes_read_direct: out.direct_bytes(),
+                    read_wait_seconds: out.read_wait.as_secs_f64(),
                     realtime: false,
                 });
             }
@@ -512,7 +515,7 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
                     }
                     s.handle_control(Instant::now(), c);
                     if let Some(t) = trace.as_mut() {
-                        t.line(s);
+                        t.line(s, out.read_wait);
                     }
                 }
                 Inbound::Sess(Session::Have { file, chunk, hash }) => {
@@ -600,7 +603,7 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
             heard = true;
             s.handle_feedback_datagram(Instant::now(), f);
             if let Some(t) = trace.as_mut() {
-                t.line(s);
+                t.line(s, out.read_wait);
             }
         }
         while hashes_open {
@@ -641,7 +644,7 @@ impl RateTrace {
         use std::io::Write;
         let _ = writeln!(
             out,
-            "t_s,phase,cycle,pacing_mbps,btl_bw_mbps,cap_mbps,sample_mbps,cwnd_mb,min_rtt_ms,queue_ms,random_loss,datagrams,retransmits,reported_lost,inflight_mb,late_ms,window_ms"
+            "t_s,phase,cycle,pacing_mbps,btl_bw_mbps,cap_mbps,sample_mbps,cwnd_mb,min_rtt_ms,queue_ms,random_loss,datagrams,retransmits,reported_lost,inflight_mb,late_ms,window_ms,read_wait_ms"
         );
         Some(RateTrace {
             out,
@@ -649,14 +652,14 @@ impl RateTrace {
         })
     }
 
-    fn line(&mut self, s: &Sender) {
+    fn line(&mut self, s: &Sender, read_wait: Duration) {
         use std::io::Write;
         let r = s.rate().state();
         let st = s.stats();
         let mb = |x: f64| x * 8.0 / 1e6;
         let _ = writeln!(
             self.out,
-            "{:.4},{},{},{:.1},{:.1},{},{:.1},{},{},{:.2},{:.5},{},{},{},{:.2},{:.1},{:.1}",
+            "{:.4},{},{},{:.1},{:.1},{},{:.1},{},{},{:.2},{:.5},{},{},{},{:.2},{:.1},{:.1},{:.1}",
             self.t0.elapsed().as_secs_f64(),
             r.phase,
             r.cycle,
@@ -675,6 +678,7 @@ impl RateTrace {
             s.inflight_bytes() as f64 / 1e6,
             st.late_us as f64 / 1e3,
             st.window_us as f64 / 1e3,
+            read_wait.as_secs_f64() * 1e3,
         );
     }
 }

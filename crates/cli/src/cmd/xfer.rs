@@ -584,6 +584,7 @@ fn print_summary(out: &SendOutcome, total: u64, json: bool) {
             "resent_unreported": out.stats.unreported,
             "pacing_late_ms": out.stats.late_us as f64 / 1e3,
             "pacing_window_ms": out.stats.window_us as f64 / 1e3,
+            "read_wait_ms": out.read_wait_seconds * 1e3,
             "realtime": out.realtime,
             "seconds": out.seconds,
             "verified_seconds": out.verified_seconds,
