@@ -2,8 +2,9 @@
 # A/B comparison of two variants of `vlbiflow xfer push` through `vlbiflow pathemu` (docs/bench-xfer.md):
 # one emulator for the whole run (default 2 Gb/s, 50 ms RTT, 1% random loss each way, MTU 9000, queue one
 # bandwidth-delay product), rounds alternating A, B, B, A, ..., each a push of the same file on disk into a
-# daemon writing to disk; per round the goodput, the retransmitted fraction, CPU seconds at both ends
-# (the client from /usr/bin/time, the daemon from /proc/PID/stat) and the load; then the median per
+# daemon writing to disk; per round the goodput, the retransmitted fraction, CPU seconds and major page
+# faults at both ends (the client from /usr/bin/time, the daemon from /proc/PID/stat) and the load; a
+# warm-up push of A before the rounds is not counted (WARMUP=0 leaves it out); then the median per
 # variant and the emulator's queue drops over the run. A variant is a binary and push options
 # (e.g. the same binary with and without --rate 2Gbps, or builds before and after a change). Needs root.
 #
@@ -89,40 +90,54 @@ echo "# xfer A/B through pathemu (2 Gb/s, ${RTT} ms RTT, ${LOSS}% loss each way,
 echo "# A = $A $OA${SERVE_A:+ (serve $SERVE_A)}"
 echo "# B = $B $OB${SERVE_B:+ (serve $SERVE_B)}"
 echo "# ${SIZE_MB} MB file, ${ROUNDS} rounds per variant, source $([ "${COLD:-0}" = 1 ] && echo "dropped from the page cache before each push" || echo "in the page cache")"
+# one push of variant $1 (A or B) into a daemon started for it; leaves x.json, the client's CPU and major
+# faults in $SCRATCH/time, and the daemon's CPU and major faults in SRV_CPU and SRV_FAULTS
+push_once() {
+  local v=$1 bin opts sopts c0 c1 f0 f1
+  if [ "$v" = A ]; then bin=$A; opts=$OA; sopts=${SERVE_A:-}; else bin=$B; opts=$OB; sopts=${SERVE_B:-}; fi
+  rm -rf "$SCRATCH/dst"/*
+  if [ "$PER_ROUND" = 1 ]; then start_emu; fi
+  # shellcheck disable=SC2086
+  ip netns exec $NB "$bin" xfer serve --listen $NET.2:46230 --root data="$SCRATCH/dst" --metrics 127.0.0.1:9477 $sopts 2>"$SCRATCH/serve.err" &
+  SRV=$!
+  for _ in $(seq 100); do grep -q 'serving on' "$SCRATCH/serve.err" 2>/dev/null && break; sleep 0.1; done
+  settle
+  if [ "${COLD:-0}" = 1 ]; then echo 3 >/proc/sys/vm/drop_caches; fi
+  c0=$(awk '{print ($14 + $15) / 100}' /proc/$SRV/stat); f0=$(awk '{print $12}' /proc/$SRV/stat)
+  # shellcheck disable=SC2086
+  /usr/bin/time -f "%U %S %F" -o "$SCRATCH/time" ip netns exec $NA "$bin" xfer push "$SCRATCH/src/data.bin" $NET.2:46230/data $opts --json \
+    >"$SCRATCH/x.json" 2>"$SCRATCH/x.err" &
+  PUSH=$!
+  if [ "${FLOOD:-0}" = 1 ]; then flood; fi
+  wait $PUSH || cat "$SCRATCH/x.err" >&2
+  # the daemon's CPU for this push: it waits idle before and after (a round of the tail timer at most)
+  c1=$(awk '{print ($14 + $15) / 100}' /proc/$SRV/stat); f1=$(awk '{print $12}' /proc/$SRV/stat)
+  SRV_CPU=$(python3 -c "print(round($c1 - $c0, 2))"); SRV_FAULTS=$((f1 - f0))
+  kill $SRV; wait $SRV 2>/dev/null || true; SRV=
+  DROPS=-
+  if [ "$PER_ROUND" = 1 ]; then stop_emu; DROPS=$(queue_drops); fi
+}
+# WARMUP=1 (the default): one push of A before the rounds, not counted: the first push after the script
+# started was slower in every A/B (a fresh emulator, binaries not yet read), and the alternation gives
+# round 1 to A
+if [ "${WARMUP:-1}" = 1 ]; then
+  unset VLBIFLOW_XFER_TRACE
+  push_once A
+  echo "# warm-up push of A (not counted): $(python3 -c "import json; print(round(json.load(open('$SCRATCH/x.json'))['goodput_bps'] / 1e6))" 2>/dev/null || echo failed) Mb/s"
+fi
 echo
-echo "| round | variant | goodput Mb/s | % of 2 Gb/s | retransmitted | seconds | of which after the last chunk verified | sender CPU s | receiver CPU s | rate cuts queue/loss | queue drops | dropped by the receiver | load |"
-echo "| --: | --- | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: |"
+echo "| round | variant | goodput Mb/s | % of 2 Gb/s | retransmitted | seconds | of which after the last chunk verified | sender CPU s | receiver CPU s | major faults sender/receiver | rate cuts queue/loss | queue drops | dropped by the receiver | load |"
+echo "| --: | --- | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: |"
 : >"$SCRATCH/results"
 i=0
 for r in $(seq "$ROUNDS"); do
   if [ $((r % 2)) = 1 ]; then order="A B"; else order="B A"; fi
   for v in $order; do
     i=$((i + 1))
-    if [ $v = A ]; then bin=$A; opts=$OA; else bin=$B; opts=$OB; fi
-    rm -rf "$SCRATCH/dst"/*
-    if [ "$PER_ROUND" = 1 ]; then start_emu; fi
-    if [ $v = A ]; then sopts=${SERVE_A:-}; else sopts=${SERVE_B:-}; fi
-    # shellcheck disable=SC2086
-    ip netns exec $NB "$bin" xfer serve --listen $NET.2:46230 --root data="$SCRATCH/dst" --metrics 127.0.0.1:9477 $sopts 2>"$SCRATCH/serve.err" &
-    SRV=$!
-    for _ in $(seq 100); do grep -q 'serving on' "$SCRATCH/serve.err" 2>/dev/null && break; sleep 0.1; done
-    # shellcheck disable=SC2086
     # TRACE_DIR=DIR: the rate control's trace of each push in DIR/round-N-V.csv (docs/xfer-protocol.md)
     if [ -n "${TRACE_DIR:-}" ]; then export VLBIFLOW_XFER_TRACE=$TRACE_DIR/round-$i-$v.csv; fi
-    settle
-    if [ "${COLD:-0}" = 1 ]; then echo 3 >/proc/sys/vm/drop_caches; fi
-    c0=$(awk '{print ($14 + $15) / 100}' /proc/$SRV/stat)
-    /usr/bin/time -f "%U %S" -o "$SCRATCH/time" ip netns exec $NA "$bin" xfer push "$SCRATCH/src/data.bin" $NET.2:46230/data $opts --json \
-      >"$SCRATCH/x.json" 2>"$SCRATCH/x.err" &
-    PUSH=$!
-    if [ "${FLOOD:-0}" = 1 ]; then flood; fi
-    wait $PUSH || cat "$SCRATCH/x.err" >&2
-    # the daemon's CPU for this push: it waits idle before and after (a round of the tail timer at most)
-    c1=$(awk '{print ($14 + $15) / 100}' /proc/$SRV/stat)
-    kill $SRV; wait $SRV 2>/dev/null || true; SRV=
-    drops=-
-    if [ "$PER_ROUND" = 1 ]; then stop_emu; drops=$(queue_drops); fi
-    python3 - "$SCRATCH/x.json" $i $v "$(cut -d' ' -f1 /proc/loadavg)" "$SCRATCH/results" "$(awk '{print $1 + $2}' "$SCRATCH/time")" "$(python3 -c "print(round($c1 - $c0, 2))")" "$SIZE_MB" "$drops" <<'PY'
+    push_once $v
+    python3 - "$SCRATCH/x.json" $i $v "$(cut -d' ' -f1 /proc/loadavg)" "$SCRATCH/results" "$(awk '{print $1 + $2}' "$SCRATCH/time")" "$SRV_CPU" "$SIZE_MB" "$DROPS" "$(awk '{print $3}' "$SCRATCH/time")/$SRV_FAULTS" <<'PY'
 import json, sys
 try:
     d = json.load(open(sys.argv[1]))
@@ -131,11 +146,11 @@ try:
     s, vs = d["seconds"], d["verified_seconds"]
     r = d.get("receiver")  # protocol version 4 on
     dropped = sum(r[k] for k in ("bad_tag", "malformed", "wrong_transfer", "unknown_file")) if r else "-"
-    print(f"| {sys.argv[2]} | {sys.argv[3]} | {gp:.0f} | {gp / 20:.1f} | {rtx:.2f} % | {s:.1f} | {s - vs:.2f} | {sys.argv[6]} | {sys.argv[7]} | {d.get('rate_cuts_queue', '?')}/{d.get('rate_cuts_loss', '?')} | {sys.argv[9]} | {dropped} | {sys.argv[4]} |")
+    print(f"| {sys.argv[2]} | {sys.argv[3]} | {gp:.0f} | {gp / 20:.1f} | {rtx:.2f} % | {s:.1f} | {s - vs:.2f} | {sys.argv[6]} | {sys.argv[7]} | {sys.argv[10]} | {d.get('rate_cuts_queue', '?')}/{d.get('rate_cuts_loss', '?')} | {sys.argv[9]} | {dropped} | {sys.argv[4]} |")
     gb = float(sys.argv[8]) / 1000
     open(sys.argv[5], "a").write(f"{sys.argv[3]} {gp} {rtx} {float(sys.argv[6]) / gb} {float(sys.argv[7]) / gb}\n")
 except Exception as e:
-    print(f"| {sys.argv[2]} | {sys.argv[3]} | failed ({e}) | | | | | | | | | | |")
+    print(f"| {sys.argv[2]} | {sys.argv[3]} | failed ({e}) | | | | | | | | | | | |")
 PY
   done
 done
