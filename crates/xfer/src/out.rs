@@ -641,12 +641,21 @@ impl ReadAhead {
             return Ok(None);
         }
         loop {
-            let got = self.rx.recv_timeout(READ_WAIT).map_err(|_| {
-                std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!("the disk returned no data for {}s", READ_WAIT.as_secs()),
-                )
-            })?;
+            let got = match self.rx.recv_timeout(READ_WAIT) {
+                Ok(got) => got,
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("the disk returned no data for {}s", READ_WAIT.as_secs()),
+                    ))
+                }
+                // the reading thread is gone (it cannot be, short of a bug): the data thread reads
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                    self.tx = None;
+                    self.in_step = false;
+                    return Ok(None);
+                }
+            };
             self.owned -= 1;
             if got.epoch != self.epoch {
                 self.give(got.win);
