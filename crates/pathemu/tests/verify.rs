@@ -29,9 +29,11 @@ fn require_root() {
     );
 }
 
+/// A running emulator. Dropped without [`Running::finish`] (a test that failed first), it still stops the
+/// emulator and waits for it, so that the namespaces it made are removed.
 struct Running {
     stop: Arc<AtomicBool>,
-    thread: JoinHandle<Result<Report, Error>>,
+    thread: Option<JoinHandle<Result<Report, Error>>>,
     ns: (String, String),
 }
 
@@ -67,16 +69,18 @@ fn start(tag: &str, link: LinkConfig, drop_log: Option<&Path>) -> Running {
     let thread = std::thread::spawn(move || emu.run(&s, Some(Duration::from_secs(60))));
     Running {
         stop,
-        thread,
+        thread: Some(thread),
         ns: (ns_a, ns_b),
     }
 }
 
 impl Running {
-    fn finish(self) -> Report {
+    fn finish(mut self) -> Report {
         self.stop.store(true, Ordering::SeqCst);
         let report = self
             .thread
+            .take()
+            .expect("running")
             .join()
             .expect("emulator thread")
             .expect("emulator run");
@@ -87,6 +91,15 @@ impl Running {
             );
         }
         report
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(t) = self.thread.take() {
+            self.stop.store(true, Ordering::SeqCst);
+            let _ = t.join();
+        }
     }
 }
 
