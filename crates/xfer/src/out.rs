@@ -559,10 +559,10 @@ struct ReadAhead {
     owned: usize,
     /// The current epoch: windows of others were asked for before the data thread went elsewhere.
     epoch: u64,
-    /// The reading thread reads on in order from `expect`, the start of the window after the one the
-    /// data thread moved to last (no seek needed).
-    in_step: bool,
-    expect: Option<(usize, u64)>,
+    /// Where the reading thread's next window of this epoch starts (the window after the one the data
+    /// thread moved to last), when it is reading on in order there; `None` once the data thread went
+    /// elsewhere or read a window itself (the next request seeks).
+    at: Option<(usize, u64)>,
     spare: Option<Win>,
     thread: Option<JoinHandle<()>>,
 }
@@ -624,8 +624,7 @@ impl ReadAhead {
             rx,
             owned: 0,
             epoch: 0,
-            in_step: false,
-            expect: None,
+            at: None,
             spare: None,
             thread,
         }
@@ -635,9 +634,9 @@ impl ReadAhead {
     /// `None` (the caller reads it, and reports any error). Windows read before the last seek are passed
     /// over and their buffers go back to the reading thread.
     fn take(&mut self, start: (usize, u64)) -> std::io::Result<Option<Filled>> {
-        // the reading thread reads on in order from `expect`: anything else is a jump, not worth a wait
-        if !self.in_step || self.expect != Some(start) {
-            self.in_step = false;
+        // the reading thread reads on in order from `at`: anything else is a jump, not worth a wait
+        if self.at != Some(start) {
+            self.at = None;
             return Ok(None);
         }
         loop {
@@ -652,7 +651,7 @@ impl ReadAhead {
                 // the reading thread is gone (it cannot be, short of a bug): the data thread reads
                 Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
                     self.tx = None;
-                    self.in_step = false;
+                    self.at = None;
                     return Ok(None);
                 }
             };
@@ -665,7 +664,7 @@ impl ReadAhead {
                 return Ok(Some(got));
             }
             // unreadable: the caller reads it again and reports the error
-            self.in_step = false;
+            self.at = None;
             self.spare = Some(got.win);
             return Ok(None);
         }
@@ -693,13 +692,12 @@ impl ReadAhead {
             .last()
             .map(|l| next_start(set, l.file, l.offset + l.len as u64))
             .filter(|s| s.0 < set.files.len());
-        self.expect = next;
         let Some(next) = next.filter(|_| self.tx.is_some()) else {
-            self.in_step = false;
+            self.at = None;
             self.spare = Some(win);
             return;
         };
-        if !self.in_step {
+        if self.at.is_none() {
             self.epoch += 1;
             let seek = Cmd::Seek {
                 start: next,
@@ -709,8 +707,8 @@ impl ReadAhead {
                 self.spare = Some(win);
                 return;
             }
-            self.in_step = true;
         }
+        self.at = Some(next);
         self.give(win);
         while self.owned < DEPTH {
             self.give(Win::new());
