@@ -548,7 +548,7 @@ impl RateControl {
                 }
                 // delay-based exit (like HyStart): a queue of an eighth of the RTT means we are past the
                 // bottleneck; leaving then spares the drop-tail buffer the rest of the 2.9x overshoot. The
-                // queue must last half a round (20 ms at least): a forwarder or sending host that loses
+                // queue must last half a round (10 ms at least): a forwarder or sending host that loses
                 // its CPU for 25 ms delays what follows by as much with no queue at the bottleneck, and
                 // such readings ended startup at a tenth of a 2 Gb/s, 100 ms path (`tests/sim.rs`,
                 // `short_stalls_of_the_path_do_not_end_startup`). A queue that is real keeps growing
