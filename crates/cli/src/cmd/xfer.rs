@@ -128,11 +128,8 @@ struct ServeArgs {
     /// committing the file, whether or not the client asked (push --verify-written as this station's policy)
     #[arg(long)]
     verify_written: bool,
-    /// Run this side's data threads (pacing, reading ahead, feedback; receiving, writing) in the real-time
-    /// class SCHED_FIFO at priority 5, so that pacing holds on a loaded host; use it at both ends (needs
-    /// root, CAP_SYS_NICE or `ulimit -r` >= 5; on a host that records, only below the recorder's priority)
-    #[arg(long)]
-    realtime: bool,
+    #[command(flatten)]
+    rt: Realtime,
 }
 
 const PUSH_EXAMPLES: &str = "\
@@ -179,11 +176,8 @@ struct PushArgs {
     /// With --follow: give up when the scan neither grows nor is marked complete for this long
     #[arg(long, default_value = "60s", value_parser = parse_duration, requires = "follow")]
     follow_timeout: std::time::Duration,
-    /// Run this side's data threads (pacing, reading ahead, feedback; receiving, writing) in the real-time
-    /// class SCHED_FIFO at priority 5, so that pacing holds on a loaded host; use it at both ends (needs
-    /// root, CAP_SYS_NICE or `ulimit -r` >= 5; on a host that records, only below the recorder's priority)
-    #[arg(long)]
-    realtime: bool,
+    #[command(flatten)]
+    rt: Realtime,
     #[command(flatten)]
     common: Common,
 }
@@ -208,11 +202,8 @@ struct PullArgs {
     args: Vec<String>,
     #[command(flatten)]
     scan: RemoteScan,
-    /// Run this side's data threads (pacing, reading ahead, feedback; receiving, writing) in the real-time
-    /// class SCHED_FIFO at priority 5, so that pacing holds on a loaded host; use it at both ends (needs
-    /// root, CAP_SYS_NICE or `ulimit -r` >= 5; on a host that records, only below the recorder's priority)
-    #[arg(long)]
-    realtime: bool,
+    #[command(flatten)]
+    rt: Realtime,
     #[command(flatten)]
     common: Common,
 }
@@ -261,6 +252,16 @@ struct CopyArgs {
     retries: u32,
     #[command(flatten)]
     common: Common,
+}
+
+/// `--realtime`, the same for serve, push and pull.
+#[derive(clap::Args)]
+struct Realtime {
+    /// Run this side's data threads (pacing, reading ahead, feedback; receiving, writing) in the real-time
+    /// class SCHED_FIFO at priority 5, so that pacing holds on a loaded host; use it at both ends (needs
+    /// root, CAP_SYS_NICE or `ulimit -r` >= 5; on a host that records, only below the recorder's priority)
+    #[arg(long)]
+    realtime: bool,
 }
 
 #[derive(clap::Args)]
@@ -435,7 +436,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     cfg.total_rate_bps = a.total_rate;
     cfg.verify_written = a.verify_written;
-    cfg.realtime = a.realtime;
+    cfg.realtime = a.rt.realtime;
     let stop = stop_flag();
     let d = match Daemon::start(cfg) {
         Ok(d) => d,
@@ -702,7 +703,7 @@ fn push(a: PushArgs) -> anyhow::Result<ExitCode> {
     };
     let mut cfg = ClientConfig::new(server, key);
     cfg.dead_timeout = a.common.dead_timeout;
-    cfg.realtime = a.realtime;
+    cfg.realtime = a.rt.realtime;
     let total = set.total_bytes();
     let progress = Arc::new(Progress::default());
     let stop = stop_flag();
@@ -745,7 +746,7 @@ fn push_follow(a: &PushArgs, server: &str, dest_path: &str, opts: Options) -> an
     };
     let mut cfg = ClientConfig::new(server, key);
     cfg.dead_timeout = a.common.dead_timeout;
-    cfg.realtime = a.realtime;
+    cfg.realtime = a.rt.realtime;
     let follow = vlbiflow_xfer::follow::FollowConfig {
         stall_timeout: a.follow_timeout,
         min_new: (8 * opts.chunk_size).min(256 << 20),
@@ -878,7 +879,7 @@ fn pull(a: PullArgs) -> anyhow::Result<ExitCode> {
     };
     let mut cfg = ClientConfig::new(server, key);
     cfg.dead_timeout = a.common.dead_timeout;
-    cfg.realtime = a.realtime;
+    cfg.realtime = a.rt.realtime;
     let progress = Arc::new(Progress::default());
     let stop = stop_flag();
     let r = with_progress(&progress, a.common.quiet || a.common.json, || {
