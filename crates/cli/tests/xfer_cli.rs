@@ -179,7 +179,15 @@ fn realtime_that_is_not_permitted_is_refused_before_anything_starts() {
     std::fs::set_permissions(&src, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
     let state = d.path().join("state");
     let (rootarg, keyarg) = (format!("data={}", root.display()), key.display().to_string());
-    let serve = without_realtime_allowance(&[
+    // exit code and standard error of `vlbiflow ARGS` run without the allowance
+    let refused = |args: &[&str]| {
+        let o = without_realtime_allowance(args)
+            .env("XDG_STATE_HOME", &state)
+            .output()
+            .unwrap();
+        (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    let (code, err) = refused(&[
         "xfer",
         "serve",
         "--listen",
@@ -189,19 +197,15 @@ fn realtime_that_is_not_permitted_is_refused_before_anything_starts() {
         "--key",
         &keyarg,
         "--realtime",
-    ])
-    .env("XDG_STATE_HOME", &state)
-    .output()
-    .unwrap();
-    let err = String::from_utf8_lossy(&serve.stderr);
-    assert_eq!(serve.status.code(), Some(2), "{err}");
+    ]);
+    assert_eq!(code, Some(2), "{err}");
     assert!(
         err.contains("--realtime") && err.contains("CAP_SYS_NICE"),
         "{err}"
     );
     assert!(!err.contains("serving on"), "{err}");
     // the client, with the key the daemon created: refused before it connects (nothing listens at port 9)
-    let push = without_realtime_allowance(&[
+    let (code, err) = refused(&[
         "xfer",
         "push",
         "--realtime",
@@ -209,12 +213,8 @@ fn realtime_that_is_not_permitted_is_refused_before_anything_starts() {
         &keyarg,
         &src.display().to_string(),
         "127.0.0.1:9/data",
-    ])
-    .env("XDG_STATE_HOME", &state)
-    .output()
-    .unwrap();
-    let err = String::from_utf8_lossy(&push.stderr);
-    assert_eq!(push.status.code(), Some(2), "{err}");
+    ]);
+    assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("--realtime") && err.contains("ulimit -r"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
     assert_eq!(std::fs::read_dir(&root).unwrap().count(), 0, "nothing written");
