@@ -14,6 +14,8 @@
 # it stops). FLOOD=1 sends 100,000 random datagrams at the transfer's data port FLOOD_AT seconds (default 2)
 # into each push, as the acceptance's attack does (a third with a well-formed header of the transfer, so
 # that they reach the tag check), to measure how the rate control comes back from that flood.
+# QUEUE=BYTES sets the bottleneck's queue (default one bandwidth-delay product, at least 4 MB), e.g. a
+# shallow switch buffer to see what the senders' bursts cost.
 # SERVE_A / SERVE_B add options to the daemon of variant A / B (e.g. SERVE_B=--realtime with OPTS_B
 # --realtime: the data threads of both ends in the real-time class).
 #
@@ -40,7 +42,7 @@ cleanup() {
   rm -rf "$SCRATCH"
 }
 trap cleanup EXIT
-q=$(python3 -c "print(max(4_000_000, int(2e9/8*$RTT/1000)))")
+q=${QUEUE:-$(python3 -c "print(max(4_000_000, int(2e9/8*$RTT/1000)))")}
 start_emu() {
   "$A" pathemu ${EMU_OPTS:-} --ns-a $NA --ns-b $NB --addr-a $NET.1 --addr-b $NET.2 --mtu 9000 --duration 3600 --rtt ${RTT}ms \
     --rate 2Gbps --queue $q --loss ${LOSS}% --json >"$SCRATCH/emu.out" 2>"$SCRATCH/emu.err" &

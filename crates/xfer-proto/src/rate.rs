@@ -301,6 +301,12 @@ impl RateControl {
         }
     }
 
+    /// The path's random loss as estimated so far: the fraction of datagrams reported lost in rounds
+    /// without a queue (a moving average over rounds).
+    pub fn random_loss(&self) -> f64 {
+        self.random_loss
+    }
+
     /// The minimum RTT seen over the last 10 s.
     pub fn min_rtt(&self) -> Option<Duration> {
         self.min_rtt

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, select, Receiver};
 use vlbiflow_udp::{open_udp, UdpConfig};
 use vlbiflow_xfer_proto::wire::{
-    derive_data_aead_key, derive_data_key, derive_feedback_key, parse_feedback_datagram, Feedback,
+    derive_data_aead_key, derive_data_key, derive_feedback_key, parse_feedback_datagram, Feedback, HEADER_LEN,
 };
 use vlbiflow_xfer_proto::{ChunkHash, ControlMsg, Event, RateConfig, Sender, SenderConfig, SenderStats};
 
@@ -123,6 +123,9 @@ fn feedback_reader(
     c
 }
 
+/// Datagrams that may leave back to back.
+const MAX_BURST: u32 = 32;
+
 /// Bytes the hashing thread may read ahead of the data cursor (it waits beyond).
 const HASH_AHEAD: u64 = 512 << 20;
 
@@ -222,7 +225,7 @@ pub fn run_sender(
     // authenticated (keyed BLAKE3 tag, sealed by the protocol's sender) or encrypted (AEAD, sealed here)
     sc.data_key = (!p.options.encrypt).then(|| derive_data_key(&p.secret, p.transfer_id));
     sc.dead_timeout = p.dead_timeout;
-    sc.max_burst = 32;
+    sc.max_burst = MAX_BURST;
     let mut s = Sender::new(sc);
     let only_held = s.derives_chunk_hashes();
 
@@ -360,6 +363,7 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
     let mut hashes_open = true;
     let mut feedback_open = true;
     let mut trace = RateTrace::from_env();
+    let mut short_bursts = false;
     if nfiles > 0 {
         progress.set_phase(if have_done {
             "sending"
@@ -570,8 +574,13 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
             }
         };
         // Never spin: sleeping at least a quarter millisecond lets the sender's pacing catch up by up to
-        // one burst on waking, which then leaves in one GSO batch (spinning per datagram cost a core).
-        let w = wait.clamp(Duration::from_micros(250), Duration::from_millis(50));
+        // one burst on waking, which then leaves in GSO batches (spinning per datagram cost a core).
+        // bursts stay short for good once the path loses datagrams without a queue (see `min_sleep`)
+        short_bursts |= s.rate().random_loss() >= LONG_BURST_MAX_LOSS;
+        let w = wait.clamp(
+            min_sleep(s.rate().pacing_rate(), p.options.block_size, short_bursts),
+            Duration::from_millis(50),
+        );
         // once the hashing thread is done its channel is disconnected and would be ready at once, every
         // time: wait on the control link alone then (selecting on it spun a core)
         let never = crossbeam_channel::never();
@@ -618,6 +627,26 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
             s.handle_timeout(now);
         }
     }
+}
+
+/// Loss without a queue from which the data thread keeps its bursts short (see [`min_sleep`]).
+const LONG_BURST_MAX_LOSS: f64 = 0.005;
+
+/// The shortest sleep of the data thread, `pacing_rate` in bytes per second. Each sleep and wake costs
+/// a thread switch (about 10 us on a VM): waking every 250 us at 2 Gb/s cost the sender a fifth of its
+/// CPU (docs/bench-xfer.md). So the thread sleeps as long as one burst of [`MAX_BURST`] datagrams takes
+/// at the pacing rate, within 250 us and 1 ms, and sends that burst on waking: 264 KB at 2 Gb/s.
+/// Bursts that long overflow a shallow buffer at the bottleneck (a 256 KiB queue at 2 Gb/s lost 6.9%
+/// with them, against 3.6% with 250 us sleeps), which shows as loss without a queue: `short_bursts`
+/// (set once that loss reaches [`LONG_BURST_MAX_LOSS`]) keeps to 250 us sleeps, and bursts of about
+/// 100 KB at 2 Gb/s.
+fn min_sleep(pacing_rate: f64, block_size: u32, short_bursts: bool) -> Duration {
+    let floor = Duration::from_micros(250);
+    if short_bursts {
+        return floor;
+    }
+    let burst = MAX_BURST as f64 * (block_size as usize + HEADER_LEN) as f64;
+    Duration::from_secs_f64(burst / pacing_rate.max(1.0)).clamp(floor, Duration::from_millis(1))
 }
 
 /// A trace of the rate control, one CSV line per control message from the receiver, written when
@@ -680,5 +709,28 @@ impl RateTrace {
             st.window_us as f64 / 1e3,
             read_wait.as_secs_f64() * 1e3,
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_data_thread_sleeps_for_about_one_burst() {
+        // 2 Gb/s with 8 KiB blocks: 32 datagrams of 8256 bytes take 1.06 ms, so the 1 ms ceiling
+        assert_eq!(min_sleep(250e6, 8192, false), Duration::from_millis(1));
+        // 10 Gb/s: 211 us, raised to the 250 us floor
+        assert_eq!(min_sleep(1.25e9, 8192, false), Duration::from_micros(250));
+        // 4 Gb/s: in between, one burst
+        let d = min_sleep(500e6, 8192, false);
+        assert!(
+            d > Duration::from_micros(520) && d < Duration::from_micros(540),
+            "{d:?}"
+        );
+        // no rate yet
+        assert_eq!(min_sleep(0.0, 8192, false), Duration::from_millis(1));
+        // a path that loses without a queue: the floor at any rate
+        assert_eq!(min_sleep(250e6, 8192, true), Duration::from_micros(250));
     }
 }
