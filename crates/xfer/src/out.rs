@@ -14,7 +14,7 @@
 
 use std::net::UdpSocket;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -99,6 +99,65 @@ fn window_of<'a>(win: &'a Win, kept: &'a std::collections::VecDeque<Win>, k: usi
     }
 }
 
+/// The chunks of each file that the sender will not send, because the receiver holds them (the resume
+/// comparison found them equal): windows are read past them, in the order the sender sends new data, so
+/// that a resume whose held chunks are scattered reads neither them nor, at each gap, windows ahead that
+/// it then passes over. Shared by the data thread, which learns of a file's held chunks when it adds the
+/// file to the protocol's sender, and the reading thread; each lookup takes the lock briefly (a few per
+/// window, never during a read).
+#[derive(Debug, Clone, Default)]
+pub struct Held(Arc<Mutex<HeldMap>>);
+
+#[derive(Debug, Default)]
+struct HeldMap {
+    chunk: u64,
+    /// Per file, whether each chunk is held (an empty or short list: the rest is not).
+    files: Vec<Vec<bool>>,
+}
+
+impl Held {
+    /// No chunk held yet, chunks of `chunk_size` bytes.
+    pub fn new(chunk_size: u64) -> Held {
+        Held(Arc::new(Mutex::new(HeldMap {
+            chunk: chunk_size,
+            files: Vec::new(),
+        })))
+    }
+
+    fn map(&self) -> std::sync::MutexGuard<'_, HeldMap> {
+        // a thread that panicked holding the lock left a consistent map (each change is one assignment)
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// File `file`'s chunks `held` are not sent.
+    pub fn set(&self, file: usize, held: &[bool]) {
+        let mut m = self.map();
+        if m.files.len() <= file {
+            m.files.resize(file + 1, Vec::new());
+        }
+        m.files[file] = held.to_vec();
+    }
+
+    /// If `offset` of `file` is in a held chunk: where that chunk ends.
+    fn skip(&self, file: usize, offset: u64) -> Option<u64> {
+        let m = self.map();
+        let c = offset.checked_div(m.chunk)?;
+        let held = m.files.get(file)?.get(c as usize).copied().unwrap_or(false);
+        held.then(|| (c + 1) * m.chunk)
+    }
+
+    /// Where the run of chunks to send that `offset` of `file` (of `size` bytes) is in ends: the start of
+    /// the next held chunk, or `size`.
+    fn run_end(&self, file: usize, offset: u64, size: u64) -> u64 {
+        let m = self.map();
+        let (Some(c), Some(h)) = (offset.checked_div(m.chunk), m.files.get(file)) else {
+            return size;
+        };
+        let next = (c as usize + 1..h.len()).find(|&i| h[i]);
+        next.map_or(size, |i| (i as u64 * m.chunk).min(size))
+    }
+}
+
 /// Where a datagram's payload is.
 #[derive(Debug, Clone, Copy)]
 enum Src {
@@ -130,6 +189,7 @@ pub struct Output {
     tx: BatchSender,
     fds: FdCache,
     ahead: ReadAhead,
+    held: Held,
     aead_key: Option<[u8; 32]>,
     /// `sendmmsg` calls that failed (the datagrams count as lost; the receiver reports them).
     pub send_errors: u64,
@@ -155,7 +215,7 @@ pub struct Round {
 impl Output {
     /// Output of the data of `set` in datagrams of at most `max_payload` payload bytes, encrypted with
     /// `aead_key` if given; with `subtree_block` ([`Sender::subtree_block`]) the digests of the blocks are
-    /// computed as windows are read. With `realtime` the reading thread runs in the real-time class, as
+    /// computed as windows are read. Windows pass over the chunks `held` names. With `realtime` the reading thread runs in the real-time class, as
     /// the data thread it feeds does (`--realtime`): in the ordinary class, behind the real-time threads of
     /// a busy host, it fell behind by up to 200 ms and the data thread waited for its window.
     pub fn new(
@@ -163,6 +223,7 @@ impl Output {
         max_payload: usize,
         aead_key: Option<[u8; 32]>,
         subtree_block: Option<u64>,
+        held: Held,
         realtime: bool,
     ) -> Output {
         let dgram = HEADER_LEN + max_payload.min(MAX_PAYLOAD);
@@ -178,7 +239,8 @@ impl Output {
             descs: Vec::with_capacity(MAX_ROUND),
             tx: BatchSender::with_parts(GSO_MSGS, 2 * segs),
             fds: FdCache::default(),
-            ahead: ReadAhead::new(set, subtree_block, direct.clone(), realtime),
+            ahead: ReadAhead::new(set, subtree_block, held.clone(), direct.clone(), realtime),
+            held,
             direct,
             aead_key,
             send_errors: 0,
@@ -258,7 +320,7 @@ impl Output {
     /// the window after it, so the pacing loop never waits for a read of several MiB.
     fn refill(&mut self, set: &SourceSet, file: usize, offset: u64) -> std::io::Result<()> {
         self.windows += 1;
-        let want = next_start(set, file, offset);
+        let want = next_start(set, &self.held, file, offset);
         let t0 = std::time::Instant::now();
         let got = self.ahead.take(want);
         self.read_wait += t0.elapsed();
@@ -270,7 +332,7 @@ impl Output {
             None => {
                 let mut w = self.ahead.spare();
                 let t0 = std::time::Instant::now();
-                let filled = fill(set, &mut self.fds, &mut w, file, offset, self.sub);
+                let filled = fill(set, &self.held, &mut self.fds, &mut w, file, offset, self.sub);
                 self.read_wait += t0.elapsed();
                 match filled {
                     Ok(direct) => self.direct.fetch_add(direct, Relaxed),
@@ -285,7 +347,7 @@ impl Output {
         let old = std::mem::replace(&mut self.win, new);
         self.hint = 0;
         let spare = self.keep(old);
-        self.ahead.request(set, spare, &self.win.segs);
+        self.ahead.request(set, &self.held, spare, &self.win.segs);
         Ok(())
     }
 
@@ -422,22 +484,30 @@ impl Output {
     }
 }
 
-/// The first byte at or after `offset` of `file` that exists: (the next file, 0) past a file's end.
-fn next_start(set: &SourceSet, mut file: usize, mut offset: u64) -> (usize, u64) {
-    while file < set.files.len() && offset >= set.files[file].size {
-        file += 1;
-        offset = 0;
+/// The first byte at or after `offset` of `file` that exists and is not held: (the next file, 0) past a
+/// file's end, the end of a held chunk in it.
+fn next_start(set: &SourceSet, held: &Held, mut file: usize, mut offset: u64) -> (usize, u64) {
+    while file < set.files.len() {
+        if offset >= set.files[file].size {
+            file += 1;
+            offset = 0;
+        } else if let Some(end) = held.skip(file, offset) {
+            offset = end;
+        } else {
+            break;
+        }
     }
     (file, offset)
 }
 
-/// Reads the window from `file` at `offset` on, continuing into the following files while it has room (so
-/// that many small files take one window), records what it holds, and asks the kernel to read on where
-/// the window ends inside a file. With `sub` (the block size, blocks being BLAKE3 subtrees) it reads in
+/// Reads the window from `file` at `offset` on, continuing past held chunks (see [`Held`]) and into the
+/// following files while it has room (so that many small files take one window), records what it holds,
+/// and asks the kernel to read on where the window ends inside a run of chunks to send. With `sub` (the block size, blocks being BLAKE3 subtrees) it reads in
 /// pieces and computes the digest of each whole block right after the piece that completes it is read.
 /// Returns the bytes read with `O_DIRECT`.
 fn fill(
     set: &SourceSet,
+    held: &Held,
     fds: &mut FdCache,
     win: &mut Win,
     file: usize,
@@ -452,7 +522,8 @@ fn fill(
     let (mut f, mut o) = (file, offset);
     while f < set.files.len() && at < WINDOW {
         let size = set.files[f].size;
-        let n = ((size - o.min(size)) as usize).min(WINDOW - at);
+        let end = held.run_end(f, o, size);
+        let n = ((end - o.min(end)) as usize).min(WINDOW - at);
         if n > 0 {
             let dig_from = sub.map_or(u64::MAX, |b| o.next_multiple_of(b));
             let dig = win.digests.len();
@@ -498,16 +569,15 @@ fn fill(
                 dig_n: win.digests.len() - dig,
             });
             at += n;
-            if o + (n as u64) < size && !direct {
+            if o + (n as u64) < end && !direct {
                 set.advise(fds, f, o + n as u64, WINDOW as u64);
             }
         }
-        // small files: a few more in the same window, at most 256 per window
+        // small files or runs: a few more in the same window, at most 256 per window
         if win.segs.len() >= 256 || at * 2 > WINDOW {
             break;
         }
-        f += 1;
-        o = 0;
+        (f, o) = next_start(set, held, f, o + n as u64);
     }
     Ok(read_direct)
 }
@@ -568,7 +638,13 @@ struct ReadAhead {
 }
 
 impl ReadAhead {
-    fn new(set: Arc<SourceSet>, sub: Option<u64>, direct: Arc<AtomicU64>, realtime: bool) -> ReadAhead {
+    fn new(
+        set: Arc<SourceSet>,
+        sub: Option<u64>,
+        held: Held,
+        direct: Arc<AtomicU64>,
+        realtime: bool,
+    ) -> ReadAhead {
         let (tx, cmd_rx) = bounded::<Cmd>(2 * DEPTH + 2);
         let (done_tx, rx) = bounded::<Filled>(DEPTH + 1);
         let thread = std::thread::Builder::new()
@@ -593,7 +669,7 @@ impl ReadAhead {
                         }
                         continue;
                     };
-                    let ok = match fill(&set, &mut fds, &mut win, start.0, start.1, sub) {
+                    let ok = match fill(&set, &held, &mut fds, &mut win, start.0, start.1, sub) {
                         Ok(d) => {
                             direct.fetch_add(d, Relaxed);
                             true
@@ -605,7 +681,7 @@ impl ReadAhead {
                         .segs
                         .last()
                         .filter(|_| ok)
-                        .map(|l| next_start(&set, l.file, l.offset + l.len as u64));
+                        .map(|l| next_start(&set, &held, l.file, l.offset + l.len as u64));
                     let done = Filled {
                         win,
                         start,
@@ -687,10 +763,10 @@ impl ReadAhead {
     /// After the data thread moved to the window `current` describes: `win`'s buffers (and, at first,
     /// new ones, up to [`DEPTH`]) go to the reading thread, which reads on after `current`, told so if
     /// it was not reading there already (nothing when `current` ends the data).
-    fn request(&mut self, set: &SourceSet, win: Win, current: &[Seg]) {
+    fn request(&mut self, set: &SourceSet, held: &Held, win: Win, current: &[Seg]) {
         let next = current
             .last()
-            .map(|l| next_start(set, l.file, l.offset + l.len as u64))
+            .map(|l| next_start(set, held, l.file, l.offset + l.len as u64))
             .filter(|s| s.0 < set.files.len());
         let Some(next) = next.filter(|_| self.tx.is_some()) else {
             self.at = None;
@@ -763,7 +839,7 @@ mod tests {
         ];
         let set = Arc::new(files(dir.path(), &sizes));
         let sub = Some(8192);
-        let mut out = Output::new(set.clone(), 8192, None, sub, false);
+        let mut out = Output::new(set.clone(), 8192, None, sub, Held::default(), false);
         let check = |out: &mut Output, f: usize, o: u64, len: usize| -> bool {
             if out.find(f, o, len).is_none() {
                 out.refill(&set, f, o).unwrap();
@@ -810,7 +886,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let w = WINDOW as u64;
         let set = Arc::new(files(dir.path(), &[16 * w + 100]));
-        let mut out = Output::new(set.clone(), 8192, None, Some(8192), false);
+        let mut out = Output::new(set.clone(), 8192, None, Some(8192), Held::default(), false);
         let run = |out: &mut Output, from: u64, to: u64| {
             let (read, ahead) = (out.windows, out.windows_ahead);
             let mut o = from;
@@ -839,6 +915,55 @@ mod tests {
         );
     }
 
+    /// A resume whose held chunks are scattered: the windows follow the sender's schedule, past the held
+    /// chunks (runs of several chunks share a window), so every window after the first comes from the
+    /// reading thread and none holds a held byte; a file whose held chunks become known only after the
+    /// reading thread passed it is still sent right (read again where the sender goes).
+    #[test]
+    fn windows_pass_over_held_chunks() {
+        let dir = tempfile::tempdir().unwrap();
+        let chunk = WINDOW as u64 / 4;
+        // 40 chunks and a short last one; then a file of 9 chunks
+        let sizes = [40 * chunk + 5000, 9 * chunk];
+        let set = Arc::new(files(dir.path(), &sizes));
+        let held0: Vec<bool> = (0..41).map(|c| c % 3 == 1 || (10..15).contains(&c)).collect();
+        let held1: Vec<bool> = (0..9).map(|c| c == 0 || c == 4).collect();
+        let held = Held::new(chunk);
+        held.set(0, &held0);
+        let mut out = Output::new(set.clone(), 8192, None, Some(8192), held.clone(), false);
+        // sends file `f` but its held chunks `h`; with `strict`, no window holds a held chunk of it
+        let send = |out: &mut Output, f: usize, h: &[bool], strict: bool| {
+            for c in (0..h.len()).filter(|&c| !h[c]) {
+                let (from, to) = (c as u64 * chunk, ((c as u64 + 1) * chunk).min(sizes[f]));
+                for o in (from..to).step_by(8192) {
+                    let len = 8192.min(to - o) as usize;
+                    if out.find(f, o, len).is_none() {
+                        out.refill(&set, f, o).unwrap();
+                        for sg in out.win.segs.iter().filter(|sg| strict && sg.file == f) {
+                            let (a, b) = (sg.offset / chunk, (sg.offset + sg.len as u64 - 1) / chunk);
+                            assert!(
+                                (a..=b).all(|c| !h[c as usize]),
+                                "a window holds chunks {a}-{b} of file {f}, some of them held"
+                            );
+                        }
+                    }
+                    let (src, _) = out.find(f, o, len).expect("in the window after a refill");
+                    let bytes: Vec<u8> = (0..len as u64).map(|k| byte(f, o + k)).collect();
+                    assert!(out.bytes_at(src, len) == &bytes[..], "file {f} offset {o}");
+                }
+            }
+        };
+        send(&mut out, 0, &held0, true);
+        let (read, ahead) = (out.windows, out.windows_ahead);
+        // 24 chunks to send of a quarter window each, and the short last one: 7 windows
+        assert_eq!(read, 7, "windows read");
+        assert_eq!(ahead, read - 1, "{ahead} of {read} windows read ahead");
+        // file 1's held chunks are known only now: the reading thread read it from its start
+        held.set(1, &held1);
+        send(&mut out, 1, &held1, false);
+        assert!(out.windows > read, "file 1 sent");
+    }
+
     /// Retransmissions of data from the last windows are found in the kept ones, with the right bytes and
     /// digests; older data is not (it is read again).
     #[test]
@@ -847,7 +972,7 @@ mod tests {
         let size = (KEPT as u64 + 3) * WINDOW as u64 + 12_288;
         let set = Arc::new(files(dir.path(), &[size]));
         let sub = Some(8192);
-        let mut out = Output::new(set.clone(), 8192, None, sub, false);
+        let mut out = Output::new(set.clone(), 8192, None, sub, Held::default(), false);
         let len = |o: u64| 8192.min(size - o) as usize;
         for o in (0..size).step_by(8192) {
             if out.find(0, o, len(o)).is_none() {
@@ -914,7 +1039,7 @@ mod tests {
                     // in the page cache (read through it)
                     set.paths.iter().for_each(|p| drop(std::fs::read(p).unwrap()));
                 }
-                direct += fill(&set, &mut fds, &mut win, f, o, sub).unwrap();
+                direct += fill(&set, &Held::default(), &mut fds, &mut win, f, o, sub).unwrap();
                 let mut digests = win.digests.iter();
                 for s in &win.segs {
                     let bytes: Vec<u8> = (0..s.len as u64).map(|k| byte(s.file, s.offset + k)).collect();

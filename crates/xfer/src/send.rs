@@ -23,7 +23,7 @@ use vlbiflow_xfer_proto::{ChunkHash, ControlMsg, Event, RateConfig, Sender, Send
 use crate::error::{failed, XferError};
 use crate::hash::ChunkHasher;
 use crate::link::{Inbound, Link};
-use crate::out::Output;
+use crate::out::{Held, Output};
 use crate::progress::Progress;
 use crate::session::{Committed, Have, Options, ReceiverReport, Session};
 use crate::source::{FdCache, SourceSet};
@@ -342,11 +342,14 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
     let mut have_done = have_chunks.iter().all(|&c| c == 0);
     let mut added = 0usize;
     let mut closed = false;
+    // the chunks the receiver holds, as files are added: the reading thread reads past them
+    let skip = Held::new(chunk_size);
     let mut out = Output::new(
         set.clone(),
         p.options.block_size as usize,
         aead_key,
         s.subtree_block(),
+        skip.clone(),
         p.realtime,
     );
     let mut started: Option<Instant> = None;
@@ -397,6 +400,9 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
             let vf = &set.files[f];
             s.add_file_held(&vf.name, vf.size, own[f].clone(), h.clone())
                 .map_err(|e| failed!("{}: {e}", vf.name))?;
+            if h.contains(&true) {
+                skip.set(f, &h);
+            }
             held[f] = h;
             added += 1;
         }
