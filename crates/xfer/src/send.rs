@@ -366,7 +366,7 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
     let mut hashes_open = true;
     let mut feedback_open = true;
     let mut trace = RateTrace::from_env();
-    let mut short_bursts = false;
+    let mut bursts = Bursts::default();
     if nfiles > 0 {
         progress.set_phase(if have_done {
             "sending"
@@ -581,8 +581,8 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
         };
         // Never spin: sleeping at least a quarter millisecond lets the sender's pacing catch up by up to
         // one burst on waking, which then leaves in GSO batches (spinning per datagram cost a core).
-        // bursts stay short for good once the path loses datagrams without a queue (see `min_sleep`)
-        short_bursts |= s.rate().random_loss() >= LONG_BURST_MAX_LOSS;
+        // short bursts where long ones lose more (see `Bursts`)
+        let short_bursts = bursts.short(Instant::now(), s.rate().random_loss(), s.rate().min_rtt());
         let w = wait.clamp(
             min_sleep(s.rate().pacing_rate(), p.options.block_size, short_bursts),
             Duration::from_millis(50),
@@ -635,17 +635,64 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
     }
 }
 
-/// Loss without a queue from which the data thread keeps its bursts short (see [`min_sleep`]).
+/// Loss without a queue from which the data thread tries short bursts (see [`Bursts`]).
 const LONG_BURST_MAX_LOSS: f64 = 0.005;
+
+/// Whether the data thread keeps its bursts short (see [`min_sleep`]). Long bursts (1 ms at 2 Gb/s,
+/// 264 KB) overflow a shallow buffer at the bottleneck: with a 256 KiB queue at 2 Gb/s they lost 6.9%,
+/// against 3.6% with short ones. That loss comes without a queue, so the rate control's estimate of the
+/// path's random loss sees it, as it sees loss that has nothing to do with bursts (a lossy link). So once
+/// that estimate reaches [`LONG_BURST_MAX_LOSS`], the sender measures: the estimate after a period of
+/// long bursts, then after one of short ones (each 20 rounds, at least 1 s; the estimate is a moving
+/// average over rounds that keeps a tenth of the last, so 20 rounds leave 12% of the period before). If
+/// short bursts lost a third less, they are kept for the rest of the transfer, else long ones: the loss
+/// does not depend on them.
+#[derive(Debug, Default, Clone, Copy)]
+enum Bursts {
+    #[default]
+    Long,
+    /// Measuring the loss with long bursts since `since`.
+    MeasureLong { since: Instant },
+    /// Measuring it with short bursts since `since`, long ones having lost `long_loss`.
+    MeasureShort { since: Instant, long_loss: f64 },
+    Short,
+    /// Long for good: short ones lost as much.
+    LongKept,
+}
+
+impl Bursts {
+    /// Whether bursts are short now, given the path's random loss as estimated so far and the minimum RTT.
+    fn short(&mut self, now: Instant, random_loss: f64, min_rtt: Option<Duration>) -> bool {
+        let period = (20 * min_rtt.unwrap_or(Duration::ZERO)).max(Duration::from_secs(1));
+        let over = |since: Instant| now.saturating_duration_since(since) >= period;
+        match *self {
+            Bursts::Long if random_loss >= LONG_BURST_MAX_LOSS => {
+                *self = Bursts::MeasureLong { since: now }
+            }
+            Bursts::MeasureLong { since } if over(since) => {
+                *self = Bursts::MeasureShort {
+                    since: now,
+                    long_loss: random_loss,
+                }
+            }
+            Bursts::MeasureShort { since, long_loss } if over(since) => {
+                *self = if random_loss * 3.0 < long_loss * 2.0 {
+                    Bursts::Short
+                } else {
+                    Bursts::LongKept
+                };
+            }
+            _ => {}
+        }
+        matches!(self, Bursts::MeasureShort { .. } | Bursts::Short)
+    }
+}
 
 /// The shortest sleep of the data thread, `pacing_rate` in bytes per second. Each sleep and wake costs
 /// a thread switch (about 10 us on a VM): waking every 250 us at 2 Gb/s cost the sender a fifth of its
 /// CPU (docs/bench-xfer.md). So the thread sleeps as long as one burst of [`MAX_BURST`] datagrams takes
-/// at the pacing rate, within 250 us and 1 ms, and sends that burst on waking: 264 KB at 2 Gb/s.
-/// Bursts that long overflow a shallow buffer at the bottleneck (a 256 KiB queue at 2 Gb/s lost 6.9%
-/// with them, against 3.6% with 250 us sleeps), which shows as loss without a queue: `short_bursts`
-/// (set once that loss reaches [`LONG_BURST_MAX_LOSS`]) keeps to 250 us sleeps, and bursts of about
-/// 100 KB at 2 Gb/s.
+/// at the pacing rate, within 250 us and 1 ms, and sends that burst on waking: 264 KB at 2 Gb/s. With
+/// `short_bursts` (see [`Bursts`]) it sleeps 250 us, and bursts are about 100 KB at 2 Gb/s.
 fn min_sleep(pacing_rate: f64, block_size: u32, short_bursts: bool) -> Duration {
     let floor = Duration::from_micros(250);
     if short_bursts {
@@ -736,7 +783,35 @@ mod tests {
         );
         // no rate yet
         assert_eq!(min_sleep(0.0, 8192, false), Duration::from_millis(1));
-        // a path that loses without a queue: the floor at any rate
+        // short bursts: the floor at any rate
         assert_eq!(min_sleep(250e6, 8192, true), Duration::from_micros(250));
+    }
+
+    /// Once the path loses 0.5% without a queue, the loss is measured with long bursts, then with short
+    /// ones (20 rounds each, at least a second), and short bursts are kept only if they lost a third less.
+    #[test]
+    fn bursts_stay_short_only_where_that_loses_less() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let rtt = Some(Duration::from_millis(100));
+        // a shallow buffer: 6.9% lost with long bursts, 3.6% with short ones; the estimate crosses 0.5%
+        // on its way up
+        let mut b = Bursts::default();
+        assert!(!b.short(at(0), 0.0, rtt));
+        assert!(!b.short(at(100), 0.004, rtt));
+        assert!(!b.short(at(200), 0.006, rtt), "measuring long bursts");
+        assert!(!b.short(at(2100), 0.069, rtt), "20 rounds of 100 ms are not over");
+        assert!(b.short(at(2200), 0.069, rtt), "measuring short bursts");
+        assert!(b.short(at(4100), 0.040, rtt));
+        assert!(b.short(at(4200), 0.040, rtt), "less loss: short for good");
+        assert!(b.short(at(60_000), 0.001, rtt));
+        // a lossy link: 1% either way
+        let mut b = Bursts::default();
+        assert!(!b.short(at(0), 0.010, None), "measuring long bursts");
+        assert!(!b.short(at(900), 0.011, None), "at least a second");
+        assert!(b.short(at(1000), 0.010, None), "measuring short bursts");
+        assert!(b.short(at(1900), 0.009, None));
+        assert!(!b.short(at(2000), 0.0095, None), "as much loss: long for good");
+        assert!(!b.short(at(60_000), 0.05, None));
     }
 }
