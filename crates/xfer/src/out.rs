@@ -215,9 +215,10 @@ pub struct Round {
 impl Output {
     /// Output of the data of `set` in datagrams of at most `max_payload` payload bytes, encrypted with
     /// `aead_key` if given; with `subtree_block` ([`Sender::subtree_block`]) the digests of the blocks are
-    /// computed as windows are read. Windows pass over the chunks `held` names. With `realtime` the reading thread runs in the real-time class, as
-    /// the data thread it feeds does (`--realtime`): in the ordinary class, behind the real-time threads of
-    /// a busy host, it fell behind by up to 200 ms and the data thread waited for its window.
+    /// computed as windows are read. Windows pass over the chunks `held` names. With `realtime` the
+    /// reading thread runs in the real-time class, as the data thread it feeds does (`--realtime`): in the
+    /// ordinary class, behind the real-time threads of a busy host, it fell behind by up to 200 ms and the
+    /// data thread waited for its window.
     pub fn new(
         set: Arc<SourceSet>,
         max_payload: usize,

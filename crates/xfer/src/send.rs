@@ -635,7 +635,8 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
     }
 }
 
-/// Loss without a queue from which the data thread tries short bursts (see [`Bursts`]).
+/// Loss without a queue from which the data thread measures whether short bursts lose less (see
+/// [`Bursts`]).
 const LONG_BURST_MAX_LOSS: f64 = 0.005;
 
 /// Whether the data thread keeps its bursts short (see [`min_sleep`]). Long bursts (1 ms at 2 Gb/s,
@@ -652,9 +653,14 @@ enum Bursts {
     #[default]
     Long,
     /// Measuring the loss with long bursts since `since`.
-    MeasureLong { since: Instant },
+    MeasureLong {
+        since: Instant,
+    },
     /// Measuring it with short bursts since `since`, long ones having lost `long_loss`.
-    MeasureShort { since: Instant, long_loss: f64 },
+    MeasureShort {
+        since: Instant,
+        long_loss: f64,
+    },
     Short,
     /// Long for good: short ones lost as much.
     LongKept,
@@ -666,9 +672,7 @@ impl Bursts {
         let period = (20 * min_rtt.unwrap_or(Duration::ZERO)).max(Duration::from_secs(1));
         let over = |since: Instant| now.saturating_duration_since(since) >= period;
         match *self {
-            Bursts::Long if random_loss >= LONG_BURST_MAX_LOSS => {
-                *self = Bursts::MeasureLong { since: now }
-            }
+            Bursts::Long if random_loss >= LONG_BURST_MAX_LOSS => *self = Bursts::MeasureLong { since: now },
             Bursts::MeasureLong { since } if over(since) => {
                 *self = Bursts::MeasureShort {
                     since: now,
