@@ -504,11 +504,15 @@ fn with_progress<T: Send>(progress: &Arc<Progress>, quiet: bool, work: impl FnOn
     let show = !quiet && std::io::stderr().is_terminal();
     let done = AtomicBool::new(false);
     std::thread::scope(|s| {
-        let h = s.spawn(|| {
-            let r = work();
-            done.store(true, Ordering::SeqCst);
-            r
-        });
+        // named, as the daemon's threads are, for `top -H` and bench/xfer-wakeups.sh
+        let h = std::thread::Builder::new()
+            .name("xfer-client".into())
+            .spawn_scoped(s, || {
+                let r = work();
+                done.store(true, Ordering::SeqCst);
+                r
+            })
+            .expect("spawn the transfer thread");
         if show {
             // two lines: the whole transfer, and the first file not yet verified (files are pipelined)
             let multi = indicatif::MultiProgress::new();
