@@ -22,6 +22,8 @@
 # COLD=1: the page cache is dropped before each file-to-file run (xfer, TCP BBR file to file, Tsunami), so
 # each tool reads a source file the cache does not hold, as a station sends a recording made hours before
 # (default: the source stays in the page cache, so the numbers measure the transfer rather than the disk).
+# QUEUE=BYTES: the bottleneck's queue at every point instead of one bandwidth-delay product (e.g. 262144,
+# a shallow switch buffer).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZE_MB=${1:-2000}
@@ -219,8 +221,8 @@ echo "| --: | --: | --- | --: | --: | --: | --: | --: | --: | --: |"
 : >"$SCRATCH/grid"
 for rtt in $RTTS; do
   for loss in $LOSSES; do
-    # queue: one bandwidth-delay product, at least 4 MB
-    q=$(python3 -c "print(max(4_000_000, int(2e9/8*$rtt/1000)))")
+    # queue: one bandwidth-delay product, at least 4 MB (QUEUE=BYTES: that, e.g. a shallow switch buffer)
+    q=${QUEUE:-$(python3 -c "print(max(4_000_000, int(2e9/8*$rtt/1000)))")}
     start_emu --rtt ${rtt}ms --rate 2Gbps --queue $q --loss ${loss}%
     # ROUNDS (default 1) runs of xfer and of TCP BBR file to file at each point, in alternating order
     # (xfer first in odd rounds): on this shared machine one run per point says little
