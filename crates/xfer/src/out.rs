@@ -138,12 +138,21 @@ impl Held {
         m.files[file] = held.to_vec();
     }
 
+    /// Whether chunk `chunk` of `file` is held.
+    pub fn holds(&self, file: usize, chunk: u64) -> bool {
+        let m = self.map();
+        m.files
+            .get(file)
+            .and_then(|h| h.get(chunk as usize))
+            .copied()
+            .unwrap_or(false)
+    }
+
     /// If `offset` of `file` is in a held chunk: where that chunk ends.
     fn skip(&self, file: usize, offset: u64) -> Option<u64> {
-        let m = self.map();
-        let c = offset.checked_div(m.chunk)?;
-        let held = m.files.get(file)?.get(c as usize).copied().unwrap_or(false);
-        held.then(|| (c + 1) * m.chunk)
+        let chunk = self.map().chunk;
+        let c = offset.checked_div(chunk)?;
+        self.holds(file, c).then(|| (c + 1) * chunk)
     }
 
     /// Where the run of chunks to send that `offset` of `file` (of `size` bytes) is in ends: the start of
@@ -503,8 +512,9 @@ fn next_start(set: &SourceSet, held: &Held, mut file: usize, mut offset: u64) ->
 
 /// Reads the window from `file` at `offset` on, continuing past held chunks (see [`Held`]) and into the
 /// following files while it has room (so that many small files take one window), records what it holds,
-/// and asks the kernel to read on where the window ends inside a run of chunks to send. With `sub` (the block size, blocks being BLAKE3 subtrees) it reads in
-/// pieces and computes the digest of each whole block right after the piece that completes it is read.
+/// and asks the kernel to read on where the window ends inside a run of chunks to send. With `sub` (the
+/// block size, blocks being BLAKE3 subtrees) it reads in pieces and computes the digest of each whole
+/// block right after the piece that completes it is read.
 /// Returns the bytes read with `O_DIRECT`.
 fn fill(
     set: &SourceSet,

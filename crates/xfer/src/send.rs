@@ -338,18 +338,17 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
     let mut theirs: Vec<Vec<Option<ChunkHash>>> = (0..nfiles)
         .map(|f| vec![None; (have_chunks[f] as usize).min(chunks_of(f))])
         .collect();
-    let mut held: Vec<Vec<bool>> = vec![Vec::new(); nfiles];
     let mut have_done = have_chunks.iter().all(|&c| c == 0);
     let mut added = 0usize;
     let mut closed = false;
-    // the chunks the receiver holds, as files are added: the reading thread reads past them
-    let skip = Held::new(chunk_size);
+    // the chunks the receiver holds, as files are added: not sent, and the reading thread reads past them
+    let held = Held::new(chunk_size);
     let mut out = Output::new(
         set.clone(),
         p.options.block_size as usize,
         aead_key,
         s.subtree_block(),
-        skip.clone(),
+        held.clone(),
         p.realtime,
     );
     let mut started: Option<Instant> = None;
@@ -398,12 +397,11 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
                 .map(|c| theirs[f][c].is_some() && theirs[f][c] == own[f][c])
                 .collect();
             let vf = &set.files[f];
-            s.add_file_held(&vf.name, vf.size, own[f].clone(), h.clone())
-                .map_err(|e| failed!("{}: {e}", vf.name))?;
             if h.contains(&true) {
-                skip.set(f, &h);
+                held.set(f, &h);
             }
-            held[f] = h;
+            s.add_file_held(&vf.name, vf.size, own[f].clone(), h)
+                .map_err(|e| failed!("{}: {e}", vf.name))?;
             added += 1;
         }
         if added == nfiles && !closed {
@@ -434,7 +432,7 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
                     let l = chunk_len(file as usize, chunk);
                     progress.bytes_verified.fetch_add(l, Relaxed);
                     tracker.verified(file, l, progress);
-                    if held[file as usize].get(chunk as usize) == Some(&true) {
+                    if held.holds(file as usize, chunk as u64) {
                         bytes_resumed += l;
                         progress.bytes_resumed.fetch_add(l, Relaxed);
                     }
