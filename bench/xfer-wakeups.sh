@@ -15,6 +15,10 @@
 #   bench/xfer-wakeups.sh BIN [SIZE_MB] [RTT_MS] [LOSS_%]
 #   e.g. bench/xfer-wakeups.sh target/release/vlbiflow 3000 20 0
 set -euo pipefail
+if [ $# -lt 1 ] || [ ! -x "$1" ]; then
+  echo "usage: bench/xfer-wakeups.sh BIN [SIZE_MB] [RTT_MS] [LOSS_%] (BIN: a vlbiflow binary; got: ${1:-nothing})" >&2
+  exit 2
+fi
 BIN=$(realpath "$1")
 SIZE_MB=${2:-3000}
 RTT=${3:-20}
