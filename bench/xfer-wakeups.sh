@@ -10,7 +10,8 @@
 # PERF=1 also counts the client's system calls that sleep or send (futex, sched_yield, sendmmsg, recvfrom,
 # pread64) and its context switches with `perf stat` (which itself raises the client's CPU: compare the
 # counts, not the CPU, under it). PUSH_OPTS and SERVE_OPTS add options (default --realtime at both ends,
-# as the emulator's EMU_OPTS; empty strings leave them out).
+# as the emulator's EMU_OPTS; empty strings leave them out). PROFILE=sender or PROFILE=receiver samples that
+# end with `perf record -g` for the whole push and prints where its CPU went (`perf report`, top symbols).
 #
 #   bench/xfer-wakeups.sh BIN [SIZE_MB] [RTT_MS] [LOSS_%]
 #   e.g. bench/xfer-wakeups.sh target/release/vlbiflow 3000 20 0
@@ -65,6 +66,18 @@ fi
 /usr/bin/time -f "%U %S" -o "$SCRATCH/time" "${PERF_CMD[@]}" ip netns exec $NA "$BIN" xfer push "$SCRATCH/src/data.bin" \
   $NET.2:46230/data $PUSH_OPTS --json >"$SCRATCH/x.json" 2>"$SCRATCH/x.err" &
 PUSH=$!
+REC=
+if [ -n "${PROFILE:-}" ]; then
+  # perf attaches to the threads there are: wait for the one that moves the data
+  if [ "$PROFILE" = receiver ]; then target=$SRV; thread=xfer-session; else target=; thread=xfer-read; fi
+  for _ in $(seq 200); do
+    [ -n "$target" ] || target=$(pgrep -n -f "xfer push $SCRATCH/src/data.bin" || true)
+    [ -n "$target" ] && grep -qx "$thread" /proc/"$target"/task/*/comm 2>/dev/null && break
+    sleep 0.02
+  done
+  perf record -q -F 1999 -g -o "$SCRATCH/perf.data" -p "$target" 2>/dev/null &
+  REC=$!
+fi
 : >"$SCRATCH/samples"
 while kill -0 $PUSH 2>/dev/null; do
   # the processes of BIN but the emulator: the daemon and the client
@@ -83,6 +96,7 @@ while kill -0 $PUSH 2>/dev/null; do
   sleep 0.2
 done
 wait $PUSH || { cat "$SCRATCH/x.err" >&2; exit 1; }
+if [ -n "$REC" ]; then kill -INT "$REC" 2>/dev/null || true; wait "$REC" || true; fi
 python3 - "$SCRATCH/samples" "$SCRATCH/x.json" "$SCRATCH/time" "$SIZE_MB" <<'PY'
 import json, sys
 last = {}
@@ -104,4 +118,10 @@ PY
 if [ "${PERF:-0}" = 1 ]; then
   echo
   grep -E "syscalls|context-switches" "$SCRATCH/perf" | awk '{print "    " $1, $2}'
+fi
+if [ -n "$REC" ]; then
+  echo
+  echo "where the $PROFILE's CPU went (perf record -F 1999 -g, self time, top 30):"
+  perf report -q -i "$SCRATCH/perf.data" --no-children --sort comm,sym --percent-limit 0.7 2>/dev/null \
+    | grep -E '^ +[0-9.]+%' | head -30
 fi
