@@ -558,6 +558,7 @@ impl Sender {
                     if self.pace_limited {
                         let late = floor - t;
                         self.stats.late_us += late.as_micros() as u64;
+                        self.rate.on_sender_late(now, late);
                         let max_debt = self
                             .cfg
                             .max_pace_debt
