@@ -316,7 +316,6 @@ impl RateControl {
         self.min_rtt
     }
 
-    /// Round length used for phases: the minimum RTT, or 100 ms before there is one.
     /// The sender fell behind its pacing schedule (its thread was not run, or its I/O blocked) by
     /// `late` just before `now`. What it did not send shows a round trip later as a delivery rate that
     /// does not grow, which startup would otherwise take for a full pipe (BBR leaves out samples that
@@ -331,6 +330,7 @@ impl RateControl {
         self.sender_late_until = Some(self.sender_late_until.map_or(until, |u| u.max(until)));
     }
 
+    /// Round length used for phases: the minimum RTT, or 100 ms before there is one.
     fn round(&self) -> Duration {
         self.min_rtt
             .unwrap_or(Duration::from_millis(100))
