@@ -122,6 +122,6 @@ fi
 if [ -n "$REC" ]; then
   echo
   echo "where the $PROFILE's CPU went (perf record -F 1999 -g, self time, top 30):"
-  perf report -q -i "$SCRATCH/perf.data" --no-children --sort comm,sym --percent-limit 0.7 2>/dev/null \
-    | grep -E '^ +[0-9.]+%' | head -30
+  perf report -q -i "$SCRATCH/perf.data" --no-children --sort comm,sym --percent-limit ${PCT_LIMIT:-0.7} 2>/dev/null \
+    | grep -E '^ +[0-9.]+%' | head -${TOP:-30}
 fi
