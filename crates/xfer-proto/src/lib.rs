@@ -17,4 +17,4 @@ pub use event::Event;
 pub use rate::{RateConfig, RateMode};
 pub use receiver::{Delivery, Receiver, ReceiverConfig, ReceiverStats};
 pub use sender::{Sender, SenderConfig, SenderStats, Transmit};
-pub use wire::{ChunkHash, ControlMsg};
+pub use wire::{AbortKind, ChunkHash, ControlMsg};

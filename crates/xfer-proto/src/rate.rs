@@ -173,6 +173,9 @@ pub struct RateControl {
     long_max: Option<(Instant, f64)>,
     trimmed_this_phase: bool,
     cached: (f64, Option<u64>),
+    /// A ceiling set while running (bits/s), below the mode's own: the receiving daemon's share of its
+    /// rate limit, which changes as other transfers start and end.
+    cap_bps: Option<f64>,
     last_queue: Duration,
     last_inflight: Option<u64>,
     bw_cap: Option<f64>,
@@ -273,6 +276,7 @@ impl RateControl {
             cut_this_cycle: false,
             quiet_until: None,
             last_sample: 0.0,
+            cap_bps: None,
         }
         .recache()
     }
@@ -359,7 +363,20 @@ impl RateControl {
             RateMode::Fixed { bps } => bps,
             RateMode::Auto { max_bps, .. } => max_bps,
         };
-        bps.max(1000.0) / 8.0
+        bps.min(self.cap_bps.unwrap_or(f64::INFINITY)).max(1000.0) / 8.0
+    }
+
+    /// Sets (or with `None` lifts) a ceiling of `bps` bits/s under the mode's own, from now on: the share
+    /// of a daemon's limit on all its transfers together, which it changes as transfers start and end.
+    /// The estimate of the path is kept; only the pacing is held below the ceiling.
+    pub fn set_cap(&mut self, bps: Option<f64>) {
+        self.cap_bps = bps.filter(|b| b.is_finite() && *b > 0.0);
+        self.cached = (self.compute_pacing_rate(), self.compute_cwnd());
+    }
+
+    /// The ceiling set by [`RateControl::set_cap`], bits/s.
+    pub fn cap(&self) -> Option<f64> {
+        self.cap_bps
     }
 
     /// Pacing rate now, bytes/s (cached; changes only on feedback).
@@ -993,6 +1010,39 @@ mod tests {
         l.bw *= 4.0; // the receiver keeps up again
         l.run(&mut rc, 5.0);
         assert!((rc.pacing_rate() - 2e9 / 8.0).abs() < 1.0, "back at the ceiling");
+    }
+
+    #[test]
+    fn a_cap_set_while_running_holds_the_pacing_under_it_and_lifting_it_lets_it_back() {
+        for cfg in [RateConfig::fixed(800e6), RateConfig::auto(100e6)] {
+            let mut rc = RateControl::new(cfg);
+            let mut l = link(1e9, 0.0);
+            let full = l.run(&mut rc, 10.0);
+            assert!(full > 0.75e9 / 8.0, "{:?}: {full:.3e} before the cap", cfg.mode);
+            rc.set_cap(Some(300e6));
+            assert_eq!(rc.cap(), Some(300e6));
+            for _ in 0..2000 {
+                l.step(&mut rc, Duration::from_millis(5));
+                assert!(
+                    rc.pacing_rate() <= 300e6 / 8.0 + 1e-6,
+                    "{:?}: over the cap",
+                    cfg.mode
+                );
+            }
+            let capped = l.run(&mut rc, 5.0);
+            assert!(
+                capped > 0.95 * 300e6 / 8.0,
+                "{:?}: {capped:.3e} under a cap of 300 Mb/s",
+                cfg.mode
+            );
+            rc.set_cap(None);
+            let lifted = l.run(&mut rc, 20.0);
+            assert!(
+                lifted > 0.75e9 / 8.0,
+                "{:?}: {lifted:.3e} after the cap was lifted",
+                cfg.mode
+            );
+        }
     }
 
     /// A receiver that stalls for 30 ms and then drains its socket backlog in 5 ms receives bytes faster

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use crate::event::Event;
 use crate::hash::{block_digest, blocks_are_subtrees, ChunkDigests};
-use crate::wire::{self, ChunkHash, ControlMsg, DataPacket, DataRepr, Feedback, HEADER_LEN};
+use crate::wire::{self, AbortKind, ChunkHash, ControlMsg, DataPacket, DataRepr, Feedback, HEADER_LEN};
 
 /// Each loss range goes out in this many consecutive feedbacks, so that a report is lost only with that
 /// many feedback datagrams in a row.
@@ -524,7 +524,7 @@ impl Receiver {
                     ));
                 }
             }
-            ControlMsg::Abort { reason } => {
+            ControlMsg::Abort { reason, .. } => {
                 self.state = State::Aborted;
                 self.events.push_back(Event::Aborted { reason });
             }
@@ -634,6 +634,7 @@ impl Receiver {
     fn abort(&mut self, reason: String) {
         self.control_out.push_back(ControlMsg::Abort {
             reason: reason.clone(),
+            kind: AbortKind::Failed,
         });
         self.state = State::Aborted;
         self.events.push_back(Event::Aborted { reason });
@@ -751,6 +752,13 @@ impl Receiver {
         if (frequent && since >= self.cfg.feedback_interval) || since >= self.cfg.keepalive {
             self.send_feedback(now);
         }
+    }
+
+    /// Tells the sender to pace at most at `bps` bits/s from now on (`None`: lifts it), e.g. when this
+    /// receiver's share of a daemon's limit on all its transfers changes.
+    pub fn set_rate_cap(&mut self, bps: Option<f64>) {
+        let bps = bps.map(|b| (b.max(1.0) as u64).max(1));
+        self.control_out.push_back(ControlMsg::RateCap { bps });
     }
 
     /// Whether the sender has said that feedback datagrams reach it ([`ControlMsg::FeedbackDatagrams`]):

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use crate::event::Event;
 use crate::hash::{block_digest, blocks_are_subtrees, ChunkDigests};
 use crate::rate::{FeedbackSample, RateConfig, RateControl};
-use crate::wire::{self, ChunkHash, ControlMsg, DataPacket, DataRepr, Feedback, HEADER_LEN};
+use crate::wire::{self, AbortKind, ChunkHash, ControlMsg, DataPacket, DataRepr, Feedback, HEADER_LEN};
 
 /// Sender settings.
 #[derive(Debug, Clone)]
@@ -181,6 +181,8 @@ fn wire_of(len: u32) -> u64 {
 #[derive(Debug)]
 pub struct Sender {
     cfg: SenderConfig,
+    /// Ceilings set while running, bits/s: this side's own and the receiver's.
+    caps: (Option<f64>, Option<f64>),
     epoch: Option<Instant>,
     files: Vec<SFile>,
     closed: bool,
@@ -249,6 +251,7 @@ impl Sender {
             block_size: cfg.block_size,
         });
         Sender {
+            caps: (None, None),
             rate: RateControl::new(cfg.rate),
             srtt: None,
             rttvar: Duration::ZERO,
@@ -860,7 +863,8 @@ impl Sender {
                     o += l as u64;
                 }
             }
-            ControlMsg::Abort { reason } => {
+            ControlMsg::RateCap { bps } => self.set_receiver_rate_cap(bps.map(|b| b as f64)),
+            ControlMsg::Abort { reason, .. } => {
                 self.state = State::Aborted;
                 self.events.push_back(Event::Aborted { reason });
             }
@@ -872,6 +876,7 @@ impl Sender {
     pub fn abort(&mut self, reason: String) {
         self.control_out.push_back(ControlMsg::Abort {
             reason: reason.clone(),
+            kind: AbortKind::Failed,
         });
         self.state = State::Aborted;
         self.events.push_back(Event::Aborted { reason });
@@ -1024,6 +1029,28 @@ impl Sender {
     /// The rate controller (for reports).
     pub fn rate(&self) -> &RateControl {
         &self.rate
+    }
+
+    /// Holds the pacing at most at `bps` bits/s from now on (`None` lifts it), for a sender whose own side
+    /// sets a ceiling (a daemon serving a pull or relaying). The receiver's ceiling
+    /// ([`Sender::set_receiver_rate_cap`]) holds as well: the lower of the two applies.
+    pub fn set_rate_cap(&mut self, bps: Option<f64>) {
+        self.caps.0 = bps;
+        self.apply_caps();
+    }
+
+    /// The receiver's ceiling (`None`: none): from its accept, then from each `rate_cap` it sends.
+    pub fn set_receiver_rate_cap(&mut self, bps: Option<f64>) {
+        self.caps.1 = bps;
+        self.apply_caps();
+    }
+
+    fn apply_caps(&mut self) {
+        let cap = match self.caps {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.rate.set_cap(cap);
     }
 
     /// Whether the transfer has ended (done, dead or aborted).

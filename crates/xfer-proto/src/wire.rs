@@ -3,7 +3,7 @@
 //! **Data datagram**: a fixed 64-byte big-endian header followed by the payload (one block of a file).
 //!
 //! ```text
-//!  0  u16 magic 0x5846 ("XF")      2  u8 version (4)         3  u8 flags (bit 0: retransmission)
+//!  0  u16 magic 0x5846 ("XF")      2  u8 version (5)         3  u8 flags (bit 0: retransmission)
 //!  4  u32 transfer id              8  u64 sequence number (per transfer, +1 per datagram, never reused)
 //! 16  u32 file index              20  u32 payload length
 //! 24  u64 byte offset in the file 32  u64 send timestamp, µs on the sender's clock
@@ -28,7 +28,7 @@
 //! blocking): at 100 ms and 1% loss each way that stalled the feedback for 24% of a transfer.
 //!
 //! ```text
-//!  0  u16 magic 0x5842 ("XB")      2  u8 version (4)         3  u8 reserved (zero)
+//!  0  u16 magic 0x5842 ("XB")      2  u8 version (5)         3  u8 reserved (zero)
 //!  4  u32 transfer id              8  u16 length of the JSON 10  6 bytes reserved (zero)
 //! 16  16-byte authentication tag (keyed BLAKE3 under the feedback key over bytes 0..16 and the JSON;
 //!     all zero when no key is in use)
@@ -51,8 +51,10 @@ pub const HEADER_LEN: usize = 64;
 pub const MAGIC: u16 = 0x5846;
 /// Protocol version carried in data and feedback datagrams and in `hello` (3: feedback as datagrams, loss
 /// ranges repeated and bounded by `loss_from`; 4: the receiver's counters come with the session's
-/// `committed`, which a peer of version 3 would refuse as an unknown field, so the two do not mix).
-pub const VERSION: u8 = 4;
+/// `committed`, which a peer of version 3 would refuse as an unknown field, so the two do not mix; 5: the
+/// receiver may change the sender's ceiling while running (`rate_cap`), and an abort may say it was a
+/// refusal or a busy file).
+pub const VERSION: u8 = 5;
 /// Magic number at the start of every feedback datagram.
 pub const FEEDBACK_MAGIC: u16 = 0x5842;
 /// Length of the feedback datagram header, tag included.
@@ -741,10 +743,39 @@ pub enum ControlMsg {
     FeedbackDatagrams,
     /// Sender -> receiver: keep-alive while no data flows.
     Ping,
+    /// Receiver -> sender: pace at most at `bps` bits/s on the wire from now on (`None`: no ceiling but the
+    /// sender's own). A daemon sends it when its share of a limit on all its transfers changes.
+    RateCap { bps: Option<u64> },
     /// Sender -> receiver: every file is announced and every chunk verified.
     Done { files: u32, bytes: u64 },
-    /// Either way: the transfer ends with an error.
-    Abort { reason: String },
+    /// Either way: the transfer ends with an error. `kind` says whether to rerun (the default, left out
+    /// on the wire), not to (refused) or later (busy).
+    Abort {
+        reason: String,
+        #[serde(default, skip_serializing_if = "AbortKind::is_failed")]
+        kind: AbortKind,
+    },
+}
+
+/// Why a transfer was aborted, as far as what to do next goes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AbortKind {
+    /// It failed (network, disk, peer): rerunning the same command resumes.
+    #[default]
+    Failed,
+    /// The receiver will not take it as asked (e.g. a file exists with other content): rerunning the same
+    /// command gets the same answer.
+    Refused,
+    /// Another transfer is writing the same file: retry when it has ended.
+    Busy,
+}
+
+impl AbortKind {
+    /// Whether this is the default kind (not written on the wire).
+    pub fn is_failed(&self) -> bool {
+        *self == AbortKind::Failed
+    }
 }
 
 impl ControlMsg {
@@ -817,7 +848,8 @@ impl ControlMsg {
                 }
             }
             ControlMsg::Feedback(f) => f.validate()?,
-            ControlMsg::Abort { reason } if reason.len() > 4096 => {
+            ControlMsg::RateCap { bps: Some(0) } => return Err(bad("rate_cap.bps", "zero")),
+            ControlMsg::Abort { reason, .. } if reason.len() > 4096 => {
                 return Err(bad("abort.reason", "longer than 4096 bytes"));
             }
             _ => {}
@@ -1029,9 +1061,22 @@ mod tests {
             ControlMsg::ChunkVerified { file: 1, chunk: 0 },
             ControlMsg::ChunkMismatch { file: 1, chunk: 0 },
             ControlMsg::Ping,
+            ControlMsg::RateCap {
+                bps: Some(500_000_000),
+            },
+            ControlMsg::RateCap { bps: None },
             ControlMsg::Done { files: 2, bytes: 5 },
             ControlMsg::Abort {
                 reason: "disk full".into(),
+                kind: AbortKind::Failed,
+            },
+            ControlMsg::Abort {
+                reason: "exists".into(),
+                kind: AbortKind::Refused,
+            },
+            ControlMsg::Abort {
+                reason: "in use".into(),
+                kind: AbortKind::Busy,
             },
         ];
         for m in msgs {

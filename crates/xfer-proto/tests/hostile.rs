@@ -46,7 +46,10 @@ fn msg() -> impl Strategy<Value = ControlMsg> {
             })),
         Just(ControlMsg::Ping),
         (0u32..4, any::<u64>()).prop_map(|(files, bytes)| ControlMsg::Done { files, bytes }),
-        Just(ControlMsg::Abort { reason: "x".into() }),
+        Just(ControlMsg::Abort {
+            reason: "x".into(),
+            kind: vlbiflow_xfer_proto::AbortKind::Refused
+        }),
     ]
 }
 

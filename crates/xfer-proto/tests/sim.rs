@@ -1456,3 +1456,44 @@ fn shares_the_bottleneck_with_a_tcp_reno_flow() {
     assert!(tcp >= 0.2 * 200e6, "TCP starved: {:.1} Mb/s", mb(tcp));
     assert!(ours >= 0.2 * 200e6, "xfer starved: {:.1} Mb/s", mb(ours));
 }
+
+#[test]
+fn ceilings_set_while_running_hold_and_the_lower_of_both_sides_applies() {
+    // A daemon with a limit on all its transfers changes each one's share as others start and end: the
+    // receiver's share comes as `rate_cap`, the sending side may have its own; the lower one holds.
+    let link = LinkCfg::new(200e6, Duration::from_millis(20));
+    let mut st = Setup::new(link, vec![1 << 30]);
+    st.store = false;
+    let mut sim = Sim::new(st);
+    let s = Duration::from_secs;
+    sim.run_until(s(3));
+    let full = rate_between(&sim.delivered_at, s(2), s(3));
+    sim.r.set_rate_cap(Some(60e6));
+    sim.run_until(s(7));
+    let receiver_capped = rate_between(&sim.delivered_at, s(4), s(7));
+    sim.s.set_rate_cap(Some(20e6));
+    sim.run_until(s(10));
+    let both = rate_between(&sim.delivered_at, s(8), s(10));
+    sim.r.set_rate_cap(None);
+    sim.run_until(s(13));
+    let own_only = rate_between(&sim.delivered_at, s(11), s(13));
+    sim.s.set_rate_cap(None);
+    sim.run_until(s(20));
+    let lifted = rate_between(&sim.delivered_at, s(17), s(20));
+    eprintln!(
+        "Mb/s: {:.0} full, {:.0} receiver's 60, {:.0} with own 20, {:.0} own 20 alone, {:.0} lifted",
+        mb(full),
+        mb(receiver_capped),
+        mb(both),
+        mb(own_only),
+        mb(lifted)
+    );
+    assert!(full > 160e6, "{full}");
+    assert!(
+        receiver_capped <= 60e6 && receiver_capped > 54e6,
+        "{receiver_capped}"
+    );
+    assert!(both <= 20e6 && both > 18e6, "{both}");
+    assert!(own_only <= 20e6 && own_only > 18e6, "{own_only}");
+    assert!(lifted > 160e6, "{lifted}");
+}

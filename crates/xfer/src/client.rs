@@ -5,7 +5,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use vlbiflow_xfer_proto::{RateConfig, RateMode};
+use vlbiflow_xfer_proto::RateConfig;
 
 use crate::error::{failed, XferError};
 use crate::key::Key;
@@ -14,7 +14,17 @@ use crate::progress::Progress;
 use crate::secure::{self, AuthError, SecureConn};
 use crate::send::{self, SendOutcome, SendParams};
 use crate::session::{FileSpec, Options, Session};
+use crate::share::RateCap;
 use crate::source::SourceSet;
+
+/// The error for a daemon's refusal.
+fn refused(error: &str, busy: bool) -> XferError {
+    if busy {
+        XferError::Busy(format!("the daemon is busy: {error}"))
+    } else {
+        XferError::Refused(format!("the daemon refused: {error}"))
+    }
+}
 
 /// How to reach a daemon.
 #[derive(Debug, Clone)]
@@ -29,6 +39,8 @@ pub struct ClientConfig {
     pub dead_timeout: Duration,
     /// This side's data threads in the real-time class (`--realtime`; checked before connecting).
     pub realtime: bool,
+    /// A ceiling this side sets while a push runs (a daemon's share of its limits, when it relays).
+    pub rate_cap: Option<Arc<RateCap>>,
 }
 
 impl ClientConfig {
@@ -40,6 +52,7 @@ impl ClientConfig {
             connect_timeout: Duration::from_secs(10),
             dead_timeout: Duration::from_secs(10),
             realtime: false,
+            rate_cap: None,
         }
     }
 }
@@ -110,27 +123,12 @@ pub fn push(
             rate_cap_bps,
             ..
         })) => (transfer_id, data_port, have, rate_cap_bps),
-        Ok(Inbound::Sess(Session::Refuse { error })) => {
-            return Err(XferError::Refused(format!("the daemon refused: {error}")))
-        }
+        Ok(Inbound::Sess(Session::Refuse { error, busy })) => return Err(refused(&error, busy)),
         Ok(Inbound::Closed(why) | Inbound::Refused(why)) => return Err(failed!("{why}")),
         Ok(other) => return Err(failed!("unexpected answer from the daemon: {other:?}")),
         Err(_) => return Err(failed!("the daemon did not answer the request within 60 s")),
     };
-    let rate = match (cap, rate.mode) {
-        (Some(c), RateMode::Fixed { bps }) => RateConfig {
-            mode: RateMode::Fixed { bps: bps.min(c) },
-            ..rate
-        },
-        (Some(c), RateMode::Auto { initial_bps, max_bps }) => RateConfig {
-            mode: RateMode::Auto {
-                initial_bps: initial_bps.min(c),
-                max_bps: max_bps.min(c),
-            },
-            ..rate
-        },
-        (None, _) => rate,
-    };
+
     let params = SendParams {
         transfer_id,
         secret,
@@ -140,6 +138,8 @@ pub fn push(
         dead_timeout: cfg.dead_timeout,
         commit_timeout: Duration::from_secs(600),
         realtime: cfg.realtime,
+        rate_cap: cfg.rate_cap.clone(),
+        receiver_cap: cap,
     };
     let out = send::run_sender(&link, Arc::new(set), &have, &params, progress, stop);
     link.close();
@@ -186,9 +186,7 @@ pub fn pull(
         Ok(Inbound::Sess(Session::Accept {
             transfer_id, files, ..
         })) => (transfer_id, files),
-        Ok(Inbound::Sess(Session::Refuse { error })) => {
-            return Err(XferError::Refused(format!("the daemon refused: {error}")))
-        }
+        Ok(Inbound::Sess(Session::Refuse { error, busy })) => return Err(refused(&error, busy)),
         Ok(Inbound::Closed(why) | Inbound::Refused(why)) => return Err(failed!("{why}")),
         Ok(other) => return Err(failed!("unexpected answer from the daemon: {other:?}")),
         Err(_) => return Err(failed!("the daemon did not answer the request within 60 s")),
@@ -202,6 +200,7 @@ pub fn pull(
             link.send(
                 vlbiflow_xfer_proto::ControlMsg::Abort {
                     reason: format!("the client cannot take the files: {e}"),
+                    kind: vlbiflow_xfer_proto::AbortKind::Refused,
                 }
                 .to_line(),
             );
@@ -215,6 +214,7 @@ pub fn pull(
         dead_timeout: cfg.dead_timeout,
         source: peer.to_string(),
         realtime: cfg.realtime,
+        rate_cap: None,
     };
     let out = crate::recv::run_receiver(&link, &sock, plan, &params, progress, stop);
     link.close();
@@ -259,9 +259,7 @@ pub fn relay(
     });
     match link.rx.recv_timeout(Duration::from_secs(60)) {
         Ok(Inbound::Sess(Session::Accept { .. })) => {}
-        Ok(Inbound::Sess(Session::Refuse { error })) => {
-            return Err(XferError::Refused(format!("the daemon refused: {error}")))
-        }
+        Ok(Inbound::Sess(Session::Refuse { error, busy })) => return Err(refused(&error, busy)),
         Ok(Inbound::Closed(why) | Inbound::Refused(why)) => return Err(failed!("{why}")),
         Ok(other) => return Err(failed!("unexpected answer from the daemon: {other:?}")),
         Err(_) => return Err(failed!("the daemon did not answer the request within 60 s")),
@@ -298,6 +296,7 @@ pub fn relay(
                 bytes_moved,
                 seconds,
                 receiver,
+                code,
             })) => {
                 link.close();
                 return if ok {
@@ -309,13 +308,13 @@ pub fn relay(
                         receiver,
                     })
                 } else {
+                    // refusals by the destination daemon stay refusals, busy stays busy
                     let e = error.unwrap_or_default();
-                    // refusals by the destination daemon stay refusals
-                    if e.contains("refused") || e.contains("key") {
-                        Err(XferError::Refused(e))
-                    } else {
-                        Err(failed!("{e}"))
-                    }
+                    Err(match code {
+                        Some(3) => XferError::Refused(e),
+                        Some(4) => XferError::Busy(e),
+                        _ => failed!("{e}"),
+                    })
                 };
             }
             Ok(Inbound::Closed(why) | Inbound::Refused(why)) => {

@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -23,6 +24,7 @@ use crate::progress::Progress;
 use crate::recv::{self, RecvParams};
 use crate::secure::{self, AuthError};
 use crate::session::Session;
+use crate::share::RateCap;
 
 /// Daemon settings.
 #[derive(Debug, Clone)]
@@ -49,7 +51,8 @@ pub struct ServeConfig {
     pub metrics: Option<SocketAddr>,
     /// Rate ceiling of each transfer, bits/s on the wire.
     pub max_rate_bps: Option<f64>,
-    /// Rate ceiling of all transfers together, shared equally among those running when one starts.
+    /// Rate ceiling of all transfers together, shared equally among those running (again whenever one starts
+    /// or ends; receiving transfers hear their new share with a `rate_cap` message).
     pub total_rate_bps: Option<f64>,
     /// Key for daemons this one pushes to on a client's behalf (default: its own key).
     pub peer_key: Option<Key>,
@@ -91,6 +94,8 @@ pub struct Counters {
     pub auth_failures: AtomicU64,
     pub auth_blocked: AtomicU64,
     pub refused: AtomicU64,
+    /// Requests turned away for now: at the transfer limit, or a destination file being written.
+    pub refused_busy: AtomicU64,
     pub transfers_ok: AtomicU64,
     pub transfers_failed: AtomicU64,
     pub bytes_received: AtomicU64,
@@ -109,6 +114,91 @@ pub struct Active {
     pub path: String,
     pub data_port: u16,
     pub progress: Arc<Progress>,
+    /// This transfer's ceiling now: `--max-rate`, and its share of `--total-rate` among the transfers
+    /// running, shared again whenever one starts or ends.
+    pub cap: Arc<RateCap>,
+}
+
+/// A transfer counted among the daemon's running ones (its limit and the shares of its total rate)
+/// for as long as this lives.
+struct Admitted<'a> {
+    sh: &'a Shared,
+    act: Arc<Active>,
+}
+
+impl Shared {
+    /// Counts `act` among the running transfers, or says why not (the daemon runs as many as it may).
+    fn admit(&self, act: Arc<Active>) -> Result<Admitted<'_>, String> {
+        let mut active = self.active.lock().expect("active");
+        if active.len() >= self.cfg.max_transfers {
+            return Err(format!(
+                "{} transfers running, the limit is {}; retry later",
+                active.len(),
+                self.cfg.max_transfers
+            ));
+        }
+        active.push(act.clone());
+        self.reshare(&active);
+        Ok(Admitted { sh: self, act })
+    }
+
+    /// Gives each running transfer its ceiling: `--max-rate`, and an equal share of `--total-rate`.
+    fn reshare(&self, active: &[Arc<Active>]) {
+        let c = crate::share::share(self.cfg.max_rate_bps, self.cfg.total_rate_bps, active.len());
+        for a in active {
+            a.cap.set(c);
+        }
+    }
+
+    /// Claims the destination files of a receive for transfer `id` from `peer`, or names the transfer
+    /// that is writing one of them.
+    fn claim(&self, plan: &recv::Plan, id: u32, peer: SocketAddr) -> Result<Claim<'_>, String> {
+        let paths: Vec<PathBuf> = plan
+            .files
+            .iter()
+            .map(|f| f.dir.iter().fold(f.root.clone(), |p, c| p.join(c)).join(&f.leaf))
+            .collect();
+        let mut claims = self.claims.lock().expect("claims");
+        for (p, f) in paths.iter().zip(&plan.files) {
+            if let Some((other, from)) = claims.get(p) {
+                let mut shown = f.dir.join("/");
+                if !shown.is_empty() {
+                    shown.push('/');
+                }
+                shown.push_str(&f.leaf);
+                return Err(format!(
+                    "{shown} is being received by transfer {other:08x} from {from}; retry when it has ended"
+                ));
+            }
+        }
+        for p in &paths {
+            claims.insert(p.clone(), (id, peer));
+        }
+        Ok(Claim { sh: self, paths })
+    }
+}
+
+impl Drop for Admitted<'_> {
+    fn drop(&mut self) {
+        let mut active = self.sh.active.lock().expect("active");
+        active.retain(|a| !Arc::ptr_eq(a, &self.act));
+        self.sh.reshare(&active);
+    }
+}
+
+/// Destination files a receive holds (no other transfer of this daemon may write them) until dropped.
+struct Claim<'a> {
+    sh: &'a Shared,
+    paths: Vec<PathBuf>,
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        let mut claims = self.sh.claims.lock().expect("claims");
+        for p in &self.paths {
+            claims.remove(p);
+        }
+    }
 }
 
 /// Failed logins of one address: count, start of the counting minute, refused until.
@@ -119,6 +209,8 @@ struct Shared {
     cfg: ServeConfig,
     counters: Counters,
     active: Mutex<Vec<Arc<Active>>>,
+    /// Destination files of running receives: by whom.
+    claims: Mutex<HashMap<PathBuf, (u32, SocketAddr)>>,
     failed: Mutex<HashMap<IpAddr, FailedLogins>>,
     stop: AtomicBool,
 }
@@ -202,6 +294,7 @@ impl Daemon {
             cfg,
             counters: Counters::default(),
             active: Mutex::new(Vec::new()),
+            claims: Mutex::new(HashMap::new()),
             failed: Mutex::new(HashMap::new()),
             stop: AtomicBool::new(false),
         });
@@ -345,6 +438,7 @@ fn refuse_unreadable(sh: &Shared, link: &Link, peer: SocketAddr, why: &str) {
     log!(sh, "{peer}: refused: {why}");
     link.send_session(&Session::Refuse {
         error: format!("{why} (the daemon runs vlbiflow {})", env!("CARGO_PKG_VERSION")),
+        busy: false,
     });
 }
 
@@ -381,7 +475,18 @@ fn session(s: TcpStream, peer: SocketAddr, sh: Arc<Shared>) {
     let refuse = |why: String| {
         sh.counters.refused.fetch_add(1, Relaxed);
         log!(sh, "{peer}: refused: {why}");
-        link.send_session(&Session::Refuse { error: why });
+        link.send_session(&Session::Refuse {
+            error: why,
+            busy: false,
+        });
+    };
+    let busy = |why: String| {
+        sh.counters.refused_busy.fetch_add(1, Relaxed);
+        log!(sh, "{peer}: busy: {why}");
+        link.send_session(&Session::Refuse {
+            error: why,
+            busy: true,
+        });
     };
     match req {
         Session::Push {
@@ -398,13 +503,11 @@ fn session(s: TcpStream, peer: SocketAddr, sh: Arc<Shared>) {
                 Ok(p) => Arc::new(p),
                 Err(e) => return refuse(e),
             };
-            let n_active = sh.active.lock().map(|a| a.len()).unwrap_or(0);
-            if n_active >= sh.cfg.max_transfers {
-                return refuse(format!(
-                    "busy: {n_active} transfers running, the limit is {}; retry later",
-                    sh.cfg.max_transfers
-                ));
-            }
+            let transfer_id: u32 = rand::random();
+            let _claim = match sh.claim(&plan, transfer_id, peer) {
+                Ok(c) => c,
+                Err(e) => return busy(e),
+            };
             let mut ucfg = UdpConfig::receiver(SocketAddr::new(sh.cfg.listen.ip(), 0));
             ucfg.recv_buffer = Some(64 << 20);
             ucfg.timestamps = true; // the path's timing is read from the kernel's receive times
@@ -415,7 +518,6 @@ fn session(s: TcpStream, peer: SocketAddr, sh: Arc<Shared>) {
                 Err(e) => return refuse(format!("no data port: {e}")),
             };
             let data_port = sock.local_addr().map(|a| a.port()).unwrap_or(0);
-            let transfer_id: u32 = rand::random();
             let progress = Arc::new(Progress::default());
             let act = Arc::new(Active {
                 id: transfer_id,
@@ -424,13 +526,13 @@ fn session(s: TcpStream, peer: SocketAddr, sh: Arc<Shared>) {
                 path: dest.clone(),
                 data_port,
                 progress: progress.clone(),
+                cap: Arc::new(RateCap::new()),
             });
-            sh.active.lock().expect("active").push(act.clone());
-            let share = sh.cfg.total_rate_bps.map(|t| t / (n_active + 1) as f64);
-            let rate_cap_bps = match (sh.cfg.max_rate_bps, share) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
+            let admitted = match sh.admit(act.clone()) {
+                Ok(a) => a,
+                Err(e) => return busy(e),
             };
+            let rate_cap_bps = act.cap.get();
             link.send_session(&Session::Accept {
                 transfer_id,
                 data_port,
@@ -451,12 +553,10 @@ fn session(s: TcpStream, peer: SocketAddr, sh: Arc<Shared>) {
                 dead_timeout: sh.cfg.dead_timeout,
                 source: peer.to_string(),
                 realtime: sh.cfg.realtime,
+                rate_cap: Some(act.cap.clone()),
             };
             let r = recv::run_receiver(&link, &sock, plan, &params, &progress, &sh.stop);
-            sh.active
-                .lock()
-                .expect("active")
-                .retain(|a| !Arc::ptr_eq(a, &act));
+            drop(admitted);
             if let Some(a) = &sh.archive {
                 let e = crate::archive::Entry {
                     id: 0,
@@ -533,7 +633,15 @@ fn session(s: TcpStream, peer: SocketAddr, sh: Arc<Shared>) {
             data_port,
             scan,
         } => pull_session(
-            &sh, &link, peer, secret, sources, options, data_port, scan, &refuse,
+            &sh,
+            &link,
+            peer,
+            secret,
+            sources,
+            options,
+            data_port,
+            scan,
+            (&refuse, &busy),
         ),
         Session::Relay {
             peer: to,
@@ -551,7 +659,7 @@ fn session(s: TcpStream, peer: SocketAddr, sh: Arc<Shared>) {
             scan,
             options,
             retries,
-            &refuse,
+            (&refuse, &busy),
         ),
         other => refuse(format!(
             "this daemon does not serve {:?} requests yet",
@@ -590,8 +698,13 @@ fn metrics_text(sh: &Shared) -> String {
     );
     counter(
         "refused_total",
-        "Authenticated requests refused (root, path, exists, busy).",
+        "Authenticated requests refused (root, path, exists).",
         g(&c.refused),
+    );
+    counter(
+        "busy_total",
+        "Authenticated requests turned away for now (the transfer limit, or a destination file being written).",
+        g(&c.refused_busy),
     );
     counter(
         "transfers_ok_total",
@@ -636,6 +749,10 @@ fn metrics_text(sh: &Shared) -> String {
             "Datagrams dropped as malformed, of another transfer, or of a file not announced.",
         ),
         ("datagrams_lost", "Datagrams reported lost."),
+        (
+            "rate_cap_bps",
+            "The transfer's ceiling now, bits/s (--max-rate, and its share of --total-rate; 0: none).",
+        ),
     ];
     for (name, help) in per {
         let _ = writeln!(
@@ -651,6 +768,7 @@ fn metrics_text(sh: &Shared) -> String {
                 "datagrams" => g(&p.datagrams),
                 "datagrams_bad_tag" => g(&p.bad_tag),
                 "datagrams_malformed" => g(&p.malformed),
+                "rate_cap_bps" => a.cap.get().map_or(0, |c| c as u64),
                 _ => g(&p.lost),
             };
             let _ = writeln!(
@@ -766,7 +884,7 @@ fn pull_session(
     options: crate::session::Options,
     data_port: u16,
     scan: Option<crate::session::ScanRequest>,
-    refuse: &dyn Fn(String),
+    (refuse, busy): (&dyn Fn(String), &dyn Fn(String)),
 ) {
     let set = match source_set(&sh.cfg.roots, &sources, scan.as_ref()) {
         Ok(set) => set,
@@ -778,14 +896,21 @@ fn pull_session(
             options.chunk_size
         ));
     }
-    let n_active = sh.active.lock().map(|a| a.len()).unwrap_or(0);
-    if n_active >= sh.cfg.max_transfers {
-        return refuse(format!(
-            "busy: {n_active} transfers running, the limit is {}; retry later",
-            sh.cfg.max_transfers
-        ));
-    }
     let transfer_id: u32 = rand::random();
+    let progress = Arc::new(Progress::default());
+    let act = Arc::new(Active {
+        id: transfer_id,
+        peer,
+        direction: "send",
+        path: sources.join(" "),
+        data_port,
+        progress: progress.clone(),
+        cap: Arc::new(RateCap::new()),
+    });
+    let admitted = match sh.admit(act.clone()) {
+        Ok(a) => a,
+        Err(e) => return busy(e),
+    };
     let files: Vec<crate::session::FileSpec> = set
         .files
         .iter()
@@ -811,16 +936,6 @@ fn pull_session(
         }
         Err(_) => return,
     };
-    let progress = Arc::new(Progress::default());
-    let act = Arc::new(Active {
-        id: transfer_id,
-        peer,
-        direction: "send",
-        path: sources.join(" "),
-        data_port,
-        progress: progress.clone(),
-    });
-    sh.active.lock().expect("active").push(act.clone());
     log!(
         sh,
         "{peer}: transfer {transfer_id:08x}: sending {} files, {total} bytes from {}",
@@ -828,22 +943,11 @@ fn pull_session(
         sources.join(" ")
     );
     let started = utc_now();
-    let cap = [
-        sh.cfg.max_rate_bps,
-        sh.cfg.total_rate_bps.map(|t| t / (n_active + 1) as f64),
-    ]
-    .into_iter()
-    .flatten()
-    .fold(f64::INFINITY, f64::min);
+    // the daemon's ceiling (its share of --total-rate changes as others start and end) is applied by
+    // the data loop, under the rate asked for
     let rate = match options.rate_bps {
-        Some(r) => vlbiflow_xfer_proto::RateConfig::fixed(r.min(cap)),
-        None => {
-            let mut rc = vlbiflow_xfer_proto::RateConfig::auto(100e6f64.min(cap));
-            if let vlbiflow_xfer_proto::RateMode::Auto { max_bps, .. } = &mut rc.mode {
-                *max_bps = max_bps.min(cap);
-            }
-            rc
-        }
+        Some(r) => vlbiflow_xfer_proto::RateConfig::fixed(r),
+        None => vlbiflow_xfer_proto::RateConfig::auto(100e6f64.min(act.cap.get().unwrap_or(f64::INFINITY))),
     };
     let params = crate::send::SendParams {
         transfer_id,
@@ -854,12 +958,11 @@ fn pull_session(
         dead_timeout: sh.cfg.dead_timeout,
         commit_timeout: Duration::from_secs(600),
         realtime: sh.cfg.realtime,
+        rate_cap: Some(act.cap.clone()),
+        receiver_cap: None,
     };
     let r = crate::send::run_sender(link, Arc::new(set), &have, &params, &progress, &sh.stop);
-    sh.active
-        .lock()
-        .expect("active")
-        .retain(|a| !Arc::ptr_eq(a, &act));
+    drop(admitted);
     match &r {
         Ok(o) => {
             sh.counters.transfers_ok.fetch_add(1, Relaxed);
@@ -913,11 +1016,25 @@ fn relay_session(
     scan: Option<crate::session::ScanRequest>,
     options: crate::session::Options,
     retries: u32,
-    refuse: &dyn Fn(String),
+    (refuse, busy): (&dyn Fn(String), &dyn Fn(String)),
 ) {
     let set = match source_set(&sh.cfg.roots, &sources, scan.as_ref()) {
         Ok(set) => set,
         Err(e) => return refuse(e),
+    };
+    let relay_progress = Arc::new(Progress::default());
+    let act = Arc::new(Active {
+        id: rand::random(),
+        peer: client,
+        direction: "relay",
+        path: format!("{} -> {to}/{dest}", sources.join(" ")),
+        data_port: 0,
+        progress: relay_progress.clone(),
+        cap: Arc::new(RateCap::new()),
+    });
+    let admitted = match sh.admit(act.clone()) {
+        Ok(a) => a,
+        Err(e) => return busy(e),
     };
     link.send_session(&Session::Accept {
         transfer_id: 0,
@@ -937,6 +1054,7 @@ fn relay_session(
     let mut ccfg = crate::client::ClientConfig::new(to.clone(), key);
     ccfg.dead_timeout = sh.cfg.dead_timeout;
     ccfg.realtime = sh.cfg.realtime;
+    ccfg.rate_cap = Some(act.cap.clone());
     let rate = match options.rate_bps {
         Some(r) => vlbiflow_xfer_proto::RateConfig::fixed(r),
         None => vlbiflow_xfer_proto::RateConfig::auto(100e6),
@@ -953,7 +1071,8 @@ fn relay_session(
     let mut attempt = 0u32;
     let result = loop {
         attempt += 1;
-        let progress = Arc::new(Progress::default());
+        // every attempt reports into the one the daemon's list of transfers shows
+        let progress = relay_progress.clone();
         let done = AtomicBool::new(false);
         let r = std::thread::scope(|s| {
             s.spawn(|| {
@@ -984,7 +1103,9 @@ fn relay_session(
             r
         });
         match r {
-            Err(XferError::Failed(e)) if attempt <= retries && !sh.stop.load(Relaxed) => {
+            Err(XferError::Failed(e) | XferError::Busy(e))
+                if attempt <= retries && !sh.stop.load(Relaxed) =>
+            {
                 let wait = Duration::from_secs(1 << (attempt - 1).min(6));
                 log!(
                     sh,
@@ -1003,10 +1124,12 @@ fn relay_session(
             other => break other,
         }
     };
+    drop(admitted);
     let (ok, error, files, moved, receiver) = match &result {
         Ok(o) => (true, None, o.committed.clone(), o.stats.bytes, Some(o.receiver)),
         Err(e) => (false, Some(e.to_string()), Vec::new(), 0, None),
     };
+    let code = result.as_ref().err().map(XferError::exit_code);
     log!(
         sh,
         "{client}: relay to {to}: {}",
@@ -1050,5 +1173,6 @@ fn relay_session(
         bytes_moved: moved,
         seconds: t0.elapsed().as_secs_f64(),
         receiver,
+        code,
     });
 }

@@ -195,7 +195,10 @@ pub fn existing(dir: &OwnedFd, name: &str) -> io::Result<Existing> {
     }
 }
 
-/// Opens (creating if needed) `name.part` in `dir` for reading and writing, never through a link.
+/// Opens (creating if needed) `name.part` in `dir` for reading and writing, never through a link, and
+/// locks it (`flock`, exclusive) for as long as the returned file is open: a second transfer into the
+/// same file, from this process or another (a second daemon on the same root, a pull), gets an error of
+/// kind [`io::ErrorKind::WouldBlock`] instead of writing into it.
 pub fn open_part(dir: &OwnedFd, name: &str) -> io::Result<File> {
     let part = format!("{name}{PART_SUFFIX}");
     let fd = rfs::openat(
@@ -205,7 +208,14 @@ pub fn open_part(dir: &OwnedFd, name: &str) -> io::Result<File> {
         Mode::from_raw_mode(0o644),
     )
     .map_err(|e| io_err(e, &part))?;
-    Ok(File::from(fd))
+    match rfs::flock(&fd, rfs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(File::from(fd)),
+        Err(rustix::io::Errno::WOULDBLOCK) => Err(io::Error::new(
+            io::ErrorKind::WouldBlock,
+            format!("{part} is being written by another transfer; retry when it has ended"),
+        )),
+        Err(e) => Err(io_err(e, format!("locking {part}"))),
+    }
 }
 
 /// `NAME.part` (as opened by [`open_part`] into `part`) opened a second time with `O_DIRECT`,
@@ -320,6 +330,17 @@ mod tests {
         std::os::unix::fs::symlink("/etc/passwd", d.path().join("in/deep/l")).unwrap();
         assert_eq!(existing(&dir, "l").unwrap(), Existing::Other);
         assert!(open_part(&dir, "l").is_ok()); // creates l.part, not through l
+                                               // one writer at a time: a second open of a .part that is open fails until the first is closed
+        let held = open_part(&dir, "w").unwrap();
+        let e = open_part(&dir, "w").unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock, "{e}");
+        assert!(
+            e.to_string()
+                .contains("w.part is being written by another transfer"),
+            "{e}"
+        );
+        drop(held);
+        assert!(open_part(&dir, "w").is_ok());
         assert!(open_final_ro(&dir, "l").is_err());
     }
 }

@@ -12,6 +12,10 @@ pub enum XferError {
     /// The transfer started but did not complete verified (network, peer died, disk): exit code 1.
     #[error("{0}")]
     Failed(String),
+    /// Not now: the daemon runs as many transfers as it may, or another transfer is writing one of the
+    /// files; nothing was written, retry later: exit code 4.
+    #[error("{0}")]
+    Busy(String),
 }
 
 impl XferError {
@@ -21,6 +25,7 @@ impl XferError {
             XferError::Usage(_) => 2,
             XferError::Refused(_) => 3,
             XferError::Failed(_) => 1,
+            XferError::Busy(_) => 4,
         }
     }
 }

@@ -42,6 +42,7 @@ pub mod scan;
 pub mod secure;
 pub mod send;
 pub mod session;
+pub mod share;
 pub mod source;
 
 pub use error::XferError;

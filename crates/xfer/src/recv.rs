@@ -28,7 +28,7 @@ use vlbiflow_xfer_proto::wire::{
     derive_data_aead_key, derive_data_key, derive_feedback_key, emit_feedback_datagram, open_encrypted,
     HEADER_LEN, MAX_FEEDBACK_DATAGRAM,
 };
-use vlbiflow_xfer_proto::{ChunkHash, ControlMsg, Event, Receiver, ReceiverConfig, ReceiverStats};
+use vlbiflow_xfer_proto::{AbortKind, ChunkHash, ControlMsg, Event, Receiver, ReceiverConfig, ReceiverStats};
 
 use crate::dest::{self, Existing, Manifest};
 use crate::error::{failed, XferError};
@@ -37,6 +37,7 @@ use crate::key::hex;
 use crate::link::{Inbound, Link};
 use crate::progress::Progress;
 use crate::session::{Committed, FileSpec, Have, Options, ReceiverReport, Session};
+use crate::share::{CapWatch, RateCap};
 use crate::source::{AlignedBuf, DIRECT_ALIGN};
 
 /// Where one file of a request goes and what is there already.
@@ -228,6 +229,9 @@ pub struct RecvParams {
     /// Run the data thread (receiving, feedback) in the real-time class (`--realtime`, see
     /// [`vlbiflow_udp::sched`]).
     pub realtime: bool,
+    /// The ceiling the daemon sets for this transfer while it runs (its share of a limit on all its
+    /// transfers): each change is sent to the sender.
+    pub rate_cap: Option<Arc<RateCap>>,
 }
 
 /// What a completed receive did.
@@ -780,6 +784,7 @@ pub fn run_receiver(
         stages: &mut stages,
         written_direct: &written_direct,
         read_back: &read_back,
+        cap: p.rate_cap.as_deref().map(CapWatch::new),
     });
     drop(rt);
     hstop.store(true, Relaxed);
@@ -856,6 +861,7 @@ struct RecvLoop<'a> {
     /// committed: each file's chunks are written and read back before its commit).
     written_direct: &'a AtomicU64,
     read_back: &'a AtomicU64,
+    cap: Option<CapWatch<'a>>,
 }
 
 const BATCH: usize = 64;
@@ -962,13 +968,34 @@ fn write_runs(
 }
 
 fn abort(link: &Link, reason: String) -> XferError {
+    abort_as(link, reason, AbortKind::Failed)
+}
+
+/// Ends the transfer for a `.part` that could not be opened: busy when another transfer holds it.
+fn part_error(link: &Link, name: &str, e: std::io::Error) -> XferError {
+    let kind = if e.kind() == std::io::ErrorKind::WouldBlock {
+        AbortKind::Busy
+    } else {
+        AbortKind::Failed
+    };
+    abort_as(link, format!("{name}: {e}"), kind)
+}
+
+/// Ends the transfer, telling the sender whether rerunning can help: a refusal (exit 3 at both ends)
+/// or a busy file (exit 4), or a failure (exit 1).
+fn abort_as(link: &Link, reason: String, kind: AbortKind) -> XferError {
     link.send(
         ControlMsg::Abort {
             reason: reason.clone(),
+            kind,
         }
         .to_line(),
     );
-    failed!("{reason}")
+    match kind {
+        AbortKind::Refused => XferError::Refused(reason),
+        AbortKind::Busy => XferError::Busy(reason),
+        AbortKind::Failed => failed!("{reason}"),
+    }
 }
 
 /// Where the receiver's feedback datagrams go: from the data socket to the address the data comes from
@@ -1017,6 +1044,7 @@ fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
         stages,
         written_direct,
         read_back,
+        mut cap,
     } = d;
     let cs = plan.options.chunk_size;
     let nfiles = plan.files.len();
@@ -1052,6 +1080,9 @@ fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
                 link,
                 "the receiver is shutting down; run the same command again to resume".into(),
             ));
+        }
+        if let Some(c) = cap.as_mut().and_then(CapWatch::changed) {
+            r.set_rate_cap(c);
         }
         // resume reports go out in order, before the sender adds the files they concern
         while sess_open {
@@ -1186,12 +1217,13 @@ fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
                     };
                     if of.read_only {
                         let f = &plan.files[dl.file as usize];
-                        return Err(abort(
+                        return Err(abort_as(
                             link,
                             format!(
                                 "{} exists at the destination with different content; nothing is overwritten unless asked (--overwrite)",
                                 f.name
                             ),
+                            AbortKind::Refused,
                         ));
                     }
                     moved += dl.data.len() as u64;
@@ -1383,7 +1415,7 @@ fn handle_events(
                         true,
                     ),
                     _ => {
-                        let f = dest::open_part(&dir, &fp.leaf).map_err(|e| abort(link, format!("{name}: {e}")))?;
+                        let f = dest::open_part(&dir, &fp.leaf).map_err(|e| part_error(link, &name, e))?;
                         // not pre-sized: after an interruption its length tells how far it got
                         let len = f.metadata().map(|m| m.len()).unwrap_or(0);
                         if len > size {
@@ -1519,12 +1551,13 @@ fn handle_events(
                     *w = ChunkWrite::Open;
                 }
                 if of.read_only {
-                    return Err(abort(
+                    return Err(abort_as(
                         link,
                         format!(
                             "{} exists at the destination with different content (chunk {chunk} differs); nothing is overwritten unless asked (--overwrite)",
                             plan.files[file as usize].name
                         ),
+                        AbortKind::Refused,
                     ));
                 }
             }
@@ -1537,7 +1570,7 @@ fn handle_events(
                     let fp = &plan.files[file as usize];
                     let dir = dest::open_dir(&fp.root, &fp.dir, true)
                         .map_err(|e| abort(link, format!("destination of {}: {e}", fp.name)))?;
-                    let f = dest::open_part(&dir, &fp.leaf).map_err(|e| abort(link, format!("{}: {e}", fp.name)))?;
+                    let f = dest::open_part(&dir, &fp.leaf).map_err(|e| part_error(link, &fp.name, e))?;
                     f.set_len(0).map_err(|e| abort(link, format!("{}: {e}", fp.name)))?;
                     files[file as usize] = Some(OpenFile {
                         file: Arc::new(f),

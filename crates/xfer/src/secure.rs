@@ -198,7 +198,7 @@ pub fn client_handshake(
     }
     if frame.as_slice() == NOTICE_BAD_KEY {
         return Err(AuthError::BadKey(format!(
-            "{peer} rejected our key: this key file is not the daemon's (compare `vlbiflow xfer key --fingerprint` on both hosts)"
+            "{peer} rejected our key: this key file is not the daemon's (compare what `vlbiflow xfer key` prints on both hosts)"
         )));
     }
     if frame.as_slice() == NOTICE_BLOCKED {

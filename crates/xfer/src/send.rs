@@ -18,7 +18,9 @@ use vlbiflow_udp::{open_udp, UdpConfig};
 use vlbiflow_xfer_proto::wire::{
     derive_data_aead_key, derive_data_key, derive_feedback_key, parse_feedback_datagram, Feedback, HEADER_LEN,
 };
-use vlbiflow_xfer_proto::{ChunkHash, ControlMsg, Event, RateConfig, Sender, SenderConfig, SenderStats};
+use vlbiflow_xfer_proto::{
+    AbortKind, ChunkHash, ControlMsg, Event, RateConfig, Sender, SenderConfig, SenderStats,
+};
 
 use crate::error::{failed, XferError};
 use crate::hash::ChunkHasher;
@@ -26,6 +28,7 @@ use crate::link::{Inbound, Link};
 use crate::out::{Held, Output};
 use crate::progress::Progress;
 use crate::session::{Committed, Have, Options, ReceiverReport, Session};
+use crate::share::{CapWatch, RateCap};
 use crate::source::{FdCache, SourceSet};
 
 /// Settings of one sending transfer.
@@ -48,6 +51,11 @@ pub struct SendParams {
     /// Run the data thread and the feedback reader in the real-time class (`--realtime`, see
     /// [`vlbiflow_udp::sched`]).
     pub realtime: bool,
+    /// The ceiling this side's daemon sets while the transfer runs (its share of a limit on all its
+    /// transfers), applied as it changes.
+    pub rate_cap: Option<Arc<RateCap>>,
+    /// The receiver's ceiling from its accept (it may change it later with `rate_cap` messages).
+    pub receiver_cap: Option<f64>,
 }
 
 /// What a completed send did.
@@ -303,6 +311,16 @@ struct DataLoop<'a> {
     have_chunks: &'a [u32],
 }
 
+/// The error for the receiver's abort: a refusal stays a refusal (exit 3), a busy file stays busy (exit
+/// 4), anything else failed (exit 1; rerunning resumes).
+fn receiver_aborted(reason: &str, kind: AbortKind) -> XferError {
+    match kind {
+        AbortKind::Refused => XferError::Refused(format!("the receiver refused: {reason}")),
+        AbortKind::Busy => XferError::Busy(format!("the receiver is busy: {reason}")),
+        AbortKind::Failed => failed!("the receiver aborted: {reason}"),
+    }
+}
+
 fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
     let DataLoop {
         link,
@@ -317,6 +335,11 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
         cursor,
         have_chunks,
     } = d;
+    let mut cap = p.rate_cap.as_deref().map(CapWatch::new);
+    s.set_receiver_rate_cap(p.receiver_cap);
+    if let Some(c) = &p.rate_cap {
+        s.set_rate_cap(c.get());
+    }
     let chunk_size = p.options.chunk_size;
     let nfiles = set.files.len();
     let aead_key = p
@@ -499,6 +522,9 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
                 });
             }
         }
+        if let Some(c) = cap.as_mut().and_then(CapWatch::changed) {
+            s.set_rate_cap(c);
+        }
         if let Some(d) = done_at {
             if d.elapsed() > p.commit_timeout {
                 return Err(failed!(
@@ -525,8 +551,8 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
             match m {
                 Inbound::Ctl(c) => {
                     heard = true;
-                    if let ControlMsg::Abort { reason } = &c {
-                        return Err(failed!("the receiver aborted: {reason}"));
+                    if let ControlMsg::Abort { reason, kind } = &c {
+                        return Err(receiver_aborted(reason, *kind));
                     }
                     s.handle_control(Instant::now(), c);
                     if let Some(t) = trace.as_mut() {
@@ -556,7 +582,7 @@ fn data_loop(d: DataLoop<'_>) -> Result<SendOutcome, XferError> {
                 }
                 Inbound::Closed(_) if committed.is_some() => link_closed = true,
                 Inbound::Refused(why) => {
-                    link.send(ControlMsg::Abort { reason: why.clone() }.to_line());
+                    link.send(ControlMsg::Abort { reason: why.clone(), kind: AbortKind::Failed }.to_line());
                     return Err(failed!("{why}"));
                 }
                 Inbound::Closed(why) if !heard => {

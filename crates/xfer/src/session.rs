@@ -185,7 +185,13 @@ pub enum Session {
         rate_cap_bps: Option<f64>,
     },
     /// Daemon -> client: request refused; nothing was written.
-    Refuse { error: String },
+    Refuse {
+        error: String,
+        /// Not now rather than not at all: the daemon is at its limit of transfers, or another transfer
+        /// is writing one of the files.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        busy: bool,
+    },
     /// Client -> daemon (pull): what the client already holds of the files in the accept; `have` lines
     /// follow as for a push.
     Ready { have: Vec<Have> },
@@ -222,6 +228,10 @@ pub enum Session {
         /// The receiving daemon's counters (none when the relay failed, and then left out).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         receiver: Option<ReceiverReport>,
+        /// When it failed: the exit code the failure has (`XferError::exit_code`: 1 failed, 3 refused,
+        /// 4 busy).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        code: Option<u8>,
     },
 }
 

@@ -715,7 +715,7 @@ fn a_peer_of_another_protocol_version_is_told_why() {
         push.strip_suffix('}').unwrap()
     ));
     match next(&link) {
-        Inbound::Sess(Session::Refuse { error }) => {
+        Inbound::Sess(Session::Refuse { error, .. }) => {
             assert!(error.contains("from_the_future"), "{error}")
         }
         other => panic!("expected a refusal, got {other:?}"),
@@ -747,7 +747,7 @@ fn a_peer_of_another_protocol_version_is_told_why() {
     link.send(hello);
     let reason = loop {
         match next(&link) {
-            Inbound::Ctl(ControlMsg::Abort { reason }) => break reason,
+            Inbound::Ctl(ControlMsg::Abort { reason, .. }) => break reason,
             Inbound::Ctl(_) => continue, // what the receiver sends before it reads the hello
             other => panic!("expected an abort, got {other:?}"),
         }

@@ -118,7 +118,7 @@ struct ServeArgs {
     /// Rate ceiling of each transfer (e.g. 2Gbps)
     #[arg(long, value_parser = parse_bit_rate)]
     max_rate: Option<f64>,
-    /// Rate ceiling of all transfers together, shared among those running when one starts
+    /// Rate ceiling of all transfers together, shared equally among those running (shared again as they start and end)
     #[arg(long, value_parser = parse_bit_rate)]
     total_rate: Option<f64>,
     /// Key for the daemons this one pushes to on behalf of `xfer copy` (default: its own key)
@@ -453,6 +453,9 @@ fn serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
             .collect::<Vec<_>>()
             .join(", ")
     );
+    if let Some(m) = d.metrics_addr() {
+        eprintln!("xfer: metrics at http://{m}/metrics");
+    }
     if a.verify_written {
         eprintln!("xfer: every chunk received is read back from the disk and checked before its file is committed (--verify-written)");
     }
