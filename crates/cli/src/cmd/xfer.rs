@@ -502,6 +502,16 @@ fn rate_config(c: &Common) -> RateConfig {
     }
 }
 
+/// A time left for a progress line: "1h02m", "3m05s", "12s", or "--" when it cannot be told yet.
+fn fmt_eta(d: Option<Duration>) -> String {
+    match d.map(|d| d.as_secs()) {
+        None => "--".into(),
+        Some(s) if s >= 3600 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        Some(s) if s >= 60 => format!("{}m{:02}s", s / 60, s % 60),
+        Some(s) => format!("{s}s"),
+    }
+}
+
 /// Runs `work` while drawing a progress bar from `progress` (unless quiet or not a terminal).
 fn with_progress<T: Send>(progress: &Arc<Progress>, quiet: bool, work: impl FnOnce() -> T + Send) -> T {
     let show = !quiet && std::io::stderr().is_terminal();
@@ -517,46 +527,48 @@ fn with_progress<T: Send>(progress: &Arc<Progress>, quiet: bool, work: impl FnOn
             })
             .expect("spawn the transfer thread");
         if show {
-            // two lines: the whole transfer, and the first file not yet verified (files are pipelined)
+            // two lines: the whole transfer, and the first file not yet verified (files are pipelined);
+            // rates and times left over the last seconds (vlbiflow_xfer::progress::Meter)
             let multi = indicatif::MultiProgress::new();
             let bar = multi.add(indicatif::ProgressBar::new(0));
             bar.set_style(
                 indicatif::ProgressStyle::with_template(
-                    "total {bar:30} {bytes}/{total_bytes} verified, {msg} ETA {eta}",
+                    "total {bar:30} {bytes}/{total_bytes} verified, {msg}",
                 )
                 .expect("template"),
             );
             let file_bar = multi.add(indicatif::ProgressBar::new(0));
             file_bar.set_style(
-                indicatif::ProgressStyle::with_template("file  {bar:30} {bytes}/{total_bytes} {msg}")
-                    .expect("template"),
+                indicatif::ProgressStyle::with_template(
+                    "file  {bar:30} {bytes}/{total_bytes} verified, {msg}",
+                )
+                .expect("template"),
             );
-            let t0 = Instant::now();
+            let mut meter = vlbiflow_xfer::progress::Meter::new(Instant::now());
             while !done.load(Ordering::SeqCst) {
-                let p = &**progress;
-                bar.set_length(Progress::get(&p.bytes_total));
-                bar.set_position(Progress::get(&p.bytes_verified));
-                let dg = Progress::get(&p.datagrams).max(1);
-                let rtx = Progress::get(&p.retransmits) as f64 / dg as f64 * 100.0;
-                let moved = Progress::get(&p.bytes_moved);
+                let m = meter.read(Instant::now(), progress);
+                bar.set_length(m.bytes_total);
+                bar.set_position(m.bytes_verified);
                 bar.set_message(format!(
-                    "{} files, {} ({:.1} s), retransmit {rtx:.2}%, {}",
-                    format_args!(
-                        "{}/{}",
-                        Progress::get(&p.files_done),
-                        Progress::get(&p.files_total)
-                    ),
-                    fmt_bit_rate(moved as f64 * 8.0 / t0.elapsed().as_secs_f64().max(1e-3)),
-                    t0.elapsed().as_secs_f64(),
-                    p.phase(),
+                    "{}, ETA {}, lost {:.2}%, retransmitted {:.2}%, files {}/{}, {} ({:.0} s)",
+                    fmt_bit_rate(m.rate_bps),
+                    fmt_eta(m.eta),
+                    m.loss_pct,
+                    m.retransmit_pct,
+                    m.files_done,
+                    m.files_total,
+                    m.phase,
+                    m.elapsed.as_secs_f64(),
                 ));
-                file_bar.set_length(Progress::get(&p.file_bytes_total));
-                file_bar.set_position(Progress::get(&p.file_bytes_verified));
+                file_bar.set_length(m.file_bytes_total);
+                file_bar.set_position(m.file_bytes_verified);
                 file_bar.set_message(format!(
-                    "({}/{}) {}",
-                    (Progress::get(&p.file_index) + 1).min(Progress::get(&p.files_total)),
-                    Progress::get(&p.files_total),
-                    p.file()
+                    "{}, ETA {}, ({}/{}) {}",
+                    fmt_bit_rate(m.file_rate_bps),
+                    fmt_eta(m.file_eta),
+                    (m.file_index + 1).min(m.files_total),
+                    m.files_total,
+                    m.file_name
                 ));
                 std::thread::sleep(Duration::from_millis(200));
             }
