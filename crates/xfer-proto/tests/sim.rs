@@ -81,12 +81,66 @@ impl Ord for Pkt {
 }
 
 /// Content of byte `i` of file `f`: cheap, position-dependent, different per file.
+/// Byte `i` of generated file `file` is byte `i % 8` (little-endian) of `word(file, i / 8)`: different
+/// in every file and at every offset (a block in the wrong place or file does not compare equal).
+fn word(file: u32, n: u64) -> u64 {
+    let mut z = n
+        .wrapping_add((file as u64) << 40)
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 31)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z ^ (z >> 29)
+}
+
+/// The generated content of `file` from `offset` on, a word at a time where it can (the simulator's own
+/// time per datagram is mostly this and the comparison with it).
 fn fill(file: u32, offset: u64, out: &mut [u8]) {
-    let k = (file as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    for (j, b) in out.iter_mut().enumerate() {
-        let x = (offset + j as u64).wrapping_mul(k);
-        *b = (x >> 29) as u8 ^ (x >> 7) as u8;
+    let mut i = 0;
+    // up to the next word boundary
+    while i < out.len() && (offset + i as u64) % 8 != 0 {
+        let o = offset + i as u64;
+        out[i] = (word(file, o / 8) >> (8 * (o % 8))) as u8;
+        i += 1;
     }
+    let mut n = (offset + i as u64) / 8;
+    let mut words = out[i..].chunks_exact_mut(8);
+    for w in &mut words {
+        w.copy_from_slice(&word(file, n).to_le_bytes());
+        n += 1;
+    }
+    let rest = words.into_remainder();
+    let last = word(file, n).to_le_bytes();
+    rest.copy_from_slice(&last[..rest.len()]);
+}
+
+/// The definition `fill` computes faster.
+fn fill_bytewise(file: u32, offset: u64, out: &mut [u8]) {
+    for (j, b) in out.iter_mut().enumerate() {
+        let o = offset + j as u64;
+        *b = (word(file, o / 8) >> (8 * (o % 8))) as u8;
+    }
+}
+
+#[test]
+fn generated_content_is_its_definition() {
+    let mut rng = SmallRng::seed_from_u64(3);
+    for _ in 0..2000 {
+        let (file, offset, len) = (
+            rng.gen::<u32>() % 5,
+            rng.gen::<u64>() >> rng.gen_range(1..64),
+            rng.gen_range(0..100),
+        );
+        let (mut a, mut b) = (vec![0u8; len], vec![1u8; len]);
+        fill(file, offset, &mut a);
+        fill_bytewise(file, offset, &mut b);
+        assert_eq!(a, b, "file {file} offset {offset} len {len}");
+    }
+    // another file, or the same bytes a word away, differ
+    let (mut a, mut b) = (vec![0u8; 64], vec![0u8; 64]);
+    fill(1, 4096, &mut a);
+    fill(2, 4096, &mut b);
+    assert_ne!(a, b);
+    fill(1, 4104, &mut b);
+    assert_ne!(a, b);
 }
 
 /// The hash of chunk `chunk` (of `chunk_size`) of generated file `file` of `size` bytes.
@@ -180,6 +234,13 @@ struct Sim {
     sender_hashed: Vec<Vec<bool>>,
     scratch: Vec<u8>,
     receiver_dies_at: Option<Instant>,
+    quantum: Option<Duration>,
+    /// Resume: chunk hashes the receiver's disk holds, by file, declared when the file is announced.
+    declare_on_announce: std::collections::HashMap<u32, Vec<ChunkHash>>,
+    /// What each of those declarations returned.
+    declared: Vec<bool>,
+    /// Hashes of chunks of the generated content (see `generated_hash`).
+    gen_hashes: std::collections::HashMap<(u32, u64), ChunkHash>,
     /// The receiver stalls (takes no datagram or message, runs no timer) from .0 until .1, then works off
     /// what queued up: a receiving host that lost its CPU or blocked on its disk for a moment.
     receiver_stall: Option<(Instant, Instant)>,
@@ -214,6 +275,10 @@ struct Setup {
     seed: u64,
     /// Random loss of feedback datagrams on the return path.
     fb_loss: f64,
+    /// Both hosts run their machines only at multiples of this (`None`: at every event's own time), as the
+    /// I/O layer does: its sending thread sleeps 250 us to 1 ms and then sends what is due in a burst, its
+    /// receiving thread takes a batch of datagrams per wake-up (each with its kernel receive time).
+    quantum: Option<Duration>,
 }
 
 impl Setup {
@@ -228,6 +293,7 @@ impl Setup {
             key: None,
             seed: 1,
             fb_loss: 0.0,
+            quantum: Some(Duration::from_micros(100)),
         }
     }
 }
@@ -281,6 +347,10 @@ impl Sim {
             sender_hashed,
             scratch: Vec::new(),
             receiver_dies_at: None,
+            quantum: st.quantum,
+            declare_on_announce: Default::default(),
+            declared: Vec::new(),
+            gen_hashes: Default::default(),
             receiver_stall: None,
             receiver_slow: None,
             slow_taken: 0,
@@ -358,7 +428,7 @@ impl Sim {
             return;
         }
         self.busy_until =
-            self.busy_until.max(self.now) + Duration::from_secs_f64(wire * 8.0 / self.link.rate_bps);
+            self.busy_until.max(self.now) + Duration::from_nanos((wire * 8e9 / self.link.rate_bps) as u64);
         if self.lost_on_link() {
             self.pool.push(data);
             return;
@@ -461,8 +531,7 @@ impl Sim {
                 // "hashed where it is read": the sender's I/O hashes the chunk on first read (with blocks
                 // that are BLAKE3 subtrees the sender merges the digests it seals instead)
                 self.sender_hashed[f as usize][c] = true;
-                let size = self.sizes[f as usize];
-                let h = gen_chunk_hash(f, size, self.chunk_size, c as u64, &mut self.scratch);
+                let h = self.generated_hash(f, c as u64);
                 self.s.set_chunk_hash(f, c as u32, h);
             }
             let mut buf = self.pool.pop().unwrap_or_default();
@@ -483,7 +552,32 @@ impl Sim {
             return;
         }
         self.receiver_control();
+        self.receiver_events();
+    }
+
+    /// The hash of a chunk of the generated content, computed once for both ends.
+    fn generated_hash(&mut self, file: u32, chunk: u64) -> ChunkHash {
+        let (size, cs) = (self.sizes[file as usize], self.chunk_size);
+        let scratch = &mut self.scratch;
+        *self
+            .gen_hashes
+            .entry((file, chunk))
+            .or_insert_with(|| gen_chunk_hash(file, size, cs, chunk, scratch))
+    }
+
+    /// The receiver's events as its I/O layer handles them: a resume's chunks on disk declared as soon as
+    /// their file is announced (before any of its data), complete chunks hashed as written.
+    fn receiver_events(&mut self) {
         while let Some(e) = self.r.poll_event() {
+            if let Event::FileAnnounced { file, .. } = &e {
+                if let Some(hashes) = self.declare_on_announce.remove(file) {
+                    for (c, h) in hashes.into_iter().enumerate() {
+                        let ok = self.r.declare_verified(*file, c as u32, h);
+                        self.declared.push(ok);
+                    }
+                    self.receiver_control();
+                }
+            }
             if let Event::ChunkComplete {
                 file,
                 chunk,
@@ -500,7 +594,8 @@ impl Sim {
                         chunk as u64,
                         &d[file as usize][offset as usize..(offset + len) as usize],
                     ),
-                    None => gen_chunk_hash(file, size, self.chunk_size, chunk as u64, &mut self.scratch),
+                    // every datagram was compared with the generated content as it arrived
+                    None => self.generated_hash(file, chunk as u64),
                 };
                 self.r.chunk_hashed(file, chunk, h);
                 self.receiver_control();
@@ -587,9 +682,15 @@ impl Sim {
         if self.s.is_finished() && (self.r.is_finished() || !self.receiver_alive()) {
             return false;
         }
-        let Some(next) = self.next_time() else {
+        let Some(mut next) = self.next_time() else {
             return false;
         };
+        if let Some(q) = self.quantum {
+            // the next wake-up at or after it
+            let q = q.as_nanos();
+            let since = (next - self.t0).as_nanos().div_ceil(q) * q;
+            next = self.t0 + Duration::from_nanos(since as u64);
+        }
         self.now = self.now.max(next);
         let now = self.now;
         let stalled = self.receiver_stalled();
@@ -615,6 +716,16 @@ impl Sim {
                 }
                 self.pool.push(p.data);
                 continue;
+            }
+            // control messages that arrived before it are taken first, as the I/O layer does (it holds a
+            // batch of datagrams that overtook a control message until that message is in)
+            while self.ctl_s2r.front().is_some_and(|c| c.0 <= p.at) {
+                let (_, line) = self.ctl_s2r.pop_front().unwrap();
+                if alive {
+                    self.r
+                        .handle_control(now, ControlMsg::parse_line(&line).expect("sender control line"));
+                    self.receiver_events();
+                }
             }
             if alive {
                 // the arrival is when the datagram reached the receiving host (the kernel's receive time)
@@ -646,6 +757,7 @@ impl Sim {
             if alive {
                 self.r
                     .handle_control(now, ControlMsg::parse_line(&line).expect("sender control line"));
+                self.receiver_events();
             }
         }
         let held = self.sender_held();
@@ -1392,17 +1504,13 @@ fn resume_with_held_chunks_sends_only_the_rest() {
     for c in 0..12 {
         sim.sender_hashed[0][c] = true;
     }
-    while !sim
-        .r_events
-        .iter()
-        .any(|e| matches!(e.1, Event::FileAnnounced { .. }))
-    {
-        assert!(sim.step());
-    }
-    for (c, h) in on_disk.iter().enumerate() {
-        assert!(sim.r.declare_verified(0, c as u32, *h), "chunk {c}");
-    }
+    sim.declare_on_announce.insert(0, on_disk);
     sim.run(Duration::from_secs(60));
+    assert_eq!(
+        sim.declared,
+        vec![true; 12],
+        "every chunk on disk declared before its data"
+    );
     sim.check_exact();
     let st = sim.s.stats();
     let fresh = st.bytes - st.retransmits * 8192;
