@@ -6,6 +6,8 @@
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+#[macro_use]
+mod out;
 mod cmd;
 
 use vlbiflow_units as units;
@@ -80,6 +82,8 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        // the reader of standard output has gone (frames or a summary written to a closed pipe)
+        Err(e) if out::is_closed_stdout(&e) => ExitCode::from(out::CLOSED),
         Err(e) => {
             // One line, naming what went wrong; usage errors exit with 2 like clap's own.
             eprintln!("vlbiflow: error: {e:#}");

@@ -88,9 +88,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         eprintln!();
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print!("{}", report.human());
+        out!("{}", report.human());
     }
     Ok(if report.has_errors() {
         ExitCode::from(1)

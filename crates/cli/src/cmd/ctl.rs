@@ -58,7 +58,7 @@ fn send(
     if wait_busy.is_zero() {
         for line in client.send(text)? {
             *all_ok &= ok_code(&line);
-            println!("{line}");
+            outln!("{line}");
         }
         return Ok(());
     }
@@ -76,7 +76,7 @@ fn send(
             }
             for line in lines {
                 *all_ok &= ok_code(&line);
-                println!("{line}");
+                outln!("{line}");
             }
             break;
         }

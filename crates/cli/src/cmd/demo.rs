@@ -88,8 +88,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
     }
 
-    println!("vlbiflow demo: simulated backend -> recorder -> check, over loopback");
-    println!(
+    outln!("vlbiflow demo: simulated backend -> recorder -> check, over loopback");
+    outln!(
         "  disks: {}/disk0..3 ({})",
         root.display(),
         if a.keep.is_some() {
@@ -98,7 +98,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             "removed at the end"
         }
     );
-    println!(
+    outln!(
         "  backend: 2 VDIF threads, {} frames/s each of 8224 bytes, 2-bit noise with a {} MHz tone, {} for {seconds} s",
         plan.frame_rate,
         TONE_HZ / 1e6,
@@ -115,7 +115,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         .context("starting the recorder")?;
     let dest = recorder.local_addrs()[0];
     let events = recorder.events();
-    println!("  recorder: scan {SCAN}, Mark6 scatter-gather, listening on {dest}");
+    outln!("  recorder: scan {SCAN}, Mark6 scatter-gather, listening on {dest}");
 
     // 2. The backend, on its own thread, paced on the wall clock.
     let stop = Arc::new(AtomicBool::new(false));
@@ -145,7 +145,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     while !sender.is_finished() {
         std::thread::sleep(Duration::from_millis(250));
         for e in events.try_iter() {
-            println!("{}  recorder: {e}", if tty { "\n" } else { "" });
+            outln!("{}  recorder: {e}", if tty { "\n" } else { "" });
         }
         let st = recorder.status();
         let t = st.totals();
@@ -158,12 +158,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             st.blocks
         );
         if tty {
-            print!("\r{line}");
+            out!("\r{line}");
             let _ = std::io::stdout().flush();
         }
     }
     if tty {
-        println!();
+        outln!();
     }
     let gen = sender
         .join()
@@ -173,9 +173,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     recorder.stop();
     let summary = recorder.wait().context("the recorder ended without a summary")?;
     for e in events.try_iter() {
-        println!("  recorder: {e}");
+        outln!("  recorder: {e}");
     }
-    println!(
+    outln!(
         "  gen: sent {} frames at {} (worst 1 s window {:+.3}%)",
         gen.frames,
         fmt_bit_rate(gen.achieved_bps),
@@ -193,12 +193,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         },
         |_| {},
     );
-    println!("\nvlbiflow check {SCAN}:");
-    print!("{}", report.human());
+    outln!("\nvlbiflow check {SCAN}:");
+    out!("{}", report.human());
 
     let stored = summary.metadata.totals().packets;
     let ok = !report.has_errors() && stored == gen.frames && summary.error.is_none();
-    println!(
+    outln!(
         "\ndemo: {} of {} frames sent were recorded and checked: {}",
         stored,
         gen.frames,

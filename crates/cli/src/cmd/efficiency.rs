@@ -264,7 +264,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         writeln!(out)?;
     } else {
         for l in table_lines(first) {
-            println!("{l}");
+            outln!("{l}");
         }
     }
     if let Some(path) = &a.plot {

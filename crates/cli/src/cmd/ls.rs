@@ -43,16 +43,22 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let scans = list_scans(&disks);
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&scans)?);
+        outln!("{}", serde_json::to_string_pretty(&scans)?);
         return Ok(ExitCode::SUCCESS);
     }
     if scans.is_empty() {
-        println!("no scans on {} disk(s)", disks.len());
+        outln!("no scans on {} disk(s)", disks.len());
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
+    outln!(
         "{:<28} {:<8} {:>5} {:>12} {:<24} {:>10} {:<10} streams",
-        "scan", "layout", "disks", "size", "start", "duration", "state"
+        "scan",
+        "layout",
+        "disks",
+        "size",
+        "start",
+        "duration",
+        "state"
     );
     for s in &scans {
         let state = match s.complete {
@@ -60,7 +66,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             Some(false) => "INCOMPLETE",
             None => "foreign",
         };
-        println!(
+        outln!(
             "{:<28} {:<8} {:>5} {:>12} {:<24} {:>10} {:<10} {}{}",
             s.name,
             s.layout,
@@ -73,7 +79,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             s.note.as_ref().map_or(String::new(), |n| format!(" [{n}]"))
         );
         if s.jive5ab_name != s.name {
-            println!("{:<28} jive5ab: scan_set = {}", "", s.jive5ab_name);
+            outln!("{:<28} jive5ab: scan_set = {}", "", s.jive5ab_name);
         }
     }
     Ok(ExitCode::SUCCESS)

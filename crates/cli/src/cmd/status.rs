@@ -61,9 +61,9 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     if !args.watch {
         let (body, r) = fetch(&args)?;
         if args.json {
-            println!("{}", body.trim());
+            outln!("{}", body.trim());
         } else {
-            print!("{}", render_monitor(&r));
+            out!("{}", render_monitor(&r));
         }
         return Ok(ExitCode::SUCCESS);
     }

@@ -353,17 +353,24 @@ fn history(a: HistoryArgs) -> anyhow::Result<ExitCode> {
     };
     if a.json {
         for e in &list {
-            println!("{}", serde_json::to_string(e).expect("json"));
+            outln!("{}", serde_json::to_string(e).expect("json"));
         }
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
+    outln!(
         "{:<20}  {:<7}  {:<21}  {:>10}  {:>10}  {:>8}  {:>12}  {:<8}  path",
-        "started (UTC)", "role", "peer", "bytes", "resumed", "seconds", "goodput", "result"
+        "started (UTC)",
+        "role",
+        "peer",
+        "bytes",
+        "resumed",
+        "seconds",
+        "goodput",
+        "result"
     );
     for e in &list {
         let goodput = (e.bytes - e.bytes_resumed.min(e.bytes)) as f64 * 8.0 / e.seconds.max(1e-9);
-        println!(
+        outln!(
             "{:<20}  {:<7}  {:<21}  {:>10}  {:>10}  {:>8.1}  {:>12}  {:<8}  {}{}",
             e.started,
             e.role,
@@ -398,7 +405,7 @@ fn key(a: KeyArgs) -> anyhow::Result<ExitCode> {
             Err(e) => return xerr(e),
         }
     };
-    println!("{}  {}", k.fingerprint(), path.display());
+    outln!("{}  {}", k.fingerprint(), path.display());
     Ok(ExitCode::SUCCESS)
 }
 
@@ -596,10 +603,10 @@ fn print_summary(out: &SendOutcome, total: u64, json: bool) {
             "goodput_bps": goodput,
             "receiver": out.receiver,
         });
-        println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+        outln!("{}", serde_json::to_string_pretty(&v).expect("json"));
         return;
     }
-    println!(
+    outln!(
         "verified: {} files, {} ({} already there, re-verified), {} sent in {:.1} s: {} goodput, {} datagrams, {} retransmitted ({:.2}%)",
         out.committed.len(),
         fmt_bytes(total),
@@ -611,12 +618,12 @@ fn print_summary(out: &SendOutcome, total: u64, json: bool) {
         out.stats.retransmits,
         out.stats.retransmits as f64 / out.stats.datagrams.max(1) as f64 * 100.0
     );
-    println!("{}", receiver_line(&out.receiver));
+    outln!("{}", receiver_line(&out.receiver));
     for c in out.committed.iter().take(20) {
-        println!("  {}  {}  {}", c.blake3, fmt_bytes(c.size), c.name);
+        outln!("  {}  {}  {}", c.blake3, fmt_bytes(c.size), c.name);
     }
     if out.committed.len() > 20 {
-        println!(
+        outln!(
             "  ... and {} more (BLAKE3 of each in its manifest NAME.blake3.json)",
             out.committed.len() - 20
         );
@@ -792,10 +799,10 @@ fn push_follow(a: &PushArgs, server: &str, dest_path: &str, opts: Options) -> an
                     "rounds_while_recording": f.partial_rounds,
                     "seconds": f.seconds,
                 });
-                println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+                outln!("{}", serde_json::to_string_pretty(&v).expect("json"));
             } else {
                 print_summary(&f.last, total, false);
-                println!(
+                outln!(
                     "followed the recording: {} round(s) while recording, {} sent in all in {:.1} s",
                     f.partial_rounds,
                     fmt_bytes(f.bytes_sent),
@@ -849,9 +856,9 @@ fn copy(a: CopyArgs) -> anyhow::Result<ExitCode> {
                     "verified": true, "files": out.files, "bytes_total": total, "bytes_sent": out.bytes_moved,
                     "seconds": out.seconds, "attempts": out.attempts, "receiver": out.receiver,
                 });
-                println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+                outln!("{}", serde_json::to_string_pretty(&v).expect("json"));
             } else {
-                println!(
+                outln!(
                     "verified at {to}: {} files, {} ({} sent) in {:.1} s, {} attempt(s)",
                     out.files.len(),
                     fmt_bytes(total),
@@ -860,10 +867,10 @@ fn copy(a: CopyArgs) -> anyhow::Result<ExitCode> {
                     out.attempts
                 );
                 if let Some(r) = &out.receiver {
-                    println!("{}", receiver_line(r));
+                    outln!("{}", receiver_line(r));
                 }
                 for c in out.files.iter().take(20) {
-                    println!("  {}  {}  {}", c.blake3, fmt_bytes(c.size), c.name);
+                    outln!("  {}  {}  {}", c.blake3, fmt_bytes(c.size), c.name);
                 }
             }
             Ok(ExitCode::SUCCESS)
@@ -907,9 +914,9 @@ fn pull(a: PullArgs) -> anyhow::Result<ExitCode> {
                     "realtime": out.realtime,
                     "receiver": out.report(),
                 });
-                println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+                outln!("{}", serde_json::to_string_pretty(&v).expect("json"));
             } else {
-                println!(
+                outln!(
                     "verified: {} files, {} ({} already here, re-verified) in {:.1} s: {} goodput",
                     out.committed.len(),
                     fmt_bytes(total),
@@ -917,9 +924,9 @@ fn pull(a: PullArgs) -> anyhow::Result<ExitCode> {
                     out.seconds,
                     fmt_bit_rate(goodput)
                 );
-                println!("{}", receiver_line(&out.report()));
+                outln!("{}", receiver_line(&out.report()));
                 for c in out.committed.iter().take(20) {
-                    println!("  {}  {}  {}", c.blake3, fmt_bytes(c.size), c.name);
+                    outln!("  {}  {}  {}", c.blake3, fmt_bytes(c.size), c.name);
                 }
             }
             Ok(ExitCode::SUCCESS)
