@@ -12,13 +12,25 @@ mod cmd;
 
 use vlbiflow_units as units;
 
+const EXAMPLES: &str = "\
+Examples:
+  # The whole chain on loopback: simulated backend, recorder, check (10 s at 1 Gb/s)
+  vlbiflow demo
+
+  # Record a station's stream to four disks, check the scan, move it to the correlator
+  vlbiflow record --stream a=vdif@0.0.0.0:4001,psn --disk '/mnt/disk*' --scan exp_st_no0001
+  vlbiflow check exp_st_no0001 --disk '/mnt/disk*'
+  vlbiflow xfer push --scan exp_st_no0001 --disk '/mnt/disk*' corr.example.org/data/exp
+
+Each command has its own examples: vlbiflow COMMAND --help.";
+
 #[derive(Parser)]
 #[command(
     name = "vlbiflow",
     version,
     about = "Simulate, record, check and move VLBI (VDIF/Mark5B) data streams"
 )]
-#[command(propagate_version = true, arg_required_else_help = true)]
+#[command(propagate_version = true, arg_required_else_help = true, after_help = EXAMPLES)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

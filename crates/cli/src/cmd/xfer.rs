@@ -299,7 +299,26 @@ struct Common {
     quiet: bool,
 }
 
+const KEY_EXAMPLES: &str = "\
+Examples:
+  # On the daemon's host and on each client: the same fingerprint means the same key
+  vlbiflow xfer key
+  # A key file copied from the correlator, before using it with --key
+  vlbiflow xfer key --key ~/keys/corr.key
+  # A new key file for one daemon (random key, mode 0600), then serve with it
+  vlbiflow xfer key --create --key /etc/vlbiflow/xfer.key
+  vlbiflow xfer serve --root data=/mnt/raid --key /etc/vlbiflow/xfer.key
+
+Prints the key's fingerprint and the key file: `FINGERPRINT  PATH`. The key is 32 random bytes, \
+stored as 64 hex digits in a file only its owner may read (mode 0600); a client and a daemon work \
+together only when they hold the same key, so copy the daemon's key file to each client by any \
+secure means. The fingerprint (a BLAKE3 derivation of the key) does not reveal the key and can be \
+compared by eye or over the phone. Without --key the key file is \
+~/.local/state/vlbiflow/xfer/xfer.key (under $XDG_STATE_HOME when that is set); `xfer serve` \
+creates it on first start. Without --create a missing key file is an error (exit status 2).";
+
 #[derive(clap::Args)]
+#[command(after_help = KEY_EXAMPLES)]
 struct KeyArgs {
     /// Key file (default ~/.local/state/vlbiflow/xfer/xfer.key)
     #[arg(long, value_name = "FILE")]
