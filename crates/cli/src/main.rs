@@ -40,9 +40,9 @@ struct Cli {
 enum Command {
     /// Run a whole chain on built-in defaults over loopback into a temporary directory
     Demo(cmd::demo::Args),
-    /// Simulated VDIF backend: send time-stamped frames to UDP destinations or write them to a file
+    /// Simulated VDIF backend: send time-stamped frames to UDP destinations or to a file
     Gen(cmd::gen::Args),
-    /// Null receiver: count (and discard) datagrams on a UDP port, with per-second rates and PSN loss
+    /// Null receiver: count and discard UDP datagrams, with per-second rates and PSN loss
     Sink(cmd::sink::Args),
     /// Record VDIF/Mark5B UDP streams to Mark6 scatter-gather or FlexBuff scans across disks
     Record(cmd::record::Args),
@@ -58,17 +58,17 @@ enum Command {
     Ctl(cmd::ctl::Args),
     /// Show the recorder daemon's live status (MonitorStatus-like), once or refreshing
     Status(cmd::status::Args),
-    /// Measure the network: UDP throughput/loss/jitter, latency, TCP with CPU use; responder; archive
+    /// Measure the network: UDP loss and jitter, latency, TCP, capacity; mesh, archive
     Net(cmd::net::Args),
-    /// Correlator side of e-VLBI: receive udps/VDIF, reorder, deliver a continuous stream with fill frames
+    /// Correlator side of e-VLBI: receive, reorder, deliver a continuous stream, filling gaps
     Receive(cmd::receive::Args),
     /// Relay a stream (net2net): receive, optionally reorder, fan out restamped and paced
     Relay(cmd::relay::Args),
     /// Replay a recording (disk2net) to a UDP destination at its original or a set rate
     Play(cmd::play::Args),
-    /// Emulate a long, lossy path (delay, jitter, loss, rate and queue limits) between two network namespaces
+    /// Emulate a long, lossy path (delay, jitter, loss, rate, queue) between two namespaces
     Pathemu(cmd::pathemu::Args),
-    /// Move files and scans to a correlator: verified, resumable, authenticated transfer over UDP
+    /// Move files and scans to a correlator: verified, resumable, authenticated, over UDP
     Xfer(cmd::xfer::Args),
 }
 

@@ -23,7 +23,7 @@ Examples:
   # The default: 10 s at 1 Gb/s into a temporary directory that is removed afterwards
   vlbiflow demo
 
-  # Faster and longer, keeping the scan (four disk directories under /tmp/demo) to look at afterwards
+  # Faster and longer, keeping the scan (four disk directories in /tmp/demo) to look at later
   vlbiflow demo --rate 4Gbps --duration 30 --keep /tmp/demo
   vlbiflow ls /tmp/demo/disk*
   vlbiflow check demo_xx_001 --disk '/tmp/demo/disk*' --stats --plot /tmp/demo/spectrum.png";

@@ -28,9 +28,9 @@ Examples:
   # 4000 frames of 2-bit noise from two threads to a file
   vlbiflow gen --output /tmp/t.vdif --threads 2 --pps 1000 --count 4000 --station Xx --payload noise
 
-Rates count VDIF frame bytes (header included); --rate-fraction counts what a link carries (frame, PSN and
-66 bytes of Ethernet/IP/UDP per datagram). Frames are stamped from a whole second: with --start now the first
-frame goes out on the next second boundary. Pacing keeps an absolute schedule and sends at most --batch
+Rates count VDIF frame bytes (header included); --rate-fraction counts what a link carries (frame, PSN and \
+66 bytes of Ethernet/IP/UDP per datagram). Frames are stamped from a whole second: with --start now the first \
+frame goes out on the next second boundary. Pacing keeps an absolute schedule and sends at most --batch \
 datagrams per stream back to back; see docs/gen.md.";
 
 #[derive(clap::Args)]

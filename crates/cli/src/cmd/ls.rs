@@ -7,17 +7,17 @@ use vlbiflow_checker::source::expand_disks;
 
 const EXAMPLES: &str = "\
 Examples:
-  # Every scan on the disks of Mark6 modules 1..4 (d-plane layout), including scans written by d-plane
+  # Every scan on the disks of Mark6 modules 1..4 (d-plane layout), also those d-plane wrote
   vlbiflow ls '/mnt/disks/[1-4]/*/data'
 
   # vlbiflow or jive5ab FlexBuff mount points, as JSON
   vlbiflow ls /mnt/disk0 /mnt/disk1 --json
 
-jive5ab opens a Mark6 scan only by its file name, extension included: where that differs from the scan
+jive5ab opens a Mark6 scan only by its file name, extension included: where that differs from the scan \
 name, the listing says so (`jive5ab: scan_set = exp_st_scan1.vdif`); see docs/jive5ab.md.
 
-Scans recorded by vlbiflow are described from their metadata (start, duration, streams, complete or not);
-Mark6 files and FlexBuff chunks of other recorders from their file and frame headers (duration in whole
+Scans recorded by vlbiflow are described from their metadata (start, duration, streams, complete or not); \
+Mark6 files and FlexBuff chunks of other recorders from their file and frame headers (duration in whole \
 seconds, as the frame rate is not in the headers).";
 
 #[derive(clap::Args)]

@@ -44,7 +44,8 @@ fn read_token(file: Option<&Path>) -> anyhow::Result<Option<String>> {
 const AGENT_EXAMPLES: &str = "\
 Examples:
   # On station Ef (its name in the hub's mesh.toml), with the shared token
-  vlbiflow net agent --name Ef --hub http://hub.example.org:8090 --token-file /etc/vlbiflow/mesh.token
+  vlbiflow net agent --name Ef --hub http://hub.example.org:8090 \\
+      --token-file /etc/vlbiflow/mesh.token
 
   # Without a hub, on a configuration file (results stay in the outbox until a hub takes them)
   vlbiflow net agent --name Ef --config mesh.toml --state-dir /var/lib/vlbiflow/agent
@@ -247,7 +248,7 @@ struct HubConn {
 enum MeshCmd {
     /// Agents (last contact), runs by test, status and reason, pending runs, active alerts
     #[command(
-        after_help = "Examples:\n  vlbiflow net mesh status\n  vlbiflow net mesh status --hub http://hub.example.org:8090 --token-file /etc/vlbiflow/mesh.token --json"
+        after_help = "Examples:\n  vlbiflow net mesh status\n  vlbiflow net mesh status --hub http://hub.example.org:8090 --token-file mesh.token --json"
     )]
     Status {
         #[command(flatten)]

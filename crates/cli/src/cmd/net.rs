@@ -62,9 +62,9 @@ pub struct Args {
 enum NetCmd {
     /// Run the far end: answer control connections, receive and echo test traffic
     Responder(ResponderArgs),
-    /// UDP throughput, loss, jitter, reordering and 1-way delay against frame size and spacing
+    /// UDP throughput, loss, jitter, reordering, 1-way delay against frame size and spacing
     Bw(BwArgs),
-    /// Request-response latency against message size, with histograms and a least-squares line
+    /// Request-response latency against message size: histograms and a least-squares line
     Lat(LatArgs),
     /// Memory-to-memory TCP throughput over 1..N streams with CPU use at both ends
     Tcp(TcpArgs),
@@ -78,7 +78,7 @@ enum NetCmd {
     Mesh(super::mesh::MeshArgs),
     /// Bottleneck capacity by packet dispersion (pairs and trains against a responder)
     Capacity(super::mesh::CapacityArgs),
-    /// Receive cost per transport (UDP recvmmsg/GRO, io_uring, AF_XDP, TCP): Gb/s, loss, CPU per GB, energy
+    /// Receive cost per transport (recvmmsg, GRO, io_uring, AF_XDP, TCP): rate, loss, CPU
     Efficiency(super::efficiency::Args),
 }
 

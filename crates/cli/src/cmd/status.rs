@@ -13,6 +13,7 @@ Examples:
   vlbiflow status                 # once
   vlbiflow status --watch         # refresh in place every second (Ctrl-C to quit)
   vlbiflow status --json | jq .record
+
 The same data is served as JSON on http://127.0.0.1:14280/status and shown live on http://127.0.0.1:14280/.";
 
 /// Show the recorder daemon's live status (MonitorStatus-like), once or refreshing

@@ -34,7 +34,7 @@ Examples:
   # Rerun the same command after any interruption: only what is missing moves
   vlbiflow xfer push /data/exp1 corr.example.org/data --rate 4Gbps --json
 
-Exit status: 0 only when every file is verified at the destination and synced under its final name;
+Exit status: 0 only when every file is verified at the destination and synced under its final name; \
 1 the transfer failed (rerun to resume); 2 usage error; 3 refused by the daemon (key, root, path, exists).";
 
 #[derive(clap::Args)]
@@ -85,10 +85,10 @@ Examples:
   # receiving (and, for pulls, pacing) in the real-time class on a busy host (root or CAP_SYS_NICE)
   vlbiflow xfer serve --root data=/mnt/raid --realtime
 
-Clients write only below a root (`ROOT/relative/dir`, no `..`, symbolic links not followed) and never
-replace an existing file unless they ask (--overwrite). Without --key the key file is
-~/.local/state/vlbiflow/xfer/xfer.key, created with a new random key on first start (mode 0600). The control
-port is TCP; each transfer gets its own UDP data port on the same address. Stop with Ctrl-C or SIGTERM:
+Clients write only below a root (`ROOT/relative/dir`, no `..`, symbolic links not followed) and never \
+replace an existing file unless they ask (--overwrite). Without --key the key file is \
+~/.local/state/vlbiflow/xfer/xfer.key, created with a new random key on first start (mode 0600). The control \
+port is TCP; each transfer gets its own UDP data port on the same address. Stop with Ctrl-C or SIGTERM: \
 running transfers keep their .part files and resume when the client reruns its command.";
 
 #[derive(clap::Args)]
@@ -145,12 +145,13 @@ Examples:
   # A Mark6 scan on its module disks, read in place, arriving as one VDIF file (no gather step)
   vlbiflow xfer push --scan exp_st_no0001 --disk '/mnt/disks/*/*/data' corr/data/exp
   # ... or in its own layout, or as FlexBuff chunks
-  vlbiflow xfer push --scan exp_st_no0001 --disk '/mnt/disks/*/*/data' --layout flexbuff corr/data/fb
+  vlbiflow xfer push --scan exp_st_no0001 --disk '/mnt/disks/*/*/data' --layout flexbuff \\
+      corr/data/fb
 
-The destination is DAEMON[:PORT]/ROOT/DIR (port 46230 by default). A directory arrives as DIR/<its name>/...
-Every chunk is hashed (BLAKE3) where it is read and where it is written; the command succeeds only when all
-match and the daemon has synced and renamed every file (with --verify-written, also read every chunk back
-from its disk and found it equal). Rerun the same command after an interruption: what
+The destination is DAEMON[:PORT]/ROOT/DIR (port 46230 by default). A directory arrives as DIR/<its name>/... \
+Every chunk is hashed (BLAKE3) where it is read and where it is written; the command succeeds only when all \
+match and the daemon has synced and renamed every file (with --verify-written, also read every chunk back \
+from its disk and found it equal). Rerun the same command after an interruption: what \
 is already there is re-verified at disk speed and only what is missing or different moves.";
 
 #[derive(clap::Args)]
@@ -187,11 +188,11 @@ Examples:
   vlbiflow xfer pull corr:46230/data/exp1 /local/exp1
   vlbiflow xfer pull station/data/exp1/scan1.vdif station/data/exp1/scan2.vdif . --json
 
-  # A Mark6 scan by name on the daemon's disks (under its root `data`), read in place there, gathered here
+  # A Mark6 scan by name on the daemon's disks (under its root `data`), gathered here
   vlbiflow xfer pull --scan exp1_st_no0001 --disk 'station/data/disks/*/*/data' /local/exp1
 
-Sources are DAEMON[:PORT]/ROOT/PATH (files or directories under the daemon's roots, all on one daemon); the
-last argument is the local directory. The daemon sends to this host's UDP port, so the daemon must be able
+Sources are DAEMON[:PORT]/ROOT/PATH (files or directories under the daemon's roots, all on one daemon); the \
+last argument is the local directory. The daemon sends to this host's UDP port, so the daemon must be able \
 to reach it. Rerun after an interruption: what is here already is re-verified and only the rest moves.";
 
 #[derive(clap::Args)]
@@ -234,8 +235,8 @@ Examples:
   # A scan by name on the station's disks, gathered into one VDIF file at the correlator
   vlbiflow xfer copy --scan exp1_st_no0001 --disk 'station/data/disks/*/*/data' corr/data/exp1
 
-The destination address is used by the source daemon, so give it as that daemon reaches it. The source
-daemon authenticates to the destination with its --peer-key (default: its own key). The command follows the
+The destination address is used by the source daemon, so give it as that daemon reaches it. The source \
+daemon authenticates to the destination with its --peer-key (default: its own key). The command follows the \
 transfer; if it is interrupted the source daemon still finishes (see `xfer history` there).";
 
 #[derive(clap::Args)]
