@@ -300,11 +300,7 @@ fn kill_9_of_the_receiver_then_the_same_command_moves_only_the_rest() {
         .output()
         .unwrap();
     assert!(out.status.success());
-    let rows: Vec<serde_json::Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
     assert!(
         rows.iter().any(|r| r["role"] == "send" && r["ok"] == false),
         "{rows:?}"
@@ -323,6 +319,106 @@ fn kill_9_of_the_receiver_then_the_same_command_moves_only_the_rest() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&table.stdout).contains("FAILED"));
+}
+
+/// `vlbiflow xfer history ARGS` with the archive of `state`: exit code, standard output, standard error.
+fn history(state: &Path, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(BIN)
+        .args(["xfer", "history"])
+        .args(args)
+        .env("XDG_STATE_HOME", state)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+#[test]
+fn history_of_a_new_user_is_an_empty_list() {
+    let d = tempfile::tempdir().unwrap();
+    let (code, out, err) = history(d.path(), &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "", "no table without transfers");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(err.contains("no transfers"), "{err}");
+    let (code, out, err) = history(d.path(), &["--json"]);
+    assert_eq!(code, Some(0), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v, serde_json::json!([]));
+    // looking did not create the archive
+    assert!(!d.path().join("vlbiflow/xfer/xfer.sqlite").exists());
+}
+
+/// `pull` and `copy` (one daemon to another, started from a third host) are archived on the host that runs
+/// them, verified or failed, beside `push`.
+#[test]
+fn pull_and_copy_are_archived_where_they_run() {
+    let d = tempfile::tempdir().unwrap();
+    let (state_a, state_b, client) = (d.path().join("a"), d.path().join("b"), d.path().join("client"));
+    let (root_a, root_b, here) = (d.path().join("ra"), d.path().join("rb"), d.path().join("here"));
+    for p in [&root_a, &root_b, &here] {
+        std::fs::create_dir_all(p).unwrap();
+    }
+    std::fs::write(root_a.join("f.vdif"), content(5, 300_000)).unwrap();
+    let a = serve(&state_a, &root_a, "127.0.0.1:0");
+    // daemon b and the client hold daemon a's key
+    let key = std::fs::read(state_a.join("vlbiflow/xfer/xfer.key")).unwrap();
+    for s in [&state_b, &client] {
+        let k = s.join("vlbiflow/xfer/xfer.key");
+        std::fs::create_dir_all(k.parent().unwrap()).unwrap();
+        std::fs::write(&k, &key).unwrap();
+        std::fs::set_permissions(&k, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    }
+    let b = serve(&state_b, &root_b, "127.0.0.1:0");
+    let xfer = |args: &[&str]| {
+        let out = Command::new(BIN)
+            .arg("xfer")
+            .args(args)
+            .env("XDG_STATE_HOME", &client)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let here_s = here.to_str().unwrap();
+    let (code, err) = xfer(&["pull", &format!("{}/data/f.vdif", a.addr), here_s, "-q"]);
+    assert_eq!(code, Some(0), "{err}");
+    let (code, err) = xfer(&[
+        "copy",
+        &format!("{}/data/f.vdif", a.addr),
+        &format!("{}/data/in", b.addr),
+        "-q",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(std::fs::read(root_b.join("in/f.vdif")).unwrap() == content(5, 300_000));
+    let (code, err) = xfer(&["pull", &format!("{}/nope/f.vdif", a.addr), here_s, "-q"]);
+    assert_eq!(code, Some(3), "{err}");
+    let (code, out, err) = history(&client, &["--json"]);
+    assert_eq!(code, Some(0), "{err}");
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    let pulled = format!("data/f.vdif -> {here_s}");
+    let copied = format!("data/f.vdif -> {}/data/in", b.addr);
+    let row = |role: &str, path: &str, ok: bool| {
+        rows.iter()
+            .any(|r| r["role"] == role && r["path"] == path && r["ok"] == ok && r["peer"] == a.addr.as_str())
+    };
+    assert!(row("receive", &pulled, true), "{rows:#?}");
+    assert!(row("copy", &copied, true), "{rows:#?}");
+    assert!(
+        row("receive", &format!("nope/f.vdif -> {here_s}"), false),
+        "{rows:#?}"
+    );
+    assert_eq!(rows.len(), 3, "{rows:#?}");
+    let verified = rows.iter().find(|r| r["role"] == "copy").unwrap();
+    assert_eq!(verified["bytes"], 300_000, "{verified}");
+    // the table too
+    let (_, table, _) = history(&client, &[]);
+    assert!(table.contains(" copy ") && table.contains("FAILED"), "{table}");
 }
 
 /// A path emulator between two namespaces made for this test (names and subnet from the pid); stopped

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use vlbiflow_units::{fmt_bit_rate, fmt_bytes, parse_bit_rate, parse_bytes, parse_duration};
-use vlbiflow_xfer::archive::Archive;
+use vlbiflow_xfer::archive::{self, Archive};
 use vlbiflow_xfer::client::{self, ClientConfig};
 use vlbiflow_xfer::daemon::{Daemon, ServeConfig};
 use vlbiflow_xfer::dest::Roots;
@@ -63,7 +63,9 @@ enum Cmd {
 #[derive(clap::Args)]
 #[command(
     after_help = "Examples:\n  vlbiflow xfer history\n  vlbiflow xfer history --limit 100 --json\n\nThe archive is \
-~/.local/state/vlbiflow/xfer/xfer.sqlite unless --archive says otherwise; `serve` and `push` write to it."
+~/.local/state/vlbiflow/xfer/xfer.sqlite unless --archive says otherwise. The daemon (`serve`) writes \
+each transfer it receives, sends or relays to it, and the client verbs each run of theirs: `push` as \
+send, `pull` as receive, `copy` as copy. No archive yet is an empty list."
 )]
 struct HistoryArgs {
     /// Archive file
@@ -72,7 +74,7 @@ struct HistoryArgs {
     /// Newest N transfers
     #[arg(long, default_value_t = 20)]
     limit: usize,
-    /// JSON lines instead of a table
+    /// A JSON array (oldest first) instead of a table
     #[arg(long)]
     json: bool,
 }
@@ -356,25 +358,38 @@ fn stop_flag() -> Arc<AtomicBool> {
     stop
 }
 
+/// The archive the client verbs (push, pull, copy) write to.
+fn client_archive() -> PathBuf {
+    remote::state_dir().join("xfer.sqlite")
+}
+
 fn history(a: HistoryArgs) -> anyhow::Result<ExitCode> {
-    let path = a
-        .archive
-        .unwrap_or_else(|| remote::state_dir().join("xfer.sqlite"));
-    if !path.exists() {
-        usage!("no archive at {} yet (serve and push write it)", path.display());
-    }
-    let arch = match Archive::open(&path) {
-        Ok(x) => x,
-        Err(e) => usage!("{e}"),
-    };
-    let list = match arch.list(a.limit) {
-        Ok(l) => l,
-        Err(e) => usage!("{e}"),
-    };
-    if a.json {
-        for e in &list {
-            outln!("{}", serde_json::to_string(e).expect("json"));
+    let path = a.archive.unwrap_or_else(client_archive);
+    // a new user has no archive yet: an empty list, and the archive is not created by looking
+    let list = if path.exists() {
+        let arch = match Archive::open(&path) {
+            Ok(x) => x,
+            Err(e) => usage!("{e}"),
+        };
+        match arch.list(a.limit) {
+            Ok(l) => l,
+            Err(e) => usage!("{e}"),
         }
+    } else {
+        Vec::new()
+    };
+    if list.is_empty() {
+        eprintln!(
+            "vlbiflow: no transfers in {}{} (serve, push, pull and copy write it)",
+            path.display(),
+            if path.exists() { "" } else { " yet" }
+        );
+    }
+    if a.json {
+        outln!("{}", serde_json::to_string_pretty(&list).expect("json"));
+        return Ok(ExitCode::SUCCESS);
+    }
+    if list.is_empty() {
         return Ok(ExitCode::SUCCESS);
     }
     outln!(
@@ -683,7 +698,8 @@ fn receiver_line(r: &ReceiverReport) -> String {
     l
 }
 
-/// Logs a client run to the local archive (problems with the archive are reported, not fatal).
+/// `xfer push`: sends, prints the summary, and archives the run on this host (a problem with the archive is
+/// a warning, not an error of the transfer).
 fn push(a: PushArgs) -> anyhow::Result<ExitCode> {
     let mut args = a.args.clone();
     let dest = args.pop().expect("two arguments at least");
@@ -744,15 +760,15 @@ fn push(a: PushArgs) -> anyhow::Result<ExitCode> {
     let r = with_progress(&progress, a.common.quiet || a.common.json, || {
         client::push(&cfg, set, &dest_path, opts, rate, &progress, &stop)
     });
-    vlbiflow_xfer::archive::record_send(
-        &remote::state_dir().join("xfer.sqlite"),
+    archive::record_send(
+        &client_archive(),
         &cfg.server,
         &dest_path,
         started,
         files,
         total,
         &progress,
-        &r,
+        r.as_ref(),
     );
     match r {
         Ok(out) => {
@@ -786,6 +802,7 @@ fn push_follow(a: &PushArgs, server: &str, dest_path: &str, opts: Options) -> an
     let progress = Arc::new(Progress::default());
     let stop = stop_flag();
     let quiet = a.common.quiet || a.common.json;
+    let started = vlbiflow_xfer::daemon::utc_now();
     let r = with_progress(&progress, quiet, || {
         vlbiflow_xfer::follow::push_follow(
             &cfg,
@@ -805,6 +822,16 @@ fn push_follow(a: &PushArgs, server: &str, dest_path: &str, opts: Options) -> an
             },
         )
     });
+    archive::record_send(
+        &client_archive(),
+        &cfg.server,
+        dest_path,
+        started,
+        Progress::get(&progress.files_total),
+        Progress::get(&progress.bytes_total),
+        &progress,
+        r.as_ref().map(|f| &f.last),
+    );
     match r {
         Ok(f) => {
             let total: u64 = f.last.committed.iter().map(|c| c.size).sum();
@@ -851,6 +878,7 @@ fn copy(a: CopyArgs) -> anyhow::Result<ExitCode> {
     let cfg = ClientConfig::new(server, key);
     let progress = Arc::new(Progress::default());
     let quiet = a.common.quiet || a.common.json;
+    let started = vlbiflow_xfer::daemon::utc_now();
     let r = with_progress(&progress, quiet, || {
         client::relay(
             &cfg,
@@ -868,6 +896,16 @@ fn copy(a: CopyArgs) -> anyhow::Result<ExitCode> {
             },
         )
     });
+    archive::record_copy(
+        &client_archive(),
+        &cfg.server,
+        &archive::describe_sources(&sources, scan.as_ref()),
+        &to,
+        &dest_path,
+        started,
+        &progress,
+        r.as_ref(),
+    );
     match r {
         Ok(out) => {
             let total: u64 = out.files.iter().map(|c| c.size).sum();
@@ -913,9 +951,19 @@ fn pull(a: PullArgs) -> anyhow::Result<ExitCode> {
     cfg.realtime = a.rt.realtime;
     let progress = Arc::new(Progress::default());
     let stop = stop_flag();
+    let started = vlbiflow_xfer::daemon::utc_now();
     let r = with_progress(&progress, a.common.quiet || a.common.json, || {
         client::pull(&cfg, &sources, scan.as_ref(), &into, opts, &progress, &stop)
     });
+    archive::record_pull(
+        &client_archive(),
+        &cfg.server,
+        &archive::describe_sources(&sources, scan.as_ref()),
+        &into,
+        started,
+        &progress,
+        r.as_ref(),
+    );
     match r {
         Ok(out) => {
             let total: u64 = out.committed.iter().map(|c| c.size).sum();
