@@ -99,11 +99,7 @@ fn main() -> ExitCode {
         Err(e) => {
             // One line, naming what went wrong; usage errors exit with 2 like clap's own.
             eprintln!("vlbiflow: error: {e:#}");
-            if e.downcast_ref::<cmd::UsageError>().is_some() {
-                ExitCode::from(2)
-            } else {
-                ExitCode::FAILURE
-            }
+            ExitCode::from(cmd::exit_code(&e))
         }
     }
 }

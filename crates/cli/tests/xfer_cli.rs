@@ -146,6 +146,65 @@ fn wrong_key_unknown_root_and_dotdot_each_get_one_error_and_write_nothing() {
     }
 }
 
+/// With --json a failed push, pull or copy still prints one JSON object (not verified, the error, the exit
+/// status), and standard error and the exit status stay what they are without --json.
+#[test]
+fn json_of_a_failed_transfer_says_why() {
+    let d = tempfile::tempdir().unwrap();
+    let (state, root, src, here) = (
+        d.path().join("state"),
+        d.path().join("root"),
+        d.path().join("a.vdif"),
+        d.path().join("here"),
+    );
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::create_dir_all(&here).unwrap();
+    std::fs::write(&src, content(2, 10_000)).unwrap();
+    let s = serve(&state, &root, "127.0.0.1:0");
+    let (src, here) = (src.to_str().unwrap(), here.to_str().unwrap());
+    let (nope, data) = (format!("{}/nope/x", s.addr), format!("{}/data/x", s.addr));
+    let cases: Vec<(Vec<&str>, i32, &str)> = vec![
+        (vec!["push", src, &nope], 3, "unknown root"),
+        (vec!["pull", &nope, here], 3, "unknown root"),
+        (vec!["copy", &nope, &data], 3, "unknown root"),
+        // nothing listens at port 9
+        (vec!["push", src, "127.0.0.1:9/data"], 1, "127.0.0.1:9"),
+        (
+            vec!["push", src, &data, "--chunk-size", "1000"],
+            2,
+            "--chunk-size",
+        ),
+    ];
+    for (args, code, want) in cases {
+        let run = |json: bool| {
+            let mut c = Command::new(BIN);
+            c.arg("xfer").args(&args).env("XDG_STATE_HOME", &state);
+            if json {
+                c.arg("--json");
+            }
+            let out = c.output().unwrap();
+            let err = String::from_utf8(out.stderr).unwrap();
+            (out.status.code(), String::from_utf8(out.stdout).unwrap(), err)
+        };
+        let (plain_code, plain_out, plain_err) = run(false);
+        let (json_code, out, err) = run(true);
+        assert_eq!(plain_code, Some(code), "{args:?}: {plain_err}");
+        assert_eq!(json_code, Some(code), "{args:?} --json: {err}");
+        assert_eq!(plain_out, "", "{args:?}");
+        assert_eq!(err, plain_err, "{args:?}: the same message on standard error");
+        assert!(
+            err.contains(want) && err.trim().lines().count() == 1,
+            "{args:?}: {err}"
+        );
+        let v: serde_json::Value =
+            serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: {e}: {out:?}"));
+        assert_eq!(v["verified"], false, "{v}");
+        assert_eq!(v["exit_code"], code, "{v}");
+        assert!(v["error"].as_str().unwrap().contains(want), "{v}");
+    }
+    assert_eq!(std::fs::read_dir(&root).unwrap().count(), 0, "nothing written");
+}
+
 /// `vlbiflow ARGS` as a user with no allowance for the real-time class: as root, user nobody (changing
 /// the user drops every capability); otherwise this user with its `RLIMIT_RTPRIO` lowered to 0.
 fn without_realtime_allowance(args: &[&str]) -> Command {

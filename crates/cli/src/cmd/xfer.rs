@@ -331,24 +331,51 @@ struct KeyArgs {
     create: bool,
 }
 
+/// An error of the transfer library as the CLI's error, with its exit status (2: usage, 3: refused, 1).
 fn xerr(e: XferError) -> anyhow::Result<ExitCode> {
     let code = e.exit_code();
     if code == 2 {
         return Err(anyhow::Error::new(crate::cmd::UsageError(e.to_string())));
     }
-    eprintln!("vlbiflow: error: {e}");
-    Ok(ExitCode::from(code))
+    Err(anyhow::Error::new(crate::cmd::ExitError {
+        code,
+        message: e.to_string(),
+    }))
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.cmd {
         Cmd::Serve(a) => serve(a),
-        Cmd::Push(a) => push(a),
-        Cmd::Pull(a) => pull(a),
-        Cmd::Copy(a) => copy(a),
+        Cmd::Push(a) => {
+            let json = a.common.json;
+            json_on_failure(json, push(a))
+        }
+        Cmd::Pull(a) => {
+            let json = a.common.json;
+            json_on_failure(json, pull(a))
+        }
+        Cmd::Copy(a) => {
+            let json = a.common.json;
+            json_on_failure(json, copy(a))
+        }
         Cmd::Key(a) => key(a),
         Cmd::History(a) => history(a),
     }
+}
+
+/// With --json, a failed transfer still gives one JSON object on standard output (`verified` false, the
+/// error, the exit status); the error goes on to be reported on standard error and sets the exit status
+/// as without --json.
+fn json_on_failure(json: bool, r: anyhow::Result<ExitCode>) -> anyhow::Result<ExitCode> {
+    if let (true, Err(e)) = (json, &r) {
+        let v = serde_json::json!({
+            "verified": false,
+            "error": format!("{e:#}"),
+            "exit_code": crate::cmd::exit_code(e),
+        });
+        outln!("{}", serde_json::to_string_pretty(&v).expect("json"));
+    }
+    r
 }
 
 fn stop_flag() -> Arc<AtomicBool> {
