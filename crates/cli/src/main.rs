@@ -6,9 +6,23 @@
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+#[macro_use]
+mod out;
 mod cmd;
 
 use vlbiflow_units as units;
+
+const EXAMPLES: &str = "\
+Examples:
+  # The whole chain on loopback: simulated backend, recorder, check (10 s at 1 Gb/s)
+  vlbiflow demo
+
+  # Record a station's stream to four disks, check the scan, move it to the correlator
+  vlbiflow record --stream a=vdif@0.0.0.0:4001,psn --disk '/mnt/disk*' --scan exp_st_no0001
+  vlbiflow check exp_st_no0001 --disk '/mnt/disk*'
+  vlbiflow xfer push --scan exp_st_no0001 --disk '/mnt/disk*' corr.example.org/data/exp
+
+Each command has its own examples: vlbiflow COMMAND --help.";
 
 #[derive(Parser)]
 #[command(
@@ -16,7 +30,7 @@ use vlbiflow_units as units;
     version,
     about = "Simulate, record, check and move VLBI (VDIF/Mark5B) data streams"
 )]
-#[command(propagate_version = true, arg_required_else_help = true)]
+#[command(propagate_version = true, arg_required_else_help = true, after_help = EXAMPLES)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -26,9 +40,9 @@ struct Cli {
 enum Command {
     /// Run a whole chain on built-in defaults over loopback into a temporary directory
     Demo(cmd::demo::Args),
-    /// Simulated VDIF backend: send time-stamped frames to UDP destinations or write them to a file
+    /// Simulated VDIF backend: send time-stamped frames to UDP destinations or to a file
     Gen(cmd::gen::Args),
-    /// Null receiver: count (and discard) datagrams on a UDP port, with per-second rates and PSN loss
+    /// Null receiver: count and discard UDP datagrams, with per-second rates and PSN loss
     Sink(cmd::sink::Args),
     /// Record VDIF/Mark5B UDP streams to Mark6 scatter-gather or FlexBuff scans across disks
     Record(cmd::record::Args),
@@ -44,17 +58,17 @@ enum Command {
     Ctl(cmd::ctl::Args),
     /// Show the recorder daemon's live status (MonitorStatus-like), once or refreshing
     Status(cmd::status::Args),
-    /// Measure the network: UDP throughput/loss/jitter, latency, TCP with CPU use; responder; archive
+    /// Measure the network: UDP loss and jitter, latency, TCP, capacity; mesh, archive
     Net(cmd::net::Args),
-    /// Correlator side of e-VLBI: receive udps/VDIF, reorder, deliver a continuous stream with fill frames
+    /// Correlator side of e-VLBI: receive, reorder, deliver a continuous stream, filling gaps
     Receive(cmd::receive::Args),
     /// Relay a stream (net2net): receive, optionally reorder, fan out restamped and paced
     Relay(cmd::relay::Args),
     /// Replay a recording (disk2net) to a UDP destination at its original or a set rate
     Play(cmd::play::Args),
-    /// Emulate a long, lossy path (delay, jitter, loss, rate and queue limits) between two network namespaces
+    /// Emulate a long, lossy path (delay, jitter, loss, rate, queue) between two namespaces
     Pathemu(cmd::pathemu::Args),
-    /// Move files and scans to a correlator: verified, resumable, authenticated transfer over UDP
+    /// Move files and scans to a correlator: verified, resumable, authenticated, over UDP
     Xfer(cmd::xfer::Args),
 }
 
@@ -80,14 +94,12 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        // the reader of standard output has gone (frames or a summary written to a closed pipe)
+        Err(e) if out::is_closed_stdout(&e) => ExitCode::from(out::CLOSED),
         Err(e) => {
             // One line, naming what went wrong; usage errors exit with 2 like clap's own.
             eprintln!("vlbiflow: error: {e:#}");
-            if e.downcast_ref::<cmd::UsageError>().is_some() {
-                ExitCode::from(2)
-            } else {
-                ExitCode::FAILURE
-            }
+            ExitCode::from(cmd::exit_code(&e))
         }
     }
 }

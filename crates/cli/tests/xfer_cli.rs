@@ -146,6 +146,65 @@ fn wrong_key_unknown_root_and_dotdot_each_get_one_error_and_write_nothing() {
     }
 }
 
+/// With --json a failed push, pull or copy still prints one JSON object (not verified, the error, the exit
+/// status), and standard error and the exit status stay what they are without --json.
+#[test]
+fn json_of_a_failed_transfer_says_why() {
+    let d = tempfile::tempdir().unwrap();
+    let (state, root, src, here) = (
+        d.path().join("state"),
+        d.path().join("root"),
+        d.path().join("a.vdif"),
+        d.path().join("here"),
+    );
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::create_dir_all(&here).unwrap();
+    std::fs::write(&src, content(2, 10_000)).unwrap();
+    let s = serve(&state, &root, "127.0.0.1:0");
+    let (src, here) = (src.to_str().unwrap(), here.to_str().unwrap());
+    let (nope, data) = (format!("{}/nope/x", s.addr), format!("{}/data/x", s.addr));
+    let cases: Vec<(Vec<&str>, i32, &str)> = vec![
+        (vec!["push", src, &nope], 3, "unknown root"),
+        (vec!["pull", &nope, here], 3, "unknown root"),
+        (vec!["copy", &nope, &data], 3, "unknown root"),
+        // nothing listens at port 9
+        (vec!["push", src, "127.0.0.1:9/data"], 1, "127.0.0.1:9"),
+        (
+            vec!["push", src, &data, "--chunk-size", "1000"],
+            2,
+            "--chunk-size",
+        ),
+    ];
+    for (args, code, want) in cases {
+        let run = |json: bool| {
+            let mut c = Command::new(BIN);
+            c.arg("xfer").args(&args).env("XDG_STATE_HOME", &state);
+            if json {
+                c.arg("--json");
+            }
+            let out = c.output().unwrap();
+            let err = String::from_utf8(out.stderr).unwrap();
+            (out.status.code(), String::from_utf8(out.stdout).unwrap(), err)
+        };
+        let (plain_code, plain_out, plain_err) = run(false);
+        let (json_code, out, err) = run(true);
+        assert_eq!(plain_code, Some(code), "{args:?}: {plain_err}");
+        assert_eq!(json_code, Some(code), "{args:?} --json: {err}");
+        assert_eq!(plain_out, "", "{args:?}");
+        assert_eq!(err, plain_err, "{args:?}: the same message on standard error");
+        assert!(
+            err.contains(want) && err.trim().lines().count() == 1,
+            "{args:?}: {err}"
+        );
+        let v: serde_json::Value =
+            serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: {e}: {out:?}"));
+        assert_eq!(v["verified"], false, "{v}");
+        assert_eq!(v["exit_code"], code, "{v}");
+        assert!(v["error"].as_str().unwrap().contains(want), "{v}");
+    }
+    assert_eq!(std::fs::read_dir(&root).unwrap().count(), 0, "nothing written");
+}
+
 /// `vlbiflow ARGS` as a user with no allowance for the real-time class: as root, user nobody (changing
 /// the user drops every capability); otherwise this user with its `RLIMIT_RTPRIO` lowered to 0.
 fn without_realtime_allowance(args: &[&str]) -> Command {
@@ -300,11 +359,7 @@ fn kill_9_of_the_receiver_then_the_same_command_moves_only_the_rest() {
         .output()
         .unwrap();
     assert!(out.status.success());
-    let rows: Vec<serde_json::Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
     assert!(
         rows.iter().any(|r| r["role"] == "send" && r["ok"] == false),
         "{rows:?}"
@@ -323,6 +378,106 @@ fn kill_9_of_the_receiver_then_the_same_command_moves_only_the_rest() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&table.stdout).contains("FAILED"));
+}
+
+/// `vlbiflow xfer history ARGS` with the archive of `state`: exit code, standard output, standard error.
+fn history(state: &Path, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(BIN)
+        .args(["xfer", "history"])
+        .args(args)
+        .env("XDG_STATE_HOME", state)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+#[test]
+fn history_of_a_new_user_is_an_empty_list() {
+    let d = tempfile::tempdir().unwrap();
+    let (code, out, err) = history(d.path(), &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "", "no table without transfers");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(err.contains("no transfers"), "{err}");
+    let (code, out, err) = history(d.path(), &["--json"]);
+    assert_eq!(code, Some(0), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v, serde_json::json!([]));
+    // looking did not create the archive
+    assert!(!d.path().join("vlbiflow/xfer/xfer.sqlite").exists());
+}
+
+/// `pull` and `copy` (one daemon to another, started from a third host) are archived on the host that runs
+/// them, verified or failed, beside `push`.
+#[test]
+fn pull_and_copy_are_archived_where_they_run() {
+    let d = tempfile::tempdir().unwrap();
+    let (state_a, state_b, client) = (d.path().join("a"), d.path().join("b"), d.path().join("client"));
+    let (root_a, root_b, here) = (d.path().join("ra"), d.path().join("rb"), d.path().join("here"));
+    for p in [&root_a, &root_b, &here] {
+        std::fs::create_dir_all(p).unwrap();
+    }
+    std::fs::write(root_a.join("f.vdif"), content(5, 300_000)).unwrap();
+    let a = serve(&state_a, &root_a, "127.0.0.1:0");
+    // daemon b and the client hold daemon a's key
+    let key = std::fs::read(state_a.join("vlbiflow/xfer/xfer.key")).unwrap();
+    for s in [&state_b, &client] {
+        let k = s.join("vlbiflow/xfer/xfer.key");
+        std::fs::create_dir_all(k.parent().unwrap()).unwrap();
+        std::fs::write(&k, &key).unwrap();
+        std::fs::set_permissions(&k, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    }
+    let b = serve(&state_b, &root_b, "127.0.0.1:0");
+    let xfer = |args: &[&str]| {
+        let out = Command::new(BIN)
+            .arg("xfer")
+            .args(args)
+            .env("XDG_STATE_HOME", &client)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let here_s = here.to_str().unwrap();
+    let (code, err) = xfer(&["pull", &format!("{}/data/f.vdif", a.addr), here_s, "-q"]);
+    assert_eq!(code, Some(0), "{err}");
+    let (code, err) = xfer(&[
+        "copy",
+        &format!("{}/data/f.vdif", a.addr),
+        &format!("{}/data/in", b.addr),
+        "-q",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(std::fs::read(root_b.join("in/f.vdif")).unwrap() == content(5, 300_000));
+    let (code, err) = xfer(&["pull", &format!("{}/nope/f.vdif", a.addr), here_s, "-q"]);
+    assert_eq!(code, Some(3), "{err}");
+    let (code, out, err) = history(&client, &["--json"]);
+    assert_eq!(code, Some(0), "{err}");
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    let pulled = format!("data/f.vdif -> {here_s}");
+    let copied = format!("data/f.vdif -> {}/data/in", b.addr);
+    let row = |role: &str, path: &str, ok: bool| {
+        rows.iter()
+            .any(|r| r["role"] == role && r["path"] == path && r["ok"] == ok && r["peer"] == a.addr.as_str())
+    };
+    assert!(row("receive", &pulled, true), "{rows:#?}");
+    assert!(row("copy", &copied, true), "{rows:#?}");
+    assert!(
+        row("receive", &format!("nope/f.vdif -> {here_s}"), false),
+        "{rows:#?}"
+    );
+    assert_eq!(rows.len(), 3, "{rows:#?}");
+    let verified = rows.iter().find(|r| r["role"] == "copy").unwrap();
+    assert_eq!(verified["bytes"], 300_000, "{verified}");
+    // the table too
+    let (_, table, _) = history(&client, &[]);
+    assert!(table.contains(" copy ") && table.contains("FAILED"), "{table}");
 }
 
 /// A path emulator between two namespaces made for this test (names and subnet from the pid); stopped

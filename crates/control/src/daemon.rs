@@ -50,6 +50,9 @@ pub enum DaemonError {
     },
     #[error("cannot start the async runtime: {0}")]
     Runtime(std::io::Error),
+    /// The line with the bound addresses could not be written (a reader of standard output that left).
+    #[error("writing to standard output: {0}")]
+    Stdout(#[source] std::io::Error),
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
 }
@@ -211,7 +214,11 @@ pub fn serve(cfg: DaemonConfig, engine: Box<dyn Engine>) -> Result<(), DaemonErr
         let (control, http) = bind(&cfg).await?;
         let c = control.local_addr().map_err(DaemonError::Runtime)?;
         let h = http.local_addr().map_err(DaemonError::Runtime)?;
-        println!("listening control={c} http={h}");
+        {
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "listening control={c} http={h}").map_err(DaemonError::Stdout)?;
+        }
         eprintln!(
             "vlbiflow serve: {}; commands on {c} (vlbiflow ctl --host {c}), dashboard http://{h}/",
             crate::controller::describe(&cfg)

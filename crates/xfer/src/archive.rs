@@ -1,5 +1,6 @@
 //! The archive of transfers: one SQLite file, one row per transfer (who, what, where, how much, how long,
-//! verified or why not), written by the daemon and by the client verbs and listed by `vlbiflow xfer history`.
+//! verified or why not), written by the daemon and by the client verbs (push, pull, copy) and listed by
+//! `vlbiflow xfer history`.
 
 use std::path::{Path, PathBuf};
 
@@ -138,43 +139,150 @@ impl Archive {
     }
 }
 
-/// Archives a push (or a failed one) into the archive at `archive`; a failure to archive is a warning on
+/// Stores `e` in the archive at `archive` (created when missing); a failure to archive is a warning on
 /// standard error, never an error of the transfer.
+fn store(archive: &Path, e: &Entry) {
+    if let Err(x) = Archive::open(archive).and_then(|a| a.insert(e)) {
+        eprintln!("vlbiflow: warning: {x}");
+    }
+}
+
+/// What a client run asked for, as archived in `path`: its sources (`ROOT/path` on the daemon), or the
+/// scan it named.
+pub fn describe_sources(sources: &[String], scan: Option<&crate::session::ScanRequest>) -> String {
+    match scan {
+        Some(s) => format!("scan {} on {}", s.name, s.disks.join(" ")),
+        None => sources.join(" "),
+    }
+}
+
+/// Archives a push (`push`, `push --follow`; or a failed one) into the archive at `archive`: role
+/// "send", the daemon as peer, the destination as path.
 #[allow(clippy::too_many_arguments)]
 pub fn record_send(
-    archive: &std::path::Path,
+    archive: &Path,
     server: &str,
     dest: &str,
     started: String,
     files: u64,
     total: u64,
     progress: &crate::Progress,
-    r: &Result<crate::send::SendOutcome, crate::XferError>,
+    r: Result<&crate::send::SendOutcome, &crate::XferError>,
 ) {
-    let e = Entry {
-        id: 0,
-        started,
-        ended: crate::daemon::utc_now(),
-        role: "send".into(),
-        peer: server.to_string(),
-        path: dest.to_string(),
-        transfer_id: String::new(),
-        files,
-        bytes: total,
-        bytes_resumed: crate::Progress::get(&progress.bytes_resumed),
-        bytes_moved: crate::Progress::get(&progress.bytes_moved),
-        seconds: r.as_ref().map_or(0.0, |o| o.seconds),
-        ok: r.is_ok(),
-        error: r.as_ref().err().map(|e| e.to_string()),
-        detail: match r {
-            Ok(o) => serde_json::json!({"files": o.committed, "retransmits": o.stats.retransmits,
-                "datagrams": o.stats.datagrams, "receiver": o.receiver}),
-            Err(_) => serde_json::Value::Null,
+    store(
+        archive,
+        &Entry {
+            id: 0,
+            started,
+            ended: crate::daemon::utc_now(),
+            role: "send".into(),
+            peer: server.to_string(),
+            path: dest.to_string(),
+            transfer_id: String::new(),
+            files,
+            bytes: total,
+            bytes_resumed: crate::Progress::get(&progress.bytes_resumed),
+            bytes_moved: crate::Progress::get(&progress.bytes_moved),
+            seconds: r.map_or(0.0, |o| o.seconds),
+            ok: r.is_ok(),
+            error: r.err().map(|e| e.to_string()),
+            detail: match r {
+                Ok(o) => serde_json::json!({"files": o.committed, "retransmits": o.stats.retransmits,
+                    "datagrams": o.stats.datagrams, "receiver": o.receiver}),
+                Err(_) => serde_json::Value::Null,
+            },
         },
-    };
-    if let Err(x) = Archive::open(archive).and_then(|a| a.insert(&e)) {
-        eprintln!("vlbiflow: warning: {x}");
-    }
+    );
+}
+
+/// Archives a pull (or a failed one) into the archive at `archive`: role "receive", the daemon as peer,
+/// `SOURCES -> LOCAL_DIR` as path.
+pub fn record_pull(
+    archive: &Path,
+    server: &str,
+    sources: &str,
+    into: &Path,
+    started: String,
+    progress: &crate::Progress,
+    r: Result<&crate::recv::RecvOutcome, &crate::XferError>,
+) {
+    store(
+        archive,
+        &Entry {
+            id: 0,
+            started,
+            ended: crate::daemon::utc_now(),
+            role: "receive".into(),
+            peer: server.to_string(),
+            path: format!("{sources} -> {}", into.display()),
+            transfer_id: String::new(),
+            files: r.map_or_else(
+                |_| crate::Progress::get(&progress.files_total),
+                |o| o.committed.len() as u64,
+            ),
+            bytes: r.map_or_else(
+                |_| crate::Progress::get(&progress.bytes_total),
+                |o| o.committed.iter().map(|c| c.size).sum(),
+            ),
+            bytes_resumed: r.map_or_else(
+                |_| crate::Progress::get(&progress.bytes_resumed),
+                |o| o.bytes_resumed,
+            ),
+            bytes_moved: crate::Progress::get(&progress.bytes_moved),
+            seconds: r.map_or(0.0, |o| o.seconds),
+            ok: r.is_ok(),
+            error: r.err().map(|e| e.to_string()),
+            detail: match r {
+                Ok(o) => serde_json::json!({"files": o.committed, "receiver": o.report(),
+                    "bytes_written_direct": o.bytes_written_direct, "bytes_read_back": o.bytes_read_back}),
+                Err(_) => serde_json::Value::Null,
+            },
+        },
+    );
+}
+
+/// Archives a copy started from this host (one daemon pushing to another; or a failed one) into the
+/// archive at `archive`: role "copy", the source daemon as peer, `SOURCES -> DEST_DAEMON/ROOT/DIR` as
+/// path. The source daemon archives its side of it as a "relay".
+#[allow(clippy::too_many_arguments)]
+pub fn record_copy(
+    archive: &Path,
+    server: &str,
+    sources: &str,
+    to: &str,
+    dest: &str,
+    started: String,
+    progress: &crate::Progress,
+    r: Result<&crate::client::RelayOutcome, &crate::XferError>,
+) {
+    store(
+        archive,
+        &Entry {
+            id: 0,
+            started,
+            ended: crate::daemon::utc_now(),
+            role: "copy".into(),
+            peer: server.to_string(),
+            path: format!("{sources} -> {to}/{dest}"),
+            transfer_id: String::new(),
+            files: r.map_or(0, |o| o.files.len() as u64),
+            bytes: r.map_or_else(
+                |_| crate::Progress::get(&progress.bytes_total),
+                |o| o.files.iter().map(|c| c.size).sum(),
+            ),
+            bytes_resumed: 0,
+            bytes_moved: r.map_or_else(|_| crate::Progress::get(&progress.bytes_moved), |o| o.bytes_moved),
+            seconds: r.map_or(0.0, |o| o.seconds),
+            ok: r.is_ok(),
+            error: r.err().map(|e| e.to_string()),
+            detail: match r {
+                Ok(o) => {
+                    serde_json::json!({"files": o.files, "attempts": o.attempts, "receiver": o.receiver})
+                }
+                Err(_) => serde_json::Value::Null,
+            },
+        },
+    );
 }
 
 #[cfg(test)]

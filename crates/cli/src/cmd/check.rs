@@ -11,7 +11,7 @@ Examples:
   # A scan recorded across the disks of two Mark6 modules (globs are expanded by vlbiflow)
   vlbiflow check exp_st_no0001 --disk '/mnt/disks/[12]/*/data'
 
-  # Explicit files: Mark6 scatter-gather files (all of one scan), FlexBuff chunks, or plain VDIF/Mark5B
+  # Explicit files: Mark6 scatter-gather files (all of one scan), FlexBuff chunks, VDIF, Mark5B
   vlbiflow check /mnt/disks/1/*/data/exp_st_no0001.vdif
   vlbiflow check gathered.vdif --frame-rate 125000
 
@@ -21,8 +21,8 @@ Examples:
   # Sample statistics and spectra, plotted to a PNG
   vlbiflow check scan.vdif --stats --plot spectra.png
 
-Loss fraction = missing / (present + missing) frames, as in Haystack's recording test tables. The frame rate
-comes from --frame-rate, the scan metadata, EDV 1/3 sample rates, or the highest frame number + 1 (raised
+Loss fraction = missing / (present + missing) frames, as in Haystack's recording test tables. The frame rate \
+comes from --frame-rate, the scan metadata, EDV 1/3 sample rates, or the highest frame number + 1 (raised \
 by one when that makes the sample rate a round number of MHz or kHz: the last frame of each second was lost).";
 
 #[derive(clap::Args)]
@@ -88,9 +88,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         eprintln!();
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print!("{}", report.human());
+        out!("{}", report.human());
     }
     Ok(if report.has_errors() {
         ExitCode::from(1)

@@ -14,11 +14,11 @@ Examples:
   vlbiflow ctl 'input_stream=add:RDBE1:vdif:8224:50:42:lo:127.0.0.1:4001:0:0; input_stream=commit;'
   echo 'record=on:60:scan1:exp:st;' | vlbiflow ctl
   vlbiflow ctl --host recorder1:14242 --token \"$TOKEN\"      # interactive, with history
-  vlbiflow ctl --wait-busy 60 'scan_check?'   # after record=off: wait while the scan is still flushing
+  vlbiflow ctl --wait-busy 60 'scan_check?'   # after record=off: wait while the scan flushes
 
-Each statement gets one reply line `!keyword = rc : ... ;`. The exit code is 0 when every reply's return
-code is 0 (done) or 1 (initiated), 1 otherwise. Return code 5 means busy, retry: e.g. `scan_check?` while
-the scan just stopped is still flushing (wait until `record?` says off, or let --wait-busy retry). Commands: input_stream, group,
+Each statement gets one reply line `!keyword = rc : ... ;`. The exit code is 0 when every reply's return \
+code is 0 (done) or 1 (initiated), 1 otherwise. Return code 5 means busy, retry: e.g. `scan_check?` while \
+the scan just stopped is still flushing (wait until `record?` says off, or let --wait-busy retry). Commands: input_stream, group, \
 mstat?, record, scan_check?, rtime?, status?, evlbi?, help? (docs/control.md).";
 
 /// Send Mark6 commands to the recorder daemon (one-shot, from stdin, or interactive)
@@ -58,7 +58,7 @@ fn send(
     if wait_busy.is_zero() {
         for line in client.send(text)? {
             *all_ok &= ok_code(&line);
-            println!("{line}");
+            outln!("{line}");
         }
         return Ok(());
     }
@@ -76,7 +76,7 @@ fn send(
             }
             for line in lines {
                 *all_ok &= ok_code(&line);
-                println!("{line}");
+                outln!("{line}");
             }
             break;
         }

@@ -23,7 +23,7 @@ Examples:
   # The default: 10 s at 1 Gb/s into a temporary directory that is removed afterwards
   vlbiflow demo
 
-  # Faster and longer, keeping the scan (four disk directories under /tmp/demo) to look at afterwards
+  # Faster and longer, keeping the scan (four disk directories in /tmp/demo) to look at later
   vlbiflow demo --rate 4Gbps --duration 30 --keep /tmp/demo
   vlbiflow ls /tmp/demo/disk*
   vlbiflow check demo_xx_001 --disk '/tmp/demo/disk*' --stats --plot /tmp/demo/spectrum.png";
@@ -34,7 +34,7 @@ pub struct Args {
     /// How long the backend sends
     #[arg(long, default_value = "10", value_name = "SECONDS")]
     duration: String,
-    /// Frame bit rate of the simulated backend
+    /// Frame bit rate of the simulated backend (131.6 kb/s at least)
     #[arg(long, default_value = "1Gbps", value_name = "RATE")]
     rate: String,
     /// Record into this directory (created; four disk directories inside) and keep it
@@ -43,7 +43,23 @@ pub struct Args {
 }
 
 const SCAN: &str = "demo_xx_001";
+/// The tone, where the band is wide enough for it to sit in its lower half.
 const TONE_HZ: f64 = 10e6;
+/// Backend threads, and the bytes of each frame (header included).
+const THREADS: u16 = 2;
+const FRAME_BYTES: usize = 8224;
+
+/// Where the demo puts its tone for a real-sampled band of `sample_rate_hz`: at 10 MHz when that is in
+/// the lower half of the band (up to the Nyquist frequency), otherwise at a quarter of the band, in whole
+/// Hz, so that every rate has its tone well inside the band.
+fn tone_hz(sample_rate_hz: u64) -> f64 {
+    let nyquist = sample_rate_hz as f64 / 2.0;
+    if TONE_HZ < nyquist / 2.0 {
+        TONE_HZ
+    } else {
+        (nyquist / 4.0).floor()
+    }
+}
 
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let seconds = match parse_seconds(&a.duration) {
@@ -55,14 +71,33 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         Ok(b) => b,
         Err(e) => usage!("--rate {e}"),
     };
-    let plan = match GenPlan::new(GenRequest {
-        thread_ids: vec![0, 1],
+    // one frame per second from each thread at least
+    let min_bps = f64::from(THREADS) * FRAME_BYTES as f64 * 8.0;
+    if bps.is_nan() || bps < min_bps {
+        usage!(
+            "--rate {}: the demo needs at least {} (one {FRAME_BYTES}-byte frame per second from each of its {THREADS} threads)",
+            a.rate,
+            fmt_bit_rate(min_bps)
+        );
+    }
+    let request = GenRequest {
+        thread_ids: (0..THREADS).collect(),
         rate: RateRequest::BitsPerSecond(bps),
         stop: StopAfter::Seconds(seconds),
-        payload: PayloadKind::Tone { hz: TONE_HZ },
+        frame_size: FRAME_BYTES,
+        payload: PayloadKind::Noise,
         psn: true,
         start: StartTime::Now,
         ..Default::default()
+    };
+    // the rate sets the sample rate, and that where the tone goes
+    let tone = match GenPlan::new(request.clone()) {
+        Ok(p) => tone_hz(p.sample_rate_hz),
+        Err(e) => usage!("{e}"),
+    };
+    let plan = match GenPlan::new(GenRequest {
+        payload: PayloadKind::Tone { hz: tone },
+        ..request
     }) {
         Ok(p) => p,
         Err(e) => usage!("{e}"),
@@ -88,8 +123,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
     }
 
-    println!("vlbiflow demo: simulated backend -> recorder -> check, over loopback");
-    println!(
+    outln!("vlbiflow demo: simulated backend -> recorder -> check, over loopback");
+    outln!(
         "  disks: {}/disk0..3 ({})",
         root.display(),
         if a.keep.is_some() {
@@ -98,10 +133,14 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             "removed at the end"
         }
     );
-    println!(
-        "  backend: 2 VDIF threads, {} frames/s each of 8224 bytes, 2-bit noise with a {} MHz tone, {} for {seconds} s",
+    outln!(
+        "  backend: {THREADS} VDIF threads, {} frames/s each of {FRAME_BYTES} bytes, 2-bit noise with a {} tone, {} for {seconds} s",
         plan.frame_rate,
-        TONE_HZ / 1e6,
+        if tone >= 1e6 {
+            format!("{} MHz", tone / 1e6)
+        } else {
+            format!("{} kHz", tone / 1e3)
+        },
         fmt_bit_rate(plan.frame_bits_per_second())
     );
 
@@ -115,7 +154,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         .context("starting the recorder")?;
     let dest = recorder.local_addrs()[0];
     let events = recorder.events();
-    println!("  recorder: scan {SCAN}, Mark6 scatter-gather, listening on {dest}");
+    outln!("  recorder: scan {SCAN}, Mark6 scatter-gather, listening on {dest}");
 
     // 2. The backend, on its own thread, paced on the wall clock.
     let stop = Arc::new(AtomicBool::new(false));
@@ -145,7 +184,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     while !sender.is_finished() {
         std::thread::sleep(Duration::from_millis(250));
         for e in events.try_iter() {
-            println!("{}  recorder: {e}", if tty { "\n" } else { "" });
+            outln!("{}  recorder: {e}", if tty { "\n" } else { "" });
         }
         let st = recorder.status();
         let t = st.totals();
@@ -158,12 +197,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             st.blocks
         );
         if tty {
-            print!("\r{line}");
+            out!("\r{line}");
             let _ = std::io::stdout().flush();
         }
     }
     if tty {
-        println!();
+        outln!();
     }
     let gen = sender
         .join()
@@ -173,9 +212,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     recorder.stop();
     let summary = recorder.wait().context("the recorder ended without a summary")?;
     for e in events.try_iter() {
-        println!("  recorder: {e}");
+        outln!("  recorder: {e}");
     }
-    println!(
+    outln!(
         "  gen: sent {} frames at {} (worst 1 s window {:+.3}%)",
         gen.frames,
         fmt_bit_rate(gen.achieved_bps),
@@ -193,12 +232,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         },
         |_| {},
     );
-    println!("\nvlbiflow check {SCAN}:");
-    print!("{}", report.human());
+    outln!("\nvlbiflow check {SCAN}:");
+    out!("{}", report.human());
 
     let stored = summary.metadata.totals().packets;
     let ok = !report.has_errors() && stored == gen.frames && summary.error.is_none();
-    println!(
+    outln!(
         "\ndemo: {} of {} frames sent were recorded and checked: {}",
         stored,
         gen.frames,
@@ -209,4 +248,19 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
     );
     Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tone_stays_at_10_mhz_where_it_fits_and_moves_into_narrow_bands() {
+        // the default, 1 Gb/s: 7600 frames/s per thread of 32768 samples
+        assert_eq!(tone_hz(7600 * 32768), 10e6);
+        // 16 Mb/s: 122 frames/s per thread, a band of 1.998848 MHz
+        assert_eq!(tone_hz(122 * 32768), 499_712.0);
+        // the least the demo sends, one frame per second per thread
+        assert_eq!(tone_hz(32768), 4096.0);
+    }
 }

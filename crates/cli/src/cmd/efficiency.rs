@@ -19,7 +19,7 @@ use crate::usage;
 
 pub const EXAMPLES: &str = "\
 Examples:
-  # Every transport both ends offer, one 8 kB stream flat out, 5 s each, 3 alternating repeats, with a plot
+  # Every transport both ends offer, one 8 kB stream flat out, 5 s each, 3 alternating repeats
   vlbiflow net efficiency 10.0.0.2 --plot eff.png
 
   # A LOFAR-like load: 50 flows of 8 kB datagrams at 6 Gb/s in total, received by one thread
@@ -29,19 +29,20 @@ Examples:
   vlbiflow net efficiency 10.77.0.2 --path-loss 1% --json > loss-1.json
 
   # Bandwidth against path loss from saved runs
-  vlbiflow net efficiency --from loss-0.json --from loss-1.json --from loss-5.json --plot-loss loss.png
+  vlbiflow net efficiency --from loss-0.json --from loss-1.json --from loss-5.json \\
+      --plot-loss loss.png
 
   # ... with a line measured by another tool through the same path (CSV: loss_percent,gbps)
   vlbiflow net efficiency --from loss-0.json --from loss-1.json --plot-loss loss.png \\
       --loss-series 'vlbiflow xfer=xfer-loss.csv'
 
-Transports: udp (recvmmsg), udp-gro (recvmmsg with UDP GRO), uring (io_uring multishot recvmsg into
-provided buffers), uring-gro, xdp (AF_XDP, generic mode, datagrams up to 3798 bytes; root at the
-responder), tcp (autotuned). The sender is one thread (sendmmsg, optionally --gso; TCP:
-non-blocking writes of 32 messages); the receiver is one thread of the responder. Each datagram starts
-with an 8-byte sequence number per flow, so loss is counted exactly. CPU is the sending and the
-receiving thread's user and system time per GB, plus the whole host's (/proc/stat) including softirq;
-energy from RAPL (powercap) where the host exposes it. Compare transports within one run: the order
+Transports: udp (recvmmsg), udp-gro (recvmmsg with UDP GRO), uring (io_uring multishot recvmsg into \
+provided buffers), uring-gro, xdp (AF_XDP, generic mode, datagrams up to 3798 bytes; root at the \
+responder), tcp (autotuned). The sender is one thread (sendmmsg, optionally --gso; TCP: \
+non-blocking writes of 32 messages); the receiver is one thread of the responder. Each datagram starts \
+with an 8-byte sequence number per flow, so loss is counted exactly. CPU is the sending and the \
+receiving thread's user and system time per GB, plus the whole host's (/proc/stat) including softirq; \
+energy from RAPL (powercap) where the host exposes it. Compare transports within one run: the order \
 alternates between repeats so that drifting load favours none.";
 
 /// Receive cost per transport: Gb/s, loss, CPU per GB at both ends, energy where readable.
@@ -264,7 +265,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         writeln!(out)?;
     } else {
         for l in table_lines(first) {
-            println!("{l}");
+            outln!("{l}");
         }
     }
     if let Some(path) = &a.plot {

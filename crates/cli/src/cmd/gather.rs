@@ -19,13 +19,13 @@ Examples:
   # Explicit scatter-gather files (all files of one scan)
   vlbiflow gather /data/*/exp_st_no0001.vdif -o out.vdif
 
-  # A scan vlbiflow recorded from several streams: one file per stream (out.a.vdif, out.b.vdif, ...),
-  # or only stream b
+  # A scan vlbiflow recorded from several streams: one file per stream (out.a.vdif,
+  # out.b.vdif, ...), or only stream b
   vlbiflow gather exp_st_no0002 --disk '/data/*' -o out.vdif
   vlbiflow gather exp_st_no0002 --disk '/data/*' -o out_b.vdif --stream b
 
-Blocks are written in block-number order with their block headers stripped, like Haystack's gather and DiFX's
-mk6gather; garbage and partial frames are left out and reported on standard error. Exit status 1 if problems
+Blocks are written in block-number order with their block headers stripped, like Haystack's gather and DiFX's \
+mk6gather; garbage and partial frames are left out and reported on standard error. Exit status 1 if problems \
 were found (the output then holds every frame that could be read), 2 on usage errors.";
 
 #[derive(clap::Args)]

@@ -28,9 +28,9 @@ Examples:
   # 4000 frames of 2-bit noise from two threads to a file
   vlbiflow gen --output /tmp/t.vdif --threads 2 --pps 1000 --count 4000 --station Xx --payload noise
 
-Rates count VDIF frame bytes (header included); --rate-fraction counts what a link carries (frame, PSN and
-66 bytes of Ethernet/IP/UDP per datagram). Frames are stamped from a whole second: with --start now the first
-frame goes out on the next second boundary. Pacing keeps an absolute schedule and sends at most --batch
+Rates count VDIF frame bytes (header included); --rate-fraction counts what a link carries (frame, PSN and \
+66 bytes of Ethernet/IP/UDP per datagram). Frames are stamped from a whole second: with --start now the first \
+frame goes out on the next second boundary. Pacing keeps an absolute schedule and sends at most --batch \
 datagrams per stream back to back; see docs/gen.md.";
 
 #[derive(clap::Args)]
@@ -350,7 +350,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         eprintln!();
     }
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&summary)?);
+        outln!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
         print_summary(&summary, a.output.is_some());
     }
@@ -362,7 +362,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
 }
 
 fn print_summary(s: &GenSummary, to_file: bool) {
-    println!(
+    outln!(
         "gen: {} frames ({}) in {:.3} s{}",
         s.frames,
         fmt_bytes(s.bytes),
@@ -370,19 +370,19 @@ fn print_summary(s: &GenSummary, to_file: bool) {
         if s.interrupted { " (interrupted)" } else { "" }
     );
     if s.dropped > 0 {
-        println!("gen: {} frames left out on purpose (--drop-every)", s.dropped);
+        outln!("gen: {} frames left out on purpose (--drop-every)", s.dropped);
     }
     if to_file {
-        println!("gen: written at {}", fmt_bit_rate(s.achieved_bps));
+        outln!("gen: written at {}", fmt_bit_rate(s.achieved_bps));
         return;
     }
-    println!(
+    outln!(
         "gen: requested {}, achieved {}",
         fmt_bit_rate(s.requested_bps),
         fmt_bit_rate(s.achieved_bps)
     );
     if s.windows > 0 {
-        println!(
+        outln!(
             "gen: worst error over {} whole 1 s windows: {:+.4}%{}",
             s.windows,
             s.worst_window_error * 100.0,
@@ -394,7 +394,7 @@ fn print_summary(s: &GenSummary, to_file: bool) {
         );
     }
     if s.send_retries > 0 {
-        println!(
+        outln!(
             "gen: {} sends waited for room in the socket or device queue",
             s.send_retries
         );

@@ -7,17 +7,17 @@ use vlbiflow_checker::source::expand_disks;
 
 const EXAMPLES: &str = "\
 Examples:
-  # Every scan on the disks of Mark6 modules 1..4 (d-plane layout), including scans written by d-plane
+  # Every scan on the disks of Mark6 modules 1..4 (d-plane layout), also those d-plane wrote
   vlbiflow ls '/mnt/disks/[1-4]/*/data'
 
   # vlbiflow or jive5ab FlexBuff mount points, as JSON
   vlbiflow ls /mnt/disk0 /mnt/disk1 --json
 
-jive5ab opens a Mark6 scan only by its file name, extension included: where that differs from the scan
+jive5ab opens a Mark6 scan only by its file name, extension included: where that differs from the scan \
 name, the listing says so (`jive5ab: scan_set = exp_st_scan1.vdif`); see docs/jive5ab.md.
 
-Scans recorded by vlbiflow are described from their metadata (start, duration, streams, complete or not);
-Mark6 files and FlexBuff chunks of other recorders from their file and frame headers (duration in whole
+Scans recorded by vlbiflow are described from their metadata (start, duration, streams, complete or not); \
+Mark6 files and FlexBuff chunks of other recorders from their file and frame headers (duration in whole \
 seconds, as the frame rate is not in the headers).";
 
 #[derive(clap::Args)]
@@ -43,16 +43,22 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let scans = list_scans(&disks);
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&scans)?);
+        outln!("{}", serde_json::to_string_pretty(&scans)?);
         return Ok(ExitCode::SUCCESS);
     }
     if scans.is_empty() {
-        println!("no scans on {} disk(s)", disks.len());
+        outln!("no scans on {} disk(s)", disks.len());
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
+    outln!(
         "{:<28} {:<8} {:>5} {:>12} {:<24} {:>10} {:<10} streams",
-        "scan", "layout", "disks", "size", "start", "duration", "state"
+        "scan",
+        "layout",
+        "disks",
+        "size",
+        "start",
+        "duration",
+        "state"
     );
     for s in &scans {
         let state = match s.complete {
@@ -60,7 +66,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             Some(false) => "INCOMPLETE",
             None => "foreign",
         };
-        println!(
+        outln!(
             "{:<28} {:<8} {:>5} {:>12} {:<24} {:>10} {:<10} {}{}",
             s.name,
             s.layout,
@@ -73,7 +79,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             s.note.as_ref().map_or(String::new(), |n| format!(" [{n}]"))
         );
         if s.jive5ab_name != s.name {
-            println!("{:<28} jive5ab: scan_set = {}", "", s.jive5ab_name);
+            outln!("{:<28} jive5ab: scan_set = {}", "", s.jive5ab_name);
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -44,7 +44,8 @@ fn read_token(file: Option<&Path>) -> anyhow::Result<Option<String>> {
 const AGENT_EXAMPLES: &str = "\
 Examples:
   # On station Ef (its name in the hub's mesh.toml), with the shared token
-  vlbiflow net agent --name Ef --hub http://hub.example.org:8090 --token-file /etc/vlbiflow/mesh.token
+  vlbiflow net agent --name Ef --hub http://hub.example.org:8090 \\
+      --token-file /etc/vlbiflow/mesh.token
 
   # Without a hub, on a configuration file (results stay in the outbox until a hub takes them)
   vlbiflow net agent --name Ef --config mesh.toml --state-dir /var/lib/vlbiflow/agent
@@ -157,12 +158,15 @@ pub fn run_hub(a: HubArgs) -> anyhow::Result<ExitCode> {
         let mut p = vlbiflow_mesh::plan::Planner::new(cfg.clone());
         let now = now_ms();
         let runs = p.runs_between(now, now + 3_600_000);
-        println!(
+        outln!(
             "{:<24} {:<10} {:<8} {:<12} slot/skipped",
-            "start", "test", "kind", "pair"
+            "start",
+            "test",
+            "kind",
+            "pair"
         );
         for r in &runs {
-            println!(
+            outln!(
                 "{:<24} {:<10} {:<8} {:<12} {}",
                 rfc3339(r.start),
                 r.test,
@@ -244,7 +248,7 @@ struct HubConn {
 enum MeshCmd {
     /// Agents (last contact), runs by test, status and reason, pending runs, active alerts
     #[command(
-        after_help = "Examples:\n  vlbiflow net mesh status\n  vlbiflow net mesh status --hub http://hub.example.org:8090 --token-file /etc/vlbiflow/mesh.token --json"
+        after_help = "Examples:\n  vlbiflow net mesh status\n  vlbiflow net mesh status --hub http://hub.example.org:8090 --token-file mesh.token --json"
     )]
     Status {
         #[command(flatten)]
@@ -301,9 +305,12 @@ fn fig(v: Option<f64>, unit: &str) -> String {
 }
 
 fn print_runs(rows: &[RunRow]) {
-    println!(
+    outln!(
         "{:<24} {:<10} {:<12} {:<7} figures / reason",
-        "planned", "test", "pair", "status"
+        "planned",
+        "test",
+        "pair",
+        "status"
     );
     for r in rows {
         let what = match r.status.as_str() {
@@ -323,7 +330,7 @@ fn print_runs(rows: &[RunRow]) {
             .collect::<Vec<_>>()
             .join(", "),
         };
-        println!(
+        outln!(
             "{:<24} {:<10} {:<12} {:<7} {what}",
             rfc3339(r.planned_start),
             r.test,
@@ -347,10 +354,10 @@ pub fn run_mesh(a: MeshArgs) -> anyhow::Result<ExitCode> {
         MeshCmd::Status { conn } => {
             let s: Status = api(&conn)?.get("/api/v1/status").map_err(|e| anyhow!(e))?;
             if conn.json {
-                println!("{}", serde_json::to_string_pretty(&s)?);
+                outln!("{}", serde_json::to_string_pretty(&s)?);
                 return Ok(ExitCode::SUCCESS);
             }
-            println!(
+            outln!(
                 "mesh {} (configuration {}), archive {}, hub up since {}, {} runs pending, {} alerts active",
                 s.mesh,
                 s.config_hash,
@@ -359,16 +366,18 @@ pub fn run_mesh(a: MeshArgs) -> anyhow::Result<ExitCode> {
                 s.pending,
                 s.active_alerts
             );
-            println!(
+            outln!(
                 "\n{:<12} {:<26} {:<8} software",
-                "agent", "last contact", "config"
+                "agent",
+                "last contact",
+                "config"
             );
             for ag in &s.agents {
                 let seen = ag
                     .last_seen
                     .map(|t| format!("{} ({:.0} s ago)", rfc3339(t), (s.now - t) as f64 / 1000.0))
                     .unwrap_or_else(|| "never".into());
-                println!(
+                outln!(
                     "{:<12} {:<26} {:<8} {}",
                     ag.name,
                     seen,
@@ -376,9 +385,9 @@ pub fn run_mesh(a: MeshArgs) -> anyhow::Result<ExitCode> {
                     ag.software
                 );
             }
-            println!("\n{:<12} {:<8} {:<12} runs", "test", "status", "reason");
+            outln!("\n{:<12} {:<8} {:<12} runs", "test", "status", "reason");
             for (t, st, r, n) in &s.counts {
-                println!("{t:<12} {st:<8} {r:<12} {n}");
+                outln!("{t:<12} {st:<8} {r:<12} {n}");
             }
         }
         MeshCmd::Runs {
@@ -400,7 +409,7 @@ pub fn run_mesh(a: MeshArgs) -> anyhow::Result<ExitCode> {
             }
             let rows: Vec<RunRow> = api(&conn)?.get(&q).map_err(|e| anyhow!(e))?;
             if conn.json {
-                println!("{}", serde_json::to_string_pretty(&rows)?);
+                outln!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
                 print_runs(&rows);
             }
@@ -408,7 +417,7 @@ pub fn run_mesh(a: MeshArgs) -> anyhow::Result<ExitCode> {
         MeshCmd::Results { conn } => {
             let rows: Vec<RunRow> = api(&conn)?.get("/api/v1/results").map_err(|e| anyhow!(e))?;
             if conn.json {
-                println!("{}", serde_json::to_string_pretty(&rows)?);
+                outln!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
                 print_runs(&rows);
             }
@@ -416,16 +425,16 @@ pub fn run_mesh(a: MeshArgs) -> anyhow::Result<ExitCode> {
         MeshCmd::Alerts { conn } => {
             let v: AlertsView = api(&conn)?.get("/api/v1/alerts").map_err(|e| anyhow!(e))?;
             if conn.json {
-                println!("{}", serde_json::to_string_pretty(&v)?);
+                outln!("{}", serde_json::to_string_pretty(&v)?);
                 return Ok(ExitCode::SUCCESS);
             }
-            println!("active ({}):", v.active.len());
+            outln!("active ({}):", v.active.len());
             for e in &v.active {
-                println!("  since {}  {}", rfc3339(e.t), e.message);
+                outln!("  since {}  {}", rfc3339(e.t), e.message);
             }
-            println!("recent changes:");
+            outln!("recent changes:");
             for e in v.events.iter().take(30) {
-                println!("  {}  {:<7} {}", rfc3339(e.t), e.state, e.message);
+                outln!("  {}  {:<7} {}", rfc3339(e.t), e.state, e.message);
             }
         }
     }
@@ -530,15 +539,15 @@ fn run_hops(a: &CapacityArgs, target: std::net::IpAddr) -> anyhow::Result<ExitCo
     let r = vlbiflow_mesh::hops::measure_hops(target, &p, &stop, &mut |m| eprintln!("{m}"))
         .map_err(|e| anyhow!(e))?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        outln!("{}", serde_json::to_string_pretty(&r)?);
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
+    outln!(
         "capacity hop by hop to {} (IP layer, up to and including the link into each hop):",
         r.target
     );
     for h in &r.hops {
-        println!(
+        outln!(
             "{:>3}  {:<16} {:>14}  {}/{} answered{}{}",
             h.ttl,
             h.address.map(|a| a.to_string()).unwrap_or_else(|| "*".into()),
@@ -558,10 +567,10 @@ fn run_hops(a: &CapacityArgs, target: std::net::IpAddr) -> anyhow::Result<ExitCo
         );
     }
     match r.limiting_ttl {
-        Some(t) => println!("narrowest link: into hop {t}"),
-        None => println!("no hop stands out as the bottleneck"),
+        Some(t) => outln!("narrowest link: into hop {t}"),
+        None => outln!("no hop stands out as the bottleneck"),
     }
-    println!("{:.1} s", r.duration_s);
+    outln!("{:.1} s", r.duration_s);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -611,19 +620,21 @@ pub fn run_capacity(a: CapacityArgs) -> anyhow::Result<ExitCode> {
     let stop = stop_flag();
     let r = capacity::measure(&mut client, &p, &stop, &mut |m| eprintln!("{m}")).map_err(|e| anyhow!(e))?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        outln!("{}", serde_json::to_string_pretty(&r)?);
         return Ok(ExitCode::SUCCESS);
     }
     let e = &r.estimate;
-    println!("capacity to {addr}: {:.1} Mb/s ({})", e.capacity_mbps, e.method);
+    outln!("capacity to {addr}: {:.1} Mb/s ({})", e.capacity_mbps, e.method);
     if let Some(s) = &e.shaper {
-        println!(
+        outln!(
             "token-bucket shaper: sustained {:.1} Mb/s, burst about {:.0} bytes, peak {:.1} Mb/s",
-            s.rate_mbps, s.burst_bytes, s.peak_mbps
+            s.rate_mbps,
+            s.burst_bytes,
+            s.peak_mbps
         );
     }
     for l in &r.trains {
-        println!(
+        outln!(
             "trains of {:>5}: tail {} (spread {:.1} %, {}){}",
             l.packets,
             l.tail_mbps
@@ -639,16 +650,20 @@ pub fn run_capacity(a: CapacityArgs) -> anyhow::Result<ExitCode> {
         );
     }
     for m in &e.modes {
-        println!(
+        outln!(
             "pair mode {:.1} Mb/s: {} pairs ({:.0} %)",
             m.mbps,
             m.count,
             100.0 * m.merit
         );
     }
-    println!(
+    outln!(
         "{} probes sent, {} with loss, {} pairs kept, {} dropped as queued; {:.1} s",
-        r.sent, r.incomplete, e.pairs_kept, e.pairs_dropped, r.duration_s
+        r.sent,
+        r.incomplete,
+        e.pairs_kept,
+        e.pairs_dropped,
+        r.duration_s
     );
     Ok(ExitCode::SUCCESS)
 }

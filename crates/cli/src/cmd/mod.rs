@@ -32,6 +32,33 @@ impl std::fmt::Display for UsageError {
 
 impl std::error::Error for UsageError {}
 
+/// A failure with its own exit status (other than 1, and 2 which is [`UsageError`]'s): reported in one line
+/// like every error, the process then exits with `code`.
+#[derive(Debug)]
+pub struct ExitError {
+    pub code: u8,
+    pub message: String,
+}
+
+impl std::fmt::Display for ExitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ExitError {}
+
+/// The exit status of a failed subcommand: 2 for a [`UsageError`], an [`ExitError`]'s own, else 1.
+pub fn exit_code(e: &anyhow::Error) -> u8 {
+    if e.downcast_ref::<UsageError>().is_some() {
+        2
+    } else if let Some(x) = e.downcast_ref::<ExitError>() {
+        x.code
+    } else {
+        1
+    }
+}
+
 /// Returns early with a [`UsageError`].
 #[macro_export]
 macro_rules! usage {

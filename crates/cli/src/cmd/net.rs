@@ -62,9 +62,9 @@ pub struct Args {
 enum NetCmd {
     /// Run the far end: answer control connections, receive and echo test traffic
     Responder(ResponderArgs),
-    /// UDP throughput, loss, jitter, reordering and 1-way delay against frame size and spacing
+    /// UDP throughput, loss, jitter, reordering, 1-way delay against frame size and spacing
     Bw(BwArgs),
-    /// Request-response latency against message size, with histograms and a least-squares line
+    /// Request-response latency against message size: histograms and a least-squares line
     Lat(LatArgs),
     /// Memory-to-memory TCP throughput over 1..N streams with CPU use at both ends
     Tcp(TcpArgs),
@@ -78,7 +78,7 @@ enum NetCmd {
     Mesh(super::mesh::MeshArgs),
     /// Bottleneck capacity by packet dispersion (pairs and trains against a responder)
     Capacity(super::mesh::CapacityArgs),
-    /// Receive cost per transport (UDP recvmmsg/GRO, io_uring, AF_XDP, TCP): Gb/s, loss, CPU per GB, energy
+    /// Receive cost per transport (recvmmsg, GRO, io_uring, AF_XDP, TCP): rate, loss, CPU
     Efficiency(super::efficiency::Args),
 }
 
@@ -349,7 +349,7 @@ fn run_series(c: &Common, series: Series) -> anyhow::Result<ExitCode> {
     let opts = SweepOptions { loads, stop, store };
     let table = Table::new(table::columns(&series), c.csv);
     if !c.json {
-        println!("{}", table.header());
+        outln!("{}", table.header());
     }
     let say = |m: &str| {
         if !c.quiet {
@@ -359,9 +359,7 @@ fn run_series(c: &Common, series: Series) -> anyhow::Result<ExitCode> {
     let mut on_event = |e: SweepEvent| match e {
         SweepEvent::Progress(m) => say(&m),
         SweepEvent::Warning(w) => say(&format!("warning: {w}")),
-        e if !c.json => table::event_lines(&e, &table)
-            .iter()
-            .for_each(|l| println!("{l}")),
+        e if !c.json => table::event_lines(&e, &table).iter().for_each(|l| outln!("{l}")),
         _ => {}
     };
     // Ctrl-C ends a bw or tcp series; what was measured is still printed, plotted and archived.
@@ -372,7 +370,7 @@ fn run_series(c: &Common, series: Series) -> anyhow::Result<ExitCode> {
         anyhow!(e)
     })?;
     if c.json {
-        println!("{}", serde_json::to_string_pretty(&report.to_json(&client))?);
+        outln!("{}", serde_json::to_string_pretty(&report.to_json(&client))?);
     }
     if let Some(path) = &c.plot {
         plot_report(path, &report, opts.is_load_sweep())?;
@@ -499,12 +497,11 @@ fn run_history(a: HistoryArgs) -> anyhow::Result<ExitCode> {
         limit,
     })?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        outln!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
         let t = Table::new(HISTORY_COLUMNS, a.csv);
-        println!("{}", t.header());
-        rows.iter()
-            .for_each(|s| println!("{}", t.line(&history_cells(s))));
+        outln!("{}", t.header());
+        rows.iter().for_each(|s| outln!("{}", t.line(&history_cells(s))));
         if rows.is_empty() {
             eprintln!("no results match in {}", path.display());
         }

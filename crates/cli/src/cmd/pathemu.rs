@@ -334,14 +334,14 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             "ns_a": a.ns_a, "ns_b": a.ns_b, "addr_a": a.addr_a, "addr_b": a.addr_b, "mtu": a.mtu,
             "config": a_to_b, "config_b_to_a": b_to_a, "report": report,
         });
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        outln!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        println!("pathemu: {:.1} s", report.duration_s);
+        outln!("pathemu: {:.1} s", report.duration_s);
         for (name, d) in [("a-b", &report.a_to_b), ("b-a", &report.b_to_a)] {
             print_dir(name, d);
         }
         if a.drop_log.is_some() {
-            println!(
+            outln!(
                 "  drop log: {} lines{}",
                 report.drop_log_lines,
                 if report.drop_log_lost > 0 {
@@ -362,7 +362,7 @@ fn print_dir(name: &str, d: &DirReport) {
     } else {
         0.0
     };
-    println!(
+    outln!(
         "  {name}: in {} packets ({} B), out {} ({} B), dropped {} ({:.4}%; random {}, burst {}, queue {}, memory {}), \
          expected line loss {:.4}%, max queue {} B, in flight at stop {}",
         c.in_packets,
@@ -381,7 +381,7 @@ fn print_dir(name: &str, d: &DirReport) {
     );
     let h = &d.late_hist;
     if c.out_packets > 0 {
-        println!(
+        outln!(
             "  {name}: sent after their due time by <10 µs {}, 10-100 µs {}, 0.1-1 ms {}, >1 ms {} (latest {:.3} ms)",
             h[0],
             h[1],
@@ -393,7 +393,7 @@ fn print_dir(name: &str, d: &DirReport) {
     let kin = d.kernel_dropped_in.unwrap_or(0);
     let kout = d.kernel_dropped_out.unwrap_or(0);
     if kin + kout + d.write_errors + d.read_errors + c.reordered > 0 {
-        println!(
+        outln!(
             "  {name}: kernel dropped {kin} before and {kout} after the emulator, write errors {}, read errors {}, reordered {}",
             d.write_errors, d.read_errors, c.reordered
         );

@@ -29,7 +29,8 @@ Examples:
       --block-size 256MB --scan ek051_ef_no0001
 
   # Capture only (nothing written): can one capture thread take these streams, apart from the disks?
-  vlbiflow record --stream a=vdif@127.0.0.1:4001,psn --stream b=vdif@127.0.0.1:4002,psn --discard --duration 20
+  vlbiflow record --stream a=vdif@127.0.0.1:4001,psn --stream b=vdif@127.0.0.1:4002,psn \\
+      --discard --duration 20
 
 Stream options (comma separated after the address):
   threads=0,1     record only these VDIF threads (others are counted as filtered)
@@ -38,15 +39,15 @@ Stream options (comma separated after the address):
   frame-rate=N    frames per second per thread (default: learned from the time stamps)
 
   # Record and forward in real time to the correlator as udps, paced to 2.1 Gb/s (e-VLBI):
-  vlbiflow record --stream a=vdif@0.0.0.0:4001,psn --disk '/mnt/disk*' --scan ek051_ef_no0001 \
+  vlbiflow record --stream a=vdif@0.0.0.0:4001,psn --disk '/mnt/disk*' --scan ek051_ef_no0001 \\
       --forward udps@jive.example.org:46227,rate=2.1Gbps
 
-Forwarding (--forward, repeatable): [LABEL=]PROTO@HOST:PORT[,threads=0,1][,rate=RATE][,burst=SIZE]
-[,queue=FRAMES][,stream=LABEL][,psn=N], PROTO udps (PSN + frame), vdif (frame alone) or tcp. Every
-recorded frame is copied to each destination's queue; a destination that cannot keep up loses frames
+Forwarding (--forward, repeatable): [LABEL=]PROTO@HOST:PORT[,threads=0,1][,rate=RATE][,burst=SIZE] \
+[,queue=FRAMES][,stream=LABEL][,psn=N], PROTO udps (PSN + frame), vdif (frame alone) or tcp. Every \
+recorded frame is copied to each destination's queue; a destination that cannot keep up loses frames \
 (counted per destination), never the recording. Details: docs/realtime.md.
 
-The recording stops on --duration, Ctrl-C or SIGTERM, always leaving a flushed, consistent scan with
+The recording stops on --duration, Ctrl-C or SIGTERM, always leaving a flushed, consistent scan with \
 metadata (<disk>/<scan>.vlbiflow.json) on every disk. A second Ctrl-C exits at once (scan marked incomplete).";
 
 /// Record VDIF/Mark5B UDP streams to Mark6 scatter-gather or FlexBuff scans across disks.

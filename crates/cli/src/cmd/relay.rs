@@ -181,7 +181,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     }
     print_summary(&st);
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&st)?);
+        outln!("{}", serde_json::to_string_pretty(&st)?);
     }
     Ok(ExitCode::SUCCESS)
 }

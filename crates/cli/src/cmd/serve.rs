@@ -15,14 +15,15 @@ Examples:
   vlbiflow serve --config docs/vlbiflow.example.toml
 
   # Reachable from the station network: a token is then required on both ports
-  vlbiflow serve --config /etc/vlbiflow.toml --control 0.0.0.0:14242 --http 0.0.0.0:14280 --token \"$TOKEN\"
+  vlbiflow serve --config /etc/vlbiflow.toml --control 0.0.0.0:14242 --http 0.0.0.0:14280 \\
+      --token \"$TOKEN\"
 
 Then, from another terminal:
   vlbiflow ctl 'input_stream=add:RDBE1:vdif:8224:50:42:lo:127.0.0.1:4001:0:0; input_stream=commit;'
   vlbiflow ctl 'record=on:30:scan1:exp:st;'
   vlbiflow status --watch
 
-The command set, the mapping of Mark6 input_stream fields onto UDP sockets and the configuration are
+The command set, the mapping of Mark6 input_stream fields onto UDP sockets and the configuration are \
 described in docs/control.md. SIGINT/SIGTERM stop the daemon; a recording is stopped and flushed first.";
 
 /// Run the recorder daemon: Mark6 command port, HTTP status/metrics and dashboard.

@@ -122,12 +122,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             return;
         }
         if json {
-            println!(
+            outln!(
                 "{}",
                 serde_json::to_string(&SecondLine::from(s)).expect("plain struct")
             );
         } else {
-            println!(
+            outln!(
                 "sink: {} {:>9} datagrams {:>12}{}{}",
                 s.unix_second,
                 s.datagrams,
@@ -161,9 +161,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             v["stray"] = p.stray.into();
             v["restarts"] = p.restarts.into();
         }
-        println!("{v}");
+        outln!("{v}");
     } else {
-        println!(
+        outln!(
             "sink: {} datagrams, {} in {:.3} s = {}; kernel drops {}",
             report.datagrams,
             fmt_bytes(report.bytes),
@@ -172,9 +172,13 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             report.kernel_drops
         );
         if let Some(p) = report.psn {
-            println!(
+            outln!(
                 "sink: PSN lost {}, out of order {}, duplicate {}, stray {}, restarts {}",
-                p.lost, p.out_of_order, p.duplicates, p.stray, p.restarts
+                p.lost,
+                p.out_of_order,
+                p.duplicates,
+                p.stray,
+                p.restarts
             );
         }
     }

@@ -13,6 +13,7 @@ Examples:
   vlbiflow status                 # once
   vlbiflow status --watch         # refresh in place every second (Ctrl-C to quit)
   vlbiflow status --json | jq .record
+
 The same data is served as JSON on http://127.0.0.1:14280/status and shown live on http://127.0.0.1:14280/.";
 
 /// Show the recorder daemon's live status (MonitorStatus-like), once or refreshing
@@ -61,9 +62,9 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     if !args.watch {
         let (body, r) = fetch(&args)?;
         if args.json {
-            println!("{}", body.trim());
+            outln!("{}", body.trim());
         } else {
-            print!("{}", render_monitor(&r));
+            out!("{}", render_monitor(&r));
         }
         return Ok(ExitCode::SUCCESS);
     }

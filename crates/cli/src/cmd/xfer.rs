@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use vlbiflow_units::{fmt_bit_rate, fmt_bytes, parse_bit_rate, parse_bytes, parse_duration};
-use vlbiflow_xfer::archive::Archive;
+use vlbiflow_xfer::archive::{self, Archive};
 use vlbiflow_xfer::client::{self, ClientConfig};
 use vlbiflow_xfer::daemon::{Daemon, ServeConfig};
 use vlbiflow_xfer::dest::Roots;
@@ -34,7 +34,7 @@ Examples:
   # Rerun the same command after any interruption: only what is missing moves
   vlbiflow xfer push /data/exp1 corr.example.org/data --rate 4Gbps --json
 
-Exit status: 0 only when every file is verified at the destination and synced under its final name;
+Exit status: 0 only when every file is verified at the destination and synced under its final name; \
 1 the transfer failed (rerun to resume); 2 usage error; 3 refused by the daemon (key, root, path, exists).";
 
 #[derive(clap::Args)]
@@ -63,7 +63,9 @@ enum Cmd {
 #[derive(clap::Args)]
 #[command(
     after_help = "Examples:\n  vlbiflow xfer history\n  vlbiflow xfer history --limit 100 --json\n\nThe archive is \
-~/.local/state/vlbiflow/xfer/xfer.sqlite unless --archive says otherwise; `serve` and `push` write to it."
+~/.local/state/vlbiflow/xfer/xfer.sqlite unless --archive says otherwise. The daemon (`serve`) writes \
+each transfer it receives, sends or relays to it, and the client verbs each run of theirs: `push` as \
+send, `pull` as receive, `copy` as copy. No archive yet is an empty list."
 )]
 struct HistoryArgs {
     /// Archive file
@@ -72,7 +74,7 @@ struct HistoryArgs {
     /// Newest N transfers
     #[arg(long, default_value_t = 20)]
     limit: usize,
-    /// JSON lines instead of a table
+    /// A JSON array (oldest first) instead of a table
     #[arg(long)]
     json: bool,
 }
@@ -85,10 +87,10 @@ Examples:
   # receiving (and, for pulls, pacing) in the real-time class on a busy host (root or CAP_SYS_NICE)
   vlbiflow xfer serve --root data=/mnt/raid --realtime
 
-Clients write only below a root (`ROOT/relative/dir`, no `..`, symbolic links not followed) and never
-replace an existing file unless they ask (--overwrite). Without --key the key file is
-~/.local/state/vlbiflow/xfer/xfer.key, created with a new random key on first start (mode 0600). The control
-port is TCP; each transfer gets its own UDP data port on the same address. Stop with Ctrl-C or SIGTERM:
+Clients write only below a root (`ROOT/relative/dir`, no `..`, symbolic links not followed) and never \
+replace an existing file unless they ask (--overwrite). Without --key the key file is \
+~/.local/state/vlbiflow/xfer/xfer.key, created with a new random key on first start (mode 0600). The control \
+port is TCP; each transfer gets its own UDP data port on the same address. Stop with Ctrl-C or SIGTERM: \
 running transfers keep their .part files and resume when the client reruns its command.";
 
 #[derive(clap::Args)]
@@ -145,12 +147,13 @@ Examples:
   # A Mark6 scan on its module disks, read in place, arriving as one VDIF file (no gather step)
   vlbiflow xfer push --scan exp_st_no0001 --disk '/mnt/disks/*/*/data' corr/data/exp
   # ... or in its own layout, or as FlexBuff chunks
-  vlbiflow xfer push --scan exp_st_no0001 --disk '/mnt/disks/*/*/data' --layout flexbuff corr/data/fb
+  vlbiflow xfer push --scan exp_st_no0001 --disk '/mnt/disks/*/*/data' --layout flexbuff \\
+      corr/data/fb
 
-The destination is DAEMON[:PORT]/ROOT/DIR (port 46230 by default). A directory arrives as DIR/<its name>/...
-Every chunk is hashed (BLAKE3) where it is read and where it is written; the command succeeds only when all
-match and the daemon has synced and renamed every file (with --verify-written, also read every chunk back
-from its disk and found it equal). Rerun the same command after an interruption: what
+The destination is DAEMON[:PORT]/ROOT/DIR (port 46230 by default). A directory arrives as DIR/<its name>/... \
+Every chunk is hashed (BLAKE3) where it is read and where it is written; the command succeeds only when all \
+match and the daemon has synced and renamed every file (with --verify-written, also read every chunk back \
+from its disk and found it equal). Rerun the same command after an interruption: what \
 is already there is re-verified at disk speed and only what is missing or different moves.";
 
 #[derive(clap::Args)]
@@ -187,11 +190,11 @@ Examples:
   vlbiflow xfer pull corr:46230/data/exp1 /local/exp1
   vlbiflow xfer pull station/data/exp1/scan1.vdif station/data/exp1/scan2.vdif . --json
 
-  # A Mark6 scan by name on the daemon's disks (under its root `data`), read in place there, gathered here
+  # A Mark6 scan by name on the daemon's disks (under its root `data`), gathered here
   vlbiflow xfer pull --scan exp1_st_no0001 --disk 'station/data/disks/*/*/data' /local/exp1
 
-Sources are DAEMON[:PORT]/ROOT/PATH (files or directories under the daemon's roots, all on one daemon); the
-last argument is the local directory. The daemon sends to this host's UDP port, so the daemon must be able
+Sources are DAEMON[:PORT]/ROOT/PATH (files or directories under the daemon's roots, all on one daemon); the \
+last argument is the local directory. The daemon sends to this host's UDP port, so the daemon must be able \
 to reach it. Rerun after an interruption: what is here already is re-verified and only the rest moves.";
 
 #[derive(clap::Args)]
@@ -234,8 +237,8 @@ Examples:
   # A scan by name on the station's disks, gathered into one VDIF file at the correlator
   vlbiflow xfer copy --scan exp1_st_no0001 --disk 'station/data/disks/*/*/data' corr/data/exp1
 
-The destination address is used by the source daemon, so give it as that daemon reaches it. The source
-daemon authenticates to the destination with its --peer-key (default: its own key). The command follows the
+The destination address is used by the source daemon, so give it as that daemon reaches it. The source \
+daemon authenticates to the destination with its --peer-key (default: its own key). The command follows the \
 transfer; if it is interrupted the source daemon still finishes (see `xfer history` there).";
 
 #[derive(clap::Args)]
@@ -299,7 +302,26 @@ struct Common {
     quiet: bool,
 }
 
+const KEY_EXAMPLES: &str = "\
+Examples:
+  # On the daemon's host and on each client: the same fingerprint means the same key
+  vlbiflow xfer key
+  # A key file copied from the correlator, before using it with --key
+  vlbiflow xfer key --key ~/keys/corr.key
+  # A new key file for one daemon (random key, mode 0600), then serve with it
+  vlbiflow xfer key --create --key /etc/vlbiflow/xfer.key
+  vlbiflow xfer serve --root data=/mnt/raid --key /etc/vlbiflow/xfer.key
+
+Prints the key's fingerprint and the key file: `FINGERPRINT  PATH`. The key is 32 random bytes, \
+stored as 64 hex digits in a file only its owner may read (mode 0600); a client and a daemon work \
+together only when they hold the same key, so copy the daemon's key file to each client by any \
+secure means. The fingerprint (a BLAKE3 derivation of the key) does not reveal the key and can be \
+compared by eye or over the phone. Without --key the key file is \
+~/.local/state/vlbiflow/xfer/xfer.key (under $XDG_STATE_HOME when that is set); `xfer serve` \
+creates it on first start. Without --create a missing key file is an error (exit status 2).";
+
 #[derive(clap::Args)]
+#[command(after_help = KEY_EXAMPLES)]
 struct KeyArgs {
     /// Key file (default ~/.local/state/vlbiflow/xfer/xfer.key)
     #[arg(long, value_name = "FILE")]
@@ -309,24 +331,51 @@ struct KeyArgs {
     create: bool,
 }
 
+/// An error of the transfer library as the CLI's error, with its exit status (2: usage, 3: refused, 1).
 fn xerr(e: XferError) -> anyhow::Result<ExitCode> {
     let code = e.exit_code();
     if code == 2 {
         return Err(anyhow::Error::new(crate::cmd::UsageError(e.to_string())));
     }
-    eprintln!("vlbiflow: error: {e}");
-    Ok(ExitCode::from(code))
+    Err(anyhow::Error::new(crate::cmd::ExitError {
+        code,
+        message: e.to_string(),
+    }))
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.cmd {
         Cmd::Serve(a) => serve(a),
-        Cmd::Push(a) => push(a),
-        Cmd::Pull(a) => pull(a),
-        Cmd::Copy(a) => copy(a),
+        Cmd::Push(a) => {
+            let json = a.common.json;
+            json_on_failure(json, push(a))
+        }
+        Cmd::Pull(a) => {
+            let json = a.common.json;
+            json_on_failure(json, pull(a))
+        }
+        Cmd::Copy(a) => {
+            let json = a.common.json;
+            json_on_failure(json, copy(a))
+        }
         Cmd::Key(a) => key(a),
         Cmd::History(a) => history(a),
     }
+}
+
+/// With --json, a failed transfer still gives one JSON object on standard output (`verified` false, the
+/// error, the exit status); the error goes on to be reported on standard error and sets the exit status
+/// as without --json.
+fn json_on_failure(json: bool, r: anyhow::Result<ExitCode>) -> anyhow::Result<ExitCode> {
+    if let (true, Err(e)) = (json, &r) {
+        let v = serde_json::json!({
+            "verified": false,
+            "error": format!("{e:#}"),
+            "exit_code": crate::cmd::exit_code(e),
+        });
+        outln!("{}", serde_json::to_string_pretty(&v).expect("json"));
+    }
+    r
 }
 
 fn stop_flag() -> Arc<AtomicBool> {
@@ -336,34 +385,54 @@ fn stop_flag() -> Arc<AtomicBool> {
     stop
 }
 
+/// The archive the client verbs (push, pull, copy) write to.
+fn client_archive() -> PathBuf {
+    remote::state_dir().join("xfer.sqlite")
+}
+
 fn history(a: HistoryArgs) -> anyhow::Result<ExitCode> {
-    let path = a
-        .archive
-        .unwrap_or_else(|| remote::state_dir().join("xfer.sqlite"));
-    if !path.exists() {
-        usage!("no archive at {} yet (serve and push write it)", path.display());
-    }
-    let arch = match Archive::open(&path) {
-        Ok(x) => x,
-        Err(e) => usage!("{e}"),
-    };
-    let list = match arch.list(a.limit) {
-        Ok(l) => l,
-        Err(e) => usage!("{e}"),
-    };
-    if a.json {
-        for e in &list {
-            println!("{}", serde_json::to_string(e).expect("json"));
+    let path = a.archive.unwrap_or_else(client_archive);
+    // a new user has no archive yet: an empty list, and the archive is not created by looking
+    let list = if path.exists() {
+        let arch = match Archive::open(&path) {
+            Ok(x) => x,
+            Err(e) => usage!("{e}"),
+        };
+        match arch.list(a.limit) {
+            Ok(l) => l,
+            Err(e) => usage!("{e}"),
         }
+    } else {
+        Vec::new()
+    };
+    if list.is_empty() {
+        eprintln!(
+            "vlbiflow: no transfers in {}{} (serve, push, pull and copy write it)",
+            path.display(),
+            if path.exists() { "" } else { " yet" }
+        );
+    }
+    if a.json {
+        outln!("{}", serde_json::to_string_pretty(&list).expect("json"));
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
+    if list.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    outln!(
         "{:<20}  {:<7}  {:<21}  {:>10}  {:>10}  {:>8}  {:>12}  {:<8}  path",
-        "started (UTC)", "role", "peer", "bytes", "resumed", "seconds", "goodput", "result"
+        "started (UTC)",
+        "role",
+        "peer",
+        "bytes",
+        "resumed",
+        "seconds",
+        "goodput",
+        "result"
     );
     for e in &list {
         let goodput = (e.bytes - e.bytes_resumed.min(e.bytes)) as f64 * 8.0 / e.seconds.max(1e-9);
-        println!(
+        outln!(
             "{:<20}  {:<7}  {:<21}  {:>10}  {:>10}  {:>8.1}  {:>12}  {:<8}  {}{}",
             e.started,
             e.role,
@@ -398,7 +467,7 @@ fn key(a: KeyArgs) -> anyhow::Result<ExitCode> {
             Err(e) => return xerr(e),
         }
     };
-    println!("{}  {}", k.fingerprint(), path.display());
+    outln!("{}  {}", k.fingerprint(), path.display());
     Ok(ExitCode::SUCCESS)
 }
 
@@ -611,10 +680,10 @@ fn print_summary(out: &SendOutcome, total: u64, json: bool) {
             "goodput_bps": goodput,
             "receiver": out.receiver,
         });
-        println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+        outln!("{}", serde_json::to_string_pretty(&v).expect("json"));
         return;
     }
-    println!(
+    outln!(
         "verified: {} files, {} ({} already there, re-verified), {} sent in {:.1} s: {} goodput, {} datagrams, {} retransmitted ({:.2}%)",
         out.committed.len(),
         fmt_bytes(total),
@@ -626,12 +695,12 @@ fn print_summary(out: &SendOutcome, total: u64, json: bool) {
         out.stats.retransmits,
         out.stats.retransmits as f64 / out.stats.datagrams.max(1) as f64 * 100.0
     );
-    println!("{}", receiver_line(&out.receiver));
+    outln!("{}", receiver_line(&out.receiver));
     for c in out.committed.iter().take(20) {
-        println!("  {}  {}  {}", c.blake3, fmt_bytes(c.size), c.name);
+        outln!("  {}  {}  {}", c.blake3, fmt_bytes(c.size), c.name);
     }
     if out.committed.len() > 20 {
-        println!(
+        outln!(
             "  ... and {} more (BLAKE3 of each in its manifest NAME.blake3.json)",
             out.committed.len() - 20
         );
@@ -671,7 +740,8 @@ fn receiver_line(r: &ReceiverReport) -> String {
     l
 }
 
-/// Logs a client run to the local archive (problems with the archive are reported, not fatal).
+/// `xfer push`: sends, prints the summary, and archives the run on this host (a problem with the archive is
+/// a warning, not an error of the transfer).
 fn push(a: PushArgs) -> anyhow::Result<ExitCode> {
     let mut args = a.args.clone();
     let dest = args.pop().expect("two arguments at least");
@@ -732,15 +802,15 @@ fn push(a: PushArgs) -> anyhow::Result<ExitCode> {
     let r = with_progress(&progress, a.common.quiet || a.common.json, || {
         client::push(&cfg, set, &dest_path, opts, rate, &progress, &stop)
     });
-    vlbiflow_xfer::archive::record_send(
-        &remote::state_dir().join("xfer.sqlite"),
+    archive::record_send(
+        &client_archive(),
         &cfg.server,
         &dest_path,
         started,
         files,
         total,
         &progress,
-        &r,
+        r.as_ref(),
     );
     match r {
         Ok(out) => {
@@ -774,6 +844,7 @@ fn push_follow(a: &PushArgs, server: &str, dest_path: &str, opts: Options) -> an
     let progress = Arc::new(Progress::default());
     let stop = stop_flag();
     let quiet = a.common.quiet || a.common.json;
+    let started = vlbiflow_xfer::daemon::utc_now();
     let r = with_progress(&progress, quiet, || {
         vlbiflow_xfer::follow::push_follow(
             &cfg,
@@ -793,6 +864,16 @@ fn push_follow(a: &PushArgs, server: &str, dest_path: &str, opts: Options) -> an
             },
         )
     });
+    archive::record_send(
+        &client_archive(),
+        &cfg.server,
+        dest_path,
+        started,
+        Progress::get(&progress.files_total),
+        Progress::get(&progress.bytes_total),
+        &progress,
+        r.as_ref().map(|f| &f.last),
+    );
     match r {
         Ok(f) => {
             let total: u64 = f.last.committed.iter().map(|c| c.size).sum();
@@ -807,10 +888,10 @@ fn push_follow(a: &PushArgs, server: &str, dest_path: &str, opts: Options) -> an
                     "rounds_while_recording": f.partial_rounds,
                     "seconds": f.seconds,
                 });
-                println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+                outln!("{}", serde_json::to_string_pretty(&v).expect("json"));
             } else {
                 print_summary(&f.last, total, false);
-                println!(
+                outln!(
                     "followed the recording: {} round(s) while recording, {} sent in all in {:.1} s",
                     f.partial_rounds,
                     fmt_bytes(f.bytes_sent),
@@ -839,6 +920,7 @@ fn copy(a: CopyArgs) -> anyhow::Result<ExitCode> {
     let cfg = ClientConfig::new(server, key);
     let progress = Arc::new(Progress::default());
     let quiet = a.common.quiet || a.common.json;
+    let started = vlbiflow_xfer::daemon::utc_now();
     let r = with_progress(&progress, quiet, || {
         client::relay(
             &cfg,
@@ -856,6 +938,16 @@ fn copy(a: CopyArgs) -> anyhow::Result<ExitCode> {
             },
         )
     });
+    archive::record_copy(
+        &client_archive(),
+        &cfg.server,
+        &archive::describe_sources(&sources, scan.as_ref()),
+        &to,
+        &dest_path,
+        started,
+        &progress,
+        r.as_ref(),
+    );
     match r {
         Ok(out) => {
             let total: u64 = out.files.iter().map(|c| c.size).sum();
@@ -864,9 +956,9 @@ fn copy(a: CopyArgs) -> anyhow::Result<ExitCode> {
                     "verified": true, "files": out.files, "bytes_total": total, "bytes_sent": out.bytes_moved,
                     "seconds": out.seconds, "attempts": out.attempts, "receiver": out.receiver,
                 });
-                println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+                outln!("{}", serde_json::to_string_pretty(&v).expect("json"));
             } else {
-                println!(
+                outln!(
                     "verified at {to}: {} files, {} ({} sent) in {:.1} s, {} attempt(s)",
                     out.files.len(),
                     fmt_bytes(total),
@@ -875,10 +967,10 @@ fn copy(a: CopyArgs) -> anyhow::Result<ExitCode> {
                     out.attempts
                 );
                 if let Some(r) = &out.receiver {
-                    println!("{}", receiver_line(r));
+                    outln!("{}", receiver_line(r));
                 }
                 for c in out.files.iter().take(20) {
-                    println!("  {}  {}  {}", c.blake3, fmt_bytes(c.size), c.name);
+                    outln!("  {}  {}  {}", c.blake3, fmt_bytes(c.size), c.name);
                 }
             }
             Ok(ExitCode::SUCCESS)
@@ -901,9 +993,19 @@ fn pull(a: PullArgs) -> anyhow::Result<ExitCode> {
     cfg.realtime = a.rt.realtime;
     let progress = Arc::new(Progress::default());
     let stop = stop_flag();
+    let started = vlbiflow_xfer::daemon::utc_now();
     let r = with_progress(&progress, a.common.quiet || a.common.json, || {
         client::pull(&cfg, &sources, scan.as_ref(), &into, opts, &progress, &stop)
     });
+    archive::record_pull(
+        &client_archive(),
+        &cfg.server,
+        &archive::describe_sources(&sources, scan.as_ref()),
+        &into,
+        started,
+        &progress,
+        r.as_ref(),
+    );
     match r {
         Ok(out) => {
             let total: u64 = out.committed.iter().map(|c| c.size).sum();
@@ -922,9 +1024,9 @@ fn pull(a: PullArgs) -> anyhow::Result<ExitCode> {
                     "realtime": out.realtime,
                     "receiver": out.report(),
                 });
-                println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+                outln!("{}", serde_json::to_string_pretty(&v).expect("json"));
             } else {
-                println!(
+                outln!(
                     "verified: {} files, {} ({} already here, re-verified) in {:.1} s: {} goodput",
                     out.committed.len(),
                     fmt_bytes(total),
@@ -932,9 +1034,9 @@ fn pull(a: PullArgs) -> anyhow::Result<ExitCode> {
                     out.seconds,
                     fmt_bit_rate(goodput)
                 );
-                println!("{}", receiver_line(&out.report()));
+                outln!("{}", receiver_line(&out.report()));
                 for c in out.committed.iter().take(20) {
-                    println!("  {}  {}  {}", c.blake3, fmt_bytes(c.size), c.name);
+                    outln!("  {}  {}  {}", c.blake3, fmt_bytes(c.size), c.name);
                 }
             }
             Ok(ExitCode::SUCCESS)
