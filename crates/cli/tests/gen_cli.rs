@@ -237,3 +237,41 @@ fn a_network_duration_sends_exactly_rate_times_duration_frames() {
     });
     assert_eq!(report.datagrams, 6080);
 }
+
+#[test]
+fn output_dash_writes_the_frames_to_standard_output() {
+    // as `gather -o -` does: the frames go down the pipe, the summary to standard error, and no file
+    // named "-" appears where the command ran
+    let d = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_vlbiflow"))
+        .args([
+            "gen",
+            "-o",
+            "-",
+            "--count",
+            "300",
+            "--pps",
+            "1000",
+            "--threads",
+            "2",
+        ])
+        .current_dir(d.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.stdout.len(),
+        300 * 8224,
+        "300 frames of 8224 bytes on standard output"
+    );
+    vlbiflow_formats::vdif::VdifFrame::new_checked(&out.stdout[8224..2 * 8224]).unwrap();
+    let h = vlbiflow_formats::vdif::VdifHeader::new_checked(&out.stdout[8224..8224 + 32]).unwrap();
+    assert_eq!(h.thread_id(), 1, "threads interleave");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("gen: 300 frames"), "{err}");
+    assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0, "no file written");
+    // --json wants standard output too
+    let out = vlbiflow(&["gen", "-o", "-", "--json", "--count", "1", "--pps", "1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("standard output is taken by the frames"));
+}

@@ -39,7 +39,8 @@ pub struct Args {
     /// UDP destination HOST:PORT (repeat for several streams, each with all threads)
     #[arg(long, value_name = "HOST:PORT", required_unless_present = "output")]
     dest: Vec<String>,
-    /// Write the frames to this file instead of sending them (no PSN; as fast as the file takes them)
+    /// Write the frames to this file (`-`: standard output) instead of sending them (no PSN; as fast as
+    /// the file takes them)
     #[arg(long, short, value_name = "FILE", conflicts_with = "dest")]
     output: Option<PathBuf>,
     /// Number of VDIF threads, IDs 0..N-1
@@ -266,7 +267,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         Ok(b) => b as usize,
         Err(e) => usage!("--send-buffer {e}"),
     };
-    if let Some(path) = &a.output {
+    let to_stdout = a.output.as_deref() == Some(std::path::Path::new("-"));
+    if to_stdout && a.json {
+        usage!("--json: standard output is taken by the frames (--output -); leave out one of them");
+    }
+    if let Some(path) = a.output.as_ref().filter(|_| !to_stdout) {
         if path.is_dir() {
             usage!("--output {}: is a directory", path.display());
         }
@@ -320,7 +325,13 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
         let _ = std::io::stderr().flush();
     };
-    let summary = if let Some(path) = &a.output {
+    let summary = if to_stdout {
+        let mut out = std::io::BufWriter::with_capacity(4 << 20, std::io::stdout().lock());
+        let s = vlbiflow_gen::file::write_frames(&plan, start, &mut out, &stop, &mut progress)
+            .context("writing the frames to standard output")?;
+        out.flush().context("writing the frames to standard output")?;
+        s
+    } else if let Some(path) = &a.output {
         let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
         let mut out = std::io::BufWriter::with_capacity(4 << 20, file);
         vlbiflow_gen::file::write_frames(&plan, start, &mut out, &stop, &mut progress)
@@ -352,7 +363,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
-        print_summary(&summary, a.output.is_some());
+        print_summary(&summary, a.output.is_some(), to_stdout);
     }
     Ok(if summary.interrupted {
         ExitCode::from(130)
@@ -361,28 +372,39 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     })
 }
 
-fn print_summary(s: &GenSummary, to_file: bool) {
-    outln!(
+/// The closing summary, on standard output (on standard error when the frames went there).
+fn print_summary(s: &GenSummary, to_file: bool, on_stderr: bool) {
+    let say = |line: String| {
+        if on_stderr {
+            eprintln!("{line}");
+        } else {
+            outln!("{line}");
+        }
+    };
+    say(format!(
         "gen: {} frames ({}) in {:.3} s{}",
         s.frames,
         fmt_bytes(s.bytes),
         s.elapsed_s,
         if s.interrupted { " (interrupted)" } else { "" }
-    );
+    ));
     if s.dropped > 0 {
-        outln!("gen: {} frames left out on purpose (--drop-every)", s.dropped);
+        say(format!(
+            "gen: {} frames left out on purpose (--drop-every)",
+            s.dropped
+        ));
     }
     if to_file {
-        outln!("gen: written at {}", fmt_bit_rate(s.achieved_bps));
+        say(format!("gen: written at {}", fmt_bit_rate(s.achieved_bps)));
         return;
     }
-    outln!(
+    say(format!(
         "gen: requested {}, achieved {}",
         fmt_bit_rate(s.requested_bps),
         fmt_bit_rate(s.achieved_bps)
-    );
+    ));
     if s.windows > 0 {
-        outln!(
+        say(format!(
             "gen: worst error over {} whole 1 s windows: {:+.4}%{}",
             s.windows,
             s.worst_window_error * 100.0,
@@ -391,12 +413,12 @@ fn print_summary(s: &GenSummary, to_file: bool) {
             } else {
                 ""
             }
-        );
+        ));
     }
     if s.send_retries > 0 {
-        outln!(
+        say(format!(
             "gen: {} sends waited for room in the socket or device queue",
             s.send_retries
-        );
+        ));
     }
 }
