@@ -50,7 +50,7 @@ load() { cut -d' ' -f1-3 /proc/loadavg; }
 cpu_of() { awk '{print ($14 + $15) / 100}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 jget() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
 metric() { # metric NAME: first value of a metric of the daemon in namespace B
-  ip netns exec $B curl -s --max-time 2 http://127.0.0.1:9477/metrics 2>/dev/null | awk -v n="$1" '$1 == n || index($1, n "{") == 1 {print $2; exit}'
+  ip netns exec $B curl -s --max-time 2 http://127.0.0.1:9477/metrics 2>/dev/null | awk -v n="$1" '!done && ($1 == n || index($1, n "{") == 1) {print $2; done = 1}'
 }
 
 echo "# xfer acceptance run, $(date -u +%FT%TZ), $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, load $(load)"
@@ -102,7 +102,7 @@ push() { # push OUT.json: the acceptance command, by scan name, from namespace A
   /usr/bin/time -f "%U %S" -o "$DIR/time" ip netns exec $A "$BIN" xfer push --scan $SCAN --disk "$DIR/disk*" \
     $IB:46230/data/acc ${PUSH_OPTS:-} --json >"$1" 2>>"$DIR/push.err"
 }
-data_port() { ip netns exec $B ss -Huanp 2>/dev/null | awk -v p="pid=$SRV," 'index($0, p) {n = split($4, a, ":"); print a[n]; exit}'; }
+data_port() { ip netns exec $B ss -Huanp 2>/dev/null | awk -v p="pid=$SRV," '!done && index($0, p) {n = split($4, a, ":"); print a[n]; done = 1}'; }
 
 start_daemon
 attack() { # during the running push: random datagrams at its data port and a full connect scan

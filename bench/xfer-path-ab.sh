@@ -60,7 +60,7 @@ queue_drops() { python3 -c "import json; print(json.load(open('$SCRATCH/emu.out'
 flood() {
   local port= tid=
   for _ in $(seq 300); do
-    port=$(ip netns exec $NB ss -Huanp 2>/dev/null | awk -v p="pid=$SRV," 'index($0, p) {n = split($4, a, ":"); print a[n]; exit}')
+    port=$(ip netns exec $NB ss -Huanp 2>/dev/null | awk -v p="pid=$SRV," '!done && index($0, p) {n = split($4, a, ":"); print a[n]; done = 1}')
     [ -n "$port" ] && break; sleep 0.1
   done
   if [ -z "$port" ]; then echo "flood: the push has no data port (it failed early?): no flood this round" >&2; return 0; fi
