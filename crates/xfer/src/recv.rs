@@ -416,6 +416,42 @@ struct VerifierIo {
     read_back: Arc<AtomicU64>,
     /// To the committing thread.
     fin: ChanTx<Finalize>,
+    /// To the flushing thread: a file that has new data on its way to the disk.
+    flush: ChanTx<Arc<File>>,
+}
+
+/// How often the flushing thread makes what was written durable while a transfer runs.
+const FLUSH_EVERY: Duration = Duration::from_millis(250);
+
+/// The flushing thread: `fdatasync` of each file that had data written, at most every [`FLUSH_EVERY`],
+/// while the transfer runs, so that the sync before a file's commit finds little left to do. Without it
+/// that sync waited for the whole file's metadata (`O_DIRECT` writes into new extents) and the device's
+/// cache: 0.75-1.4 s at the end of a 3 GB push on a VM's disk, a tenth of the transfer. Only a head start:
+/// a failed flush is left to the commit's own sync, which fails the transfer if the disk does.
+/// Returns how many flushes it made.
+fn flusher(files: ChanRx<Arc<File>>, every: Duration) -> u64 {
+    let mut dirty: Vec<Arc<File>> = Vec::new();
+    let mut last = Instant::now();
+    let mut flushes = 0;
+    loop {
+        let wait = every.saturating_sub(last.elapsed());
+        match files.recv_timeout(wait) {
+            Ok(f) => {
+                if !dirty.iter().any(|d| Arc::ptr_eq(d, &f)) {
+                    dirty.push(f);
+                }
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return flushes,
+        }
+        if last.elapsed() >= every {
+            for f in dirty.drain(..) {
+                let _ = f.sync_data();
+                flushes += 1;
+            }
+            last = Instant::now();
+        }
+    }
 }
 
 /// The thread that writes staged chunks, hashes what was written where chunk hashes are not merged from
@@ -481,6 +517,9 @@ fn verifier(chunk_size: u64, jobs: ChanRx<Job>, io: VerifierIo) {
                     .map_err(|e| format!("writing at offset {offset}: {e}"));
                 let _ = io.back.send(staged);
                 failed |= r.is_err();
+                if r.is_ok() {
+                    let _ = io.flush.send(f.clone());
+                }
                 // a hash, or an error, is reported; a verified chunk written is not
                 if let Some(r) = r.transpose() {
                     if out.send((file, chunk, r)).is_err() {
@@ -515,6 +554,7 @@ fn verifier(chunk_size: u64, jobs: ChanRx<Job>, io: VerifierIo) {
                     std::num::NonZeroU64::new(len),
                     rustix::fs::Advice::DontNeed,
                 );
+                let _ = io.flush.send(f);
             }
         }
     }
@@ -725,6 +765,11 @@ pub fn run_receiver(
     let read_back = Arc::new(AtomicU64::new(0));
     let mut stages = Stages::new(cs, plan.options.block_size, back_rx, direct_ok.clone());
     let (fin_tx, fin_rx) = unbounded::<Finalize>();
+    let (flush_tx, flush_rx) = unbounded::<Arc<File>>();
+    let flush = std::thread::Builder::new()
+        .name("xfer-flush".into())
+        .spawn(move || flusher(flush_rx, FLUSH_EVERY))
+        .expect("spawn flusher");
     let vio = VerifierIo {
         out: hres_tx,
         back: back_tx,
@@ -732,6 +777,7 @@ pub fn run_receiver(
         written_direct: written_direct.clone(),
         read_back: read_back.clone(),
         fin: fin_tx,
+        flush: flush_tx,
     };
     // the verifier writes the staged chunks and returns their buffers, which the receiving thread waits
     // for when none is free: it runs in the same class
@@ -792,6 +838,8 @@ pub fn run_receiver(
     drop(job_tx);
     let _ = ver.join();
     let _ = fin.join();
+    // the verifier held its channel
+    let _ = flush.join();
     let result = result.map(|mut o| {
         o.bytes_written_direct = written_direct.load(Relaxed);
         o.bytes_read_back = read_back.load(Relaxed);
@@ -1714,6 +1762,7 @@ mod tests {
             written_direct: Arc::new(AtomicU64::new(0)),
             read_back: read_back_bytes.clone(),
             fin: fin_tx,
+            flush: unbounded().0,
         };
         let t = std::thread::spawn(move || verifier(cs, job_rx, io));
         let job = |chunk: u32, want: ChunkHash| Job::ReadBack {
@@ -1786,5 +1835,29 @@ mod tests {
                 .len(),
             MAX_STAGES as usize
         );
+    }
+
+    #[test]
+    fn the_flusher_syncs_each_file_with_new_data_once_per_round_and_stops_with_its_channel() {
+        let d = tempfile::tempdir().unwrap();
+        let a = Arc::new(File::create(d.path().join("a")).unwrap());
+        let b = Arc::new(File::create(d.path().join("b")).unwrap());
+        let (tx, rx) = unbounded();
+        // a round longer than the test: the channel closes before it ends, and the thread stops without
+        // flushing (each file's commit syncs it anyway)
+        let t = std::thread::spawn(move || flusher(rx, Duration::from_secs(3600)));
+        for f in [&a, &b, &a, &a] {
+            tx.send(f.clone()).unwrap();
+        }
+        drop(tx);
+        assert_eq!(t.join().unwrap(), 0, "no round ended");
+        // rounds of no length: each file flushed as its data is announced
+        let (tx, rx) = unbounded();
+        let t = std::thread::spawn(move || flusher(rx, Duration::ZERO));
+        for f in [&a, &b, &a] {
+            tx.send(f.clone()).unwrap();
+        }
+        drop(tx);
+        assert_eq!(t.join().unwrap(), 3);
     }
 }
