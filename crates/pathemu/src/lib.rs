@@ -15,6 +15,6 @@ pub mod model;
 pub mod packet;
 pub mod sys;
 
-pub use emu::{DirReport, Emulator, Error, PathConfig, Report};
+pub use emu::{DirReport, Emulator, Error, PathConfig, Report, DEFAULT_WAKE_EVERY};
 pub use model::{Counters, DropReason, Link, LinkConfig, LossModel, Nanos, Verdict};
 pub use packet::{Direction, DropRecord, LogFormat, PacketSummary};

@@ -60,6 +60,8 @@ fn start(tag: &str, link: LinkConfig, drop_log: Option<&Path>) -> Running {
         drop_log: drop_log.map(|p| (p.to_path_buf(), LogFormat::Csv)),
         realtime: false,
         spin: Duration::ZERO,
+        // what `vlbiflow pathemu` does by default
+        wake_every: vlbiflow_pathemu::DEFAULT_WAKE_EVERY,
     };
     let emu = Emulator::setup(cfg).expect("setting up the path");
     assert_eq!(emu.created_namespaces().len(), 2);
