@@ -115,16 +115,19 @@ attack() { # during the running push: random datagrams at its data port and a fu
   (ip netns exec $A nmap -sT -p- -n -Pn -T5 --min-rate 2000 --max-retries 1 $IB -oG - 2>&1 | grep -E "Ports:|done" | cut -c1-300
    echo "port scan: ports 1-65535 in $(( $(date +%s) - t0 )) s") >"$DIR/nmap.out" &
   NMAP=$!
-  ip netns exec $A python3 - "$IB" "$DPORT" "${TID:-0}" <<'PY'
+  # the well-formed third carries the binary's protocol version (`vlbiflow --version`; 4 before it said)
+  local version
+  version=$("$BIN" --version | sed -n 's/.*xfer protocol \([0-9]*\).*/\1/p')
+  ip netns exec $A python3 - "$IB" "$DPORT" "${TID:-0}" "${version:-4}" <<'PY'
 import os, socket, sys, time
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-dst = (sys.argv[1], int(sys.argv[2])); tid = int(sys.argv[3], 16)
+dst = (sys.argv[1], int(sys.argv[2])); tid = int(sys.argv[3], 16); version = int(sys.argv[4])
 t0 = time.time(); sent = 0
 for i in range(100_000):
     n = 8256 if i % 3 == 0 else [64, 100, 1500, 9000][i % 4]
     b = bytearray(os.urandom(n))
-    if i % 3 == 0:  # a well-formed header of this transfer (protocol version 4, file 0, offset 0, one block): reaches the tag check
-        b[0:4] = b"XF\x04\x00"; b[4:8] = tid.to_bytes(4, "big"); b[16:20] = bytes(4); b[20:24] = (n - 64).to_bytes(4, "big")
+    if i % 3 == 0:  # a well-formed header of this transfer (its protocol version, file 0, offset 0, one block): reaches the tag check
+        b[0:4] = b"XF" + bytes([version, 0]); b[4:8] = tid.to_bytes(4, "big"); b[16:20] = bytes(4); b[20:24] = (n - 64).to_bytes(4, "big")
         b[24:32] = bytes(8); b[40:48] = bytes(8)
     try:
         s.sendto(b, dst); sent += 1

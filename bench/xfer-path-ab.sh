@@ -57,8 +57,10 @@ stop_emu() { kill $EMU; wait $EMU || true; EMU=; }
 queue_drops() { python3 -c "import json; print(json.load(open('$SCRATCH/emu.out'))['report']['a_to_b']['dropped_queue'])"; }
 # the flood: waits for the push's data port (the daemon's UDP socket) and transfer id (its metrics), then
 # FLOOD_AT seconds more
-flood() {
-  local port= tid=
+flood() { # flood BIN: the protocol version of the well-formed third is BIN's (`vlbiflow --version`)
+  local port= tid= version
+  version=${FLOOD_VERSION:-$("$1" --version | sed -n 's/.*xfer protocol \([0-9]*\).*/\1/p')}
+  version=${version:-4} # builds before the version was printed: 4 (3 before a662e2f)
   for _ in $(seq 300); do
     port=$(ip netns exec $NB ss -Huanp 2>/dev/null | awk -v p="pid=$SRV," '!done && index($0, p) {n = split($4, a, ":"); print a[n]; done = 1}')
     [ -n "$port" ] && break; sleep 0.1
@@ -67,8 +69,7 @@ flood() {
   tid=$(ip netns exec $NB curl -s --max-time 2 http://127.0.0.1:9477/metrics | sed -n 's/.*transfer_bytes_total{id="\([0-9a-f]*\)".*/\1/p' | head -1) || true
   [ -n "$tid" ] || echo "flood: no transfer id in the daemon's metrics: the well-formed third will not reach the tag check" >&2
   sleep "${FLOOD_AT:-2}"
-  # FLOOD_VERSION: the protocol version byte of the well-formed third (4 since a662e2f; 3 for older builds)
-  ip netns exec $NA python3 - $NET.2 "$port" "${tid:-0}" "${FLOOD_VERSION:-4}" <<'PY' || true
+  ip netns exec $NA python3 - $NET.2 "$port" "${tid:-0}" "$version" <<'PY' || true
 import os, socket, sys
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 dst = (sys.argv[1], int(sys.argv[2])); tid = int(sys.argv[3], 16); version = int(sys.argv[4])
@@ -110,7 +111,7 @@ push_once() {
   /usr/bin/time -f "%U %S %F" -o "$SCRATCH/time" ip netns exec $NA "$bin" xfer push "$SCRATCH/src/data.bin" $NET.2:46230/data $opts --json \
     >"$SCRATCH/x.json" 2>"$SCRATCH/x.err" &
   PUSH=$!
-  if [ "${FLOOD:-0}" = 1 ]; then flood; fi
+  if [ "${FLOOD:-0}" = 1 ]; then flood "$bin"; fi
   wait $PUSH || cat "$SCRATCH/x.err" >&2
   # the daemon's CPU for this push: it waits idle before and after (a round of the tail timer at most)
   c1=$(awk '{print ($14 + $15) / 100}' /proc/$SRV/stat); f1=$(awk '{print $12}' /proc/$SRV/stat)

@@ -3,7 +3,7 @@
 
 #![forbid(unsafe_code)]
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::process::ExitCode;
 
 #[macro_use]
@@ -73,7 +73,19 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // `--version` also names the xfer protocol version, which peers must share
+    let long_version = format!(
+        "{} (xfer protocol {})",
+        env!("CARGO_PKG_VERSION"),
+        vlbiflow_xfer_proto::wire::VERSION
+    );
+    let matches = Cli::command()
+        .long_version(&*Box::leak(long_version.into_boxed_str()))
+        .get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
     let result = match cli.command {
         Command::Demo(a) => cmd::demo::run(a),
         Command::Gen(a) => cmd::gen::run(a),
