@@ -348,3 +348,12 @@ fn the_command_a_wrong_key_error_suggests_exists() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn version_names_the_xfer_protocol() {
+    let out = Command::new(BIN).arg("--version").output().unwrap();
+    assert!(out.status.success());
+    let v = String::from_utf8(out.stdout).unwrap();
+    let want = format!("(xfer protocol {})", vlbiflow_xfer_proto::wire::VERSION);
+    assert!(v.trim().ends_with(&want), "{v}");
+}

@@ -16,6 +16,14 @@ use std::io;
 /// threaded interrupt handlers.
 pub const DATA_PLANE_PRIORITY: i32 = 5;
 
+/// The priority of the threads that do the data plane's heavy work in bursts (reading and hashing a
+/// sender's windows, writing a receiver's chunks): in the real-time class, still above every ordinary
+/// thread, but below the threads that pace and receive. Threads of one `SCHED_FIFO` priority never
+/// preempt each other, so a reading thread hashing an 8 MiB window (6 ms of CPU on a 2-vCPU VM of
+/// 2026-11-27) at the pacing thread's priority held it off its core: the sender's pacing thread waited
+/// 1.67 s in the run queue in a 15 s push.
+pub const BULK_PRIORITY: i32 = DATA_PLANE_PRIORITY - 1;
+
 /// The calling thread's scheduling policy and priority before [`enter_realtime`]; dropping the guard
 /// puts them back.
 #[derive(Debug)]

@@ -52,10 +52,25 @@ pub use error::XferError;
 /// starts ([`check_realtime`]); should it still fail here, the thread goes on in the ordinary class
 /// with a warning: a transfer is not given up for its priority.
 fn realtime_class(realtime: bool, thread: &str) -> Option<vlbiflow_udp::sched::RealtimeGuard> {
+    realtime_class_at(realtime, thread, vlbiflow_udp::sched::DATA_PLANE_PRIORITY)
+}
+
+/// [`realtime_class`] for a thread that works in bursts beside the pacing and receiving threads (reading
+/// and hashing, writing): a step below them ([`vlbiflow_udp::sched::BULK_PRIORITY`]), so that they take
+/// their core back the moment they wake.
+fn realtime_bulk_class(realtime: bool, thread: &str) -> Option<vlbiflow_udp::sched::RealtimeGuard> {
+    realtime_class_at(realtime, thread, vlbiflow_udp::sched::BULK_PRIORITY)
+}
+
+fn realtime_class_at(
+    realtime: bool,
+    thread: &str,
+    priority: i32,
+) -> Option<vlbiflow_udp::sched::RealtimeGuard> {
     if !realtime {
         return None;
     }
-    match vlbiflow_udp::sched::enter_realtime(vlbiflow_udp::sched::DATA_PLANE_PRIORITY) {
+    match vlbiflow_udp::sched::enter_realtime(priority) {
         Ok(g) => Some(g),
         Err(e) => {
             eprintln!("vlbiflow: warning: --realtime: {thread} stays in the ordinary class: {e}");

@@ -623,11 +623,14 @@ impl Cmd {
     }
 }
 
-/// Windows the reading thread reads ahead of the one being sent: [`DEPTH`] x 8 MiB is 130 ms at 2 Gb/s.
+/// Windows the reading thread reads ahead of the one being sent: [`DEPTH`] x 8 MiB is 540 ms at 2 Gb/s.
 /// One window (33 ms) was not enough for a recording read past the page cache from a disk the receiver
 /// writes to: the data thread waited 60-530 ms per 13 s push for its window (`read_wait_ms`), and it
-/// came late to its pacing schedule as long.
-const DEPTH: usize = 4;
+/// came late to its pacing schedule as long. Four (130 ms) were not enough on a 2-vCPU VM of 2026-11-27
+/// where the reading thread runs a step below the pacing thread (see
+/// [`vlbiflow_udp::sched::BULK_PRIORITY`]) and waits for a core now and then: 0.8-3.3 s of `read_wait_ms`
+/// per 15 s push at 2 Gb/s, 50 ms, 1%; with sixteen, 0.02-0.8 s.
+const DEPTH: usize = 16;
 
 /// The reading thread: it reads up to [`DEPTH`] windows after the one being sent while the data thread
 /// paces, in order, each into buffers the data thread handed back, so that the pacing loop does not stop
@@ -661,7 +664,7 @@ impl ReadAhead {
         let thread = std::thread::Builder::new()
             .name("xfer-read".into())
             .spawn(move || {
-                let _rt = crate::realtime_class(realtime, "the reading thread");
+                let _rt = crate::realtime_bulk_class(realtime, "the reading thread");
                 let mut fds = FdCache::default();
                 let mut free: Vec<Win> = Vec::with_capacity(DEPTH + 1);
                 let mut at: Option<(usize, u64)> = None;
@@ -1043,7 +1046,14 @@ mod tests {
         for cold in [true, false] {
             let mut fds = FdCache::default();
             let (mut read, mut direct) = (0u64, 0u64);
-            for &(f, o) in &[(0usize, 0u64), (0, WINDOW as u64), (2, 0), (2, 2 * PIECE as u64)] {
+            // the first start is on a block but not on a MiB: its direct reads start with a short piece
+            for &(f, o) in &[
+                (0usize, 3 * 8192),
+                (0usize, 0u64),
+                (0, WINDOW as u64),
+                (2, 0),
+                (2, 2 * PIECE as u64),
+            ] {
                 if cold {
                     evict(&set);
                 } else {

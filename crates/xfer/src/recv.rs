@@ -780,12 +780,12 @@ pub fn run_receiver(
         flush: flush_tx,
     };
     // the verifier writes the staged chunks and returns their buffers, which the receiving thread waits
-    // for when none is free: it runs in the same class
+    // for when none is free: it runs in the real-time class too, a step below the receiving thread
     let realtime = p.realtime;
     let ver = std::thread::Builder::new()
         .name("xfer-verify".into())
         .spawn(move || {
-            let _rt = crate::realtime_class(realtime, "the verifying thread");
+            let _rt = crate::realtime_bulk_class(realtime, "the verifying thread");
             verifier(cs, job_rx, vio)
         })
         .expect("spawn verifier");
