@@ -38,6 +38,11 @@ need=$(python3 -c "import re;r='$RATE';m=re.match(r'([0-9.]+)G',r);print(int(flo
 free=$(df --output=avail -B1G "$(dirname "$DIR")" | tail -1)
 [ "$free" -ge $((need + 4)) ] || { echo "needs about $need GB (+4 left for others) free under $(dirname "$DIR"), has $free" >&2; exit 2; }
 mkdir -p "$DIR"/disk{0,1,2,3} "$DIR"/dst "$DIR"/state
+# settle before each push: the last push's 20 GB, deleted, go to the disk as discards for a while after
+# (bench/settle.sh); a push started meanwhile stalled on its disk (3b and the rerun of step 4 ran at
+# 1.1-1.3 Gb/s without it, 2026-11-27)
+SCRATCH=$DIR
+. "$(dirname "$(realpath "$0")")/settle.sh"
 export XDG_STATE_HOME=$DIR/state
 sysctl -qw net.core.rmem_max=268435456 net.core.wmem_max=268435456 2>/dev/null || true
 EMU= SRV= PUSH= NMAP=
@@ -139,6 +144,7 @@ PY
 }
 push_checked() { # NAME ATTACK: one push of the scan, measured, compared with the gather, checked
   local name=$1 with_attack=$2 rc=0
+  settle
   c0=$(cpu_of $SRV); e0=$(cpu_of $EMU)
   echo "load before the push: $(load)"
   push "$DIR/$name.json" &
@@ -180,6 +186,7 @@ push_checked push1 0
 echo "### 3b. the same push with 100,000 random datagrams and a full port scan during it"
 push_checked push1b 1
 
+settle
 echo "## 4. kill -9 of the daemon at half way, restart, rerun; load $(load)"
 push "$DIR/push2.json" &
 PUSH=$!
