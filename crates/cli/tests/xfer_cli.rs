@@ -10,60 +10,11 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_vlbiflow");
 
-fn content(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
+mod common;
+use common::{content, xfer_serve, XferDaemon};
 
-struct Serve {
-    child: Child,
-    addr: String,
-    _lines: mpsc::Receiver<String>,
-}
-
-fn serve(state: &Path, root: &Path, listen: &str) -> Serve {
-    let mut child = Command::new(BIN)
-        .args(["xfer", "serve", "--listen", listen, "--root"])
-        .arg(format!("data={}", root.display()))
-        .env("XDG_STATE_HOME", state)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (tx, rx) = mpsc::channel();
-    let err = child.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for l in BufReader::new(err).lines().map_while(Result::ok) {
-            eprintln!("daemon: {l}");
-            if tx.send(l).is_err() {
-                return;
-            }
-        }
-    });
-    let addr = loop {
-        let l = rx.recv_timeout(Duration::from_secs(20)).expect("serving line");
-        if let Some(rest) = l.strip_prefix("xfer: serving on ") {
-            break rest.split_whitespace().next().unwrap().to_string();
-        }
-    };
-    Serve {
-        child,
-        addr,
-        _lines: rx,
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+fn serve(state: &Path, root: &Path, listen: &str) -> XferDaemon {
+    xfer_serve(state, root, listen, &[])
 }
 
 fn push(state: &Path, args: &[&str]) -> Command {

@@ -3,98 +3,19 @@
 //! first one's data), a file that exists with other content refused with exit 3, and `--total-rate` shared
 //! again among the transfers running as they start and end.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_vlbiflow");
 
-fn content(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
+mod common;
+use common::{content, xfer_serve, XferDaemon};
 
-/// A daemon on loopback and what it logs, line by line.
-struct Serve {
-    child: Child,
-    addr: String,
-    metrics: Option<String>,
-    lines: mpsc::Receiver<String>,
-}
-
-fn serve(state: &Path, root: &Path, extra: &[&str]) -> Serve {
-    let mut child = Command::new(BIN)
-        .args(["xfer", "serve", "--listen", "127.0.0.1:0", "--root"])
-        .arg(format!("data={}", root.display()))
-        .args(extra)
-        .env("XDG_STATE_HOME", state)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (tx, rx) = mpsc::channel();
-    let err = child.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for l in BufReader::new(err).lines().map_while(Result::ok) {
-            eprintln!("daemon: {l}");
-            if tx.send(l).is_err() {
-                return;
-            }
-        }
-    });
-    let mut s = Serve {
-        child,
-        addr: String::new(),
-        metrics: None,
-        lines: rx,
-    };
-    let want_metrics = extra.contains(&"--metrics");
-    while s.addr.is_empty() || (want_metrics && s.metrics.is_none()) {
-        let l = s
-            .lines
-            .recv_timeout(Duration::from_secs(20))
-            .expect("the daemon's start lines");
-        if let Some(rest) = l.strip_prefix("xfer: serving on ") {
-            s.addr = rest.split_whitespace().next().unwrap().to_string();
-        }
-        if let Some(rest) = l.strip_prefix("xfer: metrics at http://") {
-            s.metrics = Some(rest.trim_end_matches("/metrics").to_string());
-        }
-    }
-    s
-}
-
-impl Serve {
-    /// Waits (at most 30 s) for a logged line that contains `what`.
-    fn wait_line(&self, what: &str) -> String {
-        let until = Instant::now() + Duration::from_secs(30);
-        loop {
-            let left = until.saturating_duration_since(Instant::now());
-            let l = self
-                .lines
-                .recv_timeout(left)
-                .unwrap_or_else(|_| panic!("no line with {what:?} from the daemon within 30 s"));
-            if l.contains(what) {
-                return l;
-            }
-        }
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+fn serve(state: &Path, root: &Path, extra: &[&str]) -> XferDaemon {
+    xfer_serve(state, root, "127.0.0.1:0", extra)
 }
 
 fn xfer(state: &Path, args: &[&str]) -> Command {

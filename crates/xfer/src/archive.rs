@@ -169,30 +169,23 @@ pub fn record_send(
     progress: &crate::Progress,
     r: Result<&crate::send::SendOutcome, &crate::XferError>,
 ) {
-    store(
-        archive,
-        &Entry {
-            id: 0,
-            started,
-            ended: crate::daemon::utc_now(),
-            role: "send".into(),
-            peer: server.to_string(),
-            path: dest.to_string(),
-            transfer_id: String::new(),
-            files,
-            bytes: total,
-            bytes_resumed: crate::Progress::get(&progress.bytes_resumed),
-            bytes_moved: crate::Progress::get(&progress.bytes_moved),
-            seconds: r.map_or(0.0, |o| o.seconds),
-            ok: r.is_ok(),
-            error: r.err().map(|e| e.to_string()),
-            detail: match r {
-                Ok(o) => serde_json::json!({"files": o.committed, "retransmits": o.stats.retransmits,
-                    "datagrams": o.stats.datagrams, "receiver": o.receiver}),
-                Err(_) => serde_json::Value::Null,
-            },
+    let mut e = client_entry(
+        "send",
+        server,
+        dest.to_string(),
+        started,
+        r,
+        |o| o.seconds,
+        |o| {
+            serde_json::json!({"files": o.committed, "retransmits": o.stats.retransmits,
+            "datagrams": o.stats.datagrams, "receiver": o.receiver})
         },
     );
+    e.files = files;
+    e.bytes = total;
+    e.bytes_resumed = crate::Progress::get(&progress.bytes_resumed);
+    e.bytes_moved = crate::Progress::get(&progress.bytes_moved);
+    store(archive, &e);
 }
 
 /// Archives a pull (or a failed one) into the archive at `archive`: role "receive", the daemon as peer,
@@ -206,39 +199,28 @@ pub fn record_pull(
     progress: &crate::Progress,
     r: Result<&crate::recv::RecvOutcome, &crate::XferError>,
 ) {
-    store(
-        archive,
-        &Entry {
-            id: 0,
-            started,
-            ended: crate::daemon::utc_now(),
-            role: "receive".into(),
-            peer: server.to_string(),
-            path: format!("{sources} -> {}", into.display()),
-            transfer_id: String::new(),
-            files: r.map_or_else(
-                |_| crate::Progress::get(&progress.files_total),
-                |o| o.committed.len() as u64,
-            ),
-            bytes: r.map_or_else(
-                |_| crate::Progress::get(&progress.bytes_total),
-                |o| o.committed.iter().map(|c| c.size).sum(),
-            ),
-            bytes_resumed: r.map_or_else(
-                |_| crate::Progress::get(&progress.bytes_resumed),
-                |o| o.bytes_resumed,
-            ),
-            bytes_moved: crate::Progress::get(&progress.bytes_moved),
-            seconds: r.map_or(0.0, |o| o.seconds),
-            ok: r.is_ok(),
-            error: r.err().map(|e| e.to_string()),
-            detail: match r {
-                Ok(o) => serde_json::json!({"files": o.committed, "receiver": o.report(),
-                    "bytes_written_direct": o.bytes_written_direct, "bytes_read_back": o.bytes_read_back}),
-                Err(_) => serde_json::Value::Null,
-            },
+    let path = format!("{sources} -> {}", into.display());
+    let mut e = client_entry(
+        "receive",
+        server,
+        path,
+        started,
+        r,
+        |o| o.seconds,
+        |o| {
+            serde_json::json!({"files": o.committed, "receiver": o.report(),
+            "bytes_written_direct": o.bytes_written_direct, "bytes_read_back": o.bytes_read_back})
         },
     );
+    let get = crate::Progress::get;
+    e.files = r.map_or_else(|_| get(&progress.files_total), |o| o.committed.len() as u64);
+    e.bytes = r.map_or_else(
+        |_| get(&progress.bytes_total),
+        |o| o.committed.iter().map(|c| c.size).sum(),
+    );
+    e.bytes_resumed = r.map_or_else(|_| get(&progress.bytes_resumed), |o| o.bytes_resumed);
+    e.bytes_moved = get(&progress.bytes_moved);
+    store(archive, &e);
 }
 
 /// Archives a copy started from this host (one daemon pushing to another; or a failed one) into the
@@ -255,34 +237,54 @@ pub fn record_copy(
     progress: &crate::Progress,
     r: Result<&crate::client::RelayOutcome, &crate::XferError>,
 ) {
-    store(
-        archive,
-        &Entry {
-            id: 0,
-            started,
-            ended: crate::daemon::utc_now(),
-            role: "copy".into(),
-            peer: server.to_string(),
-            path: format!("{sources} -> {to}/{dest}"),
-            transfer_id: String::new(),
-            files: r.map_or(0, |o| o.files.len() as u64),
-            bytes: r.map_or_else(
-                |_| crate::Progress::get(&progress.bytes_total),
-                |o| o.files.iter().map(|c| c.size).sum(),
-            ),
-            bytes_resumed: 0,
-            bytes_moved: r.map_or_else(|_| crate::Progress::get(&progress.bytes_moved), |o| o.bytes_moved),
-            seconds: r.map_or(0.0, |o| o.seconds),
-            ok: r.is_ok(),
-            error: r.err().map(|e| e.to_string()),
-            detail: match r {
-                Ok(o) => {
-                    serde_json::json!({"files": o.files, "attempts": o.attempts, "receiver": o.receiver})
-                }
-                Err(_) => serde_json::Value::Null,
-            },
-        },
+    let path = format!("{sources} -> {to}/{dest}");
+    let mut e = client_entry(
+        "copy",
+        server,
+        path,
+        started,
+        r,
+        |o| o.seconds,
+        |o| serde_json::json!({"files": o.files, "attempts": o.attempts, "receiver": o.receiver}),
     );
+    let get = crate::Progress::get;
+    e.files = r.map_or(0, |o| o.files.len() as u64);
+    e.bytes = r.map_or_else(
+        |_| get(&progress.bytes_total),
+        |o| o.files.iter().map(|c| c.size).sum(),
+    );
+    e.bytes_moved = r.map_or_else(|_| get(&progress.bytes_moved), |o| o.bytes_moved);
+    store(archive, &e);
+}
+
+/// The entry of a client run that ended with `r`, as the roles share it: what it was, when, how it
+/// ended, its seconds and details on success; the counts are the caller's to fill in.
+fn client_entry<T>(
+    role: &str,
+    peer: &str,
+    path: String,
+    started: String,
+    r: Result<&T, &crate::XferError>,
+    seconds: impl FnOnce(&T) -> f64,
+    detail: impl FnOnce(&T) -> serde_json::Value,
+) -> Entry {
+    Entry {
+        id: 0,
+        started,
+        ended: crate::daemon::utc_now(),
+        role: role.into(),
+        peer: peer.to_string(),
+        path,
+        transfer_id: String::new(),
+        files: 0,
+        bytes: 0,
+        bytes_resumed: 0,
+        bytes_moved: 0,
+        seconds: r.map_or(0.0, seconds),
+        ok: r.is_ok(),
+        error: r.err().map(|e| e.to_string()),
+        detail: r.map_or(serde_json::Value::Null, detail),
+    }
 }
 
 #[cfg(test)]

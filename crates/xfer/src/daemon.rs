@@ -119,6 +119,22 @@ pub struct Active {
     pub cap: Arc<RateCap>,
 }
 
+impl Active {
+    /// A transfer about to run, with fresh counters and no ceiling yet (the daemon sets it on admitting
+    /// it).
+    fn new(id: u32, peer: SocketAddr, direction: &'static str, path: String, data_port: u16) -> Arc<Active> {
+        Arc::new(Active {
+            id,
+            peer,
+            direction,
+            path,
+            data_port,
+            progress: Arc::new(Progress::default()),
+            cap: Arc::new(RateCap::new()),
+        })
+    }
+}
+
 /// A transfer counted among the daemon's running ones (its limit and the shares of its total rate)
 /// for as long as this lives.
 struct Admitted<'a> {
@@ -518,16 +534,8 @@ fn session(s: TcpStream, peer: SocketAddr, sh: Arc<Shared>) {
                 Err(e) => return refuse(format!("no data port: {e}")),
             };
             let data_port = sock.local_addr().map(|a| a.port()).unwrap_or(0);
-            let progress = Arc::new(Progress::default());
-            let act = Arc::new(Active {
-                id: transfer_id,
-                peer,
-                direction: "receive",
-                path: dest.clone(),
-                data_port,
-                progress: progress.clone(),
-                cap: Arc::new(RateCap::new()),
-            });
+            let act = Active::new(transfer_id, peer, "receive", dest.clone(), data_port);
+            let progress = act.progress.clone();
             let admitted = match sh.admit(act.clone()) {
                 Ok(a) => a,
                 Err(e) => return busy(e),
@@ -897,16 +905,8 @@ fn pull_session(
         ));
     }
     let transfer_id: u32 = rand::random();
-    let progress = Arc::new(Progress::default());
-    let act = Arc::new(Active {
-        id: transfer_id,
-        peer,
-        direction: "send",
-        path: sources.join(" "),
-        data_port,
-        progress: progress.clone(),
-        cap: Arc::new(RateCap::new()),
-    });
+    let act = Active::new(transfer_id, peer, "send", sources.join(" "), data_port);
+    let progress = act.progress.clone();
     let admitted = match sh.admit(act.clone()) {
         Ok(a) => a,
         Err(e) => return busy(e),
@@ -1022,16 +1022,14 @@ fn relay_session(
         Ok(set) => set,
         Err(e) => return refuse(e),
     };
-    let relay_progress = Arc::new(Progress::default());
-    let act = Arc::new(Active {
-        id: rand::random(),
-        peer: client,
-        direction: "relay",
-        path: format!("{} -> {to}/{dest}", sources.join(" ")),
-        data_port: 0,
-        progress: relay_progress.clone(),
-        cap: Arc::new(RateCap::new()),
-    });
+    let act = Active::new(
+        rand::random(),
+        client,
+        "relay",
+        format!("{} -> {to}/{dest}", sources.join(" ")),
+        0,
+    );
+    let relay_progress = act.progress.clone();
     let admitted = match sh.admit(act.clone()) {
         Ok(a) => a,
         Err(e) => return busy(e),

@@ -18,3 +18,100 @@ pub fn sh(args: &[&str]) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `len` bytes of a xorshift stream seeded with `seed`: test files whose content differs with the seed.
+pub fn content(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// A `vlbiflow xfer serve` on loopback serving `root` as `data`, and what it logs, line by line (echoed
+/// to the test's standard error); killed when dropped.
+pub struct XferDaemon {
+    pub child: std::process::Child,
+    /// Its control address.
+    pub addr: String,
+    /// Its metrics address, when started with `--metrics`.
+    pub metrics: Option<String>,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+/// Starts `vlbiflow xfer serve --listen LISTEN --root data=ROOT EXTRA...` with its state (key, archive)
+/// under `state`, and waits (at most 20 s) until it says where it serves (and its metrics, if asked).
+pub fn xfer_serve(
+    state: &std::path::Path,
+    root: &std::path::Path,
+    listen: &str,
+    extra: &[&str],
+) -> XferDaemon {
+    use std::io::BufRead;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vlbiflow"))
+        .args(["xfer", "serve", "--listen", listen, "--root"])
+        .arg(format!("data={}", root.display()))
+        .args(extra)
+        .env("XDG_STATE_HOME", state)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start vlbiflow xfer serve");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let err = child.stderr.take().expect("its standard error");
+    std::thread::spawn(move || {
+        for l in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+            eprintln!("daemon: {l}");
+            if tx.send(l).is_err() {
+                return;
+            }
+        }
+    });
+    let mut d = XferDaemon {
+        child,
+        addr: String::new(),
+        metrics: None,
+        lines: rx,
+    };
+    let want_metrics = extra.contains(&"--metrics");
+    while d.addr.is_empty() || (want_metrics && d.metrics.is_none()) {
+        let l = d
+            .lines
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("the daemon's start lines within 20 s");
+        if let Some(rest) = l.strip_prefix("xfer: serving on ") {
+            d.addr = rest.split_whitespace().next().expect("an address").to_string();
+        }
+        if let Some(rest) = l.strip_prefix("xfer: metrics at http://") {
+            d.metrics = Some(rest.trim_end_matches("/metrics").to_string());
+        }
+    }
+    d
+}
+
+impl XferDaemon {
+    /// Waits (at most 30 s) for a line it logs that contains `what`.
+    pub fn wait_line(&self, what: &str) -> String {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            let l = self
+                .lines
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("no line with {what:?} from the daemon within 30 s"));
+            if l.contains(what) {
+                return l;
+            }
+        }
+    }
+}
+
+impl Drop for XferDaemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
