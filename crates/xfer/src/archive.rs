@@ -100,7 +100,7 @@ impl Archive {
         Ok(self.conn.last_insert_rowid())
     }
 
-    /// The newest `limit` transfers, oldest first.
+    /// The newest `limit` transfers (0: all), oldest first.
     pub fn list(&self, limit: usize) -> Result<Vec<Entry>, String> {
         let mut st = self
             .conn
@@ -110,7 +110,8 @@ impl Archive {
             )
             .map_err(|e| err(&self.path, "query", e))?;
         let rows = st
-            .query_map(params![limit as i64], |r| {
+            // SQLite reads a negative LIMIT as none
+            .query_map(params![if limit == 0 { -1 } else { limit as i64 }], |r| {
                 let detail: String = r.get(14)?;
                 Ok(Entry {
                     id: r.get(0)?,
@@ -320,5 +321,6 @@ mod tests {
         assert_eq!(l[0].started, "2026-01-02T00:00:00Z");
         assert_eq!(l[0].error.as_deref(), Some("peer died"));
         assert_eq!(l[1].detail["n"], 2);
+        assert_eq!(a.list(0).unwrap().len(), 3, "0 lists them all");
     }
 }

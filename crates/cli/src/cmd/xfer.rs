@@ -71,7 +71,7 @@ struct HistoryArgs {
     /// Archive file
     #[arg(long, value_name = "FILE")]
     archive: Option<PathBuf>,
-    /// Newest N transfers
+    /// Newest N transfers (0: all)
     #[arg(long, default_value_t = 20)]
     limit: usize,
     /// A JSON array (oldest first) instead of a table
