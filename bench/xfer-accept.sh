@@ -16,6 +16,7 @@
 #  5. TCP BBR (iperf3, memory to memory) through the same emulator, for the ratio.
 #
 # PUSH_OPTS / SERVE_OPTS: extra options for every push and for the daemon (e.g. both --realtime).
+# TRACE=DIR: each push's sender trace (VLBIFLOW_XFER_TRACE, docs/xfer.md) as DIR/NAME.csv.
 #
 #   bench/xfer-accept.sh [DIR (default /var/tmp/vf-accept-PID)] [RATE (default 4Gbps)] [SECS (default 40)]
 set -euo pipefail
@@ -104,7 +105,9 @@ start_daemon() {
 }
 push() { # push OUT.json: the acceptance command, by scan name, from namespace A
   # shellcheck disable=SC2086
-  /usr/bin/time -f "%U %S" -o "$DIR/time" ip netns exec $A "$BIN" xfer push --scan $SCAN --disk "$DIR/disk*" \
+  local trace=
+  [ -n "${TRACE:-}" ] && mkdir -p "$TRACE" && trace=$TRACE/$(basename "$1" .json).csv
+  VLBIFLOW_XFER_TRACE=$trace /usr/bin/time -f "%U %S" -o "$DIR/time" ip netns exec $A "$BIN" xfer push --scan $SCAN --disk "$DIR/disk*" \
     $IB:46230/data/acc ${PUSH_OPTS:-} --json >"$1" 2>>"$DIR/push.err"
 }
 data_port() { ip netns exec $B ss -Huanp 2>/dev/null | awk -v p="pid=$SRV," '!done && index($0, p) {n = split($4, a, ":"); print a[n]; done = 1}'; }

@@ -826,7 +826,7 @@ struct RateTrace {
 
 impl RateTrace {
     fn from_env() -> Option<RateTrace> {
-        let path = std::env::var_os("VLBIFLOW_XFER_TRACE")?;
+        let path = std::env::var_os("VLBIFLOW_XFER_TRACE").filter(|p| !p.is_empty())?;
         let file = match std::fs::File::create(&path) {
             Ok(f) => f,
             Err(e) => {
