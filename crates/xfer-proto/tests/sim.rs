@@ -1605,3 +1605,61 @@ fn ceilings_set_while_running_hold_and_the_lower_of_both_sides_applies() {
     assert!(own_only <= 20e6 && own_only > 18e6, "{own_only}");
     assert!(lifted > 160e6, "{lifted}");
 }
+
+/// A sender whose data runs late for a while after startup (its reading thread waits on a busy disk, or
+/// another program takes its cores: 3b of the acceptance run of 2026-11-27, where a port scan and a
+/// flood shared two cores with both ends and the emulator) delivers less for as long, and the delivery
+/// rate says so. That is the sender's limit, not the path's: the estimate must not follow it down, or
+/// the transfer crawls long after the sender can go again (3b went on at 0.4-1.2 of 2 Gb/s for 17 s).
+#[test]
+fn a_sender_held_after_startup_keeps_its_estimate() {
+    let rate = 1e9;
+    let mut link = LinkCfg::new(rate, Duration::from_millis(50));
+    link.loss = Loss::Random(0.01);
+    let bytes = (rate / 8.0 * 9.0) as u64;
+    let mut st = Setup::new(link, vec![bytes]);
+    st.store = false;
+    st.chunk = 32 << 20;
+    let mut sim = Sim::new(st);
+    let t0 = sim.t0;
+    let (held_from, held_to) = (Duration::from_secs(3), Duration::from_secs(5));
+    // running for a millisecond every 10 ms for 2 s
+    sim.sender_stall = Some((
+        t0 + held_from,
+        t0 + held_to,
+        Some(Duration::from_millis(10)),
+    ));
+    let mut lowest = f64::INFINITY;
+    while sim.step() {
+        assert!(sim.now - t0 < Duration::from_secs(60), "no completion");
+        let at = sim.now - t0;
+        if at >= held_from && at < held_to + Duration::from_millis(500) {
+            lowest = lowest.min(sim.s.rate().state().btl_bw * 8.0);
+        }
+    }
+    sim.pump_out();
+    sim.check_exact();
+    // what arrived in the second after the sender could go again (one round trip later)
+    let (a, b) = (
+        held_to + Duration::from_millis(100),
+        held_to + Duration::from_millis(1100),
+    );
+    let after: u64 = sim
+        .delivered_at
+        .iter()
+        .filter(|(at, _)| *at >= a && *at < b)
+        .map(|(_, l)| l)
+        .sum();
+    let after_bps = after as f64 * 8.0;
+    eprintln!(
+        "held 2 s: lowest estimate {:.0} Mb/s, the second after {:.0} Mb/s",
+        mb(lowest),
+        mb(after_bps)
+    );
+    assert!(lowest >= 0.8 * rate, "estimate fell to {:.0} Mb/s", mb(lowest));
+    assert!(
+        after_bps >= 0.85 * rate,
+        "the second after the hold: {:.0} Mb/s",
+        mb(after_bps)
+    );
+}
