@@ -556,8 +556,8 @@ impl RateControl {
         // estimate but not lower it. Taken at its word, a disk that was busy for 2 s under a 1 Gb/s
         // path left the estimate at 319 Mb/s and the second after at 492 (`tests/sim.rs`,
         // `a_sender_held_after_startup_keeps_its_estimate`). Congestion still cuts through `bw_cap`.
-        let sender_limited = self.sender_late_until.is_some_and(|u| now < u)
-            && sample.is_some_and(|bw| bw < self.btl_bw());
+        let sender_limited =
+            self.sender_late_until.is_some_and(|u| now < u) && sample.is_some_and(|bw| bw < self.btl_bw());
         if let Some(bw) = sample.filter(|_| !sender_limited) {
             self.bw_samples.push_back((now, bw));
             if self

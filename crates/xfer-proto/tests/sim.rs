@@ -1624,11 +1624,7 @@ fn a_sender_held_after_startup_keeps_its_estimate() {
     let t0 = sim.t0;
     let (held_from, held_to) = (Duration::from_secs(3), Duration::from_secs(5));
     // running for a millisecond every 10 ms for 2 s
-    sim.sender_stall = Some((
-        t0 + held_from,
-        t0 + held_to,
-        Some(Duration::from_millis(10)),
-    ));
+    sim.sender_stall = Some((t0 + held_from, t0 + held_to, Some(Duration::from_millis(10))));
     let mut lowest = f64::INFINITY;
     while sim.step() {
         assert!(sim.now - t0 < Duration::from_secs(60), "no completion");
