@@ -1610,7 +1610,7 @@ fn ceilings_set_while_running_hold_and_the_lower_of_both_sides_applies() {
 /// another program takes its cores: 3b of the acceptance run of 2026-11-27, where a port scan and a
 /// flood shared two cores with both ends and the emulator) delivers less for as long, and the delivery
 /// rate says so. That is the sender's limit, not the path's: the estimate must not follow it down, or
-/// the transfer crawls long after the sender can go again (3b went on at 0.4-1.2 of 2 Gb/s for 17 s).
+/// the transfer crawls long after the sender can go again (3b went on at 0.4-1.3 of 2 Gb/s for 14 s).
 #[test]
 fn a_sender_held_after_startup_keeps_its_estimate() {
     let rate = 1e9;
