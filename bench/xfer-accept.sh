@@ -40,8 +40,9 @@ free=$(df --output=avail -B1G "$(dirname "$DIR")" | tail -1)
 [ "$free" -ge $((need + 4)) ] || { echo "needs about $need GB (+4 left for others) free under $(dirname "$DIR"), has $free" >&2; exit 2; }
 mkdir -p "$DIR"/disk{0,1,2,3} "$DIR"/dst "$DIR"/state
 # settle before each push: the last push's 20 GB, deleted, go to the disk as discards for a while after
-# (bench/settle.sh); a push started meanwhile stalled on its disk (3b and the rerun of step 4 ran at
-# 1.1-1.3 Gb/s without it, 2026-11-27)
+# (bench/settle.sh), and a push should not start while they are going. (3b and the rerun of step 4 read
+# the scan cold, the earlier pushes having pushed it out of the page cache; on a slow disk that, not the
+# discards, holds them: docs/bench-xfer.md, 2026-11-27.)
 SCRATCH=$DIR
 . "$(dirname "$(realpath "$0")")/settle.sh"
 export XDG_STATE_HOME=$DIR/state
