@@ -22,6 +22,11 @@
 # COLD=1: the page cache is dropped before each file-to-file run (xfer, TCP BBR file to file, Tsunami), so
 # each tool reads a source file the cache does not hold, as a station sends a recording made hours before
 # (default: the source stays in the page cache, so the numbers measure the transfer rather than the disk).
+# Machine CPU s/GB (every row): what the whole machine spent per GB over the run (bench/cpu.sh: /proc/stat
+# less its background measured before the grid), the emulator and kernel threads included. Per-process
+# figures put TCP's kernel work where it ran: through the emulator, its writes into the TUN devices run the
+# TCP receive path and the ACK-clocked sending in the emulator's context. The TCP file-to-file runs end
+# with a `sync` inside the measured interval (xfer's receiver has synced when it reports).
 # QUEUE=BYTES: the bottleneck's queue at every point instead of one bandwidth-delay product (e.g. 262144,
 # a shallow switch buffer).
 set -euo pipefail
@@ -66,6 +71,7 @@ stop_emu() { kill "$EMU"; wait "$EMU" || true; EMU=; }
 . bench/settle.sh
 cold() { settle; if [ "${COLD:-0}" = 1 ]; then echo 3 >/proc/sys/vm/drop_caches; fi; }
 cpu_of() { awk '{print ($14 + $15) / 100}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+. bench/cpu.sh
 json() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
 
 echo "# vlbiflow xfer benchmark, $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -73,6 +79,8 @@ echo "# file ${SIZE_MB} MB on $(df --output=source "$SCRATCH" | tail -1), bottle
 echo "# xfer push options: ${PUSH_OPTS:-none}; serve options: ${SERVE_OPTS:-none}; emulator options: ${EMU_OPTS:-none}"
 head -c $((SIZE_MB * 1000000)) /dev/urandom >"$SCRATCH/src/data.bin"
 sync
+BG=$(machine_background 5)
+echo "# the machine's background before the grid: $BG busy CPU s/s, subtracted from each run's machine CPU"
 
 # one run of a tool at the current point ($rtt, $loss) each: a row of the table; the file-to-file runs of
 # xfer and TCP BBR also go to $SCRATCH/grid for the summary of medians
@@ -85,6 +93,8 @@ run_xfer() {
   cold
   c0=$(cpu_of $SRV)
   e0=$(cpu_of $EMU)
+  local m0 m1
+  m0=$(machine_mark)
   local trace=
   if [ -n "${TRACE_DIR:-}" ]; then
     mkdir -p "$TRACE_DIR"; XFER_RUN=$((${XFER_RUN:-0} + 1)); trace=$TRACE_DIR/$rtt-$loss-$XFER_RUN
@@ -96,10 +106,12 @@ run_xfer() {
   if [ -n "$trace" ]; then unset VLBIFLOW_XFER_TRACE; cp "$SCRATCH/xfer.json" "$trace.json" 2>/dev/null || true; fi
   c1=$(cpu_of $SRV)
   e1=$(cpu_of $EMU)
+  m1=$(machine_mark)
   kill $SRV; wait $SRV 2>/dev/null || true; SRV=
   if [ -s "$SCRATCH/xfer.json" ]; then
     scpu=$(awk '{print $1 + $2}' "$SCRATCH/time")
-    python3 - "$SCRATCH/xfer.json" "$rtt" "$loss" "$scpu" "$c0" "$c1" "$SIZE_MB" "$e0" "$e1" "$(cut -d' ' -f1 /proc/loadavg)" "$SCRATCH/grid" <<'PY'
+    python3 - "$SCRATCH/xfer.json" "$rtt" "$loss" "$scpu" "$c0" "$c1" "$SIZE_MB" "$e0" "$e1" "$(cut -d' ' -f1 /proc/loadavg)" "$SCRATCH/grid" \
+      "$(machine_gb "$m0" "$m1" "$(python3 -c "print($SIZE_MB / 1000)")" "$BG")" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 rtt, loss, scpu, c0, c1, mb = sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6]), float(sys.argv[7])
@@ -107,11 +119,12 @@ e0, e1, load = float(sys.argv[8]), float(sys.argv[9]), sys.argv[10]
 gp = d["goodput_bps"] / 1e6
 rtx = 100 * d["retransmits"] / max(1, d["datagrams"])
 gb = mb / 1000
-print(f"| {rtt} ms | {loss} % | xfer | {gp:.0f} | {gp/20:.1f} | {scpu/gb:.2f} | {(c1-c0)/gb:.2f} | {(e1-e0)/gb:.2f} | {rtx:.2f} % | {load} |")
-open(sys.argv[11], "a").write(f"{rtt} {loss} xfer {gp} {scpu/gb} {(c1-c0)/gb}\n")
+mach = sys.argv[12]
+print(f"| {rtt} ms | {loss} % | xfer | {gp:.0f} | {gp/20:.1f} | {scpu/gb:.2f} | {(c1-c0)/gb:.2f} | {(e1-e0)/gb:.2f} | {mach} | {rtx:.2f} % | {load} |")
+open(sys.argv[11], "a").write(f"{rtt} {loss} xfer {gp} {scpu/gb} {(c1-c0)/gb} {mach}\n")
 PY
   else
-    echo "| $rtt ms | $loss % | xfer | failed | | | | | | |"
+    echo "| $rtt ms | $loss % | xfer | failed | | | | | | | |"
   fi
 }
 run_tcp_memory() {
@@ -120,9 +133,11 @@ run_tcp_memory() {
   sleep 0.5
   for cc in cubic bbr; do
     e0=$(cpu_of $EMU)
+    m0=$(machine_mark)
     ip netns exec $A iperf3 -c $IB -p 15201 -C $cc -t $TCP_SECS -J >"$SCRATCH/tcp.json" 2>/dev/null || true
+    m1=$(machine_mark)
     e1=$(cpu_of $EMU)
-    python3 - "$SCRATCH/tcp.json" "$rtt" "$loss" "$cc" "$TCP_SECS" "$e0" "$e1" "$(cut -d' ' -f1 /proc/loadavg)" <<'PY'
+    python3 - "$SCRATCH/tcp.json" "$rtt" "$loss" "$cc" "$TCP_SECS" "$e0" "$e1" "$(cut -d' ' -f1 /proc/loadavg)" "$(machine_busy "$m0" "$m1") $(python3 -c "print(${m1#* } - ${m0#* })")" "$BG" <<'PY'
 import json, sys
 try:
     e0, e1, load = float(sys.argv[6]), float(sys.argv[7]), sys.argv[8]
@@ -135,26 +150,33 @@ try:
     snd = cpu["host_total"] / 100 * secs / max(gb, 1e-9)
     rcv = cpu["remote_total"] / 100 * secs / max(gb, 1e-9)
     rtx = e["sum_sent"].get("retransmits", 0)
-    print(f"| {sys.argv[2]} ms | {sys.argv[3]} % | TCP {sys.argv[4]} | {mbps:.0f} | {mbps/20:.1f} | {snd:.2f} | {rcv:.2f} | {(e1-e0)/max(gb, 1e-9):.2f} | {rtx} segments | {load} |")
+    busy, dt = map(float, sys.argv[9].split())
+    mach = (busy - float(sys.argv[10]) * dt) / max(gb, 1e-9)
+    print(f"| {sys.argv[2]} ms | {sys.argv[3]} % | TCP {sys.argv[4]} | {mbps:.0f} | {mbps/20:.1f} | {snd:.2f} | {rcv:.2f} | {(e1-e0)/max(gb, 1e-9):.2f} | {mach:.2f} | {rtx} segments | {load} |")
 except Exception as ex:
-    print(f"| {sys.argv[2]} ms | {sys.argv[3]} % | TCP {sys.argv[4]} | failed ({ex}) | | | | | | |")
+    print(f"| {sys.argv[2]} ms | {sys.argv[3]} % | TCP {sys.argv[4]} | failed ({ex}) | | | | | | | |")
 PY
   done
   kill $SRV; wait $SRV 2>/dev/null || true; SRV=
 }
 run_tcp_file() {
   # TCP BBR file to file: iperf3 -F reads the source file at the client and writes it at the server
-  # (page cache, not synced; iperf3's own rate and CPU report)
+  # (page cache; iperf3's own rate and CPU report, so its goodput does not wait for the sync that ends the
+  # machine's interval)
   rm -f "$SCRATCH/dst/tcp.bin"
   ip netns exec $B iperf3 -s -1 -B $IB -p 15202 -F "$SCRATCH/dst/tcp.bin" >/dev/null 2>&1 &
   SRV=$!
   sleep 0.5
   cold
   e0=$(cpu_of $EMU)
+  local m0 m1
+  m0=$(machine_mark)
   timeout 300 ip netns exec $A iperf3 -c $IB -p 15202 -C bbr -F "$SCRATCH/src/data.bin" -J >"$SCRATCH/tcpf.json" 2>/dev/null || true
   e1=$(cpu_of $EMU)
   wait $SRV 2>/dev/null || true; SRV=
-  python3 - "$SCRATCH/tcpf.json" "$rtt" "$loss" "$e0" "$e1" "$(cut -d' ' -f1 /proc/loadavg)" "$SCRATCH/grid" <<'PY'
+  sync
+  m1=$(machine_mark)
+  python3 - "$SCRATCH/tcpf.json" "$rtt" "$loss" "$e0" "$e1" "$(cut -d' ' -f1 /proc/loadavg)" "$SCRATCH/grid" "$(machine_busy "$m0" "$m1") $(python3 -c "print(${m1#* } - ${m0#* })")" "$BG" <<'PY'
 import json, sys
 try:
     e0, e1, load = float(sys.argv[4]), float(sys.argv[5]), sys.argv[6]
@@ -165,10 +187,12 @@ try:
     secs = r["seconds"]
     cpu = e["cpu_utilization_percent"]
     snd, rcv = cpu['host_total'] / 100 * secs / gb, cpu['remote_total'] / 100 * secs / gb
-    print(f"| {sys.argv[2]} ms | {sys.argv[3]} % | TCP bbr, file to file | {mbps:.0f} | {mbps/20:.1f} | {snd:.2f} | {rcv:.2f} | {(e1-e0)/gb:.2f} | {e['sum_sent'].get('retransmits', 0)} segments | {load} |")
-    open(sys.argv[7], "a").write(f"{sys.argv[2]} {sys.argv[3]} bbr-file {mbps} {snd} {rcv}\n")
+    busy, dt = map(float, sys.argv[8].split())
+    mach = (busy - float(sys.argv[9]) * dt) / gb
+    print(f"| {sys.argv[2]} ms | {sys.argv[3]} % | TCP bbr, file to file | {mbps:.0f} | {mbps/20:.1f} | {snd:.2f} | {rcv:.2f} | {(e1-e0)/gb:.2f} | {mach:.2f} | {e['sum_sent'].get('retransmits', 0)} segments | {load} |")
+    open(sys.argv[7], "a").write(f"{sys.argv[2]} {sys.argv[3]} bbr-file {mbps} {snd} {rcv} {mach:.2f}\n")
 except Exception as ex:
-    print(f"| {sys.argv[2]} ms | {sys.argv[3]} % | TCP bbr, file to file | failed ({ex}) | | | | | | |")
+    print(f"| {sys.argv[2]} ms | {sys.argv[3]} % | TCP bbr, file to file | failed ({ex}) | | | | | | | |")
 PY
   rm -f "$SCRATCH/dst/tcp.bin"
 }
@@ -185,39 +209,43 @@ run_tsunami() {
   cold
   c0=$(awk '{print ($14 + $15 + $16 + $17) / 100}' /proc/$SRV/stat 2>/dev/null || echo 0)
   e0=$(cpu_of $EMU)
+  local m0 m1
+  m0=$(machine_mark)
   t0=$(date +%s.%N)
   (cd "$SCRATCH/dst-tsu" && /usr/bin/time -f "%U %S" -o "$SCRATCH/time" timeout 600 ip netns exec $B \
     "$TSUNAMI_DIR/tsunami" set port 46300 set rate 1900M set blocksize 8192 set transcript no \
     connect $IA get data.bin quit </dev/null >"$SCRATCH/tsu.log" 2>&1) || true
   sync "$SCRATCH/dst-tsu/data.bin" 2>/dev/null || true
   t1=$(date +%s.%N)
+  m1=$(machine_mark)
   e1=$(cpu_of $EMU)
   for _ in $(seq 50); do pgrep -P $SRV >/dev/null || break; sleep 0.1; done
   c1=$(awk '{print ($14 + $15 + $16 + $17) / 100}' /proc/$SRV/stat 2>/dev/null || echo 0)
   pkill -P $SRV 2>/dev/null || true; kill $SRV 2>/dev/null || true; wait $SRV 2>/dev/null || true; SRV=
   pkill -x tsunamid 2>/dev/null || true
   if cmp -s "$SCRATCH/src/data.bin" "$SCRATCH/dst-tsu/data.bin"; then
-    python3 - "$SCRATCH/tsu.log" "$rtt" "$loss" "$(tail -1 "$SCRATCH/time" | awk '{print $1 + $2}')" "$c0" "$c1" "$SIZE_MB" "$e0" "$e1" "$t0" "$t1" "$(cut -d' ' -f1 /proc/loadavg)" <<'PY'
+    python3 - "$SCRATCH/tsu.log" "$rtt" "$loss" "$(tail -1 "$SCRATCH/time" | awk '{print $1 + $2}')" "$c0" "$c1" "$SIZE_MB" "$e0" "$e1" "$t0" "$t1" "$(cut -d' ' -f1 /proc/loadavg)" \
+      "$(machine_gb "$m0" "$m1" "$(python3 -c "print($SIZE_MB / 1000)")" "$BG")" <<'PY'
 import re, sys
 log = open(sys.argv[1]).read()
-rtt, loss, ccpu, c0, c1, mb, e0, e1, t0, t1, load = sys.argv[2:]
+rtt, loss, ccpu, c0, c1, mb, e0, e1, t0, t1, load, mach = sys.argv[2:]
 gb = float(mb) / 1000
 secs = float(t1) - float(t0)
 gp = float(mb) * 8 / secs
 m = re.search(r"Goodput w/ restarts\s*:\s*([0-9.]+)", log)
 own = f" (its own figure {float(m.group(1)) * 1.048576:.0f})" if m else ""
 dropped = re.search(r"PC performance figure\s*:\s*([0-9]+) packets dropped", log)
-print(f"| {rtt} ms | {loss} % | Tsunami{own} | {gp:.0f} | {gp/20:.1f} | {(float(c1)-float(c0))/gb:.2f} | {float(ccpu)/gb:.2f} | {(float(e1)-float(e0))/gb:.2f} | {dropped.group(1) if dropped else '?'} dropped by the client | {load} |")
+print(f"| {rtt} ms | {loss} % | Tsunami{own} | {gp:.0f} | {gp/20:.1f} | {(float(c1)-float(c0))/gb:.2f} | {float(ccpu)/gb:.2f} | {(float(e1)-float(e0))/gb:.2f} | {mach} | {dropped.group(1) if dropped else '?'} dropped by the client | {load} |")
 PY
   else
-    echo "| $rtt ms | $loss % | Tsunami | failed: $(grep -m1 -i 'error\|warning' "$SCRATCH/tsu.log" || tail -1 "$SCRATCH/tsu.log") | | | | | | |"
+    echo "| $rtt ms | $loss % | Tsunami | failed: $(grep -m1 -i 'error\|warning' "$SCRATCH/tsu.log" || tail -1 "$SCRATCH/tsu.log") | | | | | | | |"
   fi
   rm -f "$SCRATCH/dst-tsu/data.bin"
 }
 
 echo
-echo "| RTT | loss | tool | goodput Mb/s | % of 2 Gb/s | sender CPU s/GB | receiver CPU s/GB | emulator CPU s/GB | retransmitted | load |"
-echo "| --: | --: | --- | --: | --: | --: | --: | --: | --: | --: |"
+echo "| RTT | loss | tool | goodput Mb/s | % of 2 Gb/s | sender CPU s/GB | receiver CPU s/GB | emulator CPU s/GB | machine CPU s/GB | retransmitted | load |"
+echo "| --: | --: | --- | --: | --: | --: | --: | --: | --: | --: | --: |"
 : >"$SCRATCH/grid"
 for rtt in $RTTS; do
   for loss in $LOSSES; do
@@ -251,7 +279,7 @@ rows = [l.split() for l in open(sys.argv[1])]
 points = list(dict.fromkeys((r[0], r[1]) for r in rows))
 med = lambda rs, i: statistics.median(float(r[i]) for r in rs)
 span = lambda rs: f"{min(float(r[3]) for r in rs):.0f}-{max(float(r[3]) for r in rs):.0f}"
-lines, ahead, snd_ok, rcv_ok = [], 0, 0, 0
+lines, ahead, snd_ok, rcv_ok, mach_ok = [], 0, 0, 0, 0
 for p in points:
     x = [r for r in rows if (r[0], r[1]) == p and r[2] == "xfer"]
     b = [r for r in rows if (r[0], r[1]) == p and r[2] == "bbr-file"]
@@ -261,14 +289,15 @@ for p in points:
     ahead += gx >= gb
     snd_ok += med(x, 4) <= med(b, 4)
     rcv_ok += med(x, 5) <= med(b, 5)
+    mach_ok += med(x, 6) <= med(b, 6)
     lines.append(f"| {p[0]} ms | {p[1]} % | {len(x)} / {len(b)} | {gx:.0f} ({span(x)}) | {gb:.0f} ({span(b)}) | {100 * gx / gb:.1f} % "
-                 f"| {med(x, 4):.2f} / {med(b, 4):.2f} | {med(x, 5):.2f} / {med(b, 5):.2f} |")
+                 f"| {med(x, 4):.2f} / {med(b, 4):.2f} | {med(x, 5):.2f} / {med(b, 5):.2f} | {med(x, 6):.2f} / {med(b, 6):.2f} |")
 if lines:
     print("\nFile to file, medians per point (runs alternating):\n")
-    print("| RTT | loss | runs xfer / BBR | xfer Mb/s (range) | TCP BBR -F Mb/s (range) | xfer / BBR | sender CPU s/GB xfer / BBR | receiver CPU s/GB xfer / BBR |")
-    print("| --: | --: | --: | --: | --: | --: | --: | --: |")
+    print("| RTT | loss | runs xfer / BBR | xfer Mb/s (range) | TCP BBR -F Mb/s (range) | xfer / BBR | sender CPU s/GB xfer / BBR | receiver CPU s/GB xfer / BBR | machine CPU s/GB xfer / BBR |")
+    print("| --: | --: | --: | --: | --: | --: | --: | --: | --: |")
     print("\n".join(lines))
-    print(f"\nxfer's median goodput at least BBR's: {ahead} of {len(lines)} points; sender CPU at most BBR's: {snd_ok}; receiver CPU at most BBR's: {rcv_ok}")
+    print(f"\nxfer's median goodput at least BBR's: {ahead} of {len(lines)} points; sender CPU at most BBR's: {snd_ok}; receiver CPU at most BBR's: {rcv_ok}; machine CPU at most BBR's: {mach_ok}")
 PY
 fi
 
