@@ -11,16 +11,26 @@
 # processes' own figures in a loopback A/B (docs/bench-xfer.md). Idle time is measured on entry to and
 # exit from idle, and the busy time derived from it matched that sum within 2% (4.50 against 4.42 s).
 #
-#   machine_mark          the machine's not-busy jiffies (idle, iowait, steal) and the time, for
-#                         machine_busy
+#   machine_mark          the machine's not-busy jiffies (idle, iowait, steal), the time and the steal
+#                         jiffies, for the functions below
 #   machine_busy M0 M1    CPU seconds all CPUs were busy between two marks
+#   machine_secs M0 M1    seconds between two marks
+#   machine_steal M0 M1   CPU seconds the hypervisor took from this machine's CPUs between two marks
+#                         (time its virtual CPUs were ready to run and did not: a run that lost much of
+#                         it says more about the host than about the tool)
 #   machine_background N  busy CPU seconds per second over N seconds with nothing of the benchmark
 #                         running (what the rest of the machine costs; subtract it from a run)
 #   machine_gb M0 M1 GB BG  CPU seconds per GB between two marks, less BG busy seconds per second
-machine_mark() { echo "$(awk '$1 == "cpu" {print $5 + $6 + $9; exit}' /proc/stat) $(date +%s.%N)"; }
-machine_busy() {
-  python3 -c "import sys; i0, t0, i1, t1 = map(float, sys.argv[1:5]); print(f'{$(nproc) * (t1 - t0) - (i1 - i0) / 100:.3f}')" $1 $2
+machine_mark() {
+  local s
+  s=$(awk '$1 == "cpu" {print $5 + $6 + $9, $9; exit}' /proc/stat)
+  echo "${s% *} $(date +%s.%N) ${s#* }"
 }
+machine_busy() {
+  python3 -c "import sys; (i0, t0, _), (i1, t1, _) = (map(float, m.split()) for m in sys.argv[1:3]); print(f'{$(nproc) * (t1 - t0) - (i1 - i0) / 100:.3f}')" "$1" "$2"
+}
+machine_secs() { python3 -c "import sys; print(float(sys.argv[2].split()[1]) - float(sys.argv[1].split()[1]))" "$1" "$2"; }
+machine_steal() { python3 -c "import sys; print(f'{(float(sys.argv[2].split()[2]) - float(sys.argv[1].split()[2])) / 100:.1f}')" "$1" "$2"; }
 machine_background() {
   local m0 m1
   m0=$(machine_mark)

@@ -26,7 +26,9 @@
 # less its background measured before the grid), the emulator and kernel threads included. Per-process
 # figures put TCP's kernel work where it ran: through the emulator, its writes into the TUN devices run the
 # TCP receive path and the ACK-clocked sending in the emulator's context. The TCP file-to-file runs end
-# with a `sync` inside the measured interval (xfer's receiver has synced when it reports).
+# with a `sync` inside the measured interval (xfer's receiver has synced when it reports). The last column
+# has the load average and the CPU seconds the hypervisor took from the machine during the run (steal):
+# a run that lost seconds to it was slowed by the host, whatever the tool.
 # QUEUE=BYTES: the bottleneck's queue at every point instead of one bandwidth-delay product (e.g. 262144,
 # a shallow switch buffer).
 set -euo pipefail
@@ -110,7 +112,7 @@ run_xfer() {
   kill $SRV; wait $SRV 2>/dev/null || true; SRV=
   if [ -s "$SCRATCH/xfer.json" ]; then
     scpu=$(awk '{print $1 + $2}' "$SCRATCH/time")
-    python3 - "$SCRATCH/xfer.json" "$rtt" "$loss" "$scpu" "$c0" "$c1" "$SIZE_MB" "$e0" "$e1" "$(cut -d' ' -f1 /proc/loadavg)" "$SCRATCH/grid" \
+    python3 - "$SCRATCH/xfer.json" "$rtt" "$loss" "$scpu" "$c0" "$c1" "$SIZE_MB" "$e0" "$e1" "$(cut -d' ' -f1 /proc/loadavg) / $(machine_steal "$m0" "$m1")" "$SCRATCH/grid" \
       "$(machine_gb "$m0" "$m1" "$(python3 -c "print($SIZE_MB / 1000)")" "$BG")" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -137,7 +139,7 @@ run_tcp_memory() {
     ip netns exec $A iperf3 -c $IB -p 15201 -C $cc -t $TCP_SECS -J >"$SCRATCH/tcp.json" 2>/dev/null || true
     m1=$(machine_mark)
     e1=$(cpu_of $EMU)
-    python3 - "$SCRATCH/tcp.json" "$rtt" "$loss" "$cc" "$TCP_SECS" "$e0" "$e1" "$(cut -d' ' -f1 /proc/loadavg)" "$(machine_busy "$m0" "$m1") $(python3 -c "print(${m1#* } - ${m0#* })")" "$BG" <<'PY'
+    python3 - "$SCRATCH/tcp.json" "$rtt" "$loss" "$cc" "$TCP_SECS" "$e0" "$e1" "$(cut -d' ' -f1 /proc/loadavg) / $(machine_steal "$m0" "$m1")" "$(machine_busy "$m0" "$m1") $(machine_secs "$m0" "$m1")" "$BG" <<'PY'
 import json, sys
 try:
     e0, e1, load = float(sys.argv[6]), float(sys.argv[7]), sys.argv[8]
@@ -176,7 +178,7 @@ run_tcp_file() {
   wait $SRV 2>/dev/null || true; SRV=
   sync
   m1=$(machine_mark)
-  python3 - "$SCRATCH/tcpf.json" "$rtt" "$loss" "$e0" "$e1" "$(cut -d' ' -f1 /proc/loadavg)" "$SCRATCH/grid" "$(machine_busy "$m0" "$m1") $(python3 -c "print(${m1#* } - ${m0#* })")" "$BG" <<'PY'
+  python3 - "$SCRATCH/tcpf.json" "$rtt" "$loss" "$e0" "$e1" "$(cut -d' ' -f1 /proc/loadavg) / $(machine_steal "$m0" "$m1")" "$SCRATCH/grid" "$(machine_busy "$m0" "$m1") $(machine_secs "$m0" "$m1")" "$BG" <<'PY'
 import json, sys
 try:
     e0, e1, load = float(sys.argv[4]), float(sys.argv[5]), sys.argv[6]
@@ -224,7 +226,7 @@ run_tsunami() {
   pkill -P $SRV 2>/dev/null || true; kill $SRV 2>/dev/null || true; wait $SRV 2>/dev/null || true; SRV=
   pkill -x tsunamid 2>/dev/null || true
   if cmp -s "$SCRATCH/src/data.bin" "$SCRATCH/dst-tsu/data.bin"; then
-    python3 - "$SCRATCH/tsu.log" "$rtt" "$loss" "$(tail -1 "$SCRATCH/time" | awk '{print $1 + $2}')" "$c0" "$c1" "$SIZE_MB" "$e0" "$e1" "$t0" "$t1" "$(cut -d' ' -f1 /proc/loadavg)" \
+    python3 - "$SCRATCH/tsu.log" "$rtt" "$loss" "$(tail -1 "$SCRATCH/time" | awk '{print $1 + $2}')" "$c0" "$c1" "$SIZE_MB" "$e0" "$e1" "$t0" "$t1" "$(cut -d' ' -f1 /proc/loadavg) / $(machine_steal "$m0" "$m1")" \
       "$(machine_gb "$m0" "$m1" "$(python3 -c "print($SIZE_MB / 1000)")" "$BG")" <<'PY'
 import re, sys
 log = open(sys.argv[1]).read()
@@ -244,7 +246,7 @@ PY
 }
 
 echo
-echo "| RTT | loss | tool | goodput Mb/s | % of 2 Gb/s | sender CPU s/GB | receiver CPU s/GB | emulator CPU s/GB | machine CPU s/GB | retransmitted | load |"
+echo "| RTT | loss | tool | goodput Mb/s | % of 2 Gb/s | sender CPU s/GB | receiver CPU s/GB | emulator CPU s/GB | machine CPU s/GB | retransmitted | load / steal s |"
 echo "| --: | --: | --- | --: | --: | --: | --: | --: | --: | --: | --: |"
 : >"$SCRATCH/grid"
 for rtt in $RTTS; do
