@@ -67,6 +67,9 @@ struct Seg {
     dig_from: u64,
     dig: usize,
     dig_n: usize,
+    /// Read with `O_DIRECT` by the reading thread, its digests left to the hashing thread (`dig` and
+    /// `dig_n` are set when they are computed): see [`fill`].
+    pending: bool,
 }
 
 /// A window: bytes, what they are, and the digests of their blocks.
@@ -346,7 +349,16 @@ impl Output {
             None => {
                 let mut w = self.ahead.spare();
                 let t0 = std::time::Instant::now();
-                let filled = fill(set, &self.held, &mut self.fds, &mut w, file, offset, self.sub);
+                let filled = fill(
+                    set,
+                    &self.held,
+                    &mut self.fds,
+                    &mut w,
+                    file,
+                    offset,
+                    self.sub,
+                    false,
+                );
                 self.read_wait += t0.elapsed();
                 match filled {
                     Ok(direct) => self.direct.fetch_add(direct, Relaxed),
@@ -519,7 +531,12 @@ fn next_start(set: &SourceSet, held: &Held, mut file: usize, mut offset: u64) ->
 /// and asks the kernel to read on where the window ends inside a run of chunks to send. With `sub` (the
 /// block size, blocks being BLAKE3 subtrees) it reads in pieces and computes the digest of each whole
 /// block right after the piece that completes it is read.
+/// With `defer`, the digests of a range read with `O_DIRECT`, and of every range after it in the window,
+/// are left to [`finish_digests`] (the reading thread's hashing thread): those bytes come from the disk
+/// and not from a cache, so hashing them elsewhere costs nothing more, and the reading thread can ask
+/// the disk for the next window meanwhile.
 /// Returns the bytes read with `O_DIRECT`.
+#[allow(clippy::too_many_arguments)]
 fn fill(
     set: &SourceSet,
     held: &Held,
@@ -528,12 +545,14 @@ fn fill(
     file: usize,
     offset: u64,
     sub: Option<u64>,
+    defer: bool,
 ) -> std::io::Result<u64> {
     let mut read_direct = 0u64;
     win.segs.clear();
     win.digests.clear();
     let window = win.mem.with_slack();
     let mut at = 0usize;
+    let mut deferring = false;
     let (mut f, mut o) = (file, offset);
     while f < set.files.len() && at < WINDOW {
         let size = set.files[f].size;
@@ -546,6 +565,8 @@ fn fill(
             let mut done = 0usize;
             // from the disk past the page cache where it holds little of the range (see `wants_direct`)
             let direct = at % DIRECT_ALIGN == 0 && set.wants_direct(fds, f, o, n as u64);
+            // digests stay in order: once one range is left to the hashing thread, so are the rest
+            deferring |= direct && defer && sub.is_some();
             while done < n {
                 let k = match (direct, sub.is_some()) {
                     (true, _) => DIRECT_PIECE.min(n - done),
@@ -559,18 +580,10 @@ fn fill(
                     set.read_at(fds, f, o + done as u64, &mut window[at + done..at + done + k])?;
                 }
                 done += k;
-                if let Some(b) = sub {
+                if !deferring {
                     // every block this piece completes
-                    let read_to = o + done as u64;
-                    while next < read_to {
-                        let end = (next + b).min(size);
-                        if end > read_to {
-                            break;
-                        }
-                        let bytes = &window[at + (next - o) as usize..at + (end - o) as usize];
-                        win.digests.push(block_digest(sub, next, bytes));
-                        next = end;
-                    }
+                    let range = &window[at..at + done];
+                    push_digests(sub, range, o, size, &mut next, &mut win.digests);
                 }
             }
             win.segs.push(Seg {
@@ -582,6 +595,7 @@ fn fill(
                 dig_from,
                 dig,
                 dig_n: win.digests.len() - dig,
+                pending: deferring,
             });
             at += n;
             if o + (n as u64) < end && !direct {
@@ -595,6 +609,51 @@ fn fill(
         (f, o) = next_start(set, held, f, o + n as u64);
     }
     Ok(read_direct)
+}
+
+/// Appends the digests of the blocks from `*next` on that end within `range` (the bytes of a file from
+/// `o` on, of size `size`), and moves `*next` past them.
+fn push_digests(
+    sub: Option<u64>,
+    range: &[u8],
+    o: u64,
+    size: u64,
+    next: &mut u64,
+    digests: &mut Vec<[u8; 32]>,
+) {
+    let Some(b) = sub else { return };
+    let read_to = o + range.len() as u64;
+    while *next < read_to {
+        let end = (*next + b).min(size);
+        if end > read_to {
+            break;
+        }
+        digests.push(block_digest(
+            sub,
+            *next,
+            &range[(*next - o) as usize..(end - o) as usize],
+        ));
+        *next = end;
+    }
+}
+
+/// Computes the digests [`fill`] left to the hashing thread.
+fn finish_digests(win: &mut Win, sub: Option<u64>) {
+    let Win { mem, segs, digests } = win;
+    for seg in segs.iter_mut().filter(|s| s.pending) {
+        seg.dig = digests.len();
+        let mut next = seg.dig_from;
+        push_digests(
+            sub,
+            &mem.bytes()[seg.at..seg.at + seg.len],
+            seg.offset,
+            seg.size,
+            &mut next,
+            digests,
+        );
+        seg.dig_n = digests.len() - seg.dig;
+        seg.pending = false;
+    }
 }
 
 /// A window read by the reading thread.
@@ -653,6 +712,7 @@ struct ReadAhead {
     at: Option<(usize, u64)>,
     spare: Option<Win>,
     thread: Option<JoinHandle<()>>,
+    hasher: Option<JoinHandle<()>>,
 }
 
 impl ReadAhead {
@@ -665,6 +725,37 @@ impl ReadAhead {
     ) -> ReadAhead {
         let (tx, cmd_rx) = bounded::<Cmd>(2 * DEPTH + 2);
         let (done_tx, rx) = bounded::<Filled>(DEPTH + 1);
+        // the hashing thread, between the reading thread and the data thread, when there are digests
+        // to compute: it hashes what the reading thread read with O_DIRECT while that thread waits for
+        // the disk's next window, and passes the rest on as it came (in order either way)
+        let (read_tx, hasher) = match sub {
+            Some(_) => {
+                let (read_tx, read_rx) = bounded::<Filled>(DEPTH + 1);
+                let out = done_tx.clone();
+                let hasher = std::thread::Builder::new()
+                    .name("xfer-hash".into())
+                    .spawn(move || {
+                        let _rt = crate::realtime_bulk_class(realtime, "the hashing thread");
+                        // ends when the reading thread ends or the data thread stops taking windows
+                        for mut got in read_rx.iter() {
+                            if got.ok {
+                                finish_digests(&mut got.win, sub);
+                            }
+                            if out.send(got).is_err() {
+                                return;
+                            }
+                        }
+                    })
+                    .ok();
+                match hasher {
+                    Some(h) => (read_tx, Some(h)),
+                    None => (done_tx.clone(), None),
+                }
+            }
+            None => (done_tx.clone(), None),
+        };
+        let defer = hasher.is_some();
+        drop(done_tx);
         let thread = std::thread::Builder::new()
             .name("xfer-read".into())
             .spawn(move || {
@@ -687,7 +778,7 @@ impl ReadAhead {
                         }
                         continue;
                     };
-                    let ok = match fill(&set, &held, &mut fds, &mut win, start.0, start.1, sub) {
+                    let ok = match fill(&set, &held, &mut fds, &mut win, start.0, start.1, sub, defer) {
                         Ok(d) => {
                             direct.fetch_add(d, Relaxed);
                             true
@@ -706,7 +797,7 @@ impl ReadAhead {
                         ok,
                         epoch,
                     };
-                    if done_tx.send(done).is_err() {
+                    if read_tx.send(done).is_err() {
                         return;
                     }
                 }
@@ -721,6 +812,7 @@ impl ReadAhead {
             at: None,
             spare: None,
             thread,
+            hasher,
         }
     }
 
@@ -812,10 +904,14 @@ impl ReadAhead {
 
 impl Drop for ReadAhead {
     fn drop(&mut self) {
-        // closing both channels ends the thread after its current read
+        // closing both channels ends the reading thread after its current read, and then the hashing
+        // thread (its input closed, or its output)
         self.tx = None;
         self.rx = crossbeam_channel::never();
         if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        if let Some(t) = self.hasher.take() {
             let _ = t.join();
         }
     }
@@ -1016,6 +1112,65 @@ mod tests {
     /// with a kernel that says what the cache holds), files it holds through it: either way the window
     /// holds the right bytes and the right digests, down to a file's unaligned tail and the files after
     /// it in the same window.
+    /// Files the page cache does not hold, sent in order through the reading thread: their windows are
+    /// read with `O_DIRECT` and hashed by the hashing thread, and every whole block comes with its
+    /// digest, equal to the one the protocol would compute.
+    #[test]
+    fn cold_windows_read_ahead_come_with_their_digests() {
+        let dir = tempfile::tempdir().unwrap();
+        let sizes = [3 * WINDOW as u64 + 5 * 8192 + 100, 20_000, 2 * WINDOW as u64];
+        let set = Arc::new(files(dir.path(), &sizes));
+        for p in &set.paths {
+            let f = std::fs::File::open(p).unwrap();
+            f.sync_all().unwrap();
+            rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed).unwrap();
+        }
+        let sub = Some(8192);
+        let mut out = Output::new(set.clone(), 8192, None, sub, Held::default(), false);
+        for (f, &size) in sizes.iter().enumerate() {
+            let mut o = 0;
+            while o < size {
+                let len = 8192.min(size - o) as usize;
+                if out.find(f, o, len).is_none() {
+                    out.refill(&set, f, o).unwrap();
+                }
+                let (src, digest) = out.find(f, o, len).expect("in the window after a refill");
+                let bytes: Vec<u8> = (0..len as u64).map(|k| byte(f, o + k)).collect();
+                assert!(out.bytes_at(src, len) == &bytes[..], "file {f} offset {o}");
+                assert_eq!(
+                    digest,
+                    Some(block_digest(sub, o, &bytes)),
+                    "digest of file {f} offset {o}"
+                );
+                o += len as u64;
+            }
+        }
+        assert!(
+            out.windows_ahead + 3 >= out.windows,
+            "{} of {} ahead",
+            out.windows_ahead,
+            out.windows
+        );
+        let first = std::fs::File::open(&set.paths[0]).unwrap();
+        if crate::source::cached_pages(&first, 0, 1).is_some() {
+            // cachestat says what the cache holds: the first file's whole windows went past it (where
+            // O_DIRECT works; the rest starts at unaligned places after the small file's bytes)
+            let direct_here = {
+                use std::os::unix::fs::OpenOptionsExt;
+                std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_DIRECT)
+                    .open(&set.paths[0])
+                    .is_ok()
+            };
+            assert!(
+                !direct_here || out.direct_bytes() >= 3 * WINDOW as u64,
+                "{} read directly",
+                out.direct_bytes()
+            );
+        }
+    }
+
     #[test]
     fn cold_files_are_read_directly_and_hot_ones_from_the_cache() {
         let dir = tempfile::tempdir().unwrap();
@@ -1047,8 +1202,11 @@ mod tests {
         let cache_known = crate::source::cached_pages(&first, 0, 1).is_some();
         let sub = Some(8192);
         let mut win = Win::new();
-        for cold in [true, false] {
+        // digests computed by the reading thread as it reads, or (`defer`) those of direct reads after
+        // it by the hashing thread
+        for (cold, defer) in [(true, false), (false, false), (true, true), (false, true)] {
             let mut fds = FdCache::default();
+            let mut deferred = 0usize;
             let (mut read, mut direct) = (0u64, 0u64);
             // the first start is on a block but not on a MiB: its direct reads start with a short piece
             for &(f, o) in &[
@@ -1064,7 +1222,14 @@ mod tests {
                     // in the page cache (read through it)
                     set.paths.iter().for_each(|p| drop(std::fs::read(p).unwrap()));
                 }
-                direct += fill(&set, &Held::default(), &mut fds, &mut win, f, o, sub).unwrap();
+                direct += fill(&set, &Held::default(), &mut fds, &mut win, f, o, sub, defer).unwrap();
+                let pending = win.segs.iter().filter(|s| s.pending).count();
+                assert!(
+                    defer || pending == 0,
+                    "nothing is left to the hashing thread without defer"
+                );
+                deferred += pending;
+                finish_digests(&mut win, sub);
                 let mut digests = win.digests.iter();
                 for s in &win.segs {
                     let bytes: Vec<u8> = (0..s.len as u64).map(|k| byte(s.file, s.offset + k)).collect();
@@ -1093,7 +1258,12 @@ mod tests {
             }
             if !cold {
                 assert_eq!(direct, 0, "files in the page cache are read from it");
+                assert_eq!(
+                    deferred, 0,
+                    "what is read through the cache is hashed as it is read"
+                );
             } else if direct_here && cache_known {
+                assert_eq!(deferred > 0, defer, "direct reads left to the hashing thread");
                 // all but what follows the first file's tail in its second window (the small file and
                 // the third file, which do not start at an aligned place in the window)
                 assert_eq!(
