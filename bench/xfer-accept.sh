@@ -63,8 +63,9 @@ metric() { # metric NAME: first value of a metric of the daemon in namespace B
 echo "# xfer acceptance run, $(date -u +%FT%TZ), $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, load $(load)"
 echo "# binary $BIN ($(git rev-parse --short HEAD 2>/dev/null || echo '?')), scratch $DIR on $(df --output=source "$DIR" | tail -1); push options: ${PUSH_OPTS:-none}, serve options: ${SERVE_OPTS:-none}"
 
-# and before the recording: one run started seconds after 14 GB had been deleted on the same disk, and
-# record lost 220,620 of 2,431,920 frames (it counts them; the scan then has gaps and `check` says so)
+# and before the recording. (Settling did not save two runs of 2026-11-28 whose recording lost 220,620 and
+# 263,831 of 2,431,920 frames: the disk wrote 490 MB/s of the 500 that 4 Gb/s needs, and record counted
+# and reported the drops. On such a disk record the same 20 GB at half the rate: "" 2Gbps 80.)
 settle
 echo "## 1. record: gen $RATE for $SECS s -> record (Mark6, 4 directories), load $(load)"
 "$BIN" record --stream a=vdif@127.0.0.1:$PORT,psn --disk "$DIR"/disk0 --disk "$DIR"/disk1 --disk "$DIR"/disk2 \
