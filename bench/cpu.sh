@@ -14,13 +14,12 @@
 #   machine_mark          the machine's not-busy jiffies (idle, iowait, steal), the time and the steal
 #                         jiffies, for the functions below
 #   machine_busy M0 M1    CPU seconds all CPUs were busy between two marks
-#   machine_secs M0 M1    seconds between two marks
+#   machine_cpu M0 M1 BG  the same less BG busy seconds per second of background: what a run cost
 #   machine_steal M0 M1   CPU seconds the hypervisor took from this machine's CPUs between two marks
 #                         (time its virtual CPUs were ready to run and did not: a run that lost much of
 #                         it says more about the host than about the tool)
 #   machine_background N  busy CPU seconds per second over N seconds with nothing of the benchmark
 #                         running (what the rest of the machine costs; subtract it from a run)
-#   machine_gb M0 M1 GB BG  CPU seconds per GB between two marks, less BG busy seconds per second
 machine_mark() {
   local s
   s=$(awk '$1 == "cpu" {print $5 + $6 + $9, $9; exit}' /proc/stat)
@@ -29,7 +28,6 @@ machine_mark() {
 machine_busy() {
   python3 -c "import sys; (i0, t0, _), (i1, t1, _) = (map(float, m.split()) for m in sys.argv[1:3]); print(f'{$(nproc) * (t1 - t0) - (i1 - i0) / 100:.3f}')" "$1" "$2"
 }
-machine_secs() { python3 -c "import sys; print(float(sys.argv[2].split()[1]) - float(sys.argv[1].split()[1]))" "$1" "$2"; }
 machine_steal() { python3 -c "import sys; print(f'{(float(sys.argv[2].split()[2]) - float(sys.argv[1].split()[2])) / 100:.1f}')" "$1" "$2"; }
 machine_background() {
   local m0 m1
@@ -38,6 +36,6 @@ machine_background() {
   m1=$(machine_mark)
   python3 -c "print(f'{$(machine_busy "$m0" "$m1") / $1:.3f}')"
 }
-machine_gb() {
-  python3 -c "import sys; t0, t1 = float(sys.argv[1].split()[1]), float(sys.argv[2].split()[1]); print(f'{($(machine_busy "$1" "$2") - $4 * (t1 - t0)) / $3:.2f}')" "$1" "$2"
+machine_cpu() {
+  python3 -c "import sys; t0, t1 = float(sys.argv[1].split()[1]), float(sys.argv[2].split()[1]); print(f'{$(machine_busy "$1" "$2") - $3 * (t1 - t0):.3f}')" "$1" "$2"
 }

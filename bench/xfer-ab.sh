@@ -69,7 +69,7 @@ run() { # run ROUND NAME BIN
   m1=$(machine_mark)
   kill $SRV; wait $SRV 2>/dev/null || true; SRV=
   python3 - "$SCRATCH/xfer.json" "$SCRATCH/time" "$c0" "$c1" "$SIZE_MB" "$1" "$2" "$(cut -d' ' -f1 /proc/loadavg)" \
-    "$SCRATCH/results" "$(machine_gb "$m0" "$m1" "$(python3 -c "print($SIZE_MB / 1000)")" "$BG")" <<'PY'
+    "$SCRATCH/results" "$(machine_cpu "$m0" "$m1" "$BG")" <<'PY'
 import json, sys
 js, tf, c0, c1, mb, rnd, name, load, res, mach = sys.argv[1:]
 try:
@@ -82,6 +82,7 @@ gb = float(mb) / 1000
 gp = d["goodput_bps"] / 1e6
 snd = (u + s) / gb
 rcv = (float(c1) - float(c0)) / gb
+mach = f"{float(mach) / gb:.2f}"
 rtx = 100 * d["retransmits"] / max(1, d["datagrams"])
 print(f"| {rnd} | {name} | {gp:.0f} | {snd:.2f} | {rcv:.2f} | {mach} | {rtx:.2f} % | {load} |")
 open(res, "a").write(f"{name} {gp} {snd} {rcv} {mach}\n")
@@ -103,10 +104,10 @@ run_tcp() { # run_tcp ROUND: iperf3 -F file to file as the TCP peer
   wait $ips 2>/dev/null || true
   sync
   m1=$(machine_mark)
-  python3 - "$SCRATCH/tcp.json" "$1" "$(cut -d' ' -f1 /proc/loadavg)" "$SCRATCH/results" "$m0" "$m1" "$BG" \
-    "${TCP_CC:-$(cat /proc/sys/net/ipv4/tcp_congestion_control)}" "$(machine_busy "$m0" "$m1")" <<'PY'
+  python3 - "$SCRATCH/tcp.json" "$1" "$(cut -d' ' -f1 /proc/loadavg)" "$SCRATCH/results" \
+    "${TCP_CC:-$(cat /proc/sys/net/ipv4/tcp_congestion_control)}" "$(machine_cpu "$m0" "$m1" "$BG")" <<'PY'
 import json, sys
-js, rnd, load, res, m0, m1, bg, cc, busy = sys.argv[1:]
+js, rnd, load, res, cc, cpu = sys.argv[1:]
 name = f"TCP {cc} (iperf3 -F, sync)"
 try:
     e = json.load(open(js))["end"]
@@ -118,8 +119,7 @@ except Exception:
 gp = e["sum_sent"]["bits_per_second"] / 1e6
 snd = c["host_total"] / 100 * secs / gb
 rcv = c["remote_total"] / 100 * secs / gb
-secs_m = float(m1.split()[1]) - float(m0.split()[1])
-mach = (float(busy) - float(bg) * secs_m) / gb
+mach = float(cpu) / gb
 print(f"| {rnd} | {name} | {gp:.0f} | {snd:.2f} | {rcv:.2f} | {mach:.2f} | {e['sum_sent'].get('retransmits', 0)} segments | {load} |")
 open(res, "a").write(f"TCP {gp} {snd} {rcv} {mach}\n")
 PY

@@ -113,7 +113,7 @@ run_xfer() {
   if [ -s "$SCRATCH/xfer.json" ]; then
     scpu=$(awk '{print $1 + $2}' "$SCRATCH/time")
     python3 - "$SCRATCH/xfer.json" "$rtt" "$loss" "$scpu" "$c0" "$c1" "$SIZE_MB" "$e0" "$e1" "$(cut -d' ' -f1 /proc/loadavg) / $(machine_steal "$m0" "$m1")" "$SCRATCH/grid" \
-      "$(machine_gb "$m0" "$m1" "$(python3 -c "print($SIZE_MB / 1000)")" "$BG")" <<'PY'
+      "$(machine_cpu "$m0" "$m1" "$BG")" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 rtt, loss, scpu, c0, c1, mb = sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6]), float(sys.argv[7])
@@ -121,7 +121,7 @@ e0, e1, load = float(sys.argv[8]), float(sys.argv[9]), sys.argv[10]
 gp = d["goodput_bps"] / 1e6
 rtx = 100 * d["retransmits"] / max(1, d["datagrams"])
 gb = mb / 1000
-mach = sys.argv[12]
+mach = f"{float(sys.argv[12]) / gb:.2f}"
 print(f"| {rtt} ms | {loss} % | xfer | {gp:.0f} | {gp/20:.1f} | {scpu/gb:.2f} | {(c1-c0)/gb:.2f} | {(e1-e0)/gb:.2f} | {mach} | {rtx:.2f} % | {load} |")
 open(sys.argv[11], "a").write(f"{rtt} {loss} xfer {gp} {scpu/gb} {(c1-c0)/gb} {mach}\n")
 PY
@@ -139,7 +139,7 @@ run_tcp_memory() {
     ip netns exec $A iperf3 -c $IB -p 15201 -C $cc -t $TCP_SECS -J >"$SCRATCH/tcp.json" 2>/dev/null || true
     m1=$(machine_mark)
     e1=$(cpu_of $EMU)
-    python3 - "$SCRATCH/tcp.json" "$rtt" "$loss" "$cc" "$TCP_SECS" "$e0" "$e1" "$(cut -d' ' -f1 /proc/loadavg) / $(machine_steal "$m0" "$m1")" "$(machine_busy "$m0" "$m1") $(machine_secs "$m0" "$m1")" "$BG" <<'PY'
+    python3 - "$SCRATCH/tcp.json" "$rtt" "$loss" "$cc" "$TCP_SECS" "$e0" "$e1" "$(cut -d' ' -f1 /proc/loadavg) / $(machine_steal "$m0" "$m1")" "$(machine_cpu "$m0" "$m1" "$BG")" <<'PY'
 import json, sys
 try:
     e0, e1, load = float(sys.argv[6]), float(sys.argv[7]), sys.argv[8]
@@ -152,8 +152,7 @@ try:
     snd = cpu["host_total"] / 100 * secs / max(gb, 1e-9)
     rcv = cpu["remote_total"] / 100 * secs / max(gb, 1e-9)
     rtx = e["sum_sent"].get("retransmits", 0)
-    busy, dt = map(float, sys.argv[9].split())
-    mach = (busy - float(sys.argv[10]) * dt) / max(gb, 1e-9)
+    mach = float(sys.argv[9]) / max(gb, 1e-9)
     print(f"| {sys.argv[2]} ms | {sys.argv[3]} % | TCP {sys.argv[4]} | {mbps:.0f} | {mbps/20:.1f} | {snd:.2f} | {rcv:.2f} | {(e1-e0)/max(gb, 1e-9):.2f} | {mach:.2f} | {rtx} segments | {load} |")
 except Exception as ex:
     print(f"| {sys.argv[2]} ms | {sys.argv[3]} % | TCP {sys.argv[4]} | failed ({ex}) | | | | | | | |")
@@ -178,7 +177,7 @@ run_tcp_file() {
   wait $SRV 2>/dev/null || true; SRV=
   sync
   m1=$(machine_mark)
-  python3 - "$SCRATCH/tcpf.json" "$rtt" "$loss" "$e0" "$e1" "$(cut -d' ' -f1 /proc/loadavg) / $(machine_steal "$m0" "$m1")" "$SCRATCH/grid" "$(machine_busy "$m0" "$m1") $(machine_secs "$m0" "$m1")" "$BG" <<'PY'
+  python3 - "$SCRATCH/tcpf.json" "$rtt" "$loss" "$e0" "$e1" "$(cut -d' ' -f1 /proc/loadavg) / $(machine_steal "$m0" "$m1")" "$SCRATCH/grid" "$(machine_cpu "$m0" "$m1" "$BG")" <<'PY'
 import json, sys
 try:
     e0, e1, load = float(sys.argv[4]), float(sys.argv[5]), sys.argv[6]
@@ -189,8 +188,7 @@ try:
     secs = r["seconds"]
     cpu = e["cpu_utilization_percent"]
     snd, rcv = cpu['host_total'] / 100 * secs / gb, cpu['remote_total'] / 100 * secs / gb
-    busy, dt = map(float, sys.argv[8].split())
-    mach = (busy - float(sys.argv[9]) * dt) / gb
+    mach = float(sys.argv[8]) / gb
     print(f"| {sys.argv[2]} ms | {sys.argv[3]} % | TCP bbr, file to file | {mbps:.0f} | {mbps/20:.1f} | {snd:.2f} | {rcv:.2f} | {(e1-e0)/gb:.2f} | {mach:.2f} | {e['sum_sent'].get('retransmits', 0)} segments | {load} |")
     open(sys.argv[7], "a").write(f"{sys.argv[2]} {sys.argv[3]} bbr-file {mbps} {snd} {rcv} {mach:.2f}\n")
 except Exception as ex:
@@ -227,11 +225,12 @@ run_tsunami() {
   pkill -x tsunamid 2>/dev/null || true
   if cmp -s "$SCRATCH/src/data.bin" "$SCRATCH/dst-tsu/data.bin"; then
     python3 - "$SCRATCH/tsu.log" "$rtt" "$loss" "$(tail -1 "$SCRATCH/time" | awk '{print $1 + $2}')" "$c0" "$c1" "$SIZE_MB" "$e0" "$e1" "$t0" "$t1" "$(cut -d' ' -f1 /proc/loadavg) / $(machine_steal "$m0" "$m1")" \
-      "$(machine_gb "$m0" "$m1" "$(python3 -c "print($SIZE_MB / 1000)")" "$BG")" <<'PY'
+      "$(machine_cpu "$m0" "$m1" "$BG")" <<'PY'
 import re, sys
 log = open(sys.argv[1]).read()
 rtt, loss, ccpu, c0, c1, mb, e0, e1, t0, t1, load, mach = sys.argv[2:]
 gb = float(mb) / 1000
+mach = f"{float(mach) / gb:.2f}"
 secs = float(t1) - float(t0)
 gp = float(mb) * 8 / secs
 m = re.search(r"Goodput w/ restarts\s*:\s*([0-9.]+)", log)

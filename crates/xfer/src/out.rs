@@ -67,8 +67,8 @@ struct Seg {
     dig_from: u64,
     dig: usize,
     dig_n: usize,
-    /// Read with `O_DIRECT` by the reading thread, its digests left to the hashing thread (`dig` and
-    /// `dig_n` are set when they are computed): see [`fill`].
+    /// Its digests are left to the hashing thread (`dig` and `dig_n` are set when they are computed): it
+    /// was read with `O_DIRECT`, or comes after such a range in the window. See [`fill`].
     pending: bool,
 }
 
@@ -936,6 +936,28 @@ mod tests {
         set
     }
 
+    /// Writes back and drops from the page cache every file of `set`.
+    fn evict(set: &SourceSet) {
+        for p in &set.paths {
+            let f = std::fs::File::open(p).unwrap();
+            f.sync_all().unwrap();
+            rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed).unwrap();
+        }
+    }
+
+    /// Whether the page cache can be bypassed for `set`: its file system reads with `O_DIRECT` (tmpfs on
+    /// older kernels does not) and the kernel says what the cache holds (cachestat, Linux 6.5 on).
+    fn direct_and_cache_known(set: &SourceSet) -> (bool, bool) {
+        use std::os::unix::fs::OpenOptionsExt;
+        let direct = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(&set.paths[0])
+            .is_ok();
+        let first = std::fs::File::open(&set.paths[0]).unwrap();
+        (direct, crate::source::cached_pages(&first, 0, 1).is_some())
+    }
+
     /// Files of odd sizes (some far smaller than a window, one spanning several, one empty), read through
     /// windows in order and with jumps (a resume skips held chunks): every lookup finds the right bytes,
     /// whether the window came from the reading thread or was read on the spot, and every whole block
@@ -1120,11 +1142,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let sizes = [3 * WINDOW as u64 + 5 * 8192 + 100, 20_000, 2 * WINDOW as u64];
         let set = Arc::new(files(dir.path(), &sizes));
-        for p in &set.paths {
-            let f = std::fs::File::open(p).unwrap();
-            f.sync_all().unwrap();
-            rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed).unwrap();
-        }
+        evict(&set);
         let sub = Some(8192);
         let mut out = Output::new(set.clone(), 8192, None, sub, Held::default(), false);
         for (f, &size) in sizes.iter().enumerate() {
@@ -1151,20 +1169,11 @@ mod tests {
             out.windows_ahead,
             out.windows
         );
-        let first = std::fs::File::open(&set.paths[0]).unwrap();
-        if crate::source::cached_pages(&first, 0, 1).is_some() {
-            // cachestat says what the cache holds: the first file's whole windows went past it (where
-            // O_DIRECT works; the rest starts at unaligned places after the small file's bytes)
-            let direct_here = {
-                use std::os::unix::fs::OpenOptionsExt;
-                std::fs::OpenOptions::new()
-                    .read(true)
-                    .custom_flags(libc::O_DIRECT)
-                    .open(&set.paths[0])
-                    .is_ok()
-            };
+        // the first file's whole windows went past the cache (the rest starts at unaligned places after
+        // the small file's bytes)
+        if direct_and_cache_known(&set) == (true, true) {
             assert!(
-                !direct_here || out.direct_bytes() >= 3 * WINDOW as u64,
+                out.direct_bytes() >= 3 * WINDOW as u64,
                 "{} read directly",
                 out.direct_bytes()
             );
@@ -1181,25 +1190,7 @@ mod tests {
             0,
         ];
         let set = files(dir.path(), &sizes);
-        let evict = |set: &SourceSet| {
-            for p in &set.paths {
-                let f = std::fs::File::open(p).unwrap();
-                f.sync_all().unwrap();
-                rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed).unwrap();
-            }
-        };
-        // does this file system read with O_DIRECT (tmpfs on older kernels does not)?
-        let direct_here = {
-            use std::os::unix::fs::OpenOptionsExt;
-            std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_DIRECT)
-                .open(&set.paths[0])
-                .is_ok()
-        };
-        // does the kernel say what the page cache holds (cachestat, Linux 6.5 on)?
-        let first = std::fs::File::open(&set.paths[0]).unwrap();
-        let cache_known = crate::source::cached_pages(&first, 0, 1).is_some();
+        let (direct_here, cache_known) = direct_and_cache_known(&set);
         let sub = Some(8192);
         let mut win = Win::new();
         // digests computed by the reading thread as it reads, or (`defer`) those of direct reads after
