@@ -113,6 +113,9 @@ pub struct FeedbackSample {
     /// Bytes in flight (on the wire) once this feedback is applied, if the caller keeps count: drain
     /// ends when they are down to one BDP.
     pub inflight: Option<u64>,
+    /// Datagrams the receiving host's kernel dropped on the data socket since the previous feedback
+    /// (its buffer overflowed): the receiver lost them, not the path.
+    pub host_drops: u64,
 }
 
 const PROBE_GAINS: [f64; 8] = [1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0];
@@ -123,6 +126,11 @@ const CUT: f64 = 0.85;
 /// 1.25x probe of one feedback interval, 5 ms, raised a 20 ms sample by 6%, less than 5% random loss
 /// took away, and the estimate stayed at 55-70% of the path).
 const MIN_SPAN: Duration = Duration::from_millis(20);
+/// The largest random loss the pacing makes up for (see [`RateControl::loss_compensation`]): above it a
+/// path is not healthy, and [`RateConfig::loss_backoff`] reads such loss as the receiver not keeping up.
+const MAX_LOSS_COMPENSATION: f64 = 0.08;
+/// Rounds without a queue the random-loss estimate must span before the pacing makes up for it.
+const LOSS_COMPENSATION_ROUNDS: u32 = 4;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -162,6 +170,14 @@ pub struct RateControl {
     round_e: (u64, u64),
     /// Long-run loss rate while the queue is empty: the path's random loss.
     random_loss: f64,
+    /// Rounds that have gone into `random_loss`.
+    random_rounds: u32,
+    /// Datagrams the receiving host dropped in this round, and when it last reported any.
+    round_host_drops: u64,
+    host_drops_at: Option<Instant>,
+    /// The fraction of the pacing rate expected to be lost at random (see
+    /// [`RateControl::loss_compensation`]).
+    loss_comp: f64,
     window_queue_min: Option<Duration>,
     /// Number of cuts for a standing queue (for reports and tests).
     pub cuts_queue: u64,
@@ -227,6 +243,9 @@ pub struct RateState {
     pub queue: Duration,
     /// Estimated random loss of the path.
     pub random_loss: f64,
+    /// The part of the pacing rate sent to make up for random loss (see
+    /// [`RateControl::loss_compensation`]).
+    pub loss_comp: f64,
 }
 
 impl RateControl {
@@ -256,6 +275,10 @@ impl RateControl {
             round_q: (0, 0),
             round_e: (0, 0),
             random_loss: 0.0,
+            random_rounds: 0,
+            round_host_drops: 0,
+            host_drops_at: None,
+            loss_comp: 0.0,
             window_queue_min: None,
             cuts_queue: 0,
             cuts_loss: 0,
@@ -306,6 +329,7 @@ impl RateControl {
             min_rtt: self.min_rtt,
             queue: self.last_queue,
             random_loss: self.random_loss,
+            loss_comp: self.loss_comp,
         }
     }
 
@@ -313,6 +337,28 @@ impl RateControl {
     /// without a queue (a moving average over rounds).
     pub fn random_loss(&self) -> f64 {
         self.random_loss
+    }
+
+    /// The fraction of datagrams the pacing expects the path to lose at random, and sends on top of the
+    /// estimate (auto mode, gain cycle): it paces at `gain x estimate / (1 - loss_compensation)`, so
+    /// that what arrives is `gain x estimate`.
+    ///
+    /// The estimate is a delivery rate, measured where the random loss has already taken its share.
+    /// Where the path loses datagrams before its bottleneck (a lossy segment or a policer upstream, or
+    /// an emulator that drops on entry, as netem does), pacing at the estimate leaves that share of the
+    /// bottleneck idle: 5% at 5% loss. Where it loses them after the bottleneck, the estimate is the
+    /// bottleneck's rate less the loss, and pacing at it loses that share twice. Making up for the
+    /// loss fills the bottleneck in the first case and sends exactly its rate in the second. It is
+    /// the path's random loss (measured in rounds without a queue), capped at 8%, and there is none
+    /// - before the estimate spans 4 rounds,
+    /// - outside the gain cycle (startup and drain have their own gains),
+    /// - for 10 rounds (at least 1 s) after the receiving host reported drops on its socket: losses of
+    ///   a receiver that does not keep up are not the path's, and sending more only loses more.
+    ///
+    /// Loss that comes with a queue is congestion and never counts; an overshoot that builds a queue
+    /// is cut by the standing-queue and queued-loss rules like any other.
+    pub fn loss_compensation(&self) -> f64 {
+        self.loss_comp
     }
 
     /// The minimum RTT seen over the last 10 s.
@@ -402,7 +448,7 @@ impl RateControl {
                     Phase::ProbeBw(i) => PROBE_GAINS[i],
                 };
                 if bw > 0.0 || self.phase != Phase::Startup {
-                    base * gain
+                    base * gain / (1.0 - self.loss_comp)
                 } else {
                     base
                 }
@@ -464,6 +510,10 @@ impl RateControl {
         self.last_inflight = s.inflight;
         self.window_lost += s.lost;
         self.window_delivered += s.delivered;
+        if s.host_drops > 0 {
+            self.round_host_drops += s.host_drops;
+            self.host_drops_at = Some(now);
+        }
         let queued = s.queue_delay >= self.queue_threshold();
         let bucket = if queued {
             &mut self.round_q
@@ -491,7 +541,21 @@ impl RateControl {
                     self.reset_window(now);
                 }
             }
-            RateMode::Auto { .. } => self.auto_update(now, sample),
+            RateMode::Auto { .. } => {
+                self.auto_update(now, sample);
+                let quiet_for = (self.round() * 10).max(Duration::from_secs(1));
+                self.loss_comp = if matches!(self.phase, Phase::ProbeBw(_))
+                    && self.random_rounds >= LOSS_COMPENSATION_ROUNDS
+                    && self.last_queue < self.queue_threshold() / 2
+                    && self
+                        .host_drops_at
+                        .is_none_or(|t| now.duration_since(t) > quiet_for)
+                {
+                    self.random_loss.min(MAX_LOSS_COMPENSATION)
+                } else {
+                    0.0
+                };
+            }
         }
         self.cached = (self.compute_pacing_rate(), self.compute_cwnd());
     }
@@ -723,18 +787,21 @@ impl RateControl {
         // no queue: at most one datagram in 20 reported while the receiver saw one
         self.round_queue_free = et > 0 && qt * 20 <= qt + et;
         self.round_loss_excess = false;
-        if et >= 100 {
+        // a round in which the receiving host dropped datagrams on its socket says nothing of the path
+        let host_dropped = std::mem::take(&mut self.round_host_drops) > 0;
+        if et >= 100 && !host_dropped {
             let r = el as f64 / et as f64;
             // well above the random loss so far: twice it (at least 0.5 points more) and 3 sigma
             let base = self.random_loss;
             self.round_loss_excess = (base > 0.0
                 && r > (2.0 * base).max(base + 0.005) + 3.0 * (base / et as f64).sqrt())
                 || r > self.cfg.loss_backoff;
-            self.random_loss = if self.random_loss == 0.0 {
+            self.random_loss = if self.random_rounds == 0 {
                 r
             } else {
                 0.9 * self.random_loss + 0.1 * r
             };
+            self.random_rounds = self.random_rounds.saturating_add(1);
         }
         if qt < 50 {
             return false;
@@ -857,6 +924,7 @@ mod tests {
                     delivered: (pkts - (out * self.p + dropped) / 8192.0).max(0.0) as u64,
                     queue_delay: qdelay,
                     inflight: None,
+                    host_drops: 0,
                 },
             );
             got / s
@@ -1085,6 +1153,7 @@ mod tests {
                     delivered: 30,
                     queue_delay: Duration::from_secs_f64((arrived - processed) / rate),
                     inflight: None,
+                    host_drops: 0,
                 },
             );
             if ms > 500 {

@@ -175,6 +175,7 @@ pub struct Receiver {
     last_data: Option<Instant>,
     last_heard: Option<Instant>,
     chunks_verified: u64,
+    host_drops: u64,
     /// The block size when blocks are BLAKE3 subtrees (chunk hashes merged from block digests).
     subtree_block: Option<u64>,
     digest_bytes: usize,
@@ -214,6 +215,7 @@ impl Receiver {
             last_data: None,
             last_heard: None,
             chunks_verified: 0,
+            host_drops: 0,
             subtree_block: None,
             digest_bytes: 0,
             control_out: VecDeque::new(),
@@ -705,6 +707,7 @@ impl Receiver {
             queue_delay_us: queue,
             owd_trend_us: trend,
             chunks_verified: self.chunks_verified,
+            host_drops: self.host_drops,
         };
         self.fb_bytes = self.recv_bytes;
         self.fb_at = Some(now);
@@ -752,6 +755,13 @@ impl Receiver {
         if (frequent && since >= self.cfg.feedback_interval) || since >= self.cfg.keepalive {
             self.send_feedback(now);
         }
+    }
+
+    /// The number of datagrams this host's kernel has dropped on the data socket so far (its buffer
+    /// overflowed; `SO_RXQ_OVFL`), which the feedback passes on: the sender does not read them as the
+    /// path's random loss.
+    pub fn set_host_drops(&mut self, total: u64) {
+        self.host_drops = self.host_drops.max(total);
     }
 
     /// Tells the sender to pace at most at `bps` bits/s from now on (`None`: lifts it), e.g. when this

@@ -206,6 +206,8 @@ pub struct Sender {
     last_feedback: Option<Instant>,
     /// Number of the newest feedback taken ([`Feedback::n`]).
     feedback_n: u64,
+    /// The receiving host's drop count in the newest feedback.
+    host_drops: u64,
     /// When the newest feedback was taken, and since when the receiver has been reporting without a
     /// silence (the tail timer waits while the receiver is silent: a stalled receiver is not a lossy path).
     last_fresh: Option<Instant>,
@@ -278,6 +280,7 @@ impl Sender {
             pace_debt: Duration::ZERO,
             last_feedback: None,
             feedback_n: 0,
+            host_drops: 0,
             last_fresh: None,
             talking_since: None,
             feedback_datagrams: false,
@@ -997,6 +1000,9 @@ impl Sender {
             self.recv_lag_at = Some(now);
         }
         let send_time_us = newest_sent.map(|t| self.us(t));
+        // the receiving host's drops count up (a smaller count is another socket's, or a restart's)
+        let host_drops = f.host_drops.saturating_sub(self.host_drops);
+        self.host_drops = self.host_drops.max(f.host_drops);
         self.rate.on_feedback(
             now,
             FeedbackSample {
@@ -1008,6 +1014,7 @@ impl Sender {
                 delivered,
                 queue_delay: Duration::from_micros(f.queue_delay_us),
                 inflight: Some(self.inflight_bytes),
+                host_drops,
             },
         );
     }

@@ -671,6 +671,10 @@ pub struct Feedback {
     pub owd_trend_us: i64,
     /// Chunks verified so far.
     pub chunks_verified: u64,
+    /// Datagrams the receiving host's kernel dropped on the data socket so far (its buffer overflowed,
+    /// `SO_RXQ_OVFL`), where the socket counts them: lost by the receiver, not by the path.
+    #[serde(default)]
+    pub host_drops: u64,
 }
 
 impl Feedback {

@@ -172,6 +172,7 @@ pub fn pull(
     ucfg.recv_buffer = Some(64 << 20);
     ucfg.timestamps = true; // the path's timing is read from the kernel's receive times
     ucfg.gro = true;
+    ucfg.rxq_ovfl = true; // the host's drops are passed on to the sender, which does not read them as the path's
     let (sock, _) = vlbiflow_udp::open_udp(&ucfg).map_err(|e| failed!("data socket: {e}"))?;
     let data_port = sock.local_addr().map_err(|e| failed!("data socket: {e}"))?.port();
     let link = Link::start(conn, crate::link::control_stall_limit(cfg.dead_timeout));

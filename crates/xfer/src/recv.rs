@@ -1209,6 +1209,7 @@ fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
                     .map_err(|e| abort(link, format!("data socket: {e}")))?;
                 let n = batch.len();
                 metas[..n].copy_from_slice(batch.messages());
+                r.set_host_drops(rx.kernel_drops());
                 // a small batch means the datagrams trickle in one by one (e.g. through a forwarder that
                 // does not coalesce them): let some gather in the socket buffer rather than wake for each
                 let now = Instant::now();
