@@ -47,6 +47,10 @@ pub struct SenderConfig {
     /// is less (as Linux's TCP pacing gives credit for OS jitter): a sender on a busy host otherwise falls
     /// short of its pacing rate by the time it was not scheduled.
     pub max_pace_debt: Duration,
+    /// The debt may reach this much even where half the minimum RTT is less (a LAN, or 0 ms through an
+    /// emulator): a queue this long is one the rate control does not read as congestion (its queue
+    /// threshold), and a bottleneck's buffer holds it.
+    pub min_pace_debt: Duration,
     /// Files announced ahead of the one being sent, so that no file waits for its announce.
     pub announce_ahead: usize,
     /// A chunk that fails verification this many times aborts the transfer (the source changes under us).
@@ -66,6 +70,7 @@ impl SenderConfig {
             max_burst: 16,
             catch_up: Duration::from_millis(4),
             max_pace_debt: Duration::from_millis(50),
+            min_pace_debt: Duration::from_millis(2),
             announce_ahead: 256,
             max_chunk_retries: 3,
         }
@@ -566,10 +571,11 @@ impl Sender {
                         let late = floor - t;
                         self.stats.late_us += late.as_micros() as u64;
                         self.rate.on_sender_late(now, late);
-                        let max_debt = self
-                            .cfg
-                            .max_pace_debt
-                            .min(self.rate.min_rtt().map_or(Duration::ZERO, |r| r / 2));
+                        let max_debt = self.cfg.max_pace_debt.min(
+                            self.rate
+                                .min_rtt()
+                                .map_or(Duration::ZERO, |r| (r / 2).max(self.cfg.min_pace_debt)),
+                        );
                         self.pace_debt = (self.pace_debt + late).min(max_debt);
                     } else if self.window_limited {
                         self.stats.window_us += (floor - t).as_micros() as u64;
