@@ -17,7 +17,11 @@
 //!   bytes of a round trip (at least 10 ms) in flight, until the estimate stops growing by 25% for 3 RTTs
 //!   or the receiver sees a queue of RTT/8 for half a round, at least 10 ms (delay-based exit), then
 //!   drains until one BDP is in flight.
-//!   Random loss does not change the model (the delivery rate falls only by the lost fraction).
+//!   Random loss does not change the model (the delivery rate falls only by the lost fraction), and in
+//!   the gain cycle the pacing makes up for it while the receiver sees no queue: it paces at
+//!   `gain x estimate / (1 - p)`, `p` the path's random loss capped at 8%, so that what arrives is
+//!   `gain x estimate` (see [`RateControl::loss_compensation`]). Drops the receiving host reports on its
+//!   socket are not the path's and turn it off.
 //!   Congestion signals:
 //!   - **loss that comes with a queue**: the receiver reports its queueing delay with every loss report;
 //!     losses found while the queue is empty estimate the path's random loss. A round whose queued-loss
