@@ -356,6 +356,9 @@ impl RateControl {
     /// the path's random loss (measured in rounds without a queue), capped at 8%, and there is none
     /// - before the estimate spans 4 rounds,
     /// - outside the gain cycle (startup and drain have their own gains),
+    /// - while the receiver reports a queue of half the queue threshold or more: with the loss after
+    ///   the bottleneck the rate made up is exactly the bottleneck's, and an excess would stand in its
+    ///   queue; off, the queue drains at the lost share of the rate,
     /// - for 10 rounds (at least 1 s) after the receiving host reported drops on its socket: losses of
     ///   a receiver that does not keep up are not the path's, and sending more only loses more.
     ///
