@@ -841,7 +841,7 @@ impl RateTrace {
         use std::io::Write;
         let _ = writeln!(
             out,
-            "t_s,phase,cycle,pacing_mbps,btl_bw_mbps,cap_mbps,sample_mbps,cwnd_mb,min_rtt_ms,queue_ms,random_loss,datagrams,retransmits,reported_lost,inflight_mb,late_ms,window_ms,read_wait_ms,bursts"
+            "t_s,phase,cycle,pacing_mbps,btl_bw_mbps,cap_mbps,sample_mbps,cwnd_mb,min_rtt_ms,queue_ms,random_loss,datagrams,retransmits,reported_lost,inflight_mb,late_ms,window_ms,read_wait_ms,bursts,loss_comp"
         );
         Some(RateTrace {
             out,
@@ -856,7 +856,7 @@ impl RateTrace {
         let mb = |x: f64| x * 8.0 / 1e6;
         let _ = writeln!(
             self.out,
-            "{:.4},{},{},{:.1},{:.1},{},{:.1},{},{},{:.2},{:.5},{},{},{},{:.2},{:.1},{:.1},{:.1},{}",
+            "{:.4},{},{},{:.1},{:.1},{},{:.1},{},{},{:.2},{:.5},{},{},{},{:.2},{:.1},{:.1},{:.1},{},{:.5}",
             self.t0.elapsed().as_secs_f64(),
             r.phase,
             r.cycle,
@@ -877,6 +877,7 @@ impl RateTrace {
             st.window_us as f64 / 1e3,
             read_wait.as_secs_f64() * 1e3,
             bursts.name(),
+            r.loss_comp,
         );
     }
 }
