@@ -3,7 +3,7 @@
 //! **Data datagram**: a fixed 64-byte big-endian header followed by the payload (one block of a file).
 //!
 //! ```text
-//!  0  u16 magic 0x5846 ("XF")      2  u8 version (5)         3  u8 flags (bit 0: retransmission)
+//!  0  u16 magic 0x5846 ("XF")      2  u8 version (6)         3  u8 flags (bit 0: retransmission)
 //!  4  u32 transfer id              8  u64 sequence number (per transfer, +1 per datagram, never reused)
 //! 16  u32 file index              20  u32 payload length
 //! 24  u64 byte offset in the file 32  u64 send timestamp, µs on the sender's clock
@@ -28,7 +28,7 @@
 //! blocking): at 100 ms and 1% loss each way that stalled the feedback for 24% of a transfer.
 //!
 //! ```text
-//!  0  u16 magic 0x5842 ("XB")      2  u8 version (5)         3  u8 reserved (zero)
+//!  0  u16 magic 0x5842 ("XB")      2  u8 version (6)         3  u8 reserved (zero)
 //!  4  u32 transfer id              8  u16 length of the JSON 10  6 bytes reserved (zero)
 //! 16  16-byte authentication tag (keyed BLAKE3 under the feedback key over bytes 0..16 and the JSON;
 //!     all zero when no key is in use)
@@ -53,8 +53,9 @@ pub const MAGIC: u16 = 0x5846;
 /// ranges repeated and bounded by `loss_from`; 4: the receiver's counters come with the session's
 /// `committed`, which a peer of version 3 would refuse as an unknown field, so the two do not mix; 5: the
 /// receiver may change the sender's ceiling while running (`rate_cap`), and an abort may say it was a
-/// refusal or a busy file).
-pub const VERSION: u8 = 5;
+/// refusal or a busy file; 6: feedback carries the receiving host's socket drops, `host_drops`, which a
+/// sender of version 5 would refuse).
+pub const VERSION: u8 = 6;
 /// Magic number at the start of every feedback datagram.
 pub const FEEDBACK_MAGIC: u16 = 0x5842;
 /// Length of the feedback datagram header, tag included.
