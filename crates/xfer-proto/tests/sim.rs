@@ -292,6 +292,16 @@ struct Setup {
 }
 
 impl Setup {
+    /// One large file of generated content whose every datagram is compared with the generator as it
+    /// arrives rather than stored, in 32 MiB chunks: the long-transfer tests.
+    fn compared(link: LinkCfg, bytes: u64) -> Self {
+        Setup {
+            store: false,
+            chunk: 32 << 20,
+            ..Setup::new(link, vec![bytes])
+        }
+    }
+
     fn new(link: LinkCfg, sizes: Vec<u64>) -> Self {
         Setup {
             link,
@@ -941,9 +951,7 @@ fn goodput_at_one_percent_loss_and_100ms() {
         let mut link = LinkCfg::new(rate, Duration::from_millis(100));
         link.loss = Loss::Random(0.01);
         let bytes = (rate / 8.0 * secs) as u64;
-        let mut st = Setup::new(link, vec![bytes]);
-        st.store = false;
-        st.chunk = 32 << 20;
+        let mut st = Setup::compared(link, bytes);
         st.fb_loss = 0.01; // the return path loses 1% as well
         let mut sim = Sim::new(st);
         let t = sim.run(Duration::from_secs(120));
@@ -1002,9 +1010,7 @@ fn startup_does_not_overflow_a_buffer_of_one_bdp() {
         let mut link = LinkCfg::new(rate, rtt);
         link.queue_bytes = (rate / 8.0 * rtt.as_secs_f64()) as usize;
         let bytes = (rate / 8.0 * 4.0) as u64;
-        let mut st = Setup::new(link, vec![bytes]);
-        st.store = false;
-        st.chunk = 32 << 20;
+        let st = Setup::compared(link, bytes);
         let mut sim = Sim::new(st);
         let t = sim.run(Duration::from_secs(60));
         sim.check_exact();
@@ -1033,9 +1039,7 @@ fn short_stalls_of_the_path_do_not_end_startup() {
     let rtt = Duration::from_millis(100);
     let bytes = (rate / 8.0 * 5.0) as u64;
     for stall_ms in [0u64, 15, 25] {
-        let mut st = Setup::new(LinkCfg::new(rate, rtt), vec![bytes]);
-        st.store = false;
-        st.chunk = 32 << 20;
+        let st = Setup::compared(LinkCfg::new(rate, rtt), bytes);
         let mut sim = Sim::new(st);
         let t0 = sim.t0;
         sim.path_stalls = (1..8u64)
@@ -1092,9 +1096,7 @@ fn a_sender_held_in_startup_does_not_end_it() {
         (250, 600, Some(25u64)),
         (250, 600, Some(10)),
     ] {
-        let mut st = Setup::new(LinkCfg::new(rate, rtt), vec![bytes]);
-        st.store = false;
-        st.chunk = 32 << 20;
+        let st = Setup::compared(LinkCfg::new(rate, rtt), bytes);
         let mut sim = Sim::new(st);
         let t0 = sim.t0;
         let a = t0 + Duration::from_millis(at_ms);
@@ -1266,9 +1268,7 @@ fn five_percent_loss_at_a_fraction_of_a_millisecond() {
     link.loss = Loss::Random(0.05);
     link.queue_bytes = 4 << 20;
     let bytes = 400u64 << 20;
-    let mut st = Setup::new(link, vec![bytes]);
-    st.store = false;
-    st.chunk = 32 << 20;
+    let mut st = Setup::compared(link, bytes);
     st.fb_loss = 0.05;
     let mut sim = Sim::new(st);
     let t = sim.run(Duration::from_secs(60));
@@ -1305,9 +1305,7 @@ fn random_loss_before_the_bottleneck_is_made_up_for() {
         link.loss_before = before;
         link.queue_bytes = link.queue_bytes.max(4 << 20);
         let bytes = 400u64 << 20;
-        let mut st = Setup::new(link, vec![bytes]);
-        st.store = false;
-        st.chunk = 32 << 20;
+        let st = Setup::compared(link, bytes);
         let mut sim = Sim::new(st);
         let t = sim.run(Duration::from_secs(60));
         sim.check_exact();
@@ -1666,9 +1664,7 @@ fn shares_the_bottleneck_with_a_tcp_reno_flow() {
     // 200 Mb/s, 40 ms RTT, a drop-tail buffer of one BDP, no random loss (Reno could not use the link)
     let mut link = LinkCfg::new(200e6, Duration::from_millis(40));
     link.queue_bytes = (200e6 / 8.0 * 0.04) as usize;
-    let mut st = Setup::new(link, vec![1 << 30]);
-    st.store = false;
-    st.chunk = 32 << 20;
+    let st = Setup::compared(link, 1 << 30);
     let mut sim = Sim::new(st);
     sim.reno = Some(Reno::new());
     sim.run_until(Duration::from_secs(40));
@@ -1749,9 +1745,7 @@ fn a_sender_held_after_startup_keeps_its_estimate() {
     let mut link = LinkCfg::new(rate, Duration::from_millis(50));
     link.loss = Loss::Random(0.01);
     let bytes = (rate / 8.0 * 9.0) as u64;
-    let mut st = Setup::new(link, vec![bytes]);
-    st.store = false;
-    st.chunk = 32 << 20;
+    let st = Setup::compared(link, bytes);
     let mut sim = Sim::new(st);
     let t0 = sim.t0;
     let (held_from, held_to) = (Duration::from_secs(3), Duration::from_secs(5));
