@@ -183,6 +183,9 @@ pub struct RateControl {
     /// [`RateControl::loss_compensation`]).
     loss_comp: f64,
     window_queue_min: Option<Duration>,
+    /// The receiver's queue readings of the last round (at least [`MIN_SPAN`]), as a sliding minimum
+    /// (increasing from front to back): what stays of a queue for that long is standing.
+    queue_recent: VecDeque<(Instant, Duration)>,
     /// Number of cuts for a standing queue (for reports and tests).
     pub cuts_queue: u64,
     /// Number of cuts for heavy loss.
@@ -284,6 +287,7 @@ impl RateControl {
             host_drops_at: None,
             loss_comp: 0.0,
             window_queue_min: None,
+            queue_recent: VecDeque::new(),
             cuts_queue: 0,
             cuts_loss: 0,
             queue_trims: 0,
@@ -356,9 +360,15 @@ impl RateControl {
     /// the path's random loss (measured in rounds without a queue), capped at 8%, and there is none
     /// - before the estimate spans 4 rounds,
     /// - outside the gain cycle (startup and drain have their own gains),
-    /// - while the receiver reports a queue of half the queue threshold or more: with the loss after
-    ///   the bottleneck the rate made up is exactly the bottleneck's, and an excess would stand in its
-    ///   queue; off, the queue drains at the lost share of the rate,
+    /// - while the receiver has reported a queue of half the queue threshold or more in every feedback
+    ///   of the last round (at least 20 ms): with the loss after the bottleneck the rate made up is
+    ///   exactly the bottleneck's, and an excess would stand in its queue; off, the queue drains at the
+    ///   lost share of the rate. A queue of a moment below twice the threshold does not count: the
+    ///   gain cycle's probe and a sender that makes up for lost time leave such queues, which drain,
+    /// - while the sender ran late in the last round (see [`RateControl::on_sender_late`]): its own
+    ///   catch-up, not the path, sets the rate then, and making up would only lengthen the bursts (a
+    ///   sender held for 2 s at 50 ms and 1% loss, made up for meanwhile, built a queue that cut its
+    ///   estimate to 817 Mb/s of 1 Gb/s, against 886 without),
     /// - for 10 rounds (at least 1 s) after the receiving host reported drops on its socket: losses of
     ///   a receiver that does not keep up are not the path's, and sending more only loses more.
     ///
@@ -514,6 +524,19 @@ impl RateControl {
             self.last_sample = x;
         }
         self.last_queue = s.queue_delay;
+        while self.queue_recent.back().is_some_and(|b| b.1 >= s.queue_delay) {
+            self.queue_recent.pop_back();
+        }
+        self.queue_recent.push_back((now, s.queue_delay));
+        let recent = self.round().max(MIN_SPAN);
+        while self.queue_recent.len() > 1
+            && self
+                .queue_recent
+                .front()
+                .is_some_and(|f| now.duration_since(f.0) > recent)
+        {
+            self.queue_recent.pop_front();
+        }
         self.last_inflight = s.inflight;
         self.window_lost += s.lost;
         self.window_delivered += s.delivered;
@@ -553,7 +576,9 @@ impl RateControl {
                 let quiet_for = (self.round() * 10).max(Duration::from_secs(1));
                 self.loss_comp = if matches!(self.phase, Phase::ProbeBw(_))
                     && self.random_rounds >= LOSS_COMPENSATION_ROUNDS
-                    && self.last_queue < self.queue_threshold() / 2
+                    && self.standing_queue() < self.queue_threshold() / 2
+                    && self.last_queue < self.queue_threshold() * 2
+                    && self.sender_late_until.is_none_or(|u| now >= u)
                     && self
                         .host_drops_at
                         .is_none_or(|t| now.duration_since(t) > quiet_for)
@@ -779,6 +804,14 @@ impl RateControl {
                 }
             }
         }
+    }
+
+    /// The least queue the receiver reported over the last round (at least [`MIN_SPAN`]). A single
+    /// reading also shows a queue of a moment: the burst of a sender making up for lost time, or a
+    /// forwarder that lost its CPU for a few milliseconds. At 0 ms and 5% loss, 40-57% of the readings
+    /// were 1 ms or more.
+    fn standing_queue(&self) -> Duration {
+        self.queue_recent.front().map_or(Duration::ZERO, |f| f.1)
     }
 
     fn queue_threshold(&self) -> Duration {
