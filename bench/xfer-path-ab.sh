@@ -3,7 +3,8 @@
 # one emulator for the whole run (default 2 Gb/s, 50 ms RTT, 1% random loss each way, MTU 9000, queue one
 # bandwidth-delay product), rounds alternating A, B, B, A, ..., each a push of the same file on disk into a
 # daemon writing to disk; per round the goodput, the retransmitted fraction, CPU seconds and major page
-# faults at both ends (the client from /usr/bin/time, the daemon from /proc/PID/stat) and the load; a
+# faults at both ends (the client from /usr/bin/time, the daemon from /proc/PID/stat), the time the
+# sender's pacing thread ran late, the CPU time the hypervisor took from the machine (steal) and the load; a
 # warm-up push of A before the rounds is not counted (WARMUP=0 leaves it out); then the median per
 # variant and the emulator's queue drops over the run. A variant is a binary and push options
 # (e.g. the same binary with and without --rate 2Gbps, or builds before and after a change). Needs root.
@@ -54,6 +55,8 @@ stop_emu() { kill $EMU; wait $EMU || true; EMU=; }
 # drops at the queue of the data direction, as the emulator reported them when it stopped
 # settle: sync and wait for the disk's discards before a run (bench/settle.sh says why)
 . "$(dirname "$(realpath "$0")")/settle.sh"
+# machine_mark and machine_steal: the CPU time the hypervisor took from this machine during each push
+. "$(dirname "$(realpath "$0")")/cpu.sh"
 queue_drops() { python3 -c "import json; print(json.load(open('$SCRATCH/emu.out'))['report']['a_to_b']['dropped_queue'])"; }
 # the flood: waits for the push's data port (the daemon's UDP socket) and transfer id (its metrics), then
 # FLOOD_AT seconds more
@@ -96,7 +99,7 @@ echo "# ${SIZE_MB} MB file, ${ROUNDS} rounds per variant, source $([ "${COLD:-0}
 # one push of variant $1 (A or B) into a daemon started for it; leaves x.json, the client's CPU and major
 # faults in $SCRATCH/time, and the daemon's CPU and major faults in SRV_CPU and SRV_FAULTS
 push_once() {
-  local v=$1 bin opts sopts c0 c1 f0 f1
+  local v=$1 bin opts sopts c0 c1 f0 f1 m0
   if [ "$v" = A ]; then bin=$A; opts=$OA; sopts=${SERVE_A:-}; else bin=$B; opts=$OB; sopts=${SERVE_B:-}; fi
   rm -rf "$SCRATCH/dst"/*
   if [ "$PER_ROUND" = 1 ]; then start_emu; fi
@@ -107,12 +110,14 @@ push_once() {
   settle
   if [ "${COLD:-0}" = 1 ]; then echo 3 >/proc/sys/vm/drop_caches; fi
   c0=$(awk '{print ($14 + $15) / 100}' /proc/$SRV/stat); f0=$(awk '{print $12}' /proc/$SRV/stat)
+  m0=$(machine_mark)
   # shellcheck disable=SC2086
   /usr/bin/time -f "%U %S %F" -o "$SCRATCH/time" ip netns exec $NA "$bin" xfer push "$SCRATCH/src/data.bin" $NET.2:46230/data $opts --json \
     >"$SCRATCH/x.json" 2>"$SCRATCH/x.err" &
   PUSH=$!
   if [ "${FLOOD:-0}" = 1 ]; then flood "$bin"; fi
   wait $PUSH || cat "$SCRATCH/x.err" >&2
+  STEAL=$(machine_steal "$m0" "$(machine_mark)")
   # the daemon's CPU for this push: it waits idle before and after (a round of the tail timer at most)
   c1=$(awk '{print ($14 + $15) / 100}' /proc/$SRV/stat); f1=$(awk '{print $12}' /proc/$SRV/stat)
   SRV_CPU=$(python3 -c "print(round($c1 - $c0, 2))"); SRV_FAULTS=$((f1 - f0))
@@ -129,8 +134,8 @@ if [ "${WARMUP:-1}" = 1 ]; then
   echo "# warm-up push of A (not counted): $(python3 -c "import json; print(round(json.load(open('$SCRATCH/x.json'))['goodput_bps'] / 1e6))" 2>/dev/null || echo failed) Mb/s"
 fi
 echo
-echo "| round | variant | goodput Mb/s | % of 2 Gb/s | retransmitted | seconds | of which after the last chunk verified | sender CPU s | receiver CPU s | major faults sender/receiver | rate cuts queue/loss | queue drops | dropped by the receiver | load |"
-echo "| --: | --- | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: |"
+echo "| round | variant | goodput Mb/s | % of 2 Gb/s | retransmitted | seconds | of which after the last chunk verified | sender CPU s | receiver CPU s | major faults sender/receiver | rate cuts queue/loss | queue drops | dropped by the receiver | sender late s | steal s | load |"
+echo "| --: | --- | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: |"
 : >"$SCRATCH/results"
 i=0
 for r in $(seq "$ROUNDS"); do
@@ -140,7 +145,7 @@ for r in $(seq "$ROUNDS"); do
     # TRACE_DIR=DIR: the rate control's trace of each push in DIR/round-N-V.csv (docs/xfer-protocol.md)
     if [ -n "${TRACE_DIR:-}" ]; then export VLBIFLOW_XFER_TRACE=$TRACE_DIR/round-$i-$v.csv; fi
     push_once $v
-    python3 - "$SCRATCH/x.json" $i $v "$(cut -d' ' -f1 /proc/loadavg)" "$SCRATCH/results" "$(awk '{print $1 + $2}' "$SCRATCH/time")" "$SRV_CPU" "$SIZE_MB" "$DROPS" "$(awk '{print $3}' "$SCRATCH/time")/$SRV_FAULTS" <<'PY'
+    python3 - "$SCRATCH/x.json" $i $v "$(cut -d' ' -f1 /proc/loadavg)" "$SCRATCH/results" "$(awk '{print $1 + $2}' "$SCRATCH/time")" "$SRV_CPU" "$SIZE_MB" "$DROPS" "$(awk '{print $3}' "$SCRATCH/time")/$SRV_FAULTS" "$STEAL" <<'PY'
 import json, sys
 try:
     d = json.load(open(sys.argv[1]))
@@ -149,11 +154,11 @@ try:
     s, vs = d["seconds"], d["verified_seconds"]
     r = d.get("receiver")  # protocol version 4 on
     dropped = sum(r[k] for k in ("bad_tag", "malformed", "wrong_transfer", "unknown_file")) if r else "-"
-    print(f"| {sys.argv[2]} | {sys.argv[3]} | {gp:.0f} | {gp / 20:.1f} | {rtx:.2f} % | {s:.1f} | {s - vs:.2f} | {sys.argv[6]} | {sys.argv[7]} | {sys.argv[10]} | {d.get('rate_cuts_queue', '?')}/{d.get('rate_cuts_loss', '?')} | {sys.argv[9]} | {dropped} | {sys.argv[4]} |")
+    print(f"| {sys.argv[2]} | {sys.argv[3]} | {gp:.0f} | {gp / 20:.1f} | {rtx:.2f} % | {s:.1f} | {s - vs:.2f} | {sys.argv[6]} | {sys.argv[7]} | {sys.argv[10]} | {d.get('rate_cuts_queue', '?')}/{d.get('rate_cuts_loss', '?')} | {sys.argv[9]} | {dropped} | {d.get('pacing_late_ms', 0) / 1000:.2f} | {sys.argv[11]} | {sys.argv[4]} |")
     gb = float(sys.argv[8]) / 1000
     open(sys.argv[5], "a").write(f"{sys.argv[3]} {gp} {rtx} {float(sys.argv[6]) / gb} {float(sys.argv[7]) / gb}\n")
 except Exception as e:
-    print(f"| {sys.argv[2]} | {sys.argv[3]} | failed ({e}) | | | | | | | | | | | |")
+    print(f"| {sys.argv[2]} | {sys.argv[3]} | failed ({e}) | | | | | | | | | | | | | |")
 PY
   done
 done
