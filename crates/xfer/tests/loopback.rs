@@ -12,17 +12,9 @@ use vlbiflow_xfer::source::collect_paths;
 use vlbiflow_xfer::{Key, Progress, XferError};
 use vlbiflow_xfer_proto::RateConfig;
 
-fn content(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
+#[path = "common/content.rs"]
+mod content;
+use content::content;
 
 fn opts(chunk: u64) -> Options {
     Options {

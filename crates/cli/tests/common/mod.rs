@@ -19,18 +19,10 @@ pub fn sh(args: &[&str]) {
     );
 }
 
-/// `len` bytes of a xorshift stream seeded with `seed`: test files whose content differs with the seed.
-pub fn content(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
+#[path = "../../../xfer/tests/common/content.rs"]
+mod generated;
+#[allow(unused_imports)] // not every test file writes test content
+pub use generated::content;
 
 /// A `vlbiflow xfer serve` on loopback serving `root` as `data`, and what it logs, line by line (echoed
 /// to the test's standard error); killed when dropped.
