@@ -11,6 +11,7 @@ pub mod hash;
 pub mod rate;
 pub mod receiver;
 pub mod sender;
+mod window;
 pub mod wire;
 
 pub use event::Event;

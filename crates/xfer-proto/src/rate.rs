@@ -46,6 +46,7 @@
 //!   The simulator (`tests/sim.rs`) shares a 200 Mb/s, 40 ms, 1-BDP drop-tail bottleneck with a TCP Reno
 //!   flow and both keep a share; at 1% random loss and 100 ms the goodput stays above 90% of the link.
 
+use crate::window::WindowedMin;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
@@ -149,7 +150,7 @@ pub struct RateControl {
     cfg: RateConfig,
     // shared
     min_rtt: Option<Duration>,
-    rtt_samples: VecDeque<(Instant, Duration)>,
+    rtt_samples: WindowedMin<Duration>,
     rate_points: VecDeque<(u64, u64, Option<u64>)>,
     // fixed
     fixed_rate: f64,
@@ -183,9 +184,9 @@ pub struct RateControl {
     /// [`RateControl::loss_compensation`]).
     loss_comp: f64,
     window_queue_min: Option<Duration>,
-    /// The receiver's queue readings of the last round (at least [`MIN_SPAN`]), as a sliding minimum
-    /// (increasing from front to back): what stays of a queue for that long is standing.
-    queue_recent: VecDeque<(Instant, Duration)>,
+    /// The receiver's queue readings of the last round (at least [`MIN_SPAN`]): what stays of a queue
+    /// for that long is standing.
+    queue_recent: WindowedMin<Duration>,
     /// Number of cuts for a standing queue (for reports and tests).
     pub cuts_queue: u64,
     /// Number of cuts for heavy loss.
@@ -265,7 +266,7 @@ impl RateControl {
         RateControl {
             cfg,
             min_rtt: None,
-            rtt_samples: VecDeque::new(),
+            rtt_samples: WindowedMin::new(),
             rate_points: VecDeque::new(),
             fixed_rate,
             phase: Phase::Startup,
@@ -287,7 +288,7 @@ impl RateControl {
             host_drops_at: None,
             loss_comp: 0.0,
             window_queue_min: None,
-            queue_recent: VecDeque::new(),
+            queue_recent: WindowedMin::new(),
             cuts_queue: 0,
             cuts_loss: 0,
             queue_trims: 0,
@@ -506,37 +507,16 @@ impl RateControl {
     /// Feeds one feedback message.
     pub fn on_feedback(&mut self, now: Instant, s: FeedbackSample) {
         if let Some(rtt) = s.rtt {
-            while self.rtt_samples.back().is_some_and(|b| b.1 >= rtt) {
-                self.rtt_samples.pop_back();
-            }
-            self.rtt_samples.push_back((now, rtt));
-            while self
-                .rtt_samples
-                .front()
-                .is_some_and(|f| now.duration_since(f.0) > Duration::from_secs(10))
-            {
-                self.rtt_samples.pop_front();
-            }
-            self.min_rtt = self.rtt_samples.front().map(|f| f.1);
+            self.rtt_samples.push(now, rtt, Duration::from_secs(10));
+            self.min_rtt = self.rtt_samples.min();
         }
         let sample = self.delivery_rate(s.recv_bytes, s.recv_time_us, s.send_time_us);
         if let Some(x) = sample {
             self.last_sample = x;
         }
         self.last_queue = s.queue_delay;
-        while self.queue_recent.back().is_some_and(|b| b.1 >= s.queue_delay) {
-            self.queue_recent.pop_back();
-        }
-        self.queue_recent.push_back((now, s.queue_delay));
         let recent = self.round().max(MIN_SPAN);
-        while self.queue_recent.len() > 1
-            && self
-                .queue_recent
-                .front()
-                .is_some_and(|f| now.duration_since(f.0) > recent)
-        {
-            self.queue_recent.pop_front();
-        }
+        self.queue_recent.push(now, s.queue_delay, recent);
         self.last_inflight = s.inflight;
         self.window_lost += s.lost;
         self.window_delivered += s.delivered;
@@ -811,7 +791,7 @@ impl RateControl {
     /// forwarder that lost its CPU for a few milliseconds. At 0 ms and 5% loss, 40-57% of the readings
     /// were 1 ms or more.
     fn standing_queue(&self) -> Duration {
-        self.queue_recent.front().map_or(Duration::ZERO, |f| f.1)
+        self.queue_recent.min().unwrap_or(Duration::ZERO)
     }
 
     fn queue_threshold(&self) -> Duration {

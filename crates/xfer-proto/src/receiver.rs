@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use crate::event::Event;
 use crate::hash::{block_digest, blocks_are_subtrees, ChunkDigests};
+use crate::window::WindowedMin;
 use crate::wire::{self, AbortKind, ChunkHash, ControlMsg, DataPacket, DataRepr, Feedback, HEADER_LEN};
 
 /// Each loss range goes out in this many consecutive feedbacks, so that a report is lost only with that
@@ -168,7 +169,7 @@ pub struct Receiver {
     arrived_us: u64,
     interval_owd_min: Option<i64>,
     prev_owd_min: Option<i64>,
-    owd_window: VecDeque<(Instant, i64)>,
+    owd_window: WindowedMin<i64>,
     fb_bytes: u64,
     fb_at: Option<Instant>,
     data_since_fb: bool,
@@ -208,7 +209,7 @@ impl Receiver {
             arrived_us: 0,
             interval_owd_min: None,
             prev_owd_min: None,
-            owd_window: VecDeque::new(),
+            owd_window: WindowedMin::new(),
             fb_bytes: 0,
             fb_at: None,
             data_since_fb: false,
@@ -651,18 +652,8 @@ impl Receiver {
             .map_or(0, |r| r.min(u64::MAX as u128) as u64);
         let (queue, trend) = match self.interval_owd_min.take() {
             Some(m) => {
-                while self.owd_window.back().is_some_and(|b| b.1 >= m) {
-                    self.owd_window.pop_back();
-                }
-                self.owd_window.push_back((now, m));
-                while self
-                    .owd_window
-                    .front()
-                    .is_some_and(|f| now.saturating_duration_since(f.0) > Duration::from_secs(10))
-                {
-                    self.owd_window.pop_front();
-                }
-                let floor = self.owd_window.front().map_or(m, |f| f.1);
+                self.owd_window.push(now, m, Duration::from_secs(10));
+                let floor = self.owd_window.min().unwrap_or(m);
                 let trend = self.prev_owd_min.map_or(0, |p| m - p);
                 self.prev_owd_min = Some(m);
                 ((m - floor).max(0) as u64, trend)

@@ -1284,6 +1284,25 @@ fn five_percent_loss_at_a_fraction_of_a_millisecond() {
     assert!(goodput >= 0.85 * 1e9, "{:.0} Mb/s", mb(goodput));
 }
 
+/// 400 MB over a 1 Gb/s link with `p` random loss before its bottleneck (or after it) and a 4 MB queue:
+/// the runs that measure how the pacing makes up for random loss.
+fn random_loss_setup(p: f64, rtt: Duration, before: bool) -> Setup {
+    let mut link = LinkCfg::new(1e9, rtt);
+    link.loss = Loss::Random(p);
+    link.loss_before = before;
+    link.queue_bytes = link.queue_bytes.max(4 << 20);
+    Setup::compared(link, 400 << 20)
+}
+
+/// Goodput after startup and until the last round trips of a transfer that took `t`, bits/s.
+fn goodput_after_startup(sim: &Sim, t: Duration) -> f64 {
+    rate_between(
+        &sim.delivered_at,
+        Duration::from_secs(1),
+        t - Duration::from_millis(200),
+    )
+}
+
 /// Random loss before the bottleneck (5% and 1%, at 0.2 and 20 ms): the pacing makes up for it and the
 /// bottleneck is filled after startup; with the loss after the bottleneck the same rule sends the
 /// bottleneck's rate rather than that rate less the loss. After startup, pacing at the delivery rate
@@ -1300,22 +1319,11 @@ fn random_loss_before_the_bottleneck_is_made_up_for() {
         (0.05, 20_000, true),
         (0.05, 200, false),
     ] {
-        let mut link = LinkCfg::new(1e9, Duration::from_micros(rtt_us));
-        link.loss = Loss::Random(p);
-        link.loss_before = before;
-        link.queue_bytes = link.queue_bytes.max(4 << 20);
-        let bytes = 400u64 << 20;
-        let st = Setup::compared(link, bytes);
-        let mut sim = Sim::new(st);
+        let mut sim = Sim::new(random_loss_setup(p, Duration::from_micros(rtt_us), before));
         let t = sim.run(Duration::from_secs(60));
         sim.check_exact();
         let s = sim.s.stats();
-        // after startup and until the last round trips
-        let goodput = rate_between(
-            &sim.delivered_at,
-            Duration::from_secs(1),
-            t - Duration::from_millis(200),
-        );
+        let goodput = goodput_after_startup(&sim, t);
         // payload is 98.6% of the wire
         let can = if before { 0.986 } else { 0.986 * (1.0 - p) };
         eprintln!(
@@ -1349,13 +1357,7 @@ fn random_loss_before_the_bottleneck_is_made_up_for() {
 /// 85% of the gain cycle (99.4% of what the link can carry); now in 95% (100.0%).
 #[test]
 fn momentary_queues_do_not_stop_making_up_for_random_loss() {
-    let mut link = LinkCfg::new(1e9, Duration::from_micros(200));
-    link.loss = Loss::Random(0.05);
-    link.loss_before = true;
-    link.queue_bytes = link.queue_bytes.max(4 << 20);
-    let bytes = 400u64 << 20;
-    let st = Setup::compared(link, bytes);
-    let mut sim = Sim::new(st);
+    let mut sim = Sim::new(random_loss_setup(0.05, Duration::from_micros(200), true));
     let t0 = sim.t0;
     // 6 ms every 25 ms after startup, until well past the end
     sim.path_stalls = (20..400u64)
@@ -1382,11 +1384,7 @@ fn momentary_queues_do_not_stop_making_up_for_random_loss() {
     let t = sim.now - t0;
     sim.check_exact();
     let s = sim.s.stats();
-    let goodput = rate_between(
-        &sim.delivered_at,
-        Duration::from_secs(1),
-        t - Duration::from_millis(200),
-    );
+    let goodput = goodput_after_startup(&sim, t);
     let share = goodput / (0.986 * 1e9);
     let on = f64::from(making_up) / f64::from(cruising.max(1));
     eprintln!(
