@@ -155,6 +155,8 @@ pub struct Receiver {
     files: Vec<Option<RFile>>,
     files_total: u64,
     files_done: u64,
+    /// The sender's `closed`: how many files of how many bytes the transfer has in all.
+    closed: Option<(u32, u64)>,
     highest: Option<u64>,
     loss: Vec<(u64, u32)>,
     /// Ranges of the last feedbacks (the first sequence number each speaks for, its fresh ranges).
@@ -197,6 +199,7 @@ impl Receiver {
             files: Vec::new(),
             files_total: 0,
             files_done: 0,
+            closed: None,
             highest: None,
             loss: Vec::new(),
             loss_hist: VecDeque::new(),
@@ -447,6 +450,11 @@ impl Receiver {
                         self.cfg.max_files
                     ));
                 }
+                if let Some((n, _)) = self.closed.filter(|c| file >= c.0) {
+                    return self.abort(format!(
+                        "announce: file index {file}, but the sender closed the list at {n} files"
+                    ));
+                }
                 // files are announced in order, so the table grows by one and a peer cannot make it huge
                 if file as usize != self.files.len() {
                     return self.abort(format!(
@@ -514,6 +522,22 @@ impl Receiver {
             }
             ControlMsg::Ping | ControlMsg::Auth { .. } => {}
             ControlMsg::FeedbackDatagrams => self.datagram_feedback_ok = true,
+            ControlMsg::Closed { files, bytes } => {
+                if self.transfer_id.is_none() {
+                    return self.abort("closed before hello".into());
+                }
+                if self.closed.is_some() {
+                    return self.abort("second closed".into());
+                }
+                if (files as u64) < self.files_total {
+                    return self.abort(format!(
+                        "the sender closed the list at {files} files, but announced {}",
+                        self.files_total
+                    ));
+                }
+                self.closed = Some((files, bytes));
+                self.finish_if_closed();
+            }
             ControlMsg::Done { files, bytes } => {
                 let all = self.files_done == self.files_total && self.files_total == files as u64;
                 if all {
@@ -632,6 +656,28 @@ impl Receiver {
     fn file_done(&mut self, file: u32) {
         self.files_done += 1;
         self.events.push_back(Event::FileDone { file });
+        self.finish_if_closed();
+    }
+
+    /// Once the sender has closed the list, the transfer is done here when every file of it is verified:
+    /// the I/O layer commits and reports then, half a round trip before the sender, which learns of the
+    /// last verification from this side, could say `done`.
+    fn finish_if_closed(&mut self) {
+        let Some((files, bytes)) = self.closed else {
+            return;
+        };
+        if self.state != State::Running || self.files_total != files as u64 || self.files_done != files as u64
+        {
+            return;
+        }
+        let announced: u64 = self.files.iter().flatten().map(|f| f.size).sum();
+        if announced != bytes {
+            return self.abort(format!(
+                "the sender closed the list at {bytes} bytes, but its {files} files hold {announced}"
+            ));
+        }
+        self.state = State::Done;
+        self.events.push_back(Event::TransferDone);
     }
 
     fn abort(&mut self, reason: String) {

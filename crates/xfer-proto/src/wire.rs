@@ -55,7 +55,7 @@ pub const MAGIC: u16 = 0x5846;
 /// receiver may change the sender's ceiling while running (`rate_cap`), and an abort may say it was a
 /// refusal or a busy file; 6: feedback carries the receiving host's socket drops, `host_drops`, which a
 /// sender of version 5 would refuse).
-pub const VERSION: u8 = 6;
+pub const VERSION: u8 = 7;
 /// Magic number at the start of every feedback datagram.
 pub const FEEDBACK_MAGIC: u16 = 0x5842;
 /// Length of the feedback datagram header, tag included.
@@ -751,6 +751,10 @@ pub enum ControlMsg {
     /// Receiver -> sender: pace at most at `bps` bits/s on the wire from now on (`None`: no ceiling but the
     /// sender's own). A daemon sends it when its share of a limit on all its transfers changes.
     RateCap { bps: Option<u64> },
+    /// Sender -> receiver: no file will be added; the transfer has `files` files of `bytes` bytes in all.
+    /// The receiver then commits and reports as soon as it has verified every chunk itself, without
+    /// waiting a round trip for `done` (since version 7).
+    Closed { files: u32, bytes: u64 },
     /// Sender -> receiver: every file is announced and every chunk verified.
     Done { files: u32, bytes: u64 },
     /// Either way: the transfer ends with an error. `kind` says whether to rerun (the default, left out
@@ -1070,6 +1074,7 @@ mod tests {
                 bps: Some(500_000_000),
             },
             ControlMsg::RateCap { bps: None },
+            ControlMsg::Closed { files: 2, bytes: 5 },
             ControlMsg::Done { files: 2, bytes: 5 },
             ControlMsg::Abort {
                 reason: "disk full".into(),

@@ -45,6 +45,7 @@ fn msg() -> impl Strategy<Value = ControlMsg> {
                 ..Default::default()
             })),
         Just(ControlMsg::Ping),
+        (0u32..4, any::<u64>()).prop_map(|(files, bytes)| ControlMsg::Closed { files, bytes }),
         (0u32..4, any::<u64>()).prop_map(|(files, bytes)| ControlMsg::Done { files, bytes }),
         Just(ControlMsg::Abort {
             reason: "x".into(),
@@ -172,6 +173,68 @@ fn receiver_rejects_announces_out_of_order_and_oversized() {
     r.handle_control(t0, ann(0, 1 << 50));
     assert!(reason(&mut r).contains("blocks, above the limit"));
     assert!(matches!(r.poll_control(), Some(ControlMsg::Abort { .. })));
+}
+
+/// A sender that closes its list and then breaks it (announces a file past it, closes it twice, or
+/// closes it below what it announced or at other sizes than its files') gets an abort, not a commit.
+#[test]
+fn receiver_holds_the_sender_to_its_closed_list() {
+    let t0 = Instant::now();
+    let hello = ControlMsg::Hello {
+        version: wire::VERSION,
+        transfer_id: 1,
+        block_size: 8192,
+    };
+    // files of no bytes: each is verified (done) as it is announced
+    let ann = |file| ControlMsg::Announce {
+        file,
+        name: format!("f{file}"),
+        size: 0,
+        chunk_size: 1 << 20,
+        hashes: vec![],
+    };
+    let closed = |files, bytes| ControlMsg::Closed { files, bytes };
+    let run = |msgs: Vec<ControlMsg>| {
+        let mut r = Receiver::new(ReceiverConfig::default());
+        r.handle_control(t0, hello.clone());
+        for m in msgs {
+            r.handle_control(t0, m);
+        }
+        let mut out = (None, false);
+        while let Some(e) = r.poll_event() {
+            match e {
+                Event::Aborted { reason } => out.0 = Some(reason),
+                Event::TransferDone => out.1 = true,
+                _ => {}
+            }
+        }
+        out
+    };
+    // the list closed before its last announce: done with that announce, not before
+    assert_eq!(run(vec![ann(0), closed(2, 0)]), (None, false));
+    assert_eq!(run(vec![ann(0), closed(2, 0), ann(1)]), (None, true));
+    // (once every file of the closed list is done the receiver is done, and takes nothing more)
+    assert_eq!(run(vec![closed(1, 0), ann(0), ann(1)]), (None, true));
+    let (why, done) = run(vec![closed(1, 0), ann(1)]);
+    assert!(!done);
+    assert!(why
+        .unwrap()
+        .contains("file index 1, but the sender closed the list at 1 files"));
+    let (why, _) = run(vec![ann(0), ann(1), closed(1, 0)]);
+    assert!(why
+        .unwrap()
+        .contains("closed the list at 1 files, but announced 2"));
+    let (why, _) = run(vec![closed(2, 0), closed(2, 0)]);
+    assert!(why.unwrap().contains("second closed"));
+    let (why, done) = run(vec![ann(0), closed(1, 10)]);
+    assert!(!done);
+    assert!(why
+        .unwrap()
+        .contains("closed the list at 10 bytes, but its 1 files hold 0"));
+    // `closed` before `hello`
+    let mut r = Receiver::new(ReceiverConfig::default());
+    r.handle_control(t0, closed(0, 0));
+    assert!(matches!(r.poll_event(), Some(Event::Aborted { .. })));
 }
 
 /// A genuine datagram that overtakes `hello` (UDP is faster than a control connection that lost a

@@ -1111,6 +1111,8 @@ fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
     let mut committed: Vec<Option<Committed>> = vec![None; nfiles];
     let mut n_committed = 0usize;
     let mut transfer_done = false;
+    // the sender's `done` has come (see `drain_until_done`)
+    let mut saw_done = false;
     let mut started: Option<Instant> = None;
     let mut bytes_resumed = 0u64;
     let mut bytes_verified = 0u64;
@@ -1150,7 +1152,10 @@ fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
             .chain(std::iter::from_fn(|| link.rx.try_recv().ok()))
         {
             match m {
-                Inbound::Ctl(c) => ctl_queue.push_back(c),
+                Inbound::Ctl(c) => {
+                    saw_done |= matches!(c, ControlMsg::Done { .. });
+                    ctl_queue.push_back(c);
+                }
                 Inbound::Sess(s) => {
                     return Err(abort(
                         link,
@@ -1395,13 +1400,17 @@ fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
                 files: files.clone(),
                 receiver: ReceiverReport::new(&st, direct, back),
             });
+            let seconds = started.map_or(0.0, |t| t.elapsed().as_secs_f64());
+            if !saw_done {
+                drain_until_done(link);
+            }
             return Ok(RecvOutcome {
                 committed: files,
                 stats: st,
                 bytes_resumed,
                 bytes_written_direct: direct,
                 bytes_read_back: back,
-                seconds: started.map_or(0.0, |t| t.elapsed().as_secs_f64()),
+                seconds,
                 realtime: false,
             });
         }
@@ -1409,6 +1418,26 @@ fn recv_loop(d: RecvLoop<'_>) -> Result<RecvOutcome, XferError> {
             return Err(failed!(
                 "the transfer ended without completing; the .part files are kept for a resume"
             ));
+        }
+    }
+}
+
+/// How long a receiver that has committed waits for the sender's `done`.
+const DONE_WAIT: Duration = Duration::from_secs(3);
+
+/// The receiver commits once the sender has closed the list and it has verified every chunk itself
+/// (protocol version 7), and the sender's `done`, sent when it learns of the last verification, is then
+/// still on its way. Reads until it arrives or the sender closes (bounded by [`DONE_WAIT`]), so that the
+/// connection is not closed with it unread: a TCP connection closed with data unread is reset, and the
+/// reset could reach the sender before it has read the commit report.
+fn drain_until_done(link: &Link) {
+    let until = Instant::now() + DONE_WAIT;
+    loop {
+        match link.rx.recv_deadline(until) {
+            Ok(Inbound::Ctl(ControlMsg::Done { .. }) | Inbound::Closed(_) | Inbound::Refused(_)) | Err(_) => {
+                return
+            }
+            Ok(_) => {}
         }
     }
 }
