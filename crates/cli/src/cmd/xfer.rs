@@ -262,7 +262,9 @@ struct CopyArgs {
 struct Realtime {
     /// Run this side's data threads (pacing, reading ahead, feedback; receiving, writing) in the real-time
     /// class SCHED_FIFO at priority 5, so that pacing holds on a loaded host; use it at both ends (needs
-    /// root, CAP_SYS_NICE or `ulimit -r` >= 5; on a host that records, only below the recorder's priority)
+    /// root, CAP_SYS_NICE or `ulimit -r` >= 5; on a host that records, only below the recorder's priority).
+    /// On a virtual machine compare with and without: on one it drew the hypervisor's steal and lost
+    /// more than it gained (docs/xfer.md)
     #[arg(long)]
     realtime: bool,
 }
