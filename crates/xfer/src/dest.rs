@@ -247,6 +247,13 @@ pub fn open_final_ro(dir: &OwnedFd, name: &str) -> io::Result<File> {
 /// Renames `name.part` to `name` in `dir` (refusing to replace an existing file unless `overwrite`) and
 /// syncs the directory.
 pub fn commit_part(dir: &OwnedFd, name: &str, overwrite: bool) -> io::Result<()> {
+    rename_part(dir, name, overwrite)?;
+    sync_dir(dir)
+}
+
+/// Renames `name.part` to `name` in `dir` (refusing to replace an existing file unless `overwrite`),
+/// without syncing the directory: [`sync_dir`] afterwards makes one or many renames durable.
+pub fn rename_part(dir: &OwnedFd, name: &str, overwrite: bool) -> io::Result<()> {
     let part = format!("{name}{PART_SUFFIX}");
     let flags = if overwrite {
         RenameFlags::empty()
@@ -254,7 +261,11 @@ pub fn commit_part(dir: &OwnedFd, name: &str, overwrite: bool) -> io::Result<()>
         RenameFlags::NOREPLACE
     };
     rfs::renameat_with(dir, part.as_str(), dir, name, flags)
-        .map_err(|e| io_err(e, format!("renaming {part} to {name}")))?;
+        .map_err(|e| io_err(e, format!("renaming {part} to {name}")))
+}
+
+/// Syncs a directory: the renames and new entries in it are durable once this returns.
+pub fn sync_dir(dir: &OwnedFd) -> io::Result<()> {
     rfs::fsync(dir).map_err(|e| io_err(e, "syncing the directory"))
 }
 
@@ -275,8 +286,31 @@ pub struct Manifest {
     pub writer: String,
 }
 
-/// Writes `name.blake3.json` in `dir` (temporary file, sync, rename).
-pub fn write_manifest(dir: &OwnedFd, m: &Manifest) -> io::Result<()> {
+/// A manifest written to its temporary file, not yet synced or renamed (see [`stage_manifest`]).
+#[derive(Debug)]
+pub struct StagedManifest {
+    /// The temporary file, to be synced before [`StagedManifest::rename`].
+    pub file: File,
+    tmp: String,
+    fin: String,
+}
+
+impl StagedManifest {
+    /// Renames the temporary file to `name.blake3.json` (replacing an older manifest). Sync
+    /// [`StagedManifest::file`] before, and the directory after, for the manifest to be durable.
+    pub fn rename(&self, dir: &OwnedFd) -> io::Result<()> {
+        rfs::renameat(dir, self.tmp.as_str(), dir, self.fin.as_str()).map_err(|e| io_err(e, &self.fin))
+    }
+
+    /// Removes the temporary file (its file was not committed).
+    pub fn discard(self, dir: &OwnedFd) {
+        let _ = rfs::unlinkat(dir, self.tmp.as_str(), AtFlags::empty());
+    }
+}
+
+/// Writes the manifest of `m.name` to a temporary file `.name.blake3.json.tmp` in `dir`, so that its sync
+/// can run beside the sync of the file it describes.
+pub fn stage_manifest(dir: &OwnedFd, m: &Manifest) -> io::Result<StagedManifest> {
     let tmp = format!(".{}{MANIFEST_SUFFIX}.tmp", m.name);
     let fin = format!("{}{MANIFEST_SUFFIX}", m.name);
     let fd = rfs::openat(
@@ -286,12 +320,11 @@ pub fn write_manifest(dir: &OwnedFd, m: &Manifest) -> io::Result<()> {
         Mode::from_raw_mode(0o644),
     )
     .map_err(|e| io_err(e, &tmp))?;
-    let mut f = File::from(fd);
+    let mut file = File::from(fd);
     let mut text = serde_json::to_vec_pretty(m).expect("manifest serialises");
     text.push(b'\n');
-    f.write_all(&text)?;
-    f.sync_data()?;
-    rfs::renameat(dir, tmp.as_str(), dir, fin.as_str()).map_err(|e| io_err(e, &fin))
+    file.write_all(&text)?;
+    Ok(StagedManifest { file, tmp, fin })
 }
 
 #[cfg(test)]

@@ -43,8 +43,29 @@ pub fn xfer_serve(
     listen: &str,
     extra: &[&str],
 ) -> XferDaemon {
+    xfer_serve_limited(state, root, listen, extra, None)
+}
+
+/// [`xfer_serve`] with its limit on open files (soft and hard) set to `nofile` first (`ulimit -n`), if given.
+#[allow(dead_code)]
+pub fn xfer_serve_limited(
+    state: &std::path::Path,
+    root: &std::path::Path,
+    listen: &str,
+    extra: &[&str],
+    nofile: Option<u64>,
+) -> XferDaemon {
     use std::io::BufRead;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vlbiflow"))
+    let bin = env!("CARGO_BIN_EXE_vlbiflow");
+    let mut cmd = match nofile {
+        Some(n) => {
+            let mut c = Command::new("sh");
+            c.args(["-c", &format!("ulimit -n {n} && exec \"$0\" \"$@\""), bin]);
+            c
+        }
+        None => Command::new(bin),
+    };
+    let mut child = cmd
         .args(["xfer", "serve", "--listen", listen, "--root"])
         .arg(format!("data={}", root.display()))
         .args(extra)
