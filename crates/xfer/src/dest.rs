@@ -244,13 +244,6 @@ pub fn open_final_ro(dir: &OwnedFd, name: &str) -> io::Result<File> {
     Ok(File::from(fd))
 }
 
-/// Renames `name.part` to `name` in `dir` (refusing to replace an existing file unless `overwrite`) and
-/// syncs the directory.
-pub fn commit_part(dir: &OwnedFd, name: &str, overwrite: bool) -> io::Result<()> {
-    rename_part(dir, name, overwrite)?;
-    sync_dir(dir)
-}
-
 /// Renames `name.part` to `name` in `dir` (refusing to replace an existing file unless `overwrite`),
 /// without syncing the directory: [`sync_dir`] afterwards makes one or many renames durable.
 pub fn rename_part(dir: &OwnedFd, name: &str, overwrite: bool) -> io::Result<()> {
@@ -355,9 +348,10 @@ mod tests {
         let mut f = open_part(&dir, "f").unwrap();
         f.write_all(b"new").unwrap();
         std::fs::write(d.path().join("in/deep/f"), b"old").unwrap();
-        assert!(commit_part(&dir, "f", false).is_err());
+        assert!(rename_part(&dir, "f", false).is_err());
         assert_eq!(std::fs::read(d.path().join("in/deep/f")).unwrap(), b"old");
-        commit_part(&dir, "f", true).unwrap();
+        rename_part(&dir, "f", true).unwrap();
+        sync_dir(&dir).unwrap();
         assert_eq!(std::fs::read(d.path().join("in/deep/f")).unwrap(), b"new");
         assert_eq!(existing(&dir, "f").unwrap(), Existing::File(3));
         std::os::unix::fs::symlink("/etc/passwd", d.path().join("in/deep/l")).unwrap();

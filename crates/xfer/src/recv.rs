@@ -1843,6 +1843,7 @@ fn handle_events(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hash::chunk_hash;
 
     /// Whether `O_DIRECT` is possible under `dir` (not on tmpfs, for one).
     fn direct_possible(dir: &OwnedFd, name: &str, part: &File) -> bool {
@@ -2009,32 +2010,26 @@ mod tests {
         let pl = plan(d.path(), &[], &specs, &options).unwrap();
         let dir = Arc::new(dest::open_dir(d.path(), &[], true).unwrap());
         let content = |i: usize| -> Vec<u8> { (0..sizes[i]).map(|x| (x * 7 + i as u64) as u8).collect() };
-        let jobs = |_: &Plan| -> Vec<Finalize> {
-            (0..3)
-                .map(|i| {
-                    let data = content(i);
-                    let part = dest::open_part(&dir, &specs[i].name).unwrap();
-                    part.write_all_at(&data, 0).unwrap();
-                    let hashes = (0..sizes[i].div_ceil(cs))
-                        .map(|c| {
-                            let (o, l) = (c * cs, cs.min(sizes[i] - c * cs));
-                            let mut h = ChunkHasher::new(sizes[i], cs, c);
-                            h.update(&data[o as usize..(o + l) as usize]);
-                            h.finish()
-                        })
-                        .collect();
-                    Finalize {
-                        file: i as u32,
-                        f: Arc::new(part),
-                        dir: dir.clone(),
-                        read_only: false,
-                        hashes,
-                        resumed: 0,
-                    }
-                })
-                .collect()
-        };
-        let js = jobs(&pl);
+        let js: Vec<Finalize> = (0..3)
+            .map(|i| {
+                let data = content(i);
+                let part = dest::open_part(&dir, &specs[i].name).unwrap();
+                part.write_all_at(&data, 0).unwrap();
+                let hashes = data
+                    .chunks(cs as usize)
+                    .enumerate()
+                    .map(|(c, piece)| chunk_hash(sizes[i], cs, c as u64, piece))
+                    .collect();
+                Finalize {
+                    file: i as u32,
+                    f: Arc::new(part),
+                    dir: dir.clone(),
+                    read_only: false,
+                    hashes,
+                    resumed: 0,
+                }
+            })
+            .collect();
         std::fs::write(d.path().join("b"), b"already here").unwrap();
         let r = finalize_batch(&pl, js, false, "test");
         assert_eq!(r.len(), 3);
@@ -2072,14 +2067,12 @@ mod tests {
         let d2 = Arc::new(dest::open_dir(e.path(), &[], true).unwrap());
         let part = dest::open_part(&d2, "a").unwrap();
         part.write_all_at(&content(0), 0).unwrap();
-        let mut h = ChunkHasher::new(sizes[0], cs, 0);
-        h.update(&content(0));
         let j = Finalize {
             file: 0,
             f: Arc::new(part),
             dir: d2,
             read_only: false,
-            hashes: vec![h.finish()],
+            hashes: vec![chunk_hash(sizes[0], cs, 0, &content(0))],
             resumed: 0,
         };
         let r = finalize_batch(&pl, vec![j], false, "test");
