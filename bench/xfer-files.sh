@@ -55,6 +55,7 @@ PY
 }
 push() { # push ROUND NAME BIN
   rm -rf "$SCRATCH/dst"/*
+  sync # as before cp: the previous round's deletions are not this round's to write
   "$3" xfer serve --listen 127.0.0.1:$PORT --root data="$SCRATCH/dst" 2>"$SCRATCH/serve.err" &
   SRV=$!
   for _ in $(seq 100); do grep -q 'serving on' "$SCRATCH/serve.err" 2>/dev/null && break; sleep 0.1; done

@@ -101,6 +101,32 @@ pub fn check_realtime(priority: i32) -> io::Result<()> {
         .unwrap_or_else(|_| Err(io::Error::other("the real-time check panicked")))
 }
 
+/// How much nicer than its process [`nicer`] makes a thread of bulk work (reading and hashing a sender's
+/// windows, writing a receiver's chunks) in the ordinary class: at nice +5 the kernel weighs it at a
+/// third of the pacing and receiving threads, so that they, woken on time, take its core at once, while
+/// it catches up from the windows queued ahead of it.
+pub const BULK_NICE: i32 = 5;
+
+/// Makes the calling thread `by` nicer (a lower priority in the ordinary class; any user may). Threads
+/// have their own nice value on Linux: the process's other threads keep theirs.
+pub fn nicer(by: i32) -> io::Result<()> {
+    let tid = rustix::thread::gettid().as_raw_nonzero().get() as libc::id_t;
+    // SAFETY: getpriority takes no pointer; -1 is a valid nice value, so errno tells an error apart.
+    let now = unsafe {
+        *libc::__errno_location() = 0;
+        libc::getpriority(libc::PRIO_PROCESS, tid)
+    };
+    // SAFETY: reading errno of this thread.
+    if now == -1 && unsafe { *libc::__errno_location() } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: setpriority takes no pointer; `tid` is this thread.
+    if unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, (now + by).min(19)) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Sets the calling thread's timer slack (the kernel's default of 50 µs blurs every wake-up of a paced
 /// thread); 0 is taken as the smallest slack, 1 ns.
 pub fn set_timer_slack(ns: u64) {
@@ -114,6 +140,31 @@ mod tests {
     fn policy() -> libc::c_int {
         // SAFETY: pid 0 is the calling thread; no pointer.
         unsafe { libc::sched_getscheduler(0) }
+    }
+
+    fn nice() -> i32 {
+        let tid = rustix::thread::gettid().as_raw_nonzero().get() as libc::id_t;
+        // SAFETY: no pointer; the nice values used here are never -1.
+        unsafe { libc::getpriority(libc::PRIO_PROCESS, tid) }
+    }
+
+    #[test]
+    fn a_nicer_thread_leaves_its_process_as_it_was() {
+        let before = nice();
+        let (mine, other) = std::thread::scope(|s| {
+            let t = s.spawn(|| {
+                nicer(BULK_NICE).unwrap();
+                nice()
+            });
+            let mine = t.join().unwrap();
+            (mine, s.spawn(nice).join().unwrap())
+        });
+        assert_eq!(mine, (before + BULK_NICE).min(19));
+        assert_eq!(
+            other, before,
+            "a new thread takes the process's nice value, not the nicer one's"
+        );
+        assert_eq!(nice(), before);
     }
 
     #[test]

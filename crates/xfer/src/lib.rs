@@ -58,7 +58,15 @@ fn realtime_class(realtime: bool, thread: &str) -> Option<vlbiflow_udp::sched::R
 /// [`realtime_class`] for a thread that works in bursts beside the pacing and receiving threads (reading
 /// and hashing, writing): a step below them ([`vlbiflow_udp::sched::BULK_PRIORITY`]), so that they take
 /// their core back the moment they wake.
+/// The class of a thread of bulk work: with `--realtime` the real-time class below the data threads;
+/// without it, the ordinary class made nicer than the process ([`vlbiflow_udp::sched::BULK_NICE`]), so
+/// that it does not hold the pacing or receiving thread off a core either.
 fn realtime_bulk_class(realtime: bool, thread: &str) -> Option<vlbiflow_udp::sched::RealtimeGuard> {
+    if !realtime {
+        // only a preference: the thread works the same at its process's priority
+        let _ = vlbiflow_udp::sched::nicer(vlbiflow_udp::sched::BULK_NICE);
+        return None;
+    }
     realtime_class_at(realtime, thread, vlbiflow_udp::sched::BULK_PRIORITY)
 }
 
