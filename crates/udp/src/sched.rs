@@ -110,20 +110,10 @@ pub const BULK_NICE: i32 = 5;
 /// Makes the calling thread `by` nicer (a lower priority in the ordinary class; any user may). Threads
 /// have their own nice value on Linux: the process's other threads keep theirs.
 pub fn nicer(by: i32) -> io::Result<()> {
-    let tid = rustix::thread::gettid().as_raw_nonzero().get() as libc::id_t;
-    // SAFETY: getpriority takes no pointer; -1 is a valid nice value, so errno tells an error apart.
-    let now = unsafe {
-        *libc::__errno_location() = 0;
-        libc::getpriority(libc::PRIO_PROCESS, tid)
-    };
-    // SAFETY: reading errno of this thread.
-    if now == -1 && unsafe { *libc::__errno_location() } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: setpriority takes no pointer; `tid` is this thread.
-    if unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, (now + by).min(19)) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    use rustix::process::{getpriority_process, setpriority_process};
+    let me = Some(rustix::thread::gettid());
+    let now = getpriority_process(me)?;
+    setpriority_process(me, (now + by).min(19))?;
     Ok(())
 }
 
@@ -143,9 +133,7 @@ mod tests {
     }
 
     fn nice() -> i32 {
-        let tid = rustix::thread::gettid().as_raw_nonzero().get() as libc::id_t;
-        // SAFETY: no pointer; the nice values used here are never -1.
-        unsafe { libc::getpriority(libc::PRIO_PROCESS, tid) }
+        rustix::process::getpriority_process(Some(rustix::thread::gettid())).unwrap()
     }
 
     #[test]
