@@ -1083,8 +1083,9 @@ mod tests {
     #[test]
     fn the_read_ahead_deepens_only_on_waits_after_the_first_window() {
         let dir = tempfile::tempdir().unwrap();
-        let set = Arc::new(files(dir.path(), &[100]));
-        let mut a = ReadAhead::new(set, None, Held::default(), Arc::default(), false);
+        let set = Arc::new(files(dir.path(), &[100, 100]));
+        let held = Held::default();
+        let mut a = ReadAhead::new(set.clone(), None, held.clone(), Arc::default(), false);
         assert_eq!(a.depth, DEPTH_START);
         a.took(true);
         assert_eq!(a.depth, DEPTH_START, "the first window's wait");
@@ -1096,10 +1097,27 @@ mod tests {
             a.took(true);
         }
         assert_eq!(a.depth, DEPTH);
-        a.fresh = true;
+        // the data thread moves to file 0 with no read ahead there: the reading thread is sent to file 1
+        // (a seek) and given the buffers it is owed; the wait for that seek's first window does not count
         a.depth = DEPTH_START;
+        let seg = Seg {
+            file: 0,
+            offset: 0,
+            len: 100,
+            at: 0,
+            size: 100,
+            dig_from: 0,
+            dig: 0,
+            dig_n: 0,
+            pending: false,
+        };
+        a.request(&set, &held, Win::new(), &[seg]);
+        assert_eq!(a.at, Some((1, 0)));
+        assert_eq!(a.owned, DEPTH_START);
         a.took(true);
-        assert_eq!(a.depth, DEPTH_START, "after a seek");
+        assert_eq!(a.depth, DEPTH_START, "the wait after a seek");
+        a.took(true);
+        assert_eq!(a.depth, 2 * DEPTH_START);
     }
 
     /// A resume whose held chunks are scattered: the windows follow the sender's schedule, past the held
