@@ -87,8 +87,9 @@ impl RecorderEngine {
                 continue;
             }
             let frame_len = spec.frame_size as usize;
+            let source = vlbiflow_evlbi::ForwardSource::for_stream(spec);
             let (f, tap) =
-                vlbiflow_evlbi::Forwarder::start(dests, frame_len, 0).map_err(|e| e.to_string())?;
+                vlbiflow_evlbi::Forwarder::start(dests, frame_len, &source).map_err(|e| e.to_string())?;
             forwarders.push(f);
             taps.push(Some(
                 tap.with_gate(forward.gate.clone()).into_recorder_tap(frame_len),

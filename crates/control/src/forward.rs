@@ -65,6 +65,15 @@ pub struct DestReport {
     pub connects: u64,
     pub last_error: Option<String>,
     pub next_psn: u64,
+    /// Positions of the stream skipped because their frames never reached the recorder, and because the
+    /// recorder had no buffer for them (each frame's PSN is its position, so these are holes).
+    #[serde(default)]
+    pub skipped_captured_lost: u64,
+    #[serde(default)]
+    pub skipped_no_buffer: u64,
+    /// Gap notices sent (udps).
+    #[serde(default)]
+    pub notices_sent: u64,
 }
 
 /// Forwarding in the status report.
@@ -88,6 +97,10 @@ pub struct DestTotals {
     pub dropped_send_error: u64,
     pub dropped_disconnected: u64,
     pub dropped_at_stop: u64,
+    #[serde(default)]
+    pub skipped_captured_lost: u64,
+    #[serde(default)]
+    pub skipped_no_buffer: u64,
 }
 
 impl DestTotals {
@@ -100,6 +113,8 @@ impl DestTotals {
             dropped_send_error: s.dropped_send_error,
             dropped_disconnected: s.dropped_disconnected,
             dropped_at_stop: s.dropped_at_stop,
+            skipped_captured_lost: s.skipped_captured_lost,
+            skipped_no_buffer: s.skipped_no_buffer,
         }
     }
 
@@ -111,6 +126,8 @@ impl DestTotals {
         self.dropped_send_error += o.dropped_send_error;
         self.dropped_disconnected += o.dropped_disconnected;
         self.dropped_at_stop += o.dropped_at_stop;
+        self.skipped_captured_lost += o.skipped_captured_lost;
+        self.skipped_no_buffer += o.skipped_no_buffer;
     }
 }
 
@@ -244,6 +261,9 @@ impl ForwardSettings {
                     } else {
                         s.next_psn
                     },
+                    skipped_captured_lost: s.skipped_captured_lost,
+                    skipped_no_buffer: s.skipped_no_buffer,
+                    notices_sent: s.notices_sent,
                 }
             })
             .collect();

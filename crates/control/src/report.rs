@@ -461,6 +461,29 @@ pub fn prometheus(r: &StatusReport, c: &Cumulative) -> String {
             .collect(),
     );
     family(
+        "vlbiflow_forward_skipped_positions_total",
+        "counter",
+        "Positions of the stream a forwarding destination skipped (each frame's PSN is its position, so \
+         these are holes its receiver fills), per destination and reason: captured_lost (never reached the \
+         recorder), no_buffer (the recorder had no buffer for it).",
+        c.forward
+            .iter()
+            .flat_map(|(l, v)| {
+                [
+                    ("captured_lost", v.skipped_captured_lost),
+                    ("no_buffer", v.skipped_no_buffer),
+                ]
+                .into_iter()
+                .map(move |(reason, n)| {
+                    (
+                        format!("dest=\"{}\",reason=\"{reason}\"", esc_label(l)),
+                        n.to_string(),
+                    )
+                })
+            })
+            .collect(),
+    );
+    family(
         "vlbiflow_forward_queued_frames",
         "gauge",
         "Frames waiting in a forwarding destination's queue.",

@@ -13,7 +13,11 @@
 //!   about a second at 2 Gb/s);
 //!   beyond that frames are dropped for this destination and counted, never waited for.
 //! - `stream=LABEL`: which recorded stream to forward (`record` with several streams).
-//! - `psn=N`: first packet sequence number (default 0).
+//! - `psn=N`: packet sequence number of the first forwarded frame (default 0); later frames keep their
+//!   distance from it in the source stream (see [`vlbiflow_realtime::position`]). `psn=input`: the input's
+//!   own numbering unchanged.
+//! - `notices=off`: send no gap notices ([`vlbiflow_formats::notice`]) to a `udps` destination (on by
+//!   default; a receiver that does not know them counts each as a wrong-sized datagram).
 
 use std::net::{SocketAddr, ToSocketAddrs};
 
@@ -82,8 +86,12 @@ pub struct DestSpec {
     pub queue: Option<usize>,
     /// Recorded stream to forward (by label).
     pub stream: Option<String>,
-    /// First packet sequence number.
+    /// Packet sequence number of the first forwarded frame.
     pub first_psn: u64,
+    /// Keep the input's own numbering (`psn=input`) instead of starting at `first_psn`.
+    pub psn_input: bool,
+    /// Send gap notices (`udps` only).
+    pub notices: bool,
 }
 
 /// A destination that cannot be parsed; says which part and why.
@@ -132,6 +140,8 @@ impl DestSpec {
             queue: None,
             stream: None,
             first_psn: 0,
+            psn_input: false,
+            notices: protocol == Protocol::Udps,
         }
     }
 
@@ -216,17 +226,28 @@ impl DestSpec {
                     d.queue = Some(n);
                 }
                 ("stream", Some(v)) if !v.is_empty() => d.stream = Some(v.to_owned()),
+                ("psn", Some("input")) => d.psn_input = true,
                 ("psn", Some(v)) => {
                     d.first_psn = v
                         .parse()
-                        .map_err(|_| err("psn", format!("{v:?} is not a 64-bit number")))?;
+                        .map_err(|_| err("psn", format!("{v:?} is not a 64-bit number or \"input\"")))?;
                 }
-                _ => {
-                    return Err(err(
-                        "option",
-                        format!("unknown option {part:?} (threads=, rate=, burst=, queue=, stream=, psn=)"),
-                    ))
+                ("notices", Some(v)) => {
+                    d.notices = match v {
+                        "on" => true,
+                        "off" => false,
+                        _ => return Err(err("notices", format!("{v:?} is not on or off"))),
+                    };
+                    if d.notices && protocol != Protocol::Udps {
+                        return Err(err("notices", "gap notices go only to udps destinations".into()));
+                    }
                 }
+                _ => return Err(err(
+                    "option",
+                    format!(
+                        "unknown option {part:?} (threads=, rate=, burst=, queue=, stream=, psn=, notices=)"
+                    ),
+                )),
             }
         }
         let mut seen = [false; MAX_THREAD_ID as usize + 1];
@@ -287,7 +308,11 @@ mod tests {
         assert_eq!(d.queue, Some(4096));
         assert_eq!(d.stream.as_deref(), Some("a"));
         assert_eq!(d.first_psn, 7);
+        assert!(d.notices && !d.psn_input);
+        let d = DestSpec::parse("udps@127.0.0.1:1,psn=input,notices=off").unwrap();
+        assert!(d.psn_input && !d.notices);
         let d = DestSpec::parse("tcp@localhost:2630").unwrap();
+        assert!(!d.notices);
         assert_eq!(d.protocol, Protocol::Tcp);
         assert_eq!(d.label, "tcp@127.0.0.1:2630");
         assert_eq!(d.queue_frames(8224), 32608);
@@ -312,6 +337,9 @@ mod tests {
             ("udps@127.0.0.1:1,rate=fast", "rate"),
             ("udps@127.0.0.1:1,queue=0", "queue"),
             ("udps@127.0.0.1:1,colour=red", "option"),
+            ("udps@127.0.0.1:1,psn=first", "psn"),
+            ("vdif@127.0.0.1:1,notices=on", "notices"),
+            ("udps@127.0.0.1:1,notices=maybe", "notices"),
             ("a b=udps@127.0.0.1:1", "label"),
         ] {
             let e = DestSpec::parse(spec).unwrap_err();

@@ -12,11 +12,15 @@
 //!
 //! A ring slot holds `[PSN: 8 bytes][frame]`, so a `udps` datagram is the slot itself and a `vdif`
 //! datagram or TCP record its frame part: one copy per frame and destination, made by the producer.
-//! The PSN is assigned when a frame is offered, counting every frame the destination's thread filter
-//! passes, including frames then dropped for a full queue: a receiver sees the drop as a gap and fills it.
+//! The PSN is the frame's position in the source stream ([`vlbiflow_realtime::position`]): the input PSN,
+//! or the VDIF time and thread, plus an offset fixed at the first frame. A frame lost before the
+//! forwarder (network to the station, the socket, no buffer in the recorder) or dropped here (full queue,
+//! send error) is a hole at its own place, which the receiver fills. For `udps` the holes are also
+//! declared in-band, in gap notices ([`vlbiflow_formats::notice`]) that go through the same ring, in
+//! order, before the frame that revealed them.
 //!
 //! Every destination's counters obey `offered = sent + dropped_queue_full + dropped_send_error +
-//! dropped_disconnected + dropped_at_stop + queued` (queued: in the ring now).
+//! dropped_disconnected + dropped_at_stop + queued` (queued: in the ring now; notices not counted).
 
 use std::io::{IoSlice, Write};
 use std::net::{TcpStream, UdpSocket};
@@ -25,8 +29,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use vlbiflow_formats::notice::{self, Cause};
 use vlbiflow_formats::psn::{self, PSN_LEN};
-use vlbiflow_formats::vdif::MAX_THREAD_ID;
+use vlbiflow_formats::FrameKind;
+use vlbiflow_realtime::position::{FirstPsn, GapLog, Place, PositionCounters, Positioner, SourceKey};
 use vlbiflow_realtime::TokenBucket;
 use vlbiflow_udp::send::{BatchSender, RetryPolicy};
 use vlbiflow_udp::socket::{open_udp, UdpConfig};
@@ -71,6 +77,12 @@ pub struct DestCounters {
     connects: AtomicU64,
     connected: AtomicBool,
     next_psn: AtomicU64,
+    no_buffer: AtomicU64,
+    wrong_size: AtomicU64,
+    notices_sent: AtomicU64,
+    /// Published by the producer once per batch.
+    positions: Mutex<PositionCounters>,
+    undeclared: AtomicU64,
     last_error: Mutex<Option<String>>,
 }
 
@@ -83,10 +95,26 @@ pub struct DestStatus {
     pub threads: Vec<u16>,
     /// Pacing rate, bits per second (None: unpaced).
     pub rate_bps: Option<f64>,
-    /// Frames for this destination (its thread filter passed them), each given a PSN.
+    /// Frames for this destination (its thread filter passed them), each given a PSN: its position in
+    /// the source stream.
     pub offered: u64,
-    /// Frames of threads this destination does not take.
+    /// Frames of threads this destination does not take (they take no position).
     pub filtered: u64,
+    /// Positions skipped because their frames never reached the forwarder (lost before the station or
+    /// in its socket); a late frame that fills one is forwarded at its place and not counted.
+    pub skipped_captured_lost: u64,
+    /// Positions of frames the recorder received and had no buffer for (not recorded, not forwarded).
+    pub skipped_no_buffer: u64,
+    /// Input frames not forwarded because their position was taken already (duplicates), lay far
+    /// outside the stream (strays), or had no position (a thread not seen at the first time stamp, no
+    /// usable time stamp or PSN).
+    pub not_placed: u64,
+    /// How each frame's position was found, with the positioner's own counts.
+    pub positions: PositionCounters,
+    /// Gap notices sent (udps).
+    pub notices_sent: u64,
+    /// Skipped positions that found no room in a notice (declared in no notice).
+    pub undeclared: u64,
     pub sent: u64,
     /// Datagram (or TCP) bytes sent, PSN included.
     pub sent_bytes: u64,
@@ -106,7 +134,7 @@ pub struct DestStatus {
     pub connects: u64,
     pub connected: bool,
     pub last_error: Option<String>,
-    /// PSN of the next frame offered.
+    /// PSN the next frame in order would get.
     pub next_psn: u64,
 }
 
@@ -114,6 +142,80 @@ impl DestStatus {
     /// All drops, whatever the reason.
     pub fn dropped(&self) -> u64 {
         self.dropped_queue_full + self.dropped_send_error + self.dropped_disconnected + self.dropped_at_stop
+    }
+
+    /// Positions of the stream this destination did not get, whatever the reason: what its receiver
+    /// fills if the path loses nothing.
+    pub fn positions_missing(&self) -> u64 {
+        self.skipped_captured_lost + self.skipped_no_buffer + self.dropped()
+    }
+}
+
+/// What the forwarded frames are, so each destination can find a frame's position in the stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForwardSource {
+    pub kind: FrameKind,
+    /// Offers come with the input's packet sequence numbers.
+    pub psn: bool,
+    /// Frames per second per thread, when known (learned from the first second otherwise).
+    pub frame_rate: Option<u32>,
+    /// The stream's VDIF threads, in the order positions count them (learned otherwise).
+    pub threads: Option<Vec<u16>>,
+}
+
+impl ForwardSource {
+    /// VDIF frames with packet sequence numbers.
+    pub fn vdif_psn() -> Self {
+        ForwardSource {
+            kind: FrameKind::Vdif,
+            psn: true,
+            frame_rate: None,
+            threads: None,
+        }
+    }
+
+    /// VDIF frames without packet sequence numbers: positions from time stamps and threads.
+    pub fn vdif_time(frame_rate: Option<u32>, threads: Option<Vec<u16>>) -> Self {
+        ForwardSource {
+            kind: FrameKind::Vdif,
+            psn: false,
+            frame_rate,
+            threads,
+        }
+    }
+
+    /// What a recorded stream's frames are: its PSNs, frame rate and thread list as configured.
+    pub fn for_stream(spec: &vlbiflow_recorder::StreamSpec) -> Self {
+        ForwardSource {
+            kind: spec.kind,
+            psn: spec.psn,
+            frame_rate: spec.frame_rate,
+            threads: (!spec.threads.is_empty()).then(|| spec.threads.clone()),
+        }
+    }
+
+    /// How a destination with thread selection `threads` finds positions.
+    fn key_for(&self, threads: &[u16]) -> Result<SourceKey, String> {
+        if !threads.is_empty() {
+            if self.kind != FrameKind::Vdif {
+                return Err("a thread selection needs VDIF frames".into());
+            }
+            // Only the selected threads take positions, in the order given.
+            return Ok(SourceKey::VdifTime {
+                frame_rate: self.frame_rate,
+                threads: Some(threads.to_vec()),
+            });
+        }
+        Ok(match (self.psn, self.kind) {
+            (true, _) => SourceKey::Psn,
+            (false, FrameKind::Vdif) => SourceKey::VdifTime {
+                frame_rate: self.frame_rate,
+                threads: self.threads.clone(),
+            },
+            (false, FrameKind::M5b) => SourceKey::Mark5b {
+                frame_rate: self.frame_rate,
+            },
+        })
     }
 }
 
@@ -162,7 +264,17 @@ impl DestShared {
             connected: c.connected.load(Relaxed),
             last_error: c.last_error.lock().unwrap_or_else(|e| e.into_inner()).clone(),
             next_psn: c.next_psn.load(Relaxed),
+            skipped_captured_lost: 0,
+            skipped_no_buffer: c.no_buffer.load(Relaxed),
+            not_placed: 0,
+            positions: *c.positions.lock().unwrap_or_else(|e| e.into_inner()),
+            notices_sent: c.notices_sent.load(Relaxed),
+            undeclared: c.undeclared.load(Relaxed),
         };
+        let p = &st.positions;
+        st.skipped_captured_lost = p.captured_lost;
+        st.not_placed =
+            p.duplicates + p.stray + p.unknown_thread + p.no_position + c.wrong_size.load(Relaxed);
         // Read apart, so a frame in flight between two counters may make this briefly off by a few.
         st.queued = st.offered.saturating_sub(st.sent + st.dropped());
         st
@@ -178,78 +290,113 @@ pub struct ForwardTap {
 }
 
 struct TapDest {
+    /// Length of a frame's slot (PSN + frame): a notice is never this long.
+    frame_slot: usize,
     producer: Producer,
     shared: Arc<DestShared>,
-    /// Bit per VDIF thread; None: every frame.
-    threads: Option<Box<[u64; 16]>>,
-    /// Offset of the VDIF header in an offered frame.
-    header_offset: usize,
-    psn: u64,
+    positions: Positioner,
+    gaps: GapLog,
+    notices: bool,
     offered: u64,
-    filtered: u64,
     dropped: u64,
+    no_buffer: u64,
+    wrong_size: u64,
     dirty: bool,
 }
 
 impl TapDest {
+    /// Declares positions not sent; with notices, they go out before the next frame.
     #[inline]
-    fn wants(&self, frame: &[u8]) -> bool {
-        let Some(bits) = &self.threads else {
-            return true;
-        };
-        let o = self.header_offset;
-        let Some(w3) = frame.get(o + 12..o + 16) else {
-            return false;
-        };
-        let t = (u32::from_le_bytes([w3[0], w3[1], w3[2], w3[3]]) >> 16) & 0x3ff;
-        bits[t as usize / 64] & (1 << (t % 64)) != 0
+    fn declare(&mut self, first: u64, count: u64, cause: Cause) {
+        if self.notices {
+            self.gaps.add(first, count, cause);
+        }
+    }
+
+    /// Queues a notice of what waits when one is due (`GapLog::due`), or with `all` whatever waits, if
+    /// there is room (otherwise it waits).
+    #[inline]
+    fn send_notices(&mut self, all: bool) {
+        if !self.gaps.pending() {
+            return;
+        }
+        if !all {
+            let free = self.producer.capacity() - self.producer.queued();
+            if !self.gaps.due(free) {
+                return;
+            }
+        }
+        let gaps = &mut self.gaps;
+        let data_len = self.frame_slot;
+        // A notice is never PSN + frame long, so the sender tells it from a frame by its length.
+        self.producer.try_push_with(|slot| gaps.emit(slot, data_len));
     }
 
     #[inline]
-    fn wants_thread(&self, thread: Option<u16>) -> bool {
-        match (&self.threads, thread) {
-            (None, _) => true,
-            (Some(bits), Some(t)) => bits[usize::from(t) / 64] & (1 << (t % 64)) != 0,
-            (Some(_), None) => false,
+    fn offer(&mut self, psn: Option<u64>, frame: &[u8]) {
+        self.dirty = true;
+        if frame.len() + PSN_LEN != self.frame_slot {
+            // Not a frame of this stream (the producers check sizes; this keeps slots unambiguous).
+            self.wrong_size += 1;
+            return;
+        }
+        let Ok(key) = self.positions.key(psn, frame) else {
+            return;
+        };
+        let Place::At { psn, skipped } = self.positions.place(key) else {
+            return;
+        };
+        if let Some((first, n)) = skipped {
+            self.declare(first, n, Cause::CapturedLost);
+        }
+        self.send_notices(false);
+        self.offered += 1;
+        let pushed = self.producer.try_push_with(|slot| {
+            slot[..PSN_LEN].copy_from_slice(&psn::to_bytes(psn));
+            let n = frame.len().min(slot.len() - PSN_LEN);
+            slot[PSN_LEN..PSN_LEN + n].copy_from_slice(&frame[..n]);
+            PSN_LEN + n
+        });
+        if pushed {
+            self.gaps.frame_queued();
+        } else {
+            self.dropped += 1;
+            self.declare(psn, 1, Cause::QueueFull);
+        }
+    }
+
+    /// A frame that reached the forwarder's host but not the forwarder: its position is declared.
+    #[inline]
+    fn unstored(&mut self, psn: Option<u64>, header: &[u8]) {
+        self.dirty = true;
+        let Ok(key) = self.positions.key(psn, header) else {
+            return;
+        };
+        if let Place::At { psn, skipped } = self.positions.place(key) {
+            if let Some((first, n)) = skipped {
+                self.declare(first, n, Cause::CapturedLost);
+            }
+            self.no_buffer += 1;
+            self.declare(psn, 1, Cause::NoBuffer);
         }
     }
 }
 
 impl ForwardTap {
-    /// Offers one frame to every destination: copied into each queue that has room and whose thread
-    /// filter takes it. Never blocks.
+    /// Offers one frame (with its input PSN, if the source has them) to every destination: placed at its
+    /// position in the stream and copied into each queue that has room. Never blocks.
     #[inline]
-    pub fn offer(&mut self, frame: &[u8]) {
+    pub fn offer(&mut self, psn: Option<u64>, frame: &[u8]) {
         for d in &mut self.dests {
-            d.dirty = true;
-            if !d.wants(frame) {
-                d.filtered += 1;
-                continue;
-            }
-            let psn = d.psn;
-            d.psn = d.psn.wrapping_add(1);
-            d.offered += 1;
-            let pushed = d.producer.try_push_with(|slot| {
-                slot[..PSN_LEN].copy_from_slice(&psn::to_bytes(psn));
-                let n = frame.len().min(slot.len() - PSN_LEN);
-                slot[PSN_LEN..PSN_LEN + n].copy_from_slice(&frame[..n]);
-                PSN_LEN + n
-            });
-            if !pushed {
-                d.dropped += 1;
-            }
+            d.offer(psn, frame);
         }
     }
 
-    /// A frame that is missing here (a relay's reorderer filled it) takes its PSN at every destination
-    /// whose filter would have taken it (`thread`: its VDIF thread if known; a destination with a thread
-    /// filter skips frames of unknown thread), so the next receiver sees the gap. Nothing is sent.
-    pub fn skip(&mut self, thread: Option<u16>) {
+    /// A frame that arrived but will not be forwarded (the recorder had no buffer for it): its position
+    /// is taken and declared at every destination. `header`: the frame's first 16 bytes at least.
+    pub fn unstored(&mut self, psn: Option<u64>, header: &[u8]) {
         for d in &mut self.dests {
-            if d.wants_thread(thread) {
-                d.psn = d.psn.wrapping_add(1);
-                d.dirty = true;
-            }
+            d.unstored(psn, header);
         }
     }
 
@@ -260,11 +407,20 @@ impl ForwardTap {
             if !std::mem::take(&mut d.dirty) {
                 continue;
             }
+            d.send_notices(false);
             let c = &d.shared.counters;
+            let p = d.positions.counters();
             c.offered.store(d.offered, Relaxed);
-            c.filtered.store(d.filtered, Relaxed);
+            c.filtered.store(p.filtered, Relaxed);
             c.dropped_queue_full.store(d.dropped, Relaxed);
-            c.next_psn.store(d.psn, Relaxed);
+            c.no_buffer.store(d.no_buffer, Relaxed);
+            c.wrong_size.store(d.wrong_size, Relaxed);
+            c.next_psn.store(d.positions.next_psn(), Relaxed);
+            c.undeclared.store(d.gaps.undeclared(), Relaxed);
+            if let Ok(mut g) = c.positions.try_lock() {
+                // Never waits: a reader holding it only delays this copy to the next batch.
+                *g = p;
+            }
             d.producer.notify();
         }
     }
@@ -275,28 +431,46 @@ impl ForwardTap {
         self
     }
 
-    /// Offers every frame of `frames` (`frame_len` bytes each) and publishes; nothing while the gate
-    /// is closed.
-    pub fn offer_frames(&mut self, frames: &[u8], frame_len: usize) {
+    /// Offers every frame of `frames` (`frame_len` bytes each, with `psns` if the source has them) and
+    /// publishes; nothing while the gate is closed.
+    pub fn offer_frames(&mut self, frames: &[u8], frame_len: usize, psns: Option<&[u64]>) {
         if self.gate.as_ref().is_some_and(|g| !g.load(Relaxed)) {
             return;
         }
-        for f in frames.chunks_exact(frame_len.max(1)) {
-            self.offer(f);
+        for (i, f) in frames.chunks_exact(frame_len.max(1)).enumerate() {
+            self.offer(psns.and_then(|p| p.get(i).copied()), f);
         }
         self.publish();
     }
 }
 
-/// The recorder's hook: every recorded frame is offered.
+impl Drop for ForwardTap {
+    /// The end of the stream: what waits to be declared goes out (if the queue has room).
+    fn drop(&mut self) {
+        for d in &mut self.dests {
+            d.send_notices(true);
+            d.producer.notify();
+        }
+    }
+}
+
+/// The recorder's hook: every recorded frame is offered, every frame it had no buffer for declared.
 pub struct RecorderTap {
     tap: ForwardTap,
     frame_len: usize,
 }
 
 impl vlbiflow_recorder::FrameTap for RecorderTap {
-    fn stored(&mut self, frames: &[u8]) {
-        self.tap.offer_frames(frames, self.frame_len);
+    fn stored(&mut self, frames: &[u8], psns: Option<&[u64]>) {
+        self.tap.offer_frames(frames, self.frame_len, psns);
+    }
+
+    fn unstored(&mut self, psn: Option<u64>, header: &[u8; vlbiflow_recorder::tap::TAP_HEADER_LEN]) {
+        if self.tap.gate.as_ref().is_some_and(|g| !g.load(Relaxed)) {
+            return;
+        }
+        self.tap.unstored(psn, header);
+        self.tap.publish();
     }
 }
 
@@ -317,12 +491,12 @@ pub struct Forwarder {
 impl Forwarder {
     /// Opens every destination (UDP sockets at once; TCP connections are made by the sender thread and
     /// re-made when they break), starts a sender thread per destination and returns the tap that feeds
-    /// them. `frame_len` is the largest frame offered; `header_offset` where the VDIF header sits in an
-    /// offered frame (0 for a bare frame), for thread filters.
+    /// them. `frame_len` is the largest frame offered (a bare frame, no PSN in front); `source` says what
+    /// the frames are, so each destination can place them at their positions in the stream.
     pub fn start(
         specs: Vec<DestSpec>,
         frame_len: usize,
-        header_offset: usize,
+        source: &ForwardSource,
     ) -> Result<(Forwarder, ForwardTap), ForwardError> {
         let stop = Arc::new(AtomicBool::new(false));
         let mut dests = Vec::new();
@@ -352,19 +526,18 @@ impl Forwarder {
                 }
                 Protocol::Tcp => Link::Tcp(None),
             };
-            let capacity = spec.queue_frames(frame_len);
-            let (producer, consumer) = ring(capacity, PSN_LEN + frame_len);
-            let threads_bits = if spec.threads.is_empty() {
-                None
+            let key = source.key_for(&spec.threads).map_err(&fail)?;
+            let first = if spec.psn_input {
+                FirstPsn::Input
             } else {
-                let mut bits = Box::new([0u64; 16]);
-                for &t in &spec.threads {
-                    if t <= MAX_THREAD_ID {
-                        bits[usize::from(t) / 64] |= 1 << (t % 64);
-                    }
-                }
-                Some(bits)
+                FirstPsn::At(spec.first_psn)
             };
+            let positions = Positioner::new(key, first).map_err(|e| fail(e.to_string()))?;
+            let capacity = spec.queue_frames(frame_len);
+            let notices = spec.notices && spec.protocol == Protocol::Udps;
+            // A notice may be longer than a small frame: the slots hold either.
+            let slot = (PSN_LEN + frame_len).max(if notices { notice::MAX_LEN } else { 0 });
+            let (producer, consumer) = ring(capacity, slot);
             let shared = Arc::new(DestShared {
                 counters: DestCounters {
                     next_psn: AtomicU64::new(spec.first_psn),
@@ -378,21 +551,24 @@ impl Forwarder {
                 shared.counters.connected.store(true, Relaxed);
             }
             taps.push(TapDest {
+                frame_slot: PSN_LEN + frame_len,
                 producer,
-                threads: threads_bits,
-                header_offset,
-                psn: shared.spec.first_psn,
+                positions,
+                gaps: GapLog::default(),
+                notices,
                 offered: 0,
-                filtered: 0,
                 dropped: 0,
+                no_buffer: 0,
+                wrong_size: 0,
                 dirty: false,
                 shared: shared.clone(),
             });
-            prepared.push((shared.clone(), consumer, link, pacing));
+            prepared.push((shared.clone(), consumer, link, pacing, PSN_LEN + frame_len));
             dests.push(shared);
         }
-        for (i, (shared, consumer, link, pacing)) in prepared.into_iter().enumerate() {
+        for (i, (shared, consumer, link, pacing, frame_slot)) in prepared.into_iter().enumerate() {
             let sender = Sender {
+                frame_slot,
                 shared,
                 consumer,
                 link,
@@ -464,6 +640,8 @@ enum Link {
 }
 
 struct Sender {
+    /// Length of a frame's slot (PSN + frame); a slot of another length is a gap notice.
+    frame_slot: usize,
     shared: Arc<DestShared>,
     consumer: Consumer,
     link: Link,
@@ -488,11 +666,14 @@ impl Sender {
         loop {
             if self.stop.load(Relaxed) {
                 let left = self.consumer.available();
+                let frames = (0..left)
+                    .filter(|&i| self.consumer.get(i).len() == self.frame_slot)
+                    .count();
                 self.consumer.release(left);
                 self.shared
                     .counters
                     .dropped_at_stop
-                    .fetch_add(left as u64, Relaxed);
+                    .fetch_add(frames as u64, Relaxed);
                 return;
             }
             let n = self.consumer.available();
@@ -551,11 +732,15 @@ impl Sender {
 
     fn send_udp(&mut self, k: usize, skip: usize) {
         let Link::Udp(sock) = &self.link else { return };
+        let frame_slot = self.frame_slot;
+        // A notice is never a frame's length (GapLog::emit sees to it).
+        let is_notice = |d: &[u8]| d.len() != frame_slot;
         let result = {
             let mut batch = self.udp.batch();
             for i in 0..k {
                 let d = self.consumer.get(i);
-                batch.push(&[&d[skip..]]);
+                // A notice goes whole; a frame behind its PSN (udps) or without it (vdif).
+                batch.push(&[if is_notice(d) { d } else { &d[skip..] }]);
             }
             batch.flush(sock)
         };
@@ -565,17 +750,22 @@ impl Sender {
                 let (m, b) = (e.sent.messages, e.sent.bytes);
                 self.shared.error(&e);
                 // The failed message and the rest of the batch are dropped (live data is not retried).
+                let lost_frames = (m..k).filter(|&i| !is_notice(self.consumer.get(i))).count();
                 self.shared
                     .counters
                     .dropped_send_error
-                    .fetch_add((k - m) as u64, Relaxed);
+                    .fetch_add(lost_frames as u64, Relaxed);
                 (m, b)
             }
         };
+        let notices = (0..sent).filter(|&i| is_notice(self.consumer.get(i))).count();
         self.consumer.release(k);
         let c = &self.shared.counters;
-        c.sent.fetch_add(sent as u64, Relaxed);
+        c.sent.fetch_add((sent - notices) as u64, Relaxed);
         c.sent_bytes.fetch_add(bytes as u64, Relaxed);
+        if notices > 0 {
+            c.notices_sent.fetch_add(notices as u64, Relaxed);
+        }
     }
 
     fn connect(&mut self) {

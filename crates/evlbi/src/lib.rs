@@ -1,8 +1,9 @@
 //! Real-time e-VLBI I/O around the sans-IO core of `vlbiflow-realtime` (`docs/realtime.md`):
 //!
 //! - [`forward`]: forwarding while recording (a [`vlbiflow_recorder::FrameTap`]) or relaying: per
-//!   destination a lock-free ring ([`ring`]), a thread filter, PSN restamping, token-bucket pacing and a
-//!   sender thread (`udps`, plain VDIF, or TCP with reconnection); drops counted, never waited for.
+//!   destination a lock-free ring ([`ring`]), a thread filter, each frame's PSN its position in the
+//!   stream, gap notices, token-bucket pacing and a sender thread (`udps`, plain VDIF, or TCP with
+//!   reconnection); drops counted and declared, never waited for.
 //! - [`receive`]: the correlator side: reorder within a window, fill exactly what did not arrive in time,
 //!   deliver to a file, UDP port, FIFO or Unix socket ([`output`]).
 //! - [`relay`]: net2net: receive, optionally reorder, restamp, fan out.
@@ -18,7 +19,7 @@ pub mod relay;
 pub mod ring;
 
 pub use dest::{DestSpec, Protocol};
-pub use forward::{DestStatus, ForwardTap, Forwarder};
+pub use forward::{DestStatus, ForwardSource, ForwardTap, Forwarder};
 pub use output::{Output, OutputSpec};
 pub use play::{run_play, PlayConfig, PlayRate, PlayStatus};
 pub use receive::{run_receive, InputProtocol, KeyChoice, ReceiveConfig, ReceiveStatus};

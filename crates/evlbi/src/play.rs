@@ -22,6 +22,7 @@ use vlbiflow_formats::psn::{self, PSN_LEN};
 use vlbiflow_formats::time::epoch_start_unix;
 use vlbiflow_formats::vdif::VdifHeader;
 use vlbiflow_formats::FrameKind;
+use vlbiflow_realtime::position::{FirstPsn, Place, Positioner, SourceKey};
 use vlbiflow_udp::pace::{Pacer, RateMeter, Wait};
 use vlbiflow_udp::send::BatchSender;
 use vlbiflow_udp::socket::{open_udp, UdpConfig};
@@ -137,9 +138,9 @@ fn frame_time(kind: FrameKind, frame: &[u8]) -> Option<FrameTime> {
     }
 }
 
-/// Looks at the first second of the recording: (frame rate learned from its frame numbers, threads,
-/// largest frame).
-fn survey(rec: &Recording) -> (Option<u32>, usize, usize) {
+/// Looks at the first second of the recording: (frame rate learned from its frame numbers, VDIF
+/// threads in ascending order, largest frame).
+fn survey(rec: &Recording) -> (Option<u32>, Vec<u16>, usize) {
     let mut reader = FrameReader::open(rec);
     let kind = reader.kind();
     let mut first: Option<i64> = None;
@@ -164,8 +165,11 @@ fn survey(rec: &Recording) -> (Option<u32>, usize, usize) {
             }
         }
     }
-    let threads = threads.len().max(1);
-    (full.then_some(max_frame + 1), threads, max_len)
+    (
+        full.then_some(max_frame + 1),
+        threads.into_iter().collect(),
+        max_len,
+    )
 }
 
 /// Reads the recording on its own thread into the ring, ahead of the sender, so that a slow read (a
@@ -209,8 +213,20 @@ pub fn run_play(
     progress: &mut dyn FnMut(&PlayStatus),
 ) -> Result<PlayStatus, PlayError> {
     let kind = rec.frame_format();
-    let (learned, threads, max_len) = survey(rec);
+    let (learned, thread_list, max_len) = survey(rec);
+    let threads = thread_list.len().max(1);
     let frame_rate = config.frame_rate.or(rec.frame_rate_hint()).or(learned);
+    // Each frame's PSN is its position in the recorded stream: a frame missing from the recording is a
+    // hole at its own place, a fill frame stands where it is.
+    let key = match kind {
+        FrameKind::Vdif => SourceKey::VdifTime {
+            frame_rate,
+            threads: (!thread_list.is_empty()).then_some(thread_list),
+        },
+        FrameKind::M5b => SourceKey::Mark5b { frame_rate },
+    };
+    let mut positions =
+        Positioner::new(key, FirstPsn::At(config.first_psn)).map_err(|e| PlayError::Config(e.to_string()))?;
     if config.rate == PlayRate::Original && frame_rate.is_none() {
         return Err(PlayError::Config(
             "the frame rate is not in the scan's metadata and the recording is shorter than a second: give \
@@ -252,7 +268,6 @@ pub fn run_play(
             s.floor() as i128 * i128::from(rate) + ((s - s.floor()) * f64::from(rate)).ceil() as i128
         })
     };
-    let mut psn = config.first_psn;
     let mut t0: Option<Instant> = None;
     let mut pacer: Option<Pacer> = None;
     let mut meter: Option<RateMeter> = None;
@@ -369,7 +384,20 @@ pub fn run_play(
                 if n > 0 && d > now_units {
                     break;
                 }
-                psns[n] = psn::to_bytes(psn.wrapping_add(n as u64));
+                let placed = match tg {
+                    None => positions.place_next(),
+                    Some(_) => match positions.key(None, g) {
+                        Ok(k) => positions.place(k),
+                        Err(_) => Place::Stray,
+                    },
+                };
+                // A frame with no place of its own (a thread not in the first second, a repeated time)
+                // still goes, after the last one.
+                let at = match placed {
+                    Place::At { psn, .. } => psn,
+                    _ => positions.next_psn(),
+                };
+                psns[n] = psn::to_bytes(at);
                 st.fill_frames += u64::from(tg.is_none());
                 schedule_bytes += g.len() as u64;
                 last = d;
@@ -388,7 +416,6 @@ pub fn run_play(
                 b.flush(&sock)
             };
             result.map_err(|e| PlayError::Send(config.dest, e.to_string()))?;
-            psn = psn.wrapping_add(n as u64);
             sent_bytes_schedule = schedule_bytes;
             last_due = last;
             st.frames += n as u64;

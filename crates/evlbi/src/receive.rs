@@ -17,10 +17,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use vlbiflow_formats::mark5b::SYNC_WORD as MARK5B_SYNC;
+use vlbiflow_formats::notice::GapNotice;
 use vlbiflow_formats::psn::PSN_LEN;
 use vlbiflow_formats::time::{epoch_start_unix, FrameClock, UtcTime};
 use vlbiflow_formats::vdif::VdifHeader;
 use vlbiflow_formats::FrameKind;
+use vlbiflow_realtime::position::{DeclaredGaps, DeclaredSummary};
 use vlbiflow_realtime::reorder::{
     Arrival, FillMode, KeyMode, OutputKind, ReorderConfig, ReorderCounters, Reorderer,
 };
@@ -199,6 +201,15 @@ pub struct ReceiveStatus {
     /// Frames written (delivered + filled).
     pub output_frames: u64,
     pub output_bytes: u64,
+    /// Fill frames at positions the forwarder declared it never sent (lost before or inside the station,
+    /// or dropped by its queue), from its gap notices (`udps` ordered by PSN only).
+    pub fill_declared: u64,
+    /// The other fill frames: positions the path lost (or whose notice was lost with them).
+    pub fill_path: u64,
+    /// What the forwarder's notices said: notices, notices missing, and its own totals by cause.
+    pub forwarder: DeclaredSummary,
+    /// Datagrams that looked like gap notices and were not well formed.
+    pub bad_notices: u64,
     /// Frames that waited for the output (slower than the stream; the socket buffer took up the slack).
     pub output_stalls: u64,
     /// Datagrams the kernel dropped on the socket (SO_RXQ_OVFL).
@@ -281,6 +292,9 @@ pub fn run_receive(
     let mut rate = FrameIndexer::new(config.frame_rate);
     let mut clock = config.frame_rate.and_then(|r| FrameClock::new(r).ok());
     let mut learn_thread: Option<u16> = None;
+    // Gap notices mean something only where keys are the forwarder's PSNs.
+    let notices = config.protocol == InputProtocol::Udps && config.key == KeyChoice::Psn;
+    let mut declared = DeclaredGaps::new(if notices { 1 << 16 } else { 1 });
     let end_key = match (config.first_key, config.count) {
         (Some(first), Some(n)) => Some(first.wrapping_add(n)),
         _ => None,
@@ -335,6 +349,13 @@ pub fn run_receive(
                 st.rejected += 1;
                 continue;
             }
+            if notices && m.wire_len != prefix + config.frame_len && GapNotice::<&[u8]>::looks_like(d) {
+                match GapNotice::new_checked(d) {
+                    Ok(n) => declared.add_notice(&n),
+                    Err(_) => st.bad_notices += 1,
+                }
+                continue;
+            }
             let arrival = loop {
                 let r = match (config.protocol, config.key) {
                     (InputProtocol::Udps, KeyChoice::Psn) => reorderer.push_udps(now, d),
@@ -350,6 +371,7 @@ pub fn run_receive(
                             &mut output,
                             &mut st,
                             &mut fill_log,
+                            &mut declared,
                             config.count,
                         )
                         .map_err(|e| ReceiveError::Output(config.output.describe(), e))?;
@@ -400,6 +422,7 @@ pub fn run_receive(
                 &mut output,
                 &mut st,
                 &mut fill_log,
+                &mut declared,
                 config.count,
             )
             .map_err(|e| ReceiveError::Output(config.output.describe(), e))?;
@@ -410,6 +433,7 @@ pub fn run_receive(
             &mut output,
             &mut st,
             &mut fill_log,
+            &mut declared,
             config.count,
         )
         .map_err(|e| ReceiveError::Output(config.output.describe(), e))?;
@@ -422,6 +446,7 @@ pub fn run_receive(
             st.latency = latency.summary();
             st.elapsed_s = start.elapsed().as_secs_f64();
             st.output_stalls = output.stalls();
+            st.forwarder = declared.summary();
             progress(&st);
         }
     };
@@ -437,6 +462,7 @@ pub fn run_receive(
         &mut output,
         &mut st,
         &mut fill_log,
+        &mut declared,
         config.count,
     )
     .map_err(|e| ReceiveError::Output(config.output.describe(), e))?;
@@ -451,6 +477,7 @@ pub fn run_receive(
     st.reorder = reorderer.counters();
     st.next_key = reorderer.next_key();
     st.kernel_drops = kernel_drops;
+    st.forwarder = declared.summary();
     st.latency = latency.summary();
     st.latency_bins = latency.bins();
     st.elapsed_s = start.elapsed().as_secs_f64();
@@ -492,6 +519,7 @@ fn drain_until(
     out: &mut OutputWriter,
     st: &mut ReceiveStatus,
     fill_log: &mut Option<io::BufWriter<std::fs::File>>,
+    declared: &mut DeclaredGaps,
     limit: Option<u64>,
 ) -> io::Result<()> {
     while limit.is_none_or(|n| st.output_frames < n) {
@@ -503,6 +531,11 @@ fn drain_until(
         st.output_frames += 1;
         st.output_bytes += o.frame.len() as u64;
         if o.kind == OutputKind::Fill {
+            if declared.take(o.key) {
+                st.fill_declared += 1;
+            } else {
+                st.fill_path += 1;
+            }
             if let Some(w) = fill_log {
                 writeln!(w, "{}", o.key)?;
             }

@@ -1,24 +1,26 @@
 //! The relay (jive5ab's net2net): receive a `udps` or plain VDIF stream and forward it to one or more
 //! destinations, each with its own protocol, thread selection, PSN and pacing ([`crate::forward`]).
 //!
-//! Without a reorder window frames go on in the order they arrive and each destination numbers them
-//! afresh (as net2net does). With `--reorder` they first pass a [`Reorderer`] (window and deadline as on
-//! the correlator side): frames leave in stream order, and a frame that did not arrive in time takes its
-//! PSN at each destination without being sent, so the next receiver sees the gap and fills it (or, with
-//! `send_fill`, the fill frame itself is forwarded).
+//! Without a reorder window frames go on in the order they arrive; with `--reorder` they first pass a
+//! [`Reorderer`] (window and deadline as on the correlator side) and leave in stream order. Either way
+//! each destination numbers a frame by its position in the stream (the input PSN, or the VDIF time and
+//! thread; [`vlbiflow_realtime::position`]), so a frame lost upstream, or not in time through the
+//! reorderer, leaves a hole at its own place that the next receiver fills (with `send_fill` the fill
+//! frame itself is forwarded instead, stamped with its time when keys are VDIF times).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use vlbiflow_formats::psn;
 use vlbiflow_formats::psn::PSN_LEN;
 use vlbiflow_formats::FrameKind;
-use vlbiflow_realtime::reorder::{KeyMode, OutputKind, ReorderConfig, ReorderCounters, Reorderer};
+use vlbiflow_realtime::reorder::{FillMode, KeyMode, OutputKind, ReorderConfig, ReorderCounters, Reorderer};
 use vlbiflow_udp::recv::BatchReceiver;
 use vlbiflow_udp::socket::{open_udp, UdpConfig};
 
 use crate::dest::DestSpec;
-use crate::forward::{DestStatus, ForwardTap, Forwarder};
+use crate::forward::{DestStatus, ForwardSource, ForwardTap, Forwarder};
 use crate::receive::{is_frame, InputProtocol, KeyChoice};
 
 /// Reordering in the relay.
@@ -123,8 +125,14 @@ pub fn run_relay(
                     threads: r.threads.clone(),
                 },
             };
+            let stamped = r.send_fill && matches!(key, KeyMode::VdifTime { .. });
             let mut c = ReorderConfig::new(config.kind, config.frame_len, key, r.window, r.deadline);
-            c.fill = Default::default();
+            // Forwarded fill keyed by time must say which time it stands for.
+            c.fill = if stamped {
+                FillMode::Stamped
+            } else {
+                FillMode::default()
+            };
             Some(Reorderer::new(c).map_err(|e| RelayError::Config(e.to_string()))?)
         }
     };
@@ -134,13 +142,21 @@ pub fn run_relay(
     udp.nonblocking = true;
     let (sock, report) = open_udp(&udp).map_err(|e| RelayError::Socket(config.listen, e.to_string()))?;
     let listen = report.local;
-    let (forwarder, mut tap) = Forwarder::start(config.dests.clone(), config.frame_len, 0)?;
+    // Positions come from the input PSN when the frames leave with it, from VDIF time otherwise.
+    let by_psn = config.protocol == InputProtocol::Udps
+        && config.reorder.as_ref().is_none_or(|r| r.key == KeyChoice::Psn);
+    let source = ForwardSource {
+        kind: config.kind,
+        psn: by_psn,
+        frame_rate: config.reorder.as_ref().and_then(|r| r.frame_rate),
+        threads: config
+            .reorder
+            .as_ref()
+            .filter(|r| r.key == KeyChoice::VdifTime)
+            .map(|r| r.threads.clone()),
+    };
+    let (forwarder, mut tap) = Forwarder::start(config.dests.clone(), config.frame_len, &source)?;
     let send_fill = config.reorder.as_ref().is_some_and(|r| r.send_fill);
-    let vdif_keys = config
-        .reorder
-        .as_ref()
-        .filter(|r| r.key == KeyChoice::VdifTime)
-        .map(|r| r.threads.clone());
 
     let prefix = match config.protocol {
         InputProtocol::Udps => PSN_LEN,
@@ -199,7 +215,8 @@ pub fn run_relay(
             }
             match &mut reorderer {
                 None => {
-                    tap.offer(frame);
+                    let input_psn = (prefix > 0).then(|| psn::read_prefix(d)).flatten();
+                    tap.offer(input_psn, frame);
                     st.frames += 1;
                 }
                 Some(r) => {
@@ -210,7 +227,7 @@ pub fn run_relay(
                         } else {
                             r.push_vdif(now, frame)
                         };
-                        drain(r, now, &mut tap, &mut st, send_fill, vdif_keys.as_deref());
+                        drain(r, now, &mut tap, &mut st, send_fill, by_psn);
                         if pushed.is_ok() {
                             break;
                         }
@@ -219,7 +236,7 @@ pub fn run_relay(
             }
         }
         if let Some(r) = &mut reorderer {
-            drain(r, now, &mut tap, &mut st, send_fill, vdif_keys.as_deref());
+            drain(r, now, &mut tap, &mut st, send_fill, by_psn);
         }
         tap.publish();
         if now >= next_progress {
@@ -232,14 +249,7 @@ pub fn run_relay(
     };
     if let Some(r) = &mut reorderer {
         r.flush();
-        drain(
-            r,
-            Instant::now(),
-            &mut tap,
-            &mut st,
-            send_fill,
-            vdif_keys.as_deref(),
-        );
+        drain(r, Instant::now(), &mut tap, &mut st, send_fill, by_psn);
     }
     tap.publish();
     drop(tap);
@@ -250,23 +260,20 @@ pub fn run_relay(
     Ok(st)
 }
 
-/// Forwards what the reorderer has ready: real frames offered, fill frames sent or skipped.
+/// Forwards what the reorderer has ready: real frames offered at their key (a PSN key is the frame's
+/// input PSN), fill frames sent or left as holes.
 fn drain(
     r: &mut Reorderer,
     now: Instant,
     tap: &mut ForwardTap,
     st: &mut RelayStatus,
     send_fill: bool,
-    vdif_threads: Option<&[u16]>,
+    by_psn: bool,
 ) {
     while let Some(o) = r.poll_output(now) {
         if o.kind == OutputKind::Real || send_fill {
-            tap.offer(o.frame);
+            tap.offer(by_psn.then_some(o.key), o.frame);
             st.frames += 1;
-        } else {
-            // The missing frame's thread is known from a VDIF-time key; from a PSN it is not.
-            let thread = vdif_threads.map(|t| t[(o.key % t.len() as u64) as usize]);
-            tap.skip(thread);
         }
     }
 }

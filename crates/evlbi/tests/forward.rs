@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use common::{frame, LEN};
 use vlbiflow_evlbi::dest::{DestSpec, Protocol};
 use vlbiflow_evlbi::forward::DestStatus;
-use vlbiflow_evlbi::Forwarder;
+use vlbiflow_evlbi::{ForwardSource, Forwarder};
+use vlbiflow_formats::notice::{Cause, GapNotice};
 
 fn psn_of(d: &[u8]) -> u64 {
     u64::from_le_bytes(d[..8].try_into().unwrap())
@@ -37,26 +38,27 @@ fn each_destination_gets_its_threads_with_its_own_psn() {
     let (b, b_addr) = common::listener();
     let all = DestSpec::parse(&format!("all=udps@{a_addr},psn=100")).unwrap();
     let one = DestSpec::parse(&format!("one=vdif@{b_addr},threads=1")).unwrap();
-    let (fwd, mut tap) = Forwarder::start(vec![all, one], LEN, 0).unwrap();
+    let (fwd, mut tap) = Forwarder::start(vec![all, one], LEN, &ForwardSource::vdif_psn()).unwrap();
+    // Two threads at every time index; the input PSN counts every frame from 7000.
     let mut frames = Vec::new();
     for i in 0..500u64 {
-        frames.extend_from_slice(&frame((i % 2) as u16, i));
+        frames.extend_from_slice(&frame((i % 2) as u16, i / 2));
     }
+    let psns: Vec<u64> = (7000..7500).collect();
     // In batches, as the recorder hands them over.
-    for chunk in frames.chunks(LEN * 7) {
-        tap.offer_frames(chunk, LEN);
+    for (chunk, p) in frames.chunks(LEN * 7).zip(psns.chunks(7)) {
+        tap.offer_frames(chunk, LEN, Some(p));
     }
     drop(tap);
     let st = fwd.finish(Duration::from_secs(10));
     let got_a = common::recv_n(&a, 500);
     for (i, d) in got_a.iter().enumerate() {
         assert_eq!(psn_of(d), 100 + i as u64);
-        assert_eq!(&d[8..], &frame((i % 2) as u16, i as u64)[..]);
+        assert_eq!(&d[8..], &frame((i % 2) as u16, i as u64 / 2)[..]);
     }
     let got_b = common::recv_n(&b, 250);
     for (k, f) in got_b.iter().enumerate() {
-        let i = 2 * k as u64 + 1;
-        assert_eq!(f, &frame(1, i), "plain VDIF, thread 1 only");
+        assert_eq!(f, &frame(1, k as u64), "plain VDIF, thread 1 only");
     }
     assert_eq!((st[0].offered, st[0].sent, st[0].next_psn), (500, 500, 600));
     assert_eq!((st[1].offered, st[1].filtered, st[1].sent), (250, 250, 250));
@@ -69,9 +71,9 @@ fn a_slow_destination_drops_and_counts_what_it_cannot_take() {
     let (a, a_addr) = common::listener();
     // 1 Mb/s and 16 frames of queue; 1000 frames offered at once.
     let slow = DestSpec::parse(&format!("slow=udps@{a_addr},rate=1Mbps,queue=16")).unwrap();
-    let (fwd, mut tap) = Forwarder::start(vec![slow], LEN, 0).unwrap();
+    let (fwd, mut tap) = Forwarder::start(vec![slow], LEN, &ForwardSource::vdif_psn()).unwrap();
     for i in 0..1000u64 {
-        tap.offer(&frame(0, i));
+        tap.offer(Some(i), &frame(0, i));
         if i % 10 == 9 {
             tap.publish();
         }
@@ -83,8 +85,8 @@ fn a_slow_destination_drops_and_counts_what_it_cannot_take() {
     invariant(d);
     assert_eq!(d.offered, 1000);
     assert!(d.dropped_queue_full > 0, "{d:?}");
-    // What went is in order, each frame with the PSN it was given when offered (its index).
-    let got = common::recv_n(&a, d.sent as usize);
+    // What went is in order, each frame at its position (its index); the drops are declared.
+    let (got, notices) = common::recv_with_notices(&a, d.sent as usize);
     let mut last = None;
     for g in &got {
         let p = psn_of(g);
@@ -92,6 +94,19 @@ fn a_slow_destination_drops_and_counts_what_it_cannot_take() {
         assert!(last.is_none_or(|l| p > l));
         last = Some(p);
     }
+    // Every position not sent was declared queue-full, in the notices that went before the next frame.
+    let mut declared = Vec::new();
+    for n in &notices {
+        for r in GapNotice::new_checked(&n[..]).unwrap().ranges() {
+            assert_eq!(r.cause, Cause::QueueFull);
+            declared.extend(r.first..r.first + u64::from(r.count));
+        }
+    }
+    let sent: std::collections::HashSet<u64> = got.iter().map(|g| psn_of(g)).collect();
+    let last_sent = *sent.iter().max().unwrap();
+    let missing: Vec<u64> = (0..last_sent).filter(|p| !sent.contains(p)).collect();
+    assert_eq!(declared, missing);
+    assert_eq!(d.notices_sent, notices.len() as u64);
 }
 
 #[test]
@@ -99,9 +114,9 @@ fn a_destination_nobody_listens_on_counts_its_losses() {
     // A bound socket that is closed again: nobody listens there.
     let addr = common::free_port();
     let d = DestSpec::parse(&format!("nobody=udps@{addr}")).unwrap();
-    let (fwd, mut tap) = Forwarder::start(vec![d], LEN, 0).unwrap();
+    let (fwd, mut tap) = Forwarder::start(vec![d], LEN, &ForwardSource::vdif_psn()).unwrap();
     for i in 0..300u64 {
-        tap.offer(&frame(0, i));
+        tap.offer(Some(i), &frame(0, i));
         tap.publish();
     }
     drop(tap);
@@ -132,9 +147,9 @@ fn tcp_destination_reconnects_after_the_peer_goes_away() {
         s.read_to_end(&mut second).unwrap();
         (first, second)
     });
-    let (fwd, mut tap) = Forwarder::start(vec![d], LEN, 0).unwrap();
+    let (fwd, mut tap) = Forwarder::start(vec![d], LEN, &ForwardSource::vdif_psn()).unwrap();
     for i in 0..100u64 {
-        tap.offer(&frame(0, i));
+        tap.offer(Some(i), &frame(0, i));
     }
     tap.publish();
     // Keep a trickle going until the sender has noticed the hang-up and connected again.
@@ -142,13 +157,13 @@ fn tcp_destination_reconnects_after_the_peer_goes_away() {
     let mut i = 100u64;
     while accepted_rx.try_recv().is_err() {
         assert!(Instant::now() < deadline, "no reconnection");
-        tap.offer(&frame(0, i));
+        tap.offer(Some(i), &frame(0, i));
         tap.publish();
         i += 1;
         std::thread::sleep(Duration::from_millis(10));
     }
     for k in 0..100u64 {
-        tap.offer(&frame(0, 100_000 + k));
+        tap.offer(Some(100_000 + k), &frame(0, 100_000 + k));
     }
     tap.publish();
     drop(tap);
@@ -192,7 +207,7 @@ fn forwarding_while_recording_sends_exactly_what_is_recorded() {
     config.direct_io = false;
     config.recv_buffer = 16 << 20;
     let d = DestSpec::parse(&format!("c=udps@{fwd_addr}")).unwrap();
-    let (fwd, tap) = Forwarder::start(vec![d], LEN, 0).unwrap();
+    let (fwd, tap) = Forwarder::start(vec![d], LEN, &ForwardSource::for_stream(&config.streams[0])).unwrap();
     let h = Recorder::start_with_taps(config, vec![Some(tap.into_recorder_tap(LEN))]).unwrap();
     let to = h.local_addrs()[0];
     let s = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -237,4 +252,117 @@ fn forwarding_while_recording_sends_exactly_what_is_recorded() {
         }
     }
     assert_eq!(n, N);
+}
+
+/// Station to correlator in one process over loopback: the backend's stream (two VDIF threads, with PSN)
+/// loses frames before the recorder; the recorder forwards what it records as udps to a receiver whose
+/// output is exactly the stream: every frame at its own position, fill where the station lost frames,
+/// and that fill declared by the forwarder's gap notices. The same without a PSN on the input (positions
+/// from the VDIF time and thread), and with a thread selection.
+#[test]
+fn frames_lost_before_the_station_are_fill_at_their_own_place_and_declared() {
+    use std::sync::atomic::AtomicBool;
+    use vlbiflow_evlbi::receive::{run_receive, ReceiveConfig};
+    use vlbiflow_evlbi::OutputSpec;
+    use vlbiflow_formats::fill::is_vdif_fill;
+    use vlbiflow_recorder::{Recorder, RecorderConfig, StreamSpec};
+
+    const N: u64 = 3000;
+    // Stream frame n: thread n % 2 at time index n / 2. Lost before the station: every 37th.
+    let lost = |n: u64| n % 37 == 5;
+    for (psn_input, dest_opts, threads) in [(true, "", 2u64), (false, "", 2), (true, ",threads=1", 1)] {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = dir.path().join("d0");
+        std::fs::create_dir(&disk).unwrap();
+        let out_path = dir.path().join("corr.vdif");
+        let mut rc = ReceiveConfig::new("127.0.0.1:0".parse().unwrap(), OutputSpec::File(out_path.clone()));
+        rc.frame_len = LEN;
+        rc.first_key = Some(0);
+        rc.count = Some(N / 2 * threads);
+        rc.deadline = Duration::from_millis(500);
+        rc.idle = Some(Duration::from_secs(20));
+        rc.recv_buffer = 16 << 20;
+        let (tx, ready) = mpsc::channel();
+        let receiver = std::thread::spawn(move || {
+            let stop = AtomicBool::new(false);
+            run_receive(&rc, &stop, &mut |s| {
+                if s.elapsed_s == 0.0 {
+                    let _ = tx.send(s.listen.parse::<std::net::SocketAddr>().unwrap());
+                }
+            })
+            .unwrap()
+        });
+        let corr = ready.recv_timeout(Duration::from_secs(20)).unwrap();
+
+        let spec = if psn_input {
+            format!("a=vdif@127.0.0.1:0,psn,frame-size={LEN}")
+        } else {
+            format!("a=vdif@127.0.0.1:0,frame-size={LEN}")
+        };
+        let stream = StreamSpec::parse(&spec).unwrap();
+        let mut config = RecorderConfig::new(vec![stream], vec![disk.clone()], "fwd_lossy");
+        config.block_size = 64 * 1024;
+        config.pool_blocks = Some(64);
+        config.direct_io = false;
+        config.recv_buffer = 16 << 20;
+        let d = DestSpec::parse(&format!("c=udps@{corr}{dest_opts}")).unwrap();
+        let (fwd, tap) =
+            Forwarder::start(vec![d], LEN, &ForwardSource::for_stream(&config.streams[0])).unwrap();
+        let h = Recorder::start_with_taps(config, vec![Some(tap.into_recorder_tap(LEN))]).unwrap();
+        let to = h.local_addrs()[0];
+        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut sent = 0;
+        for n in 0..N {
+            if lost(n) {
+                continue;
+            }
+            let f = frame((n % 2) as u16, n / 2);
+            if psn_input {
+                s.send_to(&common::udps(9000 + n, &f), to).unwrap();
+            } else {
+                s.send_to(&f, to).unwrap();
+            }
+            sent += 1;
+            if sent % 50 == 0 {
+                std::thread::sleep(Duration::from_micros(300));
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while h.status().totals().packets < sent && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        h.stop();
+        h.wait().unwrap();
+        let st = fwd.finish(Duration::from_secs(5));
+        let corr = receiver.join().unwrap();
+
+        // Positions this destination takes: every frame (2 threads), or thread 1 only.
+        let positions: Vec<u64> = (0..N).filter(|n| threads == 2 || n % 2 == 1).collect();
+        let want_fill = positions.iter().filter(|&&n| lost(n)).count() as u64;
+        let data = std::fs::read(&out_path).unwrap();
+        assert_eq!(data.len() as u64, positions.len() as u64 * LEN as u64);
+        for (i, f) in data.chunks_exact(LEN).enumerate() {
+            let n = positions[i];
+            if lost(n) {
+                assert!(is_vdif_fill(f), "position {i} (stream frame {n}) should be fill");
+            } else {
+                assert_eq!(
+                    f,
+                    &frame((n % 2) as u16, n / 2)[..],
+                    "position {i} (stream frame {n})"
+                );
+            }
+        }
+        let d = &st[0];
+        assert_eq!(d.skipped_captured_lost, want_fill, "{d:?}");
+        assert_eq!(d.positions_missing(), want_fill, "{d:?}");
+        assert_eq!(corr.reorder.filled, want_fill, "{corr:?}");
+        assert_eq!((corr.fill_declared, corr.fill_path), (want_fill, 0), "{corr:?}");
+        assert_eq!(corr.forwarder.captured_lost, want_fill, "{corr:?}");
+        assert_eq!(
+            corr.reorder.malformed + corr.rejected,
+            0,
+            "notices are not data: {corr:?}"
+        );
+    }
 }

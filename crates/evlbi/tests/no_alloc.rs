@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use vlbiflow_evlbi::dest::DestSpec;
-use vlbiflow_evlbi::Forwarder;
+use vlbiflow_evlbi::{ForwardSource, Forwarder};
 
 struct Counting;
 
@@ -58,12 +58,18 @@ fn offering_and_publishing_do_not_allocate() {
         DestSpec::parse(&format!("a=udps@{a_addr},queue=64,rate=10Mbps")).unwrap(),
         DestSpec::parse(&format!("b=vdif@{b_addr},threads=1")).unwrap(),
     ];
-    let (fwd, mut tap) = Forwarder::start(dests, common::LEN, 0).unwrap();
+    let (fwd, mut tap) = Forwarder::start(dests, common::LEN, &ForwardSource::vdif_psn()).unwrap();
     let frames: Vec<Vec<u8>> = (0..64).map(|i| common::frame((i % 2) as u16, i)).collect();
     COUNTING.with(|c| c.set(true));
-    for round in 0..200 {
-        for f in &frames {
-            tap.offer(f);
+    for round in 0..200u64 {
+        for (i, f) in frames.iter().enumerate() {
+            let psn = round * 64 + i as u64;
+            // One frame without a buffer, six lost before the forwarder: declared holes.
+            match i {
+                3 => tap.unstored(Some(psn), &f[..16]),
+                _ if i % 10 == 3 => {}
+                _ => tap.offer(Some(psn), f),
+            }
         }
         if round % 3 == 0 {
             tap.publish();
@@ -74,7 +80,12 @@ fn offering_and_publishing_do_not_allocate() {
     assert_eq!(ALLOCATIONS.load(Ordering::Relaxed), 0);
     drop(tap);
     let st = fwd.finish(Duration::from_millis(100));
-    assert_eq!(st[0].offered, 200 * 64);
+    assert_eq!(st[0].offered, 200 * 57);
+    // The last round's last hole is never revealed by a later frame.
+    assert_eq!(
+        (st[0].skipped_no_buffer, st[0].skipped_captured_lost),
+        (200, 200 * 6 - 1)
+    );
     assert!(st[0].dropped_queue_full > 0);
     assert_eq!(st[1].filtered, 100 * 64);
 }

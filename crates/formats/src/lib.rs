@@ -17,6 +17,7 @@ pub mod kind;
 pub mod mark5b;
 pub mod mark6;
 pub mod names;
+pub mod notice;
 pub mod psn;
 pub mod samples;
 pub mod time;

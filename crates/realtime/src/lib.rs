@@ -16,6 +16,7 @@
 pub mod forward;
 pub mod latency;
 pub mod pace;
+pub mod position;
 pub mod reorder;
 
 pub use forward::{ForwardConfig, ForwardCounters, ForwardQueue};

@@ -365,6 +365,10 @@ pub(crate) struct StreamCapture {
     coalesced: u64,
     /// Sees every stored frame (forwarding while recording).
     pub(crate) tap: Option<Box<dyn crate::tap::FrameTap>>,
+    /// With a tap: the PSNs of the frames kept in the current batch, in order.
+    tap_psns: Vec<u64>,
+    /// With a tap: frames of the current batch dropped for want of a buffer (PSN, header).
+    tap_unstored: Vec<(Option<u64>, [u8; crate::tap::TAP_HEADER_LEN])>,
 }
 
 impl StreamCapture {
@@ -408,7 +412,20 @@ impl StreamCapture {
             spill: Vec::with_capacity(4),
             coalesced: 0,
             tap: None,
+            tap_psns: Vec::new(),
+            tap_unstored: Vec::new(),
         }
+    }
+
+    /// Installs a tap, with room for the PSNs and drop notes of the largest batch (allocated here, once).
+    pub(crate) fn set_tap(&mut self, tap: Option<Box<dyn crate::tap::FrameTap>>) {
+        if tap.is_some() {
+            // As many as the batch's kept frames have room for (they grow, once, if a batch brings more).
+            const MOST_PER_BATCH: usize = 1 << 13;
+            self.tap_psns = Vec::with_capacity(MOST_PER_BATCH);
+            self.tap_unstored = Vec::with_capacity(MOST_PER_BATCH);
+        }
+        self.tap = tap;
     }
 
     fn epoch_start(&mut self, epoch: u8) -> i64 {
@@ -738,6 +755,12 @@ impl StreamCapture {
                     // Its number is known: the trackers see it (so the sequence goes on) and it is counted
                     // lost at once, not only when a later frame is stored (at the end there may be none).
                     self.counters.dropped_no_buffer += 1;
+                    if self.tap.is_some() {
+                        let mut h = [0u8; crate::tap::TAP_HEADER_LEN];
+                        let n = frame.len().min(h.len());
+                        h[..n].copy_from_slice(&frame[..n]);
+                        self.tap_unstored.push(((prefix != 0).then_some(psn), h));
+                    }
                     self.unstored(shared, psn, thread, time, m5b_index);
                     continue;
                 }
@@ -746,6 +769,9 @@ impl StreamCapture {
                     Some(Piece::Area(o)) => Src::Area(o),
                     _ => unreachable!("a classified frame has a piece"),
                 });
+                if self.tap.is_some() {
+                    self.tap_psns.push(psn);
+                }
                 if let Some(p) = &mut self.psn {
                     p.observe(psn);
                 }
@@ -765,19 +791,25 @@ impl StreamCapture {
         self.place(got, area, cap);
         if let Some(tap) = self.tap.as_mut() {
             // The frames now sit in consecutive slots: the area first, then the spill blocks.
+            let psns = (prefix != 0).then_some(&self.tap_psns[..]);
             let here = kept.min(cap);
             if here > 0 {
-                tap.stored(&area[..here * slot]);
+                tap.stored(&area[..here * slot], psns.map(|p| &p[..here]));
             }
-            let mut rest = kept - here;
+            let mut done = here;
             for b in self.spill.iter_mut() {
-                if rest == 0 {
+                if done == kept {
                     break;
                 }
-                let k = rest.min(self.frames_per_block);
-                tap.stored(&b.frame_area_mut()[..k * slot]);
-                rest -= k;
+                let k = (kept - done).min(self.frames_per_block);
+                tap.stored(&b.frame_area_mut()[..k * slot], psns.map(|p| &p[done..done + k]));
+                done += k;
             }
+            for (psn, header) in &self.tap_unstored {
+                tap.unstored(*psn, header);
+            }
+            self.tap_psns.clear();
+            self.tap_unstored.clear();
         }
         if kept > 0 {
             let s = &shared.streams[self.index];

@@ -328,7 +328,7 @@ impl Recorder {
             let fpb = frames_per_block(spec.frame_size);
             let gro = report.gro == vlbiflow_udp::Feature::Enabled;
             let mut capture = capture::StreamCapture::new(i, spec.clone(), socket, fpb, data_offset, gro);
-            capture.tap = taps.get_mut(i).and_then(Option::take);
+            capture.set_tap(taps.get_mut(i).and_then(Option::take));
             groups[i % capture_threads].push(capture);
         }
         for (i, group) in groups.into_iter().enumerate() {

@@ -340,6 +340,26 @@ fn print_summary(s: &ReceiveStatus) {
     if let (Some(first), Some(next)) = (s.first_key, s.next_key) {
         eprintln!("  keys {first} .. {}", next.wrapping_sub(1));
     }
+    let f = &s.forwarder;
+    if f.notices > 0 {
+        eprintln!(
+            "  fill {}: declared by the forwarder {} (its totals: lost before capture {}, no buffer {}, queue full {}), \
+             lost on the path {}; gap notices {} ({} missing)",
+            r.filled,
+            s.fill_declared,
+            f.captured_lost,
+            f.no_buffer,
+            f.queue_full,
+            s.fill_path,
+            f.notices,
+            f.notices_missing
+        );
+    } else if s.key == "psn" && r.filled > 0 {
+        eprintln!(
+            "  fill {}: no gap notices came from the sender, so none is known to be the station's",
+            r.filled
+        );
+    }
     if s.output_stalls > 0 {
         eprintln!(
             "  the output was slower than the stream: {} frames waited for it (the socket buffer took the slack; \

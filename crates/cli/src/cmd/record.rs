@@ -319,7 +319,8 @@ fn start_forwarding(
             );
         }
         let frame_len = spec.frame_size as usize;
-        let (f, tap) = vlbiflow_evlbi::Forwarder::start(dests, frame_len, 0)?;
+        let source = vlbiflow_evlbi::ForwardSource::for_stream(spec);
+        let (f, tap) = vlbiflow_evlbi::Forwarder::start(dests, frame_len, &source)?;
         forwarders.push(f);
         taps.push(Some(tap.into_recorder_tap(frame_len)));
     }

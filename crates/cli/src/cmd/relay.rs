@@ -229,6 +229,28 @@ pub(crate) fn print_dests(d: &[DestStatus]) {
                 .map(|e| format!("; last error: {e}"))
                 .unwrap_or_default(),
         );
+        // Every position of the stream this destination did not get, by cause: its receiver fills them.
+        eprintln!(
+            "     positions skipped {}: lost before capture {}, no buffer {}, dropped here {}; next PSN {}{}{}",
+            d.positions_missing(),
+            d.skipped_captured_lost,
+            d.skipped_no_buffer,
+            d.dropped(),
+            d.next_psn,
+            if d.not_placed > 0 {
+                format!(
+                    "; not forwarded: {} duplicate, {} stray, {} of threads unknown at the start, {} without PSN or time",
+                    d.positions.duplicates, d.positions.stray, d.positions.unknown_thread, d.positions.no_position
+                )
+            } else {
+                String::new()
+            },
+            if d.protocol == "udps" {
+                format!("; gap notices {}", d.notices_sent)
+            } else {
+                String::new()
+            },
+        );
     }
 }
 

@@ -53,15 +53,26 @@ pub fn free_port() -> SocketAddr {
     UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
 }
 
-/// Receives `n` datagrams (panics after the socket's read timeout).
+/// Receives `n` data datagrams (panics after the socket's read timeout); gap notices in between are
+/// skipped.
 pub fn recv_n(s: &UdpSocket, n: usize) -> Vec<Vec<u8>> {
+    recv_with_notices(s, n).0
+}
+
+/// Receives `n` data datagrams and every gap notice that came before the last of them.
+pub fn recv_with_notices(s: &UdpSocket, n: usize) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
     let mut buf = vec![0u8; 65536];
-    (0..n)
-        .map(|i| {
-            let k = s
-                .recv(&mut buf)
-                .unwrap_or_else(|e| panic!("datagram {i} of {n}: {e}"));
-            buf[..k].to_vec()
-        })
-        .collect()
+    let mut data = Vec::with_capacity(n);
+    let mut notices = Vec::new();
+    while data.len() < n {
+        let k = s
+            .recv(&mut buf)
+            .unwrap_or_else(|e| panic!("datagram {} of {n}: {e}", data.len()));
+        if vlbiflow_formats::notice::GapNotice::<&[u8]>::looks_like(&buf[..k]) {
+            notices.push(buf[..k].to_vec());
+        } else {
+            data.push(buf[..k].to_vec());
+        }
+    }
+    (data, notices)
 }
