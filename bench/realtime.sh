@@ -7,6 +7,12 @@
 #                                               four directories forwarding udps through pathemu (30 ms RTT,
 #                                               0.1% loss, 2.5 Gb/s) -> receive into one VDIF file; then the
 #                                               same with the forward link limited to 1 Gb/s
+#   bench/realtime.sh position [DIR] [SECONDS] (root) every forwarded frame in its place: gen 1 Gb/s, 2 threads
+#                                               -> pathemu (input loss 0.1%) -> record --forward udps,psn=input
+#                                               on a host loaded with LOAD (default 2) busy loops ->
+#                                               pathemu (30 ms RTT, 0.5% loss) -> receive --first-psn 0
+#                                               --count N; checks every output frame against its position
+#                                               and fill = the sum of each stage's own drop count
 #   bench/realtime.sh replay  [DIR] [SECONDS]   gen 2 Gb/s, 2 threads -> record scan A; play A at its original rate
 #                                               -> record scan B; check both, compare them frame for frame, and
 #                                               the replay's per-second rate against the recording's
@@ -159,7 +165,8 @@ fills = {int(l) for l in open(sys.argv[1]) if l.strip()}
 drops = set()
 with open(sys.argv[2]) as f:
     for row in csv.DictReader(f):
-        if row["dir"] == "a-b" and row["dport"] == sys.argv[3]:
+        # Gap notices (the forwarder's declarations, "vfgaps" magic) are not frames.
+        if row["dir"] == "a-b" and row["dport"] == sys.argv[3] and not row["payload_hex"].startswith("766667617073"):
             drops.add(int.from_bytes(bytes.fromhex(row["payload_hex"][:16]), "little"))
 fw = json.load(open(sys.argv[4]))["forward"][0]
 # Keys at or beyond what the station offered were never sent (gen fell behind and stopped short of the
@@ -281,6 +288,111 @@ accept_bench() {
     return 0
 }
 
+position_bench() {
+    [ "$(id -u)" = 0 ] || { echo "position needs root (namespaces)" >&2; exit 1; }
+    local secs=${SECS:-10} pid=$$ port=46500 load=${LOAD:-2} rate=${RATE:-1Gbps}
+    local ns_g="vf-rtp-$$-g" ns_s="vf-rtp-$$-s" ns_c="vf-rtp-$$-c"
+    local net_in="10.$((128 + pid % 60)).$(((pid / 60) % 250))" net_out="10.$((192 + pid % 60)).$(((pid / 60) % 250))"
+    local out="$RUN/position"
+    mkdir -p "$out"
+    echo "## position: gen $rate 2 threads for $secs s -> pathemu (${IN_LOSS:-0.1%} loss) -> record + forward (load: $load busy loops, --recv-buffer ${RECV_BUFFER:-4MB}) -> pathemu (30 ms RTT, ${PATH_LOSS:-0.5%} loss) -> receive"
+    "$VLBIFLOW" pathemu --ns-a "$ns_g" --ns-b "$ns_s" --addr-a "$net_in.1" --addr-b "$net_in.2" --impair a-b \
+        --loss "${IN_LOSS:-0.1%}" --seed 3 --drop-log "$out/drops_in.csv" --json >"$out/emu_in.json" 2>"$out/emu_in.err" &
+    local emu_in=$!
+    PIDS+=($emu_in)
+    wait_line "$out/emu_in.err" "pathemu: ready"
+    # shellcheck disable=SC2086
+    "$VLBIFLOW" pathemu --ns-a "$ns_s" --ns-b "$ns_c" --addr-a "$net_out.1" --addr-b "$net_out.2" --impair a-b \
+        --rtt 30ms --loss "${PATH_LOSS:-0.5%}" --seed 5 $EMU_EXTRA --drop-log "$out/drops_out.csv" --json \
+        >"$out/emu_out.json" 2>"$out/emu_out.err" &
+    local emu_out=$!
+    PIDS+=($emu_out)
+    wait_line "$out/emu_out.err" "pathemu: ready"
+    local frames
+    frames=$(python3 -c "import sys; r=float(sys.argv[1].rstrip('Gbps'))*1e9; print(int(r/8/8224/2)*2*int(sys.argv[2]))" "$rate" "$secs")
+    ip netns exec "$ns_c" "$VLBIFLOW" receive --listen "$net_out.2:$port" --first-psn 0 --count "$frames" \
+        --output "$out/corr.vdif" --fill-log "$out/fills.txt" --deadline 200ms --idle 5s --json >"$out/recv.json" 2>"$out/recv.err" &
+    local recv=$!
+    PIDS+=($recv)
+    wait_line "$out/recv.err" "receive: ready"
+    # shellcheck disable=SC2046
+    ip netns exec "$ns_s" "$VLBIFLOW" record --stream a=vdif@0.0.0.0:4001,psn $(disks "$out/st") --scan position \
+        --recv-buffer "${RECV_BUFFER:-4MB}" --forward "corr=udps@$net_out.2:$port,psn=input" --json >"$out/rec.json" 2>"$out/rec.err" &
+    local rec=$!
+    PIDS+=($rec)
+    wait_line "$out/rec.err" "stream a: Vdif"
+    local loaders=()
+    for _ in $(seq "$load"); do (while :; do :; done) & loaders+=($!); done
+    PIDS+=("${loaders[@]}")
+    ip netns exec "$ns_g" "$VLBIFLOW" gen --dest "$net_in.2:4001" --psn --threads 2 --rate "$rate" --duration "$secs" \
+        --json >"$out/gen.json" 2>"$out/gen.err"
+    for p in "${loaders[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait "$recv" || true
+    kill -INT "$rec"; wait "$rec" || true
+    kill -TERM "$emu_in" "$emu_out"; wait "$emu_in" "$emu_out" || true
+    python3 - "$out" "$port" <<'EOF'
+import csv, json, os, sys
+d, port = sys.argv[1], sys.argv[2]
+g = json.load(open(os.path.join(d, "gen.json")))
+rec = json.load(open(os.path.join(d, "rec.json")))
+far = json.load(open(os.path.join(d, "recv.json")))
+def rows(name, dport):
+    with open(os.path.join(d, name)) as f:
+        return sum(1 for r in csv.DictReader(f) if r["dir"] == "a-b" and r["dport"] == dport
+                   and not r["payload_hex"].startswith("766667617073"))
+emu_in = json.load(open(os.path.join(d, "emu_in.json")))["report"]["a_to_b"]
+emu_out = json.load(open(os.path.join(d, "emu_out.json")))["report"]["a_to_b"]
+c = rec["streams"][0]["counters"]; f = rec["forward"][0]; r = far["reorder"]
+n = far["output_frames"]
+inp = rows("drops_in.csv", "4001") + emu_in.get("kernel_dropped_in", 0) + emu_in.get("kernel_dropped_out", 0)
+kern, nobuf = c["kernel_drops"], c["dropped_no_buffer"]
+queue = f["dropped_queue_full"] + f["dropped_send_error"] + f["dropped_disconnected"] + f["dropped_at_stop"]
+# The emulator's and the receiving socket's kernel drops are counts of datagrams, gap notices included: the
+# notices lost outside the drop log (sent - received - logged) are taken out.
+with open(os.path.join(d, "drops_out.csv")) as fh:
+    notice_rows = sum(1 for r in csv.DictReader(fh) if r["dir"] == "a-b" and r["dport"] == port
+                      and r["payload_hex"].startswith("766667617073"))
+notices_unlogged = f["notices_sent"] - far["forwarder"]["notices"] - notice_rows
+path = (rows("drops_out.csv", port) + emu_out.get("kernel_dropped_in", 0) + emu_out.get("kernel_dropped_out", 0)
+        + far["kernel_drops"] - notices_unlogged)
+tail = max(0, n - g["frames"])  # positions gen never sent (it stopped short of the count)
+print(f"gen: {g['frames']} frames, {g['achieved_bps']/1e9:.3f} Gb/s; receive --count {n}")
+print(f"drops by stage (each its own count): input {inp} (emulator log), recorder socket {kern} (SO_RXQ_OVFL), "
+      f"no buffer {nobuf}, forward queue {queue}, path {path} (emulator log + receiving socket), never sent {tail}")
+total = inp + kern + nobuf + queue + path + tail
+print(f"recorder: {c['packets']} frames recorded, lost {c['lost']}; forwarder: offered {f['offered']}, sent {f['sent']}, "
+      f"skipped lost-before-capture {f['skipped_captured_lost']}, no buffer {f['skipped_no_buffer']}, gap notices {f['notices_sent']}")
+fw = far["forwarder"]
+print(f"receive: out {n} = delivered {r['delivered']} + filled {r['filled']}; fill declared by the station "
+      f"{far['fill_declared']}, on the path {far['fill_path']}; notices {fw['notices']} ({fw['notices_missing']} missing)")
+# Every output frame against its position: time index and thread follow from it, payload as generated (zeros).
+rate = round(g["requested_bps"] / (8224 * 8) / 2)
+base = None; misplaced = 0; real = 0
+with open(os.path.join(d, "corr.vdif"), "rb") as fh:
+    i = 0
+    while True:
+        fr = fh.read(8224)
+        if len(fr) < 8224:
+            break
+        w = [int.from_bytes(fr[k:k + 4], "little") for k in range(0, 16, 4)]
+        fill = (w[0] >> 31) and fr[16:20] == bytes.fromhex("44332211")
+        if not fill:
+            real += 1
+            index = (w[0] & 0x3fffffff) * rate + (w[1] & 0xffffff)
+            thread = (w[3] >> 16) & 0x3ff
+            if base is None:
+                base = (index - i // 2, thread ^ (i % 2))
+            if (index - i // 2, thread ^ (i % 2)) != base or any(fr[32:]):
+                misplaced += 1
+        i += 1
+print(f"output frames not the generator's frame of their position: {misplaced} of {real} real frames")
+ok = misplaced == 0 and r["filled"] == total and r["delivered"] + r["filled"] == n
+print(f"fill {r['filled']} = {inp} + {kern} + {nobuf} + {queue} + {path} + {tail} = {total}: {r['filled'] == total}")
+print(f"ACCEPTANCE (every frame in its place, fill = the drops of every stage): {'PASS' if ok else 'FAIL'}")
+EOF
+    rm -rf "$out/st" "$out/corr.vdif"
+}
+
 relay_bench() {
     local secs=${SECS:-10}
     echo "## relay: gen -> relay -> receive (null), loopback, $secs s per run, 1 thread; CPU of the relay process"
@@ -397,7 +509,8 @@ EOF
 case $WHAT in
     forward) forward_bench ;;
     accept) accept_bench ;;
+    position) position_bench ;;
     relay) relay_bench ;;
     replay) replay_bench ;;
-    *) echo "usage: bench/realtime.sh forward|accept|replay|relay [DIR] [SECONDS]" >&2; exit 2 ;;
+    *) echo "usage: bench/realtime.sh forward|accept|position|replay|relay [DIR] [SECONDS]" >&2; exit 2 ;;
 esac

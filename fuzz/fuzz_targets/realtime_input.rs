@@ -2,14 +2,18 @@
 //! `relay --reorder`) and destination / output specifications. The Reorderer never panics on any
 //! sequence of datagrams (PSN keys and VDIF-time keys of two threads, arrival times moving forward by
 //! fuzzed steps, polls in between, a flush at the end), keeps its counter identity, and outputs only
-//! frames of the configured length; the specification parsers never panic.
+//! frames of the configured length; the specification parsers never panic. Every datagram is also read
+//! as a gap notice (into the receiver's `DeclaredGaps`, asked at every fill in order) and placed by a
+//! station-side `Positioner` learning its rate and threads from whatever arrives: neither panics.
 #![no_main]
 use std::time::{Duration, Instant};
 
 use libfuzzer_sys::fuzz_target;
 use vlbiflow_evlbi::{DestSpec, OutputSpec};
+use vlbiflow_formats::notice::GapNotice;
 use vlbiflow_formats::FrameKind;
-use vlbiflow_realtime::reorder::{KeyMode, ReorderConfig, Reorderer};
+use vlbiflow_realtime::position::{DeclaredGaps, FirstPsn, Positioner, SourceKey};
+use vlbiflow_realtime::reorder::{KeyMode, OutputKind, ReorderConfig, Reorderer};
 
 const LEN: usize = 64;
 
@@ -29,6 +33,12 @@ fuzz_target!(|data: &[u8]| {
     let mut r = Reorderer::new(cfg).expect("valid configuration");
     let t0 = Instant::now();
     let mut now = t0;
+    let mut declared = DeclaredGaps::new(8);
+    let mut positions = Positioner::new(
+        SourceKey::VdifTime { frame_rate: None, threads: None },
+        FirstPsn::At(u64::from(ctl)),
+    )
+    .expect("valid configuration");
     // Each datagram: 1 byte of time step (x 100 us), 1 byte of length selector, then its bytes.
     while rest.len() >= 2 {
         now += Duration::from_micros(100 * u64::from(rest[0]));
@@ -42,9 +52,18 @@ fuzz_target!(|data: &[u8]| {
         let n = len.min(rest.len());
         let (d, tail) = rest.split_at(n);
         rest = tail;
+        if let Ok(n) = GapNotice::new_checked(d) {
+            declared.add_notice(&n);
+        }
+        if let Ok(k) = positions.key(None, d) {
+            let _ = positions.place(k);
+        }
         let pushed = if ctl & 1 == 0 { r.push_udps(now, d) } else { r.push_vdif(now, d) };
         while let Some(o) = r.poll_output(now) {
             assert_eq!(o.frame.len(), LEN);
+            if o.kind == OutputKind::Fill {
+                let _ = declared.take(o.key);
+            }
         }
         assert!(pushed.is_ok(), "drained after every push: never busy");
     }

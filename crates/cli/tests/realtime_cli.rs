@@ -502,6 +502,9 @@ fn a_forward_link_slower_than_the_stream_loses_only_forwarded_frames() {
     );
 }
 
+/// The first bytes of a gap notice ("vfgaps") in a drop log's payload column.
+const NOTICE_MAGIC_HEX: &str = "766667617073";
+
 /// The drop log file of a finished emulator.
 struct Path2Log(PathBuf);
 
@@ -515,6 +518,8 @@ impl Path2Log {
         lines
             .map(|l| l.split(',').collect::<Vec<_>>())
             .filter(|f| f[dir] == "a-b" && f[dport] == port.to_string())
+            // Gap notices (the forwarder's declarations) are not frames.
+            .filter(|f| !f[hex].starts_with(NOTICE_MAGIC_HEX))
             .map(|f| {
                 let b: Vec<u8> = (0..8)
                     .map(|i| u8::from_str_radix(&f[hex][2 * i..2 * i + 2], 16).unwrap())
@@ -523,6 +528,229 @@ impl Path2Log {
             })
             .collect()
     }
+}
+
+/// An emulator between two given namespaces (created if missing, removed by it if it made them).
+fn start_emulator(
+    name: &'static str,
+    ns_a: &str,
+    ns_b: &str,
+    net: &str,
+    log: &Path,
+    impair: &[&str],
+) -> Proc {
+    let mut args = s(&[
+        BIN,
+        "pathemu",
+        "--ns-a",
+        ns_a,
+        "--ns-b",
+        ns_b,
+        "--addr-a",
+        &format!("{net}.1"),
+        "--addr-b",
+        &format!("{net}.2"),
+        "--impair",
+        "a-b",
+        "--seed",
+        "11",
+        "--duration",
+        "180",
+        "--json",
+        "--drop-log",
+    ]);
+    args.push(log.display().to_string());
+    args.extend(s(impair));
+    let emu = Proc::spawn(name, &args);
+    emu.wait_line("pathemu: ready");
+    emu
+}
+
+/// Rows of a drop log sent a-b to `port` that are frames (not gap notices).
+fn drop_rows(log: &Path, port: u16) -> u64 {
+    Path2Log(log.to_path_buf()).psns(port).len() as u64
+}
+
+/// The acceptance chain with a loss before the station: gen -> emulator (1% loss) -> record --forward
+/// (psn=input) -> emulator (10 ms RTT, 1% loss) -> receive --first-psn 0 --count N. Every output frame is
+/// the generator's frame of its position (its time and thread, zero payload as generated) or fill, and
+/// fill = input drops + recorder drops + queue drops + path drops, each from its own count; the fill the
+/// station declared in its gap notices is told from the path's.
+#[test]
+#[ignore = "needs root: network namespaces and TUN devices for the path emulator"]
+fn capture_loss_before_the_station_is_fill_at_its_own_place() {
+    assert!(
+        is_root(),
+        "this test needs root (network namespaces, TUN devices)"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let pid = std::process::id();
+    let (ns_g, ns_st, ns_c) = (
+        format!("vf-rt-{pid}-cg"),
+        format!("vf-rt-{pid}-cs"),
+        format!("vf-rt-{pid}-cc"),
+    );
+    let net_in = format!("10.{}.{}", 128 + pid % 60, (pid / 60) % 250);
+    let net_out = format!("10.{}.{}", 192 + pid % 60, (pid / 60) % 250);
+    let (log_in, log_out) = (dir.path().join("drops_in.csv"), dir.path().join("drops_out.csv"));
+    let emu_in = start_emulator("pathemu-in", &ns_g, &ns_st, &net_in, &log_in, &["--loss", "1%"]);
+    let emu_out = start_emulator(
+        "pathemu-out",
+        &ns_st,
+        &ns_c,
+        &net_out,
+        &log_out,
+        &["--rtt", "10ms", "--loss", "1%"],
+    );
+    let listen = format!("{net_out}.2:{CORR_PORT}");
+    let recv = start_receive(&ns_c, &listen, dir.path(), N);
+    let disks: Vec<PathBuf> = (0..2)
+        .map(|i| {
+            let d = dir.path().join(format!("st{i}"));
+            std::fs::create_dir(&d).unwrap();
+            d
+        })
+        .collect();
+    let mut args = in_ns(
+        &ns_st,
+        &[
+            "record",
+            "--stream",
+            "a=vdif@0.0.0.0:4001,psn",
+            "--scan",
+            "rt_st_capture",
+            "--block-size",
+            "2MB",
+            "--pool-blocks",
+            "64",
+            "--recv-buffer",
+            "64MiB",
+            "--buffered",
+            "--json",
+            "--forward",
+            &format!("corr=udps@{listen},psn=input"),
+        ],
+    );
+    for d in &disks {
+        args.push("--disk".into());
+        args.push(d.display().to_string());
+    }
+    let record = Proc::spawn("record", &args);
+    record.wait_line("stream a: Vdif on 0.0.0.0:4001");
+    let out = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &ns_g,
+            BIN,
+            "gen",
+            "--dest",
+            &format!("{net_in}.2:4001"),
+            "--psn",
+        ])
+        .args([
+            "--threads",
+            "2",
+            "--rate",
+            "300Mbps",
+            "--count",
+            &N.to_string(),
+            "--quiet",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "gen: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let gen: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(gen["frames"], N, "{gen}");
+    // The correlator ends at N frames (or 5 s after the last datagram); then the station may stop.
+    let corr = json("receive", &recv.finish());
+    record.signal(libc::SIGINT);
+    let rec = json("record", &record.finish());
+    for emu in [emu_in, emu_out] {
+        emu.signal(libc::SIGTERM);
+        emu.finish();
+    }
+    for ns in [&ns_g, &ns_st, &ns_c] {
+        assert!(!Path::new("/run/netns").join(ns).exists(), "{ns} left behind");
+    }
+
+    // Each stage's own count.
+    let input_drops = drop_rows(&log_in, 4001);
+    let c = &rec["streams"][0]["counters"];
+    let (kernel, no_buffer) = (
+        c["kernel_drops"].as_u64().unwrap(),
+        c["dropped_no_buffer"].as_u64().unwrap(),
+    );
+    let f = &rec["forward"][0];
+    let forward_drops: u64 = [
+        "dropped_queue_full",
+        "dropped_send_error",
+        "dropped_disconnected",
+        "dropped_at_stop",
+    ]
+    .iter()
+    .map(|k| f[k].as_u64().unwrap())
+    .sum();
+    let path_drops = drop_rows(&log_out, CORR_PORT) + corr["kernel_drops"].as_u64().unwrap();
+    assert!(
+        input_drops > 0 && path_drops > 0,
+        "input {input_drops}, path {path_drops}"
+    );
+    // The recorder's own loss count sees the input drops too.
+    assert_eq!(
+        c["lost"].as_u64().unwrap(),
+        input_drops + kernel + no_buffer,
+        "{rec}"
+    );
+
+    let r = &corr["reorder"];
+    let fill = r["filled"].as_u64().unwrap();
+    assert_eq!(corr["output_frames"], N, "{corr}");
+    assert_eq!(
+        fill,
+        input_drops + kernel + no_buffer + forward_drops + path_drops,
+        "{corr}\n{f}"
+    );
+    let (declared, on_path) = (
+        corr["fill_declared"].as_u64().unwrap(),
+        corr["fill_path"].as_u64().unwrap(),
+    );
+    assert_eq!(declared + on_path, fill, "{corr}");
+    if corr["forwarder"]["notices_missing"] == 0 && f["undeclared"] == 0 {
+        assert_eq!(on_path, path_drops, "{corr}");
+    }
+
+    // Every frame at its own place: time index and thread follow from the position, payload as generated.
+    let rate = (gen["requested_bps"].as_f64().unwrap() / (8224.0 * 8.0) / 2.0).round() as i64;
+    let data = std::fs::read(dir.path().join("corr.vdif")).unwrap();
+    let mut base: Option<(i64, u16)> = None;
+    let mut real = 0u64;
+    for (i, fr) in data.chunks_exact(8224).enumerate() {
+        if vlbiflow_formats::fill::is_vdif_fill(fr) {
+            continue;
+        }
+        real += 1;
+        let h = vlbiflow_formats::vdif::VdifHeader::new_unchecked(fr);
+        let index = i64::from(h.seconds()) * rate + i64::from(h.frame_number());
+        let (i0, t0) = *base.get_or_insert((index - i as i64 / 2, h.thread_id() ^ (i as u16 % 2)));
+        assert_eq!(
+            index - i as i64 / 2,
+            i0,
+            "output frame {i}: time index off its position"
+        );
+        assert_eq!(
+            h.thread_id(),
+            t0 ^ (i as u16 % 2),
+            "output frame {i}: thread off its position"
+        );
+        assert!(fr[32..].iter().all(|&b| b == 0), "output frame {i}: payload");
+    }
+    assert_eq!(real + fill, N);
 }
 
 #[test]

@@ -242,12 +242,14 @@ impl DestSpec {
                         return Err(err("notices", "gap notices go only to udps destinations".into()));
                     }
                 }
-                _ => return Err(err(
-                    "option",
-                    format!(
+                _ => {
+                    return Err(err(
+                        "option",
+                        format!(
                         "unknown option {part:?} (threads=, rate=, burst=, queue=, stream=, psn=, notices=)"
                     ),
-                )),
+                    ))
+                }
             }
         }
         let mut seen = [false; MAX_THREAD_ID as usize + 1];

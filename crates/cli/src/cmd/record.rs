@@ -43,9 +43,11 @@ Stream options (comma separated after the address):
       --forward udps@jive.example.org:46227,rate=2.1Gbps
 
 Forwarding (--forward, repeatable): [LABEL=]PROTO@HOST:PORT[,threads=0,1][,rate=RATE][,burst=SIZE] \
-[,queue=FRAMES][,stream=LABEL][,psn=N], PROTO udps (PSN + frame), vdif (frame alone) or tcp. Every \
-recorded frame is copied to each destination's queue; a destination that cannot keep up loses frames \
-(counted per destination), never the recording. Details: docs/realtime.md.
+[,queue=FRAMES][,stream=LABEL][,psn=N|input][,notices=off], PROTO udps (PSN + frame), vdif (frame alone) \
+or tcp. Every recorded frame is copied to each destination's queue; a destination that cannot keep up \
+loses frames (counted per destination), never the recording. A frame's PSN is its position in the \
+stream (the input PSN, or its VDIF time and thread), so a frame lost before or inside the station is a \
+hole at its own place, declared to udps destinations in gap notices. Details: docs/realtime.md.
 
 The recording stops on --duration, Ctrl-C or SIGTERM, always leaving a flushed, consistent scan with \
 metadata (<disk>/<scan>.vlbiflow.json) on every disk. A second Ctrl-C exits at once (scan marked incomplete).";

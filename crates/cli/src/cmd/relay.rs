@@ -27,10 +27,12 @@ Examples:
   # leave a gap in the PSN (the next receiver fills them):
   vlbiflow relay --listen 0.0.0.0:46227 --reorder --deadline 100ms --to udps@10.0.0.5:46227
 
-Destinations: [LABEL=]PROTO@HOST:PORT[,threads=0,1][,rate=RATE][,burst=SIZE][,queue=FRAMES][,psn=N]
-with PROTO udps (8-byte PSN + frame), vdif (frame alone) or tcp (frames back to back; reconnected
-when the connection breaks). Each destination numbers its frames afresh from psn=N (default 0); a
-destination that cannot keep up loses frames (counted), it never slows the others.";
+Destinations: [LABEL=]PROTO@HOST:PORT[,threads=0,1][,rate=RATE][,burst=SIZE][,queue=FRAMES]
+[,psn=N|input][,notices=off] with PROTO udps (8-byte PSN + frame), vdif (frame alone) or tcp (frames
+back to back; reconnected when the connection breaks). A frame's PSN is its position in the stream
+(the input PSN, or its VDIF time and thread) from psn=N (default 0), so a frame lost upstream is a
+hole at its own place; a destination that cannot keep up loses frames (counted), it never slows the
+others.";
 
 /// Relay a stream (net2net): receive udps or VDIF, optionally reorder, fan out with restamped PSN and pacing
 #[derive(clap::Args)]
