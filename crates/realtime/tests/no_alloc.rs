@@ -133,3 +133,75 @@ fn per_frame_paths_do_not_allocate() {
     assert!(out > 0);
     assert_eq!(allocations, 0, "allocations on the per-frame paths");
 }
+
+/// Placing frames at their positions (VDIF time keys, threads and rate learned; a loss, a duplicate),
+/// logging the positions not sent, emitting notices and reading them back allocate nothing.
+#[test]
+fn positions_and_notices_do_not_allocate() {
+    use vlbiflow_formats::notice::{Cause, GapNotice, MAX_LEN};
+    use vlbiflow_formats::vdif::VdifHeaderRepr;
+    use vlbiflow_realtime::position::{DeclaredGaps, FirstPsn, GapLog, Place, Positioner, SourceKey};
+
+    let mut p = Positioner::new(
+        SourceKey::VdifTime {
+            frame_rate: None,
+            threads: None,
+        },
+        FirstPsn::At(0),
+    )
+    .unwrap();
+    let mut log = GapLog::default();
+    let mut declared = DeclaredGaps::new(256);
+    let mut notice = [0u8; MAX_LEN];
+    let mut headers = Vec::new();
+    for index in 0..5_000u32 {
+        for thread in 0..2u16 {
+            let mut h = [0u8; 32];
+            VdifHeaderRepr {
+                seconds: 100 + index / 1000,
+                frame_number: index % 1000,
+                thread_id: thread,
+                frame_len: 8224,
+                ..Default::default()
+            }
+            .emit(&mut h)
+            .unwrap();
+            headers.push(h);
+        }
+    }
+    COUNTING.with(|c| c.set(true));
+    let mut placed = 0u64;
+    for (i, h) in headers.iter().enumerate() {
+        if i % 97 == 50 {
+            continue;
+        }
+        let key = p.key(None, h).unwrap();
+        let take = if i % 101 == 7 { 2 } else { 1 };
+        for _ in 0..take {
+            match p.place(key) {
+                Place::At { psn, skipped } => {
+                    placed += 1;
+                    if let Some((first, n)) = skipped {
+                        log.add(first, n, Cause::CapturedLost);
+                    }
+                    if i % 13 == 0 {
+                        log.add(psn, 1, Cause::QueueFull);
+                    } else {
+                        log.frame_queued();
+                    }
+                }
+                Place::Duplicate | Place::Stray => {}
+            }
+        }
+        if log.due(1) {
+            let n = log.emit(&mut notice, 8232);
+            declared.add_notice(&GapNotice::new_checked(&notice[..n]).unwrap());
+            let _ = declared.take(i as u64);
+        }
+    }
+    COUNTING.with(|c| c.set(false));
+    let allocations = ALLOCATIONS.load(Ordering::Relaxed);
+    assert!(placed > 9_000 && p.counters().duplicates > 0 && p.counters().captured_lost > 0);
+    assert!(log.notices() > 10);
+    assert_eq!(allocations, 0, "allocations on the per-frame paths");
+}
