@@ -155,8 +155,8 @@ EOF
 }
 
 # Compares the fill log with the emulator's drop log (a-b datagrams to PORT). Every frame the correlator filled
-# must be one the emulator logged as dropped, or one lost where no log names it: dropped by the station's
-# forward queue (REC.json), by the kernel before the emulator (EMU.json kernel_dropped_in) or at the
+# must be one the emulator logged as dropped, or one lost where no log names it: lost by the recorder or
+# dropped by the station's forward queue (REC.json), by the kernel before the emulator (EMU.json kernel_dropped_in) or at the
 # receiving socket (RECV.json kernel_drops). Prints the verdict of the acceptance criterion (fill = drop log).
 compare_fill() { # FILLS DROPLOG PORT REC.json EMU.json RECV.json [slow]
     python3 - "$@" <<'EOF'
@@ -168,7 +168,10 @@ with open(sys.argv[2]) as f:
         # Gap notices (the forwarder's declarations, "vfgaps" magic) are not frames.
         if row["dir"] == "a-b" and row["dport"] == sys.argv[3] and not row["payload_hex"].startswith("766667617073"):
             drops.add(int.from_bytes(bytes.fromhex(row["payload_hex"][:16]), "little"))
-fw = json.load(open(sys.argv[4]))["forward"][0]
+rec = json.load(open(sys.argv[4]))
+fw = rec["forward"][0]
+# Frames the recorder never got (its socket, no buffer) are holes at their own place, filled too.
+station_lost = rec["streams"][0]["counters"]["lost"]
 # Keys at or beyond what the station offered were never sent (gen fell behind and stopped short of the
 # length the receiver was told): filled by the receiver's --count, not losses.
 tail = {k for k in fills if k >= fw["offered"]}
@@ -178,10 +181,11 @@ if tail:
 station = sum(fw[k] for k in ("dropped_queue_full", "dropped_send_error", "dropped_disconnected", "dropped_at_stop"))
 kin = json.load(open(sys.argv[5]))["report"]["a_to_b"].get("kernel_dropped_in", 0)
 kr = json.load(open(sys.argv[6]))["kernel_drops"]
-unlogged = station + kin + kr
+unlogged = station_lost + station + kin + kr
 ok = drops <= fills and len(fills) == len(drops) + unlogged
 print(f"fill frames {len(fills)} = drop-log frames {len(drops)} (every one filled: {drops <= fills}) + unlogged losses "
-      f"{unlogged} (station forward queue {station}, kernel before the emulator {kin}, receiving socket {kr}): {ok}")
+      f"{unlogged} (recorder {station_lost}, station forward queue {station}, kernel before the emulator {kin}, "
+      f"receiving socket {kr}): {ok}")
 if len(sys.argv) > 7 and sys.argv[7] == "slow":
     exact = ok and kin == 0 and kr == 0 and station > 0
     print(f"ACCEPTANCE (forward drops counted at the station, every other fill in the drop log): {'PASS' if exact else 'FAIL'}")

@@ -236,6 +236,11 @@ struct Station {
 
 /// `record` in namespace `ns` on 127.0.0.1:4001, two disks, forwarding to `forward`.
 fn start_station(ns: &str, dir: &Path, scan: &str, forward: &str) -> Station {
+    start_station_on(ns, dir, scan, "127.0.0.1:4001", forward)
+}
+
+/// `record` in namespace `ns` on `listen`, two disks, forwarding to `forward`.
+fn start_station_on(ns: &str, dir: &Path, scan: &str, listen: &str, forward: &str) -> Station {
     let disks: Vec<PathBuf> = (0..2)
         .map(|i| {
             let d = dir.join(format!("st{i}"));
@@ -248,7 +253,7 @@ fn start_station(ns: &str, dir: &Path, scan: &str, forward: &str) -> Station {
         &[
             "record",
             "--stream",
-            "a=vdif@127.0.0.1:4001,psn",
+            &format!("a=vdif@{listen},psn"),
             "--scan",
             scan,
             "--block-size",
@@ -268,7 +273,7 @@ fn start_station(ns: &str, dir: &Path, scan: &str, forward: &str) -> Station {
         args.push(d.display().to_string());
     }
     let record = Proc::spawn("record", &args);
-    record.wait_line("stream a: Vdif on 127.0.0.1:4001");
+    record.wait_line(&format!("stream a: Vdif on {listen}"));
     Station { record, disks }
 }
 
@@ -604,39 +609,13 @@ fn capture_loss_before_the_station_is_fill_at_its_own_place() {
     );
     let listen = format!("{net_out}.2:{CORR_PORT}");
     let recv = start_receive(&ns_c, &listen, dir.path(), N);
-    let disks: Vec<PathBuf> = (0..2)
-        .map(|i| {
-            let d = dir.path().join(format!("st{i}"));
-            std::fs::create_dir(&d).unwrap();
-            d
-        })
-        .collect();
-    let mut args = in_ns(
+    let station = start_station_on(
         &ns_st,
-        &[
-            "record",
-            "--stream",
-            "a=vdif@0.0.0.0:4001,psn",
-            "--scan",
-            "rt_st_capture",
-            "--block-size",
-            "2MB",
-            "--pool-blocks",
-            "64",
-            "--recv-buffer",
-            "64MiB",
-            "--buffered",
-            "--json",
-            "--forward",
-            &format!("corr=udps@{listen},psn=input"),
-        ],
+        dir.path(),
+        "rt_st_capture",
+        "0.0.0.0:4001",
+        &format!("corr=udps@{listen},psn=input"),
     );
-    for d in &disks {
-        args.push("--disk".into());
-        args.push(d.display().to_string());
-    }
-    let record = Proc::spawn("record", &args);
-    record.wait_line("stream a: Vdif on 0.0.0.0:4001");
     let out = Command::new("ip")
         .args([
             "netns",
@@ -669,8 +648,8 @@ fn capture_loss_before_the_station_is_fill_at_its_own_place() {
     assert_eq!(gen["frames"], N, "{gen}");
     // The correlator ends at N frames (or 5 s after the last datagram); then the station may stop.
     let corr = json("receive", &recv.finish());
-    record.signal(libc::SIGINT);
-    let rec = json("record", &record.finish());
+    station.record.signal(libc::SIGINT);
+    let rec = json("record", &station.record.finish());
     for emu in [emu_in, emu_out] {
         emu.signal(libc::SIGTERM);
         emu.finish();
