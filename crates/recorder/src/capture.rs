@@ -747,6 +747,11 @@ impl StreamCapture {
                     _ => unreachable!("a classified frame has a piece"),
                 });
                 if let Some(p) = &mut self.psn {
+                    if p.next_expected().is_none() {
+                        let s = &shared.streams[self.index];
+                        s.first_psn.store(psn, Relaxed);
+                        s.has_first_psn.store(true, Relaxed);
+                    }
                     p.observe(psn);
                 }
                 self.account(shared, thread, time, invalid, m5b_index);
