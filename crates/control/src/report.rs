@@ -416,7 +416,8 @@ pub fn prometheus(r: &StatusReport, c: &Cumulative) -> String {
         family(
             "vlbiflow_disks_behind",
             "gauge",
-            "1 while the streams bring more than the disks write and the pool fills.",
+            "1 while the disks-behind alarm is raised: the backlog of frames not yet on disk grew over the last 20 s \
+             beyond what the recorder holds in flight (cleared when the disks catch up).",
             vec![(String::new(), u8::from(p.disks_behind).to_string())],
         );
         if let Some(t) = p.time_to_full_s {

@@ -95,6 +95,8 @@ pub struct RecorderHandle {
 impl Recorder {
     /// Validates `config`, creates the scan on every disk (refusing to overwrite an existing one), binds
     /// every stream's socket, allocates the block pool and starts capture, writer and supervisor threads.
+    /// It returns once every capture thread runs: from then on the streams are received (datagrams that
+    /// arrived since the bind wait in the socket buffers), so a caller may say it is ready.
     pub fn start(config: RecorderConfig) -> Result<RecorderHandle, StartError> {
         Self::start_with_taps(config, Vec::new())
     }

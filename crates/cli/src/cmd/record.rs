@@ -48,7 +48,11 @@ recorded frame is copied to each destination's queue; a destination that cannot 
 (counted per destination), never the recording. Details: docs/realtime.md.
 
 The recording stops on --duration, Ctrl-C or SIGTERM, always leaving a flushed, consistent scan with \
-metadata (<disk>/<scan>.vlbiflow.json) on every disk. A second Ctrl-C exits at once (scan marked incomplete).";
+metadata (<disk>/<scan>.vlbiflow.json) on every disk. A second Ctrl-C exits at once (scan marked incomplete).
+
+`ready: receiving LABEL on ADDRESS` is printed once every socket is bound and receiving: start the senders \
+after it. Exit status 1: a data problem (a stream received datagrams but stored none of them, or every disk \
+failed).";
 
 /// Record VDIF/Mark5B UDP streams to Mark6 scatter-gather or FlexBuff scans across disks.
 #[derive(clap::Args)]
@@ -477,8 +481,14 @@ impl Progress {
             format!("disks {ok}/{} blocks {}", s.disks.len(), disks.join(" "))
         };
         let f = &s.flow;
+        // The disks-behind alarm (and when the pool runs dry) early in the line, where a terminal keeps it.
+        let behind = match (f.disks_behind(), f.time_to_full) {
+            (true, Some(t)) => format!(" | DISKS BEHIND: pool full in {t:.0}s"),
+            (true, None) => " | DISKS BEHIND".into(),
+            _ => String::new(),
+        };
         let mut line = format!(
-            "{:>6.1}s {} | {} pkts {} | lost {} rej {} drop {} kern {} | {disks} | pool {}",
+            "{:>6.1}s {} | {} pkts {} | lost {} rej {} drop {} kern {}{behind} | {disks} | pool {}",
             s.elapsed.as_secs_f64(),
             fmt_bit_rate(rate),
             t.packets,
@@ -489,19 +499,13 @@ impl Progress {
             t.kernel_drops,
             vlbiflow_recorder::status::pool_text(s.pool.free, s.pool.total, f.pool_limit, s.pool.block_bytes),
         );
-        // Input against writes over the rate window; the disks-behind alarm and when the pool runs dry.
+        // Input against writes over the rate window.
         line.push_str(&format!(
             " | in {} write {} ({:.0} s average)",
             fmt_bit_rate(f.input_rate * 8.0),
             fmt_bit_rate(f.write_rate * 8.0),
             vlbiflow_recorder::flow::RATE_WINDOW.as_secs_f64()
         ));
-        if f.disks_behind() {
-            line.push_str(" DISKS BEHIND");
-            if let Some(t) = f.time_to_full {
-                line.push_str(&format!(": pool full in {t:.0}s"));
-            }
-        }
         if self.tty {
             line.truncate(240);
             eprint!("\r\x1b[2K{line}");
