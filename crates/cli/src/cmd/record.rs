@@ -245,7 +245,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         let status = handle.status();
         if handle.is_stopping() {
-            break status.elapsed;
+            // Stopped by --duration, capture stopped on it (this look may come up to a poll later).
+            break cfg.duration.map_or(status.elapsed, |d| status.elapsed.min(d));
         }
         progress.tick(&status);
         if !forwarders.is_empty() {
