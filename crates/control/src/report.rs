@@ -119,26 +119,42 @@ pub struct GroupReport {
 /// Block pool and queue of the current recording.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct PoolReport {
+    /// Blocks allocated so far.
     pub total: usize,
+    /// Blocks free for capture, of `total`.
     pub free: usize,
+    /// Sealed blocks waiting for a disk writer.
     pub queued: usize,
     pub block_bytes: usize,
-    /// Blocks the pool may grow to (its memory limit).
+    /// Bytes of the free blocks (`free` x `block_bytes`).
+    #[serde(default)]
+    pub free_bytes: u64,
+    /// Bytes of the allocated blocks (`total` x `block_bytes`).
+    #[serde(default)]
+    pub total_bytes: u64,
+    /// Blocks the pool may grow to (its memory limit) while the disks are behind.
     #[serde(default)]
     pub limit: usize,
+    /// Bytes the pool may grow to (`limit` x `block_bytes`).
+    #[serde(default)]
+    pub limit_bytes: u64,
     /// Blocks in use as a fraction of `limit`, 0..=1.
     #[serde(default)]
     pub fill: f64,
-    /// Frame bytes arriving from all streams, bytes per second.
+    /// Frame bytes arriving from all streams, bytes per second, over the last `rate_window_s` seconds.
     #[serde(default)]
     pub input_rate: f64,
-    /// Bytes the disks confirmed written, bytes per second.
+    /// Bytes the disks confirmed written, bytes per second, over the last `rate_window_s` seconds.
     #[serde(default)]
     pub write_rate: f64,
-    /// True while the streams bring more than the disks write and the pool fills.
+    /// The window of `input_rate` and `write_rate`, seconds.
+    #[serde(default)]
+    pub rate_window_s: f64,
+    /// The disks-behind alarm: raised when the streams' backlog grew beyond what the recorder holds in
+    /// flight, cleared when the disks caught up (with hysteresis).
     #[serde(default)]
     pub disks_behind: bool,
-    /// Seconds until no block is free at the current rates (only while the disks are behind).
+    /// Seconds until no block is free at the rate the pool fills (only while the disks are behind).
     #[serde(default)]
     pub time_to_full_s: Option<f64>,
 }
@@ -400,7 +416,8 @@ pub fn prometheus(r: &StatusReport, c: &Cumulative) -> String {
         family(
             "vlbiflow_disks_behind",
             "gauge",
-            "1 while the streams bring more than the disks write and the pool fills.",
+            "1 while the disks-behind alarm is raised: the backlog of frames not yet on disk grew over the last 20 s \
+             beyond what the recorder holds in flight (cleared when the disks catch up).",
             vec![(String::new(), u8::from(p.disks_behind).to_string())],
         );
         if let Some(t) = p.time_to_full_s {
@@ -626,24 +643,22 @@ pub fn render_monitor(r: &StatusReport) -> String {
         }
     }
     if let Some(p) = &r.pool {
-        let _ = writeln!(o, "stack:");
         let _ = writeln!(
             o,
-            "   free_blocks: {} of {} ({} B each)",
-            p.free, p.total, p.block_bytes
+            "pool: {}; {} queued for a disk",
+            vlbiflow_recorder::status::pool_text(p.free, p.total, p.limit, p.block_bytes),
+            p.queued
         );
-        let _ = writeln!(o, "queue:");
-        let _ = writeln!(o, "   write_queue: {}", p.queued);
         let _ = writeln!(
             o,
-            "flow: in {} write {}  pool {:.0}% of {} blocks{}",
+            "flow: in {} write {} ({:.0} s average){}",
             si(p.input_rate * 8.0, "b/s"),
             si(p.write_rate * 8.0, "b/s"),
-            p.fill * 100.0,
-            p.limit,
-            match p.time_to_full_s {
-                Some(t) => format!("  DISKS BEHIND: pool full in {t:.0} s"),
-                None => String::new(),
+            p.rate_window_s,
+            match (p.disks_behind, p.time_to_full_s) {
+                (true, Some(t)) => format!("  DISKS BEHIND: pool full in {t:.0} s"),
+                (true, None) => "  DISKS BEHIND".into(),
+                _ => String::new(),
             }
         );
     }
@@ -785,8 +800,12 @@ mod tests {
             free: 40,
             queued: 55,
             block_bytes: 8_000_000,
+            free_bytes: 320_000_000,
+            total_bytes: 800_000_000,
             limit: 1000,
+            limit_bytes: 8_000_000_000,
             fill: 0.06,
+            rate_window_s: 5.0,
             input_rate: 1e9,
             write_rate: 0.8e9,
             disks_behind: true,
@@ -804,6 +823,14 @@ mod tests {
         }
         let monitor = render_monitor(&r);
         assert!(monitor.contains("DISKS BEHIND: pool full in 38 s"), "{monitor}");
+        // One wording for the pool: free of allocated, blocks and bytes, and what it may grow to.
+        assert!(
+            monitor.contains(
+                "pool: 40 of 100 blocks free (0.32 of 0.80 GB), may grow to 1000 (8.00 GB); 55 queued"
+            ),
+            "{monitor}"
+        );
+        assert!(!monitor.contains("free_blocks"), "{monitor}");
         let p = r.pool.as_mut().unwrap();
         (p.disks_behind, p.time_to_full_s, p.write_rate) = (false, None, 1e9);
         let text = prometheus(&r, &c);

@@ -128,6 +128,12 @@ fn dashboard_shows_a_recording_in_progress() {
     );
     assert!(dom.contains(&format!("{}", disks.disk(1).display())), "{dom}");
     assert!(dom.contains("updated "), "the poll succeeded: {dom}");
+    // The pool in the one wording of `vlbiflow status` and `record`, the rates with their window.
+    assert!(
+        dom.contains(" blocks free (") && dom.contains(" queued for a disk"),
+        "{dom}"
+    );
+    assert!(dom.contains(" s average)"), "{dom}");
     ctl.expect("record=off", "!record = 0 : flushing : exp_st_dash1 ;");
     ctl.wait_state("off");
     d.stop();

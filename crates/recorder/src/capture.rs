@@ -773,6 +773,11 @@ impl StreamCapture {
                     self.tap_psns.push(psn);
                 }
                 if let Some(p) = &mut self.psn {
+                    if p.next_expected().is_none() {
+                        let s = &shared.streams[self.index];
+                        s.first_psn.store(psn, Relaxed);
+                        s.has_first_psn.store(true, Relaxed);
+                    }
                     p.observe(psn);
                 }
                 self.account(shared, thread, time, invalid, m5b_index);

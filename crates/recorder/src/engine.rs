@@ -49,12 +49,20 @@ pub enum RecorderEvent {
     MetadataFailed { disk: PathBuf, error: String },
     /// A receive error that stopped a stream's capture.
     CaptureFailed { stream: String, error: String },
-    /// The streams bring more than the disks write and the block pool is filling (said once, and again only
-    /// after the pool has emptied): rates in bytes per second, seconds until the pool is full.
+    /// The disks-behind alarm was raised ([`crate::flow::FlowAlarm`]): the streams bring more than the
+    /// disks write and the block pool is filling. Rates in bytes per second over the last few seconds,
+    /// seconds until the pool is full at that excess.
     DisksBehind {
         input_rate: u64,
         write_rate: u64,
-        time_to_full: u64,
+        time_to_full: Option<u64>,
+    },
+    /// The disks-behind alarm cleared: the disks wrote the backlog. Rates as above; the pool as
+    /// [`crate::status::pool_text`] says it.
+    DisksCaughtUp {
+        input_rate: u64,
+        write_rate: u64,
+        pool: String,
     },
     /// A configuration warning (said at start): see [`RecorderConfig::warnings`](crate::RecorderConfig::warnings).
     ConfigWarning(String),
@@ -97,7 +105,8 @@ impl fmt::Display for RecorderEvent {
             RecorderEvent::Rejecting { stream, datagram_len, expected, reason } => write!(
                 f,
                 "stream {stream}: rejecting datagrams: got {datagram_len} B, expected {expected} B ({reason}); \
-                 counted as rejected (check frame-size= and psn)"
+                 counted as rejected ({})",
+                size_hint(*datagram_len, *expected)
             ),
             RecorderEvent::MetadataFailed { disk, error } => {
                 write!(f, "disk {}: cannot write scan metadata: {error}", disk.display())
@@ -106,8 +115,18 @@ impl fmt::Display for RecorderEvent {
             RecorderEvent::ConfigWarning(w) => write!(f, "warning: {w}"),
             RecorderEvent::DisksBehind { input_rate, write_rate, time_to_full } => write!(
                 f,
-                "DISKS BEHIND: streams bring {:.0} MB/s, disks write {:.0} MB/s; the block pool is full in about \
-                 {time_to_full} s, then whole packets are dropped (add disks or allow more --pool-memory)",
+                "DISKS BEHIND: streams bring {:.0} MB/s, disks write {:.0} MB/s; the block pool is full in {}, \
+                 then whole packets are dropped (add disks or allow more --pool-memory)",
+                *input_rate as f64 / 1e6,
+                *write_rate as f64 / 1e6,
+                match time_to_full {
+                    Some(t) => format!("about {t} s"),
+                    None => "time unknown".into(),
+                }
+            ),
+            RecorderEvent::DisksCaughtUp { input_rate, write_rate, pool } => write!(
+                f,
+                "disks caught up: streams bring {:.0} MB/s, disks write {:.0} MB/s; pool {pool}",
                 *input_rate as f64 / 1e6,
                 *write_rate as f64 / 1e6
             ),
@@ -116,6 +135,19 @@ impl fmt::Display for RecorderEvent {
                 "UDP GRO not available on {streams} stream socket(s) ({error}); receiving single datagrams"
             ),
         }
+    }
+}
+
+/// What a datagram of `got` bytes on a stream expecting `expected` (PSN included) most likely means.
+pub fn size_hint(got: usize, expected: usize) -> &'static str {
+    if got == expected + 8 {
+        "8 bytes more than expected: the sender puts a packet sequence number in front of each frame; \
+         add psn to the stream (e.g. a=vdif@HOST:PORT,psn)"
+    } else if got + 8 == expected {
+        "8 bytes fewer than expected: the stream is set for a packet sequence number the sender does not \
+         send; remove psn from the stream"
+    } else {
+        "check frame-size= and psn"
     }
 }
 

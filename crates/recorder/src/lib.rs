@@ -17,6 +17,7 @@
 pub mod capture;
 pub mod config;
 mod engine;
+pub mod flow;
 /// Loss accounting: the workspace's one sequence tracker (re-exported from `vlbiflow-seq`).
 pub mod loss {
     pub use vlbiflow_seq::*;
@@ -38,7 +39,7 @@ use vlbiflow_scan::{DiskMeta, ScanFormat, ScanMetadata, StreamMeta, METADATA_VER
 use vlbiflow_udp::socket::{open_udp, UdpConfig};
 
 pub use config::{ConfigError, FrameKind, RecorderConfig, StreamSpec};
-pub use engine::RecorderEvent;
+pub use engine::{size_hint, RecorderEvent};
 
 /// Events the recorder queues for its reader before it counts further ones as dropped
 /// ([`RecorderStatus::events_dropped`]).
@@ -94,6 +95,8 @@ pub struct RecorderHandle {
 impl Recorder {
     /// Validates `config`, creates the scan on every disk (refusing to overwrite an existing one), binds
     /// every stream's socket, allocates the block pool and starts capture, writer and supervisor threads.
+    /// It returns once every capture thread runs: from then on the streams are received (datagrams that
+    /// arrived since the bind wait in the socket buffers), so a caller may say it is ready.
     pub fn start(config: RecorderConfig) -> Result<RecorderHandle, StartError> {
         Self::start_with_taps(config, Vec::new())
     }
@@ -331,13 +334,23 @@ impl Recorder {
             capture.set_tap(taps.get_mut(i).and_then(Option::take));
             groups[i % capture_threads].push(capture);
         }
+        // `start` returns once every capture thread runs, so a caller may say the recorder is receiving.
+        let (running_tx, running_rx) = crossbeam_channel::bounded(capture_threads);
         for (i, group) in groups.into_iter().enumerate() {
             let sh = shared.clone();
+            let running = running_tx.clone();
             workers.push(spawn(
                 format!("vf-capture{i}"),
-                Box::new(move || capture::run_capture(sh, group)),
+                Box::new(move || {
+                    let _ = running.send(());
+                    drop(running);
+                    capture::run_capture(sh, group)
+                }),
             )?);
         }
+        drop(running_tx);
+        // Each thread says it runs once; a thread that could not (it panicked) closes its sender instead.
+        while running_rx.recv().is_ok() {}
         let (wake_tx, wake_rx) = crossbeam_channel::bounded(1);
         let sh = shared.clone();
         let supervisor = std::thread::Builder::new()
@@ -486,6 +499,7 @@ fn snapshot(shared: &Shared) -> RecorderStatus {
             last_time: unpack_time(s.last_time.load(Relaxed)),
             recv_buffer: s.recv_buffer.load(Relaxed) as usize,
             active: Duration::from_nanos(s.last_ns.load(Relaxed).saturating_sub(s.first_ns.load(Relaxed))),
+            first_psn: s.has_first_psn.load(Relaxed).then(|| s.first_psn.load(Relaxed)),
         })
         .collect();
     let disks = shared
@@ -512,31 +526,26 @@ fn snapshot(shared: &Shared) -> RecorderStatus {
     }
 }
 
-/// Estimates the flow (input against write rate) between two samples and grows the pool while the disks are
-/// behind. Runs on the supervisor a few times a second; nothing here touches the capture path.
+/// Estimates the flow (input against write rate) through a [`flow::FlowAlarm`] and grows the pool while
+/// the disks are behind. Runs on the supervisor a few times a second; nothing here touches the capture path.
 struct FlowMonitor {
-    last: Option<(Instant, u64, u64)>,
-    input_rate: f64,
-    write_rate: f64,
+    alarm: flow::FlowAlarm,
     /// Below this MemAvailable the pool stops growing (bytes).
     reserve: u64,
-    /// `DisksBehind` was said (and the pool has not emptied since).
-    said_behind: bool,
 }
 
-/// How often the flow is estimated.
-const FLOW_INTERVAL: Duration = Duration::from_millis(500);
-
 impl FlowMonitor {
-    fn new() -> Self {
+    fn new(shared: &Shared) -> Self {
         // Leave the system at least 1 GiB or 1/16 of its memory, whichever is more.
         let reserve = pool::meminfo().map_or(1 << 30, |(_, total)| (total / 16).max(1 << 30));
+        // What the writers may hold unconfirmed (as `writer::run_writer` sizes it) is not a backlog.
+        let disks = shared.config.disks.len().max(1);
+        let pending = (shared.pool_start / (4 * disks)).max(1);
+        let slack = flow::slack_blocks(shared.config.streams.len(), disks, pending) as u64
+            * shared.block_bytes as u64;
         FlowMonitor {
-            last: None,
-            input_rate: 0.0,
-            write_rate: 0.0,
+            alarm: flow::FlowAlarm::new(slack),
             reserve,
-            said_behind: false,
         }
     }
 
@@ -557,41 +566,35 @@ impl FlowMonitor {
     }
 
     fn update(&mut self, shared: &Shared) {
-        let now = Instant::now();
         let (input, written) = Self::totals(shared);
-        match self.last {
-            Some((t, i0, w0)) if now.duration_since(t) >= FLOW_INTERVAL => {
-                let dt = now.duration_since(t).as_secs_f64();
-                self.input_rate = input.saturating_sub(i0) as f64 / dt;
-                self.write_rate = written.saturating_sub(w0) as f64 / dt;
-                self.last = Some((now, input, written));
-            }
-            Some(_) => {}
-            None => self.last = Some((now, input, written)),
-        }
+        let change = self.alarm.update(shared.start.elapsed(), input, written);
         let total = shared.pool_total.load(Relaxed);
         let free = shared.free_rx.len();
         let limit = shared.pool_limit;
         let in_use = total.saturating_sub(free);
         let room = (limit - in_use.min(limit)) as f64 * shared.block_bytes as f64;
-        let time_to_full = status::time_to_full(self.input_rate, self.write_rate, room);
-        let fill = in_use as f64 / limit.max(1) as f64;
-        if let Some(t) = time_to_full.filter(|_| !self.said_behind && fill > 0.05) {
-            self.said_behind = true;
-            shared.event(RecorderEvent::DisksBehind {
-                input_rate: self.input_rate as u64,
-                write_rate: self.write_rate as u64,
-                time_to_full: t as u64,
-            });
-        } else if fill < 0.01 {
-            self.said_behind = false;
+        let time_to_full = self.alarm.time_to_full(room);
+        let (input_rate, write_rate) = (self.alarm.input_rate(), self.alarm.write_rate());
+        match change {
+            Some(flow::AlarmChange::Raised) => shared.event(RecorderEvent::DisksBehind {
+                input_rate: input_rate as u64,
+                write_rate: write_rate as u64,
+                time_to_full: time_to_full.map(|t| t as u64),
+            }),
+            Some(flow::AlarmChange::Cleared) => shared.event(RecorderEvent::DisksCaughtUp {
+                input_rate: input_rate as u64,
+                write_rate: write_rate as u64,
+                pool: status::pool_text(free, total, limit, shared.block_bytes),
+            }),
+            None => {}
         }
         *shared.flow.lock().unwrap_or_else(|e| e.into_inner()) = FlowStatus {
-            input_rate: self.input_rate,
-            write_rate: self.write_rate,
+            input_rate,
+            write_rate,
             pool_limit: limit,
-            pool_fill: fill,
+            pool_fill: in_use as f64 / limit.max(1) as f64,
             time_to_full,
+            behind: self.alarm.behind(),
         };
     }
 
@@ -602,7 +605,8 @@ impl FlowMonitor {
         if total >= shared.pool_limit {
             return false;
         }
-        let want_free = ((self.input_rate / shared.block_bytes.max(1) as f64).ceil() as usize).max(16);
+        let want_free =
+            ((self.alarm.input_rate() / shared.block_bytes.max(1) as f64).ceil() as usize).max(16);
         if shared.free_rx.len() >= want_free {
             return false;
         }
@@ -700,7 +704,22 @@ fn write_metadata(shared: &Shared, meta: &ScanMetadata) {
 fn supervise(shared: Arc<Shared>, wake: Receiver<()>, workers: Vec<JoinHandle<()>>) -> ScanSummary {
     let deadline = shared.config.duration.map(|d| shared.start + d);
     let mut next_meta = Instant::now() + shared.config.metadata_interval;
-    let mut flow = FlowMonitor::new();
+    let mut flow = FlowMonitor::new(&shared);
+    // Periodic metadata is written on a thread of its own: a metadata write (synced) waits behind the
+    // data writes of a slow disk, and the supervisor must go on watching the flow and growing the pool
+    // exactly then. A write not yet taken when the next is due is skipped.
+    let (meta_tx, meta_rx) = crossbeam_channel::bounded::<ScanMetadata>(1);
+    let meta_writer = {
+        let sh = shared.clone();
+        std::thread::Builder::new()
+            .name("vf-metadata".into())
+            .spawn(move || {
+                for m in meta_rx {
+                    write_metadata(&sh, &m);
+                }
+            })
+            .ok()
+    };
     loop {
         flow.update(&shared);
         let growing = !shared.stopping() && flow.grow(&shared);
@@ -713,7 +732,13 @@ fn supervise(shared: Arc<Shared>, wake: Receiver<()>, workers: Vec<JoinHandle<()
         }
         if now >= next_meta {
             next_meta = now + shared.config.metadata_interval;
-            write_metadata(&shared, &build_metadata(&shared, &snapshot(&shared), false));
+            let m = build_metadata(&shared, &snapshot(&shared), false);
+            match &meta_writer {
+                Some(_) => {
+                    let _ = meta_tx.try_send(m);
+                }
+                None => write_metadata(&shared, &m),
+            }
         }
         let mut wait = Duration::from_millis(if growing { 0 } else { 50 });
         if let Some(d) = deadline {
@@ -724,6 +749,11 @@ fn supervise(shared: Arc<Shared>, wake: Receiver<()>, workers: Vec<JoinHandle<()
     shared.phase.store(PHASE_FLUSHING, Relaxed);
     for w in workers {
         let _ = w.join();
+    }
+    // No periodic write may land after the final one.
+    drop(meta_tx);
+    if let Some(t) = meta_writer {
+        let _ = t.join();
     }
     shared.phase.store(PHASE_FINISHED, Relaxed);
     flow.update(&shared);

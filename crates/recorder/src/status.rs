@@ -45,9 +45,27 @@ pub struct StreamStatus {
     pub recv_buffer: usize,
     /// Wall time from the first to the last batch that stored frames (for the stream's data rate).
     pub active: Duration,
+    /// Packet sequence number of the first frame stored (streams with PSN).
+    pub first_psn: Option<u64>,
 }
 
 impl StreamStatus {
+    /// The time the data span, from the first frame's time stamp to the end of the last frame (its time
+    /// stamp plus one frame period), in seconds; None without time stamps or a known frame rate. This is
+    /// what `scan_check?` reports as a stream's duration, not the wall-clock time the recording ran.
+    pub fn data_span(&self) -> Option<f64> {
+        let rate = self.frame_rate?;
+        let (a, b) = (self.first_time?, self.last_time?);
+        if a.frame >= rate || b.frame >= rate {
+            return None;
+        }
+        // Whole seconds apart, then frames: no rounding of the large Unix second.
+        let seconds = (b.unix_second() - a.unix_second()) as f64;
+        let frames = i64::from(b.frame) - i64::from(a.frame) + 1;
+        let span = seconds + frames as f64 / f64::from(rate);
+        (span > 0.0).then_some(span)
+    }
+
     /// Stored bit rate over the time frames were arriving, bits per second.
     pub fn rate_bps(&self) -> f64 {
         let s = self.active.as_secs_f64();
@@ -89,6 +107,7 @@ impl DiskStatus {
 /// Block pool occupancy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PoolStatus {
+    /// Blocks allocated so far.
     pub total: usize,
     /// Blocks free for capture.
     pub free: usize,
@@ -98,8 +117,32 @@ pub struct PoolStatus {
     pub block_bytes: usize,
 }
 
-/// Whether the disks keep up: rates over the last second or so, pool use and, while the pool fills, how
-/// long until it runs dry. Updated by the supervisor a few times a second.
+/// The block pool in the one wording every view uses: blocks free of blocks allocated, the same in bytes,
+/// and the size the pool may grow to (`limit` blocks) while the disks are behind:
+/// `106 of 108 blocks free (1.06 of 1.08 GB), may grow to 1198 (12.56 GB)`.
+pub fn pool_text(free: usize, total: usize, limit: usize, block_bytes: usize) -> String {
+    // One unit for all three figures, chosen by the largest.
+    let largest = total.max(limit) as f64 * block_bytes as f64;
+    let (div, unit) = match largest {
+        x if x >= 1e9 => (1e9, "GB"),
+        x if x >= 1e6 => (1e6, "MB"),
+        _ => (1e3, "kB"),
+    };
+    let size = |blocks: usize| blocks as f64 * block_bytes as f64 / div;
+    let mut s = format!(
+        "{free} of {total} blocks free ({:.2} of {:.2} {unit})",
+        size(free),
+        size(total)
+    );
+    if limit > total {
+        s.push_str(&format!(", may grow to {limit} ({:.2} {unit})", size(limit)));
+    }
+    s
+}
+
+/// Whether the disks keep up: rates over the last few seconds ([`crate::flow::RATE_WINDOW`]), pool use
+/// and the disks-behind alarm of [`crate::flow::FlowAlarm`] (with, while it is raised, how long until the
+/// pool runs dry). Updated by the supervisor a few times a second.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct FlowStatus {
     /// Frame bytes arriving from all streams (stored or dropped for want of a buffer), bytes per second.
@@ -110,14 +153,17 @@ pub struct FlowStatus {
     pub pool_limit: usize,
     /// Blocks in use (filling or waiting for a disk) as a fraction of `pool_limit`, 0..=1.
     pub pool_fill: f64,
-    /// Seconds until no block is free at the current rates (None while the pool is not filling).
+    /// While the disks are behind: seconds until no block is free at the rate the pool fills.
     pub time_to_full: Option<f64>,
+    /// The disks-behind alarm: raised when the streams' backlog grew by more than the recorder holds in
+    /// flight and 5 % of the input over 20 s, cleared when the disks caught up (see [`crate::flow`]).
+    pub behind: bool,
 }
 
 impl FlowStatus {
-    /// True when the streams bring more than the disks write (by more than 2 %) and the pool fills.
+    /// True while the disks-behind alarm is raised.
     pub fn disks_behind(&self) -> bool {
-        self.time_to_full.is_some()
+        self.behind
     }
 }
 
@@ -213,6 +259,9 @@ pub(crate) struct StreamShared {
     pub restarts: AtomicU64,
     pub first_time: AtomicU64,
     pub last_time: AtomicU64,
+    /// PSN of the first frame stored, valid once `has_first_psn` is set.
+    pub first_psn: AtomicU64,
+    pub has_first_psn: AtomicBool,
     pub frame_rate: AtomicU32,
     pub recv_buffer: AtomicU64,
     /// Nanoseconds since the start of the first and last batch that stored frames (0 = none yet).
@@ -298,6 +347,44 @@ mod tests {
         };
         assert_eq!(unpack_time(pack_time(z)), Some(z));
         assert_eq!(unpack_time(0), None);
+    }
+
+    #[test]
+    fn the_pool_is_said_one_way() {
+        assert_eq!(
+            pool_text(106, 108, 1198, 10_485_760),
+            "106 of 108 blocks free (1.11 of 1.13 GB), may grow to 1198 (12.56 GB)"
+        );
+        assert_eq!(
+            pool_text(3, 8, 8, 1_000_000),
+            "3 of 8 blocks free (3.00 of 8.00 MB)"
+        );
+    }
+
+    #[test]
+    fn data_span_is_first_to_last_time_stamp_plus_a_frame() {
+        let t = |seconds, frame| VdifTime {
+            epoch: 50,
+            seconds,
+            frame,
+        };
+        let mut s = StreamStatus {
+            label: "a".into(),
+            counters: StreamCounters::default(),
+            restarts: 0,
+            threads: vec![],
+            frame_rate: Some(1000),
+            first_time: Some(t(100, 0)),
+            last_time: Some(t(109, 999)),
+            recv_buffer: 0,
+            active: Duration::from_secs(12),
+            first_psn: None,
+        };
+        assert!((s.data_span().unwrap() - 10.0).abs() < 1e-9);
+        s.last_time = Some(t(102, 199));
+        assert!((s.data_span().unwrap() - 2.2).abs() < 1e-9);
+        s.frame_rate = None;
+        assert_eq!(s.data_span(), None);
     }
 
     #[test]

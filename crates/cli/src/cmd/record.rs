@@ -50,7 +50,11 @@ stream (the input PSN, or its VDIF time and thread), so a frame lost before or i
 hole at its own place, declared to udps destinations in gap notices. Details: docs/realtime.md.
 
 The recording stops on --duration, Ctrl-C or SIGTERM, always leaving a flushed, consistent scan with \
-metadata (<disk>/<scan>.vlbiflow.json) on every disk. A second Ctrl-C exits at once (scan marked incomplete).";
+metadata (<disk>/<scan>.vlbiflow.json) on every disk. A second Ctrl-C exits at once (scan marked incomplete).
+
+`ready: receiving LABEL on ADDRESS` is printed once every socket is bound and receiving: start the senders \
+after it. Exit status 1: a data problem (a stream received datagrams but stored none of them, or every disk \
+failed).";
 
 /// Record VDIF/Mark5B UDP streams to Mark6 scatter-gather or FlexBuff scans across disks.
 #[derive(clap::Args)]
@@ -221,6 +225,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             if s.psn { " with PSN" } else { "" }
         );
     }
+    // Every socket is bound and its capture thread runs: a sender started from here on loses nothing.
+    let receiving: Vec<String> = cfg
+        .streams
+        .iter()
+        .zip(handle.local_addrs())
+        .map(|(s, a)| format!("{} on {a}", s.label))
+        .collect();
+    eprintln!("vlbiflow record: ready: receiving {}", receiving.join(", "));
 
     let tty = std::io::stderr().is_terminal();
     let mut progress = Progress::new(tty);
@@ -235,7 +247,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         let status = handle.status();
         if handle.is_stopping() {
-            break status.elapsed;
+            // Stopped by --duration, capture stopped on it (this look may come up to a poll later).
+            break cfg.duration.map_or(status.elapsed, |d| status.elapsed.min(d));
         }
         progress.tick(&status);
         if !forwarders.is_empty() {
@@ -248,6 +261,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     progress.clear();
     print_summary(&mut std::io::stderr(), &summary, stopped_at);
+    let nothing = accepted_nothing(&summary, &progress.rejected);
+    for line in &nothing {
+        eprintln!("vlbiflow record: {line}");
+    }
     // Capture has stopped (the taps are gone): the senders get a moment to empty their queues.
     let forward: Vec<_> = forwarders
         .into_iter()
@@ -267,11 +284,51 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         writeln!(out)?;
     }
-    Ok(if summary.error.is_some() {
+    Ok(if summary.error.is_some() || !nothing.is_empty() {
+        // 1: the recording has a data problem (a stream recorded nothing of what came, or disks failed).
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// One loud line per stream that received datagrams but stored none of them, saying why (from its
+/// counters and the first rejection the recorder reported) and what to change.
+fn accepted_nothing(sum: &ScanSummary, rejected: &[(String, usize, usize)]) -> Vec<String> {
+    sum.status
+        .streams
+        .iter()
+        .filter(|s| s.counters.packets == 0 && s.counters.rejected + s.counters.filtered > 0)
+        .map(|s| {
+            let c = &s.counters;
+            let why = match rejected.iter().find(|(label, _, _)| *label == s.label) {
+                Some((_, got, expected)) if c.rejected > 0 && got != expected => format!(
+                    "{} rejected as the wrong size (got {got} B, expected {expected} B): {}",
+                    c.rejected,
+                    vlbiflow_recorder::size_hint(*got, *expected)
+                ),
+                _ if c.rejected > 0 => format!(
+                    "{} rejected (not frames of this stream's format; check frame-size=, frame-rate= and psn)",
+                    c.rejected
+                ),
+                _ => String::new(),
+            };
+            let filtered = if c.filtered > 0 {
+                format!(
+                    "{}{} filtered (VDIF threads not in threads=)",
+                    if why.is_empty() { "" } else { "; " },
+                    c.filtered
+                )
+            } else {
+                String::new()
+            };
+            format!(
+                "STREAM {} RECORDED NOTHING: {} datagram(s) received, none accepted: {why}{filtered}",
+                s.label,
+                c.rejected + c.filtered
+            )
+        })
+        .collect()
 }
 
 /// Starts a forwarder per stream that has `--forward` destinations; returns them and the recorder taps.
@@ -339,6 +396,8 @@ struct Progress {
     dirty: bool,
     /// The progress line the forwarding counters were last added to.
     forward_shown: Option<Instant>,
+    /// Per stream, the first rejection reported: (label, datagram length, expected length).
+    rejected: Vec<(String, usize, usize)>,
 }
 
 impl Progress {
@@ -350,6 +409,7 @@ impl Progress {
             last_elapsed: Duration::ZERO,
             dirty: false,
             forward_shown: None,
+            rejected: Vec::new(),
         }
     }
 
@@ -376,6 +436,17 @@ impl Progress {
     }
 
     fn event(&mut self, e: &RecorderEvent) {
+        if let RecorderEvent::Rejecting {
+            stream,
+            datagram_len,
+            expected,
+            ..
+        } = e
+        {
+            if !self.rejected.iter().any(|(l, _, _)| l == stream) {
+                self.rejected.push((stream.clone(), *datagram_len, *expected));
+            }
+        }
         self.clear();
         eprintln!("vlbiflow record: {e}");
     }
@@ -413,8 +484,15 @@ impl Progress {
         } else {
             format!("disks {ok}/{} blocks {}", s.disks.len(), disks.join(" "))
         };
+        let f = &s.flow;
+        // The disks-behind alarm (and when the pool runs dry) early in the line, where a terminal keeps it.
+        let behind = match (f.disks_behind(), f.time_to_full) {
+            (true, Some(t)) => format!(" | DISKS BEHIND: pool full in {t:.0}s"),
+            (true, None) => " | DISKS BEHIND".into(),
+            _ => String::new(),
+        };
         let mut line = format!(
-            "{:>6.1}s {} | {} pkts {} | lost {} rej {} drop {} kern {} | {disks} | pool {}/{} free",
+            "{:>6.1}s {} | {} pkts {} | lost {} rej {} drop {} kern {}{behind} | {disks} | pool {}",
             s.elapsed.as_secs_f64(),
             fmt_bit_rate(rate),
             t.packets,
@@ -423,20 +501,15 @@ impl Progress {
             t.rejected,
             t.dropped_no_buffer,
             t.kernel_drops,
-            s.pool.free,
-            s.pool.total,
+            vlbiflow_recorder::status::pool_text(s.pool.free, s.pool.total, f.pool_limit, s.pool.block_bytes),
         );
-        // Disks behind: say how fast the pool fills and when it runs dry.
-        let f = &s.flow;
+        // Input against writes over the rate window.
         line.push_str(&format!(
-            " | in {} write {} pool {:.0}%",
+            " | in {} write {} ({:.0} s average)",
             fmt_bit_rate(f.input_rate * 8.0),
             fmt_bit_rate(f.write_rate * 8.0),
-            f.pool_fill * 100.0
+            vlbiflow_recorder::flow::RATE_WINDOW.as_secs_f64()
         ));
-        if let Some(t) = f.time_to_full {
-            line.push_str(&format!(" DISKS BEHIND: pool full in {t:.0}s"));
-        }
         if self.tty {
             line.truncate(240);
             eprint!("\r\x1b[2K{line}");
@@ -454,13 +527,14 @@ pub(crate) fn print_summary(out: &mut dyn std::io::Write, sum: &ScanSummary, rec
     if m.disks.is_empty() {
         let _ = writeln!(
             out,
-            "capture only: {:.1} s, {} block(s) filled and discarded, nothing written",
+            "capture only: recorded for {:.1} s (wall clock, start to stop), {} block(s) filled and discarded, \
+             nothing written",
             secs, sum.status.blocks
         );
     } else {
         let _ = writeln!(
             out,
-            "scan {}: {}, {:.1} s, {} block(s) on {} disk(s)",
+            "scan {}: {}, recorded for {:.1} s (wall clock, start to stop), {} block(s) on {} disk(s)",
             m.scan,
             if m.complete { "complete" } else { "INCOMPLETE" },
             secs,
@@ -468,8 +542,13 @@ pub(crate) fn print_summary(out: &mut dyn std::io::Write, sum: &ScanSummary, rec
             m.disks.len()
         );
     }
-    for s in &sum.status.streams {
+    for (i, s) in sum.status.streams.iter().enumerate() {
         let c = &s.counters;
+        // The data rate over the data's own time span when the time stamps give it (as scan_check? says).
+        let rate = match s.data_span() {
+            Some(span) => c.bytes as f64 * 8.0 / span,
+            None => s.rate_bps(),
+        };
         let _ = writeln!(
             out,
             "  stream {}: {} packets, {}, lost {} (loss {:.2e}), rate {}",
@@ -478,8 +557,27 @@ pub(crate) fn print_summary(out: &mut dyn std::io::Write, sum: &ScanSummary, rec
             fmt_bytes(c.bytes),
             c.lost,
             c.loss_fraction(),
-            fmt_bit_rate(s.rate_bps())
+            fmt_bit_rate(rate)
         );
+        if c.packets > 0 {
+            let mut data = Vec::new();
+            if let Some(span) = s.data_span() {
+                data.push(format!(
+                    "data span {span:.3} s (first to last frame time stamp, plus one frame)"
+                ));
+            }
+            if let Some(t) = m.streams.get(i).and_then(|x| x.first_frame_utc.as_deref()) {
+                data.push(format!("first frame time {t}"));
+            }
+            if let Some(p) = s.first_psn {
+                data.push(format!(
+                    "first PSN {p} (frames numbered before it are not counted)"
+                ));
+            }
+            if !data.is_empty() {
+                let _ = writeln!(out, "    {}", data.join("; "));
+            }
+        }
         let extra: Vec<String> = [
             ("out of order", c.out_of_order),
             ("duplicates", c.duplicates),

@@ -181,6 +181,28 @@ pub fn scan_list_from_disks(disks: &[PathBuf]) -> Vec<ScanEntry> {
 
 pub use crate::disks::disk_space;
 
+/// A stream's duration as `scan_check?` reports it: from its first frame's time stamp to the end of its
+/// last frame (time stamp plus one frame period); 0 without time stamps.
+fn data_span(s: &vlbiflow_scan::StreamMeta) -> f64 {
+    let first = s.first_frame_utc.as_deref().and_then(parse_iso);
+    let last = s.last_frame_utc.as_deref().and_then(parse_iso);
+    let frame_s = s.frame_rate.map(|r| 1.0 / f64::from(r)).unwrap_or(0.0);
+    match (first, last) {
+        (Some(a), Some(b)) if b >= a => b - a + frame_s,
+        _ => 0.0,
+    }
+}
+
+/// A stream's data rate, bits/s, as `scan_check?` reports it: its bytes over [`data_span`]; 0 without one.
+fn data_rate(s: &vlbiflow_scan::StreamMeta) -> f64 {
+    let span = data_span(s);
+    if span > 0.0 {
+        s.counters.bytes as f64 * 8.0 / span
+    } else {
+        0.0
+    }
+}
+
 /// ISO-8601 `YYYY-MM-DDTHH:MM:SS[.f]Z` (as the metadata holds) to Unix seconds as a float.
 pub fn parse_iso(s: &str) -> Option<f64> {
     UtcTime::parse_iso8601(s)
@@ -1159,12 +1181,7 @@ impl Controller {
         for s in &m.streams {
             let c = &s.counters;
             let first = s.first_frame_utc.as_deref().and_then(parse_iso);
-            let last = s.last_frame_utc.as_deref().and_then(parse_iso);
-            let frame_s = s.frame_rate.map(|r| 1.0 / f64::from(r)).unwrap_or(0.0);
-            let duration = match (first, last) {
-                (Some(a), Some(b)) if b >= a => b - a + frame_s,
-                _ => 0.0,
-            };
+            let duration = data_span(s);
             let status = if c.packets == 0 || c.lost > 0 || c.invalid_frames > 0 {
                 "data?"
             } else if first.is_none() || s.frame_rate.is_none() {
@@ -1172,11 +1189,7 @@ impl Controller {
             } else {
                 "OK"
             };
-            let gbps = if duration > 0.0 {
-                c.bytes as f64 * 8.0 / duration / 1e9
-            } else {
-                0.0
-            };
+            let gbps = data_rate(s) / 1e9;
             f.extend([
                 s.label.clone(),
                 status.into(),
@@ -1193,19 +1206,30 @@ impl Controller {
         Ok(Reply::to(st, Rc::Done, f))
     }
 
-    /// Recording rate now (bits/s), or the last scan's average when idle.
+    /// The recording's data rate (bits/s), as `scan_check?` computes it: each stream's bytes over the time
+    /// its frames span (first to last time stamp), summed over streams. While recording, the scan so far
+    /// (the rate `status` shows over the last second when no time stamps tell); when idle, the last scan
+    /// that recorded data.
     fn recent_rate(&self) -> f64 {
         if let RecordState::Active { rec, .. } = &self.state {
-            return rec.status().streams.iter().map(|s| s.rate_bps()).sum();
+            let st = rec.status();
+            let by_span: f64 = st
+                .streams
+                .iter()
+                .filter_map(|s| Some(s.counters.bytes as f64 * 8.0 / s.data_span()?))
+                .sum();
+            return if by_span > 0.0 {
+                by_span
+            } else {
+                self.rates.rates.rx_bps
+            };
         }
         self.scans
             .iter()
             .rev()
             .filter_map(|s| s.meta.as_ref())
-            .find_map(|m| {
-                let dur = parse_iso(m.end_utc.as_deref()?)? - parse_iso(&m.start_utc)?;
-                (dur > 0.0).then(|| m.totals().bytes as f64 * 8.0 / dur)
-            })
+            .map(|m| m.streams.iter().map(data_rate).sum::<f64>())
+            .find(|&r| r > 0.0)
             .unwrap_or(0.0)
     }
 
@@ -1447,10 +1471,14 @@ mod tests {
                         restarts: 0,
                         threads: vec![],
                         frame_rate: Some(1000),
-                        first_time: None,
-                        last_time: None,
+                        // Frames of 2025-07-09T12:00:00 to 12:00:01.999: 2 s of data.
+                        first_time: vlbiflow_formats::time::VdifTime::from_unix_second(T0).ok(),
+                        last_time: vlbiflow_formats::time::VdifTime::from_unix_second(T0 + 1)
+                            .ok()
+                            .map(|t| vlbiflow_formats::time::VdifTime { frame: 999, ..t }),
                         recv_buffer: 0,
                         active: Duration::from_secs(1),
+                        first_psn: None,
                     })
                     .collect(),
                 disks: self
@@ -1501,7 +1529,8 @@ mod tests {
                 format: c.format,
                 block_size: c.block_size,
                 start_utc: "2025-07-09T12:00:00Z".into(),
-                end_utc: Some("2025-07-09T12:00:02Z".into()),
+                // The recording ran 3.2 s of wall clock; its data span 2 s (first to last time stamp).
+                end_utc: Some("2025-07-09T12:00:03.2Z".into()),
                 blocks: 1,
                 complete: true,
                 streams: c
@@ -1840,9 +1869,10 @@ mod tests {
             f.cmd("evlbi?"),
             "!evlbi? 0 : total : 1000 : loss : 0 (0.00%) : out-of-order : 0 (0.00%) : extent : n/a seqnr/pkt ;"
         );
+        // While recording: the data rate of the scan so far (1000 frames of 8224 B in 2 s of time stamps).
         let rt = crate::proto::parse_reply(&f.cmd("rtime?")).unwrap();
         assert_eq!((rt.code, rt.fields[0].as_str()), (0, "g1"));
-        assert!(rt.fields[4].parse::<f64>().unwrap() > 0.0);
+        assert_eq!(rt.fields[4], "0.0329");
         let rep = f.ctl.report(f.now);
         assert_eq!(rep.record.state, "recording");
         assert_eq!(rep.scans.last().unwrap().name, "exp_st_scan1");
@@ -1862,6 +1892,14 @@ mod tests {
             f.cmd("scan_check?"),
             "!scan_check? 0 : 1 : exp_st_scan1 : complete : RDBE1 : OK : vdif : 2025y190d12h00m00s : 2.000 : 0.008224 : 0.0329 : 0 ;"
         );
+        // Idle: rtime? answers at the rate scan_check? reports (the data's), not bytes over the 3.2 s the
+        // recording ran, and its seconds are the free bytes at that rate.
+        let rt = crate::proto::parse_reply(&f.cmd("rtime?")).unwrap();
+        assert_eq!(rt.fields[4], "0.0329", "{rt:?}");
+        let secs: f64 = rt.fields[1].parse().unwrap();
+        let gb: f64 = rt.fields[2].parse().unwrap();
+        let want = gb * 8.0 / (1000.0 * 8224.0 * 8.0 / 2.0 / 1e9);
+        assert!((secs - want).abs() <= 1.0 + 1e-3 * want, "{secs} vs {want}");
         assert_eq!(f.code("scan_check?exp_st_scan1"), 0);
         assert_eq!(f.code("scan_check?1"), 0);
         assert_eq!(f.code("scan_check?2"), 8);
