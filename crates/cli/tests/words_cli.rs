@@ -81,6 +81,18 @@ fn responder() -> (Proc, String) {
     (Proc(child), addr)
 }
 
+/// The same for the responder's control port (TCP).
+#[test]
+fn responder_on_a_port_in_use_gives_the_os_error_once() {
+    let held = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = held.local_addr().unwrap().port();
+    let out = run(&["net", "responder", "--listen", &format!("127.0.0.1:{port}")]);
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(!err.contains("listening on"), "{err}");
+    assert_eq!(err.matches(&addr_in_use()).count(), 1, "{err}");
+}
+
 /// `check` on a file shorter than a frame header counts its bytes right and gives its size in bytes.
 #[test]
 fn check_on_an_8_byte_file_counts_8_bytes() {

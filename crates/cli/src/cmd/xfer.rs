@@ -372,7 +372,7 @@ fn json_on_failure(json: bool, r: anyhow::Result<ExitCode>) -> anyhow::Result<Ex
     if let (true, Err(e)) = (json, &r) {
         let v = serde_json::json!({
             "verified": false,
-            "error": format!("{e:#}"),
+            "error": crate::out::error_line(e),
             "exit_code": crate::cmd::exit_code(e),
         });
         outln!("{}", serde_json::to_string_pretty(&v).expect("json"));
