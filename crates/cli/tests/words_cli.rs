@@ -81,6 +81,25 @@ fn responder() -> (Proc, String) {
     (Proc(child), addr)
 }
 
+/// A port in use: `sink` says so once, with the OS's words once, and never says it is listening.
+#[test]
+fn sink_on_a_port_in_use_says_so_once_and_never_that_it_listens() {
+    let held = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = held.local_addr().unwrap().port();
+    let out = run(&[
+        "sink",
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--duration",
+        "5",
+    ]);
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(!err.contains("listening on"), "{err}");
+    assert_eq!(err.matches(&addr_in_use()).count(), 1, "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
+
 /// The same for the responder's control port (TCP).
 #[test]
 fn responder_on_a_port_in_use_gives_the_os_error_once() {
@@ -91,6 +110,57 @@ fn responder_on_a_port_in_use_gives_the_os_error_once() {
     assert!(!out.status.success(), "{err}");
     assert!(!err.contains("listening on"), "{err}");
     assert_eq!(err.matches(&addr_in_use()).count(), 1, "{err}");
+}
+
+/// `sink`'s lines start with the UTC time of day of their second, not a raw Unix second; it says where
+/// it listens (the real port when asked for port 0) once it is bound.
+#[test]
+fn sink_lines_start_with_the_utc_time_of_day() {
+    let mut child = Command::new(BIN)
+        .args(["sink", "--listen", "127.0.0.1:0", "--psn", "--idle-timeout", "1"])
+        .args(["--duration", "60"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = stderr_lines(&mut child);
+    let l = wait_line(&lines, "sink: listening on 127.0.0.1:", Duration::from_secs(20));
+    let port: u16 = l
+        .split("127.0.0.1:")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_ne!(port, 0, "{l}");
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for seq in 0u64..200 {
+        let mut d = vec![0u8; 1000];
+        d[..8].copy_from_slice(&seq.to_le_bytes());
+        sock.send_to(&d, ("127.0.0.1", port)).unwrap();
+    }
+    // the sink ends 1 s after the last datagram (--idle-timeout)
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let stdout = text(&out.stdout);
+    let seconds: Vec<&str> = stdout.lines().filter(|l| l.contains(" datagrams ")).collect();
+    assert!(!seconds.is_empty(), "{stdout}");
+    for l in &seconds {
+        let stamp = l
+            .strip_prefix("sink: ")
+            .and_then(|r| r.split_whitespace().next())
+            .unwrap_or_else(|| panic!("{l}"));
+        let parts: Vec<u32> = stamp.split(':').map(|p| p.parse().expect(l)).collect();
+        assert!(
+            stamp.len() == 8 && parts.len() == 3 && parts[0] < 24 && parts[1] < 60 && parts[2] < 61,
+            "not HH:MM:SS: {l}"
+        );
+    }
+    let total: u64 = seconds
+        .iter()
+        .map(|l| l.split_whitespace().nth(2).unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(total, 200, "{stdout}");
 }
 
 /// `check` on a file shorter than a frame header counts its bytes right and gives its size in bytes.
