@@ -163,6 +163,34 @@ fn sink_lines_start_with_the_utc_time_of_day() {
     assert_eq!(total, 200, "{stdout}");
 }
 
+/// A measurement with a failed part exits 1: here the responder refuses the UDP test (a receive buffer
+/// of 1 GiB per flow is more memory than it allows one test) while TCP is measured.
+#[test]
+fn efficiency_exits_1_when_one_transport_failed() {
+    let (_responder, addr) = responder();
+    let out = run(&[
+        "net",
+        "efficiency",
+        &addr,
+        "--transports",
+        "udp,tcp",
+        "--recv-buffer",
+        "1GiB",
+        "--repeats",
+        "1",
+        "--duration",
+        "0.3",
+    ]);
+    let (stdout, err) = (text(&out.stdout), text(&out.stderr));
+    assert!(err.contains("FAILED"), "{err}");
+    assert!(
+        stdout.lines().any(|l| l.starts_with("tcp ")),
+        "TCP measured: {stdout}"
+    );
+    assert_eq!(out.status.code(), Some(1), "{stdout}{err}");
+    assert!(err.contains("1 test failed or was refused"), "{err}");
+}
+
 /// `check` on a file shorter than a frame header counts its bytes right and gives its size in bytes.
 #[test]
 fn check_on_an_8_byte_file_counts_8_bytes() {
