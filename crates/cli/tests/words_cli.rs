@@ -191,6 +191,48 @@ fn efficiency_exits_1_when_one_transport_failed() {
     assert!(err.contains("1 test failed or was refused"), "{err}");
 }
 
+/// Every abbreviation a command prints has its legend in `--help`.
+#[test]
+fn help_explains_the_abbreviations_printed() {
+    let cases: &[(&[&str], &[&str])] = &[
+        (
+            &["check", "--help"],
+            &["dup = duplicated", "ooo = out of order", "fill ="],
+        ),
+        (
+            &["sink", "--help"],
+            &["stray =", "restarts =", "Kernel drops", "HH:MM:SS"],
+        ),
+        (
+            &["net", "bw", "--help"],
+            &["ooo (out of order", "load (the competitor"],
+        ),
+        (&["net", "lat", "--help"], &["p50", "p99"]),
+        (
+            &["net", "tcp", "--help"],
+            &[
+                "s_cpu/GB and r_cpu/GB",
+                "test threads only",
+                "s_sirq%",
+                "cwnd",
+                "retrans",
+            ],
+        ),
+        (
+            &["net", "efficiency", "--help"],
+            &["recv±%", "host_sirq", "eff_recv", "J/GB", "Exit status 1"],
+        ),
+    ];
+    for (args, words) in cases {
+        let out = run(args);
+        assert!(out.status.success(), "{args:?}");
+        let help = text(&out.stdout);
+        for w in *words {
+            assert!(help.contains(w), "{args:?} --help lacks {w:?}:\n{help}");
+        }
+    }
+}
+
 /// `check` on a file shorter than a frame header counts its bytes right and gives its size in bytes.
 #[test]
 fn check_on_an_8_byte_file_counts_8_bytes() {
