@@ -233,6 +233,52 @@ fn help_explains_the_abbreviations_printed() {
     }
 }
 
+/// docs/mesh.md says how to make the token file, and what its command makes is a token the binary takes.
+#[test]
+fn the_mesh_docs_token_command_makes_a_token_the_binary_accepts() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/mesh.md")).unwrap();
+    let make = doc
+        .lines()
+        .find(|l| l.contains("/dev/urandom") && l.contains("> mesh.token"))
+        .expect("docs/mesh.md gives a command that writes mesh.token");
+    let make = make.split(" #").next().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let status = Command::new("sh")
+        .args(["-c", &format!("umask 077 && {make}")])
+        .current_dir(dir.path())
+        .status()
+        .unwrap();
+    assert!(status.success(), "{make}");
+    let token = dir.path().join("mesh.token");
+    let t = std::fs::read_to_string(&token).unwrap();
+    assert!(t.trim().len() >= 16, "{t:?}");
+    // A hub nobody listens on: the token is read and accepted first, then the connection fails.
+    let hub = "http://127.0.0.1:9";
+    let out = run(&[
+        "net",
+        "mesh",
+        "status",
+        "--hub",
+        hub,
+        "--token-file",
+        token.to_str().unwrap(),
+    ]);
+    let err = text(&out.stderr);
+    assert!(!err.contains("token"), "the documented token was refused: {err}");
+    // ... where a short one is refused, naming the token
+    std::fs::write(&token, "short\n").unwrap();
+    let out = run(&[
+        "net",
+        "mesh",
+        "status",
+        "--hub",
+        hub,
+        "--token-file",
+        token.to_str().unwrap(),
+    ]);
+    assert!(text(&out.stderr).contains("token"), "{}", text(&out.stderr));
+}
+
 /// `check` on a file shorter than a frame header counts its bytes right and gives its size in bytes.
 #[test]
 fn check_on_an_8_byte_file_counts_8_bytes() {
