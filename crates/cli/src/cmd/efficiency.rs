@@ -52,8 +52,9 @@ host's softirq and user + system + softirq seconds per GB; J/GB and Gb/s/W from 
 readable); eff_recv and eff_both = GB per CPU second of the receiving thread, and of both threads, \
 relative to the best transport of the run (1 = best).
 
-Exit status 1 when any test failed or was refused (the table then leaves it out), or nothing was \
-measured.";
+Exit status 1 when any test failed (the table then leaves it out) or nothing was measured. A transport \
+the responder refuses for the setup (e.g. xdp for datagrams above 3798 bytes) is listed as unavailable \
+with the reason, as one it does not offer, and is not a failure.";
 
 /// Receive cost per transport: Gb/s, loss, CPU per GB at both ends, energy where readable.
 #[derive(clap::Args)]
@@ -220,7 +221,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("--from {}: not a `net efficiency --json` report", f.display()))?;
         reports.push(r);
     }
-    // Tests that failed (or that the responder refused): any one makes the measurement incomplete, exit 1.
+    // Tests that started and failed: any one makes the measurement incomplete, exit 1. A setup the
+    // responder refuses leaves the transport unavailable (with the reason), as one it does not offer.
     let mut failed = 0u32;
     let mut nothing_measured = false;
     if let Some(host) = &a.host {
@@ -241,7 +243,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         let total = list.len() as u32 * a.repeats;
         let mut done = 0u32;
         let mut report = run_series(&mut client, &p, &list, a.repeats, &stop, &mut |e| {
-            if let EffEvent::Failed { .. } = e {
+            if let EffEvent::Failed { refused: false, .. } = e {
                 failed += 1;
             }
             if quiet {
@@ -263,6 +265,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                         m.send_cpu_s_per_gb.0 + m.send_cpu_s_per_gb.1
                     );
                 }
+                EffEvent::Failed {
+                    error, refused: true, ..
+                } => eprintln!("refused, left out: {error}"),
                 EffEvent::Failed { error, .. } => eprintln!("FAILED: {error}"),
             }
         })?;
@@ -314,14 +319,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
     }
     if failed > 0 || nothing_measured {
-        let (was, it) = if failed == 1 {
-            ("was", "it")
-        } else {
-            ("were", "them")
-        };
         if failed > 0 {
+            let it = if failed == 1 { "it" } else { "them" };
             eprintln!(
-                "vlbiflow: {} failed or {was} refused; the summary leaves {it} out",
+                "vlbiflow: {} failed; the summary leaves {it} out",
                 crate::units::fmt_count(failed.into(), "test", "tests")
             );
         }
