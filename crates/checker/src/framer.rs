@@ -10,6 +10,7 @@ use vlbiflow_formats::fill::{self, is_fill_words as is_fill};
 use vlbiflow_formats::mark5b::{FRAME_LEN as MARK5B_FRAME_LEN, SYNC_WORD as MARK5B_SYNC};
 use vlbiflow_formats::vdif::{VdifHeader, LEGACY_HEADER_LEN};
 use vlbiflow_formats::FrameKind;
+use vlbiflow_units::fmt_count;
 
 /// Largest frame length learned from the data (VDIF allows up to 128 MiB; real streams stay far below).
 pub const MAX_LEARNED_FRAME: usize = 1 << 22;
@@ -148,7 +149,8 @@ impl Framer {
                 (
                     n,
                     format!(
-                        "{n} bytes of garbage (no valid frame header); resynchronised at offset {}",
+                        "{} of garbage (no valid frame header); resynchronised at offset {}",
+                        fmt_count(n, "byte", "bytes"),
                         at.offset
                     ),
                 )
@@ -176,7 +178,10 @@ impl Framer {
                 FindingKind::Garbage,
                 path,
                 start.offset,
-                format!("{n} bytes of garbage (no valid frame header) up to the end of the block/file"),
+                format!(
+                    "{} of garbage (no valid frame header) up to the end of the block/file",
+                    fmt_count(n, "byte", "bytes")
+                ),
             ));
         }
     }
@@ -226,7 +231,8 @@ impl Framer {
                             path,
                             base.offset + p as u64,
                             format!(
-                                "block/file ends inside a frame: {rem} bytes of a {fl}-byte frame ignored"
+                                "block/file ends inside a frame: {} of a {fl}-byte frame ignored",
+                                fmt_count(rem as u64, "byte", "bytes")
                             ),
                         ));
                     }
@@ -276,6 +282,11 @@ impl Framer {
                 q += 1;
             }
             p = q;
+        }
+        // The end of a segment in which no frame shape was found (a file shorter than a frame header, or
+        // all garbage): the garbage ends here, not at a position left from an earlier segment.
+        if last && self.garbage.is_some() {
+            self.end_garbage_at_segment_end(Self::pos(base, len), sink);
         }
         p
     }

@@ -114,7 +114,9 @@ fn listing_from_metadata(name: &str, disks: &[PathBuf], metas: &[ScanMetadata]) 
                         .join(",")
                 )
             };
-            format!("{} ({:?} {} B{})", s.label, s.kind, s.frame_size, threads).to_lowercase()
+            // the format in lower case (vdif, mark5b); the label as given, the byte unit as B
+            let kind = format!("{:?}", s.kind).to_lowercase();
+            format!("{} ({kind} {} B{threads})", s.label, s.frame_size)
         })
         .collect();
     let missing = meta
@@ -266,7 +268,10 @@ fn foreign_mark6(name: &str, files: &[PathBuf]) -> ScanListing {
     }
     let streams = match (&first, header) {
         (Some((_, _, shape)), _) => vec![shape.clone()],
-        (None, Some(h)) => vec![format!("{:?} {} B", h.packet_format, h.packet_size).to_lowercase()],
+        (None, Some(h)) => {
+            let format = format!("{:?}", h.packet_format).to_lowercase();
+            vec![format!("{format} {} B", h.packet_size)]
+        }
         _ => vec![],
     };
     ScanListing {

@@ -9,6 +9,7 @@ use serde::Serialize;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::time::Instant;
+use vlbiflow_units::fmt_fraction;
 
 /// Findings of one kind listed in full; the rest are counted.
 pub const MAX_FINDINGS_PER_KIND: usize = 50;
@@ -233,11 +234,11 @@ pub fn check(rec: &Recording, mut config: CheckConfig, mut progress: impl FnMut(
                 Severity::Error,
                 FindingKind::FrameGap,
                 format!(
-                    "{}: {} frames missing in {} gap(s), loss fraction {:.3e}",
+                    "{}: {} frames missing in {} gap(s), loss fraction {}",
                     t.name(),
                     t.missing,
                     t.jumps_total,
-                    t.loss_fraction
+                    fmt_fraction(t.loss_fraction, 3)
                 ),
             ));
         }
@@ -388,8 +389,14 @@ impl Report {
         }
         let _ = writeln!(
             s,
-            "frames {}  missing {} (fill {})  loss fraction {:.3e}  duplicated {}  out-of-order {}  invalid {}",
-            e.frames, e.missing, e.fill, e.loss_fraction, e.duplicates, e.out_of_order, e.invalid
+            "frames {}  missing {} (fill {})  loss fraction {}  duplicated {}  out-of-order {}  invalid {}",
+            e.frames,
+            e.missing,
+            e.fill,
+            fmt_fraction(e.loss_fraction, 3),
+            e.duplicates,
+            e.out_of_order,
+            e.invalid
         );
         if let (Some(a), Some(b), Some(d)) = (&e.start_utc, &e.end_utc, e.duration_s) {
             let _ = writeln!(s, "time {a} .. {b}  duration {d:.6} s");
@@ -415,12 +422,12 @@ impl Report {
         for st in &self.streams {
             let _ = writeln!(
                 s,
-                "stream {}: frames {} missing {} (fill {}) loss fraction {:.3e} dup {} ooo {} in {} blocks",
+                "stream {}: frames {} missing {} (fill {}) loss fraction {} dup {} ooo {} in {} blocks",
                 st.label,
                 st.frames,
                 st.missing,
                 st.fill,
-                st.loss_fraction,
+                fmt_fraction(st.loss_fraction, 3),
                 st.duplicates,
                 st.out_of_order,
                 st.blocks
@@ -432,7 +439,7 @@ impl Report {
             }
             let _ = writeln!(
                 s,
-                "thread {:>4} {} {}B {}-bit {}ch{}: frames {} missing {} ({:.3e}) dup {} ooo {} invalid {} | {} .. {} | {} gap(s)",
+                "thread {:>4} {} {}B {}-bit {}ch{}: frames {} missing {} ({}) dup {} ooo {} invalid {} | {} .. {} | {} gap(s)",
                 t.thread,
                 t.station,
                 t.frame_len,
@@ -441,7 +448,7 @@ impl Report {
                 if t.complex { " complex" } else { "" },
                 t.frames,
                 t.missing,
-                t.loss_fraction,
+                fmt_fraction(t.loss_fraction, 3),
                 t.duplicates,
                 t.out_of_order,
                 t.invalid,
@@ -501,7 +508,7 @@ impl Report {
         let _ = writeln!(
             s,
             "read {} in {:.2} s ({})",
-            si(self.bytes_read as f64, "B"),
+            vlbiflow_units::fmt_bytes(self.bytes_read),
             self.elapsed_s,
             si(self.read_rate_bytes_per_s, "B/s")
         );

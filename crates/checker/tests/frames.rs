@@ -78,3 +78,24 @@ fn garbage_in_a_plain_file_is_a_finding_with_offset_not_a_frame() {
     assert_eq!(g.offset, Some((5 * FRAME_LEN) as u64));
     assert_eq!(g.file.as_deref(), Some(path.as_path()));
 }
+
+/// A file shorter than a frame header (8 bytes) is 8 bytes of garbage, said so with the count it has.
+#[test]
+fn a_file_shorter_than_a_header_is_garbage_of_its_own_length() {
+    let dir = tempfile::tempdir().unwrap();
+    for (len, words) in [(8usize, "8 bytes of garbage"), (1, "1 byte of garbage")] {
+        let path = dir.path().join(format!("tiny{len}.vdif"));
+        std::fs::write(&path, vec![0x42u8; len]).unwrap();
+        let rec = locate(&[s(&path)], &[]).unwrap();
+        let mut fr = FrameReader::open(&rec);
+        while fr.next_batch().is_some() {}
+        let findings = fr.take_findings();
+        let g: Vec<_> = findings
+            .iter()
+            .filter(|f| f.kind == FindingKind::Garbage)
+            .collect();
+        assert_eq!(g.len(), 1, "{findings:?}");
+        assert!(g[0].message.starts_with(words), "{:?}", g[0].message);
+        assert_eq!(g[0].offset, Some(0));
+    }
+}

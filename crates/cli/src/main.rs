@@ -110,7 +110,7 @@ fn main() -> ExitCode {
         Err(e) if out::is_closed_stdout(&e) => ExitCode::from(out::CLOSED),
         Err(e) => {
             // One line, naming what went wrong; usage errors exit with 2 like clap's own.
-            eprintln!("vlbiflow: error: {e:#}");
+            eprintln!("vlbiflow: error: {}", out::error_line(&e));
             ExitCode::from(cmd::exit_code(&e))
         }
     }

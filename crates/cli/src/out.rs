@@ -70,3 +70,57 @@ fn stdout_closed() -> bool {
     matches!(poll(&mut fds, Some(&now)), Ok(n) if n > 0)
         && fds[0].revents().intersects(PollFlags::ERR | PollFlags::HUP)
 }
+
+/// An error and its causes on one line, `outer: cause: root cause`, each said once: a cause whose text
+/// the messages before it already contain (an error that prints its source, as many `thiserror` types do,
+/// wrapped in context) is not repeated, so an OS error such as "Address already in use (os error 98)"
+/// appears once.
+pub fn error_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_line;
+
+    #[test]
+    fn causes_already_in_the_message_are_said_once() {
+        let os = std::io::Error::from_raw_os_error(98);
+        #[derive(Debug)]
+        struct Bind(std::io::Error);
+        impl std::fmt::Display for Bind {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "UDP socket 127.0.0.1:4001: bind failed: {}", self.0)
+            }
+        }
+        impl std::error::Error for Bind {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let text = os.to_string();
+        let e = anyhow::Error::new(Bind(os)).context("recording");
+        let line = error_line(&e);
+        assert_eq!(line.matches(&text).count(), 1, "{line}");
+        assert_eq!(
+            line,
+            format!("recording: UDP socket 127.0.0.1:4001: bind failed: {text}")
+        );
+        // causes not in the message are kept, in order
+        let e = anyhow::anyhow!("disk full")
+            .context("writing block 3")
+            .context("disk /d/0");
+        assert_eq!(error_line(&e), "disk /d/0: writing block 3: disk full");
+    }
+}

@@ -231,6 +231,8 @@ fn ls_names_a_vlbiflow_mark6_scan_as_jive5ab_opens_it() {
         stdout.contains("jive5ab: scan_set = exp_xx_0002.vdif"),
         "{stdout}"
     );
+    // the stream as the metadata gives it, its frame size in bytes (B, not "b")
+    assert!(stdout.contains("a (vdif 1056 B)"), "{stdout}");
 }
 
 #[test]

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use vlbiflow_udp::{open_udp, BatchSender, Pacer, SocketError, UdpConfig, GSO_MAX_SEGMENTS};
 
 use crate::control::ControlConn;
-use crate::host::{HostSnapshot, HostUsage};
+use crate::host::{HostSnapshot, HostUsage, ProcessCpu};
 use crate::proto::{
     check_hello, short, BwRemote, BwSetup, ProtoError, Reply, Request, TcpRemote, PROTOCOL_VERSION,
 };
@@ -374,9 +374,12 @@ impl Client {
         let (port, _) = self.expect_ready("waiting for the tcp test socket")?;
         let dest = SocketAddr::new(self.server.ip(), port);
         let before = HostSnapshot::take();
+        // The test's own CPU: this thread's and each sending thread's, never the whole process's (a
+        // competitor from --cpu-load, or anything else the process runs, is not the test's cost).
+        let this_thread = ProcessCpu::read_thread();
         let started = Instant::now();
         let peer_gone = AtomicBool::new(false);
-        let results: Vec<Result<(u64, TcpSockInfo), io::Error>> = thread::scope(|scope| {
+        let results: Vec<Result<(u64, TcpSockInfo, ProcessCpu), io::Error>> = thread::scope(|scope| {
             let handles: Vec<_> = (0..p.streams)
                 .map(|_| {
                     let (stop, gone) = (stop, &peer_gone);
@@ -400,6 +403,12 @@ impl Client {
         });
         let duration_s = started.elapsed().as_secs_f64();
         let host = HostSnapshot::take().since(&before);
+        let local_threads = results
+            .iter()
+            .filter_map(|r| r.as_ref().ok())
+            .fold(ProcessCpu::read_thread().since(&this_thread), |sum, x| {
+                sum.plus(&x.2)
+            });
         let bytes_sent: Vec<u64> = results
             .iter()
             .map(|r| r.as_ref().map(|x| x.0).unwrap_or(0))
@@ -441,6 +450,7 @@ impl Client {
                 bytes_sent,
                 duration_s,
                 host,
+                local_threads,
                 local_sockets,
                 remote,
             )),
@@ -586,7 +596,8 @@ fn tcp_send(
     p: &TcpParams,
     stop: &AtomicBool,
     gone: &AtomicBool,
-) -> io::Result<(u64, TcpSockInfo)> {
+) -> io::Result<(u64, TcpSockInfo, ProcessCpu)> {
+    let cpu = ProcessCpu::read_thread();
     let mut s = TcpStream::connect_timeout(&dest, Duration::from_secs(5))?;
     if let Some(b) = p.send_buffer {
         set_buffer(&s, false, b);
@@ -614,7 +625,7 @@ fn tcp_send(
     let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
     let mut b = [0u8; 64];
     let _ = s.read(&mut b);
-    Ok((n, info))
+    Ok((n, info, ProcessCpu::read_thread().since(&cpu)))
 }
 
 /// Sends one request and waits for its reply; Ok(false) on timeout. Stale replies are skipped.
@@ -1106,12 +1117,17 @@ pub struct TcpResult {
     pub bytes_received: u64,
     /// Receiver bytes over the receiver's first-to-last-byte span, Mb/s.
     pub rate_mbps: f64,
-    /// The sender's CPU seconds per GB received.
+    /// The sender's CPU seconds per GB received: its test threads' (the sending threads and the one
+    /// watching the control connection), not the rest of the process's (a `--cpu-load` competitor).
     pub sender_cpu_s_per_gb: f64,
-    /// The receiver's CPU seconds per GB received.
+    /// The receiver's CPU seconds per GB received: its test threads' (or, from a responder that does not
+    /// report them, its whole process's).
     pub receiver_cpu_s_per_gb: f64,
-    /// The sender's CPU.
+    /// The sender's host and whole process during the test.
     pub local_host: HostUsage,
+    /// The CPU time of the sender's test threads.
+    #[serde(default)]
+    pub local_threads: ProcessCpu,
     /// Sender sockets at the end.
     pub local_sockets: Vec<TcpSockInfo>,
     /// The receiver's view.
@@ -1124,6 +1140,7 @@ impl TcpResult {
         bytes_sent: Vec<u64>,
         duration_s: f64,
         local_host: HostUsage,
+        local_threads: ProcessCpu,
         local_sockets: Vec<TcpSockInfo>,
         remote: TcpRemote,
     ) -> Self {
@@ -1141,9 +1158,10 @@ impl TcpResult {
             } else {
                 0.0
             },
-            sender_cpu_s_per_gb: per_gb(local_host.process.total_s()),
-            receiver_cpu_s_per_gb: per_gb(remote.host.process.total_s()),
+            sender_cpu_s_per_gb: per_gb(local_threads.total_s()),
+            receiver_cpu_s_per_gb: per_gb(remote.threads.unwrap_or(remote.host.process).total_s()),
             local_host,
+            local_threads,
             local_sockets,
             remote,
         }

@@ -982,7 +982,7 @@ pub enum EffEvent<'a> {
     },
     /// A test finished.
     Finished(&'a EffResult),
-    /// A test failed; the series goes on.
+    /// A test failed, or the responder refused it; the series goes on.
     Failed {
         /// Transport.
         transport: Transport,
@@ -990,6 +990,9 @@ pub enum EffEvent<'a> {
         repeat: u32,
         /// Why.
         error: String,
+        /// The responder refused the setup (the transport is then listed as unavailable with the reason,
+        /// as one it does not offer), rather than a test that started and failed.
+        refused: bool,
     },
 }
 
@@ -1045,6 +1048,7 @@ pub fn run_series(
                 }
                 Err(crate::NetError::Interrupted) => break,
                 Err(e) => {
+                    let refused = matches!(&e, crate::NetError::Proto(crate::proto::ProtoError::Remote(_)));
                     if let crate::NetError::Proto(crate::proto::ProtoError::Remote(why)) = &e {
                         // Refused by the responder (e.g. a size the path cannot take): said once, not retried.
                         if !report.unavailable.iter().any(|a| a.transport == t) {
@@ -1058,6 +1062,7 @@ pub fn run_series(
                         transport: t,
                         repeat: r,
                         error: e.to_string(),
+                        refused,
                     });
                     // A refusal or failure the responder reported leaves the session usable; a broken or
                     // confused control connection does not.

@@ -184,6 +184,22 @@ impl ProcessCpu {
         }
     }
 
+    /// A thread of this process by its id, from `/proc/self/task/<tid>/stat` (in clock ticks); None when
+    /// the thread has ended or the file is unreadable.
+    pub fn read_task(tid: i32) -> Option<ProcessCpu> {
+        let hz = rustix::param::clock_ticks_per_second().max(1) as f64;
+        let text = fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
+        ProcessCpu::parse(&text, hz)
+    }
+
+    /// The sum of `self` and `other`.
+    pub fn plus(&self, other: &ProcessCpu) -> ProcessCpu {
+        ProcessCpu {
+            user_s: self.user_s + other.user_s,
+            system_s: self.system_s + other.system_s,
+        }
+    }
+
     /// CPU seconds used since `earlier`.
     pub fn since(&self, earlier: &ProcessCpu) -> ProcessCpu {
         ProcessCpu {

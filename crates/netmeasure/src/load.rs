@@ -8,6 +8,8 @@ use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::Duration;
 
+use crate::host::ProcessCpu;
+
 /// What load to run: `nice=N[,threads=K]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CpuLoadSpec {
@@ -61,11 +63,12 @@ impl fmt::Display for CpuLoadSpec {
     }
 }
 
-/// Running load threads; dropping stops and joins them.
+/// Running load threads (named `cpu-load`); dropping stops and joins them.
 pub struct CpuLoad {
     stop: Arc<AtomicBool>,
     handles: Vec<thread::JoinHandle<u64>>,
     spec: CpuLoadSpec,
+    tids: Vec<i32>,
 }
 
 impl CpuLoad {
@@ -77,12 +80,15 @@ impl CpuLoad {
             stop: stop.clone(),
             handles: Vec::new(),
             spec,
+            tids: Vec::new(),
         };
         for _ in 0..spec.threads {
             let (stop, tx) = (stop.clone(), tx.clone());
-            load.handles.push(thread::spawn(move || {
+            let spawned = thread::Builder::new().name("cpu-load".into()).spawn(move || {
                 // The nice level of this thread alone (Linux: a thread ID is a process ID for setpriority).
-                let set = rustix::process::setpriority_process(Some(rustix::thread::gettid()), spec.nice)
+                let tid = rustix::thread::gettid();
+                let set = rustix::process::setpriority_process(Some(tid), spec.nice)
+                    .map(|()| tid.as_raw_nonzero().get())
                     .map_err(std::io::Error::from);
                 let failed = set.is_err();
                 let _ = tx.send(set);
@@ -96,11 +102,15 @@ impl CpuLoad {
                     }
                 }
                 x
-            }));
+            });
+            match spawned {
+                Ok(h) => load.handles.push(h),
+                Err(e) => return Err(format!("cpu load: starting a thread: {e}")),
+            }
         }
         for _ in 0..spec.threads {
             match rx.recv_timeout(Duration::from_secs(5)) {
-                Ok(Ok(())) => {}
+                Ok(Ok(tid)) => load.tids.push(tid),
                 Ok(Err(e)) => return Err(format!("cpu load: setpriority(nice {}): {e}", spec.nice)),
                 Err(_) => return Err("cpu load: thread did not start within 5 s".into()),
             }
@@ -111,6 +121,14 @@ impl CpuLoad {
     /// What is running.
     pub fn spec(&self) -> CpuLoadSpec {
         self.spec
+    }
+
+    /// The CPU time the load threads have used so far (from `/proc/self/task`, in clock ticks).
+    pub fn cpu(&self) -> ProcessCpu {
+        self.tids
+            .iter()
+            .filter_map(|&t| ProcessCpu::read_task(t))
+            .fold(ProcessCpu::default(), |sum, t| sum.plus(&t))
     }
 }
 

@@ -228,10 +228,22 @@ pub(crate) fn lines<DB: DrawingBackend>(
     y_label: &str,
     series: &[Series],
 ) -> DrawResult {
+    lines_over(area, title, x_label, y_label, series, None)
+}
+
+/// [`lines`] over the x range `x_range` (panels that share a time axis), or the series' own.
+fn lines_over<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+    x_range: Option<(f64, f64)>,
+) -> DrawResult {
     let xv = || series.iter().flat_map(|s| s.1.iter().map(|p| p.0));
     // Whole-numbered x (nice levels, streams, sizes) gets whole-numbered ticks.
     let x_step = if xv().all(|x| x.fract() == 0.0) { 1.0 } else { 0.0 };
-    let x = Axis::new(range(xv(), false), 8, x_step);
+    let x = Axis::new(x_range.unwrap_or_else(|| range(xv(), false)), 8, x_step);
     let y = Axis::new(
         range(series.iter().flat_map(|s| s.1.iter().map(|p| p.1)), true),
         6,
@@ -743,8 +755,64 @@ pub fn plot_report(path: &Path, report: &SeriesReport, load_sweep: bool) -> Resu
     }
 }
 
-/// Archived headline figures over time, one line per kind, remote and metric.
+/// Archived headline figures over time, one line per kind, remote and metric, in one panel per quantity
+/// (rates in Mb/s or Gb/s, times in µs, ms or s, percentages) stacked over a shared time axis.
 pub fn plot_history(path: &Path, rows: &[Stored]) -> Result<(), PlotError> {
+    let (unit, panels) = history_panels(rows);
+    let first = rows.first().map(|r| r.record.time.clone()).unwrap_or_default();
+    let x_label = format!("{unit} since {first}");
+    let n = panels.len().max(1);
+    render(
+        path,
+        (1000, 120 + 330 * n as u32),
+        |a| history(a, &panels, &x_label),
+        |a| history(a, &panels, &x_label),
+    )
+}
+
+/// What a metric measures, by its name's unit suffix: one panel (and one y axis) per quantity, so rates
+/// and times never share an axis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Quantity {
+    /// `..mbps`: Mb/s.
+    Rate,
+    /// `.._us` or `.._ms`: a time, kept in µs.
+    Time,
+    /// `..percent`: %.
+    Percent,
+    /// Anything else, as stored.
+    Other,
+}
+
+impl Quantity {
+    /// The quantity of `metric` and the factor to its panel's base unit (Mb/s, µs, %).
+    fn of(metric: &str) -> (Quantity, f64) {
+        if metric.ends_with("mbps") {
+            (Quantity::Rate, 1.0)
+        } else if metric.ends_with("_us") {
+            (Quantity::Time, 1.0)
+        } else if metric.ends_with("_ms") {
+            (Quantity::Time, 1e3)
+        } else if metric.ends_with("percent") {
+            (Quantity::Percent, 1.0)
+        } else {
+            (Quantity::Other, 1.0)
+        }
+    }
+}
+
+/// One panel of the history plot: its title, y-axis label (with the unit) and series.
+#[derive(Debug, Clone, PartialEq)]
+struct HistoryPanel {
+    title: String,
+    y_label: String,
+    series: Vec<Series>,
+}
+
+/// The archived results as panels, one per quantity (rates, times, percentages, others), each series one
+/// kind, remote and metric over the time since the first result, in the unit returned with them (seconds,
+/// minutes, hours or days, whichever suits the span).
+fn history_panels(rows: &[Stored]) -> (&'static str, Vec<HistoryPanel>) {
     let times: Vec<Option<f64>> = rows
         .iter()
         .map(|s| {
@@ -754,24 +822,90 @@ pub fn plot_history(path: &Path, rows: &[Stored]) -> Result<(), PlotError> {
         })
         .collect();
     let t0 = times.iter().flatten().copied().fold(f64::INFINITY, f64::min);
-    let mut series: Vec<Series> = Vec::new();
+    let span = times
+        .iter()
+        .flatten()
+        .copied()
+        .fold(0.0, |m, t| f64::max(m, t - t0));
+    let (x_div, x_unit) = match span {
+        s if s < 120.0 => (1.0, "seconds"),
+        s if s < 7200.0 => (60.0, "minutes"),
+        s if s < 172_800.0 => (3600.0, "hours"),
+        _ => (86_400.0, "days"),
+    };
+    let mut groups: Vec<(Quantity, Vec<Series>)> = Vec::new();
     for (s, t) in rows.iter().zip(&times) {
         let Some(t) = t else { continue };
+        let (q, factor) = Quantity::of(&s.record.metric);
         let name = format!("{} {} {}", s.record.kind, s.record.remote, s.record.metric);
-        let x = (t - t0) / 3600.0;
+        let point = ((t - t0) / x_div, s.record.value * factor);
+        let g = match groups.iter().position(|g| g.0 == q) {
+            Some(g) => g,
+            None => {
+                groups.push((q, Vec::new()));
+                groups.len() - 1
+            }
+        };
+        let series = &mut groups[g].1;
         match series.iter_mut().find(|x| x.0 == name) {
-            Some(e) => e.1.push((x, s.record.value)),
-            None => series.push((name, vec![(x, s.record.value)])),
+            Some(e) => e.1.push(point),
+            None => series.push((name, vec![point])),
         }
     }
-    let first = rows.first().map(|r| r.record.time.clone()).unwrap_or_default();
-    plot_series(
-        path,
-        "vlbiflow net history",
-        &format!("hours since {first}"),
-        "value",
-        &series,
-    )
+    groups.sort_by_key(|g| g.0);
+    let panels = groups
+        .into_iter()
+        .map(|(q, mut series)| {
+            let max = series
+                .iter()
+                .flat_map(|s| s.1.iter().map(|p| p.1))
+                .fold(0.0, f64::max);
+            let (div, title, y_label) = match q {
+                Quantity::Rate => {
+                    let (div, unit) = rate_unit(max);
+                    (div, "Rates", format!("rate ({unit})"))
+                }
+                Quantity::Time => {
+                    let (div, unit) = time_unit(max);
+                    (div, "Times", format!("time ({unit})"))
+                }
+                Quantity::Percent => (1.0, "Percentages", "percent (%)".to_string()),
+                Quantity::Other => (1.0, "Other figures", "value".to_string()),
+            };
+            for s in &mut series {
+                s.1.iter_mut().for_each(|p| p.1 /= div);
+            }
+            HistoryPanel {
+                title: title.to_string(),
+                y_label,
+                series,
+            }
+        })
+        .collect();
+    (x_unit, panels)
+}
+
+fn history<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    panels: &[HistoryPanel],
+    x_label: &str,
+) -> DrawResult {
+    let root = root
+        .titled("vlbiflow net history", ("sans-serif", 20))
+        .map_err(|e| e.to_string())?;
+    if panels.is_empty() {
+        return lines(&root, "no results", x_label, "value", &[]);
+    }
+    // one time axis for all panels, so that a result lines up with the others of its time
+    let all = panels
+        .iter()
+        .flat_map(|p| p.series.iter().flat_map(|s| s.1.iter().map(|x| x.0)));
+    let x_range = range(all, false);
+    let areas = root.split_evenly((panels.len(), 1));
+    for (area, p) in areas.iter().zip(panels) {
+        lines_over(area, &p.title, x_label, &p.y_label, &p.series, Some(x_range))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -789,6 +923,64 @@ mod tests {
         }
         let e = plot_series(&dir.path().join("x.gif"), "t", "x", "y", &s).unwrap_err();
         assert!(e.to_string().contains(".png or .svg"), "{e}");
+    }
+
+    fn stored(id: i64, time: &str, kind: &str, metric: &str, value: f64) -> Stored {
+        Stored {
+            id,
+            record: crate::archive::Record {
+                time: time.into(),
+                kind: kind.into(),
+                local: "here".into(),
+                remote: "127.0.0.1:14233".into(),
+                metric: metric.into(),
+                value,
+                params: serde_json::Value::Null,
+                result: serde_json::Value::Null,
+            },
+        }
+    }
+
+    /// Rates (Mb/s) and times (µs) are never drawn against one axis: each quantity has its own panel
+    /// with its unit on the y axis.
+    #[test]
+    fn history_puts_rates_and_times_in_separate_panels() {
+        let rows = vec![
+            stored(1, "2026-11-28T20:00:00Z", "tcp", "rate_mbps", 9400.0),
+            stored(2, "2026-11-28T20:00:10Z", "lat", "intercept_us", 23.5),
+            stored(3, "2026-11-28T21:00:00Z", "tcp", "rate_mbps", 9100.0),
+            stored(4, "2026-11-28T21:00:10Z", "lat", "intercept_us", 25.0),
+            stored(5, "2026-11-28T21:30:00Z", "bw", "recv_user_rate_mbps", 940.0),
+        ];
+        let (unit, panels) = history_panels(&rows);
+        assert_eq!(unit, "minutes");
+        let labels: Vec<&str> = panels.iter().map(|p| p.y_label.as_str()).collect();
+        assert_eq!(labels, ["rate (Gb/s)", "time (µs)"]);
+        let rates: Vec<&str> = panels[0].series.iter().map(|s| s.0.as_str()).collect();
+        assert_eq!(
+            rates,
+            [
+                "tcp 127.0.0.1:14233 rate_mbps",
+                "bw 127.0.0.1:14233 recv_user_rate_mbps"
+            ]
+        );
+        assert_eq!(panels[0].series[0].1, vec![(0.0, 9.4), (60.0, 9.1)]);
+        assert_eq!(panels[1].series.len(), 1);
+        assert_eq!(panels[1].series[0].1[1].1, 25.0);
+        let dir = tempfile::tempdir().unwrap();
+        let svg = dir.path().join("history.svg");
+        plot_history(&svg, &rows).unwrap();
+        let text = svg_text(&svg);
+        for want in [
+            "rate (Gb/s)",
+            "time (µs)",
+            "Rates",
+            "Times",
+            "minutes since 2026-11-28T20:00:00Z",
+        ] {
+            assert!(text.iter().any(|t| t == want), "{want:?} not in {text:?}");
+        }
+        assert!(!text.iter().any(|t| t == "value"), "{text:?}");
     }
 
     #[test]

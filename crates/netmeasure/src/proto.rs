@@ -160,8 +160,12 @@ pub struct TcpRemote {
     pub last_ns: u64,
     /// Receiver socket state per stream.
     pub sockets: Vec<TcpSockInfo>,
-    /// The receiver's CPU during the test.
+    /// The receiver's host and whole process during the test.
     pub host: HostUsage,
+    /// The CPU time of the receiver's test threads (the acceptor, the readers, the session's), the
+    /// figure its CPU per GB is computed from; absent from older responders.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads: Option<crate::host::ProcessCpu>,
 }
 
 /// A control-protocol failure, naming what was being done.

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use vlbiflow_udp::{open_udp, BatchReceiver, TimestampKeeper, UdpConfig};
 
 use crate::control::ControlConn;
-use crate::host::HostSnapshot;
+use crate::host::{HostSnapshot, ProcessCpu};
 use crate::proto::{answer_hello, short, BwRemote, BwSetup, ProtoError, Reply, Request, TcpRemote};
 use crate::stats::{ArrivalStats, BYTES_PER_PACKET};
 use crate::tcpinfo::{set_buffer, tcp_sock_info};
@@ -849,6 +849,9 @@ fn serve_tcp(
     let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
     let _ = listener.set_nonblocking(true);
     let before = HostSnapshot::take();
+    // The test's own CPU: this session thread's, the acceptor's and the readers' (tcp_receive), not the
+    // whole process's, which may be serving other sessions.
+    let this_thread = ProcessCpu::read_thread();
     let done = Arc::new(AtomicBool::new(false));
     let acceptor = {
         let done = done.clone();
@@ -866,19 +869,21 @@ fn serve_tcp(
         "waiting for the end of the tcp test",
     );
     done.store(true, Ordering::Release);
-    let (bytes, first_ns, last_ns, sockets) = acceptor
+    let (bytes, first_ns, last_ns, sockets, cpu) = acceptor
         .join()
         .map_err(|_| SessionError::Other("tcp receiver thread panicked".into()))?;
     drop(reservation);
     match waited {
         Ok(Some(Request::TcpFinish)) => {
             let host = HostSnapshot::take().since(&before);
+            let threads = cpu.plus(&ProcessCpu::read_thread().since(&this_thread));
             conn.send(&Reply::TcpResult(Box::new(TcpRemote {
                 bytes,
                 first_ns,
                 last_ns,
                 sockets,
                 host,
+                threads: Some(threads),
             })))?;
             Ok(())
         }
@@ -893,7 +898,8 @@ fn serve_tcp(
     }
 }
 
-type TcpOutcome = (Vec<u64>, u64, u64, Vec<crate::tcpinfo::TcpSockInfo>);
+/// Bytes per stream, first and last byte (ns), socket states, and the CPU time of the receiving threads.
+type TcpOutcome = (Vec<u64>, u64, u64, Vec<crate::tcpinfo::TcpSockInfo>, ProcessCpu);
 
 /// Accepts `streams` connections and reads each to its end; after `done`, readers stop at EOF or
 /// after 5 s.
@@ -903,6 +909,7 @@ fn tcp_receive(
     recv_buffer: Option<usize>,
     done: &AtomicBool,
 ) -> TcpOutcome {
+    let cpu = ProcessCpu::read_thread();
     let first = AtomicU64::new(u64::MAX);
     let last = AtomicU64::new(0);
     thread::scope(|scope| {
@@ -924,10 +931,12 @@ fn tcp_receive(
         }
         let mut bytes = Vec::new();
         let mut infos = Vec::new();
+        let mut threads = ProcessCpu::default();
         for r in readers {
-            if let Ok((n, info)) = r.join() {
+            if let Ok((n, info, t)) = r.join() {
                 bytes.push(n);
                 infos.push(info);
+                threads = threads.plus(&t);
             }
         }
         let f = first.load(Ordering::Relaxed);
@@ -936,6 +945,7 @@ fn tcp_receive(
             if f == u64::MAX { 0 } else { f },
             last.load(Ordering::Relaxed),
             infos,
+            threads.plus(&ProcessCpu::read_thread().since(&cpu)),
         )
     })
 }
@@ -945,7 +955,8 @@ fn tcp_read(
     done: &AtomicBool,
     first: &AtomicU64,
     last: &AtomicU64,
-) -> (u64, crate::tcpinfo::TcpSockInfo) {
+) -> (u64, crate::tcpinfo::TcpSockInfo, ProcessCpu) {
+    let cpu = ProcessCpu::read_thread();
     let _ = s.set_nonblocking(false);
     let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
     let mut buf = vec![0u8; TCP_READ_SIZE];
@@ -984,5 +995,5 @@ fn tcp_read(
     if !end_info.congestion.is_empty() {
         info = end_info;
     }
-    (n, info)
+    (n, info, ProcessCpu::read_thread().since(&cpu))
 }

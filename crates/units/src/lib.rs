@@ -164,6 +164,22 @@ pub fn fmt_bytes(b: u64) -> String {
     }
 }
 
+/// A count and its noun, singular for exactly one: `fmt_count(1, "byte", "bytes")` is `1 byte`,
+/// `fmt_count(0, "byte", "bytes")` is `0 bytes`.
+pub fn fmt_count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// A fraction (a loss rate) in scientific notation with `decimals` decimals, and zero as `0`:
+/// `fmt_fraction(0.00123, 2)` is `1.23e-3`, `fmt_fraction(0.0, 2)` is `0` (not `0.00e0`).
+pub fn fmt_fraction(v: f64, decimals: usize) -> String {
+    if v == 0.0 {
+        "0".to_string()
+    } else {
+        format!("{v:.decimals$e}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -192,6 +208,19 @@ mod tests {
         assert_eq!(fmt_si(2.5e9, "b/s", 2), "2.50 Gb/s");
         assert_eq!(fmt_si(999.0, "B", 0), "999 B");
         assert_eq!(fmt_si(1.5e13, "B", 1), "15.0 TB");
+    }
+
+    #[test]
+    fn byte_counts_plurals_and_fractions() {
+        assert_eq!(fmt_bytes(8), "8 B");
+        assert_eq!(fmt_bytes(8224), "8.2 kB");
+        assert_eq!(fmt_bytes(1_234_567), "1.23 MB");
+        assert_eq!(fmt_count(0, "byte", "bytes"), "0 bytes");
+        assert_eq!(fmt_count(1, "byte", "bytes"), "1 byte");
+        assert_eq!(fmt_count(8, "byte", "bytes"), "8 bytes");
+        assert_eq!(fmt_fraction(0.0, 2), "0");
+        assert_eq!(fmt_fraction(0.00123, 2), "1.23e-3");
+        assert_eq!(fmt_fraction(1.0, 3), "1.000e0");
     }
 
     #[test]

@@ -23,7 +23,12 @@ Examples:
 
 Loss fraction = missing / (present + missing) frames, as in Haystack's recording test tables. The frame rate \
 comes from --frame-rate, the scan metadata, EDV 1/3 sample rates, or the highest frame number + 1 (raised \
-by one when that makes the sample rate a round number of MHz or kHz: the last frame of each second was lost).";
+by one when that makes the sample rate a round number of MHz or kHz: the last frame of each second was lost).
+
+In the summary lines: missing = frames absent from a thread's sequence (fill = those the recorder wrote \
+as fill frames, counted in missing); loss fraction 0 when nothing is missing; dup = duplicated (a frame \
+seen again); ooo = out of order (a frame that arrived after a later one: late, not lost); invalid = \
+frames whose header has the invalid-data flag set.";
 
 #[derive(clap::Args)]
 #[command(after_help = EXAMPLES)]

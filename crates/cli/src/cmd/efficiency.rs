@@ -43,7 +43,18 @@ non-blocking writes of 32 messages); the receiver is one thread of the responder
 with an 8-byte sequence number per flow, so loss is counted exactly. CPU is the sending and the \
 receiving thread's user and system time per GB, plus the whole host's (/proc/stat) including softirq; \
 energy from RAPL (powercap) where the host exposes it. Compare transports within one run: the order \
-alternates between repeats so that drifting load favours none.";
+alternates between repeats so that drifting load favours none.
+
+Columns (medians over the repeats): n = repeats measured; Gb/s and ±% = its spread, (max - min) / \
+median; loss%; send_usr, send_sys, recv_usr, recv_sys = the sending and the receiving thread's user and \
+system CPU seconds per GB; recv±% = the spread of the receiver's; host_sirq and host_busy = the whole \
+host's softirq and user + system + softirq seconds per GB; J/GB and Gb/s/W from RAPL (- where not \
+readable); eff_recv and eff_both = GB per CPU second of the receiving thread, and of both threads, \
+relative to the best transport of the run (1 = best).
+
+Exit status 1 when any test failed (the table then leaves it out) or nothing was measured. A transport \
+the responder refuses for the setup (e.g. xdp for datagrams above 3798 bytes) is listed as unavailable \
+with the reason, as one it does not offer, and is not a failure.";
 
 /// Receive cost per transport: Gb/s, loss, CPU per GB at both ends, energy where readable.
 #[derive(clap::Args)]
@@ -210,7 +221,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("--from {}: not a `net efficiency --json` report", f.display()))?;
         reports.push(r);
     }
-    let mut failed_all = false;
+    // Tests that started and failed: any one makes the measurement incomplete, exit 1. A setup the
+    // responder refuses leaves the transport unavailable (with the reason), as one it does not offer.
+    let mut failed = 0u32;
+    let mut nothing_measured = false;
     if let Some(host) = &a.host {
         let p = params(&a)?;
         let list = transports(&a)?;
@@ -229,6 +243,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         let total = list.len() as u32 * a.repeats;
         let mut done = 0u32;
         let mut report = run_series(&mut client, &p, &list, a.repeats, &stop, &mut |e| {
+            if let EffEvent::Failed { refused: false, .. } = e {
+                failed += 1;
+            }
             if quiet {
                 return;
             }
@@ -248,12 +265,15 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                         m.send_cpu_s_per_gb.0 + m.send_cpu_s_per_gb.1
                     );
                 }
+                EffEvent::Failed {
+                    error, refused: true, ..
+                } => eprintln!("refused, left out: {error}"),
                 EffEvent::Failed { error, .. } => eprintln!("FAILED: {error}"),
             }
         })?;
         report.path_loss = path_loss;
         report.label = a.label.clone();
-        failed_all = report.runs.is_empty();
+        nothing_measured = report.runs.is_empty();
         reports.insert(0, report);
     }
     let Some(first) = reports.first() else {
@@ -298,11 +318,17 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             eprintln!("loss plot: {} ({} report(s))", path.display(), with_loss.len());
         }
     }
-    Ok(if failed_all {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    })
+    if failed > 0 || nothing_measured {
+        if failed > 0 {
+            let it = if failed == 1 { "it" } else { "them" };
+            eprintln!(
+                "vlbiflow: {} failed; the summary leaves {it} out",
+                crate::units::fmt_count(failed.into(), "test", "tests")
+            );
+        }
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 #[cfg(test)]

@@ -144,10 +144,12 @@ Examples:
   vlbiflow net bw 10.0.0.2 --size 8192 --rate 2Gbps --count 100000
   vlbiflow net bw 10.0.0.2 --size 1472 --find-zero-loss --trial-duration 2s
 
-Columns: size, frames sent, wait (µs), send user rate, received, lost, out of order, % lost, lost
-in network (lost minus the receiving socket's drops), receive user rate = 8 x size x received /
-(last - first arrival), receive wire rate (+66 bytes per frame), RFC 3550 jitter, 1-way delay above
-its minimum (median, 99th percentile), RFC 4737 reordered ratio, CPU idle at sender/receiver.";
+Columns: load (the competitor's nice level, - without one), size, frames sent, wait (µs), send user
+rate, received, lost, ooo (out of order: arrived after a later frame), % lost, lost in network
+(lost minus the receiving socket's drops), receive user rate = 8 x size x received / (last - first
+arrival), receive wire rate (+66 bytes per frame), RFC 3550 jitter, 1-way delay above its minimum
+(median, 99th percentile), RFC 4737 reordered ratio, CPU idle at sender/receiver (% of the whole
+machine).";
 
 #[derive(clap::Args)]
 #[command(after_help = BW_EXAMPLES)]
@@ -197,6 +199,10 @@ Examples:
   vlbiflow net lat 10.0.0.2
   vlbiflow net lat 10.0.0.2 --sizes 64:1472:128 --count 2000 --plot lat.png
 
+Columns: load (the competitor's nice level, - without one), size (bytes), requests sent, replies
+received, lost, then the round trip: minimum, median (p50), mean, 99th percentile (p99), maximum,
+µs.
+
 The slope of the least-squares line (fitted to the median round trip per size) is the per-byte cost
 of both directions; the intercept is the fixed cost of a round trip.";
 
@@ -226,7 +232,17 @@ struct LatArgs {
 const TCP_EXAMPLES: &str = "\
 Examples:
   vlbiflow net tcp 10.0.0.2 --duration 10s
-  vlbiflow net tcp 10.0.0.2 --streams 1:4 --send-buffer 16MiB --recv-buffer 16MiB";
+  vlbiflow net tcp 10.0.0.2 --streams 1:4 --send-buffer 16MiB --recv-buffer 16MiB
+  vlbiflow net tcp 10.0.0.2 --cpu-load nice=19
+
+Columns: load (the competitor's nice level, - without one), streams, Mbps (bytes received over the
+receiver's first to last byte), GB received; s_cpu/GB and r_cpu/GB: CPU seconds (user + system) per
+GB of the sender's and the receiver's test threads only, so a --cpu-load competitor or anything
+else in the process is not counted; s_usr%, s_sys%, s_sirq%, s_idle% and the r_ ones: the sender's
+and the receiver's whole machine in user (with nice), system, softirq (network receive processing)
+and idle time, % of all CPUs; of the first stream: cc (congestion control), rtt_us (smoothed round
+trip), cwnd (congestion window, segments); retrans (segments retransmitted, all streams); sndbuf
+and rcvbuf (the first stream's send and receive socket buffers, bytes).";
 
 #[derive(clap::Args)]
 #[command(after_help = TCP_EXAMPLES)]

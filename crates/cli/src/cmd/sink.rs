@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use vlbiflow_udp::sink::{run_sink, SinkConfig, SinkSecond};
+use vlbiflow_udp::sink::{Sink, SinkConfig, SinkError, SinkSecond};
 
 const EXAMPLES: &str = "\
 Examples:
@@ -17,7 +17,15 @@ Examples:
   vlbiflow sink --listen 127.0.0.1:4001 --psn
 
   # Stop 2 s after the stream ends and print JSON for a script
-  vlbiflow sink --listen 127.0.0.1:4001 --psn --idle-timeout 2 --json";
+  vlbiflow sink --listen 127.0.0.1:4001 --psn --idle-timeout 2 --json
+
+Each line is one UTC second (HH:MM:SS; `unix_second` in --json): datagrams, payload rate and, with --psn, \
+the change in the count of lost datagrams (negative when late ones fill earlier gaps). The summary's PSN \
+counts: lost = sequence numbers never received; out of order = arrived after a later one; duplicate = \
+received twice; stray = a number too far from the stream's to belong to it (a replayed or foreign \
+datagram), counted and otherwise ignored; restarts = the sender started a new sequence (a run of strays \
+that continue each other). Kernel drops: datagrams the kernel dropped on this socket for a full receive \
+buffer (SO_RXQ_OVFL).";
 
 #[derive(clap::Args)]
 #[command(after_help = EXAMPLES)]
@@ -74,6 +82,12 @@ impl From<&SinkSecond> for SecondLine {
     }
 }
 
+/// A Unix second as the UTC time of day, `HH:MM:SS`.
+fn utc_hms(unix_second: u64) -> String {
+    chrono::DateTime::from_timestamp(unix_second as i64, 0)
+        .map_or_else(|| unix_second.to_string(), |t| t.format("%H:%M:%S").to_string())
+}
+
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let listen: SocketAddr = match a.listen.parse() {
         Ok(addr) => addr,
@@ -109,15 +123,18 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst))
             .context("installing the Ctrl-C handler")?;
     }
+    // Said only once the socket is bound: a port in use is an error, not a listening sink.
+    let sink = Sink::open(config).map_err(SinkError::from)?;
+    let bound = sink.local_addr();
     if !a.json {
         eprintln!(
-            "sink: listening on {listen}{}",
+            "sink: listening on {bound}{}",
             if a.psn { " (PSN accounting)" } else { "" }
         );
     }
     let json = a.json;
     let psn = a.psn;
-    let report = run_sink(config, &stop, |s| {
+    let received = sink.run(&stop, |s| {
         if s.datagrams == 0 && !s.complete {
             return;
         }
@@ -129,7 +146,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         } else {
             outln!(
                 "sink: {} {:>9} datagrams {:>12}{}{}",
-                s.unix_second,
+                utc_hms(s.unix_second),
                 s.datagrams,
                 fmt_bit_rate(s.bytes as f64 * 8.0),
                 if psn {
@@ -140,7 +157,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 if s.complete { "" } else { "  (partial second)" }
             );
         }
-    })?;
+    });
+    let report = received.map_err(|source| SinkError::Recv { addr: bound, source })?;
     for w in report.socket.warnings() {
         eprintln!("sink: warning: {w}");
     }
@@ -183,4 +201,14 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn seconds_are_shown_as_utc_time_of_day() {
+        // 2026-11-28 21:15:03 UTC
+        assert_eq!(super::utc_hms(1_795_900_503), "21:15:03");
+        assert_eq!(super::utc_hms(0), "00:00:00");
+    }
 }

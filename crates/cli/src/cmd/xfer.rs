@@ -372,7 +372,7 @@ fn json_on_failure(json: bool, r: anyhow::Result<ExitCode>) -> anyhow::Result<Ex
     if let (true, Err(e)) = (json, &r) {
         let v = serde_json::json!({
             "verified": false,
-            "error": format!("{e:#}"),
+            "error": crate::out::error_line(e),
             "exit_code": crate::cmd::exit_code(e),
         });
         outln!("{}", serde_json::to_string_pretty(&v).expect("json"));
@@ -583,6 +583,38 @@ fn fmt_eta(d: Option<Duration>) -> String {
     }
 }
 
+/// The whole transfer's progress line after its bar: sizes in the decimal units of the summary (kB, MB,
+/// GB), as every size vlbiflow prints.
+fn total_progress(m: &vlbiflow_xfer::progress::Snapshot) -> String {
+    format!(
+        "{} / {} verified, {}, ETA {}, lost {:.2}%, retransmitted {:.2}%, files {}/{}, {} ({:.0} s)",
+        fmt_bytes(m.bytes_verified),
+        fmt_bytes(m.bytes_total),
+        fmt_bit_rate(m.rate_bps),
+        fmt_eta(m.eta),
+        m.loss_pct,
+        m.retransmit_pct,
+        m.files_done,
+        m.files_total,
+        m.phase,
+        m.elapsed.as_secs_f64(),
+    )
+}
+
+/// The progress line of the first file not yet verified, after its bar.
+fn file_progress(m: &vlbiflow_xfer::progress::Snapshot) -> String {
+    format!(
+        "{} / {} verified, {}, ETA {}, ({}/{}) {}",
+        fmt_bytes(m.file_bytes_verified),
+        fmt_bytes(m.file_bytes_total),
+        fmt_bit_rate(m.file_rate_bps),
+        fmt_eta(m.file_eta),
+        (m.file_index + 1).min(m.files_total),
+        m.files_total,
+        m.file_name
+    )
+}
+
 /// Runs `work` while drawing a progress bar from `progress` (unless quiet or not a terminal).
 fn with_progress<T: Send>(progress: &Arc<Progress>, quiet: bool, work: impl FnOnce() -> T + Send) -> T {
     let show = !quiet && std::io::stderr().is_terminal();
@@ -602,45 +634,20 @@ fn with_progress<T: Send>(progress: &Arc<Progress>, quiet: bool, work: impl FnOn
             // rates and times left over the last seconds (vlbiflow_xfer::progress::Meter)
             let multi = indicatif::MultiProgress::new();
             let bar = multi.add(indicatif::ProgressBar::new(0));
-            bar.set_style(
-                indicatif::ProgressStyle::with_template(
-                    "total {bar:30} {bytes}/{total_bytes} verified, {msg}",
-                )
-                .expect("template"),
-            );
+            bar.set_style(indicatif::ProgressStyle::with_template("total {bar:30} {msg}").expect("template"));
             let file_bar = multi.add(indicatif::ProgressBar::new(0));
             file_bar.set_style(
-                indicatif::ProgressStyle::with_template(
-                    "file  {bar:30} {bytes}/{total_bytes} verified, {msg}",
-                )
-                .expect("template"),
+                indicatif::ProgressStyle::with_template("file  {bar:30} {msg}").expect("template"),
             );
             let mut meter = vlbiflow_xfer::progress::Meter::new(Instant::now());
             while !done.load(Ordering::SeqCst) {
                 let m = meter.read(Instant::now(), progress);
                 bar.set_length(m.bytes_total);
                 bar.set_position(m.bytes_verified);
-                bar.set_message(format!(
-                    "{}, ETA {}, lost {:.2}%, retransmitted {:.2}%, files {}/{}, {} ({:.0} s)",
-                    fmt_bit_rate(m.rate_bps),
-                    fmt_eta(m.eta),
-                    m.loss_pct,
-                    m.retransmit_pct,
-                    m.files_done,
-                    m.files_total,
-                    m.phase,
-                    m.elapsed.as_secs_f64(),
-                ));
+                bar.set_message(total_progress(&m));
                 file_bar.set_length(m.file_bytes_total);
                 file_bar.set_position(m.file_bytes_verified);
-                file_bar.set_message(format!(
-                    "{}, ETA {}, ({}/{}) {}",
-                    fmt_bit_rate(m.file_rate_bps),
-                    fmt_eta(m.file_eta),
-                    (m.file_index + 1).min(m.files_total),
-                    m.files_total,
-                    m.file_name
-                ));
+                file_bar.set_message(file_progress(&m));
                 std::thread::sleep(Duration::from_millis(200));
             }
             file_bar.finish_and_clear();
@@ -1059,5 +1066,42 @@ fn remote_sources_of(
     match remote::sources(args, scan) {
         Ok(x) => Ok(x),
         Err(e) => usage!("{e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{file_progress, total_progress};
+    use std::time::Duration;
+
+    /// The progress lines give sizes in the decimal units of the summary line (MB, GB), not MiB.
+    #[test]
+    fn progress_sizes_are_in_the_summarys_units() {
+        let m = vlbiflow_xfer::progress::Snapshot {
+            elapsed: Duration::from_secs(12),
+            bytes_total: 3_000_000_000,
+            bytes_verified: 1_500_000_000,
+            files_done: 1,
+            files_total: 2,
+            rate_bps: 2e9,
+            eta: Some(Duration::from_secs(6)),
+            loss_pct: 0.0,
+            retransmit_pct: 0.0,
+            file_index: 1,
+            file_name: "b.vdif".into(),
+            file_bytes_total: 1_500_000_000,
+            file_bytes_verified: 8_224_000,
+            file_rate_bps: 2e9,
+            file_eta: Some(Duration::from_secs(6)),
+            phase: "sending".into(),
+        };
+        let total = total_progress(&m);
+        assert!(
+            total.starts_with("1.50 GB / 3.00 GB verified, 2.000 Gb/s, ETA 6s"),
+            "{total}"
+        );
+        let file = file_progress(&m);
+        assert!(file.starts_with("8.22 MB / 1.50 GB verified"), "{file}");
+        assert!(!total.contains("iB") && !file.contains("iB"), "{total} {file}");
     }
 }
