@@ -100,6 +100,27 @@ fn sink_on_a_port_in_use_says_so_once_and_never_that_it_listens() {
     assert_eq!(err.lines().count(), 1, "{err}");
 }
 
+/// `receive` on a port in use: one error line, nothing said about where it would listen or deliver.
+#[test]
+fn receive_on_a_port_in_use_says_so_in_one_line() {
+    let held = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = held.local_addr().unwrap().port();
+    let out = run(&[
+        "receive",
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--output",
+        "null",
+        "--duration",
+        "5s",
+    ]);
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(!err.contains("ready on") && !err.contains("ordered by"), "{err}");
+    assert_eq!(err.matches(&addr_in_use()).count(), 1, "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
+
 /// The same for the responder's control port (TCP).
 #[test]
 fn responder_on_a_port_in_use_gives_the_os_error_once() {

@@ -625,9 +625,9 @@ pub fn render_monitor(r: &StatusReport) -> String {
         );
         let _ = writeln!(
             o,
-            "   rate: {}   loss fraction: {:.3e}",
+            "   rate: {}   loss fraction: {}",
             si(s.rate_bps, "b/s"),
-            s.loss_fraction
+            vlbiflow_units::fmt_fraction(s.loss_fraction, 3)
         );
         if !s.vdif_times.is_empty() {
             let _ = writeln!(o, "vdif_time: {}", s.label);

@@ -43,7 +43,13 @@ The fill rule is exact: output frame k is the real frame if and only if it arriv
 deadline (counted from the arrival of the first later frame) and before the window forced it out;
 a frame arriving after that is dropped and counted late. Fill frames are what jive5ab writes (VDIF:
 invalid bit, 0x11223344 words; Mark5B: fill words throughout) or, with --fill stamped, the same with
-the missing frame's time and thread in the header. Details: docs/realtime.md.";
+the missing frame's time and thread in the header. Details: docs/realtime.md.
+
+Progress line: out (frames written), real, fill; late (arrived after their deadline, dropped),
+ooo (out of order, put back in place), dup (duplicates, dropped), stray (far outside the stream,
+dropped), bad (malformed, not a frame, or a thread not asked for); kern (datagrams the kernel
+dropped at this socket, SO_RXQ_OVFL). The summary splits fill into what the sender's gap notices
+declared (lost at the station) and what the path lost.";
 
 /// Correlator side: receive udps or VDIF, reorder, deliver a continuous stream with fill frames
 #[derive(clap::Args)]
@@ -260,13 +266,13 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst))
             .context("installing the Ctrl-C handler")?;
     }
-    eprintln!(
-        "receive: {} on {}, ordered by {}, window {} frames, deadline {:?}, to {}",
+    // Said once the socket is bound (a port in use is one error line, nothing before it).
+    let settings = format!(
+        "{}, ordered by {}, window {} frames, deadline {:?}, to {}",
         match config.protocol {
             InputProtocol::Udps => "udps",
             InputProtocol::Vdif => "vdif",
         },
-        config.listen,
         match config.key {
             KeyChoice::Psn => "PSN",
             KeyChoice::VdifTime => "VDIF time",
@@ -279,7 +285,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let mut last = (0u64, 0.0f64);
     let st = run_receive(&config, &stop, &mut |s| {
         if s.elapsed_s == 0.0 {
-            eprintln!("receive: ready on {}", s.listen);
+            eprintln!("receive: ready on {} ({settings})", s.listen);
             return;
         }
         let rate = (s.output_bytes - last.0) as f64 * 8.0 / (s.elapsed_s - last.1).max(1e-3);

@@ -551,12 +551,12 @@ pub(crate) fn print_summary(out: &mut dyn std::io::Write, sum: &ScanSummary, rec
         };
         let _ = writeln!(
             out,
-            "  stream {}: {} packets, {}, lost {} (loss {:.2e}), rate {}",
+            "  stream {}: {} packets, {}, lost {} (loss {}), rate {}",
             s.label,
             c.packets,
             fmt_bytes(c.bytes),
             c.lost,
-            c.loss_fraction(),
+            vlbiflow_units::fmt_fraction(c.loss_fraction(), 2),
             fmt_bit_rate(rate)
         );
         if c.packets > 0 {
