@@ -99,6 +99,16 @@ fn check_gather_play_ls_not_found_is_usage_and_json_says_so() {
         vec!["play", "no_such_scan", "--disk", &d, "--dest", "127.0.0.1:9"],
         vec!["play", &missing, "--dest", "127.0.0.1:9"],
         vec!["ls", &nomatch],
+        vec!["net", "efficiency", "--from", &missing],
+        vec![
+            "gen",
+            "--output",
+            "/nonexistent-vf/x.vdif",
+            "--pps",
+            "10",
+            "--count",
+            "1",
+        ],
     ] {
         expect(home, &args, 2);
     }
@@ -123,8 +133,8 @@ fn check_gather_play_ls_not_found_is_usage_and_json_says_so() {
     assert!(v["missing"].as_u64().unwrap() > 0, "{v}");
     expect(home, &["ls", &d], 0);
 
-    // a file that cannot be written: I/O, 5
-    let unwritable = home.join("no/such/dir/x.vdif").display().to_string();
+    // a file that cannot be written (its "directory" is a file): I/O, 5
+    let unwritable = good.join("x.vdif").display().to_string();
     expect(
         home,
         &["gather", &good.display().to_string(), "-o", &unwritable],
@@ -157,8 +167,12 @@ fn unreachable_daemons_are_io_errors() {
     expect(home, &["status", "--http", &addr], 5);
     let out = expect(home, &["status", "--http", &addr, "--json"], 5);
     expect_json_error(&out, 5);
-    // the net measurements' responder
+    // the net measurements' responder, the mesh hub
     expect(home, &["net", "lat", &addr, "--count", "5", "--no-archive"], 5);
+    let hub = format!("http://{addr}");
+    expect(home, &["net", "mesh", "status", "--hub", &hub], 5);
+    let out = expect(home, &["net", "mesh", "status", "--hub", &hub, "--json"], 5);
+    expect_json_error(&out, 5);
     // an xfer daemon (a key is needed first)
     let key = home.join("k.key").display().to_string();
     expect(home, &["xfer", "key", "--create", "--key", &key], 0);

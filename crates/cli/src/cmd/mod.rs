@@ -87,7 +87,7 @@ impl std::error::Error for ExitError {}
 /// The exit status of a failed subcommand, by the class its error carries: [`UsageError`] 2, an
 /// [`ExitError`]'s own, the libraries' typed errors by their kind (a scan or file not found: 2; reading
 /// or writing: 5; the transfer layer's own classes; a socket of the real-time paths that cannot be opened:
-/// 5), any I/O error in the chain 5, else 1.
+/// 5; the mesh hub's API), an I/O error in the chain 5 (2 when a path is not there), else 1.
 pub fn exit_code(e: &anyhow::Error) -> u8 {
     use vlbiflow_checker::LocateError;
     use vlbiflow_evlbi::{play::PlayError, receive::ReceiveError, relay::RelayError};
@@ -125,8 +125,21 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
                 _ => exit::IO,
             };
         }
-        if cause.downcast_ref::<std::io::Error>().is_some() {
-            return exit::IO;
+        if let Some(x) = cause.downcast_ref::<vlbiflow_mesh::api::ApiError>() {
+            use vlbiflow_mesh::api::ApiError;
+            return match x {
+                ApiError::Unreachable(_) => exit::IO,
+                ApiError::Refused(_) => exit::REFUSED,
+                ApiError::Answer(_) => exit::PROBLEMS,
+            };
+        }
+        if let Some(x) = cause.downcast_ref::<std::io::Error>() {
+            // a path named on the command line that is not there (to read, or the directory to write
+            // into) is the user's to correct, like a scan that is not on the disks
+            return match x.kind() {
+                std::io::ErrorKind::NotFound => exit::USAGE,
+                _ => exit::IO,
+            };
         }
     }
     exit::PROBLEMS
