@@ -625,7 +625,7 @@ fn xfer_examples(d: &Docs) {
     assert_eq!(rec.finish(), Some(0), "record");
 
     let mut serve = env.bg("xfer serve", &d.take(f, "vlbiflow xfer serve"));
-    serve.wait_line("serving on");
+    wait_port(&mut serve, env.port("46230"), false);
     // the station's daemon, serving its disks (for pull and copy by scan name)
     let mut station = env.bg(
         "station",
@@ -634,7 +634,7 @@ fn xfer_examples(d: &Docs) {
             env.addr("station")
         ),
     );
-    station.wait_line("serving on");
+    wait_port(&mut station, env.port("station"), false);
     env.run(&d.take(f, "vlbiflow xfer push /data/exp1 corr.example.org/data"));
     env.made("mnt/raid/exp1/a.vdif");
     env.run(&d.take(f, "vlbiflow xfer push --scan exp1_st_no0001"));
@@ -657,7 +657,7 @@ fn xfer_examples(d: &Docs) {
     // docs/xfer.md, against its own daemon with two roots
     let f = "docs/xfer.md";
     let mut serve = env.bg("xfer serve", &d.take(f, "vlbiflow xfer serve"));
-    serve.wait_line("serving on");
+    wait_port(&mut serve, env.port("46230"), false);
     env.run(&d.take(f, "vlbiflow xfer push /data/exp1/*.vdif"));
     env.run(&d.take(
         f,

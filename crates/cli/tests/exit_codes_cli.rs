@@ -348,7 +348,7 @@ fn ctrl_c_interrupts_finite_jobs_with_130() {
         vf(home, &["sink", "--listen", &format!("127.0.0.1:{port}")]),
     );
     wait_port(&mut sink, port, true);
-    let gen = Proc::spawn(
+    let mut gen = Proc::spawn(
         "gen",
         vf(
             home,
@@ -363,14 +363,15 @@ fn ctrl_c_interrupts_finite_jobs_with_130() {
             ],
         ),
     );
-    sink.wait_line("datagrams");
+    // its first line comes after its Ctrl-C handler is in place (any wording)
+    gen.wait_line("");
     assert_eq!(gen.interrupt(), Some(130), "gen");
     assert_eq!(sink.interrupt(), Some(0), "sink");
 
     // status --watch against no daemon: retries until stopped
     let none = format!("127.0.0.1:{}", free_port());
     let mut st = Proc::spawn("status", vf(home, &["status", "--watch", "--http", &none]));
-    st.wait_line("retrying");
+    st.wait_line("");
     assert_eq!(st.interrupt(), Some(130), "status --watch");
 
     // play at a slow rate, stopped part way
@@ -392,7 +393,7 @@ fn ctrl_c_interrupts_finite_jobs_with_130() {
             ],
         ),
     );
-    // it sends to a port nobody reads: wait for its first progress or start line
-    play.wait_line("play");
+    // its first line comes after its Ctrl-C handler is in place
+    play.wait_line("");
     assert_eq!(play.interrupt(), Some(130), "play");
 }
