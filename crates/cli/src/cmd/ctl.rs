@@ -97,7 +97,7 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     }
     let wait_busy = Duration::from_secs_f64(args.wait_busy);
     let mut client = CommandClient::connect(&args.host, timeout).map_err(|e| {
-        crate::cmd::ExitError::new(
+        crate::cmd::ExitError::error(
             crate::cmd::exit::IO,
             format!(
                 "cannot reach the daemon at {}: {e} (is `vlbiflow serve` running?)",
@@ -108,7 +108,7 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     if let Some(t) = &args.token {
         let r = client.send(&format!("auth={t};"))?;
         if !r.iter().all(|l| ok_code(l)) {
-            return Err(crate::cmd::ExitError::new(
+            return Err(crate::cmd::ExitError::error(
                 crate::cmd::exit::REFUSED,
                 format!("token refused by {}: {}", args.host, r.join(" ")),
             ));

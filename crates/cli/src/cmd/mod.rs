@@ -68,7 +68,7 @@ pub struct ExitError {
 
 impl ExitError {
     /// An error with exit status `code` as an `anyhow::Error`.
-    pub fn new(code: u8, message: impl Into<String>) -> anyhow::Error {
+    pub fn error(code: u8, message: impl Into<String>) -> anyhow::Error {
         anyhow::Error::new(ExitError {
             code,
             message: message.into(),

@@ -42,7 +42,7 @@ fn fetch(args: &Args) -> anyhow::Result<(String, StatusReport)> {
         Duration::from_secs(5),
     )
     .map_err(|e| {
-        crate::cmd::ExitError::new(
+        crate::cmd::ExitError::error(
             crate::cmd::exit::IO,
             format!(
                 "cannot reach the daemon at {}: {e} (is `vlbiflow serve` running?)",
@@ -57,7 +57,7 @@ fn fetch(args: &Args) -> anyhow::Result<(String, StatusReport)> {
         } else {
             crate::cmd::exit::PROBLEMS
         };
-        return Err(crate::cmd::ExitError::new(
+        return Err(crate::cmd::ExitError::error(
             class,
             format!("http://{}/status answered {code}: {}", args.http, body.trim()),
         ));

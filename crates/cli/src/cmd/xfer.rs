@@ -399,7 +399,7 @@ fn stop_flag() -> Arc<AtomicBool> {
 /// A transfer that failed because Ctrl-C or SIGTERM stopped it exits 130 (interrupted), its message kept.
 fn interrupted(r: anyhow::Result<ExitCode>) -> anyhow::Result<ExitCode> {
     match r {
-        Err(e) if STOPPED.load(Ordering::SeqCst) => Err(crate::cmd::ExitError::new(
+        Err(e) if STOPPED.load(Ordering::SeqCst) => Err(crate::cmd::ExitError::error(
             crate::cmd::exit::INTERRUPTED,
             format!("{e:#}"),
         )),
