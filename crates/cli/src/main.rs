@@ -86,6 +86,15 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => e.exit(),
     };
+    let json = wants_json(&matches);
+    // Commands without a Ctrl-C handler of their own end at once on Ctrl-C or SIGTERM, with 130 like
+    // those that stop cleanly (the others install theirs; only one handler per process).
+    if matches!(
+        cli.command,
+        Command::Check(_) | Command::Gather(_) | Command::Ls(_) | Command::Status(_) | Command::Ctl(_)
+    ) {
+        let _ = ctrlc::set_handler(|| std::process::exit(cmd::exit::INTERRUPTED.into()));
+    }
     let result = match cli.command {
         Command::Demo(a) => cmd::demo::run(a),
         Command::Gen(a) => cmd::gen::run(a),
@@ -109,9 +118,23 @@ fn main() -> ExitCode {
         // the reader of standard output has gone (frames or a summary written to a closed pipe)
         Err(e) if out::is_closed_stdout(&e) => ExitCode::from(out::CLOSED),
         Err(e) => {
-            // One line, naming what went wrong; usage errors exit with 2 like clap's own.
+            // One line, naming what went wrong (each cause once); the exit status by its class
+            // (cmd::exit), usage errors with 2 like clap's own; with --json also a JSON object on stdout.
+            let code = cmd::exit_code(&e);
+            if json {
+                out::json_error(&e, code);
+            }
             eprintln!("vlbiflow: error: {}", out::error_line(&e));
-            ExitCode::from(cmd::exit_code(&e))
+            ExitCode::from(code)
         }
     }
+}
+
+/// Whether the (innermost) subcommand was given `--json`.
+fn wants_json(m: &clap::ArgMatches) -> bool {
+    let mut m = m;
+    while let Some((_, sub)) = m.subcommand() {
+        m = sub;
+    }
+    matches!(m.try_get_one::<bool>("json"), Ok(Some(true)))
 }

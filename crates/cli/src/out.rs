@@ -35,13 +35,29 @@ pub fn write(args: std::fmt::Arguments<'_>, newline: bool) {
 }
 
 /// Ends the process after a failed write to standard output: quietly with [`CLOSED`] when its reader
-/// has gone, otherwise (a full disk behind a redirection, say) with one error line and status 1.
+/// has gone, otherwise (a full disk behind a redirection, say) with one error line and status 5 (I/O).
 pub fn failed(e: &io::Error) -> ! {
     if e.kind() == io::ErrorKind::BrokenPipe {
         std::process::exit(CLOSED.into());
     }
     eprintln!("vlbiflow: error: writing to standard output: {e}");
-    std::process::exit(1)
+    std::process::exit(crate::cmd::exit::IO.into())
+}
+
+/// Set once a command has written its own JSON object for a failure (xfer's transfer verbs), so the
+/// generic one of `--json` is not written twice.
+pub static JSON_ERROR_WRITTEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// With `--json`, a failure still gives scripts one JSON object on standard output: the error and the
+/// exit status (`{"error": "...", "exit_code": 2}`), unless the command wrote its own.
+pub fn json_error(e: &anyhow::Error, code: u8) {
+    if JSON_ERROR_WRITTEN.load(std::sync::atomic::Ordering::SeqCst) {
+        return;
+    }
+    let v = serde_json::json!({ "error": error_line(e), "exit_code": code });
+    let mut o = io::stdout().lock();
+    // best effort: the error itself goes to standard error in any case
+    let _ = writeln!(o, "{}", serde_json::to_string_pretty(&v).unwrap_or_default());
 }
 
 /// Whether `e` is a write to standard output that failed because its reader has gone (frames written to

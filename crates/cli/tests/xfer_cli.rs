@@ -118,8 +118,8 @@ fn json_of_a_failed_transfer_says_why() {
         (vec!["push", src, &nope], 3, "unknown root"),
         (vec!["pull", &nope, here], 3, "unknown root"),
         (vec!["copy", &nope, &data], 3, "unknown root"),
-        // nothing listens at port 9
-        (vec!["push", src, "127.0.0.1:9/data"], 1, "127.0.0.1:9"),
+        // nothing listens at port 9: the daemon cannot be reached, an I/O error
+        (vec!["push", src, "127.0.0.1:9/data"], 5, "127.0.0.1:9"),
         (
             vec!["push", src, &data, "--chunk-size", "1000"],
             2,

@@ -79,11 +79,11 @@ pub fn connect(cfg: &ClientConfig) -> Result<SecureConn, XferError> {
             Err(e) => last = Some(format!("{a}: {e}")),
         }
     }
-    Err(failed!(
+    Err(XferError::Io(format!(
         "cannot reach the daemon at {}: {}",
         cfg.server,
         last.unwrap_or_else(|| "no address".into())
-    ))
+    )))
 }
 
 /// Pushes `set` into `dest` (`ROOT/relative/dir`) on the daemon. Returns when every file is verified and

@@ -282,9 +282,9 @@ impl Daemon {
             crate::check_realtime()?;
         }
         let l = TcpListener::bind(cfg.listen)
-            .map_err(|e| XferError::Usage(format!("listening on {}: {e}", cfg.listen)))?;
+            .map_err(|e| XferError::Io(format!("listening on {}: {e}", cfg.listen)))?;
         l.set_nonblocking(true)
-            .map_err(|e| XferError::Usage(format!("listening on {}: {e}", cfg.listen)))?;
+            .map_err(|e| XferError::Io(format!("listening on {}: {e}", cfg.listen)))?;
         let addr = l.local_addr().map_err(|e| XferError::Usage(e.to_string()))?;
         let archive = match &cfg.archive {
             Some(p) => Some(Mutex::new(
@@ -1101,7 +1101,7 @@ fn relay_session(
             r
         });
         match r {
-            Err(XferError::Failed(e) | XferError::Busy(e))
+            Err(XferError::Failed(e) | XferError::Busy(e) | XferError::Io(e))
                 if attempt <= retries && !sh.stop.load(Relaxed) =>
             {
                 let wait = Duration::from_secs(1 << (attempt - 1).min(6));

@@ -16,6 +16,9 @@ pub enum XferError {
     /// files; nothing was written, retry later: exit code 4.
     #[error("{0}")]
     Busy(String),
+    /// The daemon cannot be reached (nothing listens, no route), or a local file cannot be read: exit 5.
+    #[error("{0}")]
+    Io(String),
 }
 
 impl XferError {
@@ -26,6 +29,7 @@ impl XferError {
             XferError::Refused(_) => 3,
             XferError::Failed(_) => 1,
             XferError::Busy(_) => 4,
+            XferError::Io(_) => 5,
         }
     }
 }

@@ -180,7 +180,7 @@ fn scan_source_at(
 ) -> Result<(SourceSet, ScanInfo), XferError> {
     let rec = locate(&[scan.to_string()], disks).map_err(|e| match e {
         LocateError::Usage(m) | LocateError::NotFound(m) => XferError::Usage(m),
-        other => XferError::Usage(other.to_string()),
+        other => XferError::Io(other.to_string()),
     })?;
     let ext = rec.frame_format().extension();
     let mut set = SourceSet::default();

@@ -97,15 +97,21 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     }
     let wait_busy = Duration::from_secs_f64(args.wait_busy);
     let mut client = CommandClient::connect(&args.host, timeout).map_err(|e| {
-        anyhow::anyhow!(
-            "cannot reach the daemon at {}: {e} (is `vlbiflow serve` running?)",
-            args.host
+        crate::cmd::ExitError::error(
+            crate::cmd::exit::IO,
+            format!(
+                "cannot reach the daemon at {}: {e} (is `vlbiflow serve` running?)",
+                args.host
+            ),
         )
     })?;
     if let Some(t) = &args.token {
         let r = client.send(&format!("auth={t};"))?;
         if !r.iter().all(|l| ok_code(l)) {
-            anyhow::bail!("token refused by {}: {}", args.host, r.join(" "));
+            return Err(crate::cmd::ExitError::error(
+                crate::cmd::exit::REFUSED,
+                format!("token refused by {}: {}", args.host, r.join(" ")),
+            ));
         }
     }
     let mut all_ok = true;

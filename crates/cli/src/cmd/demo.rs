@@ -247,7 +247,13 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             "SOMETHING WAS LOST (see above)"
         }
     );
-    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(if stop.load(Ordering::SeqCst) {
+        ExitCode::from(crate::cmd::exit::INTERRUPTED)
+    } else if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 #[cfg(test)]

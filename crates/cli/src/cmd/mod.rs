@@ -19,8 +19,34 @@ pub mod sink;
 pub mod status;
 pub mod xfer;
 
-/// An error in what the user asked for (arguments, configuration): reported in one line, exit code 2,
-/// before anything is sent or written.
+/// The exit statuses of every subcommand: one table, written out in README.md ("Exit codes").
+///
+/// A scan, file or glob pattern named on the command line that does not exist or matches nothing on this
+/// host is a usage error (2); a peer or daemon that answers "no" (authentication, unknown root or scan
+/// there, existing file) refused (3); a peer that cannot be reached, a socket that cannot be bound, a
+/// file that cannot be read or written is an I/O error (5).
+pub mod exit {
+    /// Done, nothing wrong.
+    #[allow(dead_code)] // the table in full: success is `ExitCode::SUCCESS`
+    pub const OK: u8 = 0;
+    /// The data has problems (missing frames, loss, bad headers), or a transfer ended unverified.
+    pub const PROBLEMS: u8 = 1;
+    /// Bad arguments or configuration, or a named scan, file or pattern that is not there.
+    pub const USAGE: u8 = 2;
+    /// The peer or daemon refused (authentication, token, policy, what it has).
+    pub const REFUSED: u8 = 3;
+    /// Not now: the daemon or the file is busy; retry later.
+    #[allow(dead_code)] // the table in full: busy comes from the transfer layer's own classes
+    pub const BUSY: u8 = 4;
+    /// Reading, writing, binding or reaching a peer failed.
+    pub const IO: u8 = 5;
+    /// A command with a finite job stopped by Ctrl-C (SIGINT) or SIGTERM before its end. Those that run
+    /// until stopped (record, sink, receive, relay and the daemons) end normally on it: 0.
+    pub const INTERRUPTED: u8 = 130;
+}
+
+/// An error in what the user asked for (arguments, configuration, a named scan or file that is not
+/// there): reported in one line, exit code 2, before anything is sent or written.
 #[derive(Debug)]
 pub struct UsageError(pub String);
 
@@ -32,12 +58,22 @@ impl std::fmt::Display for UsageError {
 
 impl std::error::Error for UsageError {}
 
-/// A failure with its own exit status (other than 1, and 2 which is [`UsageError`]'s): reported in one line
-/// like every error, the process then exits with `code`.
+/// A failure with its own exit status from [`exit`] (other than 1, and 2 which is [`UsageError`]'s):
+/// reported in one line like every error, the process then exits with `code`.
 #[derive(Debug)]
 pub struct ExitError {
     pub code: u8,
     pub message: String,
+}
+
+impl ExitError {
+    /// An error with exit status `code` as an `anyhow::Error`.
+    pub fn error(code: u8, message: impl Into<String>) -> anyhow::Error {
+        anyhow::Error::new(ExitError {
+            code,
+            message: message.into(),
+        })
+    }
 }
 
 impl std::fmt::Display for ExitError {
@@ -48,15 +84,65 @@ impl std::fmt::Display for ExitError {
 
 impl std::error::Error for ExitError {}
 
-/// The exit status of a failed subcommand: 2 for a [`UsageError`], an [`ExitError`]'s own, else 1.
+/// The exit status of a failed subcommand, by the class its error carries: [`UsageError`] 2, an
+/// [`ExitError`]'s own, the libraries' typed errors by their kind (a scan or file not found: 2; reading
+/// or writing: 5; the transfer layer's own classes; a socket of the real-time paths that cannot be opened:
+/// 5; the mesh hub's API), an I/O error in the chain 5 (2 when a path is not there), else 1.
 pub fn exit_code(e: &anyhow::Error) -> u8 {
+    use vlbiflow_checker::LocateError;
+    use vlbiflow_evlbi::{play::PlayError, receive::ReceiveError, relay::RelayError};
     if e.downcast_ref::<UsageError>().is_some() {
-        2
-    } else if let Some(x) = e.downcast_ref::<ExitError>() {
-        x.code
-    } else {
-        1
+        return exit::USAGE;
     }
+    if let Some(x) = e.downcast_ref::<ExitError>() {
+        return x.code;
+    }
+    for cause in e.chain() {
+        if let Some(l) = cause.downcast_ref::<LocateError>() {
+            return match l {
+                LocateError::Usage(_) | LocateError::NotFound(_) => exit::USAGE,
+                LocateError::Io { .. } => exit::IO,
+            };
+        }
+        if let Some(x) = cause.downcast_ref::<vlbiflow_xfer::XferError>() {
+            return x.exit_code();
+        }
+        if let Some(x) = cause.downcast_ref::<ReceiveError>() {
+            return match x {
+                ReceiveError::Config(_) => exit::USAGE,
+                _ => exit::IO,
+            };
+        }
+        if let Some(x) = cause.downcast_ref::<RelayError>() {
+            return match x {
+                RelayError::Config(_) => exit::USAGE,
+                _ => exit::IO,
+            };
+        }
+        if let Some(x) = cause.downcast_ref::<PlayError>() {
+            return match x {
+                PlayError::Config(_) => exit::USAGE,
+                _ => exit::IO,
+            };
+        }
+        if let Some(x) = cause.downcast_ref::<vlbiflow_mesh::api::ApiError>() {
+            use vlbiflow_mesh::api::ApiError;
+            return match x {
+                ApiError::Unreachable(_) => exit::IO,
+                ApiError::Refused(_) => exit::REFUSED,
+                ApiError::Answer(_) => exit::PROBLEMS,
+            };
+        }
+        if let Some(x) = cause.downcast_ref::<std::io::Error>() {
+            // a path named on the command line that is not there (to read, or the directory to write
+            // into) is the user's to correct, like a scan that is not on the disks
+            return match x.kind() {
+                std::io::ErrorKind::NotFound => exit::USAGE,
+                _ => exit::IO,
+            };
+        }
+    }
+    exit::PROBLEMS
 }
 
 /// Returns early with a [`UsageError`].

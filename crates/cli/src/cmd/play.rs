@@ -90,6 +90,11 @@ fn parse_time(s: &str) -> Option<f64> {
     if let Some(t) = UtcTime::parse_iso8601(s) {
         return Some(t);
     }
+    // ISO 8601 without a zone (2026-03-01T12:30:10, as the docs write it): UTC, as VDIF times are
+    if let Ok(t) = chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S%.f") {
+        let t = t.and_utc();
+        return Some(t.timestamp() as f64 + f64::from(t.timestamp_subsec_nanos()) * 1e-9);
+    }
     vlbiflow_formats::vex_time::parse(s).map(|t| t as f64)
 }
 

@@ -42,13 +42,25 @@ fn fetch(args: &Args) -> anyhow::Result<(String, StatusReport)> {
         Duration::from_secs(5),
     )
     .map_err(|e| {
-        anyhow::anyhow!(
-            "cannot reach the daemon at {}: {e} (is `vlbiflow serve` running?)",
-            args.http
+        crate::cmd::ExitError::error(
+            crate::cmd::exit::IO,
+            format!(
+                "cannot reach the daemon at {}: {e} (is `vlbiflow serve` running?)",
+                args.http
+            ),
         )
     })?;
     if code != 200 {
-        anyhow::bail!("http://{}/status answered {code}: {}", args.http, body.trim());
+        // a missing or wrong token is the daemon refusing; anything else it answered, a failure
+        let class = if code == 401 || code == 403 {
+            crate::cmd::exit::REFUSED
+        } else {
+            crate::cmd::exit::PROBLEMS
+        };
+        return Err(crate::cmd::ExitError::error(
+            class,
+            format!("http://{}/status answered {code}: {}", args.http, body.trim()),
+        ));
     }
     let r = serde_json::from_str(&body)
         .map_err(|e| anyhow::anyhow!("http://{}/status: not status JSON: {e}", args.http))?;

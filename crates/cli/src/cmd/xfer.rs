@@ -35,7 +35,9 @@ Examples:
   vlbiflow xfer push /data/exp1 corr.example.org/data --rate 4Gbps --json
 
 Exit status: 0 only when every file is verified at the destination and synced under its final name; \
-1 the transfer failed (rerun to resume); 2 usage error; 3 refused by the daemon (key, root, path, exists).";
+1 the transfer failed (rerun to resume); 2 usage error (also a local file, scan or pattern that is not \
+there); 3 refused by the daemon (key, root, path, no such scan there, exists); 4 busy; 5 the daemon cannot \
+be reached; 130 interrupted.";
 
 #[derive(clap::Args)]
 #[command(after_help = EXAMPLES)]
@@ -333,7 +335,7 @@ struct KeyArgs {
     create: bool,
 }
 
-/// An error of the transfer library as the CLI's error, with its exit status (2: usage, 3: refused, 1).
+/// An error of the transfer library as the CLI's error, with its exit status (`XferError::exit_code`).
 fn xerr(e: XferError) -> anyhow::Result<ExitCode> {
     let code = e.exit_code();
     if code == 2 {
@@ -350,15 +352,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Cmd::Serve(a) => serve(a),
         Cmd::Push(a) => {
             let json = a.common.json;
-            json_on_failure(json, push(a))
+            json_on_failure(json, interrupted(push(a)))
         }
         Cmd::Pull(a) => {
             let json = a.common.json;
-            json_on_failure(json, pull(a))
+            json_on_failure(json, interrupted(pull(a)))
         }
         Cmd::Copy(a) => {
             let json = a.common.json;
-            json_on_failure(json, copy(a))
+            json_on_failure(json, interrupted(copy(a)))
         }
         Cmd::Key(a) => key(a),
         Cmd::History(a) => history(a),
@@ -376,15 +378,33 @@ fn json_on_failure(json: bool, r: anyhow::Result<ExitCode>) -> anyhow::Result<Ex
             "exit_code": crate::cmd::exit_code(e),
         });
         outln!("{}", serde_json::to_string_pretty(&v).expect("json"));
+        crate::out::JSON_ERROR_WRITTEN.store(true, std::sync::atomic::Ordering::SeqCst);
     }
     r
 }
 
+/// Set by the Ctrl-C/SIGTERM handler of [`stop_flag`].
+static STOPPED: AtomicBool = AtomicBool::new(false);
+
 fn stop_flag() -> Arc<AtomicBool> {
     let stop = Arc::new(AtomicBool::new(false));
     let s = stop.clone();
-    let _ = ctrlc::set_handler(move || s.store(true, Ordering::SeqCst));
+    let _ = ctrlc::set_handler(move || {
+        STOPPED.store(true, Ordering::SeqCst);
+        s.store(true, Ordering::SeqCst)
+    });
     stop
+}
+
+/// A transfer that failed because Ctrl-C or SIGTERM stopped it exits 130 (interrupted), its message kept.
+fn interrupted(r: anyhow::Result<ExitCode>) -> anyhow::Result<ExitCode> {
+    match r {
+        Err(e) if STOPPED.load(Ordering::SeqCst) => Err(crate::cmd::ExitError::error(
+            crate::cmd::exit::INTERRUPTED,
+            format!("{e:#}"),
+        )),
+        r => r,
+    }
 }
 
 /// The archive the client verbs (push, pull, copy) write to.
