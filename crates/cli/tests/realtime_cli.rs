@@ -571,6 +571,22 @@ fn start_emulator(
     emu
 }
 
+/// Datagrams the kernel dropped at the UDP socket on `port` in namespace `ns` (/proc/net/udp's drops).
+fn udp_socket_drops(ns: &str, port: u16) -> u64 {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "cat", "/proc/net/udp"])
+        .output()
+        .unwrap();
+    let suffix = format!(":{port:04X}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|f| f.len() > 2 && f[1].ends_with(&suffix))
+        .map(|f| f.last().unwrap().parse::<u64>().unwrap())
+        .sum()
+}
+
 /// Rows of a drop log sent a-b to `port` that are frames (not gap notices).
 fn drop_rows(log: &Path, port: u16) -> u64 {
     Path2Log(log.to_path_buf()).psns(port).len() as u64
@@ -647,7 +663,10 @@ fn capture_loss_before_the_station_is_fill_at_its_own_place() {
     let gen: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(gen["frames"], N, "{gen}");
     // The correlator ends at N frames (or 5 s after the last datagram); then the station may stop.
+    // The kernel's count of drops at the recorder's socket is read before it stops: SO_RXQ_OVFL reaches
+    // the recorder only with a later datagram, so drops after its last one are in this count alone.
     let corr = json("receive", &recv.finish());
+    let socket_drops = udp_socket_drops(&ns_st, 4001);
     station.record.signal(libc::SIGINT);
     let rec = json("record", &station.record.finish());
     for emu in [emu_in, emu_out] {
@@ -680,12 +699,13 @@ fn capture_loss_before_the_station_is_fill_at_its_own_place() {
         input_drops > 0 && path_drops > 0,
         "input {input_drops}, path {path_drops}"
     );
-    // The recorder's own loss count sees the input drops too.
-    assert_eq!(
-        c["lost"].as_u64().unwrap(),
-        input_drops + kernel + no_buffer,
+    // The recorder's own loss count sees the input drops too (up to the last frame it received).
+    assert!(
+        c["lost"].as_u64().unwrap() <= input_drops + kernel + no_buffer,
         "{rec}"
     );
+    assert!(socket_drops >= kernel, "kernel {socket_drops}, recorder {kernel}");
+    let kernel = socket_drops;
 
     let r = &corr["reorder"];
     let fill = r["filled"].as_u64().unwrap();
@@ -902,6 +922,19 @@ fn help_has_examples_and_bad_arguments_are_one_line_usage_errors() {
                 "udps@127.0.0.1:1,rate=fast",
             ],
             "rate",
+        ),
+        (
+            // Plain VDIF has no input PSN to keep, and no configured rate to number by.
+            vec![
+                "relay",
+                "--listen",
+                "127.0.0.1:0",
+                "--protocol",
+                "vdif",
+                "--to",
+                "udps@127.0.0.1:1,psn=input",
+            ],
+            "psn=input",
         ),
         (vec!["play", "x", "--dest", "127.0.0.1:0"], "--dest"),
         (

@@ -224,6 +224,9 @@ impl ForwardSource {
 pub enum ForwardError {
     #[error("destination {label}: {reason}")]
     Dest { label: String, reason: String },
+    /// A destination whose settings cannot work with this stream (positions, thread selection).
+    #[error("destination {label}: {reason}")]
+    Config { label: String, reason: String },
     #[error("cannot start a sender thread: {0}")]
     Thread(std::io::Error),
 }
@@ -526,13 +529,17 @@ impl Forwarder {
                 }
                 Protocol::Tcp => Link::Tcp(None),
             };
-            let key = source.key_for(&spec.threads).map_err(&fail)?;
+            let config = |reason: String| ForwardError::Config {
+                label: label.clone(),
+                reason,
+            };
+            let key = source.key_for(&spec.threads).map_err(config)?;
             let first = if spec.psn_input {
                 FirstPsn::Input
             } else {
                 FirstPsn::At(spec.first_psn)
             };
-            let positions = Positioner::new(key, first).map_err(|e| fail(e.to_string()))?;
+            let positions = Positioner::new(key, first).map_err(|e| config(e.to_string()))?;
             let capacity = spec.queue_frames(frame_len);
             let notices = spec.notices && spec.protocol == Protocol::Udps;
             // A notice may be longer than a small frame: the slots hold either.

@@ -90,6 +90,7 @@ impl std::error::Error for ExitError {}
 /// 5; the mesh hub's API), an I/O error in the chain 5 (2 when a path is not there), else 1.
 pub fn exit_code(e: &anyhow::Error) -> u8 {
     use vlbiflow_checker::LocateError;
+    use vlbiflow_evlbi::forward::ForwardError;
     use vlbiflow_evlbi::{play::PlayError, receive::ReceiveError, relay::RelayError};
     if e.downcast_ref::<UsageError>().is_some() {
         return exit::USAGE;
@@ -115,7 +116,13 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
         }
         if let Some(x) = cause.downcast_ref::<RelayError>() {
             return match x {
-                RelayError::Config(_) => exit::USAGE,
+                RelayError::Config(_) | RelayError::Forward(ForwardError::Config { .. }) => exit::USAGE,
+                _ => exit::IO,
+            };
+        }
+        if let Some(x) = cause.downcast_ref::<ForwardError>() {
+            return match x {
+                ForwardError::Config { .. } => exit::USAGE,
                 _ => exit::IO,
             };
         }

@@ -149,9 +149,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst))
             .context("installing the Ctrl-C handler")?;
     }
-    eprintln!(
-        "relay: listening on {listen}{}, to {}",
-        if c.reorder.is_some() { " (reordering)" } else { "" },
+    // Said once the socket is bound and the destinations are open (an error is one line, nothing before).
+    let settings = format!(
+        "{}to {}",
+        if c.reorder.is_some() { "reordering, " } else { "" },
         c.dests
             .iter()
             .map(|d| format!("{} ({}@{})", d.label, d.protocol.name(), d.address))
@@ -161,7 +162,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let tty = std::io::stderr().is_terminal();
     let st = run_relay(&c, &stop, &mut |s| {
         if s.elapsed_s == 0.0 {
-            eprintln!("relay: ready on {}", s.listen);
+            eprintln!("relay: ready on {} ({settings})", s.listen);
             return;
         }
         let line = format!(
