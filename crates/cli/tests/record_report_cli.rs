@@ -164,7 +164,7 @@ fn ready_line_first_psn_and_both_durations() {
         "{text}"
     );
     assert!(text.contains(&format!("stream a: {n} packets")), "{text}");
-    assert!(text.contains("lost 0 "), "{text}");
+    assert!(text.contains("lost 0 (loss 0)"), "{text}");
     assert!(
         text.contains("data span 2.000 s (first to last frame time stamp"),
         "{text}"

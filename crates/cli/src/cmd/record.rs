@@ -54,7 +54,12 @@ metadata (<disk>/<scan>.vlbiflow.json) on every disk. A second Ctrl-C exits at o
 
 `ready: receiving LABEL on ADDRESS` is printed once every socket is bound and receiving: start the senders \
 after it. Exit status 1: a data problem (a stream received datagrams but stored none of them, or every disk \
-failed).";
+failed).
+
+Progress line: pkts (frames stored) and their bytes; lost (frames missing from the sequence, by PSN or \
+VDIF time, including those below), rej (datagrams rejected: wrong size, not a frame), drop (frames \
+dropped for want of a buffer: the disks fell behind), kern (datagrams the kernel dropped at the socket, \
+SO_RXQ_OVFL); per disk its share; the pool's free blocks; input and write rates over the window.";
 
 /// Record VDIF/Mark5B UDP streams to Mark6 scatter-gather or FlexBuff scans across disks.
 #[derive(clap::Args)]
