@@ -81,44 +81,51 @@ fn responder() -> (Proc, String) {
     (Proc(child), addr)
 }
 
+/// Runs `args` with `{port}` replaced by a UDP port held by this test: the command must fail with one
+/// line that gives the OS's words once. Returns that line.
+fn one_line_on_a_busy_udp_port(args: &[&str]) -> String {
+    let held = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = format!("127.0.0.1:{}", held.local_addr().unwrap().port());
+    let args: Vec<String> = args.iter().map(|a| a.replace("{addr}", &addr)).collect();
+    let out = run(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "{args:?}: {err}");
+    assert_eq!(err.matches(&addr_in_use()).count(), 1, "{args:?}: {err}");
+    assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+    err
+}
+
 /// A port in use: `sink` says so once, with the OS's words once, and never says it is listening.
 #[test]
 fn sink_on_a_port_in_use_says_so_once_and_never_that_it_listens() {
-    let held = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let port = held.local_addr().unwrap().port();
-    let out = run(&[
-        "sink",
-        "--listen",
-        &format!("127.0.0.1:{port}"),
-        "--duration",
-        "5",
-    ]);
-    let err = text(&out.stderr);
-    assert!(!out.status.success(), "{err}");
+    let err = one_line_on_a_busy_udp_port(&["sink", "--listen", "{addr}", "--duration", "5"]);
     assert!(!err.contains("listening on"), "{err}");
-    assert_eq!(err.matches(&addr_in_use()).count(), 1, "{err}");
-    assert_eq!(err.lines().count(), 1, "{err}");
 }
 
-/// `receive` on a port in use: one error line, nothing said about where it would listen or deliver.
+/// `receive` and `relay` on a port in use: one error line, nothing said about where they would listen,
+/// deliver or forward.
 #[test]
-fn receive_on_a_port_in_use_says_so_in_one_line() {
-    let held = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let port = held.local_addr().unwrap().port();
-    let out = run(&[
+fn receive_and_relay_on_a_port_in_use_say_so_in_one_line() {
+    let err = one_line_on_a_busy_udp_port(&[
         "receive",
         "--listen",
-        &format!("127.0.0.1:{port}"),
+        "{addr}",
         "--output",
         "null",
         "--duration",
         "5s",
     ]);
-    let err = text(&out.stderr);
-    assert!(!out.status.success(), "{err}");
     assert!(!err.contains("ready on") && !err.contains("ordered by"), "{err}");
-    assert_eq!(err.matches(&addr_in_use()).count(), 1, "{err}");
-    assert_eq!(err.lines().count(), 1, "{err}");
+    let err = one_line_on_a_busy_udp_port(&[
+        "relay",
+        "--listen",
+        "{addr}",
+        "--to",
+        "udps@127.0.0.1:9",
+        "--duration",
+        "5s",
+    ]);
+    assert!(!err.contains("ready on") && !err.contains(" to "), "{err}");
 }
 
 /// The same for the responder's control port (TCP).
