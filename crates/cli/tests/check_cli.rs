@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use vlbiflow_formats::samples::{decode, SampleFormat, BASEBAND_SCALE};
-use vlbiflow_formats::vdif::VdifHeaderRepr;
+use vlbiflow_testkit::vdif::Frame;
 
 const FRAME_LEN: usize = 1056;
 const RATE: u32 = 100;
@@ -14,23 +14,11 @@ fn bin() -> Command {
 }
 
 fn frame(i: u64) -> Vec<u8> {
-    let mut f = vec![0u8; FRAME_LEN];
-    VdifHeaderRepr {
-        seconds: 5_227_200 + (i / u64::from(RATE)) as u32,
-        epoch: 48,
-        frame_number: (i % u64::from(RATE)) as u32,
-        version: 1,
-        frame_len: FRAME_LEN,
-        bits_per_sample: 2,
-        station_id: VdifHeaderRepr::station_from_str("Xx").unwrap(),
-        ..Default::default()
-    }
-    .emit(&mut f)
-    .unwrap();
-    for (k, b) in f[32..].iter_mut().enumerate() {
-        *b = (i as usize * 13 + k * 7) as u8;
-    }
-    f
+    Frame::new(FRAME_LEN)
+        .at(i, RATE)
+        .version(1)
+        .station(b"Xx")
+        .build_with(|k| (i as usize * 13 + k * 7) as u8)
 }
 
 /// A two-disk Mark6 v2 scan (file header and block headers written field by field), blocks of 10 frames

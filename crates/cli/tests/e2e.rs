@@ -13,13 +13,7 @@ fn run(args: &[&str]) -> Output {
     bin().args(args).output().expect("run vlbiflow")
 }
 
-fn free_udp_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use vlbiflow_testkit::net::free_udp_port;
 
 /// The frames every run below generates: two threads, 2000 frames/s, 9000 frames, a fixed start, noise,
 /// and every 1000th frame left out (as a lossy network would).

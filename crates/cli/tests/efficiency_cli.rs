@@ -64,13 +64,7 @@ fn output_within(child: Child, limit: Duration) -> Output {
     }
 }
 
-fn free_udp_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use vlbiflow_testkit::net::free_udp_port;
 
 #[test]
 fn record_discard_needs_no_disk_and_counts_loss() {

@@ -12,13 +12,7 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_vlbiflow");
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use vlbiflow_testkit::net::free_tcp_port as free_port;
 
 /// A child process killed on drop.
 struct Proc(Child);

@@ -7,29 +7,14 @@ use std::time::{Duration, Instant};
 
 const FRAME: usize = 1032;
 
-fn free_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use vlbiflow_testkit::net::free_udp_port as free_port;
+use vlbiflow_testkit::vdif::{udps, Frame};
 
+/// A datagram: the PSN `seq`, then VDIF frame `seq` at 1000 frames/s with `seq` in its payload.
 fn frame(seq: u64) -> Vec<u8> {
-    let mut d = seq.to_ne_bytes().to_vec(); // PSN
-    let mut f = vec![0u8; FRAME];
-    let words = [
-        5_227_200 + (seq / 1000) as u32,
-        (48 << 24) | (seq % 1000) as u32,
-        (FRAME / 8) as u32,
-        1 << 26,
-    ];
-    for (i, w) in words.iter().enumerate() {
-        f[4 * i..4 * i + 4].copy_from_slice(&w.to_le_bytes());
-    }
+    let mut f = Frame::new(FRAME).at(seq, 1000).build();
     f[32..40].copy_from_slice(&seq.to_le_bytes());
-    d.extend_from_slice(&f);
-    d
+    udps(seq, &f)
 }
 
 fn spawn_record(disks: &[PathBuf], scan: &str, port: u16) -> Child {

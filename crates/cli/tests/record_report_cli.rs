@@ -15,29 +15,12 @@ const RATE: u64 = 1000;
 /// How long a step may take before the test gives up (a guard against hanging, not a measurement).
 const GUARD: Duration = Duration::from_secs(60);
 
-fn free_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use vlbiflow_testkit::net::free_udp_port as free_port;
+use vlbiflow_testkit::vdif::{udps, Frame};
 
 /// A datagram: 8-byte PSN `seq`, then a VDIF frame numbered `seq` at `RATE` frames/s from second 5_227_200.
 fn datagram(seq: u64) -> Vec<u8> {
-    let mut d = seq.to_ne_bytes().to_vec();
-    let mut f = vec![0u8; FRAME];
-    let words = [
-        5_227_200 + (seq / RATE) as u32,
-        (48 << 24) | (seq % RATE) as u32,
-        (FRAME / 8) as u32,
-        1 << 26,
-    ];
-    for (i, w) in words.iter().enumerate() {
-        f[4 * i..4 * i + 4].copy_from_slice(&w.to_le_bytes());
-    }
-    d.extend_from_slice(&f);
-    d
+    udps(seq, &Frame::new(FRAME).at(seq, RATE as u32).build())
 }
 
 fn make_disks(dir: &Path, n: usize) -> Vec<PathBuf> {

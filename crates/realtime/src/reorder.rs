@@ -994,13 +994,12 @@ mod tests {
 
     fn vdif_frame(thread: u16, index: u32) -> [u8; LEN] {
         let mut f = [0u8; LEN];
-        let mut h = VdifHeader::new_unchecked(&mut f[..]);
-        h.set_epoch(48);
-        h.set_time(SECOND + index / RATE, index % RATE);
-        h.set_frame_len(LEN);
-        h.set_thread_id(thread);
-        h.set_station_id(0x4142);
-        h.set_bits_per_sample(2);
+        vlbiflow_testkit::vdif::Frame::new(LEN)
+            .seconds(SECOND)
+            .at(u64::from(index), RATE)
+            .thread(thread)
+            .station(b"AB")
+            .write(&mut f);
         f[40] = 0xee; // payload
         f
     }

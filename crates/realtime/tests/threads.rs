@@ -8,6 +8,7 @@ use vlbiflow_formats::fill::is_vdif_fill;
 use vlbiflow_formats::vdif::VdifHeader;
 use vlbiflow_formats::FrameKind;
 use vlbiflow_realtime::reorder::{FillMode, KeyMode, OutputKind, ReorderConfig, Reorderer};
+use vlbiflow_testkit::vdif::Frame;
 
 const LEN: usize = 64;
 const RATE: u32 = 25;
@@ -15,11 +16,13 @@ const SECOND: u32 = 7_000_000;
 
 fn vdif_frame(thread: u16, index: u32) -> [u8; LEN] {
     let mut f = [0u8; LEN];
-    let mut h = VdifHeader::new_unchecked(&mut f[..]);
-    h.set_epoch(50);
-    h.set_time(SECOND + index / RATE, index % RATE);
-    h.set_frame_len(LEN);
-    h.set_thread_id(thread);
+    Frame::new(LEN)
+        .seconds(SECOND)
+        .epoch(50)
+        .at(u64::from(index), RATE)
+        .thread(thread)
+        .bits(1)
+        .write(&mut f);
     f[40] = thread as u8;
     f[41] = index as u8;
     f

@@ -1,7 +1,7 @@
 //! Background processes for the CLI's integration tests: started with their standard error (and
 //! output) read line by line, waited for by a line or a bound port, every wait with a limit; killed when
 //! dropped. Included with `#[path = "common/proc.rs"] mod proc;`.
-#![allow(dead_code)] // not every test file uses every helper
+#![allow(dead_code, unused_imports)] // not every test file uses every helper
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
@@ -142,16 +142,8 @@ pub fn output_within(name: &str, mut cmd: Command) -> Output {
     }
 }
 
-/// A loopback port nothing listens on right now (bound to port 0 and released).
-pub fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let u = std::net::UdpSocket::bind(l.local_addr().expect("addr"));
-    // the same number free for UDP too, or another one
-    match u {
-        Ok(_) => l.local_addr().expect("addr").port(),
-        Err(_) => free_port(),
-    }
-}
+/// A loopback port nothing listens on right now, for TCP and UDP alike.
+pub use vlbiflow_testkit::net::free_port;
 
 /// Whether a UDP socket (`udp`) or a listening TCP socket (`!udp`) is bound to local `port`, from
 /// /proc/net/{udp,tcp} (IPv4 and IPv6).

@@ -1,6 +1,6 @@
 //! Helpers shared by the daemon tests: a temporary set of disks and configuration, a command client that
 //! checks replies, and a VDIF sender (PSN-prefixed frames built with `VdifHeaderRepr`).
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 use std::net::{SocketAddr, UdpSocket};
 use std::path::PathBuf;
@@ -61,13 +61,7 @@ impl Disks {
 }
 
 /// A UDP port free a moment ago.
-pub fn free_udp_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+pub use vlbiflow_testkit::net::free_udp_port;
 
 pub struct Ctl(pub CommandClient);
 

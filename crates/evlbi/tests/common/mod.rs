@@ -1,10 +1,10 @@
 //! Frames and sockets shared by the loopback tests.
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 use std::net::{SocketAddr, UdpSocket};
 use std::time::Duration;
 
-use vlbiflow_formats::vdif::VdifHeaderRepr;
+use vlbiflow_testkit::vdif::{stamp, Frame};
 
 /// Frame length used by the tests (small, so thousands of frames take milliseconds).
 pub const LEN: usize = 1032;
@@ -14,30 +14,19 @@ pub const RATE: u32 = 1000;
 /// A VDIF frame of thread `thread` at time index `index` (second 1000 + index / RATE); the payload
 /// carries `index` and `thread` so a frame can be recognised anywhere.
 pub fn frame(thread: u16, index: u64) -> Vec<u8> {
-    let mut f = vec![0u8; LEN];
-    VdifHeaderRepr {
-        seconds: 1000 + (index / u64::from(RATE)) as u32,
-        epoch: 50,
-        frame_number: (index % u64::from(RATE)) as u32,
-        frame_len: LEN,
-        bits_per_sample: 2,
-        thread_id: thread,
-        station_id: u16::from_be_bytes(*b"Xx"),
-        ..Default::default()
-    }
-    .emit(&mut f)
-    .unwrap();
-    f[32..40].copy_from_slice(&index.to_le_bytes());
-    f[40..42].copy_from_slice(&thread.to_le_bytes());
+    let mut f = Frame::new(LEN)
+        .seconds(1000)
+        .epoch(50)
+        .at(index, RATE)
+        .thread(thread)
+        .station(b"Xx")
+        .build();
+    stamp(&mut f, index, thread);
     f
 }
 
 /// The `udps` datagram of `frame` with sequence number `psn`.
-pub fn udps(psn: u64, frame: &[u8]) -> Vec<u8> {
-    let mut d = psn.to_le_bytes().to_vec();
-    d.extend_from_slice(frame);
-    d
-}
+pub use vlbiflow_testkit::vdif::udps;
 
 /// A receiving socket on an ephemeral loopback port with a large buffer.
 pub fn listener() -> (UdpSocket, SocketAddr) {
@@ -49,9 +38,7 @@ pub fn listener() -> (UdpSocket, SocketAddr) {
 }
 
 /// A free loopback UDP port (bound and released: good enough on loopback for a test).
-pub fn free_port() -> SocketAddr {
-    UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
-}
+pub use vlbiflow_testkit::net::free_udp_addr as free_port;
 
 /// Receives `n` data datagrams (panics after the socket's read timeout); gap notices in between are
 /// skipped.
