@@ -1,4 +1,4 @@
-//! Every shell example of README.md and docs/*.md (the ```sh blocks) runs as written, on loopback and
+//! Every shell example of README.md, docs/*.md and docs/bench/*.md (the ```sh blocks) runs as written, on loopback and
 //! temporary directories, or is listed here as skipped with the reason. An example is a command line (with
 //! its `\` continuations, without its trailing comment).
 //!
@@ -93,18 +93,22 @@ fn examples_in(file: &str, text: &str) -> Vec<Example> {
     out
 }
 
-/// Every example of README.md and docs/*.md.
+/// Every example of README.md, docs/*.md and docs/bench/*.md.
 struct Docs(Vec<Example>);
 
 impl Docs {
     fn load() -> Docs {
         let mut files = vec!["README.md".to_string()];
-        let mut docs: Vec<String> = std::fs::read_dir(repo().join("docs"))
-            .expect("docs/")
-            .filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.ends_with(".md"))
-            .map(|n| format!("docs/{n}"))
+        let mut docs: Vec<String> = ["docs", "docs/bench"]
+            .iter()
+            .flat_map(|dir| {
+                std::fs::read_dir(repo().join(dir))
+                    .unwrap_or_else(|e| panic!("{dir}/: {e}"))
+                    .filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.ends_with(".md"))
+                    .map(move |n| format!("{dir}/{n}"))
+            })
             .collect();
         docs.sort();
         files.extend(docs);
@@ -767,11 +771,11 @@ fn every_shell_example_in_the_docs_runs() {
     readme_recorder_daemon(&d);
     jive5ab_and_python_md(&d);
     d.skip_rest(
-        "docs/bench-efficiency.md",
+        "docs/bench/efficiency.md",
         "benchmarks as root for minutes (bench/efficiency.sh) and a redraw of their JSON",
     );
     d.skip_rest(
-        "docs/bench-xfer.md",
+        "docs/bench/xfer.md",
         "benchmarks through the path emulator as root, minutes each (bench/xfer*.sh)",
     );
     d.skip_rest(
