@@ -3,14 +3,14 @@
 # from disk, on a Mark6 scan across four disk directories (recorded by `vlbiflow demo --keep`) and on one
 # plain VDIF file of the same frames.
 #
-#   bench/check.sh [SECONDS] [OUT.md]      (defaults: 8 s of data at 4 Gb/s = 4 GB; docs/bench-check.md)
+#   bench/check.sh [SECONDS] [OUT.md]      (defaults: 8 s of data at 4 Gb/s = 4 GB; docs/bench/check.md)
 #
 # Everything lives under target/bench-check on the work tree's disk and is removed afterwards. "From disk"
 # drops the page cache first (root only: echo 3 > /proc/sys/vm/drop_caches).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-8}
-OUT=${2:-docs/bench-check.md}
+OUT=${2:-docs/bench/check.md}
 DIR=$PWD/target/bench-check
 command -v bc >/dev/null || apt-get install -y -qq bc >/dev/null
 cargo build --release -q -p vlbiflow

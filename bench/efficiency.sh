@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Transport efficiency (seeds/002, docs/bench-efficiency.md), between two network namespaces joined by veth
+# Transport efficiency (seeds/002, docs/bench/efficiency.md), between two network namespaces joined by veth
 # (MTU 9000), as root:
 #   1. one flow of 8232-byte datagrams flat out, every transport (`net efficiency`, alternating repeats)
 #   2. a LOFAR-like load: 50 flows at $LOFAR_RATE in total, every transport, received by one thread

@@ -2,7 +2,7 @@
 # Benchmark of `vlbiflow gen` against a null receiver (`vlbiflow sink`: recvmmsg, count, discard) over
 # loopback, 8224-byte frames, with iperf3 `-u -l 8192` at the same rates in the same run.
 #
-#   bench/gen.sh [SECONDS] [OUT.md]      (defaults: 10 s per point, docs/bench-gen.md)
+#   bench/gen.sh [SECONDS] [OUT.md]      (defaults: 10 s per point, docs/bench/gen.md)
 #
 # What it measures:
 #   1. the highest rate gen sustains with one datagram per frame (asked for far more than it can do), and
@@ -14,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-10}
-OUT=${2:-docs/bench-gen.md}
+OUT=${2:-docs/bench/gen.md}
 PORT=4701
 command -v iperf3 >/dev/null || { echo "bench: installing iperf3"; apt-get install -y iperf3 >/dev/null; }
 cargo build --release -q -p vlbiflow

@@ -5,7 +5,7 @@
 #   2. TCP memory-to-memory rate, one stream;
 #   3. CPU seconds per GB moved (the measuring processes' user+system time).
 #
-#   bench/net.sh [TRIAL_SECONDS] [TCP_SECONDS] [OUT.md]   (defaults: 1 s trials, 5 s TCP, docs/bench-net.md)
+#   bench/net.sh [TRIAL_SECONDS] [TCP_SECONDS] [OUT.md]   (defaults: 1 s trials, 5 s TCP, docs/bench/net.md)
 #   BUF=bytes   UDP socket buffers for both tools (default 64 MiB; net.core.[rw]mem_max is raised to it)
 #   TCP_REPS=n  TCP runs per tool, alternating (default 3; the median is reported)
 #
@@ -21,7 +21,7 @@ TRIAL=${1:-1}
 TCPSECS=${2:-5}
 # iperf3 takes whole seconds (and -t 0 means "forever").
 [[ "$TRIAL" =~ ^[1-9][0-9]*$ && "$TCPSECS" =~ ^[1-9][0-9]*$ ]] || { echo "bench: TRIAL_SECONDS and TCP_SECONDS must be whole seconds >= 1" >&2; exit 2; }
-OUT=${3:-docs/bench-net.md}
+OUT=${3:-docs/bench/net.md}
 BUF=${BUF:-67108864}
 TCP_REPS=${TCP_REPS:-3}
 VPORT=14299

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Real-time e-VLBI benchmarks (results in docs/bench-realtime.md):
+# Real-time e-VLBI benchmarks (results in docs/bench/realtime.md):
 #
 #   bench/realtime.sh forward [DIR] [SECONDS]   record alone vs record + forward (udps) at 1, 2, 4 Gb/s on
 #                                               loopback: CPU seconds per GB of the recorder, loss on each side

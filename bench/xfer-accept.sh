@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 11's acceptance run (docs/bench-xfer.md), not part of CI. Needs root, iperf3, b3sum and nmap
+# Issue 11's acceptance run (docs/bench/xfer.md), not part of CI. Needs root, iperf3, b3sum and nmap
 # (apt-get install iperf3 b3sum nmap), about 2 x SIZE of free disk in DIR.
 #
 #  1. `vlbiflow gen` -> `vlbiflow record` on loopback: a Mark6 scan of about SIZE (RATE x SECS) on four
@@ -42,7 +42,7 @@ mkdir -p "$DIR"/disk{0,1,2,3} "$DIR"/dst "$DIR"/state
 # settle before each push: the last push's 20 GB, deleted, go to the disk as discards for a while after
 # (bench/settle.sh), and a push should not start while they are going. (3b and the rerun of step 4 read
 # the scan cold, the earlier pushes having pushed it out of the page cache; on a slow disk that, not the
-# discards, holds them: docs/bench-xfer.md, 2026-11-27.)
+# discards, holds them: docs/bench/xfer.md, 2026-11-27.)
 SCRATCH=$DIR
 . "$(dirname "$(realpath "$0")")/settle.sh"
 export XDG_STATE_HOME=$DIR/state

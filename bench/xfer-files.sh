@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Many small files: `vlbiflow xfer push` of a directory of N files on loopback into a daemon writing to
-# disk, against `cp -r` + `sync` of the same tree (docs/bench-xfer.md). Each xfer push ends only when
+# disk, against `cp -r` + `sync` of the same tree (docs/bench/xfer.md). Each xfer push ends only when
 # every file is verified, synced and renamed to its name with its manifest beside it; `cp` leaves the
 # files in the page cache until the `sync`. Rounds alternate A, B, B, A, ... with `cp` after each; give
 # the same binary twice to measure one build. Prints per round the seconds, files per second and MB/s,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A/B comparison of two variants of `vlbiflow xfer push` through `vlbiflow pathemu` (docs/bench-xfer.md):
+# A/B comparison of two variants of `vlbiflow xfer push` through `vlbiflow pathemu` (docs/bench/xfer.md):
 # one emulator for the whole run (default 2 Gb/s, 50 ms RTT, 1% random loss each way, MTU 9000, queue one
 # bandwidth-delay product), rounds alternating A, B, B, A, ..., each a push of the same file on disk into a
 # daemon writing to disk; per round the goodput, the retransmitted fraction, CPU seconds and major page

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Where the threads of one `vlbiflow xfer push` sleep and wake (docs/bench-xfer.md, "Fewer wake-ups of the
+# Where the threads of one `vlbiflow xfer push` sleep and wake (docs/bench/xfer.md, "Fewer wake-ups of the
 # sender's data thread"): one push of a SIZE_MB file on disk through `vlbiflow pathemu` (2 Gb/s, RTT_MS,
 # LOSS_% each way, MTU 9000, queue one bandwidth-delay product but at least 4 MB) into a daemon writing to
 # disk, the page cache dropped before it. While it runs, every thread of both ends is read from

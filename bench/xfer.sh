@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmark of `vlbiflow xfer` (docs/bench-xfer.md): through `vlbiflow pathemu` (2 Gb/s bottleneck, MTU 9000),
+# Benchmark of `vlbiflow xfer` (docs/bench/xfer.md): through `vlbiflow pathemu` (2 Gb/s bottleneck, MTU 9000),
 # vlbiflow xfer (file to file on disk) against TCP CUBIC and TCP BBR (memory to memory, iperf3 -C when installed,
 # and BBR file to file with iperf3 -F),
 # alternating in one run, over RTT 0/20/100 ms and random loss 0/0.1/1/5 %, with CPU seconds per GB at both
@@ -12,7 +12,7 @@
 #   per point in alternating order, and a summary of their medians
 #
 # Optional peer: Tsunami, if TSUNAMI_DIR names a build of its public source (tsunamid and tsunami binaries);
-# this script neither fetches nor builds it (docs/bench-xfer.md says how it was built). Its row: a pull at a
+# this script neither fetches nor builds it (docs/bench/xfer.md says how it was built). Its row: a pull at a
 # fixed 1900M, file on disk to file on disk; sender CPU is tsunamid's child, receiver CPU the client.
 # EMU_OPTS: extra options for the emulator (e.g. --realtime).
 # PUSH_OPTS / SERVE_OPTS: extra options for xfer's client and daemon on the emulated path (e.g. both
