@@ -9,15 +9,15 @@
 # drops the page cache first (root only: echo 3 > /proc/sys/vm/drop_caches).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 SECS=${1:-8}
 OUT=${2:-docs/bench/check.md}
 DIR=$PWD/target/bench-check
 command -v bc >/dev/null || apt-get install -y -qq bc >/dev/null
-cargo build --release -q -p vlbiflow
-BIN=$PWD/target/release/vlbiflow
+bench_build
 rm -rf "$DIR"
 trap 'rm -rf "$DIR"' EXIT
-sysctl -qw net.core.rmem_max=268435456 net.core.wmem_max=268435456 2>/dev/null || true
+raise_socket_buffers
 
 "$BIN" demo --rate 4Gbps --duration "$SECS" --keep "$DIR" >/dev/null
 FILES=("$DIR"/disk*/demo_xx_001.vdif)

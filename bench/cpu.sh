@@ -1,4 +1,4 @@
-# Sourced by bench/xfer-ab.sh and bench/xfer.sh: the CPU the whole machine spends, for comparisons in
+# Sourced by bench/lib.sh: the CPU the whole machine spends, for comparisons in
 # which a process's own CPU time does not tell the whole cost. The kernel does much of TCP's work in
 # softirq context, in whichever task the interrupt found running: through `vlbiflow pathemu`, the
 # emulator's writes into a TUN device deliver segments and ACKs to the TCP sockets and run their

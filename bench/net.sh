@@ -17,6 +17,7 @@
 # trial length). Sender and responder/server are pinned to cores 0 and 1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 TRIAL=${1:-1}
 TCPSECS=${2:-5}
 # iperf3 takes whole seconds (and -t 0 means "forever").
@@ -28,11 +29,8 @@ VPORT=14299
 IPORT=5299
 command -v iperf3 >/dev/null || { echo "bench: installing iperf3"; apt-get install -y iperf3 >/dev/null; }
 # Both tools ask for BUF; the kernel caps requests at net.core.[rw]mem_max.
-for k in net.core.rmem_max net.core.wmem_max; do
-  if [ "$(sysctl -n $k)" -lt "$BUF" ]; then sysctl -qw "$k=$BUF" || echo "bench: cannot raise $k to $BUF"; fi
-done
-cargo build --release -q -p vlbiflow
-BIN=target/release/vlbiflow
+raise_socket_buffers "$BUF"
+bench_build
 TMP=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$TMP"' EXIT
 
@@ -217,7 +215,7 @@ for u in udp:
 md += "- TCP vlbiflow runs (Mb/s): " + ", ".join(f"{r[0]:.0f}" for r in tcp_v) + "\n"
 md += "- TCP iperf3 runs (Mb/s): " + ", ".join(f"{r[0]:.0f}" for r in tcp_i) + "\n"
 md += """
-Targets (issue 6): a loss-free UDP rate at least twice iperf3's in the same run; TCP within 10% of iperf3.
+Targets: a loss-free UDP rate at least twice iperf3's in the same run; TCP within 10% of iperf3.
 """
 open(OUT, "w").write(md)
 print(f"written {OUT}")
