@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Does a CPU pattern alone draw the hypervisor's steal? (docs/bench/xfer.md, "On this host the real-time
-# class draws the hypervisor's steal".) Compiles a small C program that spins ON us and sleeps OFF us on
+# Does a CPU pattern alone draw the hypervisor's steal? (docs/bench/xfer.md, "Hypervisor
+# steal".) Compiles a small C program that spins ON us and sleeps OFF us on
 # one pinned CPU for SECONDS, and runs each pattern on CPU 1 and then on both CPUs at once, ROUNDS times;
 # each run prints its CPU seconds and the steal of its CPU (/proc/stat) over the run. Needs cc.
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A/B comparison of two builds of `vlbiflow xfer` on loopback (docs/bench/xfer.md, "Before and after"):
+# A/B comparison of two builds of `vlbiflow xfer` on loopback (docs/bench/xfer.md):
 # rounds alternate A, B, B, A, ... in one run, each pushing the same file on disk into a daemon writing to
 # disk, and print goodput and CPU seconds per GB at the sender (client) and the receiver (daemon), then the
 # median and range per build. Give the two binaries (e.g. one built before a change, copied aside, and one
