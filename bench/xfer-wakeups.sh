@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Where the threads of one `vlbiflow xfer push` sleep and wake (docs/bench/xfer.md): one push of a SIZE_MB
 # file on disk through `vlbiflow pathemu` (2 Gb/s, RTT_MS, LOSS_% each way, MTU 9000, queue one
-# bandwidth-delay product but at least 4 MB) into a daemon writing to disk, the page cache dropped before it. While it runs, every thread of both ends is read from
-# /proc/PID/task/*/status five times a second; the table has each thread's voluntary and involuntary
-# context switches (per second of the push) and CPU seconds, as last read. Threads that ended between two
-# readings show what they had then. Needs root.
+# bandwidth-delay product but at least 4 MB) into a daemon writing to disk, the page cache dropped before
+# it. While it runs, every thread of both ends is read from /proc/PID/task/*/status five times a second;
+# the table has each thread's voluntary and involuntary context switches (per second of the push) and
+# CPU seconds, as last read. Threads that ended between two readings show what they had then. Needs root.
 #
 # PERF=1 also counts the client's system calls that sleep or send (futex, sched_yield, sendmmsg, recvfrom,
 # pread64) and its context switches with `perf stat` (which itself raises the client's CPU: compare the
