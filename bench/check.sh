@@ -3,21 +3,21 @@
 # from disk, on a Mark6 scan across four disk directories (recorded by `vlbiflow demo --keep`) and on one
 # plain VDIF file of the same frames.
 #
-#   bench/check.sh [SECONDS] [OUT.md]      (defaults: 8 s of data at 4 Gb/s = 4 GB; docs/bench-check.md)
+#   bench/check.sh [SECONDS] [OUT.md]      (defaults: 8 s of data at 4 Gb/s = 4 GB; docs/bench/check.md)
 #
 # Everything lives under target/bench-check on the work tree's disk and is removed afterwards. "From disk"
 # drops the page cache first (root only: echo 3 > /proc/sys/vm/drop_caches).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 SECS=${1:-8}
-OUT=${2:-docs/bench-check.md}
+OUT=${2:-docs/bench/check.md}
 DIR=$PWD/target/bench-check
 command -v bc >/dev/null || apt-get install -y -qq bc >/dev/null
-cargo build --release -q -p vlbiflow
-BIN=$PWD/target/release/vlbiflow
+bench_build
 rm -rf "$DIR"
 trap 'rm -rf "$DIR"' EXIT
-sysctl -qw net.core.rmem_max=268435456 net.core.wmem_max=268435456 2>/dev/null || true
+raise_socket_buffers
 
 "$BIN" demo --rate 4Gbps --duration "$SECS" --keep "$DIR" >/dev/null
 FILES=("$DIR"/disk*/demo_xx_001.vdif)

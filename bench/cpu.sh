@@ -1,4 +1,4 @@
-# Sourced by bench/xfer-ab.sh and bench/xfer.sh: the CPU the whole machine spends, for comparisons in
+# Sourced by bench/lib.sh: the CPU the whole machine spends, for comparisons in
 # which a process's own CPU time does not tell the whole cost. The kernel does much of TCP's work in
 # softirq context, in whichever task the interrupt found running: through `vlbiflow pathemu`, the
 # emulator's writes into a TUN device deliver segments and ACKs to the TCP sockets and run their
@@ -8,7 +8,7 @@
 # columns of /proc/stat cannot be used for it: this kernel samples them with the tick (no
 # IRQ_TIME_ACCOUNTING, no VIRT_CPU_ACCOUNTING). For paced loads of short bursts they came out 15% above
 # the sum of every process's own CPU time in an 8 s iperf3 test, and at a ninth of the two iperf3
-# processes' own figures in a loopback A/B (docs/bench-xfer.md). Idle time is measured on entry to and
+# processes' own figures in a loopback A/B (docs/bench/xfer.md). Idle time is measured on entry to and
 # exit from idle, and the busy time derived from it matched that sum within 2% (4.50 against 4.42 s).
 #
 #   machine_mark          the machine's not-busy jiffies (idle, iowait, steal), the time and the steal

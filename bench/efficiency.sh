@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Transport efficiency (seeds/002, docs/bench-efficiency.md), between two network namespaces joined by veth
+# Transport efficiency (docs/bench/efficiency.md), between two network namespaces joined by veth
 # (MTU 9000), as root:
 #   1. one flow of 8232-byte datagrams flat out, every transport (`net efficiency`, alternating repeats)
 #   2. a LOFAR-like load: 50 flows at $LOFAR_RATE in total, every transport, received by one thread
@@ -15,6 +15,7 @@
 #              SMALL_RATE (1Gbps), SKIP (space-separated parts to leave out: single lofar small record loss)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 out=${1:-/var/tmp/vlbiflow-eff}
 secs=${2:-5}
 reps=${3:-3}
@@ -22,13 +23,11 @@ lofar_rate=${LOFAR_RATE:-6Gbps}
 loss_levels=${LOSS_LEVELS:-"0 0.5% 1% 2% 5%"}
 loss_rate=${LOSS_RATE:-1Gbps}
 skip=" ${SKIP:-} "
-bin=$PWD/target/release/vlbiflow
 [ "$(id -u)" = 0 ] || { echo "needs root (network namespaces)" >&2; exit 1; }
-cargo build --release --locked -q -p vlbiflow
+bench_build
+bin=$BIN
 mkdir -p "$out"
-for k in net.core.rmem_max net.core.wmem_max; do
-  [ "$(sysctl -n $k)" -ge 268435456 ] || sysctl -qw "$k=268435456"
-done
+raise_socket_buffers
 
 id=$$
 A=vfeff-a-$id; B=vfeff-b-$id; net=10.235.$((id % 250))
@@ -51,8 +50,7 @@ ip -n "$A" link set "${va:0:15}" mtu 9000 up; ip -n "$B" link set "${vb:0:15}" m
 start_responder() { # NS ADDR LOG
   ip netns exec "$1" "$bin" net responder --listen "$2:14233" --idle-timeout 600 2> "$3" &
   pids+=($!)
-  for _ in $(seq 100); do grep -q "listening on" "$3" 2>/dev/null && return 0; sleep 0.1; done
-  echo "responder did not start: $(cat "$3")" >&2; exit 1
+  need_line "$3" "listening on" 100
 }
 
 {
@@ -144,9 +142,7 @@ if [[ $skip != *" loss "* ]]; then
     tag=${loss%\%}
     args=(--ns-a "$pa" --ns-b "$pb" --addr-a "$pnet.1" --addr-b "$pnet.2" --rtt 4ms --impair a-b)
     [ "$loss" != 0 ] && args+=(--loss "$loss")
-    "$bin" pathemu "${args[@]}" --json > "$out/pathemu-$tag.json" 2> "$out/pathemu-$tag.log" &
-    pe=$!
-    for _ in $(seq 100); do grep -q "pathemu: ready" "$out/pathemu-$tag.log" 2>/dev/null && break; sleep 0.1; done
+    emu_start "$out/pathemu-$tag.json" "$out/pathemu-$tag.log" "${args[@]}" --json
     start_responder "$pb" "$pnet.2" "$out/responder-loss-$tag.log"
     rpid=${pids[-1]}
     common=(--rate "$loss_rate" --duration "$secs" --repeats "$reps" --path-loss "$loss" -q --json)
@@ -163,7 +159,7 @@ if [[ $skip != *" loss "* ]]; then
     ip netns exec "$pb" "$bin" xfer serve --listen "$pnet.2:46231" --root data="$out/xfer-dst" \
       --key "$out/xfer.key" --archive "$out/xfer-archive.sqlite" 2> "$out/xfer-serve-$tag.log" &
     xs=$!
-    for _ in $(seq 100); do grep -q 'serving on' "$out/xfer-serve-$tag.log" 2>/dev/null && break; sleep 0.1; done
+    wait_line "$out/xfer-serve-$tag.log" 'serving on' 100 || true
     if ip netns exec "$pa" "$bin" xfer push "$out/xfer-src.bin" "$pnet.2:46231/data" --key "$out/xfer.key" \
         --rate "$loss_rate" --json > "$out/xfer-$tag.json" 2> "$out/xfer-push-$tag.log"; then
       python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(f'{sys.argv[2]},{d[\"goodput_bps\"]/1e9:.4f}')" \
@@ -172,7 +168,7 @@ if [[ $skip != *" loss "* ]]; then
       echo "xfer at loss $loss failed: $(tail -1 "$out/xfer-push-$tag.log")"
     fi
     kill "$xs" 2>/dev/null || true; wait "$xs" 2>/dev/null || true
-    kill -INT "$pe"; wait "$pe" || true
+    kill -INT "$EMU"; wait "$EMU" || true
     files+=(--from "$out/loss-$tag.json" --from "$out/loss-$tag-cubic.json")
     echo "loss $loss:"
     "$bin" net efficiency --from "$out/loss-$tag.json" | head -4

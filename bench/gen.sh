@@ -2,26 +2,26 @@
 # Benchmark of `vlbiflow gen` against a null receiver (`vlbiflow sink`: recvmmsg, count, discard) over
 # loopback, 8224-byte frames, with iperf3 `-u -l 8192` at the same rates in the same run.
 #
-#   bench/gen.sh [SECONDS] [OUT.md]      (defaults: 10 s per point, docs/bench-gen.md)
+#   bench/gen.sh [SECONDS] [OUT.md]      (defaults: 10 s per point, docs/bench/gen.md)
 #
 # What it measures:
 #   1. the highest rate gen sustains with one datagram per frame (asked for far more than it can do), and
 #      the same with UDP GSO (--gso 7: seven frames per super-datagram, still one frame per datagram on
-#      the wire; on loopback the receiver may get them coalesced, see REFERENCE.md);
+#      the wire; on loopback the receiver may get them coalesced);
 #   2. pacing at 1, 4 and 10 Gb/s: gen's own worst 1 s window, and the receiver's per-second counts;
 #   3. iperf3 at the same rates: what it sent and what arrived.
 # Sender and receiver are pinned to different cores. The machine is shared and noisy: compare within a run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 SECS=${1:-10}
-OUT=${2:-docs/bench-gen.md}
+OUT=${2:-docs/bench/gen.md}
 PORT=4701
 command -v iperf3 >/dev/null || { echo "bench: installing iperf3"; apt-get install -y iperf3 >/dev/null; }
-cargo build --release -q -p vlbiflow
-BIN=target/release/vlbiflow
+bench_build
 TMP=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$TMP"' EXIT
-sysctl -qw net.core.rmem_max=268435456 net.core.wmem_max=268435456 2>/dev/null || echo "bench: could not raise rmem_max (not root?)"
+raise_socket_buffers
 
 # Starts a sink on core 1, runs gen on core 0 with the given arguments, prints one JSON object merging both.
 gen_point() {

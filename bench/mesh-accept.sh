@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 13's acceptance at full length (docs/mesh.md, "Full-length acceptance run"); not part of CI.
+# The mesh's acceptance run at full length (docs/mesh.md, "Full-length acceptance run"); not part of CI.
 # Needs root, iproute2 with tc tbf, PostgreSQL 15 (apt-get install postgresql), chromium, sqlite3,
 # python3. 12-14 minutes (the window starts at the next 2-minute boundary).
 #
@@ -43,16 +43,16 @@
 #   bench/mesh-accept.sh              full length (I = 120 s)
 #   QUICK=1 bench/mesh-accept.sh      the same timeline with I = 30 s, latency every 6 s (a rehearsal)
 #
-# Environment: BIN (default target/release/vlbiflow), OUT (work directory, kept; default
+# Environment: BIN (default: this checkout's release build, built first), OUT (work directory, kept; default
 # /var/tmp/mesh-accept-PID), PNG (screenshot; default docs/img/mesh-accept-matrix.png).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 PID=$$
-BIN=${BIN:-$PWD/target/release/vlbiflow}
 OUT=${OUT:-/var/tmp/mesh-accept-$PID}
 PNG=${PNG:-$PWD/docs/img/mesh-accept-matrix.png}
 [ "$(id -u)" = 0 ] || { echo "needs root (namespaces, tc)" >&2; exit 2; }
-[ -x "$BIN" ] || { echo "no $BIN: cargo build --release -p vlbiflow" >&2; exit 2; }
+bench_build
 for t in chromium sqlite3 python3 tc setpriv; do
     command -v $t >/dev/null || { echo "needs $t" >&2; exit 2; }
 done

@@ -11,11 +11,12 @@
 # Environment: RATES="100mbit 500mbit 2gbit" SHAPERS="tbf htb tbfbig" PAIRS=60 EXTRA="--train 8192"
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 [ "$(id -u)" = 0 ] || { echo "needs root (network namespaces, tc)" >&2; exit 2; }
 out=${1:-target/bench-mesh-capacity}
 mkdir -p "$out"
-bin=target/release/vlbiflow
-[ -x "$bin" ] || nice cargo build --release --locked -p vlbiflow
+bench_build
+bin=$BIN
 RATES=${RATES:-"100mbit 500mbit 2gbit"}
 SHAPERS=${SHAPERS:-"tbf htb tbfbig"}
 PAIRS=${PAIRS:-60}

@@ -6,59 +6,52 @@
 #   bench/pathemu.sh [SECONDS]      (default 4 s per throughput point)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 SECS=${1:-4}
-cargo build --release -q -p vlbiflow
-BIN=$PWD/target/release/vlbiflow
+bench_build
 A=vf-pe-bench-a
 B=vf-pe-bench-b
 TMP=$(mktemp -d)
-sysctl -qw net.core.rmem_max=268435456 net.core.wmem_max=268435456 2>/dev/null || true
+raise_socket_buffers
 EMU=
 cleanup() {
-  [ -n "$EMU" ] && kill "$EMU" 2>/dev/null && wait "$EMU" 2>/dev/null || true
+  emu_stop
   rm -rf "$TMP"
 }
 trap cleanup EXIT
 
 # start_emu ARGS...: starts the emulator in the background and waits for its ready line.
-start_emu() {
-  "$BIN" pathemu --ns-a $A --ns-b $B --json --duration 600 "$@" >"$TMP/emu.json" 2>"$TMP/emu.err" &
-  EMU=$!
-  for _ in $(seq 100); do grep -q '^pathemu: ready' "$TMP/emu.err" 2>/dev/null && return; sleep 0.1; done
-  echo "pathemu did not start:" >&2; cat "$TMP/emu.err" >&2; exit 1
+start_emu() { emu_start "$TMP/emu.json" "$TMP/emu.err" --ns-a $A --ns-b $B --json --duration 600 "$@"; }
+
+field() { json_get "$TMP/emu.json" "(lambda d: $1)(d['report'])"; }
+# net_through TITLE EMU-ARGS... -- NET-ARGS...: `vlbiflow net NET-ARGS` from A to a responder in B,
+# through an emulator started with EMU-ARGS
+net_through() {
+  local title=$1 emu=()
+  shift
+  while [ "$1" != -- ]; do emu+=("$1"); shift; done
+  shift
+  start_emu "${emu[@]}"
+  ip netns exec $B "$BIN" net responder --listen 10.77.0.2:14233 >/dev/null 2>&1 &
+  RESP=$!
+  sleep 0.3
+  echo "$title"
+  ip netns exec $A "$BIN" net "$@"
+  kill $RESP; wait $RESP 2>/dev/null || true
+  emu_stop
 }
-stop_emu() { kill "$EMU"; wait "$EMU" || true; EMU=; }
-field() { python3 -c "import json,sys; d=json.load(open('$TMP/emu.json'))['report']; print(eval(sys.argv[1]))" "$1"; }
 
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "## Accuracy"
-start_emu --rtt 20ms
-ip netns exec $B "$BIN" net responder --listen 10.77.0.2:14233 >/dev/null 2>&1 &
-RESP=$!
-sleep 0.3
-echo '### net lat, --rtt 20ms'
-ip netns exec $A "$BIN" net lat 10.77.0.2 --no-archive --quiet --sizes 64,1472,8192 --count 200
-kill $RESP; wait $RESP 2>/dev/null || true
-stop_emu
+net_through '### net lat, --rtt 20ms' --rtt 20ms -- \
+  lat 10.77.0.2 --no-archive --quiet --sizes 64,1472,8192 --count 200
 
-start_emu --delay 1ms --loss 1%
-ip netns exec $B "$BIN" net responder --listen 10.77.0.2:14233 >/dev/null 2>&1 &
-RESP=$!
-sleep 0.3
-echo '### net bw, --loss 1%, 20000 frames of 8192 bytes at 1 Gb/s'
-ip netns exec $A "$BIN" net bw 10.77.0.2 --no-archive --quiet --size 8192 --rate 1Gbps --count 20000
-kill $RESP; wait $RESP 2>/dev/null || true
-stop_emu
+net_through '### net bw, --loss 1%, 20000 frames of 8192 bytes at 1 Gb/s' --delay 1ms --loss 1% -- \
+  bw 10.77.0.2 --no-archive --quiet --size 8192 --rate 1Gbps --count 20000
 echo "emulator a-b: in $(field "d['a_to_b']['in_packets']"), dropped $(field "d['a_to_b']['dropped_random']")"
 
-start_emu --rate 200Mbps --queue 2MB --delay 5ms
-ip netns exec $B "$BIN" net responder --listen 10.77.0.2:14233 >/dev/null 2>&1 &
-RESP=$!
-sleep 0.3
-echo '### net bw, --rate 200Mbps --queue 2MB, offered 400 Mb/s, 20000 frames of 8192 bytes'
-ip netns exec $A "$BIN" net bw 10.77.0.2 --no-archive --quiet --size 8192 --rate 400Mbps --count 20000
-kill $RESP; wait $RESP 2>/dev/null || true
-stop_emu
+net_through '### net bw, --rate 200Mbps --queue 2MB, offered 400 Mb/s, 20000 frames of 8192 bytes' \
+  --rate 200Mbps --queue 2MB --delay 5ms -- bw 10.77.0.2 --no-archive --quiet --size 8192 --rate 400Mbps --count 20000
 echo "emulator a-b: queue drops $(field "d['a_to_b']['dropped_queue']"), max queue $(field "d['a_to_b']['queue_max_bytes']") B"
 
 echo
@@ -72,7 +65,7 @@ for rate in 1 2 3 4 5 6; do
   sleep 0.3
   ip netns exec $A "$BIN" gen --dest 10.77.0.2:4001 --rate ${rate}Gbps --duration "$SECS" --psn >/dev/null 2>&1
   wait $SINK || true
-  stop_emu
+  emu_stop
   out=$(field "round(d['a_to_b']['out_bytes']*8/$SECS/1e9, 2)")
   kin=$(field "d['a_to_b']['kernel_dropped_in']")
   inn=$(field "d['a_to_b']['in_packets']")
@@ -92,7 +85,7 @@ if command -v iperf3 >/dev/null; then
     ip netns exec $B iperf3 -s -1 -B 10.77.0.2 >/dev/null 2>&1 &
     sleep 0.3
     r=$(ip netns exec $A iperf3 -c 10.77.0.2 -t "$SECS" -w 32M 2>/dev/null | awk '/receiver/ {print $7, $8}')
-    stop_emu
+    emu_stop
     echo "- pathemu ${args:-(no impairment)}: $r"
   done
 fi

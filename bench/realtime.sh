@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Real-time e-VLBI benchmarks (results in docs/bench-realtime.md):
+# Real-time e-VLBI benchmarks (results in docs/bench/realtime.md):
 #
 #   bench/realtime.sh forward [DIR] [SECONDS]   record alone vs record + forward (udps) at 1, 2, 4 Gb/s on
 #                                               loopback: CPU seconds per GB of the recorder, loss on each side
@@ -23,6 +23,7 @@
 # Needs GNU time (/usr/bin/time) and python3 for the tables. VLBIFLOW=path overrides the binary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 
 WHAT=${1:-forward}
 EMU_EXTRA=${EMU_EXTRA:-}   # e.g. --realtime (pathemu's forwarding threads SCHED_FIFO)
@@ -32,8 +33,9 @@ EMU_EXTRA=${EMU_EXTRA:-}   # e.g. --realtime (pathemu's forwarding threads SCHED
 # HOSTILE_COUNT (random datagrams per end, default 20000)
 DIR=${2:-/var/tmp/vlbiflow-rt}
 SECS=${3:-${SECS:-}}
-VLBIFLOW=${VLBIFLOW:-$PWD/target/release/vlbiflow}
-[ -x "$VLBIFLOW" ] || { echo "build first: cargo build --release (or set VLBIFLOW)" >&2; exit 1; }
+BIN=${VLBIFLOW:-${BIN:-}}
+bench_build
+VLBIFLOW=$BIN
 [ -x /usr/bin/time ] || { echo "needs GNU time (/usr/bin/time; apt-get install time)" >&2; exit 1; }
 mkdir -p "$DIR"
 RUN="$DIR/run-$$"
@@ -49,14 +51,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ) $(uname -n) $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# $(uname -n), $(machine_line)"
 echo "# $VLBIFLOW ($("$VLBIFLOW" --version))"
 
-# Waits for a line containing $2 in file $1 (at most 30 s).
-wait_line() {
-    for _ in $(seq 300); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
-    echo "no '$2' in $1:" >&2; cat "$1" >&2; exit 1
-}
 
 disks() { # PREFIX -> four --disk options (directories created)
     local out=()
@@ -115,7 +112,7 @@ forward_bench() {
                     >"$RUN/$tag/recv.json" 2>"$RUN/$tag/recv.err" &
                 recvpid=$!
                 PIDS+=($recvpid)
-                wait_line "$RUN/$tag/recv.err" "receive: ready"
+                need_line "$RUN/$tag/recv.err" "receive: ready"
                 fwd=(--forward "corr=udps@127.0.0.1:$fport")
             fi
             # shellcheck disable=SC2046
@@ -124,7 +121,7 @@ forward_bench() {
                 --duration $((secs + 4)) --json "${fwd[@]}" >"$RUN/$tag/rec.json" 2>"$RUN/$tag/rec.err" &
             local rec=$!
             PIDS+=($rec)
-            wait_line "$RUN/$tag/rec.err" "stream a: Vdif"
+            need_line "$RUN/$tag/rec.err" "stream a: Vdif"
             "$VLBIFLOW" gen --dest 127.0.0.1:$port --psn --threads 2 --rate "${rate}Gbps" --duration "$secs" --quiet \
                 >/dev/null 2>"$RUN/$tag/gen.err"
             wait "$rec" || true
@@ -205,11 +202,10 @@ accept_run() { # NAME PATHEMU-ARGS FORWARD-OPTIONS RATE
     mkdir -p "$out"
     echo "## $name: pathemu $emuargs; gen $rate 2 threads ${GEN_OPTS---gso 7} for $secs s; record on 4 directories --forward udps$fopts"
     # shellcheck disable=SC2086
-    "$VLBIFLOW" pathemu --ns-a "$ns_a" --ns-b "$ns_b" --addr-a "$net.1" --addr-b "$net.2" --impair a-b $emuargs \
-        --drop-log "$out/drops.csv" --json >"$out/emu.json" 2>"$out/emu.err" &
-    local emu=$!
+    emu_start "$out/emu.json" "$out/emu.err" --ns-a "$ns_a" --ns-b "$ns_b" --addr-a "$net.1" --addr-b "$net.2" \
+        --impair a-b $emuargs --drop-log "$out/drops.csv" --json
+    local emu=$EMU
     PIDS+=($emu)
-    wait_line "$out/emu.err" "pathemu: ready"
     # gen sends whole frames per second per thread: the stream's length is known, so the receiver fills a
     # lost tail too (--count).
     local frames
@@ -218,14 +214,14 @@ accept_run() { # NAME PATHEMU-ARGS FORWARD-OPTIONS RATE
         --fill-log "$out/fills.txt" --deadline 200ms --idle 5s --json >"$out/recv.json" 2>"$out/recv.err" &
     local recv=$!
     PIDS+=($recv)
-    wait_line "$out/recv.err" "receive: ready"
+    need_line "$out/recv.err" "receive: ready"
     # shellcheck disable=SC2046
     ip netns exec "$ns_a" /usr/bin/time -o "$out/time" -f '%U %S %e' \
         "$VLBIFLOW" record --stream a=vdif@127.0.0.1:4001,psn $(disks "$out/st") --scan "accept_$name" \
         --forward "corr=udps@$net.2:$port$fopts" --json >"$out/rec.json" 2>"$out/rec.err" &
     local rec=$!
     PIDS+=($rec)
-    wait_line "$out/rec.err" "stream a: Vdif"
+    need_line "$out/rec.err" "stream a: Vdif"
     # Garbage and a full port scan at both ends while the stream runs (HOSTILE=0 leaves them out).
     local garbage=${HOSTILE_COUNT:-20000} hostile_pids=()
     if [ "${HOSTILE:-1}" = 1 ]; then
@@ -300,31 +296,29 @@ position_bench() {
     local out="$RUN/position"
     mkdir -p "$out"
     echo "## position: gen $rate 2 threads for $secs s -> pathemu (${IN_LOSS:-0.1%} loss) -> record + forward (load: $load busy loops, --recv-buffer ${RECV_BUFFER:-4MB}) -> pathemu (30 ms RTT, ${PATH_LOSS:-0.5%} loss) -> receive"
-    "$VLBIFLOW" pathemu --ns-a "$ns_g" --ns-b "$ns_s" --addr-a "$net_in.1" --addr-b "$net_in.2" --impair a-b \
-        --loss "${IN_LOSS:-0.1%}" --seed 3 --drop-log "$out/drops_in.csv" --json >"$out/emu_in.json" 2>"$out/emu_in.err" &
-    local emu_in=$!
+    emu_start "$out/emu_in.json" "$out/emu_in.err" --ns-a "$ns_g" --ns-b "$ns_s" --addr-a "$net_in.1" \
+        --addr-b "$net_in.2" --impair a-b --loss "${IN_LOSS:-0.1%}" --seed 3 --drop-log "$out/drops_in.csv" --json
+    local emu_in=$EMU
     PIDS+=($emu_in)
-    wait_line "$out/emu_in.err" "pathemu: ready"
     # shellcheck disable=SC2086
-    "$VLBIFLOW" pathemu --ns-a "$ns_s" --ns-b "$ns_c" --addr-a "$net_out.1" --addr-b "$net_out.2" --impair a-b \
-        --rtt 30ms --loss "${PATH_LOSS:-0.5%}" --seed 5 $EMU_EXTRA --drop-log "$out/drops_out.csv" --json \
-        >"$out/emu_out.json" 2>"$out/emu_out.err" &
-    local emu_out=$!
+    emu_start "$out/emu_out.json" "$out/emu_out.err" --ns-a "$ns_s" --ns-b "$ns_c" --addr-a "$net_out.1" \
+        --addr-b "$net_out.2" --impair a-b --rtt 30ms --loss "${PATH_LOSS:-0.5%}" --seed 5 $EMU_EXTRA \
+        --drop-log "$out/drops_out.csv" --json
+    local emu_out=$EMU
     PIDS+=($emu_out)
-    wait_line "$out/emu_out.err" "pathemu: ready"
     local frames
     frames=$(python3 -c "import sys; r=float(sys.argv[1].rstrip('Gbps'))*1e9; print(int(r/8/8224/2)*2*int(sys.argv[2]))" "$rate" "$secs")
     ip netns exec "$ns_c" "$VLBIFLOW" receive --listen "$net_out.2:$port" --first-psn 0 --count "$frames" \
         --output "$out/corr.vdif" --fill-log "$out/fills.txt" --deadline 200ms --idle 5s --json >"$out/recv.json" 2>"$out/recv.err" &
     local recv=$!
     PIDS+=($recv)
-    wait_line "$out/recv.err" "receive: ready"
+    need_line "$out/recv.err" "receive: ready"
     # shellcheck disable=SC2046
     ip netns exec "$ns_s" "$VLBIFLOW" record --stream a=vdif@0.0.0.0:4001,psn $(disks "$out/st") --scan position \
         --recv-buffer "${RECV_BUFFER:-4MB}" --forward "corr=udps@$net_out.2:$port,psn=input" --json >"$out/rec.json" 2>"$out/rec.err" &
     local rec=$!
     PIDS+=($rec)
-    wait_line "$out/rec.err" "stream a: Vdif"
+    need_line "$out/rec.err" "stream a: Vdif"
     local loaders=()
     for _ in $(seq "$load"); do (while :; do :; done) & loaders+=($!); done
     PIDS+=("${loaders[@]}")
@@ -417,13 +411,13 @@ relay_bench() {
                 >"$RUN/$tag/recv.json" 2>"$RUN/$tag/recv.err" &
             local recv=$!
             PIDS+=($recv)
-            wait_line "$RUN/$tag/recv.err" "receive: ready"
+            need_line "$RUN/$tag/recv.err" "receive: ready"
             if [ "$who" = vlbiflow ]; then
                 /usr/bin/time -o "$RUN/$tag/time" -f '%U %S %e' "$VLBIFLOW" relay --listen 127.0.0.1:$in \
                     --to "udps@127.0.0.1:$out" --idle 4s --json >"$RUN/$tag/relay.json" 2>"$RUN/$tag/relay.err" &
                 local rel=$!
                 PIDS+=($rel)
-                wait_line "$RUN/$tag/relay.err" "relay: ready"
+                need_line "$RUN/$tag/relay.err" "relay: ready"
             else
                 /usr/bin/time -o "$RUN/$tag/time" -f '%U %S %e' "$JIVE5AB" -m 1 -p $ctl \
                     >"$RUN/$tag/relay.err" 2>&1 &
@@ -482,7 +476,7 @@ replay_bench() {
             --duration $((secs + 6)) --json >"$out/$1.json" 2>"$out/$1.err" &
         RECPID=$!
         PIDS+=($RECPID)
-        wait_line "$out/$1.err" "stream a: Vdif"
+        need_line "$out/$1.err" "stream a: Vdif"
     }
     rec replay_a a
     "$VLBIFLOW" gen --dest 127.0.0.1:$port --psn --threads 2 --rate 2Gbps --duration "$secs" --payload noise \

@@ -5,12 +5,13 @@
 # Usage: bench/record-50-streams.sh [DIR] [RATE per stream] [SECONDS]   (DIR on a real disk, not tmpfs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 dir=${1:-/var/tmp/vlbiflow-50}
 rate=${2:-40Mbps}
 secs=${3:-5}
 n=50
-bin=target/release/vlbiflow
-cargo build --release --locked -q -p vlbiflow
+bench_build
+bin=$BIN
 rm -rf "$dir"; mkdir -p "$dir"/{0,1,2,3} "$dir/out"
 start=2026-06-01T00:00:00Z
 streams=(); dests=()

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 10's acceptance run: a stream faster than this VM's disk (8 Gb/s of 8224-byte frames with PSN for
+# The recorder's acceptance run: a stream faster than this VM's disk (8 Gb/s of 8224-byte frames with PSN for
 # 15 s, about 15 GB) recorded by `vlbiflow record` with its DEFAULT pool onto four directories on the
 # disk. Prints gen's count of frames sent, the recorder's stored / lost / dropped for want of a buffer /
 # kernel drops, and checks lost == sent - stored exactly; then `vlbiflow check` on the scan.
@@ -7,22 +7,17 @@
 # Usage: bench/record-8g.sh [DIR (default /var/tmp/vf-8g)] [RATE (default 8Gbps)] [SECONDS (default 15)]
 # Needs about RATE x SECONDS / 8 bytes of free disk in DIR; deletes the scan afterwards.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-bin=$root/target/release/vlbiflow
+. "$(dirname "$0")/lib.sh"
+bench_build
+bin=$BIN
 dir=${1:-/var/tmp/vf-8g}
 rate=${2:-8Gbps}
 secs=${3:-15}
 port=4811
 rm -rf "$dir"; mkdir -p "$dir"/{0,1,2,3}
 trap 'rm -rf "$dir"' EXIT
-echo "machine: $(nproc) CPUs, $(free -g | awk '/Mem:/{print $2}') GiB, load $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%FT%TZ)"
-"$bin" record --stream a=vdif@127.0.0.1:$port,psn --disk "$dir"/0 --disk "$dir"/1 --disk "$dir"/2 --disk "$dir"/3 \
-  --scan t8g_xx_001 --json >"$dir/record.json" 2>"$dir/record.log" &
-rpid=$!
-for _ in $(seq 100); do [ -e "$dir/0/t8g_xx_001.vlbiflow.json" ] && break; sleep 0.1; done
-"$bin" gen --dest 127.0.0.1:$port --rate "$rate" --duration "$secs" --psn --json >"$dir/gen.json" 2>/dev/null
-sleep 1
-kill -INT $rpid; wait $rpid || true
+echo "machine: $(machine_line), $(free -g | awk '/Mem:/{print $2}') GiB"
+record_scan "$dir/" t8g_xx_001 $port "$rate" "$secs" "$dir"
 python3 - "$dir" <<'PY'
 import json, sys
 d = sys.argv[1]

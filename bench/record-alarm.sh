@@ -13,8 +13,9 @@
 #               bench/record-alarm.sh throttle 1Gbps 40000000 10 25
 # Env: DIR (default /var/tmp/vf-alarm), on the disk, not tmpfs. Deletes its scan afterwards.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-bin=$root/target/release/vlbiflow
+. "$(dirname "$0")/lib.sh"
+bench_build
+bin=$BIN
 mode=${1:?healthy or throttle}
 rate=${2:-1Gbps}
 dir=${DIR:-/var/tmp/vf-alarm}
@@ -35,7 +36,7 @@ trap cleanup EXIT
 src=$(df --output=source "$dir" | tail -1)
 dev=$(lsblk -no PKNAME "$src" 2>/dev/null | head -1)
 [ -n "$dev" ] && dev=$(cat "/sys/block/$dev/dev") || dev=$(cat "/sys/class/block/$(basename "$src")/dev")
-echo "machine: $(nproc) CPUs, $(free -g | awk '/Mem:/{print $2}') GiB, load $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%FT%TZ)"
+echo "machine: $(machine_line), $(free -g | awk '/Mem:/{print $2}') GiB"
 echo "disk: $src ($dev), $(df -h --output=fstype,size,avail "$dir" | tail -1)"
 case $mode in
   healthy) secs=10; rec_secs=12 ;;

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark of `vlbiflow record`: gen -> record over loopback at rising rates, with peers in the same run.
 
-    bench/record.py [--seconds 60] [--rates 1,2,4,6,8,10] [--targets tmpfs,disk] [--out docs/bench-record.md]
+    bench/record.py [--seconds 60] [--rates 1,2,4,6,8,10] [--targets tmpfs,disk] [--out docs/bench/record.md]
 
 For every rate (8224-byte frames, one datagram per frame, 8-byte PSN, one stream):
   * gen (core 0) -> `vlbiflow record` (core 1) into 4 directories on tmpfs and on the work tree's disk;
@@ -145,7 +145,7 @@ def main():
     ap.add_argument("--targets", default="tmpfs,disk")
     ap.add_argument("--max-gb", type=float, default=12)
     ap.add_argument("--peers", default="sink,iperf3")
-    ap.add_argument("--out", default=os.path.join(ROOT, "docs", "bench-record.md"))
+    ap.add_argument("--out", default=os.path.join(ROOT, "docs", "bench", "record.md"))
     a = ap.parse_args()
     sh("cargo", "build", "--release", "-q", "-p", "vlbiflow", cwd=ROOT)
     subprocess.run(["sysctl", "-qw", "net.core.rmem_max=268435456", "net.core.wmem_max=268435456"])

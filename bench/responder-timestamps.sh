@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Responder receive time stamps, before and after per-datagram kernel stamps (issue 9, item 4):
+# Responder receive time stamps, before and after per-datagram kernel stamps:
 # a paced UDP stream (1472-byte frames every 20 µs, and every 200 µs) from `vlbiflow net bw` to a
 # `vlbiflow net responder` on loopback, with two vlbiflow binaries alternating in the same run. Prints, per
 # run, the inter-arrival mode and median, the RFC 3550 jitter and the median 1-way delay above its minimum
@@ -10,10 +10,12 @@
 #   e.g. git worktree add /tmp/old 4c2ca61 && (cd /tmp/old && cargo build --release -p vlbiflow)
 #        bench/responder-timestamps.sh /tmp/old/target/release/vlbiflow target/release/vlbiflow 3
 set -euo pipefail
+. "$(dirname "$(realpath "$0")")/lib.sh"
 old=${1:?old vlbiflow binary}
 new=${2:?new vlbiflow binary}
 repeats=${3:-3}
 port=$(( 20000 + RANDOM % 20000 ))
+echo "# $(machine_line)"
 printf '%-4s %-8s %8s %10s %10s %10s %12s %8s\n' run binary spacing_us mode_us p50_us jitter_us delay_p50_us sent_ok
 for r in $(seq 1 "$repeats"); do
   for which in old new; do

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Does a CPU pattern alone draw the hypervisor's steal? (docs/bench-xfer.md, "On this host the real-time
-# class draws the hypervisor's steal".) Compiles a small C program that spins ON us and sleeps OFF us on
+# Does a CPU pattern alone draw the hypervisor's steal? (docs/bench/xfer.md, "Hypervisor
+# steal".) Compiles a small C program that spins ON us and sleeps OFF us on
 # one pinned CPU for SECONDS, and runs each pattern on CPU 1 and then on both CPUs at once, ROUNDS times;
 # each run prints its CPU seconds and the steal of its CPU (/proc/stat) over the run. Needs cc.
 #
 #   bench/steal-duty.sh [SECONDS] [ROUNDS]
 set -euo pipefail
+. "$(dirname "$(realpath "$0")")/lib.sh"
 SECS=${1:-8}
 ROUNDS=${2:-3}
 D=$(mktemp -d)
@@ -42,7 +43,7 @@ int main(int c, char **v) {
 }
 C
 cc -O2 -o "$D/duty" "$D/duty.c"
-echo "# steal by CPU pattern, $(date -u +%FT%TZ), $(nproc) CPUs, ${SECS} s per run (steal in ticks of 10 ms)"
+echo "# steal by CPU pattern, $(machine_line), ${SECS} s per run (steal in ticks of 10 ms)"
 for _ in $(seq "$ROUNDS"); do
   for p in "1000000 0" "50000 50000" "500 500" "250 250" "100 100" "2000 500"; do
     "$D/duty" $p "$SECS" 1

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A/B comparison of two builds of `vlbiflow xfer` on loopback (docs/bench-xfer.md, "Before and after"):
+# A/B comparison of two builds of `vlbiflow xfer` on loopback (docs/bench/xfer.md):
 # rounds alternate A, B, B, A, ... in one run, each pushing the same file on disk into a daemon writing to
 # disk, and print goodput and CPU seconds per GB at the sender (client) and the receiver (daemon), then the
 # median and range per build. Give the two binaries (e.g. one built before a change, copied aside, and one
@@ -17,6 +17,7 @@
 # less the machine's background measured before the rounds, so that kernel work charged to neither end
 # (writeback threads, softirq in other tasks) counts too.
 set -euo pipefail
+. "$(dirname "$(realpath "$0")")/lib.sh"
 if [ "${PEER:-0}" = 1 ] && ! command -v iperf3 >/dev/null; then
   echo "PEER=1 needs iperf3 (apt-get install iperf3)" >&2
   exit 1
@@ -27,23 +28,14 @@ SIZE_MB=${3:-1000}
 ROUNDS=${4:-6}
 RATE=${RATE:-}
 OPTS=${OPTS:-}
-SCRATCH=${SCRATCH:-/var/tmp/vf-xfer-ab-$$}
 PORT=$((47000 + $$ % 1000))
-mkdir -p "$SCRATCH"/src "$SCRATCH"/dst "$SCRATCH"/state
-export XDG_STATE_HOME=$SCRATCH/state
+scratch_dirs vf-xfer-ab
 SRV=
-cleanup() {
-  [ -n "$SRV" ] && kill "$SRV" 2>/dev/null && wait "$SRV" 2>/dev/null || true
-  rm -rf "$SCRATCH"
-}
-trap cleanup EXIT
-cpu_of() { awk '{print ($14 + $15) / 100}' "/proc/$1/stat" 2>/dev/null || echo 0; }
-. "$(dirname "$(realpath "$0")")/cpu.sh"
+on_exit_kill SRV
 
-head -c $((SIZE_MB * 1000000)) /dev/urandom >"$SCRATCH/src/data.bin"
-sync
+source_file "$SIZE_MB" "$SCRATCH/src/data.bin"
 BG=$(machine_background 5)
-echo "# xfer A/B on loopback, $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# xfer A/B on loopback, $(machine_line)"
 echo "# A = $A"
 echo "# B = $B"
 echo "# ${SIZE_MB} MB file on $(df --output=source "$SCRATCH" | tail -1), ${ROUNDS} rounds per build, rate ${RATE:-automatic} ${OPTS}"
@@ -58,7 +50,7 @@ run() { # run ROUND NAME BIN
   [ "${COLD:-0}" = 1 ] && { sync; echo 3 >/proc/sys/vm/drop_caches; }
   "$bin" xfer serve --listen 127.0.0.1:$PORT --root data="$SCRATCH/dst" 2>"$SCRATCH/serve.err" &
   SRV=$!
-  for _ in $(seq 100); do grep -q 'serving on' "$SCRATCH/serve.err" 2>/dev/null && break; sleep 0.1; done
+  wait_line "$SCRATCH/serve.err" 'serving on' 100 || true
   local c0 c1 m0 m1
   c0=$(cpu_of $SRV)
   m0=$(machine_mark)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 11's acceptance run (docs/bench-xfer.md), not part of CI. Needs root, iperf3, b3sum and nmap
+# The acceptance run of `vlbiflow xfer` (docs/bench/xfer.md), not part of CI. Needs root, iperf3, b3sum and nmap
 # (apt-get install iperf3 b3sum nmap), about 2 x SIZE of free disk in DIR.
 #
 #  1. `vlbiflow gen` -> `vlbiflow record` on loopback: a Mark6 scan of about SIZE (RATE x SECS) on four
@@ -21,12 +21,12 @@
 #   bench/xfer-accept.sh [DIR (default /var/tmp/vf-accept-PID)] [RATE (default 4Gbps)] [SECS (default 40)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 PID=$$
 DIR=${1:-/var/tmp/vf-accept-$PID}
 RATE=${2:-4Gbps}
 SECS=${3:-40}
-BIN=${BIN:-$PWD/target/release/vlbiflow}
-[ -x "$BIN" ] || cargo build --release -q -p vlbiflow
+bench_build
 A=vf-acc-$PID-a
 B=vf-acc-$PID-b
 NET=10.$((180 + PID % 50)).$(((PID / 50) % 250))
@@ -40,22 +40,15 @@ free=$(df --output=avail -B1G "$(dirname "$DIR")" | tail -1)
 [ "$free" -ge $((need + 4)) ] || { echo "needs about $need GB (+4 left for others) free under $(dirname "$DIR"), has $free" >&2; exit 2; }
 mkdir -p "$DIR"/disk{0,1,2,3} "$DIR"/dst "$DIR"/state
 # settle before each push: the last push's 20 GB, deleted, go to the disk as discards for a while after
-# (bench/settle.sh), and a push should not start while they are going. (3b and the rerun of step 4 read
+# (bench/lib.sh), and a push should not start while they are going. (3b and the rerun of step 4 read
 # the scan cold, the earlier pushes having pushed it out of the page cache; on a slow disk that, not the
-# discards, holds them: docs/bench-xfer.md, 2026-11-27.)
+# discards, holds them: docs/bench/xfer.md, "Method and caveats".)
 SCRATCH=$DIR
-. "$(dirname "$(realpath "$0")")/settle.sh"
 export XDG_STATE_HOME=$DIR/state
-sysctl -qw net.core.rmem_max=268435456 net.core.wmem_max=268435456 2>/dev/null || true
+raise_socket_buffers
 EMU= SRV= PUSH= NMAP=
-cleanup() {
-  for p in $PUSH $NMAP $SRV $EMU; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null || true; done
-  rm -rf "$DIR"
-}
-trap cleanup EXIT
+on_exit_kill PUSH NMAP SRV EMU
 load() { cut -d' ' -f1-3 /proc/loadavg; }
-cpu_of() { awk '{print ($14 + $15) / 100}' "/proc/$1/stat" 2>/dev/null || echo 0; }
-jget() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
 metric() { # metric NAME: first value of a metric of the daemon in namespace B
   ip netns exec $B curl -s --max-time 2 http://127.0.0.1:9477/metrics 2>/dev/null | awk -v n="$1" '!done && ($1 == n || index($1, n "{") == 1) {print $2; done = 1}'
 }
@@ -68,13 +61,7 @@ echo "# binary $BIN ($(git rev-parse --short HEAD 2>/dev/null || echo '?')), scr
 # and reported the drops. On such a disk record the same 20 GB at half the rate: "" 2Gbps 80.)
 settle
 echo "## 1. record: gen $RATE for $SECS s -> record (Mark6, 4 directories), load $(load)"
-"$BIN" record --stream a=vdif@127.0.0.1:$PORT,psn --disk "$DIR"/disk0 --disk "$DIR"/disk1 --disk "$DIR"/disk2 \
-  --disk "$DIR"/disk3 --scan $SCAN --json >"$DIR/record.json" 2>"$DIR/record.log" &
-REC=$!
-for _ in $(seq 100); do [ -e "$DIR/disk0/$SCAN.vlbiflow.json" ] && break; sleep 0.1; done
-"$BIN" gen --dest 127.0.0.1:$PORT --rate "$RATE" --duration "$SECS" --psn --json >"$DIR/gen.json" 2>/dev/null
-sleep 1
-kill -INT $REC; wait $REC || true
+record_scan "$DIR/disk" $SCAN $PORT "$RATE" "$SECS" "$DIR"
 python3 - "$DIR" <<'PY'
 import json, sys
 d = sys.argv[1]
@@ -94,11 +81,9 @@ SIZE=$(cat "$DIR/gather.size")
 echo "gather: $SIZE bytes, BLAKE3 $GATHER_HASH ($(python3 -c "print('%.1f s' % ($t1 - $t0))"))"
 
 echo "## 3. through pathemu: 2 Gb/s, 50 ms RTT, 1% loss each way, MTU 9000, queue 12.5 MB"
-"$BIN" pathemu ${EMU_OPTS:-} --ns-a $A --ns-b $B --addr-a $IA --addr-b $IB --mtu 9000 --json --duration 3600 \
-  --rtt 50ms --rate 2Gbps --queue 12500000 --loss 1% >"$DIR/emu.json" 2>"$DIR/emu.err" &
-EMU=$!
-for _ in $(seq 200); do grep -q '^pathemu: ready' "$DIR/emu.err" 2>/dev/null && break; sleep 0.1; done
-grep -q '^pathemu: ready' "$DIR/emu.err" || { cat "$DIR/emu.err" >&2; exit 1; }
+# shellcheck disable=SC2086
+emu_start "$DIR/emu.json" "$DIR/emu.err" ${EMU_OPTS:-} --ns-a $A --ns-b $B --addr-a $IA --addr-b $IB --mtu 9000 --json \
+  --duration 3600 --rtt 50ms --rate 2Gbps --queue 12500000 --loss 1%
 ip netns exec $B ip link set lo up
 start_daemon() {
   # shellcheck disable=SC2086
@@ -114,6 +99,14 @@ push() { # push OUT.json: the acceptance command, by scan name, from namespace A
   [ -n "${TRACE:-}" ] && mkdir -p "$TRACE" && trace=$TRACE/$(basename "$1" .json).csv
   VLBIFLOW_XFER_TRACE=$trace /usr/bin/time -f "%U %S" -o "$DIR/time" ip netns exec $A "$BIN" xfer push --scan $SCAN --disk "$DIR/disk*" \
     $IB:46230/data/acc ${PUSH_OPTS:-} --json >"$1" 2>>"$DIR/push.err"
+}
+verify_received() { # the received file against the local gather's hash, and `check` of it; then removed
+  local f h
+  f=$(ls "$DIR"/dst/acc/*.vdif)
+  h=$(b3sum --no-names "$f")
+  [ "$h" = "$GATHER_HASH" ] && echo "IDENTICAL to the local gather ($h)" || echo "DIFFERENT: $h vs gather $GATHER_HASH"
+  "$BIN" check "$f" -q | tail -3 || echo "check: exit $?"
+  rm -rf "$DIR"/dst/acc
 }
 data_port() { ip netns exec $B ss -Huanp 2>/dev/null | awk -v p="pid=$SRV," '!done && index($0, p) {n = split($4, a, ":"); print a[n]; done = 1}'; }
 
@@ -182,11 +175,7 @@ print(f"the receiver's count: {r['datagrams']} datagrams written, {r['duplicates
       f"dropped: {r['bad_tag']} bad tag, {r['malformed']} malformed, {r['wrong_transfer']} of another transfer or before hello, "
       f"{r['unknown_file']} for a file not announced")
 PY
-  F=$(ls "$DIR"/dst/acc/*.vdif)
-  H=$(b3sum --no-names "$F")
-  [ "$H" = "$GATHER_HASH" ] && echo "IDENTICAL to the local gather ($H)" || echo "DIFFERENT: $H vs gather $GATHER_HASH"
-  "$BIN" check "$F" -q | tail -3 || echo "check: exit $?"
-  rm -rf "$DIR"/dst/acc
+  verify_received
 }
 
 echo "### 3a. the push alone (the acceptance's goodput)"
@@ -222,17 +211,11 @@ print(f"rerun: {d['bytes_already_there']} bytes already there (re-verified), rem
       f"{'MET' if d['bytes_sent'] <= rem + chunk + rtx else 'NOT MET'}; goodput {d['goodput_bps'] / 1e9:.3f} Gb/s, "
       f"{d['seconds']:.1f} s")
 PY
-F=$(ls "$DIR"/dst/acc/*.vdif)
-H=$(b3sum --no-names "$F")
-[ "$H" = "$GATHER_HASH" ] && echo "IDENTICAL to the local gather ($H)" || echo "DIFFERENT: $H vs gather $GATHER_HASH"
-"$BIN" check "$F" -q | tail -3 || echo "check: exit $?"
-rm -rf "$DIR"/dst/acc
+verify_received
 kill $SRV; wait $SRV 2>/dev/null || true; SRV=
 
 echo "## 5. peers through the same emulator (iperf3, memory to memory, 20 s each; TCP buffers up to 128 MiB), load $(load)"
-for ns in $A $B; do
-  ip netns exec $ns sysctl -qw net.ipv4.tcp_rmem="4096 131072 134217728" net.ipv4.tcp_wmem="4096 131072 134217728" || true
-done
+ns_tcp_buffers $A $B
 ip netns exec $B iperf3 -s -B $IB -p 15201 >/dev/null 2>&1 &
 SRV=$!
 sleep 0.5
@@ -260,6 +243,6 @@ print(f"TCP {sys.argv[2]}: {d['sum_received']['bits_per_second'] / 1e9:.3f} Gb/s
 PY
 done
 kill $SRV; wait $SRV 2>/dev/null || true; SRV=
-kill $EMU; wait $EMU || true; EMU=
-jget "$DIR/emu.json" "json.dumps(d)" | cut -c1-600
+emu_stop
+json_get "$DIR/emu.json" "json.dumps(d)" | cut -c1-600
 echo "# done $(date -u +%FT%TZ), load $(load)"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Does `vlbiflow xfer` in automatic mode leave a competing TCP flow its share? (issue 11: the TCP flow
+# Does `vlbiflow xfer` in automatic mode leave a competing TCP flow its share? (the target: the TCP flow
 # keeps >= 40% of the bottleneck). Through `vlbiflow pathemu` (default 2 Gb/s, 50 ms RTT, no random loss,
 # MTU 9000, drop-tail queue of one bandwidth-delay product): for TCP CUBIC and TCP BBR in turn, an iperf3
 # flow runs alone for 10 s, then `xfer push` of a file on disk into a daemon runs beside it until it is
@@ -11,39 +11,27 @@
 #   bench/xfer-compete.sh [BIN] [SIZE_MB] [RTT_MS] [LOSS_%]
 #   e.g. bench/xfer-compete.sh target/release/vlbiflow 1000 50 0
 set -euo pipefail
-BIN=$(realpath "${1:-target/release/vlbiflow}")
+. "$(dirname "$(realpath "$0")")/lib.sh"
+BIN=${1:+$(realpath "$1")}
+bench_build
 SIZE_MB=${2:-1000}
 RTT=${3:-50}
 LOSS=${4:-0}
 command -v iperf3 >/dev/null || { echo "needs iperf3 (apt-get install iperf3)" >&2; exit 1; }
-PID=$$
-NA=vf-cmp-$PID-a
-NB=vf-cmp-$PID-b
-NET=10.$((130 + PID % 30)).$(((PID / 30) % 250))
-SCRATCH=${SCRATCH:-/var/tmp/vf-xfer-cmp-$PID}
-mkdir -p "$SCRATCH"/src "$SCRATCH"/dst "$SCRATCH"/state
-export XDG_STATE_HOME=$SCRATCH/state
-sysctl -qw net.core.rmem_max=268435456 net.core.wmem_max=268435456 2>/dev/null || true
+ns_pair cmp 130
+scratch_dirs vf-xfer-cmp
+raise_socket_buffers
 EMU='' SRV='' IPS='' IPC=
-cleanup() {
-  for p in $IPC $IPS $SRV $EMU; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null || true; done
-  rm -rf "$SCRATCH"
-}
-trap cleanup EXIT
-q=$(python3 -c "print(max(4_000_000, int(2e9/8*$RTT/1000)))")
-"$BIN" pathemu ${EMU_OPTS:-} --ns-a $NA --ns-b $NB --addr-a $NET.1 --addr-b $NET.2 --mtu 9000 --duration 3600 --rtt "${RTT}ms" \
-  --rate 2Gbps --queue "$q" --loss "${LOSS}%" --json >"$SCRATCH/emu.out" 2>"$SCRATCH/emu.err" &
-EMU=$!
-for _ in $(seq 200); do grep -q '^pathemu: ready' "$SCRATCH/emu.err" 2>/dev/null && break; sleep 0.1; done
-grep -q '^pathemu: ready' "$SCRATCH/emu.err" || { cat "$SCRATCH/emu.err" >&2; exit 1; }
+on_exit_kill IPC IPS SRV EMU
+q=$(path_queue "$RTT")
+# shellcheck disable=SC2086
+emu_start "$SCRATCH/emu.out" "$SCRATCH/emu.err" ${EMU_OPTS:-} --ns-a $NA --ns-b $NB --addr-a $NET.1 --addr-b $NET.2 \
+  --mtu 9000 --duration 3600 --rtt "${RTT}ms" --rate 2Gbps --queue "$q" --loss "${LOSS}%" --json
 # TCP buffers up to 128 MiB in both namespaces (a BDP at 2 Gb/s and 100 ms is 25 MB; the default 6 MB caps
 # TCP at about 1 Gb/s at 50 ms)
-for ns in $NA $NB; do
-  ip netns exec $ns sysctl -qw net.ipv4.tcp_rmem="4096 131072 134217728" net.ipv4.tcp_wmem="4096 131072 134217728"
-done
-head -c $((SIZE_MB * 1000000)) /dev/urandom >"$SCRATCH/src/data.bin"
-sync
-echo "# xfer (automatic rate) beside one TCP flow through pathemu (2 Gb/s, ${RTT} ms RTT, ${LOSS}% loss each way, MTU 9000, queue $q B), $(date -u +%FT%TZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+ns_tcp_buffers $NA $NB
+source_file "$SIZE_MB" "$SCRATCH/src/data.bin"
+echo "# xfer (automatic rate) beside one TCP flow through pathemu (2 Gb/s, ${RTT} ms RTT, ${LOSS}% loss each way, MTU 9000, queue $q B), $(machine_line)"
 echo "# $BIN, ${SIZE_MB} MB file on disk into a daemon writing to disk; push options: ${PUSH_OPTS:-none}, serve options: ${SERVE_OPTS:-none}"
 echo
 echo "| TCP | TCP alone Mb/s | TCP beside xfer Mb/s | TCP share of 2 Gb/s | xfer goodput Mb/s | xfer retransmitted | together Mb/s | seconds beside | load |"
@@ -51,7 +39,7 @@ echo "| --- | --: | --: | --: | --: | --: | --: | --: | --: |"
 # shellcheck disable=SC2086
 ip netns exec $NB "$BIN" xfer serve --listen $NET.2:46230 --root data="$SCRATCH/dst" ${SERVE_OPTS:-} 2>"$SCRATCH/serve.err" &
 SRV=$!
-for _ in $(seq 100); do grep -q 'serving on' "$SCRATCH/serve.err" 2>/dev/null && break; sleep 0.1; done
+wait_line "$SCRATCH/serve.err" 'serving on' 100 || true
 ip netns exec $NB iperf3 -s -B $NET.2 -p 15301 >/dev/null 2>&1 &
 IPS=$!
 sleep 0.5

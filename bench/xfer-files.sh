@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Many small files: `vlbiflow xfer push` of a directory of N files on loopback into a daemon writing to
-# disk, against `cp -r` + `sync` of the same tree (docs/bench-xfer.md). Each xfer push ends only when
+# disk, against `cp -r` + `sync` of the same tree (docs/bench/xfer.md). Each xfer push ends only when
 # every file is verified, synced and renamed to its name with its manifest beside it; `cp` leaves the
 # files in the page cache until the `sync`. Rounds alternate A, B, B, A, ... with `cp` after each; give
 # the same binary twice to measure one build. Prints per round the seconds, files per second and MB/s,
@@ -9,21 +9,16 @@
 #   bench/xfer-files.sh BIN_A BIN_B [FILES] [SIZE_KB] [ROUNDS]
 #   e.g. bench/xfer-files.sh /var/tmp/vf-old target/release/vlbiflow 2000 64 3
 set -euo pipefail
+. "$(dirname "$(realpath "$0")")/lib.sh"
 A=$(realpath "$1")
 B=$(realpath "$2")
 FILES=${3:-2000}
 SIZE_KB=${4:-64}
 ROUNDS=${5:-3}
-SCRATCH=${SCRATCH:-/var/tmp/vf-xfer-files-$$}
 PORT=$((48000 + $$ % 1000))
-mkdir -p "$SCRATCH"/src "$SCRATCH"/dst "$SCRATCH"/state
-export XDG_STATE_HOME=$SCRATCH/state
+scratch_dirs vf-xfer-files
 SRV=
-cleanup() {
-  [ -n "$SRV" ] && kill "$SRV" 2>/dev/null && wait "$SRV" 2>/dev/null || true
-  rm -rf "$SCRATCH"
-}
-trap cleanup EXIT
+on_exit_kill SRV
 
 python3 - "$SCRATCH/src/tree" "$FILES" "$SIZE_KB" <<'PY'
 import os, sys
@@ -36,7 +31,7 @@ for i in range(n):
 PY
 sync
 MB=$(python3 -c "print($FILES * $SIZE_KB * 1024 / 1e6)")
-echo "# many small files on loopback, $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# many small files on loopback, $(machine_line)"
 echo "# A = $A"
 echo "# B = $B"
 echo "# $FILES files of $SIZE_KB KiB ($MB MB) in $(((FILES + 499) / 500)) directories on $(df --output=source "$SCRATCH" | tail -1), $ROUNDS rounds per variant"
@@ -58,7 +53,7 @@ push() { # push ROUND NAME BIN
   sync # as before cp: the previous round's deletions are not this round's to write
   "$3" xfer serve --listen 127.0.0.1:$PORT --root data="$SCRATCH/dst" 2>"$SCRATCH/serve.err" &
   SRV=$!
-  for _ in $(seq 100); do grep -q 'serving on' "$SCRATCH/serve.err" 2>/dev/null && break; sleep 0.1; done
+  wait_line "$SCRATCH/serve.err" 'serving on' 100 || true
   local t0 t1
   t0=$(date +%s.%N)
   if ! "$3" xfer push "$SCRATCH/src/tree" 127.0.0.1:$PORT/data --json >"$SCRATCH/xfer.json" 2>"$SCRATCH/xfer.err"; then

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A/B comparison of two variants of `vlbiflow xfer push` through `vlbiflow pathemu` (docs/bench-xfer.md):
+# A/B comparison of two variants of `vlbiflow xfer push` through `vlbiflow pathemu` (docs/bench/xfer.md):
 # one emulator for the whole run (default 2 Gb/s, 50 ms RTT, 1% random loss each way, MTU 9000, queue one
 # bandwidth-delay product), rounds alternating A, B, B, A, ..., each a push of the same file on disk into a
 # daemon writing to disk; per round the goodput, the retransmitted fraction, CPU seconds and major page
@@ -23,40 +23,27 @@
 #   bench/xfer-path-ab.sh BIN_A "OPTS_A" BIN_B "OPTS_B" [SIZE_MB] [ROUNDS] [RTT_MS] [LOSS_%]
 #   e.g. bench/xfer-path-ab.sh target/release/vlbiflow "" target/release/vlbiflow "--rate 2Gbps" 2000 4
 set -euo pipefail
+. "$(dirname "$(realpath "$0")")/lib.sh"
 A=$(realpath "$1"); OA=$2
 B=$(realpath "$3"); OB=$4
 SIZE_MB=${5:-2000}
 ROUNDS=${6:-4}
 RTT=${7:-50}
 LOSS=${8:-1}
-PID=$$
-NA=vf-pab-$PID-a
-NB=vf-pab-$PID-b
-NET=10.$((100 + PID % 30)).$(((PID / 30) % 250))
-SCRATCH=${SCRATCH:-/var/tmp/vf-xfer-pab-$PID}
-mkdir -p "$SCRATCH"/src "$SCRATCH"/dst "$SCRATCH"/state
-export XDG_STATE_HOME=$SCRATCH/state
-sysctl -qw net.core.rmem_max=268435456 net.core.wmem_max=268435456 2>/dev/null || true
+ns_pair pab 100
+scratch_dirs vf-xfer-pab
+raise_socket_buffers
 EMU= SRV=
-cleanup() {
-  for p in $SRV $EMU; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null || true; done
-  rm -rf "$SCRATCH"
-}
-trap cleanup EXIT
-q=${QUEUE:-$(python3 -c "print(max(4_000_000, int(2e9/8*$RTT/1000)))")}
+on_exit_kill SRV EMU
+q=${QUEUE:-$(path_queue "$RTT")}
 start_emu() {
-  "$A" pathemu ${EMU_OPTS:-} --ns-a $NA --ns-b $NB --addr-a $NET.1 --addr-b $NET.2 --mtu 9000 --duration 3600 --rtt ${RTT}ms \
-    --rate 2Gbps --queue $q --loss ${LOSS}% --json >"$SCRATCH/emu.out" 2>"$SCRATCH/emu.err" &
-  EMU=$!
-  for _ in $(seq 200); do grep -q '^pathemu: ready' "$SCRATCH/emu.err" 2>/dev/null && break; sleep 0.1; done
-  grep -q '^pathemu: ready' "$SCRATCH/emu.err" || { cat "$SCRATCH/emu.err" >&2; exit 1; }
+  # shellcheck disable=SC2086
+  EMU_BIN=$A emu_start "$SCRATCH/emu.out" "$SCRATCH/emu.err" ${EMU_OPTS:-} --ns-a $NA --ns-b $NB --addr-a $NET.1 \
+    --addr-b $NET.2 --mtu 9000 --duration 3600 --rtt ${RTT}ms --rate 2Gbps --queue $q --loss ${LOSS}% --json
 }
-stop_emu() { kill $EMU; wait $EMU || true; EMU=; }
 # drops at the queue of the data direction, as the emulator reported them when it stopped
-# settle: sync and wait for the disk's discards before a run (bench/settle.sh says why)
-. "$(dirname "$(realpath "$0")")/settle.sh"
+# settle: sync and wait for the disk's discards before a run (bench/lib.sh says why)
 # machine_mark and machine_steal: the CPU time the hypervisor took from this machine during each push
-. "$(dirname "$(realpath "$0")")/cpu.sh"
 queue_drops() { python3 -c "import json; print(json.load(open('$SCRATCH/emu.out'))['report']['a_to_b']['dropped_queue'])"; }
 # the flood: waits for the push's data port (the daemon's UDP socket) and transfer id (its metrics), then
 # FLOOD_AT seconds more
@@ -90,9 +77,8 @@ PY
 }
 PER_ROUND=${EMU_PER_ROUND:-0}
 [ "$PER_ROUND" = 1 ] || start_emu
-head -c $((SIZE_MB * 1000000)) /dev/urandom >"$SCRATCH/src/data.bin"
-sync
-echo "# xfer A/B through pathemu (2 Gb/s, ${RTT} ms RTT, ${LOSS}% loss each way, MTU 9000, queue $q B), $(date -u +%FT%TZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+source_file "$SIZE_MB" "$SCRATCH/src/data.bin"
+echo "# xfer A/B through pathemu (2 Gb/s, ${RTT} ms RTT, ${LOSS}% loss each way, MTU 9000, queue $q B), $(machine_line)"
 echo "# A = $A $OA${SERVE_A:+ (serve $SERVE_A)}"
 echo "# B = $B $OB${SERVE_B:+ (serve $SERVE_B)}"
 echo "# ${SIZE_MB} MB file, ${ROUNDS} rounds per variant, source $([ "${COLD:-0}" = 1 ] && echo "dropped from the page cache before each push" || echo "in the page cache")"
@@ -106,7 +92,7 @@ push_once() {
   # shellcheck disable=SC2086
   ip netns exec $NB "$bin" xfer serve --listen $NET.2:46230 --root data="$SCRATCH/dst" --metrics 127.0.0.1:9477 $sopts 2>"$SCRATCH/serve.err" &
   SRV=$!
-  for _ in $(seq 100); do grep -q 'serving on' "$SCRATCH/serve.err" 2>/dev/null && break; sleep 0.1; done
+  wait_line "$SCRATCH/serve.err" 'serving on' 100 || true
   settle
   if [ "${COLD:-0}" = 1 ]; then echo 3 >/proc/sys/vm/drop_caches; fi
   c0=$(awk '{print ($14 + $15) / 100}' /proc/$SRV/stat); f0=$(awk '{print $12}' /proc/$SRV/stat)
@@ -123,7 +109,7 @@ push_once() {
   SRV_CPU=$(python3 -c "print(round($c1 - $c0, 2))"); SRV_FAULTS=$((f1 - f0))
   kill $SRV; wait $SRV 2>/dev/null || true; SRV=
   DROPS=-
-  if [ "$PER_ROUND" = 1 ]; then stop_emu; DROPS=$(queue_drops); fi
+  if [ "$PER_ROUND" = 1 ]; then emu_stop; DROPS=$(queue_drops); fi
 }
 # WARMUP=1 (the default): one push of A before the rounds, not counted: the first push after the script
 # started was slower in every A/B (a fresh emulator, binaries not yet read), and the alternation gives
@@ -175,6 +161,6 @@ for v in "AB":
               f"CPU s/GB sender {statistics.median(cs):.2f} ({cs[0]:.2f}-{cs[-1]:.2f}), receiver {statistics.median(cr):.2f} ({cr[0]:.2f}-{cr[-1]:.2f})")
 PY
 if [ "$PER_ROUND" != 1 ]; then
-  stop_emu
+  emu_stop
   echo "emulator, the whole run: $(grep -o '"dropped_queue": [0-9]*' "$SCRATCH/emu.out" | tr '\n' ' ')"
 fi

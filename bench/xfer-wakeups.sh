@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
-# Where the threads of one `vlbiflow xfer push` sleep and wake (docs/bench-xfer.md, "Fewer wake-ups of the
-# sender's data thread"): one push of a SIZE_MB file on disk through `vlbiflow pathemu` (2 Gb/s, RTT_MS,
-# LOSS_% each way, MTU 9000, queue one bandwidth-delay product but at least 4 MB) into a daemon writing to
-# disk, the page cache dropped before it. While it runs, every thread of both ends is read from
-# /proc/PID/task/*/status five times a second; the table has each thread's voluntary and involuntary
-# context switches (per second of the push) and CPU seconds, as last read. Threads that ended between two
-# readings show what they had then. Needs root.
+# Where the threads of one `vlbiflow xfer push` sleep and wake (docs/bench/xfer.md): one push of a SIZE_MB
+# file on disk through `vlbiflow pathemu` (2 Gb/s, RTT_MS, LOSS_% each way, MTU 9000, queue one
+# bandwidth-delay product but at least 4 MB) into a daemon writing to disk, the page cache dropped before
+# it. While it runs, every thread of both ends is read from /proc/PID/task/*/status five times a second;
+# the table has each thread's voluntary and involuntary context switches (per second of the push) and
+# CPU seconds, as last read. Threads that ended between two readings show what they had then. Needs root.
 #
 # PERF=1 also counts the client's system calls that sleep or send (futex, sched_yield, sendmmsg, recvfrom,
 # pread64) and its context switches with `perf stat` (which itself raises the client's CPU: compare the
@@ -16,6 +15,7 @@
 #   bench/xfer-wakeups.sh BIN [SIZE_MB] [RTT_MS] [LOSS_%]
 #   e.g. bench/xfer-wakeups.sh target/release/vlbiflow 3000 20 0
 set -euo pipefail
+. "$(dirname "$(realpath "$0")")/lib.sh"
 if [ $# -lt 1 ] || [ ! -x "$1" ]; then
   echo "usage: bench/xfer-wakeups.sh BIN [SIZE_MB] [RTT_MS] [LOSS_%] (BIN: a vlbiflow binary; got: ${1:-nothing})" >&2
   exit 2
@@ -27,36 +27,24 @@ LOSS=${4:-0}
 PUSH_OPTS=${PUSH_OPTS---realtime}
 SERVE_OPTS=${SERVE_OPTS---realtime}
 EMU_OPTS=${EMU_OPTS---realtime}
-PID=$$
-NA=vf-wk-$PID-a
-NB=vf-wk-$PID-b
-NET=10.$((100 + PID % 30)).$(((PID / 30) % 250))
-SCRATCH=${SCRATCH:-/var/tmp/vf-xfer-wakeups-$PID}
-mkdir -p "$SCRATCH"/src "$SCRATCH"/dst "$SCRATCH"/state
-export XDG_STATE_HOME=$SCRATCH/state
-sysctl -qw net.core.rmem_max=268435456 net.core.wmem_max=268435456 2>/dev/null || true
+ns_pair wk 100
+scratch_dirs vf-xfer-wakeups
+raise_socket_buffers
 EMU= SRV=
-cleanup() {
-  for p in $SRV $EMU; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null || true; done
-  rm -rf "$SCRATCH"
-}
-trap cleanup EXIT
-. "$(dirname "$(realpath "$0")")/settle.sh"
-q=$(python3 -c "print(max(4_000_000, int(2e9/8*$RTT/1000)))")
+on_exit_kill SRV EMU
+q=$(path_queue "$RTT")
 # shellcheck disable=SC2086
-"$BIN" pathemu $EMU_OPTS --ns-a $NA --ns-b $NB --addr-a $NET.1 --addr-b $NET.2 --mtu 9000 --duration 3600 \
-  --rtt "${RTT}ms" --rate 2Gbps --queue "$q" --loss "${LOSS}%" >/dev/null 2>"$SCRATCH/emu.err" &
-EMU=$!
-for _ in $(seq 200); do grep -q '^pathemu: ready' "$SCRATCH/emu.err" 2>/dev/null && break; sleep 0.1; done
-grep -q '^pathemu: ready' "$SCRATCH/emu.err" || { cat "$SCRATCH/emu.err" >&2; exit 1; }
+# shellcheck disable=SC2086
+emu_start /dev/null "$SCRATCH/emu.err" $EMU_OPTS --ns-a $NA --ns-b $NB --addr-a $NET.1 --addr-b $NET.2 --mtu 9000 \
+  --duration 3600 --rtt "${RTT}ms" --rate 2Gbps --queue "$q" --loss "${LOSS}%"
 head -c $((SIZE_MB * 1000000)) /dev/urandom >"$SCRATCH/src/data.bin"
 # shellcheck disable=SC2086
 ip netns exec $NB "$BIN" xfer serve --listen $NET.2:46230 --root data="$SCRATCH/dst" $SERVE_OPTS 2>"$SCRATCH/serve.err" &
 SRV=$!
-for _ in $(seq 100); do grep -q 'serving on' "$SCRATCH/serve.err" 2>/dev/null && break; sleep 0.1; done
+wait_line "$SCRATCH/serve.err" 'serving on' 100 || true
 settle
 sync; echo 3 >/proc/sys/vm/drop_caches
-echo "# xfer push wake-ups through pathemu (2 Gb/s, ${RTT} ms RTT, ${LOSS}% loss each way, MTU 9000, queue $q B), $(date -u +%FT%TZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# xfer push wake-ups through pathemu (2 Gb/s, ${RTT} ms RTT, ${LOSS}% loss each way, MTU 9000, queue $q B), $(machine_line)"
 echo "# $BIN, ${SIZE_MB} MB cold; push: ${PUSH_OPTS:-(none)}, serve: ${SERVE_OPTS:-(none)}"
 PERF_CMD=()
 if [ "${PERF:-0}" = 1 ]; then

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmark of `vlbiflow xfer` (docs/bench-xfer.md): through `vlbiflow pathemu` (2 Gb/s bottleneck, MTU 9000),
+# Benchmark of `vlbiflow xfer` (docs/bench/xfer.md): through `vlbiflow pathemu` (2 Gb/s bottleneck, MTU 9000),
 # vlbiflow xfer (file to file on disk) against TCP CUBIC and TCP BBR (memory to memory, iperf3 -C when installed,
 # and BBR file to file with iperf3 -F),
 # alternating in one run, over RTT 0/20/100 ms and random loss 0/0.1/1/5 %, with CPU seconds per GB at both
@@ -12,7 +12,7 @@
 #   per point in alternating order, and a summary of their medians
 #
 # Optional peer: Tsunami, if TSUNAMI_DIR names a build of its public source (tsunamid and tsunami binaries);
-# this script neither fetches nor builds it (docs/bench-xfer.md says how it was built). Its row: a pull at a
+# this script neither fetches nor builds it (docs/bench/xfer.md says how it was built). Its row: a pull at a
 # fixed 1900M, file on disk to file on disk; sender CPU is tsunamid's child, receiver CPU the client.
 # EMU_OPTS: extra options for the emulator (e.g. --realtime).
 # PUSH_OPTS / SERVE_OPTS: extra options for xfer's client and daemon on the emulated path (e.g. both
@@ -35,6 +35,7 @@
 # a shallow switch buffer).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 SIZE_MB=${1:-2000}
 RTTS=${2-"0 20 100"}     # an empty list skips the emulator grid: bench/xfer.sh 3000 "" "" runs the loopback part alone
 LOSSES=${3-"0 0.1 1 5"}
@@ -44,48 +45,30 @@ if [ "$NO_TCP" != 1 ] && ! command -v iperf3 >/dev/null; then
   echo "needs iperf3 for the TCP peers (apt-get install iperf3), or NO_TCP=1 for xfer alone" >&2; exit 2
 fi
 NO_LOOPBACK=${NO_LOOPBACK:-0}
-if [ -z "${BIN:-}" ]; then   # BIN=path: benchmark that build instead (e.g. one kept from before a change)
-  cargo build --release -q -p vlbiflow
-  BIN=$PWD/target/release/vlbiflow
-fi
+bench_build   # BIN=path: benchmark that build instead (e.g. one kept from before a change)
 PID=$$
 A=vf-bx-$PID-a
 B=vf-bx-$PID-b
 NET=10.$((130 + PID % 100)).$(((PID / 100) % 250))
 IA=$NET.1
 IB=$NET.2
-SCRATCH=${SCRATCH:-/var/tmp/vf-bench-xfer-$PID}
-mkdir -p "$SCRATCH"/src "$SCRATCH"/dst "$SCRATCH"/state
-export XDG_STATE_HOME=$SCRATCH/state
-sysctl -qw net.core.rmem_max=268435456 net.core.wmem_max=268435456 2>/dev/null || true
+scratch_dirs vf-bench-xfer
+raise_socket_buffers
 EMU= SRV=
-cleanup() {
-  [ -n "$SRV" ] && kill "$SRV" 2>/dev/null && wait "$SRV" 2>/dev/null || true
-  [ -n "$EMU" ] && kill "$EMU" 2>/dev/null && wait "$EMU" 2>/dev/null || true
-  rm -rf "$SCRATCH"
-}
-trap cleanup EXIT
+on_exit_kill SRV EMU
 
 start_emu() {
-  "$BIN" pathemu ${EMU_OPTS:-} --ns-a $A --ns-b $B --addr-a $IA --addr-b $IB --mtu 9000 --json --duration 3600 "$@" \
-    >"$SCRATCH/emu.json" 2>"$SCRATCH/emu.err" &
-  EMU=$!
-  for _ in $(seq 200); do grep -q '^pathemu: ready' "$SCRATCH/emu.err" 2>/dev/null && return; sleep 0.1; done
-  echo "pathemu did not start:" >&2; cat "$SCRATCH/emu.err" >&2; exit 1
+  # shellcheck disable=SC2086
+  emu_start "$SCRATCH/emu.json" "$SCRATCH/emu.err" ${EMU_OPTS:-} --ns-a $A --ns-b $B --addr-a $IA --addr-b $IB \
+    --mtu 9000 --json --duration 3600 "$@"
 }
-stop_emu() { kill "$EMU"; wait "$EMU" || true; EMU=; }
-# settle: sync and wait for the disk's discards before a run (bench/settle.sh says why)
-. bench/settle.sh
+# settle: sync and wait for the disk's discards before a run (bench/lib.sh says why)
 cold() { settle; if [ "${COLD:-0}" = 1 ]; then echo 3 >/proc/sys/vm/drop_caches; fi; }
-cpu_of() { awk '{print ($14 + $15) / 100}' "/proc/$1/stat" 2>/dev/null || echo 0; }
-. bench/cpu.sh
-json() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
 
-echo "# vlbiflow xfer benchmark, $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# vlbiflow xfer benchmark, $(machine_line)"
 echo "# file ${SIZE_MB} MB on $(df --output=source "$SCRATCH" | tail -1), bottleneck 2 Gb/s, MTU 9000, source file $([ "${COLD:-0}" = 1 ] && echo "dropped from the page cache before each file-to-file run" || echo "in the page cache")"
 echo "# xfer push options: ${PUSH_OPTS:-none}; serve options: ${SERVE_OPTS:-none}; emulator options: ${EMU_OPTS:-none}"
-head -c $((SIZE_MB * 1000000)) /dev/urandom >"$SCRATCH/src/data.bin"
-sync
+source_file "$SIZE_MB" "$SCRATCH/src/data.bin"
 BG=$(machine_background 5)
 echo "# the machine's background before the grid: $BG busy CPU s/s, subtracted from each run's machine CPU"
 
@@ -96,7 +79,7 @@ run_xfer() {
   # shellcheck disable=SC2086
   ip netns exec $B "$BIN" xfer serve --listen $IB:46230 --root data="$SCRATCH/dst" ${SERVE_OPTS:-} 2>"$SCRATCH/serve.err" &
   SRV=$!
-  for _ in $(seq 100); do grep -q 'serving on' "$SCRATCH/serve.err" 2>/dev/null && break; sleep 0.1; done
+  wait_line "$SCRATCH/serve.err" 'serving on' 100 || true
   cold
   c0=$(cpu_of $SRV)
   e0=$(cpu_of $EMU)
@@ -260,7 +243,7 @@ echo "| --: | --: | --- | --: | --: | --: | --: | --: | --: | --: | --: |"
 for rtt in $RTTS; do
   for loss in $LOSSES; do
     # queue: one bandwidth-delay product, at least 4 MB (QUEUE=BYTES: that, e.g. a shallow switch buffer)
-    q=${QUEUE:-$(python3 -c "print(max(4_000_000, int(2e9/8*$rtt/1000)))")}
+    q=${QUEUE:-$(path_queue "$rtt")}
     start_emu --rtt ${rtt}ms --rate 2Gbps --queue $q --loss ${loss}%
     # ROUNDS (default 1) runs of xfer and of TCP BBR file to file at each point, in alternating order
     # (xfer first in odd rounds): on this shared machine one run per point says little
@@ -268,9 +251,7 @@ for rtt in $RTTS; do
       if [ $((r % 2)) = 1 ]; then run_xfer; fi
       if [ "$NO_TCP" != 1 ]; then
         # TCP buffers up to 128 MiB (the default 6 MB holds TCP to about 6 MB per RTT: 240 Mb/s at 100 ms)
-        for ns in $A $B; do
-          ip netns exec $ns sysctl -qw net.ipv4.tcp_rmem="4096 131072 134217728" net.ipv4.tcp_wmem="4096 131072 134217728"
-        done
+        ns_tcp_buffers $A $B
         # memory to memory (CUBIC, BBR) in the first round only; NO_MEM=1 leaves it out
         if [ "$r" = 1 ] && [ "${NO_MEM:-0}" != 1 ]; then run_tcp_memory; fi
         run_tcp_file
@@ -278,7 +259,7 @@ for rtt in $RTTS; do
       if [ $((r % 2)) = 0 ]; then run_xfer; fi
     done
     if [ -n "${TSUNAMI_DIR:-}" ]; then run_tsunami; fi
-    stop_emu
+    emu_stop
   done
 done
 if [ -n "$RTTS" ]; then
@@ -332,10 +313,10 @@ for r in $(seq "${LOOPBACK_ROUNDS:-3}"); do
   rm -f "$SCRATCH/dst/cp.bin"; sync; echo 3 >/proc/sys/vm/drop_caches
   "$BIN" xfer serve --listen 127.0.0.1:46299 --root data="$SCRATCH/dst" 2>"$SCRATCH/serve.err" &
   SRV=$!
-  for _ in $(seq 100); do grep -q 'serving on' "$SCRATCH/serve.err" 2>/dev/null && break; sleep 0.1; done
+  wait_line "$SCRATCH/serve.err" 'serving on' 100 || true
   "$BIN" xfer push "$SCRATCH/src/data.bin" 127.0.0.1:46299/data --rate 10Gbps --json >"$SCRATCH/xfer.json"
   kill $SRV; wait $SRV 2>/dev/null || true; SRV=
-  xr=$(json "$SCRATCH/xfer.json" "'%.0f' % (d['goodput_bps']/1e6)")
+  xr=$(json_get "$SCRATCH/xfer.json" "'%.0f' % (d['goodput_bps']/1e6)")
   echo "| $r | xfer (fixed 10 Gb/s ceiling, verified, synced) | $xr |"
   echo "$cpr $xr" >>"$SCRATCH/lo"
 done
