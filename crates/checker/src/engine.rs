@@ -243,7 +243,7 @@ pub struct ThreadReport {
     pub out_of_order: u64,
     pub invalid: u64,
     pub fill: u64,
-    /// missing / (frames + missing), as in the seeds/003 tables.
+    /// missing / (frames + missing), as in Haystack's Mark6 recording tests.
     pub loss_fraction: f64,
     pub first: String,
     pub last: String,

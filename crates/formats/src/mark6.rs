@@ -558,7 +558,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// File header bytes written by jive5ab (REFERENCE.md).
+    /// File header bytes written by jive5ab 3.1.0 (as in its source, <https://github.com/jive-vlbi/jive5ab>).
     const JIVE5AB_HEADER: [u8; 20] = [
         0x66, 0x66, 0xed, 0xfe, 0x02, 0x00, 0x00, 0x00, 0x08, 0xe7, 0xff, 0x00, 0x00, 0x00, 0x00, 0x00, 0x60,
         0x1f, 0x00, 0x00,

@@ -292,7 +292,7 @@ mod tests {
 
     #[test]
     fn baseband_example_time() {
-        // REFERENCE.md: epoch 48, second 5227200 -> 2024-03-01T12:00:00 (60.5 days after 2024-01-01).
+        // Epoch 48, second 5227200 -> 2024-03-01T12:00:00 (60.5 days after 2024-01-01).
         let t = VdifTime {
             epoch: 48,
             seconds: 5227200,

@@ -1,5 +1,6 @@
 //! VDIF (VLBI Data Interchange Format) frames: a 32-byte header (16 bytes with the legacy bit) followed by
-//! the payload. Eight little-endian 32-bit words; see `shared/REFERENCE.md` or the VDIF specification.
+//! the payload. Eight little-endian 32-bit words; see the VDIF specification
+//! (VDIF Task Force, release 1.0, 2009: <https://vlbi.org/vlbi-standards/vdif/>).
 //!
 //! [`VdifHeader`] is a zero-copy view over the header words, [`VdifFrame`] a view over a whole frame whose
 //! length field must match the buffer, and [`VdifHeaderRepr`] the parsed form with `parse`/`emit`.
@@ -779,7 +780,8 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// The worked example of REFERENCE.md, written and read back by baseband 4.3.0.
+    /// A header for 2024-03-01T12:00:00 (epoch 48, second 5227200), station "Xx", written and read back by
+    /// baseband 4.3.0.
     const BASEBAND_WORDS: [u32; 8] = [0x004fc2c0, 0x30000000, 0x20000404, 0x04005878, 0, 0, 0, 0];
 
     fn baseband_bytes() -> [u8; 32] {

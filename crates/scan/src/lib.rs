@@ -33,7 +33,8 @@ pub enum ScanFormat {
 /// Frame format carried by a stream (defined in `vlbiflow-formats`).
 pub use vlbiflow_formats::FrameKind;
 
-/// Counters of one stream (or one VDIF thread of it). "lost" follows the seeds/003 tables: frames the sender
+/// Counters of one stream (or one VDIF thread of it). "lost" follows Haystack's Mark6 recording tests
+/// (J. Barrett, "Simulated VDIF Recording Tests, June 2025", MIT Haystack memo, 2025): frames the sender
 /// sent that are not in the recording, as inferred from sequence numbers; `loss_fraction = lost / (received + lost)`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StreamCounters {
@@ -60,7 +61,7 @@ pub struct StreamCounters {
 }
 
 impl StreamCounters {
-    /// Loss fraction as in the seeds/003 tables: lost / (stored + lost).
+    /// Loss fraction as in Haystack's Mark6 recording tests: lost / (stored + lost).
     pub fn loss_fraction(&self) -> f64 {
         let expected = self.packets + self.lost;
         if expected == 0 {

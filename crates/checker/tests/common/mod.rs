@@ -1,4 +1,5 @@
-//! Fixture builders written from the published layouts (REFERENCE.md), byte by byte, independent of any
+//! Fixture builders written from the published layouts (the VDIF specification, the Mark 6
+//! scatter-gather format, jive5ab's FlexBuff naming), byte by byte, independent of any
 //! vlbiflow writer. VDIF headers come from `VdifHeaderRepr::emit`.
 #![allow(dead_code)]
 
@@ -9,7 +10,7 @@ use vlbiflow_formats::vdif::VdifHeaderRepr;
 pub const FRAME_LEN: usize = 1056;
 /// Frames per second per thread of the fixtures.
 pub const RATE: u32 = 100;
-/// Epoch 48 = 2024-01-01; second 5227200 = 2024-03-01T12:00:00 (REFERENCE.md worked example).
+/// Epoch 48 = 2024-01-01; second 5227200 = 2024-03-01T12:00:00 (epoch 48 starts 2024-01-01; 5227200 s is 60.5 days).
 pub const EPOCH: u8 = 48;
 pub const SECOND0: u32 = 5_227_200;
 

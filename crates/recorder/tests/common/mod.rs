@@ -1,5 +1,6 @@
 //! Helpers shared by the recorder integration tests: a small VDIF sender and independent readers of
-//! scatter-gather and FlexBuff scans (written from the byte layouts in shared/REFERENCE.md, deliberately
+//! scatter-gather and FlexBuff scans (written from the published byte layouts: the Mark 6 scatter-gather format of
+//! Haystack's Mark 6 software and jive5ab's FlexBuff chunks, <https://github.com/jive-vlbi/jive5ab>; deliberately
 //! not using the formats crate the recorder itself uses).
 #![allow(dead_code)]
 
@@ -137,7 +138,7 @@ pub struct SgBlock {
     pub file: PathBuf,
 }
 
-/// Parses a scatter-gather v2 file per REFERENCE.md: 20-byte header (sync 0xfeed6666, version 2, block
+/// Parses a scatter-gather v2 file (the Mark 6 layout): 20-byte header (sync 0xfeed6666, version 2, block
 /// size, packet format, packet size), then blocks of i32 number + i32 wb_size (header included) + data.
 /// Stops at a torn last block (reported as the second value).
 pub fn read_sg_file(path: &Path) -> (u32, Vec<SgBlock>, bool) {
