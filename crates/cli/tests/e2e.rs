@@ -1,7 +1,6 @@
 //! The whole chain as a station runs it, in separate processes: `gen` over UDP to `record` across four
 //! disks, then `check`, `gather` and `ls`; the generator's own `--output` file is the reference.
 
-use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 

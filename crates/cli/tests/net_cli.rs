@@ -4,7 +4,6 @@
 mod common;
 use common::{run, sh};
 use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::thread;
