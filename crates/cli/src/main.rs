@@ -9,6 +9,7 @@ use std::process::ExitCode;
 #[macro_use]
 mod out;
 mod cmd;
+mod reference;
 
 use vlbiflow_units as units;
 
@@ -46,7 +47,7 @@ enum Command {
     Sink(cmd::sink::Args),
     /// Record VDIF/Mark5B UDP streams to Mark6 scatter-gather or FlexBuff scans across disks
     Record(cmd::record::Args),
-    /// Check a recorded scan or frame files: continuity, loss, headers, time range, statistics
+    /// Check a scan or frame files: continuity, loss, headers, time range, statistics
     Check(cmd::check::Args),
     /// Reassemble a scatter-gather or FlexBuff scan into one frame file or standard output
     Gather(cmd::gather::Args),
@@ -60,7 +61,7 @@ enum Command {
     Status(cmd::status::Args),
     /// Measure the network: UDP loss and jitter, latency, TCP, capacity; mesh, archive
     Net(cmd::net::Args),
-    /// Correlator side of e-VLBI: receive, reorder, deliver a continuous stream, filling gaps
+    /// Correlator side of e-VLBI: receive, reorder, deliver one continuous stream with fill
     Receive(cmd::receive::Args),
     /// Relay a stream (net2net): receive, optionally reorder, fan out restamped and paced
     Relay(cmd::relay::Args),
@@ -70,6 +71,13 @@ enum Command {
     Pathemu(cmd::pathemu::Args),
     /// Move files and scans to a correlator: verified, resumable, authenticated, over UDP
     Xfer(cmd::xfer::Args),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
+    Completions(reference::CompletionsArgs),
+    /// Print the man page, or write one for every command into a directory
+    Man(reference::ManArgs),
+    /// Print the command-line reference in Markdown (docs/cli.md)
+    #[command(hide = true)]
+    CliReference,
 }
 
 fn main() -> ExitCode {
@@ -79,9 +87,8 @@ fn main() -> ExitCode {
         env!("CARGO_PKG_VERSION"),
         vlbiflow_xfer_proto::wire::VERSION
     );
-    let matches = Cli::command()
-        .long_version(&*Box::leak(long_version.into_boxed_str()))
-        .get_matches();
+    let command = Cli::command().long_version(&*Box::leak(long_version.into_boxed_str()));
+    let matches = command.clone().get_matches();
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(c) => c,
         Err(e) => e.exit(),
@@ -112,6 +119,20 @@ fn main() -> ExitCode {
         Command::Relay(a) => cmd::relay::run(a),
         Command::Play(a) => cmd::play::run(a),
         Command::Xfer(a) => cmd::xfer::run(a),
+        Command::Completions(a) => {
+            reference::completions(command, a);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man(a) => reference::man(command, a).map(|pages| {
+            for p in pages {
+                println!("{}", p.display());
+            }
+            ExitCode::SUCCESS
+        }),
+        Command::CliReference => {
+            print!("{}", reference::markdown(command));
+            Ok(ExitCode::SUCCESS)
+        }
     };
     match result {
         Ok(code) => code,

@@ -758,6 +758,15 @@ fn jive5ab_and_python_md(d: &Docs) {
     );
 }
 
+fn readme_reference(d: &Docs) {
+    let env = Env::new();
+    let f = "README.md";
+    env.run(&d.take(f, "vlbiflow completions bash"));
+    env.made("vlbiflow.bash");
+    env.run(&d.take(f, "vlbiflow man --out man1"));
+    env.made("man1/vlbiflow-record.1");
+}
+
 #[test]
 fn every_shell_example_in_the_docs_runs() {
     let d = Docs::load();
@@ -770,6 +779,7 @@ fn every_shell_example_in_the_docs_runs() {
     xfer_examples(&d);
     readme_recorder_daemon(&d);
     jive5ab_and_python_md(&d);
+    readme_reference(&d);
     d.skip_rest(
         "docs/bench/efficiency.md",
         "benchmarks as root for minutes (bench/efficiency.sh) and a redraw of their JSON",

@@ -27,7 +27,6 @@ pub mod xfer;
 /// file that cannot be read or written is an I/O error (5).
 pub mod exit {
     /// Done, nothing wrong.
-    #[allow(dead_code)] // the table in full: success is `ExitCode::SUCCESS`
     pub const OK: u8 = 0;
     /// The data has problems (missing frames, loss, bad headers), or a transfer ended unverified.
     pub const PROBLEMS: u8 = 1;
@@ -36,13 +35,23 @@ pub mod exit {
     /// The peer or daemon refused (authentication, token, policy, what it has).
     pub const REFUSED: u8 = 3;
     /// Not now: the daemon or the file is busy; retry later.
-    #[allow(dead_code)] // the table in full: busy comes from the transfer layer's own classes
     pub const BUSY: u8 = 4;
     /// Reading, writing, binding or reaching a peer failed.
     pub const IO: u8 = 5;
     /// A command with a finite job stopped by Ctrl-C (SIGINT) or SIGTERM before its end. Those that run
     /// until stopped (record, sink, receive, relay and the daemons) end normally on it: 0.
     pub const INTERRUPTED: u8 = 130;
+
+    /// The table as users read it (README.md "Exit codes" and docs/cli.md, both checked against it).
+    pub const TABLE: &[(u8, &str)] = &[
+        (OK, "done, nothing wrong"),
+        (PROBLEMS, "data problems: missing or bad frames, loss, a transfer that ended unverified (rerun it to resume); for `ctl`, a statement the daemon answered with an error return code (busy included)"),
+        (USAGE, "usage: bad arguments or configuration, or a scan, file, directory or glob pattern named on the command line that does not exist or matches nothing on this host"),
+        (REFUSED, "refused: the peer or daemon said no (key or token, unknown root or scan there, path outside its roots, existing file)"),
+        (BUSY, "busy: the daemon is at its limit or the file is being written by another transfer; retry later"),
+        (IO, "I/O error: a file or disk could not be read or written, a port could not be bound, a peer or daemon could not be reached (nothing listening, no route)"),
+        (INTERRUPTED, "interrupted: a command with a finite job (`gen`, `play`, `check`, `gather`, `ls`, `status`, `ctl`, `demo`, `xfer push`/`pull`/`copy`, the `net` measurements) stopped by Ctrl-C (SIGINT) or SIGTERM before its end. Commands that run until stopped (`record`, `sink`, `receive`, `relay`, `serve`, `xfer serve`, `net responder`/`hub`/`agent`) end normally on Ctrl-C or SIGTERM: 0, after their summary"),
+    ];
 }
 
 /// An error in what the user asked for (arguments, configuration, a named scan or file that is not
