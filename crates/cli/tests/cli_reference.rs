@@ -32,7 +32,7 @@ fn docs_cli_md_is_what_the_program_says() {
             .lines()
             .zip(file.lines())
             .position(|(a, b)| a != b)
-            .map_or_else(|| generated.lines().count().min(file.lines().count()), |i| i);
+            .unwrap_or_else(|| generated.lines().count().min(file.lines().count()));
         panic!(
             "docs/cli.md differs from the program's own reference from line {}: regenerate it with\n  \
              cargo run --release -- cli-reference > docs/cli.md\nprogram: {:?}\nfile:    {:?}",
