@@ -175,7 +175,7 @@ impl ReadError {
 /// Time and thread of a frame with data, from its header; None for frames marked invalid (VDIF) or with an
 /// undecodable time code (Mark5B).
 #[inline]
-fn stamp(kind: FrameKind, bytes: &[u8], ref_mjd: i64) -> Option<(u16, i64, u32)> {
+pub(crate) fn stamp(kind: FrameKind, bytes: &[u8], ref_mjd: i64) -> Option<(u16, i64, u32)> {
     match kind {
         FrameKind::M5b => {
             if bytes.len() < mark5b::HEADER_LEN {
@@ -472,6 +472,16 @@ impl SampleReader {
     }
 
     /// Bytes in the recording's files.
+    /// The recording being read.
+    pub fn recording(&self) -> &Recording {
+        &self.rec
+    }
+
+    /// Whether damage raises.
+    pub fn strict(&self) -> bool {
+        self.strict
+    }
+
     pub fn total_bytes(&self) -> u64 {
         self.rec.total_bytes()
     }

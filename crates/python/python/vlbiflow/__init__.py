@@ -22,7 +22,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 import numpy as np
 
 from . import _vlbiflow
-from ._vlbiflow import BASEBAND_SCALE, VlbiflowError
+from ._vlbiflow import BASEBAND_SCALE, VlbiflowError, __version__
 
 __all__ = [
     "open",
@@ -33,6 +33,7 @@ __all__ = [
     "RawFile",
     "VlbiflowError",
     "BASEBAND_SCALE",
+    "__version__",
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -269,9 +270,7 @@ class Scan:
         self, data: np.ndarray, count: int, fill: str, threads: int, out: Optional[np.ndarray]
     ) -> np.ndarray:
         mask = np.empty((count, threads), dtype=np.bool_) if fill == "mask" else None
-        rows = self._r.read_into(
-            data.ctypes.data, count, _FILL[fill], None if mask is None else mask.ctypes.data
-        )
+        rows = self._r.read_into(data, _FILL[fill], mask)
         if out is not None:
             result = out[:rows]
         else:
