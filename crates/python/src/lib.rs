@@ -130,6 +130,7 @@ impl Reader {
         if i.kind == vlbiflow_formats::FrameKind::M5b {
             d.set_item("ref_mjd", i.ref_mjd)?;
         }
+        d.set_item("first_header", PyBytes::new(py, &i.first_header))?;
         Ok(d)
     }
 

@@ -70,6 +70,8 @@ pub struct Info {
     pub start_frame: u32,
     /// Mark5B: the MJD the headers' MJD mod 1000 is resolved near.
     pub ref_mjd: i64,
+    /// Header of the first valid frame in stream order (what a reader of the gathered file sees first).
+    pub first_header: Vec<u8>,
 }
 
 /// Per-byte decoding table: the values `samples::decode` (or `samples::decode_mark5b`) gives for each byte
@@ -378,6 +380,7 @@ pub fn probe(
         start_second,
         start_frame,
         ref_mjd,
+        first_header: first[..header_len.min(first.len())].to_vec(),
     };
     Ok(Probe {
         info,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import io
 import os
 from typing import Any, Callable
 
@@ -41,24 +42,34 @@ class _Recording:
 
 
 def _header0(scan: Scan) -> VDIFHeader:
-    """The VDIF header of the first frame set's first thread, read from the recording's file."""
+    """The VDIF header of the first frame set's first thread: the first such frame in the recording's
+    stream of frames (read from its start, as `vlbiflow gather` writes it)."""
     i = scan.info
-    bits, nchan, ref_mjd = scan._m5b
-    h = _vlbiflow.headers(scan._args, scan._disks, scan._frame_rate, _HEADER0_FRAMES, scan._strict,
-                          bits, nchan, ref_mjd)
-    files = h.pop("_files")
-    col = {k: np.frombuffer(b, dtype=t) for k, (b, t) in h.items()}
-    first = np.flatnonzero(
-        ~col["fill"] & ~col["invalid"] & (col["thread_id"] == i["threads"][0])
-        & (col["frame_number"] == i["start_frame"])
-        & (np.abs(col["time"] - i["start_time"]) < 0.5 / i["frame_rate"])
-    )
-    if not len(first):
-        raise ValueError(f"{scan._args}: the first frame set is not among the first {_HEADER0_FRAMES} frames")
-    k = int(first[0])
-    with builtins.open(files[int(col["file"][k])], "rb") as f:
-        f.seek(int(col["offset"][k]))
-        return VDIFHeader.fromfile(f, verify=True)
+    frame_rate = i["frame_rate"] * u.Hz
+    start = scan.start_time
+    # Usually the first valid frame of the stream, which the reader kept (baseband's header0 of the
+    # gathered file); otherwise it is looked for.
+    if len(i["first_header"]) == 32:
+        h = VDIFHeader.fromfile(io.BytesIO(i["first_header"]), verify=True)
+        if h["thread_id"] == i["threads"][0] and abs(h.get_time(frame_rate=frame_rate) - start) < 0.5 / frame_rate:
+            return h
+    raw = _vlbiflow.RawStream(scan._args, scan._disks, scan._strict)
+    # A frame may arrive up to 256 frame sets late (the reader's window): the first set is within these.
+    limit = min(_HEADER0_FRAMES, 300 * len(i["threads"]))
+    for _ in range(limit):
+        b = raw.read(i["frame_len"])
+        if len(b) < i["frame_len"]:
+            break
+        try:
+            h = VDIFHeader.fromfile(io.BytesIO(b), verify=True)
+        except Exception:  # fill frames and damage: not the first frame
+            continue
+        if (h["invalid_data"] or h["thread_id"] != i["threads"][0] or h["frame_nr"] != i["start_frame"]
+                or h.frame_nbytes != i["frame_len"]):
+            continue
+        if abs(h.get_time(frame_rate=frame_rate) - start) < 0.5 / frame_rate:
+            return h
+    raise ValueError(f"{scan._args}: the first frame set is not among the first {limit} frames")
 
 
 class _VlbiflowStreamReader(VDIFStreamBase, StreamReaderBase):
