@@ -14,7 +14,8 @@ def two_thread_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("arrays") / "a.vdif"
     rng = np.random.default_rng(5)
     x = rng.normal(0, 2, (64 * 256, 2, 4)).astype(np.float32)
-    vlbiflow.write_vdif(path, x, bits=2, sample_rate=256 * 100, samples_per_frame=256)
+    # 256 kHz: EDV 1 headers carry the sample rate (the file is shorter than a second).
+    vlbiflow.write_vdif(path, x, bits=2, sample_rate=256_000, samples_per_frame=256, start_time=1_700_000_000)
     return path
 
 
@@ -163,3 +164,15 @@ def test_version_is_the_crate_version():
     cargo = (Path(__file__).resolve().parents[3] / "Cargo.toml").read_text()
     version = re.search(r'\[workspace\.package\][^\[]*?\nversion = "([^"]+)"', cargo).group(1)
     assert vlbiflow.__version__ == version == importlib.metadata.version("vlbiflow")
+
+
+def test_without_astropy_times_and_rates_are_floats(two_thread_file, monkeypatch):
+    """As if astropy were not installed: floats in Hz and POSIX seconds, positions by sample only."""
+    monkeypatch.setattr(vlbiflow, "_ASTROPY", False)
+    scan = vlbiflow.open(two_thread_file)
+    assert scan.sample_rate == 256_000.0 and isinstance(scan.sample_rate, float)
+    assert scan.start_time == 1_700_000_000.0 and isinstance(scan.start_time, float)
+    assert scan.seek(np.int32(256)) == 256 and scan.tell(unit="time") == 1_700_000_000.001
+    np.testing.assert_array_equal(scan[256:512], vlbiflow.open(two_thread_file)[256:512])
+    with pytest.raises(TypeError, match="sample number"):
+        scan[0.0:0.01]
