@@ -5,6 +5,7 @@
 
 mod reader;
 
+use numpy::{PyArray2, PyArray3, PyArrayMethods, PyUntypedArrayMethods};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyValueError};
 use pyo3::prelude::*;
@@ -51,6 +52,16 @@ fn locate_py(py: Python<'_>, args: Vec<String>, disks: Vec<String>) -> PyResult<
 #[pyclass(module = "vlbiflow._vlbiflow")]
 struct Reader {
     inner: SampleReader,
+    /// How the recording is stored: "mark6", "flexbuff" or "plain".
+    layout: &'static str,
+}
+
+fn layout(rec: &Recording) -> &'static str {
+    match rec.sources {
+        vlbiflow_checker::source::Sources::Mark6(_) => "mark6",
+        vlbiflow_checker::source::Sources::Flexbuff(_) => "flexbuff",
+        vlbiflow_checker::source::Sources::Plain(..) => "plain",
+    }
 }
 
 #[pymethods]
@@ -70,6 +81,7 @@ impl Reader {
         ref_mjd: Option<i64>,
     ) -> PyResult<Self> {
         let rec = locate_py(py, args, disks)?;
+        let layout = layout(&rec);
         let m5b = Mark5bOptions {
             bits,
             channels: nchan,
@@ -81,7 +93,7 @@ impl Reader {
                 Ok(SampleReader::new(rec, probe, strict, baseband_units))
             })
             .map_err(read_err)?;
-        Ok(Reader { inner })
+        Ok(Reader { inner, layout })
     }
 
     /// Stream facts as a dict.
@@ -89,6 +101,7 @@ impl Reader {
         let i = &self.inner.info;
         let d = PyDict::new(py);
         d.set_item("kind", i.kind.to_string())?;
+        d.set_item("layout", self.layout)?;
         d.set_item("frame_len", i.frame_len)?;
         d.set_item("header_len", i.header_len)?;
         d.set_item("bits", i.bits)?;
@@ -117,6 +130,7 @@ impl Reader {
         if i.kind == vlbiflow_formats::FrameKind::M5b {
             d.set_item("ref_mjd", i.ref_mjd)?;
         }
+        d.set_item("first_header", PyBytes::new(py, &i.first_header))?;
         Ok(d)
     }
 
@@ -145,6 +159,37 @@ impl Reader {
         (frames / i.threads.len() as u64 + 1) * i.samples_per_frame
     }
 
+    /// Time of the last frame set of the recording, as (POSIX second, frame number): the latest header
+    /// time of a valid frame of the stream's length. One pass over the recording's frames, not decoded.
+    fn last_frame_time(&self, py: Python<'_>) -> PyResult<(i64, u32)> {
+        let info = &self.inner.info;
+        let rec = self.inner.recording();
+        let strict = self.inner.strict();
+        py.detach(|| -> Result<(i64, u32), ReadError> {
+            let mut fr = FrameReader::open(rec);
+            let mut last = (info.start_second, info.start_frame);
+            while let Some(batch) = fr.next_batch() {
+                for (e, b) in batch.iter() {
+                    if e.fill || b.len() != info.frame_len {
+                        continue;
+                    }
+                    if let Some((thread, sec, frame)) = reader::stamp(info.kind, b, info.ref_mjd) {
+                        if info.threads.binary_search(&thread).is_ok() && (sec, frame) > last {
+                            last = (sec, frame);
+                        }
+                    }
+                }
+                for f in fr.take_findings() {
+                    if strict && is_damage(&f) {
+                        return Err(ReadError::damage(f.to_string()));
+                    }
+                }
+            }
+            Ok(last)
+        })
+        .map_err(read_err)
+    }
+
     /// Read position in samples.
     fn tell(&self) -> u64 {
         self.inner.position
@@ -155,36 +200,63 @@ impl Reader {
         py.detach(|| inner.seek(sample)).map_err(read_err)
     }
 
-    /// Decodes up to `count` time steps into the C-contiguous float32 buffer at address `out` (room for
-    /// `count` rows of threads x values) and, if `mask` is given, the bool buffer there (`count` x threads).
-    /// Returns the rows written. The Python wrapper allocates both with numpy and keeps them alive.
-    #[pyo3(signature = (out, count, fill_value, mask=None))]
+    /// Decodes time steps into `out`, a writeable C-contiguous float32 array of shape (rows, threads,
+    /// values per time step) (a complex64 array is passed as its float32 view), as many rows as it has,
+    /// and, if `mask` is given, marks missing data in it: a writeable C-contiguous bool array of shape
+    /// (at least rows, threads). Returns the rows written (fewer only at the end of the recording).
+    /// Arrays arrive through rust-numpy, which checks dtype and number of dimensions (`TypeError`) and
+    /// borrows them writeable (an array that is not writeable, or `out` and `mask` sharing memory, is
+    /// refused); shape, contiguity and alignment are checked here (`ValueError`).
+    #[pyo3(signature = (out, fill_value, mask=None))]
     fn read_into(
         &mut self,
         py: Python<'_>,
-        out: usize,
-        count: usize,
+        out: &Bound<'_, PyArray3<f32>>,
         fill_value: f32,
-        mask: Option<usize>,
+        mask: Option<&Bound<'_, PyArray2<bool>>>,
     ) -> PyResult<usize> {
-        let row = self.inner.info.row();
-        let threads = self.inner.info.threads.len();
-        let n = count
-            .checked_mul(row)
-            .ok_or_else(|| PyValueError::new_err("count too large"))?;
-        if out == 0 || out % std::mem::align_of::<f32>() != 0 {
-            return Err(PyValueError::new_err(
-                "output buffer address not aligned for float32",
-            ));
+        // rust-numpy does not check alignment; a float32 slice must be aligned.
+        if !out.data().cast::<f32>().is_aligned() {
+            return Err(PyValueError::new_err("out must be aligned for float32"));
         }
-        // SAFETY: the wrapper passes the data pointer of a writable, C-contiguous float32 numpy array of
-        // exactly count x row elements (and a bool array of count x threads for the mask) that it holds
-        // for the duration of the call; nothing else writes them meanwhile.
-        let out = unsafe { std::slice::from_raw_parts_mut(out as *mut f32, n) };
-        let mask = mask.map(|m| {
-            // SAFETY: as above, for the wrapper's bool mask array of count x threads elements.
-            unsafe { std::slice::from_raw_parts_mut(m as *mut bool, count * threads) }
-        });
+        let borrow_err = |what: &str, e: numpy::BorrowError| {
+            PyValueError::new_err(format!("{what} must be a writeable array of its own: {e}"))
+        };
+        let mut out = out.try_readwrite().map_err(|e| borrow_err("out", e))?;
+        let mut mask = mask
+            .map(|m| m.try_readwrite().map_err(|e| borrow_err("mask", e)))
+            .transpose()?;
+        let threads = self.inner.info.threads.len();
+        let vals = self.inner.info.values_per_time();
+        let shape = out.shape();
+        let rows = shape[0];
+        if shape[1..] != [threads, vals] {
+            return Err(PyValueError::new_err(format!(
+                "out has shape {shape:?}, not (rows, {threads}, {vals}) float32 values"
+            )));
+        }
+        if let Some(m) = &mask {
+            let ms = m.shape();
+            if ms[1] != threads || ms[0] < rows {
+                return Err(PyValueError::new_err(format!(
+                    "mask has shape {ms:?}, not (at least {rows}, {threads})"
+                )));
+            }
+        }
+        if !out.is_c_contiguous() || mask.as_ref().is_some_and(|m| !m.is_c_contiguous()) {
+            return Err(PyValueError::new_err("out and mask must be C-contiguous"));
+        }
+        let out = out
+            .as_slice_mut()
+            .map_err(|_| PyValueError::new_err("out must be C-contiguous"))?;
+        let mask = match mask.as_mut() {
+            Some(m) => Some(
+                m.as_slice_mut()
+                    .map_err(|_| PyValueError::new_err("mask must be C-contiguous"))?,
+            ),
+            None => None,
+        };
+        let mask = mask.map(|m| &mut m[..rows * threads]);
         let inner = &mut self.inner;
         py.detach(move || inner.read(out, mask, fill_value))
             .map_err(read_err)
@@ -654,5 +726,6 @@ fn _vlbiflow(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(write_vdif_raw, m)?)?;
     m.add("VlbiflowError", m.py().get_type::<VlbiflowError>())?;
     m.add("BASEBAND_SCALE", BASEBAND_SCALE)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

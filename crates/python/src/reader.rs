@@ -70,6 +70,8 @@ pub struct Info {
     pub start_frame: u32,
     /// Mark5B: the MJD the headers' MJD mod 1000 is resolved near.
     pub ref_mjd: i64,
+    /// Header of the first valid frame in stream order (what a reader of the gathered file sees first).
+    pub first_header: Vec<u8>,
 }
 
 /// Per-byte decoding table: the values `samples::decode` (or `samples::decode_mark5b`) gives for each byte
@@ -175,7 +177,7 @@ impl ReadError {
 /// Time and thread of a frame with data, from its header; None for frames marked invalid (VDIF) or with an
 /// undecodable time code (Mark5B).
 #[inline]
-fn stamp(kind: FrameKind, bytes: &[u8], ref_mjd: i64) -> Option<(u16, i64, u32)> {
+pub(crate) fn stamp(kind: FrameKind, bytes: &[u8], ref_mjd: i64) -> Option<(u16, i64, u32)> {
     match kind {
         FrameKind::M5b => {
             if bytes.len() < mark5b::HEADER_LEN {
@@ -378,6 +380,7 @@ pub fn probe(
         start_second,
         start_frame,
         ref_mjd,
+        first_header: first[..header_len.min(first.len())].to_vec(),
     };
     Ok(Probe {
         info,
@@ -472,6 +475,16 @@ impl SampleReader {
     }
 
     /// Bytes in the recording's files.
+    /// The recording being read.
+    pub fn recording(&self) -> &Recording {
+        &self.rec
+    }
+
+    /// Whether damage raises.
+    pub fn strict(&self) -> bool {
+        self.strict
+    }
+
     pub fn total_bytes(&self) -> u64 {
         self.rec.total_bytes()
     }

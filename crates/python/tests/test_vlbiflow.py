@@ -8,8 +8,10 @@ import sys
 import threading
 from pathlib import Path
 
+import astropy.units as u
 import numpy as np
 import pytest
+from astropy.time import Time
 from baseband import vdif
 
 import vlbiflow
@@ -31,8 +33,10 @@ def test_mark6_scan_decodes_like_baseband_reads_the_gathered_file(mark6_scan):
     x = scan.read()
     ref, fh = baseband_read(mark6_scan["gathered"])
     assert x.shape == (ref.shape[0], 2, 1)
-    assert scan.sample_rate == fh.sample_rate.to_value("Hz")
-    assert scan.start_time == pytest.approx(fh.start_time.unix, abs=1e-6)
+    assert scan.sample_rate == fh.sample_rate and isinstance(scan.sample_rate, u.Quantity)
+    assert isinstance(scan.start_time, Time)
+    assert abs(scan.start_time - fh.start_time) < 1 * u.ns
+    assert scan.info["start_time"] == pytest.approx(fh.start_time.unix, abs=1e-6)
     np.testing.assert_allclose(x, ref.reshape(x.shape), rtol=1e-6, atol=0)
     assert not np.isnan(x).any()
     assert scan.counts["frames"] == 2400 and scan.counts["fill"] == 0
@@ -86,9 +90,19 @@ def test_slicing_by_sample_and_time_and_seeking_back(mark6_scan):
     spf = scan.info["samples_per_frame"]
     np.testing.assert_array_equal(scan[spf * 3 + 7 : spf * 5 + 11], full[spf * 3 + 7 : spf * 5 + 11])
     np.testing.assert_array_equal(scan[10:20], full[10:20])  # backwards: read again from the start
-    t0, t1 = 0.01, 0.02
-    i0, i1 = round(t0 * scan.sample_rate), round(t1 * scan.sample_rate)
+    t0, t1 = 0.01 * u.s, 20 * u.ms
+    i0, i1 = round((t0 * scan.sample_rate).to_value(u.one)), round((t1 * scan.sample_rate).to_value(u.one))
     np.testing.assert_array_equal(scan[t0:t1], full[i0:i1])
+    np.testing.assert_array_equal(scan[scan.start_time + t0 : scan.start_time + t1], full[i0:i1])
+    np.testing.assert_array_equal(scan[np.int64(10) : np.uint32(20)], full[10:20])
+    for bad in (0.01, np.float32(10), np.float64(10.0)):
+        with pytest.raises(TypeError, match="sample number .* or a time"):
+            scan[bad:20]
+        with pytest.raises(TypeError, match="sample number"):
+            scan.seek(bad)
+    assert scan.seek(t0) == i0 and scan.tell(unit=u.ms) == 10 * u.ms
+    assert abs(scan.tell(unit="time") - (scan.start_time + t0)) < 1 * u.ns
+    assert scan.seek(np.int16(5), whence=1) == i0 + 5
     scan.seek(len(full) - 5)
     assert scan.read(100).shape[0] == 5
     assert scan.read(100).shape[0] == 0
@@ -123,7 +137,8 @@ def test_write_vdif_round_trips_and_baseband_agrees(tmp_path, bits, complex_):
     assert n == 4096 // 512 * 2
     scan = vlbiflow.open(path)
     assert scan.info["bits"] == bits and scan.info["complex"] == complex_ and scan.info["channels"] == 4
-    assert scan.info["threads"] == [0, 1] and scan.sample_rate == 64_000
+    assert scan.info["threads"] == [0, 1] and scan.sample_rate == 64_000 * u.Hz
+    assert scan.info["sample_rate"] == 64_000
     y = scan.read()
     assert y.shape == shape and y.dtype == (np.complex64 if complex_ else np.float32)
     ref, _ = baseband_read(path)
@@ -146,10 +161,12 @@ def test_fill_frames_are_masked_nan_or_zero(tmp_path):
     np.testing.assert_array_equal(np.ma.getmaskarray(m), np.ma.getmaskarray(x))
     assert scan.counts["fill"] == 3
     assert (m.compressed() == 1.0).all()
-    nan = vlbiflow.open(path).read()
+    nan = vlbiflow.open(path, fill="nan").read()
     np.testing.assert_array_equal(np.isnan(nan), np.ma.getmaskarray(x))
     zero = vlbiflow.open(path, fill="zero").read()
     assert (zero[np.ma.getmaskarray(x)] == 0).all()
+    # baseband's fill value, 0, is the default.
+    np.testing.assert_array_equal(vlbiflow.open(path).read(), zero)
     h = vlbiflow.open(path).headers()
     assert h["fill"].tolist() == [i in (5, 10, 11) for i in range(16)]
     # The checker agrees: 3 fill frames.
@@ -255,7 +272,7 @@ def frames_by_slot(scan):
     """Each data frame of a scan decoded by baseband from its bytes in the files (via headers()), keyed by
     (frame set index from the start, thread column)."""
     h = scan.headers()
-    rate, start = scan.info["frame_rate"], scan.start_time
+    rate, start = scan.info["frame_rate"], scan.info["start_time"]
     cols = {t: i for i, t in enumerate(scan.info["threads"])}
     out = {}
     for i in np.flatnonzero(~h["fill"] & ~h["invalid"]):
@@ -290,7 +307,7 @@ def test_jive5ab_fill_frames_are_masked_at_exactly_their_samples(name):
     assert len(frames) == fx["real_frames"]
     for (k, col), data in frames.items():
         np.testing.assert_array_equal(x.data[k * spf : (k + 1) * spf, col], data)
-    nan = vlbiflow.open(fx["scan"], disks=disks, frame_rate=rate).read()
+    nan = vlbiflow.open(fx["scan"], disks=disks, frame_rate=rate, fill="nan").read()
     np.testing.assert_array_equal(np.isnan(nan[:, 0, 0]), want)
 
 
@@ -300,7 +317,7 @@ def test_recording_with_loss_has_nan_at_exactly_the_lost_frames(tmp_path):
     threads, frames, every = 2, 1200, 7
     disks = record_scan(tmp_path, "t_py_loss", threads=threads, frames=frames, payload="noise",
                         gen_args=("--drop-every", str(every)))
-    scan = vlbiflow.open("t_py_loss", disks=str(disks / "*"))
+    scan = vlbiflow.open("t_py_loss", disks=str(disks / "*"), fill="nan")
     assert scan.info["threads"] == [0, 1]
     spf = scan.info["samples_per_frame"]
     x = scan.read()
@@ -401,7 +418,7 @@ def test_baseband_sample_mark5b_decodes_sample_for_sample():
     ref, start = baseband_mark5b(SAMPLE_MARK5B, 8, 2, 32_000_000, 56000)
     scan = vlbiflow.open(SAMPLE_MARK5B, nchan=8, bits=2, kday=56000, frame_rate=6400)
     assert scan.info["kind"] == "m5b" and scan.info["samples_per_frame"] == 5000
-    assert scan.sample_rate == 32e6 and scan.start_time == pytest.approx(start.unix, abs=1e-6)
+    assert scan.sample_rate == 32 * u.MHz and abs(scan.start_time - start) < 1 * u.ns
     x = scan.read()
     assert x.shape == (ref.shape[0], 1, 8)
     np.testing.assert_array_equal(x[:, 0, :], ref)
@@ -409,7 +426,7 @@ def test_baseband_sample_mark5b_decodes_sample_for_sample():
     assert h["mjd"].tolist() == [56821] * 4 and h["frame_number"].tolist() == [0, 1, 2, 3]
     # The same day from a reference time instead of kday.
     assert vlbiflow.open(SAMPLE_MARK5B, nchan=8, bits=2, ref_time=start.unix + 400 * 86400,
-                         frame_rate=6400).start_time == scan.start_time
+                         frame_rate=6400).info["start_time"] == scan.info["start_time"]
 
 
 @pytest.mark.parametrize("nchan,bps", [(4, 2), (16, 1), (1, 2)])
@@ -434,7 +451,7 @@ def test_mark5b_written_by_baseband_decodes_sample_for_sample(tmp_path, nchan, b
     ref, _ = baseband_mark5b(path, nchan, bps, rate * spf, kday)
     scan = vlbiflow.open(path, nchan=nchan, bits=bps, ref_time=start)
     assert scan.info["frame_rate"] == rate and scan.info["frame_rate_source"].startswith("highest frame")
-    assert scan.start_time == start.unix
+    assert scan.info["start_time"] == start.unix and abs(scan.start_time - start) < 1 * u.ns
     x = scan.read()
     assert x.shape == (frames * spf, 1, nchan)
     np.testing.assert_array_equal(x[:, 0, :], ref)

@@ -7,14 +7,18 @@ Example::
 
     >>> import vlbiflow
     >>> with vlbiflow.open("t_xx_001", disks="/tmp/d/*") as scan:      # doctest: +SKIP
-    ...     print(scan.info["threads"], scan.sample_rate)
-    ...     x = scan.read(4096)          # float32 (time, thread, channel), NaN where data is missing
+    ...     print(scan.info["threads"], scan.sample_rate, scan.start_time.isot)
+    ...     x = scan.read(4096)          # float32 (time, thread, channel), 0 where data is missing
     ...     h = scan.headers()           # dict of numpy arrays, one entry per frame
+
+With astropy installed, times are ``astropy.time.Time`` and rates ``astropy.units.Quantity`` (as in
+baseband); without it, POSIX seconds and Hz as floats. Installed with baseband, vlbiflow is also a baseband
+format: ``baseband.open(scan, "rs", format="mark6sg", disks=...)`` (see :mod:`vlbiflow.io`).
 """
 
 from __future__ import annotations
 
-import io
+import io as _io
 import json
 import os
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
@@ -22,7 +26,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 import numpy as np
 
 from . import _vlbiflow
-from ._vlbiflow import BASEBAND_SCALE, VlbiflowError
+from ._vlbiflow import BASEBAND_SCALE, VlbiflowError, __version__
 
 __all__ = [
     "open",
@@ -33,6 +37,7 @@ __all__ = [
     "RawFile",
     "VlbiflowError",
     "BASEBAND_SCALE",
+    "__version__",
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -54,6 +59,43 @@ def _disks(disks: Union[None, PathLike, Sequence[PathLike]]) -> List[str]:
 
 _FILL = {"nan": float("nan"), "mask": 0.0, "zero": 0.0}
 
+_ASTROPY: Any = None
+
+
+def _astropy() -> Any:
+    """(astropy.units, astropy.time.Time), or None if astropy is not installed (imported on first use)."""
+    global _ASTROPY
+    if _ASTROPY is None:
+        try:
+            import astropy.units as u
+            from astropy.time import Time
+        except ImportError:
+            _ASTROPY = False
+        else:
+            _ASTROPY = (u, Time)
+    return _ASTROPY or None
+
+
+def _sample_index(value: Any, start: Any, rate_hz: float, what: str = "position") -> int:
+    """A sample number from an int (``np.integer`` too), an astropy ``Time`` (absolute) or a time
+    ``Quantity`` (from the start). Floats are refused: a float is neither a sample number nor a time."""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{what} must be a sample number (int) or a time (astropy Time or Quantity), not a bool")
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    ap = _astropy()
+    if ap is not None:
+        u, Time = ap
+        if isinstance(value, Time):
+            dt = (value - start).to_value(u.s)
+            return int(np.round(dt * rate_hz))
+        if isinstance(value, u.Quantity) and value.unit.physical_type == "time":
+            return int(np.round(value.to_value(u.s) * rate_hz))
+    raise TypeError(
+        f"{what} must be a sample number (int or numpy integer) or a time (astropy Time, absolute, or a "
+        f"Quantity in time units, from the start), not {type(value).__name__} {value!r}"
+    )
+
 #: MJD of the POSIX epoch (1970-01-01).
 _MJD_UNIX = 40587
 
@@ -73,7 +115,7 @@ def _ref_mjd(kday: Optional[int], ref_time: Any) -> Optional[int]:
     return None
 
 
-class RawFile(io.RawIOBase):
+class RawFile(_io.RawIOBase):
     """The gathered frames of a recording as a read-only, seekable binary file.
 
     It holds exactly what ``vlbiflow gather`` writes (frames in block order, block headers stripped), so any
@@ -108,12 +150,12 @@ class RawFile(io.RawIOBase):
     def tell(self) -> int:
         return self._s.tell()
 
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        if whence == io.SEEK_CUR:
+    def seek(self, offset: int, whence: int = _io.SEEK_SET) -> int:
+        if whence == _io.SEEK_CUR:
             offset += self._s.tell()
-        elif whence == io.SEEK_END:
+        elif whence == _io.SEEK_END:
             offset += self._s.size()
-        elif whence != io.SEEK_SET:
+        elif whence != _io.SEEK_SET:
             raise ValueError(f"invalid whence {whence}")
         if offset < 0:
             raise ValueError("negative seek position")
@@ -124,30 +166,38 @@ class Scan:
     """The frames of a recording in time order, decoded on demand. Made by :func:`open`.
 
     Attributes:
-        info: stream facts (``bits``, ``channels``, ``complex``, ``threads``, ``frame_rate``,
-            ``samples_per_frame``, ``sample_rate``, ``start_time`` as POSIX seconds, ``station``, ...).
+        info: stream facts as plain numbers (``bits``, ``channels``, ``complex``, ``threads``,
+            ``frame_rate``, ``samples_per_frame``, ``sample_rate`` in Hz, ``start_time`` as POSIX seconds,
+            ``station``, ``layout`` "mark6", "flexbuff" or "plain", ...).
+        sample_rate, start_time, time: astropy ``Quantity`` (Hz) and ``Time`` when astropy is installed,
+            else floats (Hz, POSIX seconds).
         shape: ``(None, threads, channels)``: the time length is known only at the end of the recording.
         dtype: ``float32``, or ``complex64`` for complex data.
 
     Samples are in baseband's units (2-bit levels -3.3166, -1, +1, +3.3166) unless ``units="sigma"``
-    (the same divided by ``vlbiflow.BASEBAND_SCALE``). Missing or fill frames become NaN, zero or masked
-    values according to ``fill``.
+    (the same divided by ``vlbiflow.BASEBAND_SCALE``). Missing or fill frames become zero (baseband's fill
+    value), NaN, or masked values according to ``fill``.
+
+    Positions are sample numbers (``int`` or numpy integers) or times: an astropy ``Time`` (absolute) or
+    a ``Quantity`` in time units (from the start). Floats are refused (``TypeError``).
 
     Example::
 
-        >>> scan = vlbiflow.open("scan.vdif")                         # doctest: +SKIP
+        >>> import astropy.units as u                                  # doctest: +SKIP
+        >>> scan = vlbiflow.open("scan.vdif")
         >>> x = scan.read(scan.info["samples_per_frame"])              # one frame per thread
         >>> x.shape
         (20000, 1, 1)
-        >>> y = scan[0.5:0.6]                                          # by time in seconds from the start
-        >>> z = scan[1000:2000]                                        # by sample index
+        >>> y = scan[0.5 * u.s : 0.6 * u.s]                            # by time from the start
+        >>> z = scan[1000:2000]                                        # by sample number
+        >>> w = scan[scan.start_time + 1 * u.s :]                      # from an absolute time
     """
 
     def __init__(
         self,
         args: List[str],
         disks: List[str],
-        fill: str = "nan",
+        fill: str = "zero",
         frame_rate: Optional[int] = None,
         strict: bool = True,
         units: str = "baseband",
@@ -156,7 +206,7 @@ class Scan:
         ref_mjd: Optional[int] = None,
     ) -> None:
         if fill not in _FILL:
-            raise ValueError(f"fill must be 'nan', 'mask' or 'zero', not {fill!r}")
+            raise ValueError(f"fill must be 'zero', 'nan' or 'mask', not {fill!r}")
         if units not in ("baseband", "sigma"):
             raise ValueError(f"units must be 'baseband' or 'sigma', not {units!r}")
         self._args, self._disks, self._strict = args, disks, strict
@@ -172,14 +222,27 @@ class Scan:
 
     # -- properties -------------------------------------------------------------------------------
     @property
-    def sample_rate(self) -> float:
-        """Samples per second per channel (complex samples for complex data)."""
-        return float(self.info["sample_rate"])
+    def sample_rate(self) -> Any:
+        """Samples per second per channel (complex samples for complex data): a ``Quantity`` in Hz with
+        astropy, else a float in Hz."""
+        ap = _astropy()
+        rate = float(self.info["sample_rate"])
+        return rate if ap is None else rate * ap[0].Hz
 
     @property
-    def start_time(self) -> float:
-        """POSIX time of the first sample."""
-        return float(self.info["start_time"])
+    def start_time(self) -> Any:
+        """Time of the first sample: an astropy ``Time`` (UTC), or POSIX seconds (float) without astropy."""
+        ap = _astropy()
+        i = self.info
+        frac = i["start_frame"] / i["frame_rate"]
+        if ap is None:
+            return float(i["start_second"] + frac)
+        return ap[1](float(i["start_second"]), frac, format="unix", scale="utc")
+
+    @property
+    def time(self) -> Any:
+        """Time of the read position (``Time``, or POSIX seconds without astropy)."""
+        return self.tell(unit="time")
 
     @property
     def findings(self) -> List[str]:
@@ -192,15 +255,42 @@ class Scan:
         return dict(self._r.counts())
 
     # -- reading ----------------------------------------------------------------------------------
-    def tell(self) -> int:
-        """Read position in samples from the start."""
-        return int(self._r.tell())
+    def tell(self, unit: Any = None) -> Any:
+        """Read position: samples from the start (int); with ``unit="time"`` its time (``Time``, or POSIX
+        seconds without astropy); with a time unit (astropy) the offset from the start as a ``Quantity``."""
+        n = int(self._r.tell())
+        if unit is None:
+            return n
+        rate = float(self.info["sample_rate"])
+        ap = _astropy()
+        if isinstance(unit, str) and unit == "time":
+            if ap is None:
+                return self.start_time + n / rate
+            return self.start_time + (n / rate) * ap[0].s
+        if ap is None:
+            raise ValueError("tell(unit=...) with a unit needs astropy; unit='time' gives POSIX seconds")
+        return ((n / rate) * ap[0].s).to(unit)
 
-    def seek(self, sample: int) -> int:
-        """Moves the read position to ``sample`` (from the start); returns the new position."""
-        if sample < 0:
+    def seek(self, offset: Any, whence: Union[int, str] = 0) -> int:
+        """Moves the read position; returns it in samples.
+
+        ``offset``: a sample number (int or numpy integer) counted from ``whence`` (0 or "start", 1 or
+        "current"), a time ``Quantity`` (from ``whence`` too), or an absolute ``Time``. Floats are refused.
+        The end of a recording is known only when read, so ``whence=2`` is not supported here (baseband's
+        interface, :mod:`vlbiflow.io`, has it).
+        """
+        rate = float(self.info["sample_rate"])
+        ap = _astropy()
+        absolute = ap is not None and isinstance(offset, ap[1])
+        n = _sample_index(offset, self.start_time if absolute else None, rate, "offset")
+        if not absolute:
+            if whence in (1, "current"):
+                n += self.tell()
+            elif whence not in (0, "start"):
+                raise ValueError("whence must be 0 or 'start', or 1 or 'current'")
+        if n < 0:
             raise ValueError("negative sample position")
-        self._r.seek(int(sample))
+        self._r.seek(n)
         return self.tell()
 
     def read(
@@ -209,7 +299,7 @@ class Scan:
         """Decodes the next ``count`` time samples (all that is left if None).
 
         Returns an array of shape (time, thread, channel), float32 or complex64; fewer rows at the end of the
-        recording. ``fill`` overrides the scan's choice: "nan", "zero", or "mask" for a numpy masked array.
+        recording. ``fill`` overrides the scan's choice: "zero", "nan", or "mask" for a numpy masked array.
         ``out``: an array to decode into (C-contiguous, of ``scan.dtype`` and shape (n, threads, channels));
         ``count`` defaults to its length, and the rows written are returned as a view of it. Reading a long
         recording piece by piece into the same ``out`` spares the allocation of fresh memory each time.
@@ -222,7 +312,7 @@ class Scan:
         """
         fill = fill or self.fill
         if fill not in _FILL:
-            raise ValueError(f"fill must be 'nan', 'mask' or 'zero', not {fill!r}")
+            raise ValueError(f"fill must be 'zero', 'nan' or 'mask', not {fill!r}")
         threads = len(self.info["threads"])
         vals = self.info["channels"] * (2 if self.info["complex"] else 1)
         if out is not None:
@@ -238,8 +328,7 @@ class Scan:
                 raise ValueError(
                     f"out must be a writeable C-contiguous {self.dtype} array of shape (n, {want[0]}, {want[1]})"
                 )
-            if count is None:
-                count = out.shape[0]
+            count = out.shape[0] if count is None else _sample_index(count, None, 1.0, "count")
             if count < 0 or count > out.shape[0]:
                 raise ValueError(f"count {count} does not fit out of length {out.shape[0]}")
             data = out[: int(count)].view(np.float32).reshape(int(count), threads, vals)
@@ -259,9 +348,9 @@ class Scan:
             if fill == "mask":
                 return np.ma.concatenate(parts, axis=0)
             return np.concatenate(parts, axis=0)
+        count = _sample_index(count, None, 1.0, "count")
         if count < 0:
             raise ValueError("negative count")
-        count = int(count)
         data = np.empty((count, threads, vals), dtype=np.float32)
         return self._read_into(data, count, fill, threads, None)
 
@@ -269,9 +358,7 @@ class Scan:
         self, data: np.ndarray, count: int, fill: str, threads: int, out: Optional[np.ndarray]
     ) -> np.ndarray:
         mask = np.empty((count, threads), dtype=np.bool_) if fill == "mask" else None
-        rows = self._r.read_into(
-            data.ctypes.data, count, _FILL[fill], None if mask is None else mask.ctypes.data
-        )
+        rows = self._r.read_into(data, _FILL[fill], mask)
         if out is not None:
             result = out[:rows]
         else:
@@ -300,16 +387,17 @@ class Scan:
                 return
 
     def __getitem__(self, item: slice) -> np.ndarray:
-        """``scan[a:b]``: samples a..b by index (ints) or by seconds from the start (floats)."""
+        """``scan[a:b]``: the samples from a to b, each a sample number (int or numpy integer), an absolute
+        ``Time`` or a time ``Quantity`` from the start. Floats are refused (``TypeError``)."""
         if not isinstance(item, slice) or item.step not in (None, 1):
-            raise TypeError("index with a slice a:b of sample numbers (int) or seconds (float)")
+            raise TypeError("index with a slice a:b of sample numbers (int) or times (Time, Quantity)")
+        rate = float(self.info["sample_rate"])
+        t0 = self.start_time if _astropy() is not None else None
 
         def conv(v: Any, default: Optional[int]) -> Optional[int]:
             if v is None:
                 return default
-            if isinstance(v, float):
-                return int(round(v * self.sample_rate))
-            return int(v)
+            return _sample_index(v, t0, rate, "slice bound")
 
         start = conv(item.start, 0)
         stop = conv(item.stop, None)
@@ -365,7 +453,7 @@ class Scan:
         i = self.info
         return (
             f"<vlbiflow.Scan {self._args} {i['bits']}-bit {'complex' if i['complex'] else 'real'} "
-            f"threads={i['threads']} channels={i['channels']} sample_rate={self.sample_rate:g}>"
+            f"threads={i['threads']} channels={i['channels']} sample_rate={i['sample_rate']:g}>"
         )
 
 
@@ -373,7 +461,7 @@ def open(
     scan_or_files: Union[PathLike, Sequence[PathLike]],
     disks: Union[None, PathLike, Sequence[PathLike]] = None,
     *,
-    fill: str = "nan",
+    fill: str = "zero",
     frame_rate: Optional[int] = None,
     strict: bool = True,
     units: str = "baseband",
@@ -388,7 +476,8 @@ def open(
         scan_or_files: a scan name (with ``disks``), or one or more files: a Mark6 scatter-gather file,
             a FlexBuff scan directory, plain VDIF or Mark5B files read one after the other.
         disks: directories (glob patterns allowed, e.g. ``"/mnt/disks/*/*"``) holding the scan's files.
-        fill: what missing/fill frames become: ``"nan"`` (default), ``"zero"`` or ``"mask"``.
+        fill: what missing/fill frames become: ``"zero"`` (default; baseband's fill value 0), ``"nan"``,
+            or ``"mask"`` for a numpy masked array whose mask marks them.
         frame_rate: frames per second per thread, if neither metadata nor headers tell.
         strict: raise :class:`VlbiflowError` on damaged input (corrupted headers, garbage, truncation);
             if False, skip it and list it in ``Scan.findings``.
