@@ -15,13 +15,14 @@
 //! the whole cycle synchronously against an [`Engine`] (tests, embedding).
 
 mod groups;
+mod queries;
 mod record;
-mod scans;
+mod scan_list;
 mod status;
 mod streams;
 
 pub use crate::disks::disk_space;
-pub use scans::{parse_iso, scan_list, scan_list_from_disks, ScanEntry};
+pub use scan_list::{parse_iso, scan_list, scan_list_from_disks, ScanEntry};
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;

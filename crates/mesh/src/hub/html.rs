@@ -14,15 +14,8 @@ use super::matrix::{matrix, Matrix};
 use super::state::{lock, Shared};
 use crate::archive::{RunFilter, RunRow};
 use crate::config::Config;
+use crate::escape::esc;
 use crate::timespec::{now_ms, rfc3339};
-
-/// Escapes text for HTML.
-pub fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
 
 const STYLE: &str =
     "body{font-family:sans-serif;margin:1em;color:#222}table{border-collapse:collapse;margin:.5em 0}\

@@ -37,7 +37,6 @@ use crate::schedule::{Ledger, LedgerAction};
 use crate::timespec::{now_ms, rfc3339, Ms};
 
 pub use api::{AgentStatus, AlertsView, RunsQuery, Status};
-pub use html::esc;
 pub use http::PairQuery;
 pub use matrix::{Cell, CellValue, Matrix};
 use state::{lock, store_alerts, Log, Shared};

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use vlbiflow_formats::psn;
 use vlbiflow_formats::time::{epoch_start_unix, VdifTime};
 use vlbiflow_scan::StreamCounters;
+use vlbiflow_seq::{Arrival, FrameIndexer, SequenceTracker};
 use vlbiflow_udp::{DropCounter, Epoll};
 
 mod classify;
@@ -31,7 +32,6 @@ use receive::{place_frames, Layout, Piece, Received, Receiver, Src, OVERFLOW};
 
 use crate::config::StreamSpec;
 use crate::engine::{RecorderEvent, Shared};
-use crate::loss::{Arrival, FrameIndexer, SequenceTracker};
 use crate::pool::Block;
 use crate::status::{pack_time, ThreadStatus};
 
