@@ -8,9 +8,6 @@
 //! from the metadata, from EDV 1/3 sample rates, or learned as the highest frame number + 1):
 //! frames missing over a jump (s1,f1) -> (s2,f2), s2 > s1, = R (s2 - s1) - (f1 + 1) + f2.
 
-use crate::finding::{FileTable, Finding, FindingKind, Position, Severity};
-use crate::framer::FrameSink;
-use crate::source::FrameKind;
 use crate::stats::{SampleStats, StatsConfig};
 use serde::Serialize;
 use std::sync::Arc;
@@ -18,6 +15,9 @@ use vlbiflow_formats::fill;
 use vlbiflow_formats::mark5b::{bcd_decode, Mark5bHeader};
 use vlbiflow_formats::time::{epoch_start_unix, FrameClock, UtcTime};
 use vlbiflow_formats::vdif::{self, VdifHeader, VdifHeaderRepr};
+use vlbiflow_reader::finding::{FileTable, Finding, FindingKind, Position, Severity};
+use vlbiflow_reader::framer::FrameSink;
+use vlbiflow_reader::source::FrameKind;
 
 /// Jumps kept per thread with full detail; the rest are counted.
 pub const MAX_JUMPS_LISTED: usize = 1000;
@@ -301,7 +301,7 @@ pub struct EngineReport {
     pub findings: Vec<Finding>,
 }
 
-/// The check state machine. Implements [`FrameSink`], so a [`crate::framer::Framer`] can drive it directly.
+/// The check state machine. Implements [`FrameSink`], so a [`vlbiflow_reader::framer::Framer`] can drive it directly.
 pub struct Checker {
     format: FrameKind,
     config: CheckConfig,
@@ -846,8 +846,8 @@ impl EngineReport {
         }
         acc.loss_fraction = loss_fraction(acc.missing, acc.frames);
         acc.duration_s = match (&acc.start_utc, &acc.end_utc) {
-            (Some(a), Some(b)) => crate::ls::parse_iso8601(b)
-                .zip(crate::ls::parse_iso8601(a))
+            (Some(a), Some(b)) => vlbiflow_reader::ls::parse_iso8601(b)
+                .zip(vlbiflow_reader::ls::parse_iso8601(a))
                 .map(|(b, a)| b - a),
             _ => None,
         };

@@ -1,50 +1,14 @@
 //! Running a whole check (readers, framer, engine) and its report: a short human verdict and JSON.
 
 use crate::engine::{CheckConfig, Checker, EngineReport};
-use crate::finding::{Finding, FindingKind, Severity};
-use crate::framer::{FrameSink, Framer};
-use crate::read::{BlockStats, ReadEvent, ReadPipeline};
-use crate::source::{Recording, Sources};
 use serde::Serialize;
-use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::time::Instant;
+use vlbiflow_reader::finding::{Finding, FindingKind, FindingLog, Position, Severity};
+use vlbiflow_reader::framer::{FrameSink, Framer};
+use vlbiflow_reader::read::{BlockStats, ReadEvent, ReadPipeline};
+use vlbiflow_reader::source::{Recording, Sources};
 use vlbiflow_units::fmt_fraction;
-
-/// Findings of one kind listed in full; the rest are counted.
-pub const MAX_FINDINGS_PER_KIND: usize = 50;
-
-/// Collects findings with a cap per kind, so that a badly damaged recording still gives a readable report.
-#[derive(Debug, Default)]
-pub struct FindingLog {
-    pub list: Vec<Finding>,
-    counts: HashMap<FindingKind, (u64, Severity)>,
-}
-
-impl FindingLog {
-    pub fn push(&mut self, f: Finding) {
-        let e = self.counts.entry(f.kind).or_insert((0, f.severity));
-        e.0 += 1;
-        e.1 = e.1.max(f.severity);
-        if e.0 <= MAX_FINDINGS_PER_KIND as u64 {
-            self.list.push(f);
-        }
-    }
-    /// Findings left out, by kind.
-    pub fn omitted(&self) -> Vec<(FindingKind, u64, Severity)> {
-        let mut v: Vec<_> = self
-            .counts
-            .iter()
-            .filter(|(_, (n, _))| *n > MAX_FINDINGS_PER_KIND as u64)
-            .map(|(k, (n, s))| (*k, n - MAX_FINDINGS_PER_KIND as u64, *s))
-            .collect();
-        v.sort_by_key(|x| format!("{:?}", x.0));
-        v
-    }
-    pub fn worst(&self) -> Option<Severity> {
-        self.counts.values().map(|(_, s)| *s).max()
-    }
-}
 
 /// Everything `vlbiflow check` reports.
 #[derive(Debug, Serialize)]
@@ -106,10 +70,10 @@ struct Sink<'a> {
 
 impl FrameSink for Sink<'_> {
     #[inline]
-    fn frame(&mut self, frame: &[u8], pos: crate::finding::Position) {
+    fn frame(&mut self, frame: &[u8], pos: Position) {
         self.checker.frame(frame, pos)
     }
-    fn fill(&mut self, frame: &[u8], pos: crate::finding::Position) {
+    fn fill(&mut self, frame: &[u8], pos: Position) {
         self.checker.fill(frame, pos)
     }
     fn finding(&mut self, finding: Finding) {

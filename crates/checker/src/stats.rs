@@ -3,7 +3,6 @@
 //! the scan (the first few frames of every second). Finds dead channels (one level only), saturated or
 //! starved ones, and the strongest tone.
 
-use crate::finding::{Finding, FindingKind, Severity};
 use rustfft::num_complex::Complex32;
 use rustfft::{Fft, FftPlanner};
 use serde::Serialize;
@@ -11,6 +10,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use vlbiflow_formats::samples::{decode, ideal_2bit_occupancy, level, SampleFormat};
 use vlbiflow_formats::vdif::VdifHeader;
+use vlbiflow_reader::finding::{Finding, FindingKind, Severity};
 
 /// What to sample and where to plot.
 #[derive(Debug, Clone)]

@@ -4,10 +4,10 @@
 mod common;
 use common::*;
 use std::sync::Arc;
-use vlbiflow_checker::finding::{FileTable, Position};
-use vlbiflow_checker::framer::Framer;
-use vlbiflow_checker::source::FrameKind;
 use vlbiflow_checker::{CheckConfig, Checker};
+use vlbiflow_reader::finding::{FileTable, Position};
+use vlbiflow_reader::framer::Framer;
+use vlbiflow_reader::source::FrameKind;
 
 fn feed(bytes: &[u8], piece: usize, config: CheckConfig) -> vlbiflow_checker::EngineReport {
     let mut files = FileTable::default();

@@ -2,8 +2,9 @@
 //! the rate learned from frame numbers is one short; the checker corrects it from the sample rate it
 //! implies, reports the loss and says how it got the rate.
 
-use vlbiflow_checker::{check, locate, CheckConfig};
+use vlbiflow_checker::{check, CheckConfig};
 use vlbiflow_formats::vdif::VdifHeaderRepr;
+use vlbiflow_reader::locate;
 
 const LEN: usize = 1032; // 1000-byte payload of 2-bit samples: 4000 samples per frame
 const RATE: u32 = 250; // 1 MHz

@@ -3,8 +3,8 @@
 
 mod common;
 use common::*;
-use vlbiflow_checker::frames::FrameReader;
-use vlbiflow_checker::{locate, FindingKind};
+use vlbiflow_reader::frames::FrameReader;
+use vlbiflow_reader::{locate, FindingKind};
 
 fn collect(fr: &mut FrameReader) -> Vec<(Vec<u8>, bool, String, u64)> {
     let mut out = Vec::new();

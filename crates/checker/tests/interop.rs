@@ -3,16 +3,17 @@
 
 mod common;
 use common::*;
-use vlbiflow_checker::finding::FindingKind;
-use vlbiflow_checker::gather::gather;
-use vlbiflow_checker::{check, locate, CheckConfig, Report, Severity};
+use vlbiflow_checker::{check, CheckConfig, Report};
+use vlbiflow_reader::finding::FindingKind;
+use vlbiflow_reader::gather::gather;
+use vlbiflow_reader::{locate, Severity};
 
 fn run(args: &[String], disks: &[String]) -> Report {
     let rec = locate(args, disks).expect("locate");
     check(&rec, CheckConfig::default(), |_| {})
 }
 
-fn kinds(r: &Report, k: FindingKind) -> Vec<&vlbiflow_checker::Finding> {
+fn kinds(r: &Report, k: FindingKind) -> Vec<&vlbiflow_reader::Finding> {
     r.findings.iter().filter(|f| f.kind == k).collect()
 }
 

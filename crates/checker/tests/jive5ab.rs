@@ -4,7 +4,8 @@
 //! missing; fill after the last data frame (an aborted recording's padding) is reported, not counted.
 
 use std::path::PathBuf;
-use vlbiflow_checker::{check, locate, CheckConfig};
+use vlbiflow_checker::{check, CheckConfig};
+use vlbiflow_reader::locate;
 
 fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/jive5ab")
@@ -131,7 +132,7 @@ fn ls_passes_over_fill_for_start_and_duration() {
             .map(|e| e.path())
             .filter(|p| p.is_dir())
             .collect();
-        let l = vlbiflow_checker::ls::list_scans(&disks);
+        let l = vlbiflow_reader::ls::list_scans(&disks);
         let l = l
             .iter()
             .find(|l| l.name == name)

@@ -2,10 +2,11 @@
 
 mod common;
 use common::*;
-use vlbiflow_checker::finding::FindingKind;
-use vlbiflow_checker::{check, locate, CheckConfig, StatsConfig};
+use vlbiflow_checker::{check, CheckConfig, StatsConfig};
 use vlbiflow_formats::samples::{encode, SampleFormat};
 use vlbiflow_formats::vdif::VdifHeaderRepr;
+use vlbiflow_reader::finding::FindingKind;
+use vlbiflow_reader::locate;
 
 /// Two channels of 2-bit samples: channel 0 Gaussian-like noise plus a tone at 1/8 of the sample rate,
 /// channel 1 stuck at the lowest level.

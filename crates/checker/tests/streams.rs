@@ -4,8 +4,9 @@
 
 mod common;
 use common::*;
-use vlbiflow_checker::gather::{gather_stream, stream_labels};
-use vlbiflow_checker::{check, locate, CheckConfig};
+use vlbiflow_checker::{check, CheckConfig};
+use vlbiflow_reader::gather::{gather_stream, stream_labels};
+use vlbiflow_reader::locate;
 use vlbiflow_scan::{
     metadata_path, BlockRanges, FrameKind, ScanFormat, ScanMetadata, StreamCounters, StreamMeta,
     METADATA_VERSION,

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
-use vlbiflow_udp::sink::{Sink, SinkConfig};
+use vlbiflow_sink::{Sink, SinkConfig};
 
 fn vlbiflow(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_vlbiflow"))

@@ -1,5 +1,5 @@
 //! Replay (jive5ab's disk2net / file2net): send a recording (Mark6 scatter-gather, FlexBuff or plain
-//! frame files, read in stream order by `vlbiflow-checker`'s reader) to a UDP destination, paced at its
+//! frame files, read in stream order by `vlbiflow-reader`) to a UDP destination, paced at its
 //! original rate from the frames' time stamps or at a set rate, optionally with packet sequence numbers.
 //!
 //! Pacing reuses `vlbiflow-udp`'s absolute-schedule [`Pacer`] (sleep, then spin the last stretch; never
@@ -14,14 +14,14 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use vlbiflow_checker::frames::FrameReader;
-use vlbiflow_checker::Recording;
 use vlbiflow_formats::fill::is_fill;
 use vlbiflow_formats::mark5b::Mark5bHeader;
 use vlbiflow_formats::psn::{self, PSN_LEN};
 use vlbiflow_formats::time::epoch_start_unix;
 use vlbiflow_formats::vdif::VdifHeader;
 use vlbiflow_formats::FrameKind;
+use vlbiflow_reader::frames::FrameReader;
+use vlbiflow_reader::Recording;
 use vlbiflow_realtime::position::{FirstPsn, Place, Positioner, SourceKey};
 use vlbiflow_udp::pace::{Pacer, RateMeter, Wait};
 use vlbiflow_udp::send::BatchSender;

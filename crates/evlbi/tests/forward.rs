@@ -238,12 +238,12 @@ fn forwarding_while_recording_sends_exactly_what_is_recorded() {
     assert_eq!((st[0].offered, st[0].sent), (N, N));
     invariant(&st[0]);
     // The recording holds the same frames.
-    let rec = vlbiflow_checker::locate(
+    let rec = vlbiflow_reader::locate(
         &["fwd_test".into()],
         &disks.iter().map(|d| d.display().to_string()).collect::<Vec<_>>(),
     )
     .unwrap();
-    let mut reader = vlbiflow_checker::frames::FrameReader::open(&rec);
+    let mut reader = vlbiflow_reader::frames::FrameReader::open(&rec);
     let mut n = 0u64;
     while let Some(b) = reader.next_batch() {
         for (_, f) in b.iter() {

@@ -35,7 +35,7 @@ fn play_sends_every_frame_in_order_with_psn_at_the_recorded_rate() {
     let dir = tempfile::tempdir().unwrap();
     let n = 1200u64;
     let file = write_file(dir.path(), n);
-    let rec = vlbiflow_checker::locate(&[file.display().to_string()], &[]).unwrap();
+    let rec = vlbiflow_reader::locate(&[file.display().to_string()], &[]).unwrap();
     let (rx, addr) = common::listener();
     let reader = std::thread::spawn(move || common::recv_n(&rx, 2 * n as usize));
     let mut c = PlayConfig::new(addr);
@@ -63,7 +63,7 @@ fn play_sends_every_frame_in_order_with_psn_at_the_recorded_rate() {
 fn play_starts_at_a_frame_time_and_at_a_set_rate() {
     let dir = tempfile::tempdir().unwrap();
     let file = write_file(dir.path(), 1200);
-    let rec = vlbiflow_checker::locate(&[file.display().to_string()], &[]).unwrap();
+    let rec = vlbiflow_reader::locate(&[file.display().to_string()], &[]).unwrap();
     let (rx, addr) = common::listener();
     let reader = std::thread::spawn(move || common::recv_n(&rx, 400));
     let mut c = PlayConfig::new(addr);

@@ -20,6 +20,7 @@ pub mod capacity;
 pub mod config;
 pub mod counters;
 pub mod dispersion;
+pub mod escape;
 pub mod hops;
 pub mod hub;
 pub mod plan;

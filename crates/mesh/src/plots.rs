@@ -5,6 +5,7 @@ use std::sync::Once;
 
 use plotters::prelude::*;
 
+use crate::escape::esc;
 use crate::report::Point;
 use crate::timespec::Ms;
 
@@ -20,8 +21,8 @@ fn empty(title: &str, why: &str) -> String {
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"640\" height=\"120\"><text x=\"10\" y=\"30\" \
          font-family=\"sans-serif\" font-size=\"16\">{}</text><text x=\"10\" y=\"60\" font-family=\"sans-serif\" \
          font-size=\"14\" fill=\"#777\">{}</text></svg>",
-        crate::hub::esc(title),
-        crate::hub::esc(why)
+        esc(title),
+        esc(why)
     )
 }
 

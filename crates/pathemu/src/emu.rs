@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use vlbiflow_udp::sched;
+use vlbiflow_sched as sched;
 
 /// The forwarding threads' priority in the real-time class (`realtime`): above the 5 of vlbiflow's own
 /// data-plane threads (`--realtime`), so that the path's timing holds while they run.

@@ -12,11 +12,12 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use reader::{is_damage, probe, Mark5bOptions, ReadError, SampleReader};
 use std::io::Write;
-use vlbiflow_checker::frames::FrameReader;
-use vlbiflow_checker::{locate, CheckConfig, LocateError, Recording, StatsConfig};
+use vlbiflow_checker::{CheckConfig, StatsConfig};
 use vlbiflow_formats::samples::{self, SampleFormat, BASEBAND_SCALE};
 use vlbiflow_formats::time::epoch_start_unix;
 use vlbiflow_formats::vdif::{EdvSampleRate, VdifHeader, VdifHeaderRepr};
+use vlbiflow_reader::frames::FrameReader;
+use vlbiflow_reader::{locate, LocateError, Recording};
 
 create_exception!(
     _vlbiflow,
@@ -582,9 +583,9 @@ fn check_json(
 /// `vlbiflow ls --json` as a JSON string.
 #[pyfunction]
 fn ls_json(py: Python<'_>, disks: Vec<String>) -> PyResult<String> {
-    let dirs = vlbiflow_checker::source::expand_disks(&disks)
+    let dirs = vlbiflow_reader::source::expand_disks(&disks)
         .map_err(|e| PyFileNotFoundError::new_err(e.to_string()))?;
-    let scans = py.detach(|| vlbiflow_checker::ls::list_scans(&dirs));
+    let scans = py.detach(|| vlbiflow_reader::ls::list_scans(&dirs));
     serde_json::to_string(&scans).map_err(|e| PyValueError::new_err(e.to_string()))
 }
 

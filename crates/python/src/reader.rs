@@ -8,13 +8,13 @@
 //! copied (kept until a later read asks for them).
 
 use std::collections::{BTreeMap, BTreeSet};
-use vlbiflow_checker::frames::FrameReader;
-use vlbiflow_checker::{Finding, FindingKind, Recording, Severity};
 use vlbiflow_formats::mark5b::{self, Mark5bHeader};
 use vlbiflow_formats::samples::{self, SampleFormat, BASEBAND_SCALE};
 use vlbiflow_formats::time::{epoch_start_unix, MJD_UNIX_EPOCH};
 use vlbiflow_formats::vdif::VdifHeader;
 use vlbiflow_formats::FrameKind;
+use vlbiflow_reader::frames::FrameReader;
+use vlbiflow_reader::{Finding, FindingKind, Recording, Severity};
 
 /// Frame sets a frame may arrive late (after frames of later sets) and still be placed.
 const WINDOW: i64 = 256;

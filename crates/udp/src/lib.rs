@@ -10,8 +10,6 @@
 //! - [`errqueue`]: ICMP errors (time exceeded, unreachable) from a socket's error queue, with the
 //!   sender, the kernel's receive time and the quoted datagram.
 //! - [`snmp`]: the kernel's UDP counters from `/proc/net/snmp`.
-//! - [`sched`]: data-plane threads in the real-time class (`--realtime`) and their timer slack.
-//! - [`sink`]: a discarding receiver with per-second counts and sequence-number loss accounting.
 //!
 //! Everything allocates at construction only; the send and receive paths do not allocate.
 
@@ -24,9 +22,7 @@ pub mod epoll;
 pub mod errqueue;
 pub mod pace;
 pub mod recv;
-pub mod sched;
 pub mod send;
-pub mod sink;
 pub mod snmp;
 pub mod socket;
 mod sys;
@@ -38,6 +34,5 @@ pub use send::{
     Batch, BatchSender, GsoError, RetryPolicy, SendError, SendStats, Sent, GSO_MAX_SEGMENTS, MAX_PARTS,
     MAX_PARTS_LIMIT,
 };
-pub use sink::{run_sink, PsnStats, Sink, SinkConfig, SinkError, SinkReport, SinkSecond, StopReason};
 pub use snmp::{SnmpError, UdpCounters};
 pub use socket::{open_udp, BufferKind, BufferReport, Feature, SocketError, SocketReport, UdpConfig};

@@ -500,12 +500,12 @@ impl TimestampKeeper {
     /// not stamping on arrival at the timeout).
     pub fn start(timeout: Duration) -> io::Result<Self> {
         let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
-        let (sock, report) = crate::open_udp(&crate::UdpConfig {
+        let (sock, report) = crate::socket::open_udp(&crate::socket::UdpConfig {
             timestamps: true,
-            ..crate::UdpConfig::receiver(loopback)
+            ..crate::socket::UdpConfig::receiver(loopback)
         })
         .map_err(|e| io::Error::new(e.source.kind(), e.to_string()))?;
-        if let crate::Feature::Unsupported(errno) = report.timestamps {
+        if let crate::socket::Feature::Unsupported(errno) = report.timestamps {
             return Err(io::Error::from_raw_os_error(errno));
         }
         let mut rx = BatchReceiver::new(1);

@@ -19,7 +19,7 @@
 //!
 //! With `--realtime` the data-plane threads (the sender's pacing thread, feedback reader and reading
 //! thread; the receiver's receiving and writing threads) run in the real-time class at a low priority
-//! ([`vlbiflow_udp::sched`]), so that pacing holds on a loaded host; control, resume hashing and
+//! ([`vlbiflow_sched`]), so that pacing holds on a loaded host; control, resume hashing and
 //! committing stay in the ordinary class.
 
 // One system call rustix does not wrap (`cachestat`, in `source`) is the only unsafe code, allowed there.
@@ -51,34 +51,30 @@ pub use error::XferError;
 /// it, until the guard is dropped. The commands check that the class is permitted before a transfer
 /// starts ([`check_realtime`]); should it still fail here, the thread goes on in the ordinary class
 /// with a warning: a transfer is not given up for its priority.
-fn realtime_class(realtime: bool, thread: &str) -> Option<vlbiflow_udp::sched::RealtimeGuard> {
-    realtime_class_at(realtime, thread, vlbiflow_udp::sched::DATA_PLANE_PRIORITY)
+fn realtime_class(realtime: bool, thread: &str) -> Option<vlbiflow_sched::RealtimeGuard> {
+    realtime_class_at(realtime, thread, vlbiflow_sched::DATA_PLANE_PRIORITY)
 }
 
 /// [`realtime_class`] for a thread that works in bursts beside the pacing and receiving threads (reading
-/// and hashing, writing): a step below them ([`vlbiflow_udp::sched::BULK_PRIORITY`]), so that they take
+/// and hashing, writing): a step below them ([`vlbiflow_sched::BULK_PRIORITY`]), so that they take
 /// their core back the moment they wake.
 /// The class of a thread of bulk work: with `--realtime` the real-time class below the data threads;
-/// without it, the ordinary class made nicer than the process ([`vlbiflow_udp::sched::BULK_NICE`]), so
+/// without it, the ordinary class made nicer than the process ([`vlbiflow_sched::BULK_NICE`]), so
 /// that it does not hold the pacing or receiving thread off a core either.
-fn realtime_bulk_class(realtime: bool, thread: &str) -> Option<vlbiflow_udp::sched::RealtimeGuard> {
+fn realtime_bulk_class(realtime: bool, thread: &str) -> Option<vlbiflow_sched::RealtimeGuard> {
     if !realtime {
         // only a preference: the thread works the same at its process's priority
-        let _ = vlbiflow_udp::sched::nicer(vlbiflow_udp::sched::BULK_NICE);
+        let _ = vlbiflow_sched::nicer(vlbiflow_sched::BULK_NICE);
         return None;
     }
-    realtime_class_at(realtime, thread, vlbiflow_udp::sched::BULK_PRIORITY)
+    realtime_class_at(realtime, thread, vlbiflow_sched::BULK_PRIORITY)
 }
 
-fn realtime_class_at(
-    realtime: bool,
-    thread: &str,
-    priority: i32,
-) -> Option<vlbiflow_udp::sched::RealtimeGuard> {
+fn realtime_class_at(realtime: bool, thread: &str, priority: i32) -> Option<vlbiflow_sched::RealtimeGuard> {
     if !realtime {
         return None;
     }
-    match vlbiflow_udp::sched::enter_realtime(priority) {
+    match vlbiflow_sched::enter_realtime(priority) {
         Ok(g) => Some(g),
         Err(e) => {
             eprintln!("vlbiflow: warning: --realtime: {thread} stays in the ordinary class: {e}");
@@ -89,7 +85,7 @@ fn realtime_class_at(
 
 /// Whether `--realtime` can be honoured: the error (a usage error) says what to grant.
 pub fn check_realtime() -> Result<(), XferError> {
-    vlbiflow_udp::sched::check_realtime(vlbiflow_udp::sched::DATA_PLANE_PRIORITY)
+    vlbiflow_sched::check_realtime(vlbiflow_sched::DATA_PLANE_PRIORITY)
         .map_err(|e| XferError::Usage(format!("--realtime: {e}")))
 }
 pub use key::Key;

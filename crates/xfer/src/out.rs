@@ -691,7 +691,7 @@ impl Cmd {
 /// writes to: the data thread waited 60-530 ms per 13 s push for its window (`read_wait_ms`), and it
 /// came late to its pacing schedule as long. Four (130 ms) were not enough on a 2-vCPU VM of 2026-11-27
 /// where the reading thread runs a step below the pacing thread (see
-/// [`vlbiflow_udp::sched::BULK_PRIORITY`]) and waits for a core now and then: 0.8-3.3 s of `read_wait_ms`
+/// [`vlbiflow_sched::BULK_PRIORITY`]) and waits for a core now and then: 0.8-3.3 s of `read_wait_ms`
 /// per 15 s push at 2 Gb/s, 50 ms, 1%; with sixteen, 0.02-0.8 s.
 const DEPTH: usize = 16;
 

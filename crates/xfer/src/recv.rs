@@ -227,7 +227,7 @@ pub struct RecvParams {
     /// For manifests: who sent it.
     pub source: String,
     /// Run the data thread (receiving, feedback) in the real-time class (`--realtime`, see
-    /// [`vlbiflow_udp::sched`]).
+    /// [`vlbiflow_sched`]).
     pub realtime: bool,
     /// The ceiling the daemon sets for this transfer while it runs (its share of a limit on all its
     /// transfers): each change is sent to the sender.

@@ -17,9 +17,9 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 
-use vlbiflow_checker::gather::stream_labels;
-use vlbiflow_checker::source::{locate, LocateError, Sources};
 use vlbiflow_formats::mark6::{Mark6BlockHeader, FILE_HEADER_LEN};
+use vlbiflow_reader::gather::stream_labels;
+use vlbiflow_reader::source::{locate, LocateError, Sources};
 use vlbiflow_scan::METADATA_SUFFIX;
 
 use crate::error::XferError;

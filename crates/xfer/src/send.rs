@@ -49,7 +49,7 @@ pub struct SendParams {
     /// How long to wait for the receiver's commit report after the last chunk is verified.
     pub commit_timeout: Duration,
     /// Run the data thread and the feedback reader in the real-time class (`--realtime`, see
-    /// [`vlbiflow_udp::sched`]).
+    /// [`vlbiflow_sched`]).
     pub realtime: bool,
     /// The ceiling this side's daemon sets while the transfer runs (its share of a limit on all its
     /// transfers), applied as it changes.

@@ -5,9 +5,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
-use vlbiflow_checker::gather::gather;
-use vlbiflow_checker::locate;
 use vlbiflow_formats::vdif::VdifHeaderRepr;
+use vlbiflow_reader::gather::gather;
+use vlbiflow_reader::locate;
 use vlbiflow_xfer::client::{self, ClientConfig};
 use vlbiflow_xfer::daemon::{Daemon, ServeConfig};
 use vlbiflow_xfer::dest::Roots;
@@ -77,7 +77,7 @@ fn gathered(scan: &str, disks: &[String]) -> Vec<u8> {
     assert!(
         s.findings
             .iter()
-            .all(|f| f.severity == vlbiflow_checker::Severity::Info),
+            .all(|f| f.severity == vlbiflow_reader::Severity::Info),
         "{:?}",
         s.findings
     );

@@ -4,7 +4,8 @@ use crate::usage;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use vlbiflow_checker::{check, locate, CheckConfig, LocateError, StatsConfig};
+use vlbiflow_checker::{check, CheckConfig, StatsConfig};
+use vlbiflow_reader::{locate, LocateError};
 
 const EXAMPLES: &str = "\
 Examples:

@@ -11,11 +11,11 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use vlbiflow_checker::source::locate_scan;
 use vlbiflow_checker::{check, CheckConfig, StatsConfig};
 use vlbiflow_formats::time::{UtcTime, VdifTime};
 use vlbiflow_gen::net::{send_streams, NetEvent, NetOptions};
 use vlbiflow_gen::{GenPlan, GenRequest, PayloadKind, RateRequest, StartTime, StopAfter};
+use vlbiflow_reader::source::locate_scan;
 use vlbiflow_recorder::{Recorder, RecorderConfig, StreamSpec};
 
 const EXAMPLES: &str = "\

@@ -5,8 +5,8 @@ use anyhow::Context;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use vlbiflow_checker::gather::{gather_stream, stream_labels};
-use vlbiflow_checker::{locate, LocateError, Severity};
+use vlbiflow_reader::gather::{gather_stream, stream_labels};
+use vlbiflow_reader::{locate, LocateError, Severity};
 
 const EXAMPLES: &str = "\
 Examples:

@@ -2,8 +2,8 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use vlbiflow_checker::ls::list_scans;
-use vlbiflow_checker::source::expand_disks;
+use vlbiflow_reader::ls::list_scans;
+use vlbiflow_reader::source::expand_disks;
 
 const EXAMPLES: &str = "\
 Examples:

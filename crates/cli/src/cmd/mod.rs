@@ -98,9 +98,9 @@ impl std::error::Error for ExitError {}
 /// or writing: 5; the transfer layer's own classes; a socket of the real-time paths that cannot be opened:
 /// 5; the mesh hub's API), an I/O error in the chain 5 (2 when a path is not there), else 1.
 pub fn exit_code(e: &anyhow::Error) -> u8 {
-    use vlbiflow_checker::LocateError;
     use vlbiflow_evlbi::forward::ForwardError;
     use vlbiflow_evlbi::{play::PlayError, receive::ReceiveError, relay::RelayError};
+    use vlbiflow_reader::LocateError;
     if e.downcast_ref::<UsageError>().is_some() {
         return exit::USAGE;
     }

@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::Context;
-use vlbiflow_checker::{locate, LocateError};
 use vlbiflow_evlbi::play::{run_play, PlayConfig, PlayRate, PlayStatus};
 use vlbiflow_formats::time::UtcTime;
+use vlbiflow_reader::{locate, LocateError};
 
 use crate::cmd::receive::parse_addr;
 use crate::units::{fmt_bit_rate, fmt_bytes, parse_bit_rate};

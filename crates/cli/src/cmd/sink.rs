@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use vlbiflow_udp::sink::{Sink, SinkConfig, SinkError, SinkSecond};
+use vlbiflow_sink::{Sink, SinkConfig, SinkError, SinkSecond};
 
 const EXAMPLES: &str = "\
 Examples:

@@ -1,6 +1,7 @@
 //! Findings: what the readers and the checker report about a recording, each naming where it was found.
 
 use serde::Serialize;
+use std::collections::HashMap;
 use std::fmt;
 use std::path::PathBuf;
 
@@ -176,5 +177,40 @@ impl fmt::Display for Finding {
             _ => {}
         }
         f.write_str(&self.message)
+    }
+}
+
+/// Findings of one kind listed in full; the rest are counted.
+pub const MAX_FINDINGS_PER_KIND: usize = 50;
+
+/// Collects findings with a cap per kind, so that a badly damaged recording still gives a readable report.
+#[derive(Debug, Default)]
+pub struct FindingLog {
+    pub list: Vec<Finding>,
+    counts: HashMap<FindingKind, (u64, Severity)>,
+}
+
+impl FindingLog {
+    pub fn push(&mut self, f: Finding) {
+        let e = self.counts.entry(f.kind).or_insert((0, f.severity));
+        e.0 += 1;
+        e.1 = e.1.max(f.severity);
+        if e.0 <= MAX_FINDINGS_PER_KIND as u64 {
+            self.list.push(f);
+        }
+    }
+    /// Findings left out, by kind.
+    pub fn omitted(&self) -> Vec<(FindingKind, u64, Severity)> {
+        let mut v: Vec<_> = self
+            .counts
+            .iter()
+            .filter(|(_, (n, _))| *n > MAX_FINDINGS_PER_KIND as u64)
+            .map(|(k, (n, s))| (*k, n - MAX_FINDINGS_PER_KIND as u64, *s))
+            .collect();
+        v.sort_by_key(|x| format!("{:?}", x.0));
+        v
+    }
+    pub fn worst(&self) -> Option<Severity> {
+        self.counts.values().map(|(_, s)| *s).max()
     }
 }

@@ -1,7 +1,7 @@
 //! Measures single-thread send throughput over loopback into the discarding sink.
 //!
 //! ```text
-//! cargo run --release -p vlbiflow-udp --example loopback_rate -- [--gso] [--gro] [--psn] [--seconds S] [--batch N] [--busy-us U]
+//! cargo run --release -p vlbiflow-sink --example loopback_rate -- [--gso] [--gro] [--psn] [--seconds S] [--batch N] [--busy-us U]
 //! ```
 //! Sends 8224-byte datagrams (8232 with `--psn`) as fast as possible from one thread: with `sendmmsg`
 //! batches of N two-part messages, or with `--gso` batches of N GSO messages of 7 datagrams each.
@@ -9,7 +9,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use vlbiflow_udp::sink::{Sink, SinkConfig};
+use vlbiflow_sink::{Sink, SinkConfig};
 use vlbiflow_udp::socket::{open_udp, UdpConfig};
 use vlbiflow_udp::{BatchSender, UdpCounters};
 

@@ -2,10 +2,10 @@
 //! stripped, as Haystack's `gather` and DiFX's `mk6gather` do. Frames go through the framer, so garbage and
 //! partial frames are left out (and reported) instead of corrupting the output.
 
+use crate::finding::FindingLog;
 use crate::finding::{Finding, Position};
 use crate::framer::{FrameSink, Framer};
 use crate::read::{ReadEvent, ReadPipeline};
-use crate::report::FindingLog;
 use crate::source::Recording;
 use std::io::{self, Write};
 

@@ -4,6 +4,8 @@
 //! duplicate datagrams with the workspace's sequence tracker ([`vlbiflow_seq::SequenceTracker`], the same
 //! one the recorder uses, so both report the same loss for the same stream).
 
+#![forbid(unsafe_code)]
+
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -11,8 +13,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use vlbiflow_formats::psn;
 use vlbiflow_seq::{SequenceCounters, SequenceTracker};
 
-use crate::recv::BatchReceiver;
-use crate::socket::{open_udp, SocketError, SocketReport, UdpConfig};
+use vlbiflow_udp::recv::BatchReceiver;
+use vlbiflow_udp::socket::{open_udp, SocketError, SocketReport, UdpConfig};
 
 /// Loss accounting from packet sequence numbers: the workspace's one tracker's counters (the recorder
 /// reports the same figures for the same stream).

@@ -9,6 +9,8 @@
 //! only the CPU their work needs, and the kernel's real-time throttling (`sched_rt_runtime_us`) leaves
 //! the others at least 5% even if one did.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 use std::io;
 
 /// The priority vlbiflow's data-plane threads take in the real-time class (`--realtime`): above every

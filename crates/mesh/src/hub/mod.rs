@@ -1,0 +1,260 @@
+//! `vlbiflow net hub`: plans every run ([`Ledger`]), takes the agents' reports, archives them,
+//! evaluates alerts ([`Alerts`]) and delivers their changes to the log and a webhook, and serves the
+//! dashboard, the JSON API the `vlbiflow net mesh` commands use, and `/metrics` for Prometheus.
+//!
+//! Authentication: with a token, every agent exchange carries a MAC both ways ([`crate::auth`]), and
+//! pages and API answer only loopback clients or requests with `Authorization: Bearer TOKEN` (or
+//! HTTP basic authentication with the token as password), unless `public_read` is set. Without a
+//! token the hub listens on loopback only.
+//!
+//! Files by concern: `state` what the handlers share; `routes` the HTTP routes; `sync` the agents'
+//! exchange; `webhook` alert delivery; `access` who may read; `http` replies; `matrix` the newest figure
+//! per pair; `html` the dashboard and pair pages; `svg` plots; `api` the JSON API; `metrics` Prometheus.
+
+mod access;
+mod api;
+mod html;
+mod http;
+mod matrix;
+mod metrics;
+mod routes;
+mod state;
+mod svg;
+mod sync;
+mod webhook;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::alerts::Alerts;
+use crate::archive::Archive;
+use crate::auth::Key;
+use crate::config::Config;
+use crate::report::Outcome;
+use crate::schedule::{Ledger, LedgerAction};
+use crate::timespec::{now_ms, rfc3339, Ms};
+
+pub use api::{AgentStatus, AlertsView, RunsQuery, Status};
+pub use http::PairQuery;
+pub use matrix::{Cell, CellValue, Matrix};
+use state::{lock, store_alerts, Log, Shared};
+use webhook::webhook_loop;
+
+/// How far ahead the hub archives planned runs, ms.
+pub const LOOKAHEAD: Ms = 30_000;
+
+/// How to run a hub.
+#[derive(Clone)]
+pub struct HubOptions {
+    /// The mesh configuration.
+    pub config: Arc<Config>,
+    /// HTTP address.
+    pub listen: SocketAddr,
+    /// Archive: a SQLite path or a postgresql:// URL.
+    pub archive: String,
+    /// The shared token (None: loopback only).
+    pub token: Option<String>,
+    /// Serve pages and the read API to anyone.
+    pub public_read: bool,
+}
+
+/// A running hub.
+pub struct HubHandle {
+    /// The bound HTTP address.
+    pub addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl HubHandle {
+    /// Stops the hub and waits for it.
+    pub fn stop(mut self) {
+        self.stop_inner();
+    }
+
+    fn stop_inner(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(s) = self.shutdown.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+
+    /// Waits until the hub ends (after `stop` is set from elsewhere).
+    pub fn wait(mut self) {
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for HubHandle {
+    fn drop(&mut self) {
+        self.stop_inner();
+    }
+}
+
+/// Why the hub could not start.
+#[derive(Debug, thiserror::Error)]
+#[error("hub: {0}")]
+pub struct HubError(pub String);
+
+/// Starts a hub on its own thread; `stop` ends it.
+pub fn spawn(opts: HubOptions, stop: Arc<AtomicBool>, log: Log) -> Result<HubHandle, HubError> {
+    if opts.token.is_none() && !opts.listen.ip().is_loopback() {
+        return Err(HubError(format!(
+            "{} is not a loopback address: give a token (--token-file) so agents and readers authenticate",
+            opts.listen
+        )));
+    }
+    let mut archive = Archive::open(&opts.archive).map_err(|e| HubError(e.to_string()))?;
+    let now = now_ms();
+    let planned_through = archive
+        .meta("planned_through")
+        .map_err(|e| HubError(e.to_string()))?
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(now);
+    let mut ledger = Ledger::new(opts.config.clone(), planned_through, now, LOOKAHEAD);
+    ledger.restore_pending(archive.pending().map_err(|e| HubError(e.to_string()))?);
+    let active = archive.active_alerts().map_err(|e| HubError(e.to_string()))?;
+    let alerts = Alerts::new(opts.config.clone(), now, &active);
+    let listener = std::net::TcpListener::bind(opts.listen)
+        .map_err(|e| HubError(format!("bind {}: {e}", opts.listen)))?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| HubError(e.to_string()))?;
+    let addr = listener.local_addr().map_err(|e| HubError(e.to_string()))?;
+    log(&format!(
+        "hub of mesh {} on http://{addr}/ ({} hosts, {} tests, archive {} {}, planning from {})",
+        opts.config.name,
+        opts.config.hosts.len(),
+        opts.config.tests.len(),
+        archive.kind(),
+        archive.location(),
+        rfc3339(planned_through)
+    ));
+    let shared = Arc::new(Shared {
+        cfg: opts.config.clone(),
+        key: opts.token.as_deref().map(Key::from_token),
+        token: opts.token.clone(),
+        public_read: opts.public_read,
+        archive: Mutex::new(archive),
+        ledger: Mutex::new(ledger),
+        alerts: Mutex::new(alerts),
+        log,
+        started: now,
+    });
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let thread_stop = stop.clone();
+    let thread = std::thread::Builder::new()
+        .name("hub".into())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    (shared.log)(&format!("cannot start the runtime: {e}"));
+                    return;
+                }
+            };
+            let webhook = {
+                let (s, stop) = (shared.clone(), thread_stop.clone());
+                std::thread::spawn(move || webhook_loop(&s, &stop))
+            };
+            let async_stop = thread_stop.clone();
+            rt.block_on(async move {
+                let thread_stop = async_stop;
+                let listener = match tokio::net::TcpListener::from_std(listener) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        (shared.log)(&format!("listener: {e}"));
+                        return;
+                    }
+                };
+                let ticker = {
+                    let (s, stop) = (shared.clone(), thread_stop.clone());
+                    tokio::spawn(async move {
+                        let mut iv = tokio::time::interval(Duration::from_millis(500));
+                        let mut next_retention = 0;
+                        while !stop.load(Ordering::Relaxed) {
+                            iv.tick().await;
+                            let s = s.clone();
+                            let due = now_ms() >= next_retention;
+                            if due {
+                                next_retention = now_ms() + 3_600_000;
+                            }
+                            let _ = tokio::task::spawn_blocking(move || tick(&s, due)).await;
+                        }
+                    })
+                };
+                let app = routes::router(shared.clone());
+                let serve = axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
+                    .with_graceful_shutdown(async move {
+                        let _ = rx.await;
+                    });
+                if let Err(e) = serve.await {
+                    (shared.log)(&format!("http: {e}"));
+                }
+                ticker.abort();
+            });
+            thread_stop.store(true, Ordering::SeqCst);
+            let _ = webhook.join();
+        })
+        .map_err(|e| HubError(e.to_string()))?;
+    Ok(HubHandle {
+        addr,
+        stop,
+        shutdown: Some(tx),
+        thread: Some(thread),
+    })
+}
+
+/// Plans, infers lost runs, raises no-data alerts; runs every half second.
+fn tick(s: &Shared, retention: bool) {
+    let now = now_ms();
+    let actions = lock(&s.ledger).poll(now);
+    let through = lock(&s.ledger).planned_through();
+    let (mut plans, mut records) = (Vec::new(), Vec::new());
+    for a in actions {
+        match a {
+            LedgerAction::Plan(r) => plans.push(r),
+            LedgerAction::Record(r) => records.push(r),
+        }
+    }
+    let mut a = lock(&s.archive);
+    if !plans.is_empty() {
+        if let Err(e) = a.plan(&plans, now) {
+            (s.log)(&format!("archive: {e}"));
+            return;
+        }
+    }
+    for r in &records {
+        if let Outcome::Failed { reason, detail } = &r.outcome {
+            (s.log)(&format!("run {}: {}: {detail}", r.run.id, reason.as_str()));
+        }
+    }
+    if let Err(e) = a.record(&records, now) {
+        (s.log)(&format!("archive: {e}"));
+    }
+    let _ = a.set_meta("planned_through", &through.to_string());
+    let events = lock(&s.alerts).tick(now);
+    store_alerts(s, &mut a, &events);
+    if retention {
+        match a.retain(now - s.cfg.retention) {
+            Ok(n) if n > 0 => (s.log)(&format!(
+                "retention: {n} rows older than {} deleted",
+                rfc3339(now - s.cfg.retention)
+            )),
+            Ok(_) => {}
+            Err(e) => (s.log)(&format!("retention: {e}")),
+        }
+    }
+}

@@ -1,0 +1,41 @@
+//! What the hub's threads and handlers share: the configuration, the archive, the ledger and the alerts.
+
+use std::sync::{Arc, Mutex};
+
+use crate::alerts::Alerts;
+use crate::archive::{AlertEvent, Archive};
+use crate::auth::Key;
+use crate::config::Config;
+use crate::schedule::Ledger;
+use crate::timespec::Ms;
+
+/// Where the hub writes its log lines.
+pub(super) type Log = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// The state the HTTP handlers, the ticker and the webhook thread share.
+pub(super) struct Shared {
+    pub(super) cfg: Arc<Config>,
+    pub(super) key: Option<Key>,
+    pub(super) token: Option<String>,
+    pub(super) public_read: bool,
+    pub(super) archive: Mutex<Archive>,
+    pub(super) ledger: Mutex<Ledger>,
+    pub(super) alerts: Mutex<Alerts>,
+    pub(super) log: Log,
+    pub(super) started: Ms,
+}
+
+/// Locks `m`; a lock poisoned by a panicking holder is taken as it is.
+pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Logs and archives alert changes.
+pub(super) fn store_alerts(s: &Shared, a: &mut Archive, events: &[AlertEvent]) {
+    for e in events {
+        (s.log)(&format!("alert {}: {}", e.state, e.message));
+        if let Err(err) = a.alert_event(e) {
+            (s.log)(&format!("archive: {err}"));
+        }
+    }
+}

@@ -1,0 +1,68 @@
+//! Delivery of alert changes to the configured webhook, each once, retried with backoff.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use super::state::{lock, Shared};
+use crate::timespec::rfc3339;
+
+/// Delivers alert changes to the webhook, each once (retried until the receiver answers 2xx).
+pub(super) fn webhook_loop(s: &Shared, stop: &AtomicBool) {
+    let http: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(5)))
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut backoff = Duration::from_millis(500);
+    while !stop.load(Ordering::Relaxed) {
+        let pending = lock(&s.archive).undelivered_alerts().unwrap_or_default();
+        let mut failed = false;
+        for e in pending {
+            let Some(w) = &s.cfg.webhook else {
+                let _ = lock(&s.archive).alert_delivered(&e.id);
+                continue;
+            };
+            let body = serde_json::json!({
+                "mesh": s.cfg.name,
+                "id": e.id,
+                "state": e.state,
+                "rule": e.rule,
+                "src": e.src,
+                "dst": e.dst,
+                "metric": e.metric,
+                "value": e.value,
+                "threshold": e.threshold,
+                "time": rfc3339(e.t),
+                "message": e.message,
+            });
+            match http
+                .post(&w.url)
+                .header("content-type", "application/json")
+                .send(body.to_string())
+            {
+                Ok(r) if r.status().is_success() => {
+                    let _ = lock(&s.archive).alert_delivered(&e.id);
+                }
+                Ok(r) => {
+                    (s.log)(&format!("webhook {}: answered {}; will retry", w.url, r.status()));
+                    failed = true;
+                    break;
+                }
+                Err(err) => {
+                    (s.log)(&format!("webhook {}: {err}; will retry", w.url));
+                    failed = true;
+                    break;
+                }
+            }
+        }
+        backoff = if failed {
+            (backoff * 2).min(Duration::from_secs(60))
+        } else {
+            Duration::from_millis(500)
+        };
+        let until = std::time::Instant::now() + backoff;
+        while std::time::Instant::now() < until && !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
