@@ -19,7 +19,7 @@
 //! - `notices=off`: send no gap notices ([`vlbiflow_formats::notice`]) to a `udps` destination (on by
 //!   default; a receiver that does not know them counts each as a wrong-sized datagram).
 
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 
 use vlbiflow_formats::vdif::MAX_THREAD_ID;
 use vlbiflow_scan::spec::{Spec, SpecOption, SpecSyntax};
@@ -104,22 +104,6 @@ pub struct SpecError {
     pub reason: String,
 }
 
-/// Resolves `HOST:PORT` (IPv4 preferred).
-pub fn resolve(addr: &str) -> Result<SocketAddr, String> {
-    if let Ok(a) = addr.parse::<SocketAddr>() {
-        return Ok(a);
-    }
-    let all: Vec<SocketAddr> = addr
-        .to_socket_addrs()
-        .map_err(|e| format!("{addr:?} is not HOST:PORT ({e})"))?
-        .collect();
-    all.iter()
-        .find(|a| a.is_ipv4())
-        .or(all.first())
-        .copied()
-        .ok_or_else(|| format!("{addr:?} resolves to no address"))
-}
-
 impl DestSpec {
     /// A destination with defaults for everything but protocol and address.
     pub fn new(protocol: Protocol, address: SocketAddr) -> Self {
@@ -155,7 +139,7 @@ impl DestSpec {
         let (label, proto, host) = (parsed.label, parsed.proto, parsed.addr);
         let protocol = Protocol::parse(proto)
             .ok_or_else(|| err("protocol", format!("{proto:?} is not udps, vdif or tcp")))?;
-        let address = resolve(host).map_err(|r| err("address", r))?;
+        let address = vlbiflow_udp::net::resolve(host).map_err(|e| err("address", e.to_string()))?;
         if address.port() == 0 {
             return Err(err("address", "port 0 is not a destination".into()));
         }

@@ -4,7 +4,7 @@ use crate::units::{fmt_bit_rate, fmt_bytes, parse_bit_rate, parse_bytes, parse_h
 use crate::usage;
 use anyhow::Context;
 use std::io::{IsTerminal, Write};
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,6 +12,7 @@ use std::sync::Arc;
 use vlbiflow_formats::time::{UtcTime, VdifTime};
 use vlbiflow_gen::net::{send_streams, NetEvent, NetOptions};
 use vlbiflow_gen::{GenPlan, GenRequest, GenSummary, PayloadKind, RateRequest, StartTime, StopAfter};
+use vlbiflow_udp::net::ResolveError;
 
 const EXAMPLES: &str = "\
 Examples:
@@ -138,16 +139,14 @@ fn resolve(dests: &[String]) -> anyhow::Result<Vec<SocketAddr>> {
         if host.is_empty() || port.parse::<u16>().map_or(true, |p| p == 0) {
             usage!("--dest {d:?}: expected HOST:PORT with a port in 1..=65535");
         }
-        match d.to_socket_addrs() {
-            Ok(mut addrs) => match addrs
-                .find(|a| a.is_ipv4())
-                .or_else(|| d.to_socket_addrs().ok()?.next())
-            {
-                Some(a) => out.push(a),
-                None => usage!("--dest {d:?}: the host has no address"),
-            },
-            Err(e) => usage!("--dest {d:?}: cannot resolve host {host:?}: {e}"),
+        match vlbiflow_udp::net::resolve(d) {
+            Ok(a) => out.push(a),
+            Err(ResolveError::NoAddress { .. }) => usage!("--dest {d:?}: the host has no address"),
+            Err(ResolveError::Lookup { source, .. }) => {
+                usage!("--dest {d:?}: cannot resolve host {host:?}: {source}")
+            }
         }
+    }
     }
     Ok(out)
 }

@@ -189,7 +189,7 @@ pub(crate) fn parse_signed_ns(s: &str) -> Result<i64, String> {
 }
 
 pub(crate) fn parse_addr(what: &str, s: &str) -> anyhow::Result<std::net::SocketAddr> {
-    match vlbiflow_evlbi::dest::resolve(s) {
+    match vlbiflow_udp::net::resolve(s) {
         Ok(a) => Ok(a),
         Err(e) => usage!("{what}: {e}"),
     }
