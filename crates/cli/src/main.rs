@@ -9,7 +9,9 @@ use std::process::ExitCode;
 #[macro_use]
 mod out;
 mod cmd;
+mod progress;
 mod reference;
+mod stop;
 
 use vlbiflow_units as units;
 
@@ -100,7 +102,7 @@ fn main() -> ExitCode {
         cli.command,
         Command::Check(_) | Command::Gather(_) | Command::Ls(_) | Command::Status(_) | Command::Ctl(_)
     ) {
-        let _ = ctrlc::set_handler(|| std::process::exit(cmd::exit::INTERRUPTED.into()));
+        stop::exit_on_interrupt();
     }
     let result = match cli.command {
         Command::Demo(a) => cmd::demo::run(a),

@@ -76,15 +76,9 @@ pub fn is_closed_stdout(e: &anyhow::Error) -> bool {
 /// Whether standard output is a pipe or socket with nobody left to read it (poll reports an error or a
 /// hang-up on it).
 fn stdout_closed() -> bool {
-    use rustix::event::{poll, PollFd, PollFlags, Timespec};
-    let stdout = io::stdout();
-    let mut fds = [PollFd::new(&stdout, PollFlags::OUT)];
-    let now = Timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    matches!(poll(&mut fds, Some(&now)), Ok(n) if n > 0)
-        && fds[0].revents().intersects(PollFlags::ERR | PollFlags::HUP)
+    use vlbiflow_udp::poll::{wait, PollFlags};
+    wait(io::stdout(), PollFlags::OUT, std::time::Duration::ZERO)
+        .is_ok_and(|ready| ready.intersects(PollFlags::ERR | PollFlags::HUP))
 }
 
 /// An error and its causes on one line, `outer: cause: root cause`, each said once: a cause whose text

@@ -2,10 +2,11 @@
 //! a command connection that reads one reply per statement, and a minimal HTTP/1.1 GET.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::net::TcpStream;
 use std::time::Duration;
 
 use crate::proto::count_statements;
+use vlbiflow_udp::net::ResolveError;
 
 /// Largest HTTP response read (status, metrics and history are far smaller); more is an error.
 pub const MAX_HTTP_RESPONSE: u64 = 16 << 20;
@@ -15,7 +16,13 @@ pub const MAX_REPLY_LINE: u64 = 1 << 20;
 /// Connects to the first address `addr` resolves to.
 fn connect(addr: &str, timeout: Duration) -> std::io::Result<TcpStream> {
     let mut last = None;
-    for a in addr.to_socket_addrs()? {
+    let addrs = vlbiflow_udp::net::resolve_all(addr).map_err(|e| match e {
+        ResolveError::Lookup { source, .. } => source,
+        ResolveError::NoAddress { .. } => {
+            std::io::Error::new(std::io::ErrorKind::NotFound, format!("{addr}: no address"))
+        }
+    })?;
+    for a in addrs {
         match TcpStream::connect_timeout(&a, timeout) {
             Ok(s) => {
                 s.set_read_timeout(Some(timeout))?;

@@ -15,8 +15,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use vlbiflow_evlbi::dest::{resolve, DestSpec, Protocol};
+use vlbiflow_evlbi::dest::{DestSpec, Protocol};
 use vlbiflow_evlbi::forward::DestStatus;
+use vlbiflow_udp::net::resolve;
 
 use crate::proto::{Reply, ReturnCode as Rc, Statement};
 use crate::stream::InputStream;
@@ -340,7 +341,7 @@ impl ForwardSettings {
                 }
                 let address = match resolve(&format!("{host}:{}", self.port)) {
                     Ok(a) => a,
-                    Err(e) => return err(st, Rc::Parameter, e),
+                    Err(e) => return err(st, Rc::Parameter, e.to_string()),
                 };
                 let mut d = DestSpec::new(self.protocol, address);
                 d.label = IN2NET_LABEL.into();

@@ -140,10 +140,7 @@ pub fn parse_input_stream(a: &[String]) -> std::result::Result<InputStream, Stri
     };
     let mut t = Vec::new();
     for x in threads.split([',', '+']).map(str::trim).filter(|x| !x.is_empty()) {
-        match x.parse::<u16>() {
-            Ok(v) if v <= MAX_THREAD_ID => t.push(v),
-            _ => return Err(format!("thread {x:?} is not a VDIF thread ID (0..=1023)")),
-        }
+        t.push(vlbiflow_scan::spec::parse_thread(x).map_err(|e| format!("thread {e}"))?);
     }
     if kind == FrameKind::M5b && !t.is_empty() {
         return Err("threads: Mark5B streams have no threads".into());

@@ -19,9 +19,10 @@
 //! - `notices=off`: send no gap notices ([`vlbiflow_formats::notice`]) to a `udps` destination (on by
 //!   default; a receiver that does not know them counts each as a wrong-sized datagram).
 
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 
 use vlbiflow_formats::vdif::MAX_THREAD_ID;
+use vlbiflow_scan::spec::{Spec, SpecOption, SpecSyntax};
 
 /// How frames go to a destination.
 /// Default pacing burst, in milliseconds at the pacing rate. A sender thread that wakes later than the
@@ -103,29 +104,6 @@ pub struct SpecError {
     pub reason: String,
 }
 
-fn parse_thread(t: &str) -> Result<u16, String> {
-    match t.trim().parse::<u16>() {
-        Ok(v) if v <= MAX_THREAD_ID => Ok(v),
-        _ => Err(format!("{t:?} is not a thread id 0..={MAX_THREAD_ID}")),
-    }
-}
-
-/// Resolves `HOST:PORT` (IPv4 preferred).
-pub fn resolve(addr: &str) -> Result<SocketAddr, String> {
-    if let Ok(a) = addr.parse::<SocketAddr>() {
-        return Ok(a);
-    }
-    let all: Vec<SocketAddr> = addr
-        .to_socket_addrs()
-        .map_err(|e| format!("{addr:?} is not HOST:PORT ({e})"))?
-        .collect();
-    all.iter()
-        .find(|a| a.is_ipv4())
-        .or(all.first())
-        .copied()
-        .ok_or_else(|| format!("{addr:?} resolves to no address"))
-}
-
 impl DestSpec {
     /// A destination with defaults for everything but protocol and address.
     pub fn new(protocol: Protocol, address: SocketAddr) -> Self {
@@ -152,60 +130,33 @@ impl DestSpec {
             field,
             reason,
         };
-        let mut parts = spec.split(',');
-        let head = parts.next().unwrap_or_default().trim();
-        let (label, head) = match head.split_once('=') {
-            Some((l, h)) => (Some(l.trim()), h.trim()),
-            None => (None, head),
-        };
-        if let Some(l) = label {
-            if l.is_empty()
-                || !l
-                    .bytes()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.'))
-            {
-                return Err(err(
-                    "label",
-                    "must be non-empty and use only A-Z a-z 0-9 _ - .".into(),
-                ));
+        let parsed = Spec::parse(spec).map_err(|e| match e {
+            SpecSyntax::Label(r) => err("label", r),
+            SpecSyntax::NoLabel | SpecSyntax::NoProtocol => {
+                err("protocol", "expected PROTO@HOST:PORT (udps, vdif or tcp)".into())
             }
-        }
-        let (proto, host) = head
-            .split_once('@')
-            .ok_or_else(|| err("protocol", "expected PROTO@HOST:PORT (udps, vdif or tcp)".into()))?;
+        })?;
+        let (label, proto, host) = (parsed.label, parsed.proto, parsed.addr);
         let protocol = Protocol::parse(proto)
             .ok_or_else(|| err("protocol", format!("{proto:?} is not udps, vdif or tcp")))?;
-        let address = resolve(host.trim()).map_err(|r| err("address", r))?;
+        let address = vlbiflow_udp::net::resolve(host).map_err(|e| err("address", e.to_string()))?;
         if address.port() == 0 {
             return Err(err("address", "port 0 is not a destination".into()));
         }
         let mut d = DestSpec::new(protocol, address);
-        d.host = host.trim().to_owned();
+        d.host = host.to_owned();
         if let Some(l) = label {
             d.label = l.to_owned();
         }
-        let mut in_threads = false;
-        for part in parts {
-            let part = part.trim();
-            if part.is_empty() {
-                continue;
-            }
-            let (key, value) = match part.split_once('=') {
-                Some((k, v)) => (k.trim(), Some(v.trim())),
-                None => (part, None),
-            };
-            if value.is_none() && in_threads && key.bytes().all(|c| c.is_ascii_digit()) {
-                d.threads.push(parse_thread(key).map_err(|r| err("threads", r))?);
-                continue;
-            }
-            in_threads = false;
-            match (key, value) {
-                ("threads", Some(v)) => {
-                    for t in v.split(['+', ':']).filter(|t| !t.is_empty()) {
-                        d.threads.push(parse_thread(t).map_err(|r| err("threads", r))?);
-                    }
-                    in_threads = true;
+        for option in parsed.options {
+            let (key, value, part) = match option.map_err(|r| err("threads", r))? {
+                SpecOption::Threads(t) => {
+                    d.threads.extend(t);
+                    continue;
                 }
+                SpecOption::Other { key, value, part } => (key, value, part),
+            };
+            match (key, value) {
                 ("rate", Some(v)) => {
                     let r = vlbiflow_units::parse_bit_rate(v).map_err(|e| err("rate", e))?;
                     if r < 8.0 {
@@ -343,6 +294,8 @@ mod tests {
             ("vdif@127.0.0.1:1,notices=on", "notices"),
             ("udps@127.0.0.1:1,notices=maybe", "notices"),
             ("a b=udps@127.0.0.1:1", "label"),
+            // The label rule of recorded streams, its length limit included.
+            ("abcdefghijklmnopqrstuvwxyz0123456=udps@127.0.0.1:1", "label"),
         ] {
             let e = DestSpec::parse(spec).unwrap_err();
             assert_eq!(e.field, field, "{spec}: {e}");

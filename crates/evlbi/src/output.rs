@@ -45,7 +45,7 @@ impl OutputSpec {
         for (prefix, psn) in [("udp:", false), ("udps:", true)] {
             if let Some(a) = s.strip_prefix(prefix) {
                 let a = a.trim_start_matches("//");
-                let address = crate::dest::resolve(a)?;
+                let address = vlbiflow_udp::net::resolve(a).map_err(|e| e.to_string())?;
                 if address.port() == 0 {
                     return Err(format!("{s}: port 0 is not a destination"));
                 }

@@ -3,10 +3,11 @@
 //! The run is stopped at the end of its slot (a watchdog sets the stop flag the measurement checks)
 //! and then fails as timed out.
 
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use vlbiflow_udp::net::ResolveError;
 
 use vlbiflow_net::proto::ProtoError;
 use vlbiflow_net::sweep::{self, BwSweep, Spacing, SweepOptions, TcpSweep, ZeroLossPlan};
@@ -55,15 +56,10 @@ pub fn responder_addr(cfg: &Config, host: &str) -> Result<SocketAddr, String> {
         .iter()
         .find(|h| h.name == host)
         .ok_or_else(|| format!("no host {host} in the configuration"))?;
-    let text = if h.address.contains(':') && !h.address.starts_with('[') {
-        format!("[{}]:{}", h.address, h.port)
-    } else {
-        format!("{}:{}", h.address, h.port)
-    };
-    text.to_socket_addrs()
-        .map_err(|e| format!("cannot resolve {}: {e}", h.address))?
-        .next()
-        .ok_or_else(|| format!("{} resolves to nothing", h.address))
+    vlbiflow_udp::net::resolve(&vlbiflow_udp::net::host_port(&h.address, h.port)).map_err(|e| match e {
+        ResolveError::Lookup { source, .. } => format!("cannot resolve {}: {source}", h.address),
+        ResolveError::NoAddress { .. } => format!("{} resolves to nothing", h.address),
+    })
 }
 
 /// Runs `run` now (as agent `me`) and reports.

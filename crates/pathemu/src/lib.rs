@@ -11,7 +11,8 @@
 //!   writer. `vlbiflow pathemu` is its command line; `docs/pathemu.md` the manual.
 
 pub mod emu;
-pub mod model;
+/// The sans-IO link model (its own crate, free of I/O, so that simulators use it too).
+pub use vlbiflow_pathmodel as model;
 pub mod packet;
 pub mod sys;
 

@@ -2,12 +2,12 @@
 //! nanosecond timeout (`ppoll`), the thread's timer slack, and the `ip` commands that make namespaces and
 //! move and address the devices.
 
-use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::fs::{Mode, OFlags};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::Command;
 use std::time::Duration;
+use vlbiflow_udp::poll::PollFlags;
 
 /// An L3 TUN device (IFF_TUN | IFF_NO_PI), non-blocking. Closing it removes the device, in whatever
 /// namespace it has been moved to.
@@ -65,19 +65,8 @@ impl Tun {
     /// Waits until a packet can be read or `timeout` has passed; `Ok(true)` when readable. An interrupting
     /// signal counts as a timeout.
     pub fn wait_readable(&self, timeout: Duration) -> io::Result<bool> {
-        let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
-        let ts = Timespec {
-            tv_sec: timeout.as_secs().try_into().unwrap_or(i64::MAX),
-            tv_nsec: timeout.subsec_nanos().into(),
-        };
-        match rustix::event::poll(&mut fds, Some(&ts)) {
-            Ok(n) => Ok(n > 0
-                && fds[0]
-                    .revents()
-                    .intersects(PollFlags::IN | PollFlags::ERR | PollFlags::HUP)),
-            Err(rustix::io::Errno::INTR) => Ok(false),
-            Err(e) => Err(e.into()),
-        }
+        let ready = vlbiflow_udp::poll::wait(&self.fd, PollFlags::IN, timeout)?;
+        Ok(ready.intersects(PollFlags::IN | PollFlags::ERR | PollFlags::HUP))
     }
 }
 

@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use vlbiflow_scan::spec::{Spec, SpecOption, SpecSyntax};
 pub use vlbiflow_scan::{FrameKind, ScanFormat};
 
 /// Default VDIF frame size (R2DBE/EHT: 8192-byte payload + 32-byte header).
@@ -58,21 +59,18 @@ impl StreamSpec {
             field,
             reason,
         };
-        let (label, rest) = spec
-            .split_once('=')
-            .ok_or_else(|| err("label", "expected LABEL=vdif@HOST:PORT[,options]".into()))?;
-        let label = label.trim();
-        vlbiflow_scan::validate_stream_label(label).map_err(|e| err("label", e))?;
-        let mut parts = rest.split(',');
-        let head = parts.next().unwrap_or_default();
-        let (kind, addr) = head
-            .split_once('@')
-            .ok_or_else(|| err("format", "expected vdif@HOST:PORT or m5b@HOST:PORT".into()))?;
-        let kind: FrameKind = kind
+        let parsed = Spec::parse_labelled(spec).map_err(|e| match e {
+            SpecSyntax::NoLabel => err("label", "expected LABEL=vdif@HOST:PORT[,options]".into()),
+            SpecSyntax::Label(r) => err("label", r),
+            SpecSyntax::NoProtocol => err("format", "expected vdif@HOST:PORT or m5b@HOST:PORT".into()),
+        })?;
+        let label = parsed.label.unwrap_or_default();
+        let kind: FrameKind = parsed
+            .proto
             .parse()
             .map_err(|e: vlbiflow_formats::UnknownFrameKind| err("format", e.to_string()))?;
+        let addr = parsed.addr;
         let address: SocketAddr = addr
-            .trim()
             .parse()
             .map_err(|e| err("address", format!("{addr:?} is not IP:PORT ({e})")))?;
         let mut s = StreamSpec {
@@ -87,33 +85,19 @@ impl StreamSpec {
             },
             frame_rate: None,
         };
-        // `threads=0,1` continues over commas: bare numbers after a threads= option belong to it.
-        let mut in_threads = false;
-        for part in parts {
-            let part = part.trim();
-            if part.is_empty() {
-                continue;
-            }
-            let (key, value) = match part.split_once('=') {
-                Some((k, v)) => (k.trim(), Some(v.trim())),
-                None => (part, None),
-            };
-            if value.is_none() && in_threads && key.bytes().all(|c| c.is_ascii_digit()) {
-                s.threads.push(parse_thread(key).map_err(|r| err("threads", r))?);
-                continue;
-            }
-            in_threads = false;
-            match (key, value) {
-                ("psn", None) => s.psn = true,
-                ("threads", Some(v)) => {
+        for option in parsed.options {
+            let (key, value) = match option.map_err(|r| err("threads", r))? {
+                SpecOption::Threads(t) => {
                     if kind != FrameKind::Vdif {
                         return Err(err("threads", "only VDIF streams have threads".into()));
                     }
-                    for t in v.split(['+', ':']).filter(|t| !t.is_empty()) {
-                        s.threads.push(parse_thread(t).map_err(|r| err("threads", r))?);
-                    }
-                    in_threads = true;
+                    s.threads.extend(t);
+                    continue;
                 }
+                SpecOption::Other { key, value, .. } => (key, value),
+            };
+            match (key, value) {
+                ("psn", None) => s.psn = true,
                 ("frame-size", Some(v)) => {
                     s.frame_size = v
                         .parse()
@@ -177,13 +161,6 @@ impl StreamSpec {
     /// Bytes of one datagram on the wire (frame plus PSN prefix).
     pub fn datagram_size(&self) -> usize {
         self.frame_size as usize + if self.psn { 8 } else { 0 }
-    }
-}
-
-fn parse_thread(t: &str) -> Result<u16, String> {
-    match t.parse::<u16>() {
-        Ok(v) if v <= vlbiflow_formats::vdif::MAX_THREAD_ID => Ok(v),
-        _ => Err(format!("{t:?} is not a VDIF thread ID (0..=1023)")),
     }
 }
 

@@ -465,21 +465,9 @@ impl XdpRx {
         let cons = self.rx.consumer().load(Ordering::Relaxed);
         let mut prod = self.rx.producer().load(Ordering::Acquire);
         if prod == cons {
-            let mut p = libc::pollfd {
-                fd: self.xsk.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one valid pollfd.
-            let r = unsafe { libc::poll(&mut p, 1, timeout.as_millis().min(i32::MAX as u128) as i32) };
-            if r < 0 {
-                let e = io::Error::last_os_error();
-                return if e.kind() == io::ErrorKind::Interrupted {
-                    Ok(0)
-                } else {
-                    Err(e)
-                };
-            }
+            // Whole milliseconds, as poll(2) takes them; an interrupted wait returns empty-handed below.
+            let ms = Duration::from_millis(timeout.as_millis().min(i32::MAX as u128) as u64);
+            vlbiflow_udp::poll::wait(&self.xsk, vlbiflow_udp::poll::PollFlags::IN, ms)?;
             self.stats.syscalls += 1;
             prod = self.rx.producer().load(Ordering::Acquire);
         }

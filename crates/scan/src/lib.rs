@@ -13,6 +13,8 @@
 
 use serde::{Deserialize, Serialize};
 use std::io::Write;
+
+pub mod spec;
 use std::path::{Path, PathBuf};
 
 /// Version of the metadata layout; bump on incompatible change.

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use rustix::buffer::spare_capacity;
 use rustix::event::epoll;
-use rustix::event::Timespec;
 
 /// An epoll set (level-triggered, readable) whose event data is the index of the descriptor.
 pub struct Epoll {
@@ -41,10 +40,7 @@ impl Epoll {
     pub fn wait(&mut self, timeout: Duration, ready: &mut Vec<usize>) -> io::Result<()> {
         ready.clear();
         self.events.clear();
-        let ts = Timespec {
-            tv_sec: timeout.as_secs() as i64,
-            tv_nsec: i64::from(timeout.subsec_nanos()),
-        };
+        let ts = crate::poll::timespec(timeout);
         match epoll::wait(&self.fd, spare_capacity(&mut self.events), Some(&ts)) {
             Ok(_) => {}
             Err(rustix::io::Errno::INTR) => return Ok(()),

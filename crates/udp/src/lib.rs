@@ -7,6 +7,8 @@
 //!   size and source, and the cumulative kernel drop count.
 //! - [`pace`]: absolute-schedule rate pacing and a per-second rate meter.
 //! - [`epoll`]: a readiness set over several sockets, reporting each ready one by its index.
+//! - [`poll`]: waiting for one descriptor with a timeout, and the timespec such waits take.
+//! - [`net`]: `HOST:PORT` text to socket addresses.
 //! - [`errqueue`]: ICMP errors (time exceeded, unreachable) from a socket's error queue, with the
 //!   sender, the kernel's receive time and the quoted datagram.
 //! - [`snmp`]: the kernel's UDP counters from `/proc/net/snmp`.
@@ -20,7 +22,9 @@ compile_error!("vlbiflow-udp uses Linux-only socket features (sendmmsg, recvmmsg
 
 pub mod epoll;
 pub mod errqueue;
+pub mod net;
 pub mod pace;
+pub mod poll;
 pub mod recv;
 pub mod send;
 pub mod snmp;

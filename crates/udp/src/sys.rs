@@ -118,19 +118,10 @@ pub(crate) fn poll_fd(fd: BorrowedFd<'_>, events: PollFlags, timeout: Duration) 
         ms += 1;
     }
     let ms = ms.min(i32::MAX as u128) as u64;
-    let timeout = rustix::event::Timespec {
-        tv_sec: (ms / 1000) as _,
-        tv_nsec: ((ms % 1000) * 1_000_000) as _,
-    };
-    let mut fds = [PollFd::from_borrowed_fd(fd, events)];
-    match rustix::event::poll(&mut fds, Some(&timeout)) {
-        Ok(n) => Ok(n > 0),
-        Err(rustix::io::Errno::INTR) => Ok(false),
-        Err(e) => Err(e.into()),
-    }
+    Ok(!crate::poll::wait(fd, events, Duration::from_millis(ms))?.is_empty())
 }
 
-pub(crate) use rustix::event::{PollFd, PollFlags};
+pub(crate) use rustix::event::PollFlags;
 
 /// Writes `addr` into `storage` and returns the length to pass as `msg_namelen`.
 pub(crate) fn write_sockaddr(addr: &SocketAddr, storage: &mut libc::sockaddr_storage) -> libc::socklen_t {

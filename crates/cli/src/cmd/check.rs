@@ -1,7 +1,7 @@
 //! `vlbiflow check`: verify a recorded scan or frame files.
 
+use crate::progress::Progress;
 use crate::usage;
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use vlbiflow_checker::{check, CheckConfig, StatsConfig};
@@ -80,19 +80,21 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         ..Default::default()
     };
     let total = rec.total_bytes();
-    let show = !args.quiet && std::io::stderr().is_terminal() && total > (1 << 30);
+    let display = Progress::stderr(!args.quiet && total > (1 << 30));
+    let bar = display.bar("checked");
+    bar.set_length(total);
+    let drawn = display.is_drawn();
     let report = check(&rec, config, |done| {
-        if show {
-            eprint!(
-                "\rchecked {:.1} of {:.1} GB ",
+        if drawn {
+            bar.set_position(done);
+            bar.set_message(format!(
+                "{:.1} of {:.1} GB",
                 done as f64 / 1e9,
                 total as f64 / 1e9
-            );
+            ));
         }
     });
-    if show {
-        eprintln!();
-    }
+    drop(display);
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -2,14 +2,13 @@
 //! backend sends VDIF (two threads, noise with a tone, PSN) to the recorder, which writes a Mark6
 //! scatter-gather scan across four disks in a temporary directory; then the scan is checked.
 
+use crate::progress::Progress;
 use crate::units::{fmt_bit_rate, parse_bit_rate, parse_seconds};
 use crate::usage;
 use anyhow::Context;
-use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use vlbiflow_checker::{check, CheckConfig, StatsConfig};
 use vlbiflow_formats::time::{UtcTime, VdifTime};
@@ -157,12 +156,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     outln!("  recorder: scan {SCAN}, Mark6 scatter-gather, listening on {dest}");
 
     // 2. The backend, on its own thread, paced on the wall clock.
-    let stop = Arc::new(AtomicBool::new(false));
-    {
-        let stop = stop.clone();
-        ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst))
-            .context("installing the Ctrl-C handler")?;
-    }
+    let stop = crate::stop::on_interrupt(crate::stop::Second::Wait)?;
     let start = VdifTime::from_unix_second(UtcTime::now().unix_seconds + 1)?;
     let sender = {
         let plan = plan.clone();
@@ -179,12 +173,13 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     };
 
     // 3. Progress until the backend is done: what the recorder has, once a second.
-    let tty = std::io::stdout().is_terminal();
+    let display = Progress::stdout(true);
+    let status = display.line();
     let began = Instant::now();
     while !sender.is_finished() {
         std::thread::sleep(Duration::from_millis(250));
         for e in events.try_iter() {
-            outln!("{}  recorder: {e}", if tty { "\n" } else { "" });
+            display.say(&format!("  recorder: {e}"));
         }
         let st = recorder.status();
         let t = st.totals();
@@ -196,14 +191,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             t.lost,
             st.blocks
         );
-        if tty {
-            out!("\r{line}");
-            let _ = std::io::stdout().flush();
-        }
+        status.set(line, false);
     }
-    if tty {
-        outln!();
-    }
+    drop(display);
     let gen = sender
         .join()
         .map_err(|_| anyhow::anyhow!("the generator thread panicked"))??;

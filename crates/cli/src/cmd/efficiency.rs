@@ -4,8 +4,6 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -233,11 +231,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             _ => usage!("--timeout: {:?} is not a positive number of seconds", a.timeout),
         };
         let addr = resolve_responder(host).map_err(anyhow::Error::msg)?;
-        let stop = Arc::new(AtomicBool::new(false));
-        {
-            let s = stop.clone();
-            let _ = ctrlc::set_handler(move || s.store(true, Ordering::SeqCst));
-        }
+        let stop = crate::stop::on_interrupt(crate::stop::Second::Wait)?;
         let mut client = Client::connect(addr, timeout)?;
         let quiet = a.quiet;
         let total = list.len() as u32 * a.repeats;

@@ -1,8 +1,9 @@
 //! `vlbiflow gather`: a scan reassembled into one frame file or standard output.
 
+use crate::progress::Progress;
 use crate::usage;
 use anyhow::Context;
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use vlbiflow_reader::gather::{gather_stream, stream_labels};
@@ -59,14 +60,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Err(e) => return Err(e.into()),
     };
     let total = rec.total_bytes();
-    let show = !args.quiet && std::io::stderr().is_terminal() && total > (1 << 30);
+    let display = Progress::stderr(!args.quiet && total > (1 << 30));
+    let bar = display.bar("gathered");
+    let drawn = display.is_drawn();
     let progress = |done: u64, total: u64| {
-        if show {
-            eprint!(
-                "\rgathered {:.1} of {:.1} GB ",
+        if drawn {
+            bar.set_length(total);
+            bar.set_position(done);
+            bar.set_message(format!(
+                "{:.1} of {:.1} GB",
                 done as f64 / 1e9,
                 total as f64 / 1e9
-            );
+            ));
         }
     };
     // Which streams go where: the whole scan, one stream, or each stream of a scan of several to its file.
@@ -114,9 +119,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .with_context(|| format!("writing {}", path.display()))?;
             s
         };
-        if show {
-            eprintln!();
-        }
+        display.clear();
         for f in &summary.findings {
             errors |= f.severity == Severity::Error;
             if !args.quiet && f.severity >= Severity::Warn {

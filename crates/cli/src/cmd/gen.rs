@@ -1,17 +1,17 @@
 //! `vlbiflow gen`: the simulated backend.
 
+use crate::progress::Progress;
 use crate::units::{fmt_bit_rate, fmt_bytes, parse_bit_rate, parse_bytes, parse_hz, parse_seconds};
 use crate::usage;
 use anyhow::Context;
-use std::io::{IsTerminal, Write};
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::io::Write;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use vlbiflow_formats::time::{UtcTime, VdifTime};
 use vlbiflow_gen::net::{send_streams, NetEvent, NetOptions};
 use vlbiflow_gen::{GenPlan, GenRequest, GenSummary, PayloadKind, RateRequest, StartTime, StopAfter};
+use vlbiflow_udp::net::ResolveError;
 
 const EXAMPLES: &str = "\
 Examples:
@@ -138,15 +138,12 @@ fn resolve(dests: &[String]) -> anyhow::Result<Vec<SocketAddr>> {
         if host.is_empty() || port.parse::<u16>().map_or(true, |p| p == 0) {
             usage!("--dest {d:?}: expected HOST:PORT with a port in 1..=65535");
         }
-        match d.to_socket_addrs() {
-            Ok(mut addrs) => match addrs
-                .find(|a| a.is_ipv4())
-                .or_else(|| d.to_socket_addrs().ok()?.next())
-            {
-                Some(a) => out.push(a),
-                None => usage!("--dest {d:?}: the host has no address"),
-            },
-            Err(e) => usage!("--dest {d:?}: cannot resolve host {host:?}: {e}"),
+        match vlbiflow_udp::net::resolve(d) {
+            Ok(a) => out.push(a),
+            Err(ResolveError::NoAddress { .. }) => usage!("--dest {d:?}: the host has no address"),
+            Err(ResolveError::Lookup { source, .. }) => {
+                usage!("--dest {d:?}: cannot resolve host {host:?}: {source}")
+            }
         }
     }
     Ok(out)
@@ -277,18 +274,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
     }
     let start = start_time(&plan)?;
-    let stop = Arc::new(AtomicBool::new(false));
-    {
-        let stop = stop.clone();
-        // A second Ctrl-C while stopping exits at once, as users expect of a stuck process.
-        ctrlc::set_handler(move || {
-            if stop.swap(true, Ordering::SeqCst) {
-                std::process::exit(130);
-            }
-        })
-        .context("installing the Ctrl-C handler")?;
-    }
-    let tty = std::io::stderr().is_terminal() && !a.quiet;
+    // A second Ctrl-C while stopping exits at once, as users expect of a stuck process.
+    let stop = crate::stop::on_interrupt(crate::stop::Second::Exit)?;
+    let display = Progress::stderr(!a.quiet);
+    let status = display.line();
     let quiet = a.quiet;
     let describe = format!(
         "{} stream(s) x {} thread(s), {} frames/s per thread of {} bytes = {} per stream{}",
@@ -305,7 +294,6 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             start.to_utc(plan.frame_rate)?.to_iso8601()
         );
     }
-    let mut last_len = 0usize;
     let mut progress = |s: &GenSummary| {
         if quiet {
             return;
@@ -317,13 +305,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             s.elapsed_s,
             s.worst_window_error * 100.0
         );
-        if tty {
-            eprint!("\r{line:<last_len$}");
-            last_len = line.len();
-        } else if s.elapsed_s.round() as u64 % 10 == 0 {
-            eprintln!("{line}");
-        }
-        let _ = std::io::stderr().flush();
+        status.set(line, s.elapsed_s.round() as u64 % 10 == 0);
     };
     let summary = if to_stdout {
         let mut out = std::io::BufWriter::with_capacity(4 << 20, std::io::stdout().lock());
@@ -347,19 +329,17 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             NetEvent::Progress(s) => {
                 if s.cannot_keep_up && !warned_behind {
                     warned_behind = true;
-                    eprintln!(
+                    display.say(&format!(
                         "\ngen: warning: this machine cannot keep up with {}: sending {} (try fewer streams, a larger --batch, or a lower rate)",
                         fmt_bit_rate(s.requested_bps),
                         fmt_bit_rate(s.achieved_bps)
-                    );
+                    ));
                 }
                 progress(&s)
             }
         })?
     };
-    if tty {
-        eprintln!();
-    }
+    drop(display);
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&summary)?);
     } else {

@@ -6,7 +6,7 @@ use anyhow::{anyhow, Context};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use vlbiflow_mesh::archive::RunRow;
@@ -15,13 +15,6 @@ use vlbiflow_mesh::capacity::{self, CapacityParams};
 use vlbiflow_mesh::config::Config;
 use vlbiflow_mesh::hub::{AlertsView, Status};
 use vlbiflow_mesh::timespec::{now_ms, rfc3339};
-
-fn stop_flag() -> Arc<AtomicBool> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let s = stop.clone();
-    let _ = ctrlc::set_handler(move || s.store(true, Ordering::SeqCst));
-    stop
-}
 
 fn log_line(m: &str) {
     eprintln!("{} {m}", chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.3fZ"));
@@ -109,7 +102,12 @@ pub fn run_agent(a: AgentArgs) -> anyhow::Result<ExitCode> {
         config: a.config,
         sync_every: Duration::from_secs_f64(a.sync_every),
     };
-    vlbiflow_mesh::agent::run(&opts, stop_flag(), &log_line).map_err(|e| anyhow!(e))?;
+    vlbiflow_mesh::agent::run(
+        &opts,
+        crate::stop::on_interrupt(crate::stop::Second::Wait)?,
+        &log_line,
+    )
+    .map_err(|e| anyhow!(e))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -189,7 +187,7 @@ pub fn run_hub(a: HubArgs) -> anyhow::Result<ExitCode> {
             a.listen
         );
     }
-    let stop = stop_flag();
+    let stop = crate::stop::on_interrupt(crate::stop::Second::Wait)?;
     let log: Arc<dyn Fn(&str) + Send + Sync> = Arc::new(log_line);
     let h = vlbiflow_mesh::hub::spawn(
         vlbiflow_mesh::hub::HubOptions {
@@ -535,7 +533,7 @@ fn run_hops(a: &CapacityArgs, target: std::net::IpAddr) -> anyhow::Result<ExitCo
         min_train_bytes: (a.min_train_mb * 1e6) as usize,
         ..vlbiflow_mesh::hops::HopsParams::default()
     };
-    let stop = stop_flag();
+    let stop = crate::stop::on_interrupt(crate::stop::Second::Wait)?;
     let r = vlbiflow_mesh::hops::measure_hops(target, &p, &stop, &mut |m| eprintln!("{m}"))
         .map_err(|e| anyhow!(e))?;
     if a.json {
@@ -617,7 +615,7 @@ pub fn run_capacity(a: CapacityArgs) -> anyhow::Result<ExitCode> {
         gso_segments: a.gso_segments,
         ..CapacityParams::default()
     };
-    let stop = stop_flag();
+    let stop = crate::stop::on_interrupt(crate::stop::Second::Wait)?;
     let r = capacity::measure(&mut client, &p, &stop, &mut |m| eprintln!("{m}")).map_err(|e| anyhow!(e))?;
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&r)?);

@@ -10,7 +10,6 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 use vlbiflow_net::archive::{Archive, ArchiveStore, Filter};
 use vlbiflow_net::plot::{plot_history, plot_report};
@@ -316,14 +315,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn stop_flag() -> Arc<AtomicBool> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let s = stop.clone();
-    // A second handler (another subcommand in the same process) cannot be installed; ignore that.
-    let _ = ctrlc::set_handler(move || s.store(true, Ordering::SeqCst));
-    stop
-}
-
 /// A parsed argument value, or a usage error naming the option.
 fn arg<T>(r: Result<T, impl std::fmt::Display>, what: &str) -> anyhow::Result<T> {
     r.or_else(|e| usage!("{what}: {e}"))
@@ -361,7 +352,8 @@ fn run_series(c: &Common, series: Series) -> anyhow::Result<ExitCode> {
         true => None,
         false => Some(ArchiveStore::open(c.archive.as_deref(), addr)?),
     };
-    let (stop, store): (&AtomicBool, _) = (&stop_flag(), store.as_ref().map(|s| s as &dyn Store));
+    let stop = crate::stop::on_interrupt(crate::stop::Second::Wait)?;
+    let (stop, store): (&AtomicBool, _) = (&stop, store.as_ref().map(|s| s as &dyn Store));
     let opts = SweepOptions { loads, stop, store };
     let table = Table::new(table::columns(&series), c.csv);
     if !c.json {
@@ -413,7 +405,7 @@ fn run_responder(a: ResponderArgs) -> anyhow::Result<ExitCode> {
         r.local_addr()
     );
     let log = |m: &str| eprintln!("{} {m}", chrono::Utc::now().format("%H:%M:%S%.3f"));
-    r.run(stop_flag(), &log)?;
+    r.run(crate::stop::on_interrupt(crate::stop::Second::Wait)?, &log)?;
     let c = r.counters();
     let n = |x: &std::sync::atomic::AtomicU64| x.load(Ordering::Relaxed);
     eprintln!(

@@ -3,12 +3,9 @@
 
 use crate::units::{fmt_bit_rate, parse_bit_rate, parse_bytes, parse_seconds};
 use crate::usage;
-use anyhow::Context;
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 use vlbiflow_pathemu::{DirReport, Emulator, LinkConfig, LogFormat, LossModel, PathConfig};
 
@@ -307,16 +304,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         wake_every: std::time::Duration::from_micros(a.wake_every_us),
     };
 
-    let stop = Arc::new(AtomicBool::new(false));
-    {
-        let stop = stop.clone();
-        ctrlc::set_handler(move || {
-            if stop.swap(true, Ordering::SeqCst) {
-                std::process::exit(130);
-            }
-        })
-        .context("installing the Ctrl-C handler")?;
-    }
+    let stop = crate::stop::on_interrupt(crate::stop::Second::Exit)?;
     let emu = Emulator::setup(cfg).map_err(|e| match e {
         vlbiflow_pathemu::Error::Config(m) => anyhow::Error::new(crate::cmd::UsageError(m)),
         e => anyhow::Error::new(e),

@@ -1,10 +1,7 @@
 //! `vlbiflow play`: replay a recording to the network (jive5ab's disk2net / file2net), paced at its
 //! original rate from the frames' time stamps or at a set rate (`vlbiflow-evlbi::play`).
 
-use std::io::IsTerminal;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 use anyhow::Context;
 use vlbiflow_evlbi::play::{run_play, PlayConfig, PlayRate, PlayStatus};
@@ -12,6 +9,7 @@ use vlbiflow_formats::time::UtcTime;
 use vlbiflow_reader::{locate, LocateError};
 
 use crate::cmd::receive::parse_addr;
+use crate::progress::Progress;
 use crate::units::{fmt_bit_rate, fmt_bytes, parse_bit_rate};
 use crate::usage;
 
@@ -137,12 +135,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         Err(LocateError::Usage(m)) => usage!("{m}"),
         Err(e) => return Err(e.into()),
     };
-    let stop = Arc::new(AtomicBool::new(false));
-    {
-        let stop = stop.clone();
-        ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst))
-            .context("installing the Ctrl-C handler")?;
-    }
+    let stop = crate::stop::on_interrupt(crate::stop::Second::Wait)?;
     eprintln!(
         "play: {} ({}) to {} as {}, {}",
         rec.name,
@@ -154,7 +147,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             PlayRate::Bits(b) => format!("at {}", fmt_bit_rate(b)),
         }
     );
-    let tty = std::io::stderr().is_terminal();
+    let progress = Progress::stderr(true);
+    let status = progress.line();
     let st = run_play(&rec, &config, &stop, &mut |s| {
         let line = format!(
             "{:>6.1}s {} frames {} | worst 1 s window {:+.3}% over {} | late max {:.1} ms",
@@ -165,15 +159,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             s.windows,
             s.max_late_s * 1e3
         );
-        if tty {
-            eprint!("\r\x1b[2K{line}");
-        } else if (s.elapsed_s as u64) % 5 == 0 {
-            eprintln!("{line}");
-        }
+        status.set(line, (s.elapsed_s as u64) % 5 == 0);
     })?;
-    if tty {
-        eprint!("\r\x1b[2K");
-    }
+    drop(progress);
     print_summary(&st);
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&st)?);

@@ -1,13 +1,9 @@
 //! `vlbiflow receive`: the correlator side of real-time e-VLBI (`vlbiflow-evlbi::receive`): reorder a
 //! station's udps or VDIF stream within a window and deliver it continuously with fill frames.
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
-use anyhow::Context;
 use vlbiflow_evlbi::receive::{
     default_frame_len, run_receive, InputProtocol, KeyChoice, ReceiveConfig, ReceiveStatus,
 };
@@ -15,6 +11,7 @@ use vlbiflow_evlbi::OutputSpec;
 use vlbiflow_formats::FrameKind;
 use vlbiflow_realtime::FillMode;
 
+use crate::progress::Progress;
 use crate::units::{fmt_bit_rate, parse_bytes, parse_duration};
 use crate::usage;
 
@@ -189,7 +186,7 @@ pub(crate) fn parse_signed_ns(s: &str) -> Result<i64, String> {
 }
 
 pub(crate) fn parse_addr(what: &str, s: &str) -> anyhow::Result<std::net::SocketAddr> {
-    match vlbiflow_evlbi::dest::resolve(s) {
+    match vlbiflow_udp::net::resolve(s) {
         Ok(a) => Ok(a),
         Err(e) => usage!("{what}: {e}"),
     }
@@ -260,12 +257,7 @@ fn build(a: &Args) -> anyhow::Result<ReceiveConfig> {
 
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let config = build(&a)?;
-    let stop = Arc::new(AtomicBool::new(false));
-    {
-        let stop = stop.clone();
-        ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst))
-            .context("installing the Ctrl-C handler")?;
-    }
+    let stop = crate::stop::on_interrupt(crate::stop::Second::Wait)?;
     // Said once the socket is bound (a port in use is one error line, nothing before it).
     let settings = format!(
         "{}, ordered by {}, window {} frames, deadline {:?}, to {}",
@@ -281,25 +273,20 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         config.deadline,
         config.output.describe()
     );
-    let tty = std::io::stderr().is_terminal();
+    let progress = Progress::stderr(true);
+    let status = progress.line();
     let mut last = (0u64, 0.0f64);
     let st = run_receive(&config, &stop, &mut |s| {
         if s.elapsed_s == 0.0 {
-            eprintln!("receive: ready on {} ({settings})", s.listen);
+            progress.say(&format!("receive: ready on {} ({settings})", s.listen));
             return;
         }
         let rate = (s.output_bytes - last.0) as f64 * 8.0 / (s.elapsed_s - last.1).max(1e-3);
         last = (s.output_bytes, s.elapsed_s);
         let line = progress_line(s, rate);
-        if tty {
-            eprint!("\r\x1b[2K{line}");
-        } else if (s.elapsed_s as u64) % 5 == 0 {
-            eprintln!("{line}");
-        }
+        status.set(line, (s.elapsed_s as u64) % 5 == 0);
     })?;
-    if tty {
-        eprint!("\r\x1b[2K");
-    }
+    drop(progress);
     print_summary(&st);
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&st)?);

@@ -1,16 +1,16 @@
 //! `vlbiflow record`: record UDP streams of VDIF/Mark5B frames into one Mark6 scatter-gather or FlexBuff
 //! scan across disks, in the foreground, until the duration is reached, Ctrl-C or SIGTERM.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use vlbiflow_recorder::{Recorder, RecorderConfig, RecorderEvent, RecorderStatus, ScanSummary, StreamSpec};
 use vlbiflow_scan::ScanFormat;
 
+use crate::progress::{Line, Progress};
 use crate::units::{fmt_bit_rate, fmt_bytes, parse_bytes, parse_seconds};
 use crate::usage;
 
@@ -188,18 +188,9 @@ fn build_config(args: &Args) -> anyhow::Result<RecorderConfig> {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let config = build_config(&args)?;
     // Signals first, so a Ctrl-C during start-up is not lost. First: graceful stop; second: exit now.
-    let interrupts = Arc::new(AtomicUsize::new(0));
-    {
-        let n = interrupts.clone();
-        ctrlc::set_handler(move || {
-            if n.fetch_add(1, Ordering::SeqCst) >= 1 {
-                eprintln!(
-                    "\nvlbiflow record: second interrupt, exiting without flushing (scan stays incomplete)"
-                );
-                std::process::exit(130);
-            }
-        })?;
-    }
+    let interrupted = crate::stop::on_interrupt(crate::stop::Second::ExitSaying(
+        "vlbiflow record: second interrupt, exiting without flushing (scan stays incomplete)",
+    ))?;
     let (forwarders, taps) = start_forwarding(&args, &config)?;
     let handle = Recorder::start_with_taps(config, taps).map_err(anyhow::Error::new)?;
     let events = handle.events();
@@ -239,15 +230,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .collect();
     eprintln!("vlbiflow record: ready: receiving {}", receiving.join(", "));
 
-    let tty = std::io::stderr().is_terminal();
-    let mut progress = Progress::new(tty);
+    let mut progress = Live::new();
     let stopped_at = loop {
         if let Ok(e) = events.recv_timeout(Duration::from_millis(200)) {
             progress.event(&e);
         }
-        if interrupts.load(Ordering::SeqCst) > 0 && !handle.is_stopping() {
-            progress.clear();
-            eprintln!("vlbiflow record: stopping (flushing to disk) ...");
+        if interrupted.load(Ordering::SeqCst) && !handle.is_stopping() {
+            progress
+                .display
+                .say("vlbiflow record: stopping (flushing to disk) ...");
             handle.stop();
         }
         let status = handle.status();
@@ -264,7 +255,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     for e in events.try_iter() {
         progress.event(&e);
     }
-    progress.clear();
+    progress.display.clear();
     print_summary(&mut std::io::stderr(), &summary, stopped_at);
     let nothing = accepted_nothing(&summary, &progress.rejected);
     for line in &nothing {
@@ -393,35 +384,34 @@ fn start_forwarding(
 
 /// Live progress on stderr: one line rewritten in place on a terminal, a plain line every few seconds
 /// otherwise (logs, pipes).
-struct Progress {
+struct Live {
+    display: Progress,
+    status: Line,
     tty: bool,
+    /// The recording's part of the status line, as last shown.
+    line: String,
     last_print: Instant,
     last_bytes: u64,
     last_elapsed: Duration,
-    dirty: bool,
     /// The progress line the forwarding counters were last added to.
     forward_shown: Option<Instant>,
     /// Per stream, the first rejection reported: (label, datagram length, expected length).
     rejected: Vec<(String, usize, usize)>,
 }
 
-impl Progress {
-    fn new(tty: bool) -> Self {
-        Progress {
-            tty,
+impl Live {
+    fn new() -> Self {
+        let display = Progress::stderr(true);
+        Live {
+            status: display.line(),
+            tty: display.is_drawn(),
+            display,
+            line: String::new(),
             last_print: Instant::now(),
             last_bytes: 0,
             last_elapsed: Duration::ZERO,
-            dirty: false,
             forward_shown: None,
             rejected: Vec::new(),
-        }
-    }
-
-    fn clear(&mut self) {
-        if self.tty && self.dirty {
-            eprint!("\r\x1b[2K");
-            self.dirty = false;
         }
     }
 
@@ -434,7 +424,8 @@ impl Progress {
         let all: Vec<_> = forwarders.iter().flat_map(|f| f.status()).collect();
         let line = format!("  forward | {}", crate::cmd::relay::dest_line(&all));
         if self.tty {
-            eprint!(" | {}", line.trim_start_matches("  forward | "));
+            let both = format!("{} | {}", self.line, line.trim_start_matches("  forward | "));
+            self.status.set(both, false);
         } else {
             eprintln!("{line}");
         }
@@ -452,8 +443,7 @@ impl Progress {
                 self.rejected.push((stream.clone(), *datagram_len, *expected));
             }
         }
-        self.clear();
-        eprintln!("vlbiflow record: {e}");
+        self.display.say(&format!("vlbiflow record: {e}"));
     }
 
     fn tick(&mut self, s: &RecorderStatus) {
@@ -517,11 +507,9 @@ impl Progress {
         ));
         if self.tty {
             line.truncate(240);
-            eprint!("\r\x1b[2K{line}");
-            self.dirty = true;
-        } else {
-            eprintln!("{line}");
+            self.line.clone_from(&line);
         }
+        self.status.set(line, true);
     }
 }
 

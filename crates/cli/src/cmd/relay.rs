@@ -1,18 +1,15 @@
 //! `vlbiflow relay`: net2net for a station's edge host or a correlator's front end
 //! (`vlbiflow-evlbi::relay`): receive a stream, optionally reorder it, fan it out restamped and paced.
 
-use std::io::IsTerminal;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
-use anyhow::Context;
 use vlbiflow_evlbi::dest::DestSpec;
 use vlbiflow_evlbi::forward::DestStatus;
 use vlbiflow_evlbi::receive::default_frame_len;
 use vlbiflow_evlbi::relay::{run_relay, RelayConfig, RelayReorder, RelayStatus};
 
 use crate::cmd::receive::{key_choice, parse_addr, FormatArg, KeyArg, ProtocolArg};
+use crate::progress::Progress;
 use crate::units::{fmt_bit_rate, fmt_bytes, parse_bytes, parse_duration};
 use crate::usage;
 
@@ -143,12 +140,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         Ok(b) => b as usize,
         Err(e) => usage!("--recv-buffer: {e}"),
     };
-    let stop = Arc::new(AtomicBool::new(false));
-    {
-        let stop = stop.clone();
-        ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst))
-            .context("installing the Ctrl-C handler")?;
-    }
+    let stop = crate::stop::on_interrupt(crate::stop::Second::Wait)?;
     // Said once the socket is bound and the destinations are open (an error is one line, nothing before).
     let settings = format!(
         "{}to {}",
@@ -159,10 +151,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             .collect::<Vec<_>>()
             .join(", ")
     );
-    let tty = std::io::stderr().is_terminal();
+    let progress = Progress::stderr(true);
+    let status = progress.line();
     let st = run_relay(&c, &stop, &mut |s| {
         if s.elapsed_s == 0.0 {
-            eprintln!("relay: ready on {} ({settings})", s.listen);
+            progress.say(&format!("relay: ready on {} ({settings})", s.listen));
             return;
         }
         let line = format!(
@@ -173,15 +166,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             s.rejected,
             dest_line(&s.destinations)
         );
-        if tty {
-            eprint!("\r\x1b[2K{line}");
-        } else if (s.elapsed_s as u64) % 5 == 0 {
-            eprintln!("{line}");
-        }
+        status.set(line, (s.elapsed_s as u64) % 5 == 0);
     })?;
-    if tty {
-        eprint!("\r\x1b[2K");
-    }
+    drop(progress);
     print_summary(&st);
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&st)?);

@@ -2,12 +2,9 @@
 
 use crate::units::{fmt_bit_rate, fmt_bytes, parse_bytes, parse_seconds};
 use crate::usage;
-use anyhow::Context;
 use serde::Serialize;
 use std::net::SocketAddr;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 use vlbiflow_sink::{Sink, SinkConfig, SinkError, SinkSecond};
 
@@ -117,12 +114,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         config.buffer_size = 65_536;
     }
 
-    let stop = Arc::new(AtomicBool::new(false));
-    {
-        let stop = stop.clone();
-        ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst))
-            .context("installing the Ctrl-C handler")?;
-    }
+    let stop = crate::stop::on_interrupt(crate::stop::Second::Wait)?;
     // Said only once the socket is bound: a port in use is an error, not a listening sink.
     let sink = Sink::open(config).map_err(SinkError::from)?;
     let bound = sink.local_addr();

@@ -2,7 +2,6 @@
 //! The work is done in `vlbiflow-xfer`; this module parses, shows progress and prints summaries.
 
 use crate::usage;
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -383,23 +382,10 @@ fn json_on_failure(json: bool, r: anyhow::Result<ExitCode>) -> anyhow::Result<Ex
     r
 }
 
-/// Set by the Ctrl-C/SIGTERM handler of [`stop_flag`].
-static STOPPED: AtomicBool = AtomicBool::new(false);
-
-fn stop_flag() -> Arc<AtomicBool> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let s = stop.clone();
-    let _ = ctrlc::set_handler(move || {
-        STOPPED.store(true, Ordering::SeqCst);
-        s.store(true, Ordering::SeqCst)
-    });
-    stop
-}
-
 /// A transfer that failed because Ctrl-C or SIGTERM stopped it exits 130 (interrupted), its message kept.
 fn interrupted(r: anyhow::Result<ExitCode>) -> anyhow::Result<ExitCode> {
     match r {
-        Err(e) if STOPPED.load(Ordering::SeqCst) => Err(crate::cmd::ExitError::error(
+        Err(e) if crate::stop::interrupted() => Err(crate::cmd::ExitError::error(
             crate::cmd::exit::INTERRUPTED,
             format!("{e:#}"),
         )),
@@ -528,7 +514,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
     cfg.total_rate_bps = a.total_rate;
     cfg.verify_written = a.verify_written;
     cfg.realtime = a.rt.realtime;
-    let stop = stop_flag();
+    let stop = crate::stop::on_interrupt(crate::stop::Second::Wait)?;
     let d = match Daemon::start(cfg) {
         Ok(d) => d,
         Err(e) => return xerr(e),
@@ -637,7 +623,7 @@ fn file_progress(m: &vlbiflow_xfer::progress::Snapshot) -> String {
 
 /// Runs `work` while drawing a progress bar from `progress` (unless quiet or not a terminal).
 fn with_progress<T: Send>(progress: &Arc<Progress>, quiet: bool, work: impl FnOnce() -> T + Send) -> T {
-    let show = !quiet && std::io::stderr().is_terminal();
+    let display = crate::progress::Progress::stderr(!quiet);
     let done = AtomicBool::new(false);
     std::thread::scope(|s| {
         // named, as the daemon's threads are, for `top -H` and bench/xfer-wakeups.sh
@@ -649,16 +635,11 @@ fn with_progress<T: Send>(progress: &Arc<Progress>, quiet: bool, work: impl FnOn
                 r
             })
             .expect("spawn the transfer thread");
-        if show {
+        if display.is_drawn() {
             // two lines: the whole transfer, and the first file not yet verified (files are pipelined);
             // rates and times left over the last seconds (vlbiflow_xfer::progress::Meter)
-            let multi = indicatif::MultiProgress::new();
-            let bar = multi.add(indicatif::ProgressBar::new(0));
-            bar.set_style(indicatif::ProgressStyle::with_template("total {bar:30} {msg}").expect("template"));
-            let file_bar = multi.add(indicatif::ProgressBar::new(0));
-            file_bar.set_style(
-                indicatif::ProgressStyle::with_template("file  {bar:30} {msg}").expect("template"),
-            );
+            let bar = display.bar("total");
+            let file_bar = display.bar("file ");
             let mut meter = vlbiflow_xfer::progress::Meter::new(Instant::now());
             while !done.load(Ordering::SeqCst) {
                 let m = meter.read(Instant::now(), progress);
@@ -824,7 +805,7 @@ fn push(a: PushArgs) -> anyhow::Result<ExitCode> {
     cfg.realtime = a.rt.realtime;
     let total = set.total_bytes();
     let progress = Arc::new(Progress::default());
-    let stop = stop_flag();
+    let stop = crate::stop::on_interrupt(crate::stop::Second::Wait)?;
     let rate = rate_config(&a.common);
     let started = vlbiflow_xfer::daemon::utc_now();
     let files = set.files.len() as u64;
@@ -871,7 +852,7 @@ fn push_follow(a: &PushArgs, server: &str, dest_path: &str, opts: Options) -> an
         ..Default::default()
     };
     let progress = Arc::new(Progress::default());
-    let stop = stop_flag();
+    let stop = crate::stop::on_interrupt(crate::stop::Second::Wait)?;
     let quiet = a.common.quiet || a.common.json;
     let started = vlbiflow_xfer::daemon::utc_now();
     let r = with_progress(&progress, quiet, || {
@@ -1021,7 +1002,7 @@ fn pull(a: PullArgs) -> anyhow::Result<ExitCode> {
     cfg.dead_timeout = a.common.dead_timeout;
     cfg.realtime = a.rt.realtime;
     let progress = Arc::new(Progress::default());
-    let stop = stop_flag();
+    let stop = crate::stop::on_interrupt(crate::stop::Second::Wait)?;
     let started = vlbiflow_xfer::daemon::utc_now();
     let r = with_progress(&progress, a.common.quiet || a.common.json, || {
         client::pull(&cfg, &sources, scan.as_ref(), &into, opts, &progress, &stop)

@@ -143,6 +143,44 @@ impl LossModel {
     }
 }
 
+/// A [`LossModel`] at work: its random numbers and, for Gilbert-Elliott, the state of the chain. One
+/// decision per packet; the same model and seed give the same decisions. [`Link`] runs one on entry;
+/// a simulator may run another where it wants loss elsewhere on its path.
+#[derive(Debug, Clone)]
+pub struct LineLoss {
+    model: LossModel,
+    bad: bool,
+    rng: SmallRng,
+}
+
+impl LineLoss {
+    /// The model, starting in the good state, with random numbers from `seed`.
+    pub fn new(model: LossModel, seed: u64) -> Self {
+        LineLoss {
+            model,
+            bad: false,
+            rng: SmallRng::seed_from_u64(mix(seed)),
+        }
+    }
+
+    /// Whether the next packet is lost, and to which part of the model.
+    pub fn lose(&mut self) -> Option<DropReason> {
+        match self.model {
+            LossModel::None => None,
+            LossModel::Random { p } => (p > 0.0 && self.rng.gen::<f64>() < p).then_some(DropReason::Random),
+            LossModel::GilbertElliott { p, r, h, k } => {
+                let through = if self.bad { h } else { k };
+                let lost = self.rng.gen::<f64>() >= through;
+                let mv = if self.bad { r } else { p };
+                if self.rng.gen::<f64>() < mv {
+                    self.bad = !self.bad;
+                }
+                lost.then_some(DropReason::Burst)
+            }
+        }
+    }
+}
+
 /// One direction's impairments.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LinkConfig {
@@ -290,8 +328,7 @@ pub struct Link {
     busy_rem: u64,
     last_due: Nanos,
     last_sent_seq: Option<u64>,
-    ge_bad: bool,
-    loss_rng: SmallRng,
+    loss: LineLoss,
     jitter_rng: SmallRng,
     counters: Counters,
 }
@@ -322,8 +359,7 @@ impl Link {
             busy_rem: 0,
             last_due: 0,
             last_sent_seq: None,
-            ge_bad: false,
-            loss_rng: SmallRng::seed_from_u64(mix(cfg.seed)),
+            loss: LineLoss::new(cfg.loss, cfg.seed),
             jitter_rng: SmallRng::seed_from_u64(mix(cfg.seed ^ 0x0005_eed0_f011_77e5)),
             counters: Counters::default(),
             cfg,
@@ -363,24 +399,6 @@ impl Link {
             }
             self.queued_bytes -= r.len as u64;
             self.queued -= 1;
-        }
-    }
-
-    fn lose(&mut self) -> Option<DropReason> {
-        match self.cfg.loss {
-            LossModel::None => None,
-            LossModel::Random { p } => {
-                (p > 0.0 && self.loss_rng.gen::<f64>() < p).then_some(DropReason::Random)
-            }
-            LossModel::GilbertElliott { p, r, h, k } => {
-                let through = if self.ge_bad { h } else { k };
-                let lost = self.loss_rng.gen::<f64>() >= through;
-                let mv = if self.ge_bad { r } else { p };
-                if self.loss_rng.gen::<f64>() < mv {
-                    self.ge_bad = !self.ge_bad;
-                }
-                lost.then_some(DropReason::Burst)
-            }
         }
     }
 
@@ -428,7 +446,7 @@ impl Link {
         if len == 0 || len > MAX_PACKET {
             return self.drop_packet(len, DropReason::Memory);
         }
-        if let Some(reason) = self.lose() {
+        if let Some(reason) = self.loss.lose() {
             return self.drop_packet(len, reason);
         }
         // The bottleneck: serialisation starts when the previous packet has left (its end may lie a
