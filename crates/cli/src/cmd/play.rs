@@ -3,7 +3,6 @@
 
 use std::process::ExitCode;
 
-use anyhow::Context;
 use vlbiflow_evlbi::play::{run_play, PlayConfig, PlayRate, PlayStatus};
 use vlbiflow_formats::time::UtcTime;
 use vlbiflow_reader::{locate, LocateError};
