@@ -463,8 +463,8 @@ impl Client {
 }
 
 impl Client {
-    /// The receive paths the responder offers ([`crate::efficiency`]).
-    pub fn eff_transports(&mut self) -> Result<Vec<crate::efficiency::Availability>, NetError> {
+    /// The receive paths the responder offers ([`crate::eff`]).
+    pub fn eff_transports(&mut self) -> Result<Vec<crate::eff::Availability>, NetError> {
         self.conn.send(&Request::EffProbe)?;
         match self
             .conn
@@ -480,17 +480,10 @@ impl Client {
         }
     }
 
-    /// Runs one transport-efficiency test: sends from one thread of this process for the duration, then
-    /// collects the receiver's measurements.
-    pub fn efficiency(
-        &mut self,
-        p: &crate::efficiency::EffParams,
-        stop: &AtomicBool,
-    ) -> Result<crate::efficiency::EffResult, NetError> {
-        use crate::efficiency::{send_measured, EffMetrics, EffResult};
-        p.validate()
-            .map_err(|e| NetError::Invalid(format!("efficiency: {e}")))?;
-        self.conn.send(&Request::EffStart(p.setup.clone()))?;
+    /// Starts a transport-efficiency test ([`crate::eff`]): the addresses to send to, one per UDP flow
+    /// (TCP: the one listening port).
+    pub fn eff_start(&mut self, setup: &crate::eff::EffSetup) -> Result<Vec<SocketAddr>, NetError> {
+        self.conn.send(&Request::EffStart(setup.clone()))?;
         let ports = match self
             .conn
             .recv(self.timeout, "waiting for the efficiency test sockets", "reply")?
@@ -505,8 +498,8 @@ impl Client {
                 .into())
             }
         };
-        let want = if p.setup.transport.is_udp() {
-            p.setup.streams as usize
+        let want = if setup.transport.is_udp() {
+            setup.streams as usize
         } else {
             1
         };
@@ -517,77 +510,63 @@ impl Client {
             }
             .into());
         }
-        let dests: Vec<SocketAddr> = ports
+        Ok(ports
             .iter()
             .map(|&port| SocketAddr::new(self.server.ip(), port))
-            .collect();
+            .collect())
+    }
+
+    /// Runs `f` on a thread of its own while watching the control connection; the flag `f` is given
+    /// turns true when the responder closes the connection or says something unasked. Err when `f`
+    /// panicked.
+    pub fn watching<T: Send>(&self, f: impl FnOnce(&AtomicBool) -> T + Send) -> thread::Result<T> {
         let peer_gone = AtomicBool::new(false);
-        let (sent, usage) = thread::scope(|scope| {
-            let h = scope.spawn(|| send_measured(p, &dests, stop, &peer_gone));
-            // Watch the control connection while sending, so a dead responder ends the test.
+        thread::scope(|scope| {
+            let h = scope.spawn(|| f(&peer_gone));
             while !h.is_finished() {
                 if self.conn.peer_gone_or_talking() {
                     peer_gone.store(true, Ordering::Relaxed);
                 }
                 thread::sleep(Duration::from_millis(20));
             }
-            h.join().unwrap_or_else(|_| {
-                (
-                    Err(io::Error::other("sender thread panicked")),
-                    Default::default(),
-                )
-            })
-        });
-        let send = match sent {
-            Ok(s) => s,
-            Err(e) => {
-                // End the test at the responder and take its answer, so the session stays in step.
-                if self.conn.send(&Request::EffFinish { sent: Vec::new() }).is_ok() {
-                    let _ = self.conn.recv::<Reply>(
-                        self.timeout + Duration::from_secs(6),
-                        "waiting for the end of a failed efficiency test",
-                        "reply",
-                    );
-                }
-                return Err(NetError::Io {
-                    what: format!("efficiency: sending over {}", p.setup.transport),
-                    source: e,
-                });
-            }
-        };
-        if stop.load(Ordering::Relaxed) {
-            let _ = self.conn.send(&Request::EffFinish {
-                sent: send.sent.clone(),
-            });
-            return Err(NetError::Interrupted);
+            h.join()
+        })
+    }
+
+    /// Ends an efficiency test whose sending failed and takes the responder's answer, so that the
+    /// session stays in step.
+    pub fn eff_abandon(&mut self) {
+        if self.conn.send(&Request::EffFinish { sent: Vec::new() }).is_ok() {
+            let _ = self.conn.recv::<Reply>(
+                self.timeout + Duration::from_secs(6),
+                "waiting for the end of a failed efficiency test",
+                "reply",
+            );
         }
-        self.conn.send(&Request::EffFinish {
-            sent: send.sent.clone(),
-        })?;
-        let remote = match self.conn.recv(
+    }
+
+    /// Ends an efficiency test the user interrupted (no answer awaited).
+    pub fn eff_interrupted(&mut self, sent: Vec<u64>) {
+        let _ = self.conn.send(&Request::EffFinish { sent });
+    }
+
+    /// Ends an efficiency test: `sent` datagrams per UDP flow (TCP: bytes per connection); the
+    /// receiver's measurements.
+    pub fn eff_finish(&mut self, sent: Vec<u64>) -> Result<crate::eff::EffRemote, NetError> {
+        self.conn.send(&Request::EffFinish { sent })?;
+        match self.conn.recv(
             self.timeout + Duration::from_secs(6),
             "waiting for the efficiency result",
             "reply",
         )? {
-            Reply::EffResult(r) => *r,
-            Reply::Error { message } => return Err(ProtoError::Remote(message).into()),
-            other => {
-                return Err(ProtoError::Unexpected {
-                    expected: "eff_result",
-                    got: short(&other),
-                }
-                .into())
+            Reply::EffResult(r) => Ok(*r),
+            Reply::Error { message } => Err(ProtoError::Remote(message).into()),
+            other => Err(ProtoError::Unexpected {
+                expected: "eff_result",
+                got: short(&other),
             }
-        };
-        let metrics = EffMetrics::derive(p, &send, &usage, &remote);
-        Ok(EffResult {
-            params: p.clone(),
-            repeat: 0,
-            send,
-            sender: usage,
-            remote,
-            metrics,
-        })
+            .into()),
+        }
     }
 }
 
