@@ -17,11 +17,13 @@ use crate::tcpinfo::TcpSockInfo;
 use crate::wire::{realtime_ns, HEADER_LEN};
 use send::{round_trip, send_paced, tcp_send};
 
+mod bw_send;
 mod exchange;
 mod lat;
 mod results;
 mod send;
 
+pub use bw_send::{BwSchedule, Flushed};
 pub use exchange::{Answer, Exchange};
 pub use lat::LatProbe;
 pub use results::{

@@ -6,8 +6,9 @@ use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use vlbiflow_udp::{BatchSender, Pacer, GSO_MAX_SEGMENTS};
+use vlbiflow_udp::{BatchSender, Pacer};
 
+use super::bw_send::{BwSchedule, Flushed};
 use super::lat::LatProbe;
 use super::results::{BwLocal, BwParams, TcpParams};
 use super::NetError;
@@ -100,7 +101,16 @@ pub(super) fn send_paced(
     conn: &ControlConn,
     stop: &AtomicBool,
 ) -> SendOutcome {
-    let batch = p.batch.clamp(1, 1024);
+    let start = Instant::now() + Duration::from_millis(1);
+    let mut pacer = if p.wait_us > 0.0 {
+        Pacer::new(1e6 / p.wait_us, start)
+            .ok()
+            .map(|pc| pc.with_catch_up_limit(None))
+    } else {
+        None
+    };
+    let mut schedule = BwSchedule::new(p, start, pacer.as_ref().map(|pc| pc.rate()));
+    let batch = schedule.batch();
     // The datagrams of one batch lie back to back so that several due at once can go out as GSO
     // super-datagrams: the kernel cuts them into `size`-byte datagrams, one pass through the stack
     // instead of one per datagram (same datagrams on the wire, a fraction of the sender's CPU).
@@ -114,33 +124,9 @@ pub(super) fn send_paced(
         pkt.set_kind(PacketKind::Data);
         pkt.set_test_id(test_id);
     }
-    let per_gso = if p.gso {
-        let limit = if p.gso_segments > 0 {
-            p.gso_segments
-        } else {
-            GSO_MAX_SEGMENTS
-        };
-        (crate::responder::MAX_DATAGRAM / p.size)
-            .min(GSO_MAX_SEGMENTS)
-            .min(limit)
-    } else {
-        1
-    };
-    let mut gso = per_gso > 1;
     let mut sender = BatchSender::new(batch);
-    let start = Instant::now() + Duration::from_millis(1);
-    let mut pacer = if p.wait_us > 0.0 {
-        Pacer::new(1e6 / p.wait_us, start)
-            .ok()
-            .map(|pc| pc.with_catch_up_limit(None))
-    } else {
-        None
-    };
-    let mut k = 0u64;
     let mut error = None;
     let mut first_send: Option<Instant> = None;
-    let mut next_check = 0u64;
-    let mut gso_sends = 0u64;
     // One entry per send call at most, allocated before the first packet.
     let mut handed: Vec<(u64, u64)> = if p.timeline && p.count <= crate::stats::MAX_TIMELINE {
         Vec::with_capacity(p.count as usize + 1)
@@ -148,17 +134,12 @@ pub(super) fn send_paced(
         Vec::new()
     };
     let keep_handed = handed.capacity() > 0;
-    while k < p.count {
-        let n = match pacer.as_mut() {
-            Some(pc) => {
-                pc.wait_until_due(k);
-                let elapsed = Instant::now().saturating_duration_since(start).as_secs_f64();
-                let due = (elapsed * pc.rate()).floor() as u64 + 1;
-                due.saturating_sub(k).clamp(1, batch as u64)
-            }
-            None => (batch as u64).min(p.count - k),
+    while !schedule.is_done() {
+        let k = schedule.sent();
+        if let Some(pc) = pacer.as_mut() {
+            pc.wait_until_due(k);
         }
-        .min(p.count - k) as usize;
+        let n = schedule.due(Instant::now());
         for (j, b) in area.chunks_exact_mut(p.size).take(n).enumerate() {
             let mut pkt = TestPacket::new_unchecked(b);
             pkt.set_seq(k + j as u64);
@@ -166,59 +147,44 @@ pub(super) fn send_paced(
         }
         first_send.get_or_insert_with(Instant::now);
         let mut b = sender.batch();
-        let group = if gso { per_gso } else { 1 };
-        for chunk in area[..n * p.size].chunks(group * p.size) {
+        for chunk in area[..n * p.size].chunks(schedule.group() * p.size) {
             if chunk.len() > p.size {
                 // check_gso cannot fail: at most per_gso segments of at most MAX_UDP_PAYLOAD bytes.
                 let _ = b.push_gso(&[chunk], p.size as u16);
-                gso_sends += 1;
+                schedule.count_gso_send();
             } else {
                 b.push(&[chunk]);
             }
         }
-        let flushed = b.flush(sock);
+        let (flushed, failure) = match b.flush(sock) {
+            Ok(sent) => (Flushed::Sent(sent.datagrams), None),
+            Err(e) => (
+                Flushed::Failed {
+                    sent: e.sent.datagrams,
+                    errno: e.source.raw_os_error(),
+                },
+                Some(e.source),
+            ),
+        };
         if keep_handed && handed.len() < handed.capacity() {
-            let n = match &flushed {
-                Ok(sent) => sent.datagrams,
-                Err(e) => e.sent.datagrams,
+            let n = match flushed {
+                Flushed::Sent(n) | Flushed::Failed { sent: n, .. } => n,
             };
             if n > 0 {
                 handed.push((k + n as u64, realtime_ns()));
             }
         }
-        match flushed {
-            Ok(sent) => k += sent.datagrams as u64,
-            Err(e) if e.source.raw_os_error() == Some(libc::ECONNREFUSED) => {
-                // An ICMP port-unreachable from an earlier datagram: count it and keep going; the
-                // control connection tells whether the responder is really gone.
-                k += e.sent.datagrams.max(1) as u64;
-            }
-            Err(e)
-                if gso
-                    && matches!(
-                        e.source.raw_os_error(),
-                        Some(libc::EINVAL | libc::EIO | libc::EMSGSIZE | libc::EOPNOTSUPP)
-                    ) =>
-            {
-                // The path refuses GSO (segment larger than its MTU, no checksum offload, old
-                // kernel): send datagram by datagram from here on; the unsent ones go again.
-                k += e.sent.datagrams as u64;
-                gso = false;
-            }
-            Err(e) => {
-                k += e.sent.datagrams as u64;
-                error = Some(NetError::Io {
-                    what: format!(
-                        "bw: send to {}",
-                        sock.peer_addr().map(|a| a.to_string()).unwrap_or_default()
-                    ),
-                    source: e.source,
-                });
-                break;
-            }
+        if !schedule.handle_flushed(flushed) {
+            error = failure.map(|source| NetError::Io {
+                what: format!(
+                    "bw: send to {}",
+                    sock.peer_addr().map(|a| a.to_string()).unwrap_or_default()
+                ),
+                source,
+            });
+            break;
         }
-        if k >= next_check {
-            next_check = k + 1024;
+        if schedule.poll_check() {
             if stop.load(Ordering::Relaxed) {
                 error = Some(NetError::Interrupted);
                 break;
@@ -235,6 +201,8 @@ pub(super) fn send_paced(
             }
         }
     }
+    let k = schedule.sent();
+    let gso_sends = schedule.gso_sends();
     let duration = first_send.map(|t| t.elapsed()).unwrap_or_default().as_secs_f64();
     let st = sender.stats();
     let local = BwLocal {
