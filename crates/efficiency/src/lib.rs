@@ -32,9 +32,9 @@ pub mod series;
 pub mod table;
 
 pub use receive::{probe_all, Receiving, Service};
-pub use send::{run_test, send, send_measured, EffParams, SendOutcome, TURN};
+pub use send::{send, send_measured, EffParams, SendOutcome, TURN};
 pub use series::{
-    order, run_series, summarise, EffEvent, EffMetrics, EffReport, EffResult, TransportSummary,
+    order, run_series, run_test, summarise, EffEvent, EffMetrics, EffReport, EffResult, TransportSummary,
 };
 pub use table::table_lines;
 pub use vlbiflow_net::eff::{

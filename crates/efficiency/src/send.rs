@@ -1,5 +1,5 @@
 //! The sending end of an efficiency test: one thread sends every flow flat out or paced for the test's
-//! duration, and [`run_test`] runs a whole test through a [`Client`].
+//! duration.
 
 use std::io::{self, Write as _};
 use std::net::{SocketAddr, TcpStream};
@@ -10,11 +10,9 @@ use serde::{Deserialize, Serialize};
 use vlbiflow_formats::psn;
 use vlbiflow_net::eff::{EffSetup, EndUsage, MAX_SIZE};
 use vlbiflow_net::host::ProcessCpu;
-use vlbiflow_net::{Client, NetError};
 use vlbiflow_udp::{open_udp, BatchSender, Pacer, UdpConfig};
 
 use crate::meter::EndMeter;
-use crate::series::{EffMetrics, EffResult};
 
 /// Datagrams per flow per sender turn (one `sendmmsg`; with GSO, in messages of `gso` segments).
 pub const TURN: usize = 32;
@@ -251,45 +249,4 @@ pub fn send_measured(
     let r = send(p, dests, stop, gone);
     let thread = r.as_ref().map(|o| o.thread).unwrap_or_default();
     (r, meter.finish(thread))
-}
-
-/// Runs one transport-efficiency test through `client`: sends from one thread of this process for the
-/// duration while the control connection is watched, then collects the receiver's measurements.
-pub fn run_test(client: &mut Client, p: &EffParams, stop: &AtomicBool) -> Result<EffResult, NetError> {
-    p.validate()
-        .map_err(|e| NetError::Invalid(format!("efficiency: {e}")))?;
-    let dests = client.eff_start(&p.setup)?;
-    let (sent, usage) = client
-        .watching(|gone| send_measured(p, &dests, stop, gone))
-        .unwrap_or_else(|_| {
-            (
-                Err(io::Error::other("sender thread panicked")),
-                Default::default(),
-            )
-        });
-    let send = match sent {
-        Ok(s) => s,
-        Err(e) => {
-            // End the test at the responder and take its answer, so the session stays in step.
-            client.eff_abandon();
-            return Err(NetError::Io {
-                what: format!("efficiency: sending over {}", p.setup.transport),
-                source: e,
-            });
-        }
-    };
-    if stop.load(Ordering::Relaxed) {
-        client.eff_interrupted(send.sent.clone());
-        return Err(NetError::Interrupted);
-    }
-    let remote = client.eff_finish(send.sent.clone())?;
-    let metrics = EffMetrics::derive(p, &send, &usage, &remote);
-    Ok(EffResult {
-        params: p.clone(),
-        repeat: 0,
-        send,
-        sender: usage,
-        remote,
-        metrics,
-    })
 }

@@ -1,5 +1,6 @@
 //! Series of efficiency tests: every transport, repeated in alternating order, reduced to medians.
 
+use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::{Deserialize, Serialize};
@@ -9,7 +10,7 @@ use vlbiflow_net::proto::ProtoError;
 use vlbiflow_net::{Client, NetError};
 use vlbiflow_rx::Transport;
 
-use crate::send::{run_test, EffParams, SendOutcome};
+use crate::send::{send_measured, EffParams, SendOutcome};
 
 /// One finished test: both ends' measurements and the figures derived from them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -148,6 +149,47 @@ impl EffMetrics {
     pub fn recv_cpu(&self) -> f64 {
         self.recv_cpu_s_per_gb.0 + self.recv_cpu_s_per_gb.1
     }
+}
+
+/// Runs one transport-efficiency test through `client`: sends from one thread of this process for the
+/// duration while the control connection is watched, then collects the receiver's measurements.
+pub fn run_test(client: &mut Client, p: &EffParams, stop: &AtomicBool) -> Result<EffResult, NetError> {
+    p.validate()
+        .map_err(|e| NetError::Invalid(format!("efficiency: {e}")))?;
+    let dests = client.eff_start(&p.setup)?;
+    let (sent, usage) = client
+        .watching(|gone| send_measured(p, &dests, stop, gone))
+        .unwrap_or_else(|_| {
+            (
+                Err(io::Error::other("sender thread panicked")),
+                Default::default(),
+            )
+        });
+    let send = match sent {
+        Ok(s) => s,
+        Err(e) => {
+            // End the test at the responder and take its answer, so the session stays in step.
+            client.eff_abandon();
+            return Err(NetError::Io {
+                what: format!("efficiency: sending over {}", p.setup.transport),
+                source: e,
+            });
+        }
+    };
+    if stop.load(Ordering::Relaxed) {
+        client.eff_interrupted(send.sent.clone());
+        return Err(NetError::Interrupted);
+    }
+    let remote = client.eff_finish(send.sent.clone())?;
+    let metrics = EffMetrics::derive(p, &send, &usage, &remote);
+    Ok(EffResult {
+        params: p.clone(),
+        repeat: 0,
+        send,
+        sender: usage,
+        remote,
+        metrics,
+    })
 }
 
 /// One transport's repeats reduced to medians.

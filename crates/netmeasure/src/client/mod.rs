@@ -7,8 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-use vlbiflow_udp::{open_udp, SocketError, UdpConfig};
+use vlbiflow_udp::{open_udp, UdpConfig};
 
 use crate::control::{ControlConn, LineRead, STOP_POLL};
 use crate::host::{HostSnapshot, ProcessCpu};
@@ -18,12 +17,14 @@ use crate::wire::{realtime_ns, HEADER_LEN};
 use send::{round_trip, send_paced, tcp_send};
 
 mod bw_send;
+mod error;
 mod exchange;
 mod lat;
 mod results;
 mod send;
 
 pub use bw_send::{BwSchedule, Flushed};
+pub use error::{NetError, Partial};
 pub use exchange::{Answer, Exchange};
 pub use lat::LatProbe;
 pub use results::{
@@ -53,71 +54,6 @@ pub fn resolve_responder(host: &str) -> Result<SocketAddr, String> {
         .map_err(|e| format!("cannot resolve responder address {host:?}: {e}"))?
         .next()
         .ok_or_else(|| format!("responder address {host:?} resolves to nothing"))
-}
-
-/// A measurement failure. [`NetError::Aborted`] keeps what was measured before the failure.
-#[derive(Debug, thiserror::Error)]
-pub enum NetError {
-    /// Control protocol failure.
-    #[error(transparent)]
-    Proto(#[from] ProtoError),
-    /// Test socket could not be opened.
-    #[error(transparent)]
-    Socket(#[from] SocketError),
-    /// Other I/O failure.
-    #[error("{what}: {source}")]
-    Io {
-        /// The step.
-        what: String,
-        /// Cause.
-        source: io::Error,
-    },
-    /// Parameters that cannot work.
-    #[error("{0}")]
-    Invalid(String),
-    /// The test started but did not finish; `partial` holds the local measurements.
-    #[error("test aborted after {}: {source}", partial.describe())]
-    Aborted {
-        /// What was measured.
-        partial: Box<Partial>,
-        /// Why it stopped.
-        source: Box<NetError>,
-    },
-    /// Stopped by the user.
-    #[error("interrupted")]
-    Interrupted,
-}
-
-/// Local measurements of a test that did not finish.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(tag = "test", rename_all = "snake_case")]
-pub enum Partial {
-    /// Sender side of a UDP throughput test.
-    Bw(BwLocal),
-    /// Latency points finished so far.
-    Lat(Vec<LatPoint>),
-    /// Sender side of a TCP test.
-    Tcp {
-        /// Bytes written per stream.
-        bytes_sent: Vec<u64>,
-        /// Seconds spent sending.
-        duration_s: f64,
-    },
-}
-
-impl Partial {
-    fn describe(&self) -> String {
-        match self {
-            Partial::Bw(b) => format!(
-                "sending {} of {} packets ({:.1} Mb/s)",
-                b.sent, b.count, b.send_user_rate_mbps
-            ),
-            Partial::Lat(p) => format!("{} message sizes", p.len()),
-            Partial::Tcp { bytes_sent, .. } => {
-                format!("sending {} bytes", bytes_sent.iter().sum::<u64>())
-            }
-        }
-    }
 }
 
 /// A session with a responder.
@@ -256,7 +192,7 @@ impl Client {
     /// Runs one UDP throughput test: `count` packets of `size` bytes, packet k due at start +
     /// k x `wait_us` (0: as fast as possible).
     pub fn bw(&mut self, p: &BwParams, stop: &AtomicBool) -> Result<BwResult, NetError> {
-        p.validate()?;
+        p.validate().map_err(NetError::Invalid)?;
         let test_id = self.test_id();
         let send_estimate = Duration::from_secs_f64(p.count as f64 * p.wait_us * 1e-6);
         let max_duration = send_estimate + Duration::from_secs(30);

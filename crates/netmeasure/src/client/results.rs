@@ -11,8 +11,6 @@ use crate::stats::HistSummary;
 use crate::tcpinfo::TcpSockInfo;
 use crate::wire::HEADER_LEN;
 
-use super::NetError;
-
 /// Ethernet preamble 8 + header 14 + CRC 4 + gap 12 + IPv4 20 + UDP 8 bytes per packet, the UDPmon
 /// wire-rate convention.
 pub const WIRE_OVERHEAD: usize = 66;
@@ -65,25 +63,26 @@ impl BwParams {
         8.0 * size as f64 / rate_bps * 1e6
     }
 
-    pub(crate) fn validate(&self) -> Result<(), NetError> {
+    /// Checks the numbers; the message names what is wrong.
+    pub(crate) fn validate(&self) -> Result<(), String> {
         if !(HEADER_LEN..=65_507).contains(&self.size) {
-            return Err(NetError::Invalid(format!(
+            return Err(format!(
                 "bw: size {} outside {HEADER_LEN}..=65507 bytes",
                 self.size
-            )));
+            ));
         }
         if self.count == 0 || self.count > crate::responder::MAX_TEST_PACKETS {
-            return Err(NetError::Invalid(format!(
+            return Err(format!(
                 "bw: count {} outside 1..={}",
                 self.count,
                 crate::responder::MAX_TEST_PACKETS
-            )));
+            ));
         }
         if !self.wait_us.is_finite() || self.wait_us < 0.0 {
-            return Err(NetError::Invalid(format!(
+            return Err(format!(
                 "bw: wait {} µs is not a non-negative number",
                 self.wait_us
-            )));
+            ));
         }
         Ok(())
     }

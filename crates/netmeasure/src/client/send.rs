@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use vlbiflow_udp::{BatchSender, Pacer};
 
 use super::bw_send::{BwSchedule, Flushed};
+use super::error::NetError;
 use super::lat::LatProbe;
 use super::results::{BwLocal, BwParams, TcpParams};
-use super::NetError;
 use crate::control::ControlConn;
 use crate::host::{HostUsage, ProcessCpu};
 use crate::proto::ProtoError;

@@ -3,13 +3,13 @@
 
 use std::io::{self, Read};
 use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use vlbiflow_udp::BatchReceiver;
 
-use super::poll_in;
 use super::session::{BW_BATCH, LAT_BATCH, TCP_READ_SIZE};
 use crate::host::ProcessCpu;
 use crate::stats::ArrivalStats;
@@ -294,6 +294,17 @@ fn tcp_read(
         info = end_info;
     }
     (n, info, ProcessCpu::read_thread().since(&cpu))
+}
+
+/// Waits at most `timeout` (whole milliseconds) for `fd` to be readable.
+pub fn poll_in(fd: &impl AsFd, timeout: Duration) -> bool {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i64;
+    let timeout = Timespec {
+        tv_sec: ms / 1000,
+        tv_nsec: (ms % 1000) * 1_000_000,
+    };
+    poll(&mut [PollFd::new(fd, PollFlags::IN)], Some(&timeout)).is_ok_and(|n| n > 0)
 }
 
 #[cfg(test)]

@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 
 use vlbiflow_udp::{open_udp, UdpConfig};
 
+use super::config::{ResponderConfig, ResponderCounters};
 use super::receive::{bw_receive, lat_echo, tcp_receive, BwControl, BwReceive, TcpOutcome};
 use super::session::{
     human_bytes, Counter, Output, Plan, Session, SessionConfig, SessionError, Test, LAT_RECV_BUFFER,
 };
-use super::{ResponderConfig, ResponderCounters};
 use crate::control::{ControlConn, LineRead};
 use crate::eff::{none_offered, EffReceive};
 use crate::host::{HostSnapshot, ProcessCpu};
