@@ -12,6 +12,24 @@ use crate::proto::{decode, encode, LineCodec, ProtoError};
 /// How often a wait that a stop flag can end looks at the flag.
 pub const STOP_POLL: Duration = Duration::from_millis(20);
 
+/// What one bounded read of the control connection gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LineRead {
+    /// A complete line (without its newline).
+    Line(String),
+    /// Nothing within the wait.
+    Nothing,
+    /// The peer closed the connection.
+    Closed,
+}
+
+/// How a read ended.
+enum Got {
+    Line(String),
+    Deadline,
+    Stopped,
+}
+
 /// One end of a control connection.
 pub struct ControlConn {
     stream: TcpStream,
@@ -115,24 +133,47 @@ impl ControlConn {
             .expect("a line: only a stop flag ends the wait early"))
     }
 
+    /// Waits at most `wait` for one line; the end of the wait is [`LineRead::Nothing`], not an error.
+    /// `what` names the wait in errors.
+    pub fn read_line(&mut self, wait: Duration, what: &str) -> Result<LineRead, ProtoError> {
+        match self.read_until(Instant::now() + wait, what, None) {
+            Ok(Got::Line(line)) => Ok(LineRead::Line(line)),
+            Ok(Got::Deadline | Got::Stopped) => Ok(LineRead::Nothing),
+            Err(ProtoError::Closed { .. }) => Ok(LineRead::Closed),
+            Err(e) => Err(e),
+        }
+    }
+
     fn next_line(
         &mut self,
         timeout: Duration,
         what: &str,
         stop: Option<&AtomicBool>,
     ) -> Result<Option<String>, ProtoError> {
-        let deadline = Instant::now() + timeout;
+        match self.read_until(Instant::now() + timeout, what, stop)? {
+            Got::Line(line) => Ok(Some(line)),
+            Got::Stopped => Ok(None),
+            Got::Deadline => Err(self.timeout_error(timeout, what)),
+        }
+    }
+
+    fn read_until(
+        &mut self,
+        deadline: Instant,
+        what: &str,
+        stop: Option<&AtomicBool>,
+    ) -> Result<Got, ProtoError> {
         let mut buf = [0u8; 16384];
         loop {
             if let Some(line) = self.codec.next_line()? {
-                return Ok(Some(line));
+                return Ok(Got::Line(line));
             }
             if stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
-                return Ok(None);
+                return Ok(Got::Stopped);
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err(self.timeout_error(timeout, what));
+                return Ok(Got::Deadline);
             }
             // SO_RCVTIMEO of zero means "forever", so never set less than 1 ms.
             let mut left = (deadline - now).max(Duration::from_millis(1));

@@ -14,17 +14,16 @@
 pub mod archive;
 pub mod client;
 pub mod control;
-pub mod efficiency;
+pub mod eff;
 pub mod host;
 pub mod load;
 #[cfg(feature = "plot")]
 pub mod plot;
-#[cfg(feature = "plot")]
-pub mod plot_eff;
-pub mod power;
 pub mod proto;
 pub mod responder;
 pub mod search;
+#[cfg(test)]
+mod sim;
 pub mod stats;
 pub mod sweep;
 pub mod table;

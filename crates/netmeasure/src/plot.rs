@@ -37,7 +37,8 @@ const PALETTE: [RGBColor; 8] = [
     RGBColor(127, 127, 127),
 ];
 
-pub(crate) fn color(i: usize) -> RGBColor {
+/// The `i`-th colour of the palette (cycling).
+pub fn color(i: usize) -> RGBColor {
     PALETTE[i % PALETTE.len()]
 }
 
@@ -48,10 +49,11 @@ fn ensure_font() {
     });
 }
 
-pub(crate) type DrawResult = Result<(), String>;
+/// What a drawing step returns: the backend's error as text.
+pub type DrawResult = Result<(), String>;
 
 /// Renders `draw` into `path` (PNG for .png, SVG for .svg) at `size` pixels.
-pub(crate) fn render(
+pub fn render(
     path: &Path,
     size: (u32, u32),
     draw_png: impl FnOnce(&DrawingArea<BitMapBackend, Shift>) -> DrawResult,
@@ -200,7 +202,7 @@ impl Axis {
 }
 
 /// A panel that has nothing to plot: its title and a sentence saying why, instead of empty axes.
-pub(crate) fn note<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, title: &str, text: &str) -> DrawResult {
+pub fn note<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, title: &str, text: &str) -> DrawResult {
     let inner = area
         .margin(10, 10, 10, 10)
         .titled(title, ("sans-serif", 16))
@@ -221,7 +223,7 @@ pub(crate) fn note<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, title: &st
 }
 
 /// Line chart of several series into one area; `y_zero`: the y axis starts at 0.
-pub(crate) fn lines<DB: DrawingBackend>(
+pub fn lines<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     title: &str,
     x_label: &str,

@@ -55,8 +55,8 @@ pub enum Request {
     TcpFinish,
     /// Which receive paths does the responder offer? Reply [`Reply::EffTransports`].
     EffProbe,
-    /// Prepares a transport-efficiency test ([`crate::efficiency`]): reply [`Reply::EffReady`].
-    EffStart(crate::efficiency::EffSetup),
+    /// Prepares a transport-efficiency test ([`crate::eff`]): reply [`Reply::EffReady`].
+    EffStart(crate::eff::EffSetup),
     /// The sender is done: drain and reply [`Reply::EffResult`].
     EffFinish {
         /// UDP: datagrams sent per flow; TCP: bytes per connection.
@@ -115,7 +115,7 @@ pub enum Reply {
     /// The responder's receive paths and why any is missing.
     EffTransports {
         /// One entry per transport the responder knows.
-        transports: Vec<crate::efficiency::Availability>,
+        transports: Vec<crate::eff::Availability>,
     },
     /// An efficiency test's receive path is ready.
     EffReady {
@@ -125,7 +125,7 @@ pub enum Reply {
         buffer: usize,
     },
     /// Efficiency test result.
-    EffResult(Box<crate::efficiency::EffRemote>),
+    EffResult(Box<crate::eff::EffRemote>),
     /// The request failed; the message says why.
     Error {
         /// What went wrong.

@@ -1,5 +1,5 @@
-//! `vlbiflow net efficiency`: what receiving a stream costs per transport (seeds/002). Arguments and
-//! printing only: the tests run in `vlbiflow_net::efficiency`.
+//! `vlbiflow net efficiency`: what receiving a stream costs per transport. Arguments and printing
+//! only: the tests run in `vlbiflow_efficiency`.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -7,8 +7,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use vlbiflow_net::efficiency::{run_series, table_lines, EffEvent, EffParams, EffReport, EffSetup};
-use vlbiflow_net::plot_eff::{plot_efficiency, plot_loss, read_loss_series};
+use vlbiflow_efficiency::plot::{plot_efficiency, plot_loss, read_loss_series};
+use vlbiflow_efficiency::{run_series, table_lines, EffEvent, EffParams, EffReport, EffSetup};
 use vlbiflow_net::{resolve_responder, Client};
 use vlbiflow_rx::Transport;
 

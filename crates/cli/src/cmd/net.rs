@@ -396,7 +396,8 @@ fn run_responder(a: ResponderArgs) -> anyhow::Result<ExitCode> {
         Ok(x) => x,
         Err(_) => resolve_responder(&a.listen).map_err(|e| anyhow!(e))?,
     };
-    let mut cfg = ResponderConfig::new(listen);
+    // The responder also runs the receiving end of `vlbiflow net efficiency`.
+    let mut cfg = vlbiflow_efficiency::with_service(ResponderConfig::new(listen));
     cfg.idle_timeout = seconds(&a.idle_timeout, "--idle-timeout")?;
     cfg.default_recv_buffer = bytes(&a.recv_buffer, "--recv-buffer")?;
     let r = Responder::bind(cfg)?;

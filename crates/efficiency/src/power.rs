@@ -3,7 +3,6 @@
 //! hosts have them; virtual machines and kernels without CONFIG_POWERCAP do not, and reading them may need
 //! root. [`EnergyMeter::open`] says which, in words a report can show.
 
-use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 /// Default location of the powercap zones.
@@ -28,14 +27,7 @@ pub struct EnergyMeter {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EnergySample(Vec<u64>);
 
-/// Energy used between two samples.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Energy {
-    /// Joules over all package zones (DRAM zones included when the host reports them under a package).
-    pub joules: f64,
-    /// Joules per zone, named as the kernel names them, e.g. `intel-rapl:0 package-0`.
-    pub zones: Vec<(String, f64)>,
-}
+pub use vlbiflow_net::eff::Energy;
 
 impl EnergyMeter {
     /// Finds the readable RAPL zones under [`POWERCAP`], or says plainly why there are none.

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
+use vlbiflow_efficiency::{run_series, with_service, EffEvent, EffParams, EffSetup};
 use vlbiflow_net::control::ControlConn;
-use vlbiflow_net::efficiency::{run_series, EffEvent, EffParams, EffSetup};
 use vlbiflow_net::proto::{Reply, Request, PROTOCOL_VERSION};
 use vlbiflow_net::{Client, Responder, ResponderConfig};
 use vlbiflow_rx::Transport;
@@ -29,7 +29,7 @@ impl Drop for Running {
 }
 
 fn start_responder() -> Running {
-    let mut cfg = ResponderConfig::new("127.0.0.1:0".parse().unwrap());
+    let mut cfg = with_service(ResponderConfig::new("127.0.0.1:0".parse().unwrap()));
     cfg.idle_timeout = Duration::from_secs(10);
     let r = Responder::bind(cfg).unwrap();
     let addr = r.local_addr();
@@ -117,7 +117,7 @@ fn every_transport_alternating_with_summaries() {
     }
     assert_eq!(report.summary.len(), measured.len());
     assert!(report.summary.iter().all(|s| s.repeats == 2));
-    let lines = vlbiflow_net::efficiency::table_lines(&report);
+    let lines = vlbiflow_efficiency::table_lines(&report);
     assert!(lines[0].starts_with("transport"));
     assert_eq!(lines[1].split_whitespace().next(), Some("udp"));
 }
@@ -152,6 +152,6 @@ fn bad_setups_are_refused_with_the_field_and_the_session_goes_on() {
     let mut c = Client::connect(r.addr, Duration::from_secs(5)).unwrap();
     let mut p = params(1);
     p.gso = 16;
-    let e = c.efficiency(&p, &AtomicBool::new(false)).unwrap_err();
+    let e = vlbiflow_efficiency::run_test(&mut c, &p, &AtomicBool::new(false)).unwrap_err();
     assert!(e.to_string().contains("65507"), "{e}");
 }

@@ -1,12 +1,12 @@
-//! Plots of transport-efficiency series ([`crate::efficiency`]), after seeds/002: bandwidth and cost per
+//! Plots of transport-efficiency series: bandwidth and cost per
 //! transport with the efficiency normalised to the best, and bandwidth against the path's packet loss.
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::path::Path;
 
-use crate::efficiency::{EffReport, TransportSummary};
-use crate::plot::{color, lines, note, render, DrawResult, PlotError, Series};
+use crate::series::{EffReport, TransportSummary};
+use vlbiflow_net::plot::{color, lines, note, render, DrawResult, PlotError, Series};
 
 fn name(s: &TransportSummary) -> String {
     s.transport.map(|t| t.name().to_owned()).unwrap_or_default()
@@ -294,9 +294,7 @@ pub fn plot_loss(path: &Path, reports: &[EffReport], extra: &[Series]) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::efficiency::{
-        summarise, EffMetrics, EffParams, EffRemote, EffResult, EffSetup, EndUsage, SendOutcome,
-    };
+    use crate::{summarise, EffMetrics, EffParams, EffRemote, EffResult, EffSetup, EndUsage, SendOutcome};
     use vlbiflow_rx::Transport;
 
     fn run(t: Transport, gbps: f64) -> EffResult {
