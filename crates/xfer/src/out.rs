@@ -21,6 +21,7 @@ use std::time::Duration;
 use crossbeam_channel::{bounded, Receiver, Sender as Chan};
 use vlbiflow_udp::BatchSender;
 use vlbiflow_xfer_proto::hash::block_digest;
+use vlbiflow_xfer_proto::timing::{ReadDepth, DEPTH};
 use vlbiflow_xfer_proto::wire::{seal_encrypted_parts, HEADER_LEN, MAX_PAYLOAD};
 use vlbiflow_xfer_proto::{Sender, Transmit};
 
@@ -686,23 +687,6 @@ impl Cmd {
     }
 }
 
-/// Windows the reading thread reads ahead of the one being sent: [`DEPTH`] x 8 MiB is 540 ms at 2 Gb/s.
-/// One window (33 ms) was not enough for a recording read past the page cache from a disk the receiver
-/// writes to: the data thread waited 60-530 ms per 13 s push for its window (`read_wait_ms`), and it
-/// came late to its pacing schedule as long. Four (130 ms) were not enough on a 2-vCPU VM of 2026-11-27
-/// where the reading thread runs a step below the pacing thread (see
-/// [`vlbiflow_udp::sched::BULK_PRIORITY`]) and waits for a core now and then: 0.8-3.3 s of `read_wait_ms`
-/// per 15 s push at 2 Gb/s, 50 ms, 1%; with sixteen, 0.02-0.8 s.
-const DEPTH: usize = 16;
-
-/// Windows the reading thread starts with. Each time the data thread finds the window it moves to not
-/// yet read (other than the first after a seek), the depth doubles, up to [`DEPTH`]. From the page cache
-/// four stay ahead (an 8 MiB read and its hash take a few ms of the 33 ms a window lasts at 2 Gb/s); a
-/// slow disk or a busy host grows it within a few windows. Each window's first touch costs the sender:
-/// on a fresh VM of 2026-11-28, zeroing the pages of 23 windows (192 MiB) was 16% of the sender's CPU in
-/// a 3 GB push.
-const DEPTH_START: usize = 4;
-
 /// The reading thread: it reads up to [`DEPTH`] windows after the one being sent while the data thread
 /// paces, in order, each into buffers the data thread handed back, so that the pacing loop does not stop
 /// for a read (an 8 MiB read took 2-3 ms, longer than the one burst the pacer may catch up by: the sender
@@ -712,10 +696,8 @@ struct ReadAhead {
     rx: Receiver<Filled>,
     /// Buffers the reading thread holds (free or filled and not yet taken).
     owned: usize,
-    /// How many it is given: [`DEPTH_START`], doubled on each wait up to [`DEPTH`].
-    depth: usize,
-    /// The next window taken is the first after a seek (its wait is the seek's, not a sign of too few).
-    fresh: bool,
+    /// How many it is given (see [`ReadDepth`]).
+    depth: ReadDepth,
     /// The current epoch: windows of others were asked for before the data thread went elsewhere.
     epoch: u64,
     /// Where the reading thread's next window of this epoch starts (the window after the one the data
@@ -820,8 +802,7 @@ impl ReadAhead {
             tx: thread.as_ref().map(|_| tx),
             rx,
             owned: 0,
-            depth: DEPTH_START,
-            fresh: true,
+            depth: ReadDepth::default(),
             epoch: 0,
             at: None,
             spare: None,
@@ -875,10 +856,7 @@ impl ReadAhead {
     /// A window read ahead was taken, after a wait for it or not: the depth doubles (up to [`DEPTH`]) on
     /// a wait that was not the first window's after a seek.
     fn took(&mut self, waited: bool) {
-        if waited && !self.fresh {
-            self.depth = (self.depth * 2).min(DEPTH);
-        }
-        self.fresh = false;
+        self.depth.took(waited);
     }
 
     /// Buffers for a window read on the spot: the spare ones, else new ones (a few per transfer).
@@ -909,7 +887,7 @@ impl ReadAhead {
             return;
         };
         if self.at.is_none() {
-            self.fresh = true;
+            self.depth.seek();
             self.epoch += 1;
             let seek = Cmd::Seek {
                 start: next,
@@ -922,7 +900,7 @@ impl ReadAhead {
         }
         self.at = Some(next);
         self.give(win);
-        while self.owned < self.depth {
+        while self.owned < self.depth.get() {
             self.give(Win::new());
         }
     }
@@ -946,6 +924,7 @@ impl Drop for ReadAhead {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use vlbiflow_xfer_proto::timing::DEPTH_START;
 
     fn byte(file: usize, off: u64) -> u8 {
         (off.wrapping_mul(31) ^ (file as u64 * 131) ^ (off >> 9)) as u8
@@ -1071,10 +1050,10 @@ mod tests {
             "after the jump: {ahead} of {read} windows read ahead"
         );
         assert!(
-            out.ahead.owned <= out.ahead.depth + 1 && out.ahead.depth <= DEPTH,
+            out.ahead.owned <= out.ahead.depth.get() + 1 && out.ahead.depth.get() <= DEPTH,
             "{} buffers at the reading thread, depth {}",
             out.ahead.owned,
-            out.ahead.depth
+            out.ahead.depth.get()
         );
     }
 
@@ -1086,20 +1065,20 @@ mod tests {
         let set = Arc::new(files(dir.path(), &[100, 100]));
         let held = Held::default();
         let mut a = ReadAhead::new(set.clone(), None, held.clone(), Arc::default(), false);
-        assert_eq!(a.depth, DEPTH_START);
+        assert_eq!(a.depth.get(), DEPTH_START);
         a.took(true);
-        assert_eq!(a.depth, DEPTH_START, "the first window's wait");
+        assert_eq!(a.depth.get(), DEPTH_START, "the first window's wait");
         a.took(false);
-        assert_eq!(a.depth, DEPTH_START);
+        assert_eq!(a.depth.get(), DEPTH_START);
         a.took(true);
-        assert_eq!(a.depth, 2 * DEPTH_START);
+        assert_eq!(a.depth.get(), 2 * DEPTH_START);
         for _ in 0..8 {
             a.took(true);
         }
-        assert_eq!(a.depth, DEPTH);
+        assert_eq!(a.depth.get(), DEPTH);
         // the data thread moves to file 0 with no read ahead there: the reading thread is sent to file 1
         // (a seek) and given the buffers it is owed; the wait for that seek's first window does not count
-        a.depth = DEPTH_START;
+        a.depth = ReadDepth::default();
         let seg = Seg {
             file: 0,
             offset: 0,
@@ -1115,9 +1094,9 @@ mod tests {
         assert_eq!(a.at, Some((1, 0)));
         assert_eq!(a.owned, DEPTH_START);
         a.took(true);
-        assert_eq!(a.depth, DEPTH_START, "the wait after a seek");
+        assert_eq!(a.depth.get(), DEPTH_START, "the wait after a seek");
         a.took(true);
-        assert_eq!(a.depth, 2 * DEPTH_START);
+        assert_eq!(a.depth.get(), 2 * DEPTH_START);
     }
 
     /// A resume whose held chunks are scattered: the windows follow the sender's schedule, past the held

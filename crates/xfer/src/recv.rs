@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{unbounded, Receiver as ChanRx, Sender as ChanTx};
 use vlbiflow_udp::{BatchReceiver, RecvMeta};
+use vlbiflow_xfer_proto::timing::nap_for;
 use vlbiflow_xfer_proto::wire::{
     derive_data_aead_key, derive_data_key, derive_feedback_key, emit_feedback_datagram, open_encrypted,
     HEADER_LEN, MAX_FEEDBACK_DATAGRAM,
@@ -1031,27 +1032,6 @@ struct RecvLoop<'a> {
 }
 
 const BATCH: usize = 64;
-/// Longest pause after a small batch, to let datagrams gather in the socket buffer rather than wake for
-/// each. See [`nap_for`].
-const NAP_MAX: Duration = Duration::from_millis(2);
-/// Bytes a batch should bring for the receiver not to pause after it (about 64 jumbo datagrams, what one
-/// `recvmmsg` of [`BATCH`] messages takes without GRO).
-const NAP_TARGET: usize = 512 << 10;
-
-/// How long to pause after a batch that brought `bytes`, received `since` after the one before, with a
-/// socket receive buffer of `rcvbuf` bytes: long enough for [`NAP_TARGET`] bytes to gather at the rate
-/// this batch arrived at, at most [`NAP_MAX`], and no longer than an eighth of the buffer (as the kernel
-/// reports it: twice what was set, of which each datagram takes more than its length) takes to fill, so
-/// that a buffer capped by `net.core.rmem_max` does not overflow. None after a batch that brought the
-/// target (at high rates, and with GRO), or nothing.
-fn nap_for(bytes: usize, since: Duration, rcvbuf: usize) -> Duration {
-    if bytes == 0 || bytes >= NAP_TARGET {
-        return Duration::ZERO;
-    }
-    let rate = bytes as f64 / since.as_secs_f64().max(1e-6);
-    let gather = (NAP_TARGET - bytes) as f64 / rate;
-    NAP_MAX.min(Duration::from_secs_f64(gather.min(rcvbuf as f64 / 8.0 / rate)))
-}
 /// How long a batch held for a control message its datagrams overtook waits for one at a time.
 const HOLD_POLL: Duration = Duration::from_millis(2);
 /// Longest a batch is held; then its datagrams are handled (and those still early dropped, counted and
@@ -1848,25 +1828,6 @@ mod tests {
     /// Whether `O_DIRECT` is possible under `dir` (not on tmpfs, for one).
     fn direct_possible(dir: &OwnedFd, name: &str, part: &File) -> bool {
         dest::open_part_direct(dir, name, part).is_some()
-    }
-
-    #[test]
-    fn the_receiver_naps_after_a_small_batch_only_as_long_as_its_buffer_can_hold() {
-        let us = Duration::from_micros;
-        let big = 128 << 20;
-        // a batch that brought the target, or nothing: no pause
-        assert_eq!(nap_for(NAP_TARGET, us(1000), big), Duration::ZERO);
-        assert_eq!(nap_for(0, us(5000), big), Duration::ZERO);
-        // 1 Gb/s of jumbo datagrams one by one: the whole pause
-        assert_eq!(nap_for(4 * 8256, us(264), big), NAP_MAX);
-        // 2 Gb/s: until about 512 KiB have gathered (9 datagrams in 300 µs, 1.8 ms more)
-        let nap = nap_for(9 * 8256, us(300), big);
-        assert!(nap > us(1750) && nap < us(1900), "{nap:?}");
-        // 20 Gb/s into a buffer capped at 256 KiB (512 KiB reported): 64 KiB fill in about 26 µs
-        let nap = nap_for(8 * 8256, us(26), 512 << 10);
-        assert!(nap > us(20) && nap < us(32), "{nap:?}");
-        // a batch that took no measurable time still gives a bounded pause
-        assert!(nap_for(8256, Duration::ZERO, 8 << 20) <= NAP_MAX);
     }
 
     #[test]
