@@ -272,7 +272,7 @@ fn client_entry<T>(
     Entry {
         id: 0,
         started,
-        ended: crate::daemon::utc_now(),
+        ended: crate::utc_now(),
         role: role.into(),
         peer: peer.to_string(),
         path,

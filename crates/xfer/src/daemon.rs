@@ -25,6 +25,7 @@ use crate::recv::{self, RecvParams};
 use crate::secure::{self, AuthError};
 use crate::session::Session;
 use crate::share::RateCap;
+use crate::utc_now;
 
 /// Daemon settings.
 #[derive(Debug, Clone)]
@@ -238,33 +239,6 @@ pub struct Daemon {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
     metrics_thread: Option<JoinHandle<()>>,
-}
-
-/// Current UTC time, RFC 3339.
-pub fn utc_now() -> String {
-    let d = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    let secs = d.as_secs() as i64;
-    let days = secs.div_euclid(86400);
-    let rem = secs.rem_euclid(86400);
-    // civil from days (Howard Hinnant's algorithm)
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let dd = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = if m <= 2 { y + 1 } else { y };
-    format!(
-        "{y:04}-{m:02}-{dd:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
 }
 
 macro_rules! log {

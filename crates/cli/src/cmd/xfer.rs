@@ -826,7 +826,7 @@ fn push(a: PushArgs) -> anyhow::Result<ExitCode> {
     let progress = Arc::new(Progress::default());
     let stop = stop_flag();
     let rate = rate_config(&a.common);
-    let started = vlbiflow_xfer::daemon::utc_now();
+    let started = vlbiflow_xfer::utc_now();
     let files = set.files.len() as u64;
     let r = with_progress(&progress, a.common.quiet || a.common.json, || {
         client::push(&cfg, set, &dest_path, opts, rate, &progress, &stop)
@@ -873,7 +873,7 @@ fn push_follow(a: &PushArgs, server: &str, dest_path: &str, opts: Options) -> an
     let progress = Arc::new(Progress::default());
     let stop = stop_flag();
     let quiet = a.common.quiet || a.common.json;
-    let started = vlbiflow_xfer::daemon::utc_now();
+    let started = vlbiflow_xfer::utc_now();
     let r = with_progress(&progress, quiet, || {
         vlbiflow_xfer::follow::push_follow(
             &cfg,
@@ -949,7 +949,7 @@ fn copy(a: CopyArgs) -> anyhow::Result<ExitCode> {
     let cfg = ClientConfig::new(server, key);
     let progress = Arc::new(Progress::default());
     let quiet = a.common.quiet || a.common.json;
-    let started = vlbiflow_xfer::daemon::utc_now();
+    let started = vlbiflow_xfer::utc_now();
     let r = with_progress(&progress, quiet, || {
         client::relay(
             &cfg,
@@ -1022,7 +1022,7 @@ fn pull(a: PullArgs) -> anyhow::Result<ExitCode> {
     cfg.realtime = a.rt.realtime;
     let progress = Arc::new(Progress::default());
     let stop = stop_flag();
-    let started = vlbiflow_xfer::daemon::utc_now();
+    let started = vlbiflow_xfer::utc_now();
     let r = with_progress(&progress, a.common.quiet || a.common.json, || {
         client::pull(&cfg, &sources, scan.as_ref(), &into, opts, &progress, &stop)
     });
