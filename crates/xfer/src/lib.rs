@@ -34,7 +34,6 @@ pub mod follow;
 pub mod hash;
 pub mod key;
 pub mod link;
-pub mod out;
 pub mod progress;
 pub mod recv;
 pub mod remote;

@@ -15,16 +15,14 @@
 use std::net::UdpSocket;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crossbeam_channel::{bounded, Receiver, Sender as Chan};
 use vlbiflow_udp::BatchSender;
 use vlbiflow_xfer_proto::hash::block_digest;
-use vlbiflow_xfer_proto::timing::{ReadDepth, DEPTH};
 use vlbiflow_xfer_proto::wire::{seal_encrypted_parts, HEADER_LEN, MAX_PAYLOAD};
 use vlbiflow_xfer_proto::{Sender, Transmit};
 
+use super::read_ahead::ReadAhead;
 use crate::source::{AlignedBuf, FdCache, SourceSet, DIRECT_ALIGN};
 
 /// Bytes read at once for new data.
@@ -44,7 +42,7 @@ const DIRECT_PIECE: usize = WINDOW;
 /// the page cache, or from the disk for a recording read past the cache).
 const KEPT: usize = 6;
 /// Longest wait for the reading thread's window (a disk that stalls this long fails the transfer).
-const READ_WAIT: Duration = Duration::from_secs(60);
+pub(super) const READ_WAIT: Duration = Duration::from_secs(60);
 /// Datagrams prepared per round at most (then control and timers get a turn).
 pub const MAX_ROUND: usize = 256;
 /// GSO messages per `sendmmsg`.
@@ -56,34 +54,34 @@ const GSO_MAX_SEGMENTS: usize = 64;
 
 /// A range of one virtual file held in the window.
 #[derive(Debug, Clone, Copy)]
-struct Seg {
-    file: usize,
-    offset: u64,
-    len: usize,
-    at: usize,
+pub(super) struct Seg {
+    pub(super) file: usize,
+    pub(super) offset: u64,
+    pub(super) len: usize,
+    pub(super) at: usize,
     /// The file's size.
-    size: u64,
+    pub(super) size: u64,
     /// Digests of the blocks from `dig_from` (block-aligned) on that lie wholly in the range: `dig_n` of
     /// them in the window's digests from index `dig`.
-    dig_from: u64,
-    dig: usize,
-    dig_n: usize,
+    pub(super) dig_from: u64,
+    pub(super) dig: usize,
+    pub(super) dig_n: usize,
     /// Its digests are left to the hashing thread (`dig` and `dig_n` are set when they are computed): it
     /// was read with `O_DIRECT`, or comes after such a range in the window. See [`fill`].
-    pending: bool,
+    pub(super) pending: bool,
 }
 
 /// A window: bytes, what they are, and the digests of their blocks.
-struct Win {
+pub(super) struct Win {
     /// The window, page-aligned for direct reads, followed by the slack a direct read of a file's
     /// unaligned tail needs.
-    mem: AlignedBuf,
-    segs: Vec<Seg>,
-    digests: Vec<[u8; 32]>,
+    pub(super) mem: AlignedBuf,
+    pub(super) segs: Vec<Seg>,
+    pub(super) digests: Vec<[u8; 32]>,
 }
 
 impl Win {
-    fn new() -> Win {
+    pub(super) fn new() -> Win {
         Win {
             mem: AlignedBuf::new(WINDOW, DIRECT_ALIGN),
             segs: Vec::new(),
@@ -350,16 +348,11 @@ impl Output {
             None => {
                 let mut w = self.ahead.spare();
                 let t0 = std::time::Instant::now();
-                let filled = fill(
-                    set,
-                    &self.held,
-                    &mut self.fds,
-                    &mut w,
-                    file,
-                    offset,
-                    self.sub,
-                    false,
-                );
+                let mode = FillMode {
+                    sub: self.sub,
+                    defer: false,
+                };
+                let filled = fill(set, &self.held, &mut self.fds, &mut w, (file, offset), mode);
                 self.read_wait += t0.elapsed();
                 match filled {
                     Ok(direct) => self.direct.fetch_add(direct, Relaxed),
@@ -513,7 +506,7 @@ impl Output {
 
 /// The first byte at or after `offset` of `file` that exists and is not held: (the next file, 0) past a
 /// file's end, the end of a held chunk in it.
-fn next_start(set: &SourceSet, held: &Held, mut file: usize, mut offset: u64) -> (usize, u64) {
+pub(super) fn next_start(set: &SourceSet, held: &Held, mut file: usize, mut offset: u64) -> (usize, u64) {
     while file < set.files.len() {
         if offset >= set.files[file].size {
             file += 1;
@@ -527,6 +520,14 @@ fn next_start(set: &SourceSet, held: &Held, mut file: usize, mut offset: u64) ->
     (file, offset)
 }
 
+/// How [`fill`] hashes: `sub`, the block size when blocks are BLAKE3 subtrees (digests computed as the
+/// window is read); `defer`, digests of what is read with `O_DIRECT` left to the hashing thread.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct FillMode {
+    pub sub: Option<u64>,
+    pub defer: bool,
+}
+
 /// Reads the window from `file` at `offset` on, continuing past held chunks (see [`Held`]) and into the
 /// following files while it has room (so that many small files take one window), records what it holds,
 /// and asks the kernel to read on where the window ends inside a run of chunks to send. With `sub` (the
@@ -537,17 +538,15 @@ fn next_start(set: &SourceSet, held: &Held, mut file: usize, mut offset: u64) ->
 /// and not from a cache, so hashing them elsewhere costs nothing more, and the reading thread can ask
 /// the disk for the next window meanwhile.
 /// Returns the bytes read with `O_DIRECT`.
-#[allow(clippy::too_many_arguments)]
-fn fill(
+pub(super) fn fill(
     set: &SourceSet,
     held: &Held,
     fds: &mut FdCache,
     win: &mut Win,
-    file: usize,
-    offset: u64,
-    sub: Option<u64>,
-    defer: bool,
+    (file, offset): (usize, u64),
+    mode: FillMode,
 ) -> std::io::Result<u64> {
+    let FillMode { sub, defer } = mode;
     let mut read_direct = 0u64;
     win.segs.clear();
     win.digests.clear();
@@ -639,7 +638,7 @@ fn push_digests(
 }
 
 /// Computes the digests [`fill`] left to the hashing thread.
-fn finish_digests(win: &mut Win, sub: Option<u64>) {
+pub(super) fn finish_digests(win: &mut Win, sub: Option<u64>) {
     let Win { mem, segs, digests } = win;
     for seg in segs.iter_mut().filter(|s| s.pending) {
         seg.dig = digests.len();
@@ -657,281 +656,17 @@ fn finish_digests(win: &mut Win, sub: Option<u64>) {
     }
 }
 
-/// A window read by the reading thread.
-struct Filled {
-    win: Win,
-    start: (usize, u64),
-    ok: bool,
-    /// The [`Cmd::Seek`] it was read after.
-    epoch: u64,
-}
-
-/// What the data thread tells the reading thread.
-enum Cmd {
-    /// Read on from here (the data thread went elsewhere); windows of older epochs are dropped.
-    Seek { start: (usize, u64), epoch: u64 },
-    /// Buffers for another window.
-    Free(Win),
-}
-
-impl Cmd {
-    /// The reading thread's side: its free buffers, where it reads next, and its epoch.
-    fn apply(self, free: &mut Vec<Win>, at: &mut Option<(usize, u64)>, epoch: &mut u64) {
-        match self {
-            Cmd::Seek { start, epoch: e } => {
-                *at = Some(start);
-                *epoch = e;
-            }
-            Cmd::Free(w) => free.push(w),
-        }
-    }
-}
-
-/// The reading thread: it reads up to [`DEPTH`] windows after the one being sent while the data thread
-/// paces, in order, each into buffers the data thread handed back, so that the pacing loop does not stop
-/// for a read (an 8 MiB read took 2-3 ms, longer than the one burst the pacer may catch up by: the sender
-/// fell 6% short of a 2 Gb/s ceiling on an idle loopback), nor for a disk that is slow for a moment.
-struct ReadAhead {
-    tx: Option<Chan<Cmd>>,
-    rx: Receiver<Filled>,
-    /// Buffers the reading thread holds (free or filled and not yet taken).
-    owned: usize,
-    /// How many it is given (see [`ReadDepth`]).
-    depth: ReadDepth,
-    /// The current epoch: windows of others were asked for before the data thread went elsewhere.
-    epoch: u64,
-    /// Where the reading thread's next window of this epoch starts (the window after the one the data
-    /// thread moved to last), when it is reading on in order there; `None` once the data thread went
-    /// elsewhere or read a window itself (the next request seeks).
-    at: Option<(usize, u64)>,
-    spare: Option<Win>,
-    thread: Option<JoinHandle<()>>,
-    hasher: Option<JoinHandle<()>>,
-}
-
-impl ReadAhead {
-    fn new(
-        set: Arc<SourceSet>,
-        sub: Option<u64>,
-        held: Held,
-        direct: Arc<AtomicU64>,
-        realtime: bool,
-    ) -> ReadAhead {
-        let (tx, cmd_rx) = bounded::<Cmd>(2 * DEPTH + 2);
-        let (done_tx, rx) = bounded::<Filled>(DEPTH + 1);
-        // the hashing thread, between the reading thread and the data thread, when there are digests
-        // to compute: it hashes what the reading thread read with O_DIRECT while that thread waits for
-        // the disk's next window, and passes the rest on as it came (in order either way)
-        let (read_tx, hasher) = match sub {
-            Some(_) => {
-                let (read_tx, read_rx) = bounded::<Filled>(DEPTH + 1);
-                let out = done_tx.clone();
-                let hasher = std::thread::Builder::new()
-                    .name("xfer-hash".into())
-                    .spawn(move || {
-                        let _rt = crate::realtime_bulk_class(realtime, "the hashing thread");
-                        // ends when the reading thread ends or the data thread stops taking windows
-                        for mut got in read_rx.iter() {
-                            if got.ok {
-                                finish_digests(&mut got.win, sub);
-                            }
-                            if out.send(got).is_err() {
-                                return;
-                            }
-                        }
-                    })
-                    .ok();
-                match hasher {
-                    Some(h) => (read_tx, Some(h)),
-                    None => (done_tx.clone(), None),
-                }
-            }
-            None => (done_tx.clone(), None),
-        };
-        let defer = hasher.is_some();
-        drop(done_tx);
-        let thread = std::thread::Builder::new()
-            .name("xfer-read".into())
-            .spawn(move || {
-                let _rt = crate::realtime_bulk_class(realtime, "the reading thread");
-                let mut fds = FdCache::default();
-                let mut free: Vec<Win> = Vec::with_capacity(DEPTH + 1);
-                let mut at: Option<(usize, u64)> = None;
-                let mut epoch = 0;
-                loop {
-                    // every command that is there, then a window if there is one to read and room for it;
-                    // else wait for a command (the channel closes when the data thread is done)
-                    while let Ok(c) = cmd_rx.try_recv() {
-                        c.apply(&mut free, &mut at, &mut epoch);
-                    }
-                    let start = at.filter(|s| s.0 < set.files.len());
-                    let Some((start, mut win)) = start.zip(free.pop()) else {
-                        match cmd_rx.recv() {
-                            Ok(c) => c.apply(&mut free, &mut at, &mut epoch),
-                            Err(_) => return,
-                        }
-                        continue;
-                    };
-                    let ok = match fill(&set, &held, &mut fds, &mut win, start.0, start.1, sub, defer) {
-                        Ok(d) => {
-                            direct.fetch_add(d, Relaxed);
-                            true
-                        }
-                        Err(_) => false,
-                    };
-                    // on an error the data thread reads the window itself and reports it
-                    at = win
-                        .segs
-                        .last()
-                        .filter(|_| ok)
-                        .map(|l| next_start(&set, &held, l.file, l.offset + l.len as u64));
-                    let done = Filled {
-                        win,
-                        start,
-                        ok,
-                        epoch,
-                    };
-                    if read_tx.send(done).is_err() {
-                        return;
-                    }
-                }
-            })
-            .ok();
-        ReadAhead {
-            // without the thread every window is read by the data thread
-            tx: thread.as_ref().map(|_| tx),
-            rx,
-            owned: 0,
-            depth: ReadDepth::default(),
-            epoch: 0,
-            at: None,
-            spare: None,
-            thread,
-            hasher,
-        }
-    }
-
-    /// The window read ahead if the next one starts at `start` and was read without error; otherwise
-    /// `None` (the caller reads it, and reports any error). Windows read before the last seek are passed
-    /// over and their buffers go back to the reading thread.
-    fn take(&mut self, start: (usize, u64)) -> std::io::Result<Option<Filled>> {
-        // the reading thread reads on in order from `at`: anything else is a jump, not worth a wait
-        if self.at != Some(start) {
-            self.at = None;
-            return Ok(None);
-        }
-        let waited = self.rx.is_empty();
-        loop {
-            let got = match self.rx.recv_timeout(READ_WAIT) {
-                Ok(got) => got,
-                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
-                    return Err(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        format!("the disk returned no data for {}s", READ_WAIT.as_secs()),
-                    ))
-                }
-                // the reading thread is gone (it cannot be, short of a bug): the data thread reads
-                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
-                    self.tx = None;
-                    self.at = None;
-                    return Ok(None);
-                }
-            };
-            self.owned -= 1;
-            if got.epoch != self.epoch {
-                self.give(got.win);
-                continue;
-            }
-            if got.ok && got.start == start {
-                self.took(waited);
-                return Ok(Some(got));
-            }
-            // unreadable: the caller reads it again and reports the error
-            self.at = None;
-            self.spare = Some(got.win);
-            return Ok(None);
-        }
-    }
-
-    /// A window read ahead was taken, after a wait for it or not: the depth doubles (up to [`DEPTH`]) on
-    /// a wait that was not the first window's after a seek.
-    fn took(&mut self, waited: bool) {
-        self.depth.took(waited);
-    }
-
-    /// Buffers for a window read on the spot: the spare ones, else new ones (a few per transfer).
-    fn spare(&mut self) -> Win {
-        self.spare.take().unwrap_or_else(Win::new)
-    }
-
-    /// Hands buffers to the reading thread (dropped when it is gone).
-    fn give(&mut self, win: Win) {
-        if let Some(tx) = &self.tx {
-            if tx.try_send(Cmd::Free(win)).is_ok() {
-                self.owned += 1;
-            }
-        }
-    }
-
-    /// After the data thread moved to the window `current` describes: `win`'s buffers (and, at first,
-    /// new ones, up to [`DEPTH`]) go to the reading thread, which reads on after `current`, told so if
-    /// it was not reading there already (nothing when `current` ends the data).
-    fn request(&mut self, set: &SourceSet, held: &Held, win: Win, current: &[Seg]) {
-        let next = current
-            .last()
-            .map(|l| next_start(set, held, l.file, l.offset + l.len as u64))
-            .filter(|s| s.0 < set.files.len());
-        let Some(next) = next.filter(|_| self.tx.is_some()) else {
-            self.at = None;
-            self.spare = Some(win);
-            return;
-        };
-        if self.at.is_none() {
-            self.depth.seek();
-            self.epoch += 1;
-            let seek = Cmd::Seek {
-                start: next,
-                epoch: self.epoch,
-            };
-            if self.tx.as_ref().is_some_and(|tx| tx.try_send(seek).is_err()) {
-                self.spare = Some(win);
-                return;
-            }
-        }
-        self.at = Some(next);
-        self.give(win);
-        while self.owned < self.depth.get() {
-            self.give(Win::new());
-        }
-    }
-}
-
-impl Drop for ReadAhead {
-    fn drop(&mut self) {
-        // closing both channels ends the reading thread after its current read, and then the hashing
-        // thread (its input closed, or its output)
-        self.tx = None;
-        self.rx = crossbeam_channel::never();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        if let Some(t) = self.hasher.take() {
-            let _ = t.join();
-        }
-    }
-}
-
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
-    use vlbiflow_xfer_proto::timing::DEPTH_START;
+    use vlbiflow_xfer_proto::timing::DEPTH;
 
-    fn byte(file: usize, off: u64) -> u8 {
+    pub(in crate::send) fn byte(file: usize, off: u64) -> u8 {
         (off.wrapping_mul(31) ^ (file as u64 * 131) ^ (off >> 9)) as u8
     }
 
     /// Files `f0`, `f1`, ... of `sizes` in `dir`, each byte given by [`byte`], as plain files of a set.
-    fn files(dir: &std::path::Path, sizes: &[u64]) -> SourceSet {
+    pub(in crate::send) fn files(dir: &std::path::Path, sizes: &[u64]) -> SourceSet {
         let mut set = SourceSet::default();
         for (i, &size) in sizes.iter().enumerate() {
             let p = dir.join(format!("f{i}"));
@@ -1055,48 +790,6 @@ mod tests {
             out.ahead.owned,
             out.ahead.depth.get()
         );
-    }
-
-    /// The reading thread gets [`DEPTH_START`] windows, twice as many each time the data thread had to wait
-    /// for one, up to [`DEPTH`]; the wait for the first window after a seek does not count.
-    #[test]
-    fn the_read_ahead_deepens_only_on_waits_after_the_first_window() {
-        let dir = tempfile::tempdir().unwrap();
-        let set = Arc::new(files(dir.path(), &[100, 100]));
-        let held = Held::default();
-        let mut a = ReadAhead::new(set.clone(), None, held.clone(), Arc::default(), false);
-        assert_eq!(a.depth.get(), DEPTH_START);
-        a.took(true);
-        assert_eq!(a.depth.get(), DEPTH_START, "the first window's wait");
-        a.took(false);
-        assert_eq!(a.depth.get(), DEPTH_START);
-        a.took(true);
-        assert_eq!(a.depth.get(), 2 * DEPTH_START);
-        for _ in 0..8 {
-            a.took(true);
-        }
-        assert_eq!(a.depth.get(), DEPTH);
-        // the data thread moves to file 0 with no read ahead there: the reading thread is sent to file 1
-        // (a seek) and given the buffers it is owed; the wait for that seek's first window does not count
-        a.depth = ReadDepth::default();
-        let seg = Seg {
-            file: 0,
-            offset: 0,
-            len: 100,
-            at: 0,
-            size: 100,
-            dig_from: 0,
-            dig: 0,
-            dig_n: 0,
-            pending: false,
-        };
-        a.request(&set, &held, Win::new(), &[seg]);
-        assert_eq!(a.at, Some((1, 0)));
-        assert_eq!(a.owned, DEPTH_START);
-        a.took(true);
-        assert_eq!(a.depth.get(), DEPTH_START, "the wait after a seek");
-        a.took(true);
-        assert_eq!(a.depth.get(), 2 * DEPTH_START);
     }
 
     /// A resume whose held chunks are scattered: the windows follow the sender's schedule, past the held
@@ -1261,7 +954,15 @@ mod tests {
                     // in the page cache (read through it)
                     set.paths.iter().for_each(|p| drop(std::fs::read(p).unwrap()));
                 }
-                direct += fill(&set, &Held::default(), &mut fds, &mut win, f, o, sub, defer).unwrap();
+                direct += fill(
+                    &set,
+                    &Held::default(),
+                    &mut fds,
+                    &mut win,
+                    (f, o),
+                    FillMode { sub, defer },
+                )
+                .unwrap();
                 let pending = win.segs.iter().filter(|s| s.pending).count();
                 assert!(
                     defer || pending == 0,
