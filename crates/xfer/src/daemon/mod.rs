@@ -14,18 +14,28 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use vlbiflow_udp::{open_udp, UdpConfig};
-
 use crate::dest::Roots;
 use crate::error::XferError;
 use crate::key::Key;
 use crate::link::{Inbound, Link};
 use crate::progress::Progress;
-use crate::recv::{self, RecvParams};
+use crate::recv;
 use crate::secure::{self, AuthError};
 use crate::session::Session;
 use crate::share::RateCap;
-use crate::utc_now;
+
+macro_rules! log {
+    ($sh:expr, $($t:tt)*) => {
+        if $sh.cfg.log {
+            eprintln!("{} xfer: {}", crate::utc_now(), format!($($t)*));
+        }
+    };
+}
+
+mod metrics;
+mod pull;
+mod push;
+mod relay;
 
 /// Daemon settings.
 #[derive(Debug, Clone)]
@@ -241,14 +251,6 @@ pub struct Daemon {
     metrics_thread: Option<JoinHandle<()>>,
 }
 
-macro_rules! log {
-    ($sh:expr, $($t:tt)*) => {
-        if $sh.cfg.log {
-            eprintln!("{} xfer: {}", utc_now(), format!($($t)*));
-        }
-    };
-}
-
 impl Daemon {
     /// Binds the control port and starts accepting.
     pub fn start(cfg: ServeConfig) -> Result<Daemon, XferError> {
@@ -297,10 +299,11 @@ impl Daemon {
         let metrics_thread = match metrics {
             Some(ml) => {
                 let sh = shared.clone();
+                let rt = metrics::runtime().map_err(|e| XferError::Usage(format!("metrics: {e}")))?;
                 Some(
                     std::thread::Builder::new()
                         .name("xfer-metrics".into())
-                        .spawn(move || metrics_loop(ml, sh))
+                        .spawn(move || metrics::serve(rt, ml, sh))
                         .map_err(|e| XferError::Usage(e.to_string()))?,
                 )
             }
@@ -327,7 +330,7 @@ impl Daemon {
 
     /// The metrics text (Prometheus exposition format).
     pub fn metrics_text(&self) -> String {
-        metrics_text(&self.shared)
+        metrics::metrics_text(&self.shared)
     }
 
     /// Daemon-wide counters.
@@ -462,151 +465,16 @@ fn session(s: TcpStream, peer: SocketAddr, sh: Arc<Shared>) {
         }
         Err(_) => return,
     };
-    let refuse = |why: String| {
-        sh.counters.refused.fetch_add(1, Relaxed);
-        log!(sh, "{peer}: refused: {why}");
-        link.send_session(&Session::Refuse {
-            error: why,
-            busy: false,
-        });
-    };
-    let busy = |why: String| {
-        sh.counters.refused_busy.fetch_add(1, Relaxed);
-        log!(sh, "{peer}: busy: {why}");
-        link.send_session(&Session::Refuse {
-            error: why,
-            busy: true,
-        });
+    let c = Conn {
+        sh: &sh,
+        link: &link,
+        peer,
+        secret,
     };
     match req {
-        Session::Push {
-            dest,
-            files,
-            mut options,
-        } => {
-            options.verify_written |= sh.cfg.verify_written;
-            let (root, comps) = match sh.cfg.roots.resolve(&dest) {
-                Ok(x) => x,
-                Err(e) => return refuse(e),
-            };
-            let plan = match recv::plan(&root.path, &comps, &files, &options) {
-                Ok(p) => Arc::new(p),
-                Err(e) => return refuse(e),
-            };
-            let transfer_id: u32 = rand::random();
-            let _claim = match sh.claim(&plan, transfer_id, peer) {
-                Ok(c) => c,
-                Err(e) => return busy(e),
-            };
-            let mut ucfg = UdpConfig::receiver(SocketAddr::new(sh.cfg.listen.ip(), 0));
-            ucfg.recv_buffer = Some(64 << 20);
-            ucfg.timestamps = true; // the path's timing is read from the kernel's receive times
-            ucfg.gro = true;
-            ucfg.rxq_ovfl = true;
-            let (sock, _rep) = match open_udp(&ucfg) {
-                Ok(x) => x,
-                Err(e) => return refuse(format!("no data port: {e}")),
-            };
-            let data_port = sock.local_addr().map(|a| a.port()).unwrap_or(0);
-            let act = Active::new(transfer_id, peer, "receive", dest.clone(), data_port);
-            let progress = act.progress.clone();
-            let admitted = match sh.admit(act.clone()) {
-                Ok(a) => a,
-                Err(e) => return busy(e),
-            };
-            let rate_cap_bps = act.cap.get();
-            link.send_session(&Session::Accept {
-                transfer_id,
-                data_port,
-                have: plan.have(),
-                files: Vec::new(),
-                rate_cap_bps,
-            });
-            let started = utc_now();
-            let total: u64 = files.iter().map(|f| f.size).sum();
-            log!(
-                sh,
-                "{peer}: transfer {transfer_id:08x}: receiving {} files, {total} bytes into {dest} (data port {data_port})",
-                files.len()
-            );
-            let params = RecvParams {
-                transfer_id,
-                secret,
-                dead_timeout: sh.cfg.dead_timeout,
-                source: peer.to_string(),
-                realtime: sh.cfg.realtime,
-                rate_cap: Some(act.cap.clone()),
-            };
-            let r = recv::run_receiver(&link, &sock, plan, &params, &progress, &sh.stop);
-            drop(admitted);
-            if let Some(a) = &sh.archive {
-                let e = crate::archive::Entry {
-                    id: 0,
-                    started,
-                    ended: utc_now(),
-                    role: "receive".into(),
-                    peer: peer.to_string(),
-                    path: dest.clone(),
-                    transfer_id: format!("{transfer_id:08x}"),
-                    files: files.len() as u64,
-                    bytes: total,
-                    bytes_resumed: Progress::get(&progress.bytes_resumed),
-                    bytes_moved: Progress::get(&progress.bytes_moved),
-                    seconds: r.as_ref().map_or(0.0, |o| o.seconds),
-                    ok: r.is_ok(),
-                    error: r.as_ref().err().map(|e| e.to_string()),
-                    detail: match &r {
-                        Ok(o) => serde_json::json!({
-                            "files": o.committed,
-                            "datagrams": o.stats.delivered, "duplicates": o.stats.duplicates,
-                            "reported_lost": o.stats.reported_lost, "bad_tag": o.stats.bad_tag,
-                            "malformed": o.stats.malformed, "wrong_transfer": o.stats.wrong_transfer,
-                            "unknown_file": o.stats.unknown_file,
-                            "bytes_written_direct": o.bytes_written_direct,
-                            "bytes_read_back": o.bytes_read_back,
-                        }),
-                        Err(_) => serde_json::Value::Null,
-                    },
-                };
-                if let Err(x) = a.lock().expect("archive").insert(&e) {
-                    log!(sh, "{x}");
-                }
-            }
-            match r {
-                Ok(o) => {
-                    // before transfers_ok, which is what a reader of the metrics waits for
-                    sh.counters
-                        .bytes_written_direct
-                        .fetch_add(o.bytes_written_direct, Relaxed);
-                    sh.counters.bytes_read_back.fetch_add(o.bytes_read_back, Relaxed);
-                    sh.counters.transfers_ok.fetch_add(1, Relaxed);
-                    log!(
-                        sh,
-                        "{peer}: transfer {transfer_id:08x}: verified and committed {} files ({} bytes already here, {} written with O_DIRECT, {} read back) in {:.1} s; datagrams: {} accepted, {} duplicate, {} reported lost, {} bad tag, {} malformed, {} of another transfer or before its hello, {} for files not yet announced",
-                        o.committed.len(),
-                        o.bytes_resumed,
-                        o.bytes_written_direct,
-                        o.bytes_read_back,
-                        o.seconds,
-                        o.stats.delivered,
-                        o.stats.duplicates,
-                        o.stats.reported_lost,
-                        o.stats.bad_tag,
-                        o.stats.malformed,
-                        o.stats.wrong_transfer,
-                        o.stats.unknown_file
-                    );
-                    sh.counters.datagrams_bad_tag.fetch_add(o.stats.bad_tag, Relaxed);
-                    sh.counters.datagrams_malformed.fetch_add(
-                        o.stats.malformed + o.stats.wrong_transfer + o.stats.unknown_file,
-                        Relaxed,
-                    );
-                }
-                Err(e) => {
-                    sh.counters.transfers_failed.fetch_add(1, Relaxed);
-                    log!(sh, "{peer}: transfer {transfer_id:08x} failed: {e}");
-                }
-            }
+        Session::Push { dest, files, options } => {
+            push::push_session(&c, dest, files, options);
+            // the receiver's commit report is sent: close the connection in order
             link.close();
         }
         Session::Pull {
@@ -614,17 +482,7 @@ fn session(s: TcpStream, peer: SocketAddr, sh: Arc<Shared>) {
             options,
             data_port,
             scan,
-        } => pull_session(
-            &sh,
-            &link,
-            peer,
-            secret,
-            sources,
-            options,
-            data_port,
-            scan,
-            (&refuse, &busy),
-        ),
+        } => pull::pull_session(&c, sources, options, data_port, scan),
         Session::Relay {
             peer: to,
             sources,
@@ -632,519 +490,53 @@ fn session(s: TcpStream, peer: SocketAddr, sh: Arc<Shared>) {
             options,
             retries,
             scan,
-        } => relay_session(
-            &sh,
-            &link,
-            peer,
-            (to, dest),
-            sources,
-            scan,
-            options,
-            retries,
-            (&refuse, &busy),
+        } => relay::relay_session(
+            &c,
+            relay::Relay {
+                to,
+                dest,
+                sources,
+                scan,
+                options,
+                retries,
+            },
         ),
-        other => refuse(format!(
+        other => c.refuse(format!(
             "this daemon does not serve {:?} requests yet",
             other.to_line()
         )),
     }
 }
 
-fn metrics_text(sh: &Shared) -> String {
-    use std::fmt::Write;
-    let c = &sh.counters;
-    let g = |a: &AtomicU64| a.load(Relaxed);
-    let mut t = String::new();
-    let mut counter = |name: &str, help: &str, v: u64| {
-        let _ = writeln!(t, "# HELP vlbiflow_xfer_{name} {help}\n# TYPE vlbiflow_xfer_{name} counter\nvlbiflow_xfer_{name} {v}");
-    };
-    counter(
-        "connections_total",
-        "Control connections accepted.",
-        g(&c.connections),
-    );
-    counter(
-        "probes_total",
-        "Connections that sent no complete handshake (probes, port scans).",
-        g(&c.probes),
-    );
-    counter(
-        "auth_failures_total",
-        "Handshakes with a wrong key.",
-        g(&c.auth_failures),
-    );
-    counter(
-        "auth_blocked_total",
-        "Connections refused after too many failed logins.",
-        g(&c.auth_blocked),
-    );
-    counter(
-        "refused_total",
-        "Authenticated requests refused (root, path, exists).",
-        g(&c.refused),
-    );
-    counter(
-        "busy_total",
-        "Authenticated requests turned away for now (the transfer limit, or a destination file being written).",
-        g(&c.refused_busy),
-    );
-    counter(
-        "transfers_ok_total",
-        "Transfers verified and committed.",
-        g(&c.transfers_ok),
-    );
-    counter(
-        "transfers_failed_total",
-        "Transfers that failed (kept for a resume).",
-        g(&c.transfers_failed),
-    );
-    counter(
-        "datagrams_bad_tag_total",
-        "Data datagrams dropped for a wrong authentication tag (finished transfers).",
-        g(&c.datagrams_bad_tag),
-    );
-    counter(
-        "datagrams_malformed_total",
-        "Data datagrams dropped as malformed, of another transfer, or of a file not announced (finished transfers).",
-        g(&c.datagrams_malformed),
-    );
-    counter(
-        "bytes_written_direct_total",
-        "Bytes received and written with O_DIRECT, past the page cache (finished transfers).",
-        g(&c.bytes_written_direct),
-    );
-    counter(
-        "bytes_read_back_total",
-        "Bytes read back from the disk after writing and found equal (verify-written; finished transfers).",
-        g(&c.bytes_read_back),
-    );
-    let active = sh.active.lock().map(|a| a.clone()).unwrap_or_default();
-    let _ = writeln!(t, "# HELP vlbiflow_xfer_active_transfers Transfers running now.\n# TYPE vlbiflow_xfer_active_transfers gauge\nvlbiflow_xfer_active_transfers {}", active.len());
-    let per = [
-        ("bytes_total", "Bytes of all files of the transfer."),
-        ("bytes_verified", "Bytes in verified chunks."),
-        ("bytes_resumed", "Bytes found already at the destination."),
-        ("datagrams", "Datagrams accepted."),
-        ("datagrams_bad_tag", "Datagrams dropped for a wrong tag."),
-        (
-            "datagrams_malformed",
-            "Datagrams dropped as malformed, of another transfer, or of a file not announced.",
-        ),
-        ("datagrams_lost", "Datagrams reported lost."),
-        (
-            "rate_cap_bps",
-            "The transfer's ceiling now, bits/s (--max-rate, and its share of --total-rate; 0: none).",
-        ),
-    ];
-    for (name, help) in per {
-        let _ = writeln!(
-            t,
-            "# HELP vlbiflow_xfer_transfer_{name} {help}\n# TYPE vlbiflow_xfer_transfer_{name} gauge"
-        );
-        for a in &active {
-            let p = &a.progress;
-            let v = match name {
-                "bytes_total" => g(&p.bytes_total),
-                "bytes_verified" => g(&p.bytes_verified),
-                "bytes_resumed" => g(&p.bytes_resumed),
-                "datagrams" => g(&p.datagrams),
-                "datagrams_bad_tag" => g(&p.bad_tag),
-                "datagrams_malformed" => g(&p.malformed),
-                "rate_cap_bps" => a.cap.get().map_or(0, |c| c as u64),
-                _ => g(&p.lost),
-            };
-            let _ = writeln!(
-                t,
-                "vlbiflow_xfer_transfer_{name}{{id=\"{:08x}\",peer=\"{}\",direction=\"{}\"}} {v}",
-                a.id, a.peer, a.direction
-            );
-        }
-    }
-    t
-}
-
-fn metrics_loop(l: TcpListener, sh: Arc<Shared>) {
-    use std::io::{Read, Write};
-    while !sh.stop.load(Relaxed) {
-        match l.accept() {
-            Ok((mut s, _)) => {
-                let _ = s.set_nonblocking(false);
-                let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-                let _ = s.set_write_timeout(Some(Duration::from_secs(2)));
-                let mut req = [0u8; 2048];
-                let n = s.read(&mut req).unwrap_or(0);
-                let line = String::from_utf8_lossy(&req[..n]);
-                let (status, body) = if line.starts_with("GET /metrics ") {
-                    ("200 OK", metrics_text(&sh))
-                } else {
-                    ("404 Not Found", "only /metrics here\n".to_string())
-                };
-                let _ = write!(
-                    s,
-                    "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(100)),
-        }
-    }
-}
-
-/// Resolves `ROOT/rel` sources to real paths under the roots (canonicalised: a symbolic link may not lead
-/// out of its root).
-fn resolve_sources(roots: &Roots, sources: &[String]) -> Result<Vec<std::path::PathBuf>, String> {
-    let mut out = Vec::new();
-    for s in sources {
-        let (root, comps) = roots.resolve(s)?;
-        let mut p = root.path.clone();
-        for c in &comps {
-            p.push(c);
-        }
-        let canon = p.canonicalize().map_err(|e| format!("{s}: {e}"))?;
-        if !canon.starts_with(&root.path) {
-            return Err(format!(
-                "{s} leads outside root {:?} (through a symbolic link)",
-                root.name
-            ));
-        }
-        out.push(canon);
-    }
-    Ok(out)
-}
-
-/// What a pull or a relay sends: `sources` (files and directories under the roots) or a scan on disks under
-/// the roots. A scan's name and disk patterns are confined like paths, and every file the scan is read
-/// from must lie inside a root after symbolic links are resolved.
-fn source_set(
-    roots: &Roots,
-    sources: &[String],
-    scan: Option<&crate::session::ScanRequest>,
-) -> Result<crate::source::SourceSet, String> {
-    let Some(sc) = scan else {
-        let paths = resolve_sources(roots, sources)?;
-        return crate::source::collect_paths(&paths)
-            .map(|(set, _)| set)
-            .map_err(|e| e.to_string());
-    };
-    if sc.name.is_empty() || sc.name.contains(['/', '\\', '\0']) || sc.name == "." || sc.name == ".." {
-        return Err(format!("scan name {:?}: one file stem, no path", sc.name));
-    }
-    let layout: crate::scan::Layout = sc.layout.parse()?;
-    if sc.disks.is_empty() {
-        return Err("a scan needs its disks (ROOT/relative/dir, globs allowed)".into());
-    }
-    let mut disks = Vec::new();
-    for d in &sc.disks {
-        let (root, comps) = roots.resolve(d)?;
-        let mut p = root.path.clone();
-        for c in &comps {
-            p.push(c);
-        }
-        disks.push(p.to_string_lossy().into_owned());
-    }
-    let (set, _) = crate::scan::scan_source(&sc.name, &disks, layout).map_err(|e| e.to_string())?;
-    for p in &set.paths {
-        let canon = p.canonicalize().map_err(|e| format!("{}: {e}", p.display()))?;
-        if !roots.0.iter().any(|r| canon.starts_with(&r.path)) {
-            return Err(format!(
-                "scan {}: {} leads outside the roots (through a symbolic link)",
-                sc.name,
-                p.display()
-            ));
-        }
-    }
-    Ok(set)
-}
-
-#[allow(clippy::too_many_arguments)]
-fn pull_session(
-    sh: &Arc<Shared>,
-    link: &Link,
+/// An authenticated control connection, and how to turn its request away.
+struct Conn<'a> {
+    sh: &'a Arc<Shared>,
+    link: &'a Link,
     peer: SocketAddr,
+    /// The session secret of the control connection (the datagram keys are derived from it).
     secret: [u8; 32],
-    sources: Vec<String>,
-    options: crate::session::Options,
-    data_port: u16,
-    scan: Option<crate::session::ScanRequest>,
-    (refuse, busy): (&dyn Fn(String), &dyn Fn(String)),
-) {
-    let set = match source_set(&sh.cfg.roots, &sources, scan.as_ref()) {
-        Ok(set) => set,
-        Err(e) => return refuse(e),
-    };
-    if !crate::hash::valid_chunk_size(options.chunk_size) {
-        return refuse(format!(
-            "chunk size {} is not a power of two of at least 4 KiB",
-            options.chunk_size
-        ));
-    }
-    let transfer_id: u32 = rand::random();
-    let act = Active::new(transfer_id, peer, "send", sources.join(" "), data_port);
-    let progress = act.progress.clone();
-    let admitted = match sh.admit(act.clone()) {
-        Ok(a) => a,
-        Err(e) => return busy(e),
-    };
-    let files: Vec<crate::session::FileSpec> = set
-        .files
-        .iter()
-        .map(|f| crate::session::FileSpec {
-            name: f.name.clone(),
-            size: f.size,
-        })
-        .collect();
-    let total = set.total_bytes();
-    link.send_session(&Session::Accept {
-        transfer_id,
-        data_port: 0,
-        have: Vec::new(),
-        files: files.clone(),
-        rate_cap_bps: None,
-    });
-    let have = match link.rx.recv_timeout(Duration::from_secs(60)) {
-        Ok(Inbound::Sess(Session::Ready { have })) => have,
-        Ok(Inbound::Refused(why)) => return refuse_unreadable(sh, link, peer, &why),
-        Ok(other) => {
-            log!(sh, "{peer}: pull: expected ready, got {other:?}");
-            return;
-        }
-        Err(_) => return,
-    };
-    log!(
-        sh,
-        "{peer}: transfer {transfer_id:08x}: sending {} files, {total} bytes from {}",
-        files.len(),
-        sources.join(" ")
-    );
-    let started = utc_now();
-    // the daemon's ceiling (its share of --total-rate changes as others start and end) is applied by
-    // the data loop, under the rate asked for
-    let rate = match options.rate_bps {
-        Some(r) => vlbiflow_xfer_proto::RateConfig::fixed(r),
-        None => vlbiflow_xfer_proto::RateConfig::auto(100e6f64.min(act.cap.get().unwrap_or(f64::INFINITY))),
-    };
-    let params = crate::send::SendParams {
-        transfer_id,
-        secret,
-        options,
-        rate,
-        dest: SocketAddr::new(peer.ip(), data_port),
-        dead_timeout: sh.cfg.dead_timeout,
-        commit_timeout: Duration::from_secs(600),
-        realtime: sh.cfg.realtime,
-        rate_cap: Some(act.cap.clone()),
-        receiver_cap: None,
-    };
-    let r = crate::send::run_sender(link, Arc::new(set), &have, &params, &progress, &sh.stop);
-    drop(admitted);
-    match &r {
-        Ok(o) => {
-            sh.counters.transfers_ok.fetch_add(1, Relaxed);
-            log!(
-                sh,
-                "{peer}: transfer {transfer_id:08x}: sent, verified and committed at the client in {:.1} s",
-                o.seconds
-            );
-        }
-        Err(e) => {
-            sh.counters.transfers_failed.fetch_add(1, Relaxed);
-            log!(sh, "{peer}: transfer {transfer_id:08x} failed: {e}");
-        }
-    }
-    if let Some(a) = &sh.archive {
-        let e = crate::archive::Entry {
-            id: 0,
-            started,
-            ended: utc_now(),
-            role: "send".into(),
-            peer: peer.to_string(),
-            path: sources.join(" "),
-            transfer_id: format!("{transfer_id:08x}"),
-            files: files.len() as u64,
-            bytes: total,
-            bytes_resumed: Progress::get(&progress.bytes_resumed),
-            bytes_moved: Progress::get(&progress.bytes_moved),
-            seconds: r.as_ref().map_or(0.0, |o| o.seconds),
-            ok: r.is_ok(),
-            error: r.as_ref().err().map(|e| e.to_string()),
-            detail: match &r {
-                Ok(o) => {
-                    serde_json::json!({"files": o.committed, "retransmits": o.stats.retransmits, "datagrams": o.stats.datagrams})
-                }
-                Err(_) => serde_json::Value::Null,
-            },
-        };
-        if let Err(x) = a.lock().expect("archive").insert(&e) {
-            log!(sh, "{x}");
-        }
-    }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn relay_session(
-    sh: &Arc<Shared>,
-    link: &Link,
-    client: SocketAddr,
-    (to, dest): (String, String),
-    sources: Vec<String>,
-    scan: Option<crate::session::ScanRequest>,
-    options: crate::session::Options,
-    retries: u32,
-    (refuse, busy): (&dyn Fn(String), &dyn Fn(String)),
-) {
-    let set = match source_set(&sh.cfg.roots, &sources, scan.as_ref()) {
-        Ok(set) => set,
-        Err(e) => return refuse(e),
-    };
-    let act = Active::new(
-        rand::random(),
-        client,
-        "relay",
-        format!("{} -> {to}/{dest}", sources.join(" ")),
-        0,
-    );
-    let relay_progress = act.progress.clone();
-    let admitted = match sh.admit(act.clone()) {
-        Ok(a) => a,
-        Err(e) => return busy(e),
-    };
-    link.send_session(&Session::Accept {
-        transfer_id: 0,
-        data_port: 0,
-        have: Vec::new(),
-        files: set
-            .files
-            .iter()
-            .map(|f| crate::session::FileSpec {
-                name: f.name.clone(),
-                size: f.size,
-            })
-            .collect(),
-        rate_cap_bps: None,
-    });
-    let key = sh.cfg.peer_key.clone().unwrap_or_else(|| sh.cfg.key.clone());
-    let mut ccfg = crate::client::ClientConfig::new(to.clone(), key);
-    ccfg.dead_timeout = sh.cfg.dead_timeout;
-    ccfg.realtime = sh.cfg.realtime;
-    ccfg.rate_cap = Some(act.cap.clone());
-    let rate = match options.rate_bps {
-        Some(r) => vlbiflow_xfer_proto::RateConfig::fixed(r),
-        None => vlbiflow_xfer_proto::RateConfig::auto(100e6),
-    };
-    let total = set.total_bytes();
-    log!(
-        sh,
-        "{client}: relay of {} files, {total} bytes from {} to {to}/{dest}",
-        set.files.len(),
-        sources.join(" ")
-    );
-    let started = utc_now();
-    let t0 = Instant::now();
-    let mut attempt = 0u32;
-    let result = loop {
-        attempt += 1;
-        // every attempt reports into the one the daemon's list of transfers shows
-        let progress = relay_progress.clone();
-        let done = AtomicBool::new(false);
-        let r = std::thread::scope(|s| {
-            s.spawn(|| {
-                while !done.load(Relaxed) {
-                    link.send_session(&Session::Progress {
-                        bytes_total: Progress::get(&progress.bytes_total),
-                        bytes_verified: Progress::get(&progress.bytes_verified),
-                        bytes_sent: Progress::get(&progress.bytes_moved),
-                        retransmits: Progress::get(&progress.retransmits),
-                        rate_bps: Progress::get(&progress.rate_bps) as f64,
-                    });
-                    let t = Instant::now();
-                    while !done.load(Relaxed) && t.elapsed() < Duration::from_millis(500) {
-                        std::thread::sleep(Duration::from_millis(20));
-                    }
-                }
-            });
-            let r = crate::client::push(
-                &ccfg,
-                set.clone(),
-                &dest,
-                options.clone(),
-                rate,
-                &progress,
-                &sh.stop,
-            );
-            done.store(true, Relaxed);
-            r
+impl Conn<'_> {
+    /// Refuses the request (a refusal: rerunning does not help).
+    fn refuse(&self, why: String) {
+        let (sh, peer) = (self.sh, self.peer);
+        sh.counters.refused.fetch_add(1, Relaxed);
+        log!(sh, "{peer}: refused: {why}");
+        self.link.send_session(&Session::Refuse {
+            error: why,
+            busy: false,
         });
-        match r {
-            Err(XferError::Failed(e) | XferError::Busy(e) | XferError::Io(e))
-                if attempt <= retries && !sh.stop.load(Relaxed) =>
-            {
-                let wait = Duration::from_secs(1 << (attempt - 1).min(6));
-                log!(
-                    sh,
-                    "{client}: relay to {to}: attempt {attempt} failed ({e}); retrying in {wait:?}"
-                );
-                link.send_session(&Session::Retrying {
-                    attempt,
-                    error: e,
-                    wait_s: wait.as_secs_f64(),
-                });
-                let until = Instant::now() + wait;
-                while Instant::now() < until && !sh.stop.load(Relaxed) {
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-            }
-            other => break other,
-        }
-    };
-    drop(admitted);
-    let (ok, error, files, moved, receiver) = match &result {
-        Ok(o) => (true, None, o.committed.clone(), o.stats.bytes, Some(o.receiver)),
-        Err(e) => (false, Some(e.to_string()), Vec::new(), 0, None),
-    };
-    let code = result.as_ref().err().map(XferError::exit_code);
-    log!(
-        sh,
-        "{client}: relay to {to}: {}",
-        if ok {
-            "verified and committed there".to_string()
-        } else {
-            format!("failed: {}", error.clone().unwrap_or_default())
-        }
-    );
-    if ok {
-        sh.counters.transfers_ok.fetch_add(1, Relaxed);
-    } else {
-        sh.counters.transfers_failed.fetch_add(1, Relaxed);
     }
-    if let Some(a) = &sh.archive {
-        let e = crate::archive::Entry {
-            id: 0,
-            started,
-            ended: utc_now(),
-            role: "relay".into(),
-            peer: to.clone(),
-            path: format!("{} -> {dest}", sources.join(" ")),
-            transfer_id: String::new(),
-            files: set.files.len() as u64,
-            bytes: total,
-            bytes_resumed: result.as_ref().map_or(0, |o| o.bytes_resumed),
-            bytes_moved: moved,
-            seconds: t0.elapsed().as_secs_f64(),
-            ok,
-            error: error.clone(),
-            detail: serde_json::json!({"files": files, "attempts": attempt, "client": client.to_string()}),
-        };
-        if let Err(x) = a.lock().expect("archive").insert(&e) {
-            log!(sh, "{x}");
-        }
+
+    /// Turns the request away for now (the transfer limit, or a destination file being written).
+    fn busy(&self, why: String) {
+        let (sh, peer) = (self.sh, self.peer);
+        sh.counters.refused_busy.fetch_add(1, Relaxed);
+        log!(sh, "{peer}: busy: {why}");
+        self.link.send_session(&Session::Refuse {
+            error: why,
+            busy: true,
+        });
     }
-    link.send_session(&Session::Result {
-        ok,
-        error,
-        files,
-        bytes_moved: moved,
-        seconds: t0.elapsed().as_secs_f64(),
-        receiver,
-        code,
-    });
 }
