@@ -157,19 +157,30 @@ pub fn describe_sources(sources: &[String], scan: Option<&crate::session::ScanRe
     }
 }
 
-/// Archives a push (`push`, `push --follow`; or a failed one) into the archive at `archive`: role
+/// A client command's run, to be archived when it ends: where the archive is, the daemon it talked to,
+/// when it started and its progress counters.
+pub struct ClientRun<'a> {
+    pub archive: &'a Path,
+    pub server: &'a str,
+    pub started: String,
+    pub progress: &'a crate::Progress,
+}
+
+/// Archives a push (`push`, `push --follow`; or a failed one) of `files` files of `total` bytes: role
 /// "send", the daemon as peer, the destination as path.
-#[allow(clippy::too_many_arguments)]
 pub fn record_send(
-    archive: &Path,
-    server: &str,
+    run: ClientRun<'_>,
     dest: &str,
-    started: String,
     files: u64,
     total: u64,
-    progress: &crate::Progress,
     r: Result<&crate::send::SendOutcome, &crate::XferError>,
 ) {
+    let ClientRun {
+        archive,
+        server,
+        started,
+        progress,
+    } = run;
     let mut e = client_entry(
         "send",
         server,
@@ -189,17 +200,20 @@ pub fn record_send(
     store(archive, &e);
 }
 
-/// Archives a pull (or a failed one) into the archive at `archive`: role "receive", the daemon as peer,
-/// `SOURCES -> LOCAL_DIR` as path.
+/// Archives a pull (or a failed one): role "receive", the daemon as peer, `SOURCES -> LOCAL_DIR` as
+/// path.
 pub fn record_pull(
-    archive: &Path,
-    server: &str,
+    run: ClientRun<'_>,
     sources: &str,
     into: &Path,
-    started: String,
-    progress: &crate::Progress,
     r: Result<&crate::recv::RecvOutcome, &crate::XferError>,
 ) {
+    let ClientRun {
+        archive,
+        server,
+        started,
+        progress,
+    } = run;
     let path = format!("{sources} -> {}", into.display());
     let mut e = client_entry(
         "receive",
@@ -224,20 +238,21 @@ pub fn record_pull(
     store(archive, &e);
 }
 
-/// Archives a copy started from this host (one daemon pushing to another; or a failed one) into the
-/// archive at `archive`: role "copy", the source daemon as peer, `SOURCES -> DEST_DAEMON/ROOT/DIR` as
-/// path. The source daemon archives its side of it as a "relay".
-#[allow(clippy::too_many_arguments)]
+/// Archives a copy started from this host (one daemon pushing to another; or a failed one): role
+/// "copy", the source daemon as peer, `SOURCES -> DEST_DAEMON/ROOT/DIR` as path. The source daemon
+/// archives its side of it as a "relay".
 pub fn record_copy(
-    archive: &Path,
-    server: &str,
+    run: ClientRun<'_>,
     sources: &str,
-    to: &str,
-    dest: &str,
-    started: String,
-    progress: &crate::Progress,
+    (to, dest): (&str, &str),
     r: Result<&crate::client::RelayOutcome, &crate::XferError>,
 ) {
+    let ClientRun {
+        archive,
+        server,
+        started,
+        progress,
+    } = run;
     let path = format!("{sources} -> {to}/{dest}");
     let mut e = client_entry(
         "copy",

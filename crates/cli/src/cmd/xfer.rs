@@ -367,17 +367,31 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// A failed transfer as `--json` prints it.
+#[derive(serde::Serialize)]
+struct JsonFailure {
+    verified: bool,
+    error: String,
+    exit_code: u8,
+}
+
+/// Prints a summary as `--json` does: pretty, its keys (and those of every object in it) in alphabetical
+/// order, through a [`serde_json::Value`] (whose maps keep their keys sorted).
+fn print_json(v: &impl serde::Serialize) {
+    let v = serde_json::to_value(v).expect("json");
+    outln!("{}", serde_json::to_string_pretty(&v).expect("json"));
+}
+
 /// With --json, a failed transfer still gives one JSON object on standard output (`verified` false, the
 /// error, the exit status); the error goes on to be reported on standard error and sets the exit status
 /// as without --json.
 fn json_on_failure(json: bool, r: anyhow::Result<ExitCode>) -> anyhow::Result<ExitCode> {
     if let (true, Err(e)) = (json, &r) {
-        let v = serde_json::json!({
-            "verified": false,
-            "error": crate::out::error_line(e),
-            "exit_code": crate::cmd::exit_code(e),
+        print_json(&JsonFailure {
+            verified: false,
+            error: crate::out::error_line(e),
+            exit_code: crate::cmd::exit_code(e),
         });
-        outln!("{}", serde_json::to_string_pretty(&v).expect("json"));
         crate::out::JSON_ERROR_WRITTEN.store(true, std::sync::atomic::Ordering::SeqCst);
     }
     r
@@ -679,37 +693,9 @@ fn with_progress<T: Send>(progress: &Arc<Progress>, quiet: bool, work: impl FnOn
 
 fn print_summary(out: &SendOutcome, total: u64, json: bool) {
     let moved = out.stats.bytes;
-    let goodput = (total - out.bytes_resumed) as f64 * 8.0 / out.seconds.max(1e-9);
+    let goodput = out.goodput_bps(total);
     if json {
-        let v = serde_json::json!({
-            "verified": true,
-            "files": out.committed.iter().map(|c| serde_json::json!({
-                "name": c.name, "size": c.size, "blake3": c.blake3, "resumed_chunks": c.resumed_chunks,
-            })).collect::<Vec<_>>(),
-            "bytes_total": total,
-            "bytes_already_there": out.bytes_resumed,
-            "bytes_sent": moved,
-            "datagrams": out.stats.datagrams,
-            "retransmits": out.stats.retransmits,
-            "chunk_resends": out.stats.chunk_resends,
-            "rate_cuts_queue": out.stats.rate_cuts_queue,
-            "rate_cuts_loss": out.stats.rate_cuts_loss,
-            "rate_trims_queue": out.stats.rate_trims_queue,
-            "feedback_datagrams": out.feedback_datagrams,
-            "feedback_rejected": out.feedback_rejected,
-            "bytes_read_direct": out.bytes_read_direct,
-            "feedback_stale": out.stats.stale_feedback,
-            "resent_unreported": out.stats.unreported,
-            "pacing_late_ms": out.stats.late_us as f64 / 1e3,
-            "pacing_window_ms": out.stats.window_us as f64 / 1e3,
-            "read_wait_ms": out.read_wait_seconds * 1e3,
-            "realtime": out.realtime,
-            "seconds": out.seconds,
-            "verified_seconds": out.verified_seconds,
-            "goodput_bps": goodput,
-            "receiver": out.receiver,
-        });
-        outln!("{}", serde_json::to_string_pretty(&v).expect("json"));
+        print_json(&out.summary(total));
         return;
     }
     outln!(
@@ -832,13 +818,15 @@ fn push(a: PushArgs) -> anyhow::Result<ExitCode> {
         client::push(&cfg, set, &dest_path, opts, rate, &progress, &stop)
     });
     archive::record_send(
-        &client_archive(),
-        &cfg.server,
+        archive::ClientRun {
+            archive: &client_archive(),
+            server: &cfg.server,
+            started,
+            progress: &progress,
+        },
         &dest_path,
-        started,
         files,
         total,
-        &progress,
         r.as_ref(),
     );
     match r {
@@ -877,11 +865,13 @@ fn push_follow(a: &PushArgs, server: &str, dest_path: &str, opts: Options) -> an
     let r = with_progress(&progress, quiet, || {
         vlbiflow_xfer::follow::push_follow(
             &cfg,
-            scan,
-            &a.disk,
-            dest_path,
-            opts,
-            rate_config(&a.common),
+            vlbiflow_xfer::follow::FollowRequest {
+                scan,
+                disks: &a.disk,
+                dest: dest_path,
+                options: opts,
+                rate: rate_config(&a.common),
+            },
             &follow,
             &progress,
             &stop,
@@ -894,30 +884,22 @@ fn push_follow(a: &PushArgs, server: &str, dest_path: &str, opts: Options) -> an
         )
     });
     archive::record_send(
-        &client_archive(),
-        &cfg.server,
+        archive::ClientRun {
+            archive: &client_archive(),
+            server: &cfg.server,
+            started,
+            progress: &progress,
+        },
         dest_path,
-        started,
         Progress::get(&progress.files_total),
         Progress::get(&progress.bytes_total),
-        &progress,
         r.as_ref().map(|f| &f.last),
     );
     match r {
         Ok(f) => {
             let total: u64 = f.last.committed.iter().map(|c| c.size).sum();
             if a.common.json {
-                let v = serde_json::json!({
-                    "verified": true,
-                    "files": f.last.committed,
-                    "bytes_total": total,
-                    "bytes_sent": f.bytes_sent,
-                    "datagrams": f.datagrams,
-                    "retransmits": f.retransmits,
-                    "rounds_while_recording": f.partial_rounds,
-                    "seconds": f.seconds,
-                });
-                outln!("{}", serde_json::to_string_pretty(&v).expect("json"));
+                print_json(&f.summary());
             } else {
                 print_summary(&f.last, total, false);
                 outln!(
@@ -953,12 +935,14 @@ fn copy(a: CopyArgs) -> anyhow::Result<ExitCode> {
     let r = with_progress(&progress, quiet, || {
         client::relay(
             &cfg,
-            &sources,
-            scan.as_ref(),
-            &to,
-            &dest_path,
-            opts,
-            a.retries,
+            client::RelayRequest {
+                sources: &sources,
+                scan: scan.as_ref(),
+                to: &to,
+                dest: &dest_path,
+                options: opts,
+                retries: a.retries,
+            },
             &progress,
             &|n, e, w| {
                 if !quiet {
@@ -968,24 +952,21 @@ fn copy(a: CopyArgs) -> anyhow::Result<ExitCode> {
         )
     });
     archive::record_copy(
-        &client_archive(),
-        &cfg.server,
+        archive::ClientRun {
+            archive: &client_archive(),
+            server: &cfg.server,
+            started,
+            progress: &progress,
+        },
         &archive::describe_sources(&sources, scan.as_ref()),
-        &to,
-        &dest_path,
-        started,
-        &progress,
+        (&to, &dest_path),
         r.as_ref(),
     );
     match r {
         Ok(out) => {
             let total: u64 = out.files.iter().map(|c| c.size).sum();
             if a.common.json {
-                let v = serde_json::json!({
-                    "verified": true, "files": out.files, "bytes_total": total, "bytes_sent": out.bytes_moved,
-                    "seconds": out.seconds, "attempts": out.attempts, "receiver": out.receiver,
-                });
-                outln!("{}", serde_json::to_string_pretty(&v).expect("json"));
+                print_json(&out.summary());
             } else {
                 outln!(
                     "verified at {to}: {} files, {} ({} sent) in {:.1} s, {} attempt(s)",
@@ -1027,12 +1008,14 @@ fn pull(a: PullArgs) -> anyhow::Result<ExitCode> {
         client::pull(&cfg, &sources, scan.as_ref(), &into, opts, &progress, &stop)
     });
     archive::record_pull(
-        &client_archive(),
-        &cfg.server,
+        archive::ClientRun {
+            archive: &client_archive(),
+            server: &cfg.server,
+            started,
+            progress: &progress,
+        },
         &archive::describe_sources(&sources, scan.as_ref()),
         &into,
-        started,
-        &progress,
         r.as_ref(),
     );
     match r {
@@ -1040,20 +1023,7 @@ fn pull(a: PullArgs) -> anyhow::Result<ExitCode> {
             let total: u64 = out.committed.iter().map(|c| c.size).sum();
             let goodput = (total - out.bytes_resumed) as f64 * 8.0 / out.seconds.max(1e-9);
             if a.common.json {
-                let v = serde_json::json!({
-                    "verified": true,
-                    "files": out.committed,
-                    "bytes_total": total,
-                    "bytes_already_there": out.bytes_resumed,
-                    "bytes_written_direct": out.bytes_written_direct,
-                    "bytes_read_back": out.bytes_read_back,
-                    "datagrams": out.stats.delivered,
-                    "seconds": out.seconds,
-                    "goodput_bps": goodput,
-                    "realtime": out.realtime,
-                    "receiver": out.report(),
-                });
-                outln!("{}", serde_json::to_string_pretty(&v).expect("json"));
+                print_json(&out.summary());
             } else {
                 outln!(
                     "verified: {} files, {} ({} already here, re-verified) in {:.1} s: {} goodput",

@@ -34,6 +34,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crossbeam_channel::{unbounded, Receiver as ChanRx};
+use serde::Serialize;
 use vlbiflow_xfer_proto::wire::{derive_data_aead_key, derive_data_key, derive_feedback_key};
 use vlbiflow_xfer_proto::{Receiver, ReceiverConfig, ReceiverStats};
 
@@ -144,6 +145,53 @@ impl RecvOutcome {
     /// The counters as the receiver reports them to the sender.
     pub fn report(&self) -> ReceiverReport {
         ReceiverReport::new(&self.stats, self.bytes_written_direct, self.bytes_read_back)
+    }
+}
+
+/// A completed pull as `--json` prints it: what the command's JSON output holds, field for field.
+#[derive(Debug, Clone, Serialize)]
+pub struct RecvSummary<'a> {
+    /// Always `true` (a failed transfer prints the error instead).
+    pub verified: bool,
+    pub files: &'a [Committed],
+    pub bytes_total: u64,
+    pub bytes_already_there: u64,
+    pub bytes_written_direct: u64,
+    pub bytes_read_back: u64,
+    pub datagrams: u64,
+    pub seconds: f64,
+    /// New data over the wall time, bits/s.
+    pub goodput_bps: f64,
+    pub realtime: bool,
+    pub receiver: ReceiverReport,
+}
+
+impl RecvOutcome {
+    /// Bytes of all files committed.
+    pub fn bytes_total(&self) -> u64 {
+        self.committed.iter().map(|c| c.size).sum()
+    }
+
+    /// New data (not found here) over the wall time, bits/s.
+    pub fn goodput_bps(&self) -> f64 {
+        (self.bytes_total() - self.bytes_resumed) as f64 * 8.0 / self.seconds.max(1e-9)
+    }
+
+    /// What `--json` prints of a pull.
+    pub fn summary(&self) -> RecvSummary<'_> {
+        RecvSummary {
+            verified: true,
+            files: &self.committed,
+            bytes_total: self.bytes_total(),
+            bytes_already_there: self.bytes_resumed,
+            bytes_written_direct: self.bytes_written_direct,
+            bytes_read_back: self.bytes_read_back,
+            datagrams: self.stats.delivered,
+            seconds: self.seconds,
+            goodput_bps: self.goodput_bps(),
+            realtime: self.realtime,
+            receiver: self.report(),
+        }
     }
 }
 
