@@ -163,7 +163,7 @@ pub struct ClientRun<'a> {
     pub archive: &'a Path,
     pub server: &'a str,
     pub started: String,
-    pub progress: &'a crate::Progress,
+    pub progress: &'a crate::progress::Progress,
 }
 
 /// Archives a push (`push`, `push --follow`; or a failed one) of `files` files of `total` bytes: role
@@ -173,7 +173,7 @@ pub fn record_send(
     dest: &str,
     files: u64,
     total: u64,
-    r: Result<&crate::send::SendOutcome, &crate::XferError>,
+    r: Result<&crate::send::SendOutcome, &crate::error::XferError>,
 ) {
     let ClientRun {
         archive,
@@ -195,8 +195,8 @@ pub fn record_send(
     );
     e.files = files;
     e.bytes = total;
-    e.bytes_resumed = crate::Progress::get(&progress.bytes_resumed);
-    e.bytes_moved = crate::Progress::get(&progress.bytes_moved);
+    e.bytes_resumed = crate::progress::Progress::get(&progress.bytes_resumed);
+    e.bytes_moved = crate::progress::Progress::get(&progress.bytes_moved);
     store(archive, &e);
 }
 
@@ -206,7 +206,7 @@ pub fn record_pull(
     run: ClientRun<'_>,
     sources: &str,
     into: &Path,
-    r: Result<&crate::recv::RecvOutcome, &crate::XferError>,
+    r: Result<&crate::recv::RecvOutcome, &crate::error::XferError>,
 ) {
     let ClientRun {
         archive,
@@ -227,7 +227,7 @@ pub fn record_pull(
             "bytes_written_direct": o.bytes_written_direct, "bytes_read_back": o.bytes_read_back})
         },
     );
-    let get = crate::Progress::get;
+    let get = crate::progress::Progress::get;
     e.files = r.map_or_else(|_| get(&progress.files_total), |o| o.committed.len() as u64);
     e.bytes = r.map_or_else(
         |_| get(&progress.bytes_total),
@@ -245,7 +245,7 @@ pub fn record_copy(
     run: ClientRun<'_>,
     sources: &str,
     (to, dest): (&str, &str),
-    r: Result<&crate::client::RelayOutcome, &crate::XferError>,
+    r: Result<&crate::client::RelayOutcome, &crate::error::XferError>,
 ) {
     let ClientRun {
         archive,
@@ -263,7 +263,7 @@ pub fn record_copy(
         |o| o.seconds,
         |o| serde_json::json!({"files": o.files, "attempts": o.attempts, "receiver": o.receiver}),
     );
-    let get = crate::Progress::get;
+    let get = crate::progress::Progress::get;
     e.files = r.map_or(0, |o| o.files.len() as u64);
     e.bytes = r.map_or_else(
         |_| get(&progress.bytes_total),
@@ -280,7 +280,7 @@ fn client_entry<T>(
     peer: &str,
     path: String,
     started: String,
-    r: Result<&T, &crate::XferError>,
+    r: Result<&T, &crate::error::XferError>,
     seconds: impl FnOnce(&T) -> f64,
     detail: impl FnOnce(&T) -> serde_json::Value,
 ) -> Entry {

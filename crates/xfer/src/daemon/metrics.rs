@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use axum::Router;
 
-use super::Shared;
+use super::shared::Shared;
 
 pub(super) fn metrics_text(sh: &Shared) -> String {
     use std::fmt::Write;

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{refuse_unreadable, Active, Conn};
+use super::shared::{refuse_unreadable, Active, Conn};
 use crate::dest::Roots;
 use crate::link::Inbound;
 use crate::progress::Progress;

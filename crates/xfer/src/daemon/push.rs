@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use vlbiflow_udp::{open_udp, UdpConfig};
 
-use super::{Active, Conn};
+use super::shared::{Active, Conn};
 use crate::progress::Progress;
 use crate::recv::{self, RecvParams};
 use crate::session::{FileSpec, Options, Session};

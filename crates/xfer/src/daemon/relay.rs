@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use super::pull::source_set;
-use super::{Active, Conn};
+use super::shared::{Active, Conn};
 use crate::error::XferError;
 use crate::link::Link;
 use crate::progress::Progress;

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use crossbeam_channel::{Receiver as ChanRx, Sender as ChanTx};
 use vlbiflow_xfer_proto::ChunkHash;
 
-use super::Plan;
+use super::plan::Plan;
 use crate::dest::{self, Manifest};
 use crate::hash::file_hash;
 use crate::key::hex;

@@ -16,10 +16,11 @@ use vlbiflow_xfer_proto::wire::{emit_feedback_datagram, open_encrypted, HEADER_L
 use vlbiflow_xfer_proto::{AbortKind, ControlMsg, Event, Receiver, ReceiverStats};
 
 use super::commit::Finalize;
+use super::outcome::RecvOutcome;
+use super::plan::{Plan, Resume};
 use super::resume::ResumeStore;
 use super::stage::{write_runs, ChunkWrite, Dirs, OpenFile, Stages, Write};
 use super::verify::{ChunkReport, HashChunk, Job, ReadBack, StagedWrite};
-use super::{Plan, RecvOutcome, Resume};
 use crate::dest;
 use crate::error::{failed, XferError};
 use crate::link::{Inbound, Link};

@@ -1,8 +1,65 @@
 //! The receiving side's plan for a request: checked against the destination without writing.
 
-use super::{FilePlan, Plan, Resume};
+use std::path::PathBuf;
+
 use crate::dest::{self, Existing};
-use crate::session::{FileSpec, Options};
+use crate::session::{FileSpec, Have, Options};
+
+/// Where one file of a request goes and what is there already.
+#[derive(Debug)]
+pub struct FilePlan {
+    /// Relative name from the request.
+    pub name: String,
+    pub size: u64,
+    /// Root directory and the components of the file's directory below it.
+    pub root: PathBuf,
+    pub dir: Vec<String>,
+    /// Last component.
+    pub leaf: String,
+    /// What to resume from.
+    pub resume: Resume,
+}
+
+/// What a receiver already holds of a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resume {
+    /// Nothing: start from scratch.
+    Nothing,
+    /// A `.part` holding this many complete chunks.
+    Part(u32),
+    /// The final file exists with the announced size (verified chunk by chunk, never written).
+    Complete(u32),
+}
+
+/// The receiving side's plan for a request.
+#[derive(Debug)]
+pub struct Plan {
+    pub files: Vec<FilePlan>,
+    pub options: Options,
+}
+
+impl Plan {
+    /// What to tell the sender in the accept.
+    pub fn have(&self) -> Vec<Have> {
+        self.files
+            .iter()
+            .enumerate()
+            .filter_map(|(i, f)| match f.resume {
+                Resume::Nothing => None,
+                Resume::Part(c) => Some(Have {
+                    file: i as u32,
+                    chunks: c,
+                    complete: false,
+                }),
+                Resume::Complete(c) => Some(Have {
+                    file: i as u32,
+                    chunks: c,
+                    complete: true,
+                }),
+            })
+            .collect()
+    }
+}
 
 /// Checks a request to write `files` under `root/dir_comps` without writing anything. The error is the
 /// sentence to refuse with.

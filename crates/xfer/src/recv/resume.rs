@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use crossbeam_channel::Sender as ChanTx;
 use vlbiflow_xfer_proto::ChunkHash;
 
+use super::plan::{Plan, Resume};
 use super::verify::{hash_from_disk, READ_PIECE};
-use super::{Plan, Resume};
 use crate::dest;
 use crate::hash::ChunkHasher;
 use crate::session::Session;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use crossbeam_channel::Receiver as ChanRx;
 use vlbiflow_xfer_proto::ChunkHash;
 
-use super::FilePlan;
+use super::plan::FilePlan;
 use crate::dest;
 use crate::source::AlignedBuf;
 

@@ -13,9 +13,10 @@ use vlbiflow_xfer_proto::wire::{derive_data_aead_key, Feedback};
 use vlbiflow_xfer_proto::{AbortKind, ChunkHash, ControlMsg, Event, Sender, SenderStats};
 
 use super::hash::HashMsg;
-use super::output::{Held, Output};
+use super::outcome::{SendOutcome, SendParams};
+use super::output::Output;
 use super::trace::RateTrace;
-use super::{SendOutcome, SendParams};
+use super::window::Held;
 use crate::error::{failed, XferError};
 use crate::link::{Inbound, Link};
 use crate::progress::{FileTracker, Progress};

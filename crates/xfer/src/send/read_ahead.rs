@@ -9,7 +9,7 @@ use std::thread::JoinHandle;
 use crossbeam_channel::{bounded, Receiver, Sender as Chan};
 use vlbiflow_xfer_proto::timing::{ReadDepth, DEPTH};
 
-use super::output::{fill, finish_digests, next_start, FillMode, Held, Seg, Win, READ_WAIT};
+use super::window::{fill, finish_digests, next_start, FillMode, Held, Seg, Win, READ_WAIT};
 use crate::source::{FdCache, SourceSet};
 
 /// A window read by the reading thread.
