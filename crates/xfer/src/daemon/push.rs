@@ -69,7 +69,7 @@ pub(super) fn push_session(c: &Conn<'_>, dest: String, files: Vec<FileSpec>, mut
         realtime: sh.cfg.realtime,
         rate_cap: Some(act.cap.clone()),
     };
-    let r = recv::run_receiver(&link, &sock, plan, &params, &progress, &sh.stop);
+    let r = recv::run_receiver(link, &sock, plan, &params, &progress, &sh.stop);
     drop(admitted);
     if let Some(a) = &sh.archive {
         let e = crate::archive::Entry {

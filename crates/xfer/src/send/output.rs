@@ -382,6 +382,8 @@ impl Output {
 pub(super) mod tests {
     use super::super::window::*;
     use super::*;
+    use crate::source::DIRECT_ALIGN;
+    use vlbiflow_xfer_proto::hash::block_digest;
     use vlbiflow_xfer_proto::timing::DEPTH;
 
     pub(in crate::send) fn byte(file: usize, off: u64) -> u8 {
