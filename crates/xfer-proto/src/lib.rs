@@ -11,6 +11,7 @@ pub mod hash;
 pub mod rate;
 pub mod receiver;
 pub mod sender;
+pub mod timing;
 mod window;
 pub mod wire;
 

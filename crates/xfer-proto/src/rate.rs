@@ -730,61 +730,67 @@ impl RateControl {
                     }
                 }
                 if now.duration_since(start) >= phase {
-                    let mut next = (i + 1) % PROBE_GAINS.len();
-                    let quiet = self.quiet_until.is_some_and(|q| now < q);
-                    if quiet {
-                        self.round_q = (0, 0);
-                        self.round_e = (0, 0);
-                    }
-                    let congested = !quiet && self.end_of_round();
-                    if congested && next < 2 {
-                        next = 2; // congestion: no probing this cycle
-                    }
-                    // Refilling. Congestion that has gone (a burst of other traffic, a flood) can leave the
-                    // estimate capped far below what the path delivered in the last 10 s; the cap rises
-                    // 25% per gain cycle, which took 4 s at 50 ms from a sixth of the path. So once the
-                    // estimate is under half the best delivery rate of the last 10 s and a round passes
-                    // with no queue and no congestion loss, the cap rises 25% and the next round probes
-                    // at 1.25x, round after round up to 90% of that rate: the estimate comes back in
-                    // rounds, as far as that earlier rate and no further. A flow that keeps a queue (TCP
-                    // beside this one) stops it at once, and one cut for loss (15%) does not start it: at
-                    // 90% instead of half, CUBIC beside xfer kept 45% of the path rather than 57%, taking
-                    // every round its loss backoff left the queue empty. It also ends when a refilling
-                    // round did not raise the estimate by 10% (what holds the rate is the path: one that
-                    // drops without a queue, a policer, or less capacity than 10 s before) and when the
-                    // round lost clearly more than the path's random loss.
-                    let (best_at, best) = self.long_max.unwrap_or((now, 0.0));
-                    let enough = if self.refilling { 0.9 } else { 0.5 };
-                    let want = !quiet
-                        && !congested
-                        && self.round_queue_free
-                        && !self.round_loss_excess
-                        && bw < enough * best
-                        && (self.refilling || self.refill_spent != Some(best_at));
-                    let progress = self.refill_streak < 2 || bw >= 1.1 * self.refill_bases[0];
-                    if congested {
-                        // congestion with a queue: whatever held the rate before has changed
-                        self.refill_spent = None;
-                    } else if self.refilling && (!progress || self.round_loss_excess) {
-                        // the path itself does not follow: not again towards the same best sample
-                        self.refill_spent = Some(best_at);
-                    }
-                    self.refilling = want && progress;
-                    if self.refilling {
-                        self.refill_rounds += 1;
-                        self.refill_streak += 1;
-                        self.refill_bases = [self.refill_bases[1], bw];
-                        self.bw_cap = self.bw_cap.map(|c| (c.max(bw) * 1.25).min(0.9 * best));
-                    } else {
-                        self.refill_streak = 0;
-                    }
-                    if next == 0 {
-                        self.end_of_cycle(now, threshold);
-                    }
-                    self.enter(now, Phase::ProbeBw(next));
+                    self.probe_phase_end(now, i, bw, threshold);
                 }
             }
         }
+    }
+
+    /// The end of gain phase `i` of a probing cycle: whether the round was congested, refilling (see
+    /// within), and the next phase.
+    fn probe_phase_end(&mut self, now: Instant, i: usize, bw: f64, threshold: Duration) {
+        let mut next = (i + 1) % PROBE_GAINS.len();
+        let quiet = self.quiet_until.is_some_and(|q| now < q);
+        if quiet {
+            self.round_q = (0, 0);
+            self.round_e = (0, 0);
+        }
+        let congested = !quiet && self.end_of_round();
+        if congested && next < 2 {
+            next = 2; // congestion: no probing this cycle
+        }
+        // Refilling. Congestion that has gone (a burst of other traffic, a flood) can leave the
+        // estimate capped far below what the path delivered in the last 10 s; the cap rises
+        // 25% per gain cycle, which took 4 s at 50 ms from a sixth of the path. So once the
+        // estimate is under half the best delivery rate of the last 10 s and a round passes
+        // with no queue and no congestion loss, the cap rises 25% and the next round probes
+        // at 1.25x, round after round up to 90% of that rate: the estimate comes back in
+        // rounds, as far as that earlier rate and no further. A flow that keeps a queue (TCP
+        // beside this one) stops it at once, and one cut for loss (15%) does not start it: at
+        // 90% instead of half, CUBIC beside xfer kept 45% of the path rather than 57%, taking
+        // every round its loss backoff left the queue empty. It also ends when a refilling
+        // round did not raise the estimate by 10% (what holds the rate is the path: one that
+        // drops without a queue, a policer, or less capacity than 10 s before) and when the
+        // round lost clearly more than the path's random loss.
+        let (best_at, best) = self.long_max.unwrap_or((now, 0.0));
+        let enough = if self.refilling { 0.9 } else { 0.5 };
+        let want = !quiet
+            && !congested
+            && self.round_queue_free
+            && !self.round_loss_excess
+            && bw < enough * best
+            && (self.refilling || self.refill_spent != Some(best_at));
+        let progress = self.refill_streak < 2 || bw >= 1.1 * self.refill_bases[0];
+        if congested {
+            // congestion with a queue: whatever held the rate before has changed
+            self.refill_spent = None;
+        } else if self.refilling && (!progress || self.round_loss_excess) {
+            // the path itself does not follow: not again towards the same best sample
+            self.refill_spent = Some(best_at);
+        }
+        self.refilling = want && progress;
+        if self.refilling {
+            self.refill_rounds += 1;
+            self.refill_streak += 1;
+            self.refill_bases = [self.refill_bases[1], bw];
+            self.bw_cap = self.bw_cap.map(|c| (c.max(bw) * 1.25).min(0.9 * best));
+        } else {
+            self.refill_streak = 0;
+        }
+        if next == 0 {
+            self.end_of_cycle(now, threshold);
+        }
+        self.enter(now, Phase::ProbeBw(next));
     }
 
     /// The least queue the receiver reported over the last round (at least [`MIN_SPAN`]). A single

@@ -43,6 +43,7 @@
 //! bytes a binary encoding would save. [`ControlMsg::parse_line`] validates everything a peer could get
 //! wrong and names the field.
 
+pub use crate::hash::ChunkHash;
 use serde::{Deserialize, Serialize};
 
 /// Length of the data datagram header, tag included.
@@ -570,68 +571,6 @@ pub fn open_encrypted(key: &[u8; 32], datagram: &mut [u8]) -> Result<(), WireErr
     cipher
         .decrypt_in_place_detached((&nonce).into(), &head[..field::TAG.start], payload, (&tag).into())
         .map_err(|_| WireError::BadTag)
-}
-
-/// A 32-byte BLAKE3 chunk hash; hex on the wire.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ChunkHash(pub [u8; 32]);
-
-impl ChunkHash {
-    /// BLAKE3 of `data`.
-    pub fn of(data: &[u8]) -> ChunkHash {
-        ChunkHash(*blake3::hash(data).as_bytes())
-    }
-}
-
-impl core::fmt::Debug for ChunkHash {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        for b in &self.0[..8] {
-            write!(f, "{b:02x}")?;
-        }
-        f.write_str("…")
-    }
-}
-
-impl core::fmt::Display for ChunkHash {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        for b in &self.0 {
-            write!(f, "{b:02x}")?;
-        }
-        Ok(())
-    }
-}
-
-impl Serialize for ChunkHash {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for ChunkHash {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-        let b = s.as_bytes();
-        if b.len() != 64 {
-            return Err(serde::de::Error::custom(format!(
-                "hash: {} hex digits, expected 64",
-                b.len()
-            )));
-        }
-        let mut out = [0u8; 32];
-        for (i, pair) in b.chunks_exact(2).enumerate() {
-            let hex = |c: u8| match c {
-                b'0'..=b'9' => Some(c - b'0'),
-                b'a'..=b'f' => Some(c - b'a' + 10),
-                b'A'..=b'F' => Some(c - b'A' + 10),
-                _ => None,
-            };
-            match (hex(pair[0]), hex(pair[1])) {
-                (Some(h), Some(l)) => out[i] = h << 4 | l,
-                _ => return Err(serde::de::Error::custom("hash: not a hex digit")),
-            }
-        }
-        Ok(ChunkHash(out))
-    }
 }
 
 /// Receiver feedback, sent at least every feedback interval while data arrives (and as a keep-alive).

@@ -157,19 +157,30 @@ pub fn describe_sources(sources: &[String], scan: Option<&crate::session::ScanRe
     }
 }
 
-/// Archives a push (`push`, `push --follow`; or a failed one) into the archive at `archive`: role
+/// A client command's run, to be archived when it ends: where the archive is, the daemon it talked to,
+/// when it started and its progress counters.
+pub struct ClientRun<'a> {
+    pub archive: &'a Path,
+    pub server: &'a str,
+    pub started: String,
+    pub progress: &'a crate::progress::Progress,
+}
+
+/// Archives a push (`push`, `push --follow`; or a failed one) of `files` files of `total` bytes: role
 /// "send", the daemon as peer, the destination as path.
-#[allow(clippy::too_many_arguments)]
 pub fn record_send(
-    archive: &Path,
-    server: &str,
+    run: ClientRun<'_>,
     dest: &str,
-    started: String,
     files: u64,
     total: u64,
-    progress: &crate::Progress,
-    r: Result<&crate::send::SendOutcome, &crate::XferError>,
+    r: Result<&crate::send::SendOutcome, &crate::error::XferError>,
 ) {
+    let ClientRun {
+        archive,
+        server,
+        started,
+        progress,
+    } = run;
     let mut e = client_entry(
         "send",
         server,
@@ -184,22 +195,25 @@ pub fn record_send(
     );
     e.files = files;
     e.bytes = total;
-    e.bytes_resumed = crate::Progress::get(&progress.bytes_resumed);
-    e.bytes_moved = crate::Progress::get(&progress.bytes_moved);
+    e.bytes_resumed = crate::progress::Progress::get(&progress.bytes_resumed);
+    e.bytes_moved = crate::progress::Progress::get(&progress.bytes_moved);
     store(archive, &e);
 }
 
-/// Archives a pull (or a failed one) into the archive at `archive`: role "receive", the daemon as peer,
-/// `SOURCES -> LOCAL_DIR` as path.
+/// Archives a pull (or a failed one): role "receive", the daemon as peer, `SOURCES -> LOCAL_DIR` as
+/// path.
 pub fn record_pull(
-    archive: &Path,
-    server: &str,
+    run: ClientRun<'_>,
     sources: &str,
     into: &Path,
-    started: String,
-    progress: &crate::Progress,
-    r: Result<&crate::recv::RecvOutcome, &crate::XferError>,
+    r: Result<&crate::recv::RecvOutcome, &crate::error::XferError>,
 ) {
+    let ClientRun {
+        archive,
+        server,
+        started,
+        progress,
+    } = run;
     let path = format!("{sources} -> {}", into.display());
     let mut e = client_entry(
         "receive",
@@ -213,7 +227,7 @@ pub fn record_pull(
             "bytes_written_direct": o.bytes_written_direct, "bytes_read_back": o.bytes_read_back})
         },
     );
-    let get = crate::Progress::get;
+    let get = crate::progress::Progress::get;
     e.files = r.map_or_else(|_| get(&progress.files_total), |o| o.committed.len() as u64);
     e.bytes = r.map_or_else(
         |_| get(&progress.bytes_total),
@@ -224,20 +238,21 @@ pub fn record_pull(
     store(archive, &e);
 }
 
-/// Archives a copy started from this host (one daemon pushing to another; or a failed one) into the
-/// archive at `archive`: role "copy", the source daemon as peer, `SOURCES -> DEST_DAEMON/ROOT/DIR` as
-/// path. The source daemon archives its side of it as a "relay".
-#[allow(clippy::too_many_arguments)]
+/// Archives a copy started from this host (one daemon pushing to another; or a failed one): role
+/// "copy", the source daemon as peer, `SOURCES -> DEST_DAEMON/ROOT/DIR` as path. The source daemon
+/// archives its side of it as a "relay".
 pub fn record_copy(
-    archive: &Path,
-    server: &str,
+    run: ClientRun<'_>,
     sources: &str,
-    to: &str,
-    dest: &str,
-    started: String,
-    progress: &crate::Progress,
-    r: Result<&crate::client::RelayOutcome, &crate::XferError>,
+    (to, dest): (&str, &str),
+    r: Result<&crate::client::RelayOutcome, &crate::error::XferError>,
 ) {
+    let ClientRun {
+        archive,
+        server,
+        started,
+        progress,
+    } = run;
     let path = format!("{sources} -> {to}/{dest}");
     let mut e = client_entry(
         "copy",
@@ -248,7 +263,7 @@ pub fn record_copy(
         |o| o.seconds,
         |o| serde_json::json!({"files": o.files, "attempts": o.attempts, "receiver": o.receiver}),
     );
-    let get = crate::Progress::get;
+    let get = crate::progress::Progress::get;
     e.files = r.map_or(0, |o| o.files.len() as u64);
     e.bytes = r.map_or_else(
         |_| get(&progress.bytes_total),
@@ -265,14 +280,14 @@ fn client_entry<T>(
     peer: &str,
     path: String,
     started: String,
-    r: Result<&T, &crate::XferError>,
+    r: Result<&T, &crate::error::XferError>,
     seconds: impl FnOnce(&T) -> f64,
     detail: impl FnOnce(&T) -> serde_json::Value,
 ) -> Entry {
     Entry {
         id: 0,
         started,
-        ended: crate::daemon::utc_now(),
+        ended: crate::utc_now(),
         role: role.into(),
         peer: peer.to_string(),
         path,

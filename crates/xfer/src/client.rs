@@ -233,20 +233,61 @@ pub struct RelayOutcome {
     pub receiver: Option<crate::session::ReceiverReport>,
 }
 
+/// What a copy between daemons sends: `sources` (the source daemon's `ROOT/path`s) or `scan`, to the
+/// daemon `to` into `dest`, with `options`; the source daemon tries `retries` more times on failure.
+pub struct RelayRequest<'a> {
+    pub sources: &'a [String],
+    pub scan: Option<&'a crate::session::ScanRequest>,
+    pub to: &'a str,
+    pub dest: &'a str,
+    pub options: Options,
+    pub retries: u32,
+}
+
+/// A completed copy between daemons as `--json` prints it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RelaySummary<'a> {
+    /// Always `true` (a failed transfer prints the error instead).
+    pub verified: bool,
+    pub files: &'a [crate::session::Committed],
+    pub bytes_total: u64,
+    pub bytes_sent: u64,
+    pub seconds: f64,
+    pub attempts: u32,
+    pub receiver: Option<crate::session::ReceiverReport>,
+}
+
+impl RelayOutcome {
+    /// What `--json` prints of it.
+    pub fn summary(&self) -> RelaySummary<'_> {
+        RelaySummary {
+            verified: true,
+            files: &self.files,
+            bytes_total: self.files.iter().map(|c| c.size).sum(),
+            bytes_sent: self.bytes_moved,
+            seconds: self.seconds,
+            attempts: self.attempts,
+            receiver: self.receiver,
+        }
+    }
+}
+
 /// Asks the daemon of `cfg` to push `sources` (its `ROOT/path`s) to the daemon `to` into `dest`, and follows
 /// its progress (`progress` is filled from its reports; `on_retry` hears of failed attempts).
-#[allow(clippy::too_many_arguments)]
 pub fn relay(
     cfg: &ClientConfig,
-    sources: &[String],
-    scan: Option<&crate::session::ScanRequest>,
-    to: &str,
-    dest: &str,
-    options: Options,
-    retries: u32,
+    req: RelayRequest<'_>,
     progress: &Progress,
     on_retry: &dyn Fn(u32, &str, f64),
 ) -> Result<RelayOutcome, XferError> {
+    let RelayRequest {
+        sources,
+        scan,
+        to,
+        dest,
+        options,
+        retries,
+    } = req;
     use std::sync::atomic::Ordering::Relaxed;
     let conn = connect(cfg)?;
     let link = Link::start(conn, Duration::from_secs(120));

@@ -67,22 +67,63 @@ pub struct FollowOutcome {
     pub seconds: f64,
 }
 
+/// What `push --follow` sends: scan `scan` on `disks`, into `dest`, with `options` at `rate`.
+pub struct FollowRequest<'a> {
+    pub scan: &'a str,
+    pub disks: &'a [String],
+    pub dest: &'a str,
+    pub options: Options,
+    pub rate: RateConfig,
+}
+
+/// A completed `push --follow` as `--json` prints it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct FollowSummary<'a> {
+    /// Always `true` (a failed transfer prints the error instead).
+    pub verified: bool,
+    pub files: &'a [crate::session::Committed],
+    pub bytes_total: u64,
+    pub bytes_sent: u64,
+    pub datagrams: u64,
+    pub retransmits: u64,
+    pub rounds_while_recording: u32,
+    pub seconds: f64,
+}
+
+impl FollowOutcome {
+    /// What `--json` prints of it.
+    pub fn summary(&self) -> FollowSummary<'_> {
+        FollowSummary {
+            verified: true,
+            files: &self.last.committed,
+            bytes_total: self.last.committed.iter().map(|c| c.size).sum(),
+            bytes_sent: self.bytes_sent,
+            datagrams: self.datagrams,
+            retransmits: self.retransmits,
+            rounds_while_recording: self.partial_rounds,
+            seconds: self.seconds,
+        }
+    }
+}
+
 /// Pushes scan `scan` on `disks` into `dest` as one gathered file while it is recorded; returns when the
 /// recorder has marked it complete and the whole file is verified and committed. `on_round` is told about
 /// each round (bytes on disk now, whether it is the last).
-#[allow(clippy::too_many_arguments)]
 pub fn push_follow(
     cfg: &ClientConfig,
-    scan: &str,
-    disks: &[String],
-    dest: &str,
-    options: Options,
-    rate: RateConfig,
+    req: FollowRequest<'_>,
     follow: &FollowConfig,
     progress: &Progress,
     stop: &AtomicBool,
     on_round: &dyn Fn(u64, bool),
 ) -> Result<FollowOutcome, XferError> {
+    let FollowRequest {
+        scan,
+        disks,
+        dest,
+        options,
+        rate,
+    } = req;
     let t0 = Instant::now();
     let (mut rounds, mut bytes_sent, mut datagrams, mut retransmits) = (0u32, 0u64, 0u64, 0u64);
     let mut sent_upto = 0u64;

@@ -34,7 +34,6 @@ pub mod follow;
 pub mod hash;
 pub mod key;
 pub mod link;
-pub mod out;
 pub mod progress;
 pub mod recv;
 pub mod remote;
@@ -89,6 +88,12 @@ pub fn check_realtime() -> Result<(), XferError> {
         .map_err(|e| XferError::Usage(format!("--realtime: {e}")))
 }
 pub use key::Key;
+
+/// Current UTC time to the second, RFC 3339 (`2026-11-29T00:20:10Z`): manifests, the archive, logs.
+pub fn utc_now() -> String {
+    let now = vlbiflow_formats::time::UtcTime::now();
+    vlbiflow_formats::time::UtcTime::from_unix(now.unix_seconds, 0).to_iso8601()
+}
 pub use progress::Progress;
 
 /// Raises this process's soft limit on open files to its hard limit, once. A receiver keeps open each

@@ -541,12 +541,14 @@ fn daemon_to_daemon_started_by_a_third_party_retries_until_the_peer_is_up() {
     };
     let out = client::relay(
         &cfg,
-        &["data/exp".to_string()],
-        None,
-        &b_addr,
-        "in/copy",
-        opts(1 << 20),
-        3,
+        client::RelayRequest {
+            sources: &["data/exp".to_string()],
+            scan: None,
+            to: &b_addr,
+            dest: "in/copy",
+            options: opts(1 << 20),
+            retries: 3,
+        },
         &Progress::default(),
         &on_retry,
     )
@@ -558,12 +560,14 @@ fn daemon_to_daemon_started_by_a_third_party_retries_until_the_peer_is_up() {
     // a refusal at the far end is reported as one
     let err = client::relay(
         &cfg,
-        &["data/exp".to_string()],
-        None,
-        &b_addr,
-        "nope/x",
-        opts(1 << 20),
-        3,
+        client::RelayRequest {
+            sources: &["data/exp".to_string()],
+            scan: None,
+            to: &b_addr,
+            dest: "nope/x",
+            options: opts(1 << 20),
+            retries: 3,
+        },
         &Progress::default(),
         &|_, _, _| {},
     )

@@ -206,12 +206,14 @@ fn pull_and_copy_of_a_scan_by_name_confined_to_the_roots() {
     // copy, daemon to daemon
     let out = client::relay(
         &cfg,
-        &[],
-        Some(&r),
-        &b.local_addr().to_string(),
-        "in/c",
-        o.clone(),
-        0,
+        client::RelayRequest {
+            sources: &[],
+            scan: Some(&r),
+            to: &b.local_addr().to_string(),
+            dest: "in/c",
+            options: o.clone(),
+            retries: 0,
+        },
         &Progress::default(),
         &|_, _, _| {},
     )

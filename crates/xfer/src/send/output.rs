@@ -14,36 +14,21 @@
 
 use std::net::UdpSocket;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::sync::Arc;
 use std::time::Duration;
 
-use crossbeam_channel::{bounded, Receiver, Sender as Chan};
 use vlbiflow_udp::BatchSender;
-use vlbiflow_xfer_proto::hash::block_digest;
 use vlbiflow_xfer_proto::wire::{seal_encrypted_parts, HEADER_LEN, MAX_PAYLOAD};
 use vlbiflow_xfer_proto::{Sender, Transmit};
 
-use crate::source::{AlignedBuf, FdCache, SourceSet, DIRECT_ALIGN};
+use super::read_ahead::ReadAhead;
+use super::window::{fill, next_start, FillMode, Held, Seg, Win};
+use crate::source::{FdCache, SourceSet};
 
-/// Bytes read at once for new data.
-pub const WINDOW: usize = 8 << 20;
-/// A window is read in pieces of this size, each hashed right after its read (a piece fits the core's L2
-/// cache, a window does not).
-const PIECE: usize = 256 << 10;
-/// Pieces read with `O_DIRECT` are larger: the bytes come from memory the disk wrote, not from a cache a
-/// smaller piece would fit, so the whole window goes in one read. A disk that answers each request late
-/// reads more the more is asked at once. On a 2-vCPU VM of 2026-11-27, a cold 4 GB file pushed on
-/// loopback at a 10 Gb/s ceiling went at 2223-2282 Mb/s with 1 MiB pieces and 2291-2522 Mb/s with
-/// whole windows, alternating, four runs each. `dd` there read 530 MB/s in 1 MiB requests and 718 MB/s
-/// in 8 MiB ones. On a host with a local NVMe disk, 1 MiB had given 3.0 GB/s against 2.0 at 256 KiB.
-const DIRECT_PIECE: usize = WINDOW;
 /// Windows kept after they were sent, for retransmissions, which come about 1.1-1.3 RTT after the first
 /// send: 6 x 8 MiB hold the last 200 ms at 2 Gb/s (40 ms at 10 Gb/s). Older data is read again (from
 /// the page cache, or from the disk for a recording read past the cache).
 const KEPT: usize = 6;
-/// Longest wait for the reading thread's window (a disk that stalls this long fails the transfer).
-const READ_WAIT: Duration = Duration::from_secs(60);
 /// Datagrams prepared per round at most (then control and timers get a turn).
 pub const MAX_ROUND: usize = 256;
 /// GSO messages per `sendmmsg`.
@@ -53,124 +38,12 @@ const GSO_MAX_BYTES: usize = 65_507;
 /// Most datagrams in one GSO message (the kernel's UDP_MAX_SEGMENTS is 64 on older kernels).
 const GSO_MAX_SEGMENTS: usize = 64;
 
-/// A range of one virtual file held in the window.
-#[derive(Debug, Clone, Copy)]
-struct Seg {
-    file: usize,
-    offset: u64,
-    len: usize,
-    at: usize,
-    /// The file's size.
-    size: u64,
-    /// Digests of the blocks from `dig_from` (block-aligned) on that lie wholly in the range: `dig_n` of
-    /// them in the window's digests from index `dig`.
-    dig_from: u64,
-    dig: usize,
-    dig_n: usize,
-    /// Its digests are left to the hashing thread (`dig` and `dig_n` are set when they are computed): it
-    /// was read with `O_DIRECT`, or comes after such a range in the window. See [`fill`].
-    pending: bool,
-}
-
-/// A window: bytes, what they are, and the digests of their blocks.
-struct Win {
-    /// The window, page-aligned for direct reads, followed by the slack a direct read of a file's
-    /// unaligned tail needs.
-    mem: AlignedBuf,
-    segs: Vec<Seg>,
-    digests: Vec<[u8; 32]>,
-}
-
-impl Win {
-    fn new() -> Win {
-        Win {
-            mem: AlignedBuf::new(WINDOW, DIRECT_ALIGN),
-            segs: Vec::new(),
-            // at most one per KiB (the smallest subtree block) and one per file's short last block
-            digests: Vec::with_capacity(WINDOW / 1024 + 256),
-        }
-    }
-
-    /// The window's bytes.
-    fn bytes(&self) -> &[u8] {
-        self.mem.bytes()
-    }
-}
-
 /// Window `k` of a transfer: 0 the current one, then the kept ones, newest first.
 fn window_of<'a>(win: &'a Win, kept: &'a std::collections::VecDeque<Win>, k: usize) -> &'a Win {
     if k == 0 {
         win
     } else {
         &kept[k - 1]
-    }
-}
-
-/// The chunks of each file that the sender will not send, because the receiver holds them (the resume
-/// comparison found them equal): windows are read past them, in the order the sender sends new data, so
-/// that a resume whose held chunks are scattered reads neither them nor, at each gap, windows ahead that
-/// it then passes over. Shared by the data thread, which learns of a file's held chunks when it adds the
-/// file to the protocol's sender, and the reading thread; each lookup takes the lock briefly (a few per
-/// window, never during a read).
-#[derive(Debug, Clone, Default)]
-pub struct Held(Arc<Mutex<HeldMap>>);
-
-#[derive(Debug, Default)]
-struct HeldMap {
-    chunk: u64,
-    /// Per file, whether each chunk is held (an empty or short list: the rest is not).
-    files: Vec<Vec<bool>>,
-}
-
-impl Held {
-    /// No chunk held yet, chunks of `chunk_size` bytes.
-    pub fn new(chunk_size: u64) -> Held {
-        Held(Arc::new(Mutex::new(HeldMap {
-            chunk: chunk_size,
-            files: Vec::new(),
-        })))
-    }
-
-    fn map(&self) -> std::sync::MutexGuard<'_, HeldMap> {
-        // a thread that panicked holding the lock left a consistent map (each change is one assignment)
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// File `file`'s chunks `held` are not sent.
-    pub fn set(&self, file: usize, held: &[bool]) {
-        let mut m = self.map();
-        if m.files.len() <= file {
-            m.files.resize(file + 1, Vec::new());
-        }
-        m.files[file] = held.to_vec();
-    }
-
-    /// Whether chunk `chunk` of `file` is held.
-    pub fn holds(&self, file: usize, chunk: u64) -> bool {
-        let m = self.map();
-        m.files
-            .get(file)
-            .and_then(|h| h.get(chunk as usize))
-            .copied()
-            .unwrap_or(false)
-    }
-
-    /// If `offset` of `file` is in a held chunk: where that chunk ends.
-    fn skip(&self, file: usize, offset: u64) -> Option<u64> {
-        let chunk = self.map().chunk;
-        let c = offset.checked_div(chunk)?;
-        self.holds(file, c).then(|| (c + 1) * chunk)
-    }
-
-    /// Where the run of chunks to send that `offset` of `file` (of `size` bytes) is in ends: the start of
-    /// the next held chunk, or `size`.
-    fn run_end(&self, file: usize, offset: u64, size: u64) -> u64 {
-        let m = self.map();
-        let (Some(c), Some(h)) = (offset.checked_div(m.chunk), m.files.get(file)) else {
-            return size;
-        };
-        let next = (c as usize + 1..h.len()).find(|&i| h[i]);
-        next.map_or(size, |i| (i as u64 * m.chunk).min(size))
     }
 }
 
@@ -349,16 +222,11 @@ impl Output {
             None => {
                 let mut w = self.ahead.spare();
                 let t0 = std::time::Instant::now();
-                let filled = fill(
-                    set,
-                    &self.held,
-                    &mut self.fds,
-                    &mut w,
-                    file,
-                    offset,
-                    self.sub,
-                    false,
-                );
+                let mode = FillMode {
+                    sub: self.sub,
+                    defer: false,
+                };
+                let filled = fill(set, &self.held, &mut self.fds, &mut w, (file, offset), mode);
                 self.read_wait += t0.elapsed();
                 match filled {
                     Ok(direct) => self.direct.fetch_add(direct, Relaxed),
@@ -510,449 +378,20 @@ impl Output {
     }
 }
 
-/// The first byte at or after `offset` of `file` that exists and is not held: (the next file, 0) past a
-/// file's end, the end of a held chunk in it.
-fn next_start(set: &SourceSet, held: &Held, mut file: usize, mut offset: u64) -> (usize, u64) {
-    while file < set.files.len() {
-        if offset >= set.files[file].size {
-            file += 1;
-            offset = 0;
-        } else if let Some(end) = held.skip(file, offset) {
-            offset = end;
-        } else {
-            break;
-        }
-    }
-    (file, offset)
-}
-
-/// Reads the window from `file` at `offset` on, continuing past held chunks (see [`Held`]) and into the
-/// following files while it has room (so that many small files take one window), records what it holds,
-/// and asks the kernel to read on where the window ends inside a run of chunks to send. With `sub` (the
-/// block size, blocks being BLAKE3 subtrees) it reads in pieces and computes the digest of each whole
-/// block right after the piece that completes it is read.
-/// With `defer`, the digests of a range read with `O_DIRECT`, and of every range after it in the window,
-/// are left to [`finish_digests`] (the reading thread's hashing thread): those bytes come from the disk
-/// and not from a cache, so hashing them elsewhere costs nothing more, and the reading thread can ask
-/// the disk for the next window meanwhile.
-/// Returns the bytes read with `O_DIRECT`.
-#[allow(clippy::too_many_arguments)]
-fn fill(
-    set: &SourceSet,
-    held: &Held,
-    fds: &mut FdCache,
-    win: &mut Win,
-    file: usize,
-    offset: u64,
-    sub: Option<u64>,
-    defer: bool,
-) -> std::io::Result<u64> {
-    let mut read_direct = 0u64;
-    win.segs.clear();
-    win.digests.clear();
-    let window = win.mem.with_slack();
-    let mut at = 0usize;
-    let mut deferring = false;
-    let (mut f, mut o) = (file, offset);
-    while f < set.files.len() && at < WINDOW {
-        let size = set.files[f].size;
-        let end = held.run_end(f, o, size);
-        let n = ((end - o.min(end)) as usize).min(WINDOW - at);
-        if n > 0 {
-            let dig_from = sub.map_or(u64::MAX, |b| o.next_multiple_of(b));
-            let dig = win.digests.len();
-            let mut next = dig_from;
-            let mut done = 0usize;
-            // from the disk past the page cache where it holds little of the range (see `wants_direct`)
-            let direct = at % DIRECT_ALIGN == 0 && set.wants_direct(fds, f, o, n as u64);
-            // digests stay in order: once one range is left to the hashing thread, so are the rest
-            deferring |= direct && defer && sub.is_some();
-            while done < n {
-                let k = match (direct, sub.is_some()) {
-                    (true, _) => DIRECT_PIECE.min(n - done),
-                    (false, true) => PIECE.min(n - done),
-                    (false, false) => n - done,
-                };
-                if direct {
-                    read_direct +=
-                        set.read_direct(fds, f, o + done as u64, &mut window[at + done..], k)? as u64;
-                } else {
-                    set.read_at(fds, f, o + done as u64, &mut window[at + done..at + done + k])?;
-                }
-                done += k;
-                if !deferring {
-                    // every block this piece completes
-                    let range = &window[at..at + done];
-                    push_digests(sub, range, o, size, &mut next, &mut win.digests);
-                }
-            }
-            win.segs.push(Seg {
-                file: f,
-                offset: o,
-                len: n,
-                at,
-                size,
-                dig_from,
-                dig,
-                dig_n: win.digests.len() - dig,
-                pending: deferring,
-            });
-            at += n;
-            if o + (n as u64) < end && !direct {
-                set.advise(fds, f, o + n as u64, WINDOW as u64);
-            }
-        }
-        // small files or runs: a few more in the same window, at most 256 per window
-        if win.segs.len() >= 256 || at * 2 > WINDOW {
-            break;
-        }
-        (f, o) = next_start(set, held, f, o + n as u64);
-    }
-    Ok(read_direct)
-}
-
-/// Appends the digests of the blocks from `*next` on that end within `range` (the bytes of a file from
-/// `o` on, of size `size`), and moves `*next` past them.
-fn push_digests(
-    sub: Option<u64>,
-    range: &[u8],
-    o: u64,
-    size: u64,
-    next: &mut u64,
-    digests: &mut Vec<[u8; 32]>,
-) {
-    let Some(b) = sub else { return };
-    let read_to = o + range.len() as u64;
-    while *next < read_to {
-        let end = (*next + b).min(size);
-        if end > read_to {
-            break;
-        }
-        digests.push(block_digest(
-            sub,
-            *next,
-            &range[(*next - o) as usize..(end - o) as usize],
-        ));
-        *next = end;
-    }
-}
-
-/// Computes the digests [`fill`] left to the hashing thread.
-fn finish_digests(win: &mut Win, sub: Option<u64>) {
-    let Win { mem, segs, digests } = win;
-    for seg in segs.iter_mut().filter(|s| s.pending) {
-        seg.dig = digests.len();
-        let mut next = seg.dig_from;
-        push_digests(
-            sub,
-            &mem.bytes()[seg.at..seg.at + seg.len],
-            seg.offset,
-            seg.size,
-            &mut next,
-            digests,
-        );
-        seg.dig_n = digests.len() - seg.dig;
-        seg.pending = false;
-    }
-}
-
-/// A window read by the reading thread.
-struct Filled {
-    win: Win,
-    start: (usize, u64),
-    ok: bool,
-    /// The [`Cmd::Seek`] it was read after.
-    epoch: u64,
-}
-
-/// What the data thread tells the reading thread.
-enum Cmd {
-    /// Read on from here (the data thread went elsewhere); windows of older epochs are dropped.
-    Seek { start: (usize, u64), epoch: u64 },
-    /// Buffers for another window.
-    Free(Win),
-}
-
-impl Cmd {
-    /// The reading thread's side: its free buffers, where it reads next, and its epoch.
-    fn apply(self, free: &mut Vec<Win>, at: &mut Option<(usize, u64)>, epoch: &mut u64) {
-        match self {
-            Cmd::Seek { start, epoch: e } => {
-                *at = Some(start);
-                *epoch = e;
-            }
-            Cmd::Free(w) => free.push(w),
-        }
-    }
-}
-
-/// Windows the reading thread reads ahead of the one being sent: [`DEPTH`] x 8 MiB is 540 ms at 2 Gb/s.
-/// One window (33 ms) was not enough for a recording read past the page cache from a disk the receiver
-/// writes to: the data thread waited 60-530 ms per 13 s push for its window (`read_wait_ms`), and it
-/// came late to its pacing schedule as long. Four (130 ms) were not enough on a 2-vCPU VM of 2026-11-27
-/// where the reading thread runs a step below the pacing thread (see
-/// [`vlbiflow_sched::BULK_PRIORITY`]) and waits for a core now and then: 0.8-3.3 s of `read_wait_ms`
-/// per 15 s push at 2 Gb/s, 50 ms, 1%; with sixteen, 0.02-0.8 s.
-const DEPTH: usize = 16;
-
-/// Windows the reading thread starts with. Each time the data thread finds the window it moves to not
-/// yet read (other than the first after a seek), the depth doubles, up to [`DEPTH`]. From the page cache
-/// four stay ahead (an 8 MiB read and its hash take a few ms of the 33 ms a window lasts at 2 Gb/s); a
-/// slow disk or a busy host grows it within a few windows. Each window's first touch costs the sender:
-/// on a fresh VM of 2026-11-28, zeroing the pages of 23 windows (192 MiB) was 16% of the sender's CPU in
-/// a 3 GB push.
-const DEPTH_START: usize = 4;
-
-/// The reading thread: it reads up to [`DEPTH`] windows after the one being sent while the data thread
-/// paces, in order, each into buffers the data thread handed back, so that the pacing loop does not stop
-/// for a read (an 8 MiB read took 2-3 ms, longer than the one burst the pacer may catch up by: the sender
-/// fell 6% short of a 2 Gb/s ceiling on an idle loopback), nor for a disk that is slow for a moment.
-struct ReadAhead {
-    tx: Option<Chan<Cmd>>,
-    rx: Receiver<Filled>,
-    /// Buffers the reading thread holds (free or filled and not yet taken).
-    owned: usize,
-    /// How many it is given: [`DEPTH_START`], doubled on each wait up to [`DEPTH`].
-    depth: usize,
-    /// The next window taken is the first after a seek (its wait is the seek's, not a sign of too few).
-    fresh: bool,
-    /// The current epoch: windows of others were asked for before the data thread went elsewhere.
-    epoch: u64,
-    /// Where the reading thread's next window of this epoch starts (the window after the one the data
-    /// thread moved to last), when it is reading on in order there; `None` once the data thread went
-    /// elsewhere or read a window itself (the next request seeks).
-    at: Option<(usize, u64)>,
-    spare: Option<Win>,
-    thread: Option<JoinHandle<()>>,
-    hasher: Option<JoinHandle<()>>,
-}
-
-impl ReadAhead {
-    fn new(
-        set: Arc<SourceSet>,
-        sub: Option<u64>,
-        held: Held,
-        direct: Arc<AtomicU64>,
-        realtime: bool,
-    ) -> ReadAhead {
-        let (tx, cmd_rx) = bounded::<Cmd>(2 * DEPTH + 2);
-        let (done_tx, rx) = bounded::<Filled>(DEPTH + 1);
-        // the hashing thread, between the reading thread and the data thread, when there are digests
-        // to compute: it hashes what the reading thread read with O_DIRECT while that thread waits for
-        // the disk's next window, and passes the rest on as it came (in order either way)
-        let (read_tx, hasher) = match sub {
-            Some(_) => {
-                let (read_tx, read_rx) = bounded::<Filled>(DEPTH + 1);
-                let out = done_tx.clone();
-                let hasher = std::thread::Builder::new()
-                    .name("xfer-hash".into())
-                    .spawn(move || {
-                        let _rt = crate::realtime_bulk_class(realtime, "the hashing thread");
-                        // ends when the reading thread ends or the data thread stops taking windows
-                        for mut got in read_rx.iter() {
-                            if got.ok {
-                                finish_digests(&mut got.win, sub);
-                            }
-                            if out.send(got).is_err() {
-                                return;
-                            }
-                        }
-                    })
-                    .ok();
-                match hasher {
-                    Some(h) => (read_tx, Some(h)),
-                    None => (done_tx.clone(), None),
-                }
-            }
-            None => (done_tx.clone(), None),
-        };
-        let defer = hasher.is_some();
-        drop(done_tx);
-        let thread = std::thread::Builder::new()
-            .name("xfer-read".into())
-            .spawn(move || {
-                let _rt = crate::realtime_bulk_class(realtime, "the reading thread");
-                let mut fds = FdCache::default();
-                let mut free: Vec<Win> = Vec::with_capacity(DEPTH + 1);
-                let mut at: Option<(usize, u64)> = None;
-                let mut epoch = 0;
-                loop {
-                    // every command that is there, then a window if there is one to read and room for it;
-                    // else wait for a command (the channel closes when the data thread is done)
-                    while let Ok(c) = cmd_rx.try_recv() {
-                        c.apply(&mut free, &mut at, &mut epoch);
-                    }
-                    let start = at.filter(|s| s.0 < set.files.len());
-                    let Some((start, mut win)) = start.zip(free.pop()) else {
-                        match cmd_rx.recv() {
-                            Ok(c) => c.apply(&mut free, &mut at, &mut epoch),
-                            Err(_) => return,
-                        }
-                        continue;
-                    };
-                    let ok = match fill(&set, &held, &mut fds, &mut win, start.0, start.1, sub, defer) {
-                        Ok(d) => {
-                            direct.fetch_add(d, Relaxed);
-                            true
-                        }
-                        Err(_) => false,
-                    };
-                    // on an error the data thread reads the window itself and reports it
-                    at = win
-                        .segs
-                        .last()
-                        .filter(|_| ok)
-                        .map(|l| next_start(&set, &held, l.file, l.offset + l.len as u64));
-                    let done = Filled {
-                        win,
-                        start,
-                        ok,
-                        epoch,
-                    };
-                    if read_tx.send(done).is_err() {
-                        return;
-                    }
-                }
-            })
-            .ok();
-        ReadAhead {
-            // without the thread every window is read by the data thread
-            tx: thread.as_ref().map(|_| tx),
-            rx,
-            owned: 0,
-            depth: DEPTH_START,
-            fresh: true,
-            epoch: 0,
-            at: None,
-            spare: None,
-            thread,
-            hasher,
-        }
-    }
-
-    /// The window read ahead if the next one starts at `start` and was read without error; otherwise
-    /// `None` (the caller reads it, and reports any error). Windows read before the last seek are passed
-    /// over and their buffers go back to the reading thread.
-    fn take(&mut self, start: (usize, u64)) -> std::io::Result<Option<Filled>> {
-        // the reading thread reads on in order from `at`: anything else is a jump, not worth a wait
-        if self.at != Some(start) {
-            self.at = None;
-            return Ok(None);
-        }
-        let waited = self.rx.is_empty();
-        loop {
-            let got = match self.rx.recv_timeout(READ_WAIT) {
-                Ok(got) => got,
-                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
-                    return Err(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        format!("the disk returned no data for {}s", READ_WAIT.as_secs()),
-                    ))
-                }
-                // the reading thread is gone (it cannot be, short of a bug): the data thread reads
-                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
-                    self.tx = None;
-                    self.at = None;
-                    return Ok(None);
-                }
-            };
-            self.owned -= 1;
-            if got.epoch != self.epoch {
-                self.give(got.win);
-                continue;
-            }
-            if got.ok && got.start == start {
-                self.took(waited);
-                return Ok(Some(got));
-            }
-            // unreadable: the caller reads it again and reports the error
-            self.at = None;
-            self.spare = Some(got.win);
-            return Ok(None);
-        }
-    }
-
-    /// A window read ahead was taken, after a wait for it or not: the depth doubles (up to [`DEPTH`]) on
-    /// a wait that was not the first window's after a seek.
-    fn took(&mut self, waited: bool) {
-        if waited && !self.fresh {
-            self.depth = (self.depth * 2).min(DEPTH);
-        }
-        self.fresh = false;
-    }
-
-    /// Buffers for a window read on the spot: the spare ones, else new ones (a few per transfer).
-    fn spare(&mut self) -> Win {
-        self.spare.take().unwrap_or_else(Win::new)
-    }
-
-    /// Hands buffers to the reading thread (dropped when it is gone).
-    fn give(&mut self, win: Win) {
-        if let Some(tx) = &self.tx {
-            if tx.try_send(Cmd::Free(win)).is_ok() {
-                self.owned += 1;
-            }
-        }
-    }
-
-    /// After the data thread moved to the window `current` describes: `win`'s buffers (and, at first,
-    /// new ones, up to [`DEPTH`]) go to the reading thread, which reads on after `current`, told so if
-    /// it was not reading there already (nothing when `current` ends the data).
-    fn request(&mut self, set: &SourceSet, held: &Held, win: Win, current: &[Seg]) {
-        let next = current
-            .last()
-            .map(|l| next_start(set, held, l.file, l.offset + l.len as u64))
-            .filter(|s| s.0 < set.files.len());
-        let Some(next) = next.filter(|_| self.tx.is_some()) else {
-            self.at = None;
-            self.spare = Some(win);
-            return;
-        };
-        if self.at.is_none() {
-            self.fresh = true;
-            self.epoch += 1;
-            let seek = Cmd::Seek {
-                start: next,
-                epoch: self.epoch,
-            };
-            if self.tx.as_ref().is_some_and(|tx| tx.try_send(seek).is_err()) {
-                self.spare = Some(win);
-                return;
-            }
-        }
-        self.at = Some(next);
-        self.give(win);
-        while self.owned < self.depth {
-            self.give(Win::new());
-        }
-    }
-}
-
-impl Drop for ReadAhead {
-    fn drop(&mut self) {
-        // closing both channels ends the reading thread after its current read, and then the hashing
-        // thread (its input closed, or its output)
-        self.tx = None;
-        self.rx = crossbeam_channel::never();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        if let Some(t) = self.hasher.take() {
-            let _ = t.join();
-        }
-    }
-}
-
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
+    use super::super::window::*;
     use super::*;
+    use crate::source::DIRECT_ALIGN;
+    use vlbiflow_xfer_proto::hash::block_digest;
+    use vlbiflow_xfer_proto::timing::DEPTH;
 
-    fn byte(file: usize, off: u64) -> u8 {
+    pub(in crate::send) fn byte(file: usize, off: u64) -> u8 {
         (off.wrapping_mul(31) ^ (file as u64 * 131) ^ (off >> 9)) as u8
     }
 
     /// Files `f0`, `f1`, ... of `sizes` in `dir`, each byte given by [`byte`], as plain files of a set.
-    fn files(dir: &std::path::Path, sizes: &[u64]) -> SourceSet {
+    pub(in crate::send) fn files(dir: &std::path::Path, sizes: &[u64]) -> SourceSet {
         let mut set = SourceSet::default();
         for (i, &size) in sizes.iter().enumerate() {
             let p = dir.join(format!("f{i}"));
@@ -1071,53 +510,11 @@ mod tests {
             "after the jump: {ahead} of {read} windows read ahead"
         );
         assert!(
-            out.ahead.owned <= out.ahead.depth + 1 && out.ahead.depth <= DEPTH,
+            out.ahead.owned <= out.ahead.depth.get() + 1 && out.ahead.depth.get() <= DEPTH,
             "{} buffers at the reading thread, depth {}",
             out.ahead.owned,
-            out.ahead.depth
+            out.ahead.depth.get()
         );
-    }
-
-    /// The reading thread gets [`DEPTH_START`] windows, twice as many each time the data thread had to wait
-    /// for one, up to [`DEPTH`]; the wait for the first window after a seek does not count.
-    #[test]
-    fn the_read_ahead_deepens_only_on_waits_after_the_first_window() {
-        let dir = tempfile::tempdir().unwrap();
-        let set = Arc::new(files(dir.path(), &[100, 100]));
-        let held = Held::default();
-        let mut a = ReadAhead::new(set.clone(), None, held.clone(), Arc::default(), false);
-        assert_eq!(a.depth, DEPTH_START);
-        a.took(true);
-        assert_eq!(a.depth, DEPTH_START, "the first window's wait");
-        a.took(false);
-        assert_eq!(a.depth, DEPTH_START);
-        a.took(true);
-        assert_eq!(a.depth, 2 * DEPTH_START);
-        for _ in 0..8 {
-            a.took(true);
-        }
-        assert_eq!(a.depth, DEPTH);
-        // the data thread moves to file 0 with no read ahead there: the reading thread is sent to file 1
-        // (a seek) and given the buffers it is owed; the wait for that seek's first window does not count
-        a.depth = DEPTH_START;
-        let seg = Seg {
-            file: 0,
-            offset: 0,
-            len: 100,
-            at: 0,
-            size: 100,
-            dig_from: 0,
-            dig: 0,
-            dig_n: 0,
-            pending: false,
-        };
-        a.request(&set, &held, Win::new(), &[seg]);
-        assert_eq!(a.at, Some((1, 0)));
-        assert_eq!(a.owned, DEPTH_START);
-        a.took(true);
-        assert_eq!(a.depth, DEPTH_START, "the wait after a seek");
-        a.took(true);
-        assert_eq!(a.depth, 2 * DEPTH_START);
     }
 
     /// A resume whose held chunks are scattered: the windows follow the sender's schedule, past the held
@@ -1282,7 +679,15 @@ mod tests {
                     // in the page cache (read through it)
                     set.paths.iter().for_each(|p| drop(std::fs::read(p).unwrap()));
                 }
-                direct += fill(&set, &Held::default(), &mut fds, &mut win, f, o, sub, defer).unwrap();
+                direct += fill(
+                    &set,
+                    &Held::default(),
+                    &mut fds,
+                    &mut win,
+                    (f, o),
+                    FillMode { sub, defer },
+                )
+                .unwrap();
                 let pending = win.segs.iter().filter(|s| s.pending).count();
                 assert!(
                     defer || pending == 0,

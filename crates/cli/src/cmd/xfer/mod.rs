@@ -1,12 +1,14 @@
 //! `vlbiflow xfer`: verified, resumable, authenticated bulk transfer over UDP (daemon and client verbs).
 //! The work is done in `vlbiflow-xfer`; this module parses, shows progress and prints summaries.
 
+mod report;
+
 use crate::usage;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use vlbiflow_units::{fmt_bit_rate, fmt_bytes, parse_bit_rate, parse_bytes, parse_duration};
 use vlbiflow_xfer::archive::{self, Archive};
@@ -15,11 +17,12 @@ use vlbiflow_xfer::daemon::{Daemon, ServeConfig};
 use vlbiflow_xfer::dest::Roots;
 use vlbiflow_xfer::remote;
 use vlbiflow_xfer::scan::{scan_source, Layout};
-use vlbiflow_xfer::send::SendOutcome;
-use vlbiflow_xfer::session::{Options, ReceiverReport};
+use vlbiflow_xfer::session::Options;
 use vlbiflow_xfer::source::collect_paths;
 use vlbiflow_xfer::{Key, Progress, XferError};
 use vlbiflow_xfer_proto::RateConfig;
+
+use report::{json_on_failure, print_json, print_summary, receiver_line, with_progress};
 
 const EXAMPLES: &str = "\
 Examples:
@@ -366,22 +369,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// With --json, a failed transfer still gives one JSON object on standard output (`verified` false, the
-/// error, the exit status); the error goes on to be reported on standard error and sets the exit status
-/// as without --json.
-fn json_on_failure(json: bool, r: anyhow::Result<ExitCode>) -> anyhow::Result<ExitCode> {
-    if let (true, Err(e)) = (json, &r) {
-        let v = serde_json::json!({
-            "verified": false,
-            "error": crate::out::error_line(e),
-            "exit_code": crate::cmd::exit_code(e),
-        });
-        outln!("{}", serde_json::to_string_pretty(&v).expect("json"));
-        crate::out::JSON_ERROR_WRITTEN.store(true, std::sync::atomic::Ordering::SeqCst);
-    }
-    r
-}
-
 /// A transfer that failed because Ctrl-C or SIGTERM stopped it exits 130 (interrupted), its message kept.
 fn interrupted(r: anyhow::Result<ExitCode>) -> anyhow::Result<ExitCode> {
     match r {
@@ -579,177 +566,6 @@ fn rate_config(c: &Common) -> RateConfig {
     }
 }
 
-/// A time left for a progress line: "1h02m", "3m05s", "12s", or "--" when it cannot be told yet.
-fn fmt_eta(d: Option<Duration>) -> String {
-    match d.map(|d| d.as_secs()) {
-        None => "--".into(),
-        Some(s) if s >= 3600 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
-        Some(s) if s >= 60 => format!("{}m{:02}s", s / 60, s % 60),
-        Some(s) => format!("{s}s"),
-    }
-}
-
-/// The whole transfer's progress line after its bar: sizes in the decimal units of the summary (kB, MB,
-/// GB), as every size vlbiflow prints.
-fn total_progress(m: &vlbiflow_xfer::progress::Snapshot) -> String {
-    format!(
-        "{} / {} verified, {}, ETA {}, lost {:.2}%, retransmitted {:.2}%, files {}/{}, {} ({:.0} s)",
-        fmt_bytes(m.bytes_verified),
-        fmt_bytes(m.bytes_total),
-        fmt_bit_rate(m.rate_bps),
-        fmt_eta(m.eta),
-        m.loss_pct,
-        m.retransmit_pct,
-        m.files_done,
-        m.files_total,
-        m.phase,
-        m.elapsed.as_secs_f64(),
-    )
-}
-
-/// The progress line of the first file not yet verified, after its bar.
-fn file_progress(m: &vlbiflow_xfer::progress::Snapshot) -> String {
-    format!(
-        "{} / {} verified, {}, ETA {}, ({}/{}) {}",
-        fmt_bytes(m.file_bytes_verified),
-        fmt_bytes(m.file_bytes_total),
-        fmt_bit_rate(m.file_rate_bps),
-        fmt_eta(m.file_eta),
-        (m.file_index + 1).min(m.files_total),
-        m.files_total,
-        m.file_name
-    )
-}
-
-/// Runs `work` while drawing a progress bar from `progress` (unless quiet or not a terminal).
-fn with_progress<T: Send>(progress: &Arc<Progress>, quiet: bool, work: impl FnOnce() -> T + Send) -> T {
-    let display = crate::progress::Progress::stderr(!quiet);
-    let done = AtomicBool::new(false);
-    std::thread::scope(|s| {
-        // named, as the daemon's threads are, for `top -H` and bench/xfer-wakeups.sh
-        let h = std::thread::Builder::new()
-            .name("xfer-client".into())
-            .spawn_scoped(s, || {
-                let r = work();
-                done.store(true, Ordering::SeqCst);
-                r
-            })
-            .expect("spawn the transfer thread");
-        if display.is_drawn() {
-            // two lines: the whole transfer, and the first file not yet verified (files are pipelined);
-            // rates and times left over the last seconds (vlbiflow_xfer::progress::Meter)
-            let bar = display.bar("total");
-            let file_bar = display.bar("file ");
-            let mut meter = vlbiflow_xfer::progress::Meter::new(Instant::now());
-            while !done.load(Ordering::SeqCst) {
-                let m = meter.read(Instant::now(), progress);
-                bar.set_length(m.bytes_total);
-                bar.set_position(m.bytes_verified);
-                bar.set_message(total_progress(&m));
-                file_bar.set_length(m.file_bytes_total);
-                file_bar.set_position(m.file_bytes_verified);
-                file_bar.set_message(file_progress(&m));
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            file_bar.finish_and_clear();
-            bar.finish_and_clear();
-        }
-        h.join().expect("transfer thread")
-    })
-}
-
-fn print_summary(out: &SendOutcome, total: u64, json: bool) {
-    let moved = out.stats.bytes;
-    let goodput = (total - out.bytes_resumed) as f64 * 8.0 / out.seconds.max(1e-9);
-    if json {
-        let v = serde_json::json!({
-            "verified": true,
-            "files": out.committed.iter().map(|c| serde_json::json!({
-                "name": c.name, "size": c.size, "blake3": c.blake3, "resumed_chunks": c.resumed_chunks,
-            })).collect::<Vec<_>>(),
-            "bytes_total": total,
-            "bytes_already_there": out.bytes_resumed,
-            "bytes_sent": moved,
-            "datagrams": out.stats.datagrams,
-            "retransmits": out.stats.retransmits,
-            "chunk_resends": out.stats.chunk_resends,
-            "rate_cuts_queue": out.stats.rate_cuts_queue,
-            "rate_cuts_loss": out.stats.rate_cuts_loss,
-            "rate_trims_queue": out.stats.rate_trims_queue,
-            "feedback_datagrams": out.feedback_datagrams,
-            "feedback_rejected": out.feedback_rejected,
-            "bytes_read_direct": out.bytes_read_direct,
-            "feedback_stale": out.stats.stale_feedback,
-            "resent_unreported": out.stats.unreported,
-            "pacing_late_ms": out.stats.late_us as f64 / 1e3,
-            "pacing_window_ms": out.stats.window_us as f64 / 1e3,
-            "read_wait_ms": out.read_wait_seconds * 1e3,
-            "realtime": out.realtime,
-            "seconds": out.seconds,
-            "verified_seconds": out.verified_seconds,
-            "goodput_bps": goodput,
-            "receiver": out.receiver,
-        });
-        outln!("{}", serde_json::to_string_pretty(&v).expect("json"));
-        return;
-    }
-    outln!(
-        "verified: {} files, {} ({} already there, re-verified), {} sent in {:.1} s: {} goodput, {} datagrams, {} retransmitted ({:.2}%)",
-        out.committed.len(),
-        fmt_bytes(total),
-        fmt_bytes(out.bytes_resumed),
-        fmt_bytes(moved),
-        out.seconds,
-        fmt_bit_rate(goodput),
-        out.stats.datagrams,
-        out.stats.retransmits,
-        out.stats.retransmits as f64 / out.stats.datagrams.max(1) as f64 * 100.0
-    );
-    outln!("{}", receiver_line(&out.receiver));
-    for c in out.committed.iter().take(20) {
-        outln!("  {}  {}  {}", c.blake3, fmt_bytes(c.size), c.name);
-    }
-    if out.committed.len() > 20 {
-        outln!(
-            "  ... and {} more (BLAKE3 of each in its manifest NAME.blake3.json)",
-            out.committed.len() - 20
-        );
-    }
-}
-
-/// One line of what the receiving side counted (push, pull and relay summaries).
-fn receiver_line(r: &ReceiverReport) -> String {
-    let mut l = format!(
-        "receiver: {} datagrams written, {} duplicate, {} reported lost",
-        r.datagrams, r.duplicates, r.reported_lost
-    );
-    if r.dropped() == 0 {
-        l.push_str(", none dropped");
-    } else {
-        l.push_str(&format!(
-            ", {} dropped ({} bad tag, {} malformed, {} of another transfer or before hello, {} for a file not announced)",
-            r.dropped(),
-            r.bad_tag,
-            r.malformed,
-            r.wrong_transfer,
-            r.unknown_file
-        ));
-    }
-    if r.chunk_mismatches > 0 {
-        l.push_str(&format!(
-            ", {} chunks failed verification and came again",
-            r.chunk_mismatches
-        ));
-    }
-    if r.bytes_read_back > 0 {
-        l.push_str(&format!(
-            ", {} read back from its disk and matched",
-            fmt_bytes(r.bytes_read_back)
-        ));
-    }
-    l
-}
-
 /// `xfer push`: sends, prints the summary, and archives the run on this host (a problem with the archive is
 /// a warning, not an error of the transfer).
 fn push(a: PushArgs) -> anyhow::Result<ExitCode> {
@@ -807,19 +623,21 @@ fn push(a: PushArgs) -> anyhow::Result<ExitCode> {
     let progress = Arc::new(Progress::default());
     let stop = crate::stop::on_interrupt(crate::stop::Second::Wait)?;
     let rate = rate_config(&a.common);
-    let started = vlbiflow_xfer::daemon::utc_now();
+    let started = vlbiflow_xfer::utc_now();
     let files = set.files.len() as u64;
     let r = with_progress(&progress, a.common.quiet || a.common.json, || {
         client::push(&cfg, set, &dest_path, opts, rate, &progress, &stop)
     });
     archive::record_send(
-        &client_archive(),
-        &cfg.server,
+        archive::ClientRun {
+            archive: &client_archive(),
+            server: &cfg.server,
+            started,
+            progress: &progress,
+        },
         &dest_path,
-        started,
         files,
         total,
-        &progress,
         r.as_ref(),
     );
     match r {
@@ -854,15 +672,17 @@ fn push_follow(a: &PushArgs, server: &str, dest_path: &str, opts: Options) -> an
     let progress = Arc::new(Progress::default());
     let stop = crate::stop::on_interrupt(crate::stop::Second::Wait)?;
     let quiet = a.common.quiet || a.common.json;
-    let started = vlbiflow_xfer::daemon::utc_now();
+    let started = vlbiflow_xfer::utc_now();
     let r = with_progress(&progress, quiet, || {
         vlbiflow_xfer::follow::push_follow(
             &cfg,
-            scan,
-            &a.disk,
-            dest_path,
-            opts,
-            rate_config(&a.common),
+            vlbiflow_xfer::follow::FollowRequest {
+                scan,
+                disks: &a.disk,
+                dest: dest_path,
+                options: opts,
+                rate: rate_config(&a.common),
+            },
             &follow,
             &progress,
             &stop,
@@ -875,30 +695,22 @@ fn push_follow(a: &PushArgs, server: &str, dest_path: &str, opts: Options) -> an
         )
     });
     archive::record_send(
-        &client_archive(),
-        &cfg.server,
+        archive::ClientRun {
+            archive: &client_archive(),
+            server: &cfg.server,
+            started,
+            progress: &progress,
+        },
         dest_path,
-        started,
         Progress::get(&progress.files_total),
         Progress::get(&progress.bytes_total),
-        &progress,
         r.as_ref().map(|f| &f.last),
     );
     match r {
         Ok(f) => {
             let total: u64 = f.last.committed.iter().map(|c| c.size).sum();
             if a.common.json {
-                let v = serde_json::json!({
-                    "verified": true,
-                    "files": f.last.committed,
-                    "bytes_total": total,
-                    "bytes_sent": f.bytes_sent,
-                    "datagrams": f.datagrams,
-                    "retransmits": f.retransmits,
-                    "rounds_while_recording": f.partial_rounds,
-                    "seconds": f.seconds,
-                });
-                outln!("{}", serde_json::to_string_pretty(&v).expect("json"));
+                print_json(&f.summary());
             } else {
                 print_summary(&f.last, total, false);
                 outln!(
@@ -930,16 +742,18 @@ fn copy(a: CopyArgs) -> anyhow::Result<ExitCode> {
     let cfg = ClientConfig::new(server, key);
     let progress = Arc::new(Progress::default());
     let quiet = a.common.quiet || a.common.json;
-    let started = vlbiflow_xfer::daemon::utc_now();
+    let started = vlbiflow_xfer::utc_now();
     let r = with_progress(&progress, quiet, || {
         client::relay(
             &cfg,
-            &sources,
-            scan.as_ref(),
-            &to,
-            &dest_path,
-            opts,
-            a.retries,
+            client::RelayRequest {
+                sources: &sources,
+                scan: scan.as_ref(),
+                to: &to,
+                dest: &dest_path,
+                options: opts,
+                retries: a.retries,
+            },
             &progress,
             &|n, e, w| {
                 if !quiet {
@@ -949,24 +763,21 @@ fn copy(a: CopyArgs) -> anyhow::Result<ExitCode> {
         )
     });
     archive::record_copy(
-        &client_archive(),
-        &cfg.server,
+        archive::ClientRun {
+            archive: &client_archive(),
+            server: &cfg.server,
+            started,
+            progress: &progress,
+        },
         &archive::describe_sources(&sources, scan.as_ref()),
-        &to,
-        &dest_path,
-        started,
-        &progress,
+        (&to, &dest_path),
         r.as_ref(),
     );
     match r {
         Ok(out) => {
             let total: u64 = out.files.iter().map(|c| c.size).sum();
             if a.common.json {
-                let v = serde_json::json!({
-                    "verified": true, "files": out.files, "bytes_total": total, "bytes_sent": out.bytes_moved,
-                    "seconds": out.seconds, "attempts": out.attempts, "receiver": out.receiver,
-                });
-                outln!("{}", serde_json::to_string_pretty(&v).expect("json"));
+                print_json(&out.summary());
             } else {
                 outln!(
                     "verified at {to}: {} files, {} ({} sent) in {:.1} s, {} attempt(s)",
@@ -1003,17 +814,19 @@ fn pull(a: PullArgs) -> anyhow::Result<ExitCode> {
     cfg.realtime = a.rt.realtime;
     let progress = Arc::new(Progress::default());
     let stop = crate::stop::on_interrupt(crate::stop::Second::Wait)?;
-    let started = vlbiflow_xfer::daemon::utc_now();
+    let started = vlbiflow_xfer::utc_now();
     let r = with_progress(&progress, a.common.quiet || a.common.json, || {
         client::pull(&cfg, &sources, scan.as_ref(), &into, opts, &progress, &stop)
     });
     archive::record_pull(
-        &client_archive(),
-        &cfg.server,
+        archive::ClientRun {
+            archive: &client_archive(),
+            server: &cfg.server,
+            started,
+            progress: &progress,
+        },
         &archive::describe_sources(&sources, scan.as_ref()),
         &into,
-        started,
-        &progress,
         r.as_ref(),
     );
     match r {
@@ -1021,20 +834,7 @@ fn pull(a: PullArgs) -> anyhow::Result<ExitCode> {
             let total: u64 = out.committed.iter().map(|c| c.size).sum();
             let goodput = (total - out.bytes_resumed) as f64 * 8.0 / out.seconds.max(1e-9);
             if a.common.json {
-                let v = serde_json::json!({
-                    "verified": true,
-                    "files": out.committed,
-                    "bytes_total": total,
-                    "bytes_already_there": out.bytes_resumed,
-                    "bytes_written_direct": out.bytes_written_direct,
-                    "bytes_read_back": out.bytes_read_back,
-                    "datagrams": out.stats.delivered,
-                    "seconds": out.seconds,
-                    "goodput_bps": goodput,
-                    "realtime": out.realtime,
-                    "receiver": out.report(),
-                });
-                outln!("{}", serde_json::to_string_pretty(&v).expect("json"));
+                print_json(&out.summary());
             } else {
                 outln!(
                     "verified: {} files, {} ({} already here, re-verified) in {:.1} s: {} goodput",
@@ -1067,42 +867,5 @@ fn remote_sources_of(
     match remote::sources(args, scan) {
         Ok(x) => Ok(x),
         Err(e) => usage!("{e}"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{file_progress, total_progress};
-    use std::time::Duration;
-
-    /// The progress lines give sizes in the decimal units of the summary line (MB, GB), not MiB.
-    #[test]
-    fn progress_sizes_are_in_the_summarys_units() {
-        let m = vlbiflow_xfer::progress::Snapshot {
-            elapsed: Duration::from_secs(12),
-            bytes_total: 3_000_000_000,
-            bytes_verified: 1_500_000_000,
-            files_done: 1,
-            files_total: 2,
-            rate_bps: 2e9,
-            eta: Some(Duration::from_secs(6)),
-            loss_pct: 0.0,
-            retransmit_pct: 0.0,
-            file_index: 1,
-            file_name: "b.vdif".into(),
-            file_bytes_total: 1_500_000_000,
-            file_bytes_verified: 8_224_000,
-            file_rate_bps: 2e9,
-            file_eta: Some(Duration::from_secs(6)),
-            phase: "sending".into(),
-        };
-        let total = total_progress(&m);
-        assert!(
-            total.starts_with("1.50 GB / 3.00 GB verified, 2.000 Gb/s, ETA 6s"),
-            "{total}"
-        );
-        let file = file_progress(&m);
-        assert!(file.starts_with("8.22 MB / 1.50 GB verified"), "{file}");
-        assert!(!total.contains("iB") && !file.contains("iB"), "{total} {file}");
     }
 }
