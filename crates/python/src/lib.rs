@@ -1,6 +1,6 @@
 //! Python bindings of vlbiflow (the `vlbiflow._vlbiflow` extension module; the Python package `vlbiflow`
 //! wraps it). Every format fact comes from the workspace crates: locating and reading recordings from
-//! `vlbiflow-checker`, frame layouts, fill recognition and sample coding from `vlbiflow-formats`. Reading
+//! `vlbiflow-reader` (checking from `vlbiflow-checker`), frame layouts, fill recognition and sample coding from `vlbiflow-formats`. Reading
 //! and decoding run with the GIL released.
 
 mod reader;
@@ -59,9 +59,9 @@ struct Reader {
 
 fn layout(rec: &Recording) -> &'static str {
     match rec.sources {
-        vlbiflow_checker::source::Sources::Mark6(_) => "mark6",
-        vlbiflow_checker::source::Sources::Flexbuff(_) => "flexbuff",
-        vlbiflow_checker::source::Sources::Plain(..) => "plain",
+        vlbiflow_reader::source::Sources::Mark6(_) => "mark6",
+        vlbiflow_reader::source::Sources::Flexbuff(_) => "flexbuff",
+        vlbiflow_reader::source::Sources::Plain(..) => "plain",
     }
 }
 
