@@ -14,6 +14,7 @@
 //! collects finished ones into the scan list and samples the rates). [`Controller::execute_with`] drives
 //! the whole cycle synchronously against an [`Engine`] (tests, embedding).
 
+mod jive5ab;
 mod status;
 
 use std::collections::VecDeque;
