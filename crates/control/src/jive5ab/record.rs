@@ -51,7 +51,7 @@ impl Jive5ab {
         };
         match st.arg(0) {
             "on" => self.record_on(rt, st, ctl, now),
-            "off" => self.record_off(rt, st, ctl),
+            "off" => self.record_off(rt, st, ctl, now),
             "nthread" => {
                 let parse = |a: &str| -> Result<Option<u32>, ()> {
                     if a.is_empty() {
@@ -166,7 +166,7 @@ impl Jive5ab {
         }
     }
 
-    fn record_off(&mut self, rt: &str, st: &Statement, ctl: &mut Controller) -> Step {
+    fn record_off(&mut self, rt: &str, st: &Statement, ctl: &mut Controller, now: UtcTime) -> Step {
         let kw = st.keyword.as_str();
         if rt != DEFAULT_RUNTIME || !matches!(ctl.state_name(), "pending" | "recording") {
             return Step::Now(J5Reply::msg(kw, false, Code::Conflict, "Not doing record"));
@@ -176,7 +176,7 @@ impl Jive5ab {
             query: false,
             args: vec!["off".into()],
         };
-        let reply = match ctl.handle(&off, UtcTime::from_unix(0, 0)) {
+        let reply = match ctl.handle(&off, now) {
             Answer::Now(r) => r,
             Answer::Later(_) => unreachable!("record=off answers at once"),
         };
