@@ -182,6 +182,43 @@ fn field_system_session_of_several_scans() {
     fs.expect("record = on : exp_st_no0001", "!record= 0 : exp_st_no0001a ;");
     fs.expect("record = off", "!record= 1 ;");
     fs.rc("scan_check?", 6);
+    // disk2file of one scan (rc 1, polled to completion), whole and a byte range.
+    let out = disks.dir.path().join("no0001.vdif");
+    let part = disks.dir.path().join("no0001.part");
+    // (A search string matches the newest session scan containing it: exp_st_no0001a here.)
+    fs.expect("scan_set = exp_st_no0001", "!scan_set= 0 ;");
+    fs.expect("scan_set?", "!scan_set? 0 : 4 : exp_st_no0001a : 0 : 0 ;");
+    fs.expect("scan_set = 1", "!scan_set= 0 ;");
+    fs.expect(
+        &format!("disk2file = {} : : : w", out.display()),
+        "!disk2file= 1 ;",
+    );
+    let done = format!("!disk2file? 0 : inactive : {} ;", out.display());
+    until("disk2file to finish", || {
+        (fs.raw("disk2file?") == done).then_some(())
+    });
+    assert_eq!(std::fs::metadata(&out).unwrap().len(), 250 * FRAME as u64);
+    fs.expect(
+        &format!("disk2file = {} : 1032 : +2064", part.display()),
+        "!disk2file= 1 ;",
+    );
+    let done = format!("!disk2file? 0 : inactive : {} ;", part.display());
+    until("disk2file to finish", || {
+        (fs.raw("disk2file?") == done).then_some(())
+    });
+    let whole = std::fs::read(&out).unwrap();
+    assert_eq!(std::fs::read(&part).unwrap(), whole[FRAME..3 * FRAME]);
+    // The default mode n does not overwrite: the error is queued for error?.
+    fs.expect(&format!("disk2file = {}", part.display()), "!disk2file= 1 ;");
+    until("the failed disk2file", || {
+        let s = fs.rc("status?", 0);
+        (s.fields[0] == "0x00000003").then_some(())
+    });
+    let e = fs.rc("error?", 0);
+    assert!(
+        e.fields[1].starts_with("disk2file ") && e.fields[1].contains("File exists"),
+        "{e:?}"
+    );
     // Mark5 hardware commands the FS may still send answer as on a FlexBuff.
     fs.expect("bank_set?", "!bank_set? 7 : ENOSYS - not implemented ;");
     fs.expect("data_check?", "!data_check? 7 : ENOSYS - not implemented ;");

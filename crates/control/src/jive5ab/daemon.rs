@@ -122,6 +122,17 @@ async fn execute(sh: &Arc<Shared>, conn: &mut Conn, st: Statement) -> J5Reply {
             wait_idle(sh).await;
             r
         }
+        Step::Disk2File(job, r) => {
+            let sh2 = sh.clone();
+            tokio::task::spawn_blocking(move || {
+                if let Err(e) = super::transfer::run_disk2file(&job) {
+                    if let Some(j) = &sh2.j5 {
+                        lock(j).push_error(-1, format!("disk2file: {e}"), UtcTime::now());
+                    }
+                }
+            });
+            r
+        }
     }
 }
 

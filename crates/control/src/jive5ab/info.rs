@@ -16,6 +16,7 @@ const READY: u32 = 1;
 const ERROR_PENDING: u32 = 1 << 1;
 const DELAYED: u32 = (1 << 3) | (1 << 4);
 const RECORDING: u32 = 1 << 6;
+const DISK2FILE: u32 = 1 << 12;
 
 fn vex_now(t: UtcTime) -> String {
     vlbiflow_formats::vex_time::format(t.unix_seconds)
@@ -30,6 +31,9 @@ impl Jive5ab {
         }
         if ctl.state_name() != "off" {
             word |= DELAYED | RECORDING;
+        }
+        if self.disk2file_running() {
+            word |= DELAYED | DISK2FILE;
         }
         let mut f = vec![format!("0x{word:08x}")];
         if let Some(e) = self.errors.front() {

@@ -15,6 +15,7 @@ pub mod parse;
 mod record;
 pub mod reply;
 mod setup;
+pub mod transfer;
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -49,6 +50,8 @@ pub enum Step {
     /// A `record=off`: carry out the controller's actions and send this reply once the controller is idle
     /// (the recording flushed), so that `scan_check?` right after sees the whole scan, as with jive5ab.
     WhenIdle(J5Reply),
+    /// A `disk2file`: run the copy in the background ([`transfer::run_disk2file`]) and send the reply.
+    Disk2File(transfer::Disk2FileJob, J5Reply),
 }
 
 /// A `record=on` waiting for its start's outcome.
@@ -108,6 +111,8 @@ pub struct Runtime {
     pub scan: Option<ScanSel>,
     /// Recordings made in this runtime, oldest first (jive5ab's session list).
     pub session: Vec<String>,
+    /// The last `disk2file` of this runtime.
+    pub disk2file: Option<transfer::Disk2File>,
 }
 
 impl Default for Runtime {
@@ -129,6 +134,7 @@ impl Default for Runtime {
             unique_names: true,
             scan: None,
             session: Vec::new(),
+            disk2file: None,
         }
     }
 }
@@ -185,7 +191,6 @@ const NOT_IMPLEMENTED: &[&str] = &[
     "datastream",
     "dbglev",
     "disk2etransfer",
-    "disk2file",
     "disk2net",
     "file2check",
     "file2mem",
@@ -294,7 +299,11 @@ impl Jive5ab {
         }
         let rt = conn.runtime.clone();
         let now_reply = match kw {
+            "record" if !st.query && st.arg(0) == "on" && self.disk2file_running() => {
+                J5Reply::msg(kw, false, Code::Conflict, "not whilst disk2file is in progress")
+            }
             "record" => return self.record(&rt, st, ctl, now),
+            "disk2file" => return self.disk2file(&rt, st, ctl),
             "runtime" => self.runtime_cmd(conn, st),
             "echo" => echo(conn, st),
             "mode" => self.mode(&rt, st, ctl),
@@ -313,6 +322,9 @@ impl Jive5ab {
             "evlbi" => evlbi(st, ctl, now),
             "dir_info" => dir_info(ctl),
             "transfermode" => J5Reply::new(kw, q, Code::Done, vec![transfermode(ctl).into()]),
+            "reset" if !q && st.arg(0) == "abort" && self.abort_disk2file(&rt) => {
+                J5Reply::new(kw, false, Code::Done, vec![])
+            }
             "reset" => reset(st, ctl),
             _ if NOT_IMPLEMENTED.contains(&kw) => J5Reply::msg(
                 kw,

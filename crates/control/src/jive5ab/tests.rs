@@ -36,7 +36,7 @@ fn send(j: &mut Jive5ab, conn: &mut Conn, ctl: &mut Controller, line: &str) -> S
         let r = match item {
             Item::Error(r) => r,
             Item::Statement(st) => match j.handle(conn, &st, ctl, now()) {
-                Step::Now(r) | Step::WhenIdle(r) => r,
+                Step::Now(r) | Step::WhenIdle(r) | Step::Disk2File(_, r) => r,
                 Step::Start(p) => panic!("start {p:?}"),
             },
         };
@@ -130,6 +130,8 @@ fn refusals_carry_jive5abs_codes() {
         ("record = nthread : : 0", "!record= 6 : nthread takes <readers> and <writers 1..64> ;"),
         ("scan_check?", "!scan_check? 8 : no scan name given ;"),
         ("scan_set =", "!scan_set= 6 : there are no scans recorded in this session ;"),
+        ("disk2file = x", "!disk2file= 6 : no scan was set using scan_set= ;"),
+        ("disk2file?", "!disk2file? 0 : inactive ;"),
         ("reset = abort", "!reset= 6 : nothing running to abort ;"),
         ("runtime = x : exists", "!runtime= 6 : 'x' doesn't exist ;"),
         ("runtime = default : delete", "!runtime= 6 : cannot delete the default runtime ;"),
@@ -217,7 +219,7 @@ proptest! {
                 let r = match item {
                     Item::Error(r) => r,
                     Item::Statement(st) => match j.handle(&mut c, &st, &mut ctl, now()) {
-                        Step::Now(r) | Step::WhenIdle(r) => r,
+                        Step::Now(r) | Step::WhenIdle(r) | Step::Disk2File(_, r) => r,
                         Step::Start(p) => {
                             let _ = ctl.take_actions();
                             let r = ctl.started(p.ticket, Err("refused by the test".into()), now());
@@ -248,7 +250,7 @@ proptest! {
             for item in req.items {
                 if let Item::Statement(st) = item {
                     match j.handle(&mut c, &st, &mut ctl, now()) {
-                        Step::Now(r) | Step::WhenIdle(r) => prop_assert!(parse_j5_reply(&r.format()).is_some()),
+                        Step::Now(r) | Step::WhenIdle(r) | Step::Disk2File(_, r) => prop_assert!(parse_j5_reply(&r.format()).is_some()),
                         Step::Start(p) => {
                             let _ = ctl.take_actions();
                             let r = ctl.started(p.ticket, Err("refused by the test".into()), now());
