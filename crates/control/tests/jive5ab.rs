@@ -126,7 +126,7 @@ fn field_system_session_of_several_scans() {
     );
     assert_eq!(&rtime.fields[3..6], ["VDIF", "2", "0MHz"]);
 
-    let scans = 4;
+    let scans = 10;
     for i in 1..=scans {
         let name = format!("exp_st_no{i:04}");
         fs.expect(&format!("record = on : {name}"), "!record= 0 ;");
@@ -187,7 +187,10 @@ fn field_system_session_of_several_scans() {
     let part = disks.dir.path().join("no0001.part");
     // (A search string matches the newest session scan containing it: exp_st_no0001a here.)
     fs.expect("scan_set = exp_st_no0001", "!scan_set= 0 ;");
-    fs.expect("scan_set?", "!scan_set? 0 : 4 : exp_st_no0001a : 0 : 0 ;");
+    fs.expect(
+        "scan_set?",
+        &format!("!scan_set? 0 : {scans} : exp_st_no0001a : 0 : 0 ;"),
+    );
     fs.expect("scan_set = 1", "!scan_set= 0 ;");
     fs.expect(
         &format!("disk2file = {} : : : w", out.display()),
