@@ -68,6 +68,8 @@ pub struct ConfigFile {
     pub forward: Vec<String>,
     /// Frames flow to the destinations from start-up (default false: `in2net=on` or `forward=on`).
     pub forward_on: Option<bool>,
+    /// Command dialect: "mark6" (default) or "jive5ab".
+    pub dialect: Option<String>,
 }
 
 impl ConfigFile {
@@ -123,6 +125,29 @@ pub struct DaemonConfig {
     pub forward: Vec<vlbiflow_evlbi::DestSpec>,
     /// Forwarding on at start-up.
     pub forward_enabled: bool,
+    /// The command port's dialect.
+    pub dialect: Dialect,
+}
+
+/// The command dialect of the daemon's command port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Dialect {
+    /// The Mark6 c-plane dialect (`docs/control.md`).
+    #[default]
+    Mark6,
+    /// jive5ab's FlexBuff dialect, as the Field System speaks it (`docs/jive5ab-dialect.md`).
+    Jive5ab,
+}
+
+impl std::str::FromStr for Dialect {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "mark6" => Ok(Dialect::Mark6),
+            "jive5ab" => Ok(Dialect::Jive5ab),
+            other => Err(format!("{other:?} is not mark6 or jive5ab")),
+        }
+    }
 }
 
 impl DaemonConfig {
@@ -239,7 +264,12 @@ impl DaemonConfig {
             }
             forward.push(d);
         }
+        let dialect = match f.dialect.as_deref() {
+            None => Dialect::Mark6,
+            Some(d) => d.parse().map_err(|e: String| invalid("dialect", e))?,
+        };
         let cfg = DaemonConfig {
+            dialect,
             name: f.name.unwrap_or_else(host_name),
             control,
             http,

@@ -31,7 +31,7 @@ use crate::session::{constant_time_eq, Mark6Session, Screened};
 /// The dashboard page (self-contained: inline CSS and JS, no external resources).
 pub const DASHBOARD_HTML: &str = include_str!("dashboard.html");
 /// A write to a client that does not read is abandoned after this long.
-const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long shutdown waits for a recording to flush.
 const SHUTDOWN_FLUSH: Duration = Duration::from_secs(30);
 
@@ -57,14 +57,16 @@ pub enum DaemonError {
     Config(#[from] crate::config::ConfigError),
 }
 
-struct Shared {
+pub(crate) struct Shared {
     ctl: Mutex<Controller>,
     /// Used only to carry out [`Action::Start`], never while `ctl` is locked.
     engine: Mutex<Box<dyn Engine>>,
     token: Option<String>,
-    control_token: Option<String>,
+    pub(crate) control_token: Option<String>,
     http_token: Option<String>,
-    idle: Duration,
+    pub(crate) idle: Duration,
+    /// The jive5ab dialect's state when the command port speaks it (`dialect = "jive5ab"`).
+    pub(crate) j5: Option<crate::jive5ab::daemon::SharedJive5ab>,
 }
 
 impl Shared {
@@ -75,7 +77,7 @@ impl Shared {
 
 /// Carries out the controller's actions outside its lock, feeding outcomes back (which may hand out more);
 /// returns the replies to the `record=on` statements whose starts these were.
-async fn perform(sh: &Arc<Shared>, mut actions: Vec<Action>) -> Vec<(Ticket, Reply)> {
+pub(crate) async fn perform(sh: &Arc<Shared>, mut actions: Vec<Action>) -> Vec<(Ticket, Reply)> {
     let mut replies = Vec::new();
     while !actions.is_empty() {
         for a in std::mem::take(&mut actions) {
@@ -117,7 +119,7 @@ async fn perform(sh: &Arc<Shared>, mut actions: Vec<Action>) -> Vec<(Ticket, Rep
 }
 
 /// Runs `f` on the controller from the blocking pool.
-async fn with_ctl<T: Send + 'static>(
+pub(crate) async fn with_ctl<T: Send + 'static>(
     sh: &Arc<Shared>,
     f: impl FnOnce(&mut Controller) -> T + Send + 'static,
 ) -> T {
@@ -253,7 +255,13 @@ async fn run(
         .then(|| cfg.token.clone())
         .flatten();
     let max = cfg.max_connections;
+    let j5 = (cfg.dialect == crate::config::Dialect::Jive5ab).then(|| {
+        Mutex::new(crate::jive5ab::Jive5ab::new(crate::jive5ab::daemon::identity(
+            &cfg.name,
+        )))
+    });
     let sh = Arc::new(Shared {
+        j5,
         token: cfg.token.clone(),
         control_token,
         http_token,
@@ -368,6 +376,9 @@ async fn refuse(mut stream: TcpStream, max: usize) {
 }
 
 async fn connection(mut stream: TcpStream, sh: Arc<Shared>) {
+    if sh.j5.is_some() {
+        return crate::jive5ab::daemon::connection(stream, sh).await;
+    }
     let _ = stream.set_nodelay(true);
     let mut session = Mark6Session::new(sh.control_token.clone());
     let mut buf = vec![0u8; 4096];

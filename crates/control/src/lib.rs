@@ -23,6 +23,7 @@ pub mod daemon;
 pub mod disks;
 pub mod engine;
 pub mod forward;
+pub mod jive5ab;
 pub mod proto;
 pub mod rates;
 pub mod report;

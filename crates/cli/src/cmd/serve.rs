@@ -23,8 +23,11 @@ Then, from another terminal:
   vlbiflow ctl 'record=on:30:scan1:exp:st;'
   vlbiflow status --watch
 
+  # jive5ab's FlexBuff dialect for the Field System (commands on 127.0.0.1:2620):
+  vlbiflow serve --config /etc/vlbiflow.toml --dialect jive5ab
+
 The command set, the mapping of Mark6 input_stream fields onto UDP sockets and the configuration are \
-described in docs/control.md. SIGINT/SIGTERM stop the daemon; a recording is stopped and flushed first.";
+described in docs/control.md, the jive5ab dialect in docs/jive5ab-dialect.md. SIGINT/SIGTERM stop the daemon; a recording is stopped and flushed first.";
 
 /// Run the recorder daemon: Mark6 command port, HTTP status/metrics and dashboard.
 #[derive(clap::Args)]
@@ -43,6 +46,11 @@ pub struct Args {
     /// $VLBIFLOW_TOKEN
     #[arg(long, value_name = "TOKEN")]
     token: Option<String>,
+    /// Command dialect, overriding the configuration: mark6 (default) or jive5ab (jive5ab's FlexBuff
+    /// dialect as the Field System sends it; the command port then defaults to 127.0.0.1:2620; see
+    /// docs/jive5ab-dialect.md)
+    #[arg(long, value_name = "DIALECT", value_parser = ["mark6", "jive5ab"])]
+    dialect: Option<String>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -53,6 +61,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         },
         None => ConfigFile::default(),
     };
+    if args.dialect.is_some() {
+        file.dialect = args.dialect;
+    }
+    if file.dialect.as_deref() == Some("jive5ab") && file.control.is_none() && args.control.is_none() {
+        file.control = Some(format!("127.0.0.1:{}", vlbiflow_control::jive5ab::DEFAULT_PORT));
+    }
     if args.control.is_some() {
         file.control = args.control;
     }

@@ -15,6 +15,7 @@
 //! the whole cycle synchronously against an [`Engine`] (tests, embedding).
 
 mod groups;
+mod jive5ab;
 mod queries;
 mod record;
 mod scan_list;

@@ -1,0 +1,154 @@
+//! The jive5ab dialect on the daemon's command port: one task per connection framing requests, running
+//! each statement through [`Jive5ab::handle`] under the controller's lock, and finishing slow steps (a
+//! recording's start, a recording's flush) outside it, as the Mark6 side does.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use vlbiflow_formats::time::UtcTime;
+
+use crate::daemon::{perform, with_ctl, Shared, WRITE_TIMEOUT};
+use crate::proto::Statement;
+use crate::session::{constant_time_eq, MAX_AUTH_FAILURES};
+
+use super::{parse_request, Code, Conn, Item, J5Reply, Jive5ab, RequestFramer, Step};
+
+/// How long a `record=off` waits for the recording to flush before answering anyway.
+const FLUSH_WAIT: Duration = Duration::from_secs(60);
+
+/// The dialect's state as the daemon keeps it.
+pub type SharedJive5ab = Mutex<Jive5ab>;
+
+fn lock(j: &SharedJive5ab) -> MutexGuard<'_, Jive5ab> {
+    j.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The machine facts `dts_id?` and `os_rev?` report.
+pub fn identity(host: &str) -> super::Identity {
+    super::Identity {
+        host: host.to_owned(),
+        os_rev: std::fs::read_to_string("/proc/version")
+            .ok()
+            .and_then(|v| v.lines().next().map(str::to_owned)),
+    }
+}
+
+/// Serves one command connection in the jive5ab dialect.
+pub(crate) async fn connection(mut stream: TcpStream, sh: Arc<Shared>) {
+    let _ = stream.set_nodelay(true);
+    let mut framer = RequestFramer::new();
+    let mut conn = Conn::default();
+    let mut authenticated = sh.control_token.is_none();
+    let mut failures = 0;
+    let mut buf = vec![0u8; 4096];
+    loop {
+        let n = match tokio::time::timeout(sh.idle, stream.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return,
+            Ok(Ok(n)) => n,
+        };
+        for raw in framer.feed(&buf[..n]) {
+            let req = parse_request(&raw);
+            if req.items.is_empty() {
+                continue;
+            }
+            let mut out = String::new();
+            for item in req.items {
+                let reply = match item {
+                    Item::Error(r) => r,
+                    Item::Statement(st) if st.keyword == "auth" && !st.query => {
+                        let ok = sh
+                            .control_token
+                            .as_ref()
+                            .is_none_or(|t| constant_time_eq(st.arg(0).as_bytes(), t.as_bytes()));
+                        if ok {
+                            authenticated = true;
+                            J5Reply::new("auth", false, Code::Done, vec![])
+                        } else {
+                            failures += 1;
+                            J5Reply::msg("auth", false, Code::Parameter, "wrong token")
+                        }
+                    }
+                    Item::Statement(st) if !authenticated => J5Reply::msg(
+                        &st.keyword,
+                        st.query,
+                        Code::Conflict,
+                        "authentication required: send auth=<token>; first",
+                    ),
+                    Item::Statement(st) => execute(&sh, &mut conn, st).await,
+                };
+                reply.write_to(&mut out);
+            }
+            out.push_str(if req.crlf { "\r\n" } else { "\n" });
+            match tokio::time::timeout(WRITE_TIMEOUT, stream.write_all(out.as_bytes())).await {
+                Ok(Ok(())) => {}
+                _ => return,
+            }
+            if failures >= MAX_AUTH_FAILURES {
+                return;
+            }
+        }
+    }
+}
+
+/// Executes one statement: decided under the controller's lock, slow work carried out after.
+async fn execute(sh: &Arc<Shared>, conn: &mut Conn, st: Statement) -> J5Reply {
+    let sh2 = sh.clone();
+    let mut c = conn.clone();
+    let (step, actions, c) = with_ctl(sh, move |ctl| {
+        ctl.count_command();
+        let Some(j) = &sh2.j5 else {
+            unreachable!("jive5ab connections exist only with the dialect's state")
+        };
+        let step = lock(j).handle(&mut c, &st, ctl, UtcTime::now());
+        (step, ctl.take_actions(), c)
+    })
+    .await;
+    *conn = c;
+    let replies = perform(sh, actions).await;
+    match step {
+        Step::Now(r) => r,
+        Step::Start(p) => {
+            let r = replies.into_iter().find(|(t, _)| *t == p.ticket).map(|(_, r)| r);
+            let sh2 = sh.clone();
+            with_ctl(sh, move |_| match &sh2.j5 {
+                Some(j) => lock(j).started(&p, r, UtcTime::now()),
+                None => unreachable!(),
+            })
+            .await
+        }
+        Step::WhenIdle(r) => {
+            wait_idle(sh).await;
+            r
+        }
+        Step::Disk2File(job, r) => {
+            let sh2 = sh.clone();
+            tokio::task::spawn_blocking(move || {
+                if let Err(e) = super::transfer::run_disk2file(&job) {
+                    if let Some(j) = &sh2.j5 {
+                        lock(j).push_error(-1, format!("disk2file: {e}"), UtcTime::now());
+                    }
+                }
+            });
+            r
+        }
+    }
+}
+
+/// Ticks the controller until the recording has flushed (bounded by [`FLUSH_WAIT`]).
+async fn wait_idle(sh: &Arc<Shared>) {
+    let deadline = tokio::time::Instant::now() + FLUSH_WAIT;
+    loop {
+        let (idle, actions) = with_ctl(sh, |c| {
+            c.tick(UtcTime::now());
+            (c.is_idle(), c.take_actions())
+        })
+        .await;
+        perform(sh, actions).await;
+        if idle || tokio::time::Instant::now() >= deadline {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

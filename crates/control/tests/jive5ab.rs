@@ -1,0 +1,276 @@
+//! The jive5ab dialect over real TCP, UDP and files: a Field-System-like session (set-up, several scans
+//! of `record=on`/`off` with `scan_check?` after each, status queries between) against `serve` with
+//! `dialect = "jive5ab"`, checking the return code of every reply and the fields a script parses; and
+//! garbage datagrams during a recording, which vlbiflow drops while it records on without a loss.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use common::*;
+use vlbiflow_control::controller::scan_list_from_disks;
+use vlbiflow_control::jive5ab::{parse_j5_reply, ParsedJ5Reply};
+use vlbiflow_control::{spawn, RecorderEngine};
+
+/// A jive5ab-dialect client: one request line out, one reply line back.
+struct J5 {
+    w: TcpStream,
+    r: BufReader<TcpStream>,
+}
+
+impl J5 {
+    fn connect(addr: SocketAddr) -> Self {
+        let s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(PATIENCE)).unwrap();
+        J5 {
+            r: BufReader::new(s.try_clone().unwrap()),
+            w: s,
+        }
+    }
+
+    /// Sends `line` (as the FS does: `<statement> ; \n`) and returns the reply line without its end.
+    fn raw(&mut self, line: &str) -> String {
+        self.w.write_all(format!("{line} ; \n").as_bytes()).unwrap();
+        let mut reply = String::new();
+        self.r.read_line(&mut reply).unwrap();
+        assert!(reply.ends_with('\n'), "{line}: {reply:?}");
+        reply.trim_end().to_owned()
+    }
+
+    /// Sends `line`, checks the return code, returns the parsed reply.
+    fn rc(&mut self, line: &str, code: u8) -> ParsedJ5Reply {
+        let text = self.raw(line);
+        let p = parse_j5_reply(&text).unwrap_or_else(|| panic!("{line}: unparseable {text:?}"));
+        assert_eq!(p.code, code, "{line}: {text}");
+        p
+    }
+
+    /// Sends `line` and checks the whole reply.
+    fn expect(&mut self, line: &str, reply: &str) {
+        assert_eq!(self.raw(line), reply, "reply to {line}");
+    }
+
+    /// Polls `record?` until the recording has stored `bytes` frame bytes.
+    fn wait_bytes(&mut self, bytes: u64) {
+        until(&format!("record? to count {bytes} bytes"), || {
+            let r = self.rc("record?", 0);
+            (r.fields.get(3).and_then(|b| b.parse::<u64>().ok()) == Some(bytes)).then_some(())
+        });
+    }
+}
+
+fn config(disks: &Disks) -> vlbiflow_control::DaemonConfig {
+    disks.config("dialect = \"jive5ab\"")
+}
+
+/// 1000 datagrams of random sizes (never a frame's), and one 9000-byte datagram.
+fn send_garbage(dest: SocketAddr) {
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut buf = vec![0u8; 9000];
+    for i in 0..1001 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let len = if i == 500 { 9000 } else { 1 + (x % 1039) as usize };
+        for b in buf.iter_mut().take(len) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            *b = x as u8;
+        }
+        sock.send_to(&buf[..len], dest).unwrap();
+        if i % 64 == 63 {
+            std::thread::sleep(Duration::from_micros(500));
+        }
+    }
+}
+
+#[test]
+fn field_system_session_of_several_scans() {
+    let disks = Disks::new(2);
+    let d = spawn(config(&disks), Box::new(RecorderEngine)).unwrap();
+    let mut fs = J5::connect(d.control_addr);
+    let port = free_udp_port();
+    let dest = SocketAddr::from(([127, 0, 0, 1], port));
+
+    // initi / fb_init: identification and status.
+    let v = fs.rc("version?", 0);
+    assert_eq!(v.fields[0], "vlbiflow");
+    let id = fs.rc("dts_id?", 0);
+    assert_eq!((id.fields[0].as_str(), id.fields[2].as_str()), ("-", "1"));
+    fs.rc("os_rev?", 0);
+    fs.expect("status?", "!status? 0 : 0x00000001 ;");
+    fs.expect("error?", "!error? 0 :  :  :  :  :  ;");
+    // fb_mode: what the FS sends for a FlexBuff (the rate is the test sender's: 100 frames/s).
+    fs.expect("mode = VDIF_1000-0.8-1-2", "!mode= 0 ;");
+    fs.expect("mtu = 9000", "!mtu= 0 ;");
+    fs.expect(
+        "net_protocol = udpsnor : 32000000 : 256000000 : 4",
+        "!net_protocol= 0 ;",
+    );
+    fs.expect("record = nthread : : 2", "!record= 0 ;");
+    fs.expect(&format!("net_port = {port}"), "!net_port= 0 ;");
+    fs.expect("set_disks = main", "!set_disks= 0 : 2 ;");
+    fs.expect(
+        "mode?",
+        "!mode? 0 : VDIF_1000-0.8-1-2 : VDIF : 2 : 400000.000 : 1000 ;",
+    );
+    let rtime = fs.rc("rtime?", 0);
+    assert!(
+        rtime.fields[0].ends_with('s') && rtime.fields[1].ends_with("GB"),
+        "{rtime:?}"
+    );
+    assert_eq!(&rtime.fields[3..6], ["VDIF", "2", "0MHz"]);
+
+    let scans = 10;
+    for i in 1..=scans {
+        let name = format!("exp_st_no{i:04}");
+        fs.expect(&format!("record = on : {name}"), "!record= 0 ;");
+        // Setters are refused while recording, as jive5ab refuses them.
+        fs.expect(
+            "mode = VDIF_8000-2048-16-2",
+            "!mode= 6 : not whilst vbsrecord is in progress ;",
+        );
+        fs.expect("record = on : again", "!record= 6 : Already doing vbsrecord ;");
+        fs.expect("status?", "!status? 0 : 0x00000059 ;");
+        let first_psn = 1000 * i;
+        send_frames(dest, first_psn, 250);
+        fs.wait_bytes(250 * FRAME as u64);
+        if i == 2 {
+            // A thousand garbage datagrams and one of the wrong size mid-scan: dropped, and the
+            // recording goes on (jive5ab's capture of the port would have stopped at the short one).
+            send_garbage(dest);
+            send_frames(dest, first_psn + 250, 250);
+            fs.wait_bytes(500 * FRAME as u64);
+        }
+        let r = fs.rc("record?", 0);
+        assert_eq!(&r.fields[..3], ["on", &i.to_string(), name.as_str()]);
+        let t = fs.rc("evlbi?", 0);
+        assert_eq!(t.fields[0], "total");
+        fs.expect("record = off", "!record= 1 ;");
+        fs.expect("record?", "!record? 0 : off ;");
+        // checkfb: scan_check? of the scan just recorded.
+        let c = fs.rc("scan_check?", 0);
+        assert_eq!(&c.fields[..4], ["?", name.as_str(), "VDIF", "2"], "{c:?}");
+        assert!(c.fields[4].contains('y') && c.fields[4].ends_with('s'), "{c:?}");
+        let secs: f64 = c.fields[5].strip_suffix('s').unwrap().parse().unwrap();
+        let frames = if i == 2 { 500.0 } else { 250.0 };
+        assert!((secs - frames / f64::from(RATE)).abs() < 0.02, "{c:?}");
+        assert_eq!(&c.fields[6..], ["0.4Mbps", "0", "1032"], "{c:?}");
+        fs.expect("status?", "!status? 0 : 0x00000001 ;");
+        fs.expect(
+            "scan_set?",
+            &format!("!scan_set? 0 : {} : {name} : 0 : 0 ;", i - 1),
+        );
+    }
+
+    // scan_set picks an earlier scan of the session for scan_check?.
+    fs.expect("scan_set = 1", "!scan_set= 0 ;");
+    let c = fs.rc("scan_check?", 0);
+    assert_eq!(c.fields[1], "exp_st_no0001");
+    fs.expect("scan_set = no0002 : s : +1032", "!scan_set= 0 ;");
+    fs.expect("scan_set?", "!scan_set? 0 : 1 : exp_st_no0002 : 0 : 1032 ;");
+    fs.expect(
+        "scan_set = nothing_like_it",
+        "!scan_set= 4 : no recording 'nothing_like_it' on the selected disks ;",
+    );
+    // A name already on the disks gets jive5ab's suffix letter, named in the reply.
+    fs.expect("record = on : exp_st_no0001", "!record= 0 : exp_st_no0001a ;");
+    fs.expect("record = off", "!record= 1 ;");
+    fs.rc("scan_check?", 6);
+    // disk2file of one scan (rc 1, polled to completion), whole and a byte range.
+    let out = disks.dir.path().join("no0001.vdif");
+    let part = disks.dir.path().join("no0001.part");
+    // (A search string matches the newest session scan containing it: exp_st_no0001a here.)
+    fs.expect("scan_set = exp_st_no0001", "!scan_set= 0 ;");
+    fs.expect(
+        "scan_set?",
+        &format!("!scan_set? 0 : {scans} : exp_st_no0001a : 0 : 0 ;"),
+    );
+    fs.expect("scan_set = 1", "!scan_set= 0 ;");
+    fs.expect(
+        &format!("disk2file = {} : : : w", out.display()),
+        "!disk2file= 1 ;",
+    );
+    let done = format!("!disk2file? 0 : inactive : {} ;", out.display());
+    until("disk2file to finish", || {
+        (fs.raw("disk2file?") == done).then_some(())
+    });
+    assert_eq!(std::fs::metadata(&out).unwrap().len(), 250 * FRAME as u64);
+    fs.expect(
+        &format!("disk2file = {} : 1032 : +2064", part.display()),
+        "!disk2file= 1 ;",
+    );
+    let done = format!("!disk2file? 0 : inactive : {} ;", part.display());
+    until("disk2file to finish", || {
+        (fs.raw("disk2file?") == done).then_some(())
+    });
+    let whole = std::fs::read(&out).unwrap();
+    assert_eq!(std::fs::read(&part).unwrap(), whole[FRAME..3 * FRAME]);
+    // The default mode n does not overwrite: the error is queued for error?.
+    fs.expect(&format!("disk2file = {}", part.display()), "!disk2file= 1 ;");
+    until("the failed disk2file", || {
+        let s = fs.rc("status?", 0);
+        (s.fields[0] == "0x00000003").then_some(())
+    });
+    let e = fs.rc("error?", 0);
+    assert!(
+        e.fields[1].starts_with("disk2file ") && e.fields[1].contains("File exists"),
+        "{e:?}"
+    );
+    // Mark5 hardware commands the FS may still send answer as on a FlexBuff.
+    fs.expect("bank_set?", "!bank_set? 7 : ENOSYS - not implemented ;");
+    fs.expect("data_check?", "!data_check? 7 : ENOSYS - not implemented ;");
+    d.stop();
+
+    // The recordings: FlexBuff chunks on the disks, every frame stored, the garbage counted and dropped.
+    let dirs: Vec<PathBuf> = (0..2).map(|i| disks.disk(i)).collect();
+    let list = scan_list_from_disks(&dirs);
+    assert_eq!(list.len(), scans as usize + 1);
+    for i in 1..=scans {
+        let name = format!("exp_st_no{i:04}");
+        let e = list.iter().find(|s| s.name == name).unwrap();
+        let m = e.meta.as_ref().unwrap();
+        assert!(m.complete);
+        let c = &m.streams[0].counters;
+        let frames = if i == 2 { 500 } else { 250 };
+        assert_eq!((c.packets, c.lost), (frames, 0), "{name}: {c:?}");
+        assert_eq!(c.rejected, if i == 2 { 1001 } else { 0 }, "{name}: {c:?}");
+        assert!(
+            dirs.iter()
+                .any(|d| d.join(&name).join(format!("{name}.00000000")).is_file()),
+            "{name}: no FlexBuff chunk 0"
+        );
+    }
+}
+
+#[test]
+fn several_requests_per_line_crlf_and_split_segments() {
+    let disks = Disks::new(1);
+    let d = spawn(config(&disks), Box::new(RecorderEngine)).unwrap();
+    let mut s = TcpStream::connect(d.control_addr).unwrap();
+    s.set_read_timeout(Some(PATIENCE)).unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    // Two statements on one line, \r\n: one reply line holding both replies, ended by \r\n.
+    s.write_all(b"mtu = 9000 ; mtu? ;\r\n").unwrap();
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    assert_eq!(line, "!mtu= 0 ;!mtu? 0 : 9000 ;\r\n");
+    // A statement split over two writes is one statement.
+    s.write_all(b"net_pro").unwrap();
+    s.flush().unwrap();
+    s.write_all(b"tocol? ;\n").unwrap();
+    line.clear();
+    r.read_line(&mut line).unwrap();
+    assert_eq!(line, "!net_protocol? 0 : tcp : 4194304 : 131072 : 8 ;\n");
+    // Garbage bytes: a syntax reply, never a dropped connection.
+    s.write_all(b"\x00\xff\x7f;\n").unwrap();
+    line.clear();
+    r.read_line(&mut line).unwrap();
+    assert_eq!(line, "!syntax= 7 : Not a command or query ;\n");
+    d.stop();
+}
