@@ -14,8 +14,8 @@ fuzz_target!(|data: &[u8]| {
     disks.add_dir("/d/0", 1);
     disks.set_space(1, 1 << 40, 1 << 41);
     let cfg = DaemonConfig::from_toml("open_group = \"g\"\n[groups]\ng = [\"/d/*\"]\n").unwrap();
-    let mut ctl = Controller::new(cfg, Box::new(disks));
     let now = UtcTime::from_unix(1_752_062_400, 0);
+    let mut ctl = Controller::new(cfg, Box::new(disks), now);
     let mut inputs = Vec::new();
     // Fed in two pieces, so partial statements are kept between feeds.
     let cut = data.len() / 2;

@@ -279,6 +279,9 @@ pub struct AgentOptions {
     pub config: Option<PathBuf>,
     /// Time between exchanges with the hub.
     pub sync_every: Duration,
+    /// Completes the responder's configuration before it starts (the CLI installs the transport-efficiency
+    /// service here, which lives in its own crate); `None` leaves it as the mesh made it.
+    pub responder_setup: Option<fn(vlbiflow_net::ResponderConfig) -> vlbiflow_net::ResponderConfig>,
 }
 
 /// Runs the agent until `stop`; `log` gets one line per event.
@@ -352,6 +355,9 @@ pub fn run(
         .collect();
     allow.push(std::net::Ipv4Addr::LOCALHOST.into());
     rc.allow = Some(allow);
+    if let Some(setup) = opts.responder_setup {
+        rc = setup(rc);
+    }
     let responder = vlbiflow_net::Responder::bind(rc).map_err(|e| AgentError(e.to_string()))?;
     log(&format!(
         "agent {} of mesh {}: responder on {}, {} tests, hub {}",

@@ -101,6 +101,8 @@ pub fn run_agent(a: AgentArgs) -> anyhow::Result<ExitCode> {
         listen: a.listen,
         config: a.config,
         sync_every: Duration::from_secs_f64(a.sync_every),
+        // agents answer efficiency tests as `net responder` does
+        responder_setup: Some(vlbiflow_efficiency::with_service),
     };
     vlbiflow_mesh::agent::run(
         &opts,
