@@ -64,7 +64,7 @@ fn examples_in(file: &str, text: &str) -> Vec<Example> {
     for (i, raw) in text.lines().enumerate() {
         let t = raw.trim_end();
         if t.starts_with("```") {
-            in_sh = t == "```sh";
+            in_sh = t == "```sh" || t.starts_with("```sh "); // "```sh install": still an example
             pending = None;
             continue;
         }
@@ -726,17 +726,22 @@ fn jive5ab_and_python_md(d: &Docs) {
     assert_eq!(sink.interrupt(), Some(0), "sink");
 
     let f = "docs/python.md";
-    let pip = "installs the Python package from the network (crates/python has its own tests)";
-    d.skip(f, "pip install", pip);
-    env.run(&d.take(f, "rm -rf /tmp/pydemo"));
+    let pip = "installs the Python package from the network (scripts/test installs it with this line into a \
+               fresh venv and runs crates/python's tests)";
+    let wheel = "builds and installs the wheel (scripts/test does, into a venv without cargo, and runs this \
+                 page's Python examples from it)";
+    d.skip(f, "pip install \"pip>=21.3\" && pip install ./crates/python", pip);
+    d.skip(f, "pip install \"maturin", wheel);
+    d.skip(f, "pip install target/wheels/", wheel);
     d.skip(
         f,
         "cargo build --release",
         "the test runs the vlbiflow it was built with",
     );
     d.skip(f, "python3 -m venv", pip);
-    d.skip(f, "pip install", pip);
+    d.skip(f, "pip install \"pip>=21.3\" && pip install ./crates/python", pip);
     d.skip(f, "pip install matplotlib", pip);
+    env.run(&d.take(f, "rm -rf /tmp/pydemo"));
     d.skip(
         f,
         "export PATH",
