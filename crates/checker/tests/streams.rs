@@ -126,6 +126,32 @@ fn each_stream_is_checked_and_gathered_on_its_own() {
         assert_eq!(g.frames, n);
         assert_eq!(out, concat(want), "stream {k} gathered byte for byte");
     }
+    // Selected by label on the recording: every reader of it (gather, the frame reader) sees that stream
+    // only, and the other streams' blocks are no gaps.
+    let mut one = rec.clone();
+    one.select_stream("s1").unwrap();
+    let mut out = Vec::new();
+    let g = vlbiflow_reader::gather::gather(&one, &mut out, |_, _| {}).unwrap();
+    assert_eq!((g.frames, g.fill), (n, 0));
+    assert!(
+        !g.findings
+            .iter()
+            .any(|f| f.kind == vlbiflow_reader::FindingKind::BlockGap),
+        "{:?}",
+        g.findings
+    );
+    assert_eq!(out, concat(&streams[1]));
+    let mut frames = vlbiflow_reader::frames::FrameReader::open(&one);
+    let mut count = 0;
+    while let Some(b) = frames.next_batch() {
+        count += b.len();
+    }
+    assert_eq!(count as u64, n);
+    let e = rec.clone().select_stream("s9").unwrap_err().to_string();
+    assert!(
+        e.contains("no stream \"s9\"; the scan's streams are s0, s1, s2"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -149,4 +175,6 @@ fn without_the_block_map_the_old_merge_is_what_you_get() {
     assert!(r.streams.is_empty());
     assert!(r.engine.duplicates + r.engine.out_of_order > 0, "{}", r.human());
     assert!(stream_labels(&rec).is_empty());
+    let e = rec.clone().select_stream("a").unwrap_err().to_string();
+    assert!(e.contains("the scan is one stream"), "{e}");
 }

@@ -34,7 +34,13 @@ fn read_err(e: ReadError) -> PyErr {
     }
 }
 
-fn locate_py(py: Python<'_>, args: Vec<String>, disks: Vec<String>) -> PyResult<Recording> {
+/// Locates a recording; `stream` selects one recorded stream of a scan of several by its label.
+fn locate_py(
+    py: Python<'_>,
+    args: Vec<String>,
+    disks: Vec<String>,
+    stream: Option<&str>,
+) -> PyResult<Recording> {
     if disks.is_empty() {
         if let Some(a) = args.iter().find(|a| !std::path::Path::new(a).exists()) {
             return Err(PyFileNotFoundError::new_err(format!(
@@ -42,7 +48,14 @@ fn locate_py(py: Python<'_>, args: Vec<String>, disks: Vec<String>) -> PyResult<
             )));
         }
     }
-    py.detach(|| locate(&args, &disks)).map_err(|e| match e {
+    py.detach(|| {
+        let mut rec = locate(&args, &disks)?;
+        if let Some(label) = stream {
+            rec.select_stream(label)?;
+        }
+        Ok(rec)
+    })
+    .map_err(|e| match e {
         LocateError::NotFound(m) => PyFileNotFoundError::new_err(m),
         LocateError::Io { .. } => PyOSError::new_err(e.to_string()),
         LocateError::Usage(m) => PyValueError::new_err(m),
@@ -68,7 +81,7 @@ fn layout(rec: &Recording) -> &'static str {
 #[pymethods]
 impl Reader {
     #[new]
-    #[pyo3(signature = (args, disks, frame_rate=None, strict=true, baseband_units=true, bits=None, nchan=None, ref_mjd=None))]
+    #[pyo3(signature = (args, disks, frame_rate=None, strict=true, baseband_units=true, bits=None, nchan=None, ref_mjd=None, stream=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -80,8 +93,9 @@ impl Reader {
         bits: Option<u8>,
         nchan: Option<u32>,
         ref_mjd: Option<i64>,
+        stream: Option<String>,
     ) -> PyResult<Self> {
-        let rec = locate_py(py, args, disks)?;
+        let rec = locate_py(py, args, disks, stream.as_deref())?;
         let layout = layout(&rec);
         let m5b = Mark5bOptions {
             bits,
@@ -103,6 +117,10 @@ impl Reader {
         let d = PyDict::new(py);
         d.set_item("kind", i.kind.to_string())?;
         d.set_item("layout", self.layout)?;
+        let rec = self.inner.recording();
+        let labels = rec.stream_labels();
+        d.set_item("stream", rec.stream.and_then(|i| labels.get(i).cloned()))?;
+        d.set_item("streams", labels)?;
         d.set_item("frame_len", i.frame_len)?;
         d.set_item("header_len", i.header_len)?;
         d.set_item("bits", i.bits)?;
@@ -266,7 +284,7 @@ impl Reader {
 
 /// Header fields of every frame (or the first `limit`), as a dict of column name -> (bytes, numpy dtype).
 #[pyfunction]
-#[pyo3(signature = (args, disks, frame_rate=None, limit=None, strict=true, bits=None, nchan=None, ref_mjd=None))]
+#[pyo3(signature = (args, disks, frame_rate=None, limit=None, strict=true, bits=None, nchan=None, ref_mjd=None, stream=None))]
 #[allow(clippy::too_many_arguments)]
 fn headers<'py>(
     py: Python<'py>,
@@ -278,8 +296,9 @@ fn headers<'py>(
     bits: Option<u8>,
     nchan: Option<u32>,
     ref_mjd: Option<i64>,
+    stream: Option<String>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let rec = locate_py(py, args, disks)?;
+    let rec = locate_py(py, args, disks, stream.as_deref())?;
     let m5b = Mark5bOptions {
         bits,
         channels: nchan,
@@ -516,9 +535,15 @@ impl RawStream {
 #[pymethods]
 impl RawStream {
     #[new]
-    #[pyo3(signature = (args, disks, strict=true))]
-    fn new(py: Python<'_>, args: Vec<String>, disks: Vec<String>, strict: bool) -> PyResult<Self> {
-        let rec = locate_py(py, args, disks)?;
+    #[pyo3(signature = (args, disks, strict=true, stream=None))]
+    fn new(
+        py: Python<'_>,
+        args: Vec<String>,
+        disks: Vec<String>,
+        strict: bool,
+        stream: Option<String>,
+    ) -> PyResult<Self> {
+        let rec = locate_py(py, args, disks, stream.as_deref())?;
         let frames = FrameReader::open(&rec);
         Ok(RawStream {
             rec,
@@ -566,7 +591,7 @@ fn check_json(
     stats: bool,
     plot: Option<String>,
 ) -> PyResult<String> {
-    let rec = locate_py(py, args, disks)?;
+    let rec = locate_py(py, args, disks, None)?;
     let stats = (stats || plot.is_some()).then(|| StatsConfig {
         plot: plot.map(Into::into),
         ..Default::default()

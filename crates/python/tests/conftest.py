@@ -31,14 +31,18 @@ def free_udp_port() -> int:
 
 
 def record_scan(tmp: Path, scan: str, threads: int, frames: int, payload: str, disks: int = 4,
-                layout: str = "mark6", gen_args: tuple = ()) -> Path:
+                layout: str = "mark6", gen_args: tuple = (), streams: tuple = ("a",)) -> Path:
     """Records `frames` frames sent by `vlbiflow gen` over loopback as a scan across `disks` disks
-    (`gen_args`: more options of gen, e.g. ("--drop-every", "7"))."""
+    (`gen_args`: more options of gen, e.g. ("--drop-every", "7")). With several `streams` (labels), each
+    is a stream of the recording on its own port, sent to by its own gen at the same time (station ids
+    "P0", "P1", ... so their frames differ)."""
     for i in range(disks):
         (tmp / "d" / str(i)).mkdir(parents=True)
-    port = free_udp_port()
+    ports = {label: free_udp_port() for label in streams}
+    stream_args = sum((["--stream", f"{label}=vdif@127.0.0.1:{port},psn,frame-size=1032"]
+                       for label, port in ports.items()), [])
     rec = subprocess.Popen(
-        [vlbiflow_bin(), "record", "--stream", f"a=vdif@127.0.0.1:{port},psn,frame-size=1032", "--disk", str(tmp / "d" / "*"),
+        [vlbiflow_bin(), "record", *stream_args, "--disk", str(tmp / "d" / "*"),
          "--scan", scan, "--duration", "120", "--block-size", "128KB", "--buffered", "--format", layout],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
@@ -54,14 +58,26 @@ def record_scan(tmp: Path, scan: str, threads: int, frames: int, payload: str, d
     threading.Thread(target=pump, daemon=True).start()
     try:
         # The recorder names each stream once its socket is bound.
-        while True:
+        waiting = set(streams)
+        while waiting:
             line = lines.get(timeout=60)
             if line == "":
                 raise RuntimeError("recorder exited: " + "".join(err))
-            if "stream a:" in line:
-                break
-        run("gen", "--dest", f"127.0.0.1:{port}", "--psn", "--threads", str(threads), "--pps", "2000",
-            "--count", str(frames), "--payload", payload, "--station", "Py", "--frame-size", "1032", *gen_args)
+            waiting = {label for label in waiting if f"stream {label}:" not in line}
+        station = (lambda i: "Py") if len(streams) == 1 else (lambda i: f"P{i}")
+        gens = [
+            subprocess.Popen(
+                [vlbiflow_bin(), "gen", "--dest", f"127.0.0.1:{port}", "--psn", "--threads", str(threads),
+                 "--pps", "2000", "--count", str(frames), "--payload", payload, "--station", station(i),
+                 "--frame-size", "1032", *gen_args],
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            )
+            for i, port in enumerate(ports.values())
+        ]
+        for g in gens:
+            _, gerr = g.communicate(timeout=120)
+            if g.returncode != 0:
+                raise RuntimeError(f"gen exited {g.returncode}: {gerr}")
     finally:
         rec.send_signal(signal.SIGTERM)
         rec.wait(timeout=60)

@@ -210,3 +210,34 @@ def test_jive5ab_scans_with_fill_frames(tmp_path, name, fmt):
             continue
         frame = vdif.VDIFFrame.fromfile(io.BytesIO(data[k * flen : (k + 1) * flen]))
         np.testing.assert_array_equal(x[k * spf : (k + 1) * spf], frame.data.reshape(x[:spf].shape))
+
+
+@pytest.mark.parametrize("layout", ["mark6", "flexbuff"])
+def test_a_scan_of_several_streams_is_read_by_label(tmp_path, layout):
+    """A scan recorded from two streams (both VDIF thread 0, as many backends send, sent at the same time so
+    their blocks interleave): each stream, chosen by its label, is what baseband reads from that stream
+    gathered alone (`vlbiflow gather --stream LABEL`); without a label the reader names the labels."""
+    scan = f"t_bb_two_{layout[:2]}"
+    disks = record_scan(tmp_path, scan, threads=1, frames=2400, payload="noise", layout=layout,
+                        streams=("lcp", "rcp"))
+    fmt = "mark6sg" if layout == "mark6" else "flexbuff"
+    d = str(disks / "*")
+    for label, station in (("lcp", "P0"), ("rcp", "P1")):
+        gathered = tmp_path / f"{label}.vdif"
+        run("gather", scan, "--disk", d, "--stream", label, "-o", str(gathered))
+        with baseband.open(scan, "rs", format=fmt, disks=d, stream=label) as fh, open_ref(gathered) as ref:
+            assert fh.streams == ("lcp", "rcp") and fh.stream == label
+            assert fh.header0.station == station
+            assert_same_stream(fh, ref)
+        info = baseband.file_info(scan, format=fmt, disks=d, stream=label)
+        assert info and info.used_kwargs["stream"] == label
+        with vlbiflow.open(scan, disks=d, stream=label) as s:
+            assert s.info["streams"] == ["lcp", "rcp"] and s.info["stream"] == label
+            assert s.info["station"] == station
+    with pytest.raises(ValueError, match="several recorded streams .*lcp, rcp.*stream="):
+        baseband.open(scan, "rs", format=fmt, disks=d)
+    with pytest.raises(ValueError, match="several recorded streams"):
+        vlbiflow.open(scan, disks=d)
+    with pytest.raises(ValueError, match='no stream "x"; the scan\'s streams are lcp, rcp'):
+        vlbiflow.open(scan, disks=d, stream="x")
+    assert not baseband.file_info(scan, format=fmt, disks=d)

@@ -65,28 +65,31 @@ pub fn gather<W: Write>(
 }
 
 /// The recorded streams of a scan whose metadata maps blocks to streams (scans of several streams), by
-/// label; empty otherwise (then the whole scan is one stream).
+/// label; empty otherwise (then the whole scan is one stream). See [`Recording::stream_labels`].
 pub fn stream_labels(rec: &Recording) -> Vec<String> {
-    match &rec.metadata {
-        Some(m) if m.streams.len() > 1 && m.streams.iter().any(|s| !s.blocks.is_empty()) => {
-            m.streams.iter().map(|s| s.label.clone()).collect()
-        }
-        _ => Vec::new(),
-    }
+    rec.stream_labels()
 }
 
 /// As [`gather`], but only the blocks of recorded stream `stream` (an index into the metadata's streams,
-/// see [`stream_labels`]); `None` gathers every block.
+/// see [`stream_labels`]); `None` gathers what `rec` selects (every block unless
+/// [`Recording::select_stream`] chose one).
 pub fn gather_stream<W: Write>(
     rec: &Recording,
     stream: Option<usize>,
     out: &mut W,
     mut progress: impl FnMut(u64, u64),
 ) -> io::Result<GatherSummary> {
-    let routes = rec
-        .metadata
-        .as_ref()
-        .filter(|_| stream.is_some() && !stream_labels(rec).is_empty());
+    let selected;
+    let rec = match stream {
+        Some(i) if !rec.stream_labels().is_empty() && rec.stream != Some(i) => {
+            selected = Recording {
+                stream: Some(i),
+                ..rec.clone()
+            };
+            &selected
+        }
+        _ => rec,
+    };
     let total = rec.total_bytes();
     let mut log = FindingLog::default();
     for f in &rec.findings {
@@ -110,11 +113,6 @@ pub fn gather_stream<W: Write>(
             ReadEvent::Finding(f) => sink.log.push(f),
             ReadEvent::Piece(p) => {
                 read += p.data().len() as u64;
-                if let (Some(m), Some(b)) = (routes, p.block) {
-                    if m.stream_of_block(u64::from(b)) != stream {
-                        continue;
-                    }
-                }
                 framer.push(p.data(), p.pos, p.segment_start, p.segment_end, &mut sink);
                 if let Some(e) = sink.error.take() {
                     return Err(e);

@@ -568,6 +568,8 @@ pub struct ReadPipeline {
     stats: BlockStats,
     unit: &'static str,
     pending: std::collections::VecDeque<ReadEvent>,
+    /// Only blocks of this recorded stream are handed on (the metadata's block map and the stream's index).
+    only: Option<(vlbiflow_scan::ScanMetadata, usize)>,
 }
 
 impl ReadPipeline {
@@ -646,6 +648,19 @@ impl ReadPipeline {
             stats: BlockStats::default(),
             unit,
             pending: Default::default(),
+            only: rec
+                .stream
+                .filter(|_| !rec.stream_labels().is_empty())
+                .and_then(|i| Some((rec.metadata.clone()?, i))),
+        }
+    }
+
+    /// Whether `p` belongs to the selected stream (always, without a selection). Block numbering and gap
+    /// findings still cover every block of the scan: the other streams' blocks are no gap.
+    fn wanted(&self, p: &Piece) -> bool {
+        match (&self.only, p.block) {
+            (Some((meta, i)), Some(b)) => meta.stream_of_block(u64::from(b)) == Some(*i),
+            _ => true,
         }
     }
 
@@ -677,6 +692,9 @@ impl ReadPipeline {
                             self.current = None;
                         }
                         self.stats.payload_bytes += p.len as u64;
+                        if !self.wanted(&p) {
+                            continue;
+                        }
                         return Some(ReadEvent::Piece(p));
                     }
                     Ok(ev) => return Some(ev),
@@ -708,11 +726,17 @@ impl ReadPipeline {
                 self.current = Some(i);
             }
             self.stats.payload_bytes += piece.len as u64;
+            let wanted = self.wanted(&piece);
             if let (true, Some(b), true) = (self.numbered, piece.block, piece.segment_start) {
                 if let Some(f) = self.account_block(b, piece.pos) {
-                    self.pending.push_back(ReadEvent::Piece(piece));
+                    if wanted {
+                        self.pending.push_back(ReadEvent::Piece(piece));
+                    }
                     return Some(ReadEvent::Finding(f));
                 }
+            }
+            if !wanted {
+                continue;
             }
             return Some(ReadEvent::Piece(piece));
         }

@@ -52,6 +52,9 @@ pub struct Recording {
     pub metadata: Option<ScanMetadata>,
     /// Findings made while locating the files.
     pub findings: Vec<Finding>,
+    /// The one recorded stream to read (an index into the metadata's streams), for scans of several
+    /// streams; `None` reads every block. Set with [`select_stream`](Self::select_stream).
+    pub stream: Option<usize>,
 }
 
 impl Recording {
@@ -84,10 +87,49 @@ impl Recording {
         }
     }
 
-    /// Frame rate per thread the metadata records, if all its streams agree on one.
+    /// The recorded streams of a scan whose metadata maps blocks to streams (scans of several streams),
+    /// by label; empty otherwise (then the whole scan is one stream).
+    pub fn stream_labels(&self) -> Vec<String> {
+        match &self.metadata {
+            Some(m) if m.streams.len() > 1 && m.streams.iter().any(|s| !s.blocks.is_empty()) => {
+                m.streams.iter().map(|s| s.label.clone()).collect()
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// Reads only the recorded stream labelled `label` from now on (scans of several streams, see
+    /// [`stream_labels`](Self::stream_labels)). An unknown label, or a scan without several streams, is a
+    /// usage error naming the labels there are.
+    pub fn select_stream(&mut self, label: &str) -> Result<(), LocateError> {
+        let labels = self.stream_labels();
+        match labels.iter().position(|l| l == label) {
+            Some(i) => {
+                self.stream = Some(i);
+                Ok(())
+            }
+            None if labels.is_empty() => Err(LocateError::Usage(format!(
+                "{}: stream {label:?} asked for, but the scan is one stream (its metadata maps no blocks to streams)",
+                self.name
+            ))),
+            None => Err(LocateError::Usage(format!(
+                "{}: no stream {label:?}; the scan's streams are {}",
+                self.name,
+                labels.join(", ")
+            ))),
+        }
+    }
+
+    /// Frame rate per thread the metadata records (of the selected stream, if one is), if all its streams
+    /// agree on one.
     pub fn frame_rate_hint(&self) -> Option<u32> {
         let meta = self.metadata.as_ref()?;
-        let mut rates = meta.streams.iter().filter_map(|s| s.frame_rate);
+        let selected = self.stream.and_then(|i| meta.streams.get(i));
+        let mut rates = meta
+            .streams
+            .iter()
+            .filter(|s| selected.is_none_or(|sel| std::ptr::eq(*s, sel)))
+            .filter_map(|s| s.frame_rate);
         let first = rates.next()?;
         rates.all(|r| r == first).then_some(first)
     }
@@ -350,6 +392,7 @@ pub fn locate_scan(scan: &str, disks: &[PathBuf]) -> Result<Recording, LocateErr
         sources,
         metadata,
         findings,
+        stream: None,
     })
 }
 
@@ -482,6 +525,7 @@ pub fn locate_files(paths: Vec<PathBuf>) -> Result<Recording, LocateError> {
             sources: Sources::Mark6(mark6),
             metadata: None,
             findings,
+            stream: None,
         });
     }
     if !flex.is_empty() {
@@ -512,6 +556,7 @@ pub fn locate_files(paths: Vec<PathBuf>) -> Result<Recording, LocateError> {
             sources: Sources::Flexbuff(disks),
             metadata: None,
             findings,
+            stream: None,
         });
     }
     let format = sniff_plain(&plain[0])?;
@@ -529,6 +574,7 @@ pub fn locate_files(paths: Vec<PathBuf>) -> Result<Recording, LocateError> {
         sources: Sources::Plain(plain, format),
         metadata: None,
         findings,
+        stream: None,
     })
 }
 

@@ -123,9 +123,11 @@ class RawFile(_io.RawIOBase):
     recording again from its start; the size costs one pass over the recording the first time it is asked.
     """
 
-    def __init__(self, args: List[str], disks: List[str], strict: bool = True) -> None:
+    def __init__(
+        self, args: List[str], disks: List[str], strict: bool = True, stream: Optional[str] = None
+    ) -> None:
         super().__init__()
-        self._s = _vlbiflow.RawStream(args, disks, strict)
+        self._s = _vlbiflow.RawStream(args, disks, strict, stream)
 
     def readable(self) -> bool:
         return True
@@ -168,7 +170,8 @@ class Scan:
     Attributes:
         info: stream facts as plain numbers (``bits``, ``channels``, ``complex``, ``threads``,
             ``frame_rate``, ``samples_per_frame``, ``sample_rate`` in Hz, ``start_time`` as POSIX seconds,
-            ``station``, ``layout`` "mark6", "flexbuff" or "plain", ...).
+            ``station``, ``layout`` "mark6", "flexbuff" or "plain", ``streams`` the labels of a scan
+            recorded from several streams (empty otherwise), ``stream`` the one read, ...).
         sample_rate, start_time, time: astropy ``Quantity`` (Hz) and ``Time`` when astropy is installed,
             else floats (Hz, POSIX seconds).
         shape: ``(None, threads, channels)``: the time length is known only at the end of the recording.
@@ -204,6 +207,7 @@ class Scan:
         nchan: Optional[int] = None,
         bits: Optional[int] = None,
         ref_mjd: Optional[int] = None,
+        stream: Optional[str] = None,
     ) -> None:
         if fill not in _FILL:
             raise ValueError(f"fill must be 'zero', 'nan' or 'mask', not {fill!r}")
@@ -212,11 +216,18 @@ class Scan:
         self._args, self._disks, self._strict = args, disks, strict
         self._frame_rate = frame_rate
         self._m5b = (bits, nchan, ref_mjd)
+        self._stream = stream
         self.fill = fill
         self._r = _vlbiflow.Reader(
-            args, disks, frame_rate, strict, units == "baseband", bits, nchan, ref_mjd
+            args, disks, frame_rate, strict, units == "baseband", bits, nchan, ref_mjd, stream
         )
         self.info: Dict[str, Any] = self._r.info()
+        if self.info["streams"] and stream is None:
+            self._r = None  # type: ignore[assignment]
+            raise ValueError(
+                f"{args}: a scan of several recorded streams ({', '.join(self.info['streams'])}): "
+                "choose one with stream=LABEL"
+            )
         self.dtype = np.dtype(np.complex64 if self.info["complex"] else np.float32)
         self.shape = (None, len(self.info["threads"]), self.info["channels"])
 
@@ -421,7 +432,8 @@ class Scan:
         """
         bits, nchan, ref_mjd = self._m5b
         d = _vlbiflow.headers(
-            self._args, self._disks, self._frame_rate, limit, self._strict, bits, nchan, ref_mjd
+            self._args, self._disks, self._frame_rate, limit, self._strict, bits, nchan, ref_mjd,
+            self._stream,
         )
         files = d.pop("_files")
         out: Dict[str, Any] = {k: np.frombuffer(b, dtype=t) for k, (b, t) in d.items()}
@@ -437,7 +449,7 @@ class Scan:
             >>> with vdif.open(scan.raw(), "rs") as fh:
             ...     x = fh.read(4096)
         """
-        return RawFile(self._args, self._disks, self._strict)
+        return RawFile(self._args, self._disks, self._strict, self._stream)
 
     def close(self) -> None:
         """Stops the reader threads."""
@@ -469,6 +481,7 @@ def open(
     bits: Optional[int] = None,
     kday: Optional[int] = None,
     ref_time: Any = None,
+    stream: Optional[str] = None,
 ) -> Scan:
     """Opens a recording for reading samples.
 
@@ -489,10 +502,13 @@ def open(
             thousands (as baseband's ``kday``, e.g. 56000); ``ref_time`` a time (POSIX seconds or an astropy
             ``Time``) within 500 days of the recording. Default: the day nearest today, as ``vlbiflow
             check`` does.
+        stream: for a scan recorded from several streams (``vlbiflow record --stream a=... --stream
+            b=...``), the label of the one to read (``Scan.info["streams"]`` lists them; required there).
 
     Raises:
         FileNotFoundError: no such file or scan. VlbiflowError: damaged input, naming file and offset.
-        ValueError: a Mark5B recording without ``nchan`` and ``bits``.
+        ValueError: a Mark5B recording without ``nchan`` and ``bits``; a scan of several streams without
+            ``stream``, or an unknown label.
 
     Example::
 
@@ -510,6 +526,7 @@ def open(
         nchan,
         bits,
         _ref_mjd(kday, ref_time),
+        stream,
     )
 
 

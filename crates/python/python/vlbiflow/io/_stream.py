@@ -53,7 +53,7 @@ def _header0(scan: Scan) -> VDIFHeader:
         h = VDIFHeader.fromfile(io.BytesIO(i["first_header"]), verify=True)
         if h["thread_id"] == i["threads"][0] and abs(h.get_time(frame_rate=frame_rate) - start) < 0.5 / frame_rate:
             return h
-    raw = _vlbiflow.RawStream(scan._args, scan._disks, scan._strict)
+    raw = _vlbiflow.RawStream(scan._args, scan._disks, scan._strict, scan._stream)
     # A frame may arrive up to 256 frame sets late (the reader's window): the first set is within these.
     limit = min(_HEADER0_FRAMES, 300 * len(i["threads"]))
     for _ in range(limit):
@@ -79,16 +79,18 @@ class _VlbiflowStreamReader(VDIFStreamBase, StreamReaderBase):
     selects threads, second channels), ``fill_value`` (default 0), ``verify`` (True or 'fix': damaged input
     raises, naming file and byte offset; False: skipped and read as missing data). Beyond those: ``disks``
     (where a scan's files are), ``frame_rate`` (frames per second per thread, if neither scan metadata nor
-    headers tell) or ``sample_rate`` (a Quantity).
+    headers tell) or ``sample_rate`` (a Quantity), and ``stream``: for a scan recorded from several streams,
+    the label of the one to read (required there; ``streams`` lists the labels).
     """
 
     _layout = ""
 
     def __init__(self, name: Any, *, disks: Any = None, squeeze: bool = True, subset: Any = (),
                  fill_value: float = 0.0, verify: Any = "fix", frame_rate: Any = None,
-                 sample_rate: Any = None) -> None:
+                 sample_rate: Any = None, stream: Any = None) -> None:
         strict = verify is not False
-        scan = Scan(_args(name), _disks(disks), "zero", _whole(frame_rate, "frame_rate"), strict)
+        scan = Scan(_args(name), _disks(disks), "zero", _whole(frame_rate, "frame_rate"), strict,
+                    stream=stream)
         info = scan.info
         if info["layout"] != self._layout or info["kind"] != "vdif":
             scan.close()
@@ -101,7 +103,7 @@ class _VlbiflowStreamReader(VDIFStreamBase, StreamReaderBase):
             if rate != info["sample_rate"]:
                 scan.close()
                 frame_rate = _whole(rate / info["samples_per_frame"], "sample_rate / samples_per_frame")
-                scan = Scan(_args(name), _disks(disks), "zero", frame_rate, strict)
+                scan = Scan(_args(name), _disks(disks), "zero", frame_rate, strict, stream=stream)
                 info = scan.info
         self._scan = scan
         nthread = len(info["threads"])
@@ -119,6 +121,16 @@ class _VlbiflowStreamReader(VDIFStreamBase, StreamReaderBase):
             sample_shape=(nthread, info["channels"]),
             sample_rate=(info["sample_rate"] * u.Hz).to(u.MHz),
         )
+
+    @property
+    def streams(self) -> tuple:
+        """Labels of the recorded streams of a scan recorded from several (empty for one stream)."""
+        return tuple(self._scan.info["streams"])
+
+    @property
+    def stream(self) -> Any:
+        """Label of the recorded stream read (``None`` for a scan of one stream)."""
+        return self._scan.info["stream"]
 
     def readable(self) -> bool:
         """Whether the stream can be read and decoded."""
@@ -252,7 +264,8 @@ def make_info(cls: type, layout: str, module: str) -> Callable[..., Any]:
         is not such a recording)."""
         if not _is_candidate(name, layout, kwargs.get("disks")):
             return NoInfo(f"{name} is not a {layout} recording")
-        known = {"disks", "squeeze", "subset", "fill_value", "verify", "frame_rate", "sample_rate"}
+        known = {"disks", "squeeze", "subset", "fill_value", "verify", "frame_rate", "sample_rate",
+                 "stream"}
         used = {k: v for k, v in kwargs.items() if k in known}
         try:
             fh = cls(name, **used)
