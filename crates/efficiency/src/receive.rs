@@ -173,12 +173,8 @@ fn accept_all(l: &TcpListener, n: usize, ctl: &RecvControl) -> Result<Vec<TcpStr
         match l.accept() {
             Ok((c, _)) => conns.push(c),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                use rustix::event::{poll, PollFd, PollFlags, Timespec};
-                let ts = Timespec {
-                    tv_sec: 0,
-                    tv_nsec: 50_000_000,
-                };
-                let _ = poll(&mut [PollFd::new(l, PollFlags::IN)], Some(&ts));
+                use vlbiflow_udp::poll::{wait, PollFlags};
+                let _ = wait(l, PollFlags::IN, Duration::from_millis(50));
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(format!("tcp: accept: {e}")),

@@ -218,13 +218,12 @@ fn send_tcp(
         }
         if !wrote {
             // Every connection is full: wait (bounded) until one has room.
-            use rustix::event::{poll, PollFd, PollFlags, Timespec};
+            use rustix::event::{poll, PollFd, PollFlags};
             let mut fds: Vec<PollFd> = conns.iter().map(|c| PollFd::new(c, PollFlags::OUT)).collect();
-            let ts = Timespec {
-                tv_sec: 0,
-                tv_nsec: 10_000_000,
-            };
-            let _ = poll(&mut fds, Some(&ts));
+            let _ = poll(
+                &mut fds,
+                Some(&vlbiflow_udp::poll::timespec(Duration::from_millis(10))),
+            );
         }
     }
     for c in &conns {

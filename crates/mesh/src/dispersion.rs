@@ -21,7 +21,8 @@
 //!   the tails vary (cross traffic lowers them unevenly), pathrate's rule: the strongest pair mode
 //!   at or above the trains' tail rate, else that rate. Pairs are not trusted over settled trains:
 //!   two packets from one send call are spaced by the sending host's per-packet cost as much as by
-//!   the path (about 22 µs on a loaded core here, which reads as 540 Mb/s), and cross traffic steady
+//!   the path (tens of microseconds on a loaded core, which reads as a path of a few hundred Mb/s;
+//!   `bench/mesh-capacity.sh` measures it), and cross traffic steady
 //!   enough to leave the tails settled is indistinguishable from a slower bottleneck.
 
 use serde::Serialize;

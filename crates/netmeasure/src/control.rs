@@ -219,13 +219,8 @@ impl ControlConn {
     /// True when the peer has closed or reset the connection, or sent something unasked (checked
     /// without waiting).
     pub fn peer_gone_or_talking(&self) -> bool {
-        use rustix::event::{poll, PollFd, PollFlags, Timespec};
-        let mut fds = [PollFd::new(&self.stream, PollFlags::IN)];
-        let now = Timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        poll(&mut fds, Some(&now)).is_ok_and(|n| n > 0) && !fds[0].revents().is_empty()
+        use vlbiflow_udp::poll::{wait, PollFlags};
+        wait(&self.stream, PollFlags::IN, Duration::ZERO).is_ok_and(|e| !e.is_empty())
     }
 }
 

@@ -279,48 +279,25 @@ impl Emulator {
         };
         let result = std::thread::scope(|s| {
             let writer = s.spawn(|| log_writer(rx, log_file, start_unix));
-            let t_ab = {
-                let (halt, log_lost, log_tx) = (&halt, &log_lost, log_tx.clone());
-                std::thread::Builder::new()
-                    .name("pathemu-a-b".into())
-                    .spawn_scoped(s, move || {
-                        forward(
-                            Direction::AtoB,
-                            tun_a,
-                            tun_b,
-                            ab,
-                            start,
-                            realtime,
-                            spin,
-                            wake_every,
-                            halt,
-                            log_tx,
-                            log_lost,
-                        )
-                    })
-                    .map_err(io_err("starting a thread"))?
+            let pace = Pace {
+                start,
+                realtime,
+                spin,
+                wake_every,
             };
-            let t_ba = {
-                let (halt, log_lost, log_tx) = (&halt, &log_lost, log_tx.clone());
+            let spawn = |name: &str, dir, input, output, link| {
+                let drops = DropLog {
+                    tx: log_tx.clone(),
+                    lost: &log_lost,
+                };
+                let halt = &halt;
                 std::thread::Builder::new()
-                    .name("pathemu-b-a".into())
-                    .spawn_scoped(s, move || {
-                        forward(
-                            Direction::BtoA,
-                            tun_b,
-                            tun_a,
-                            ba,
-                            start,
-                            realtime,
-                            spin,
-                            wake_every,
-                            halt,
-                            log_tx,
-                            log_lost,
-                        )
-                    })
-                    .map_err(io_err("starting a thread"))?
+                    .name(name.into())
+                    .spawn_scoped(s, move || forward(dir, input, output, link, pace, halt, drops))
+                    .map_err(io_err("starting a thread"))
             };
+            let t_ab = spawn("pathemu-a-b", Direction::AtoB, tun_a, tun_b, ab)?;
+            let t_ba = spawn("pathemu-b-a", Direction::BtoA, tun_b, tun_a, ba)?;
             drop(log_tx);
             while !stop.load(Ordering::SeqCst) && duration.is_none_or(|d| start.elapsed() < d) {
                 if t_ab.is_finished() || t_ba.is_finished() {
@@ -357,21 +334,42 @@ impl Emulator {
     }
 }
 
+/// How a direction's loop keeps time: the run's start, the real-time class, the spin before a due time and
+/// the wake-up moderation (0: none).
+#[derive(Clone, Copy)]
+struct Pace {
+    start: Instant,
+    realtime: bool,
+    spin: Nanos,
+    wake_every: Nanos,
+}
+
+/// Where a direction's loop logs its drops (if asked), and the count of records the log had no room for.
+struct DropLog<'a> {
+    tx: Option<SyncSender<DropRecord>>,
+    lost: &'a AtomicU64,
+}
+
 /// One direction's loop: read what is waiting, write what is due, sleep until the next due time.
-#[allow(clippy::too_many_arguments)]
 fn forward(
     dir: Direction,
     input: &Tun,
     output: &Tun,
     mut link: Link,
-    start: Instant,
-    realtime: bool,
-    spin: Nanos,
-    wake_every: Nanos,
+    pace: Pace,
     halt: &AtomicBool,
-    log: Option<SyncSender<DropRecord>>,
-    log_lost: &AtomicU64,
+    drops: DropLog<'_>,
 ) -> Result<DirReport, Error> {
+    let Pace {
+        start,
+        realtime,
+        spin,
+        wake_every,
+    } = pace;
+    let DropLog {
+        tx: log,
+        lost: log_lost,
+    } = drops;
     sched::set_timer_slack(1);
     // the thread ends with the run, and its class with it
     let _rt = if realtime {

@@ -62,6 +62,31 @@ fn locate_py(
     })
 }
 
+/// Which recording to read, from Python as a tuple `(args, disks, stream)`: the scan name or files, the
+/// disks, and the label of one recorded stream (or None).
+#[derive(FromPyObject)]
+struct Target(Vec<String>, Vec<String>, Option<String>);
+
+impl Target {
+    fn locate(self, py: Python<'_>) -> PyResult<Recording> {
+        locate_py(py, self.0, self.1, self.2.as_deref())
+    }
+}
+
+/// Mark5B's facts its headers do not carry, from Python as a tuple `(bits, nchan, ref_mjd)`.
+#[derive(FromPyObject)]
+struct M5b(Option<u8>, Option<u32>, Option<i64>);
+
+impl M5b {
+    fn options(self) -> Mark5bOptions {
+        Mark5bOptions {
+            bits: self.0,
+            channels: self.1,
+            ref_mjd: self.2,
+        }
+    }
+}
+
 /// Low-level sample reader; use `vlbiflow.open`.
 #[pyclass(module = "vlbiflow._vlbiflow")]
 struct Reader {
@@ -81,27 +106,18 @@ fn layout(rec: &Recording) -> &'static str {
 #[pymethods]
 impl Reader {
     #[new]
-    #[pyo3(signature = (args, disks, frame_rate=None, strict=true, baseband_units=true, bits=None, nchan=None, ref_mjd=None, stream=None))]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (target, frame_rate=None, strict=true, baseband_units=true, m5b=M5b(None, None, None)))]
     fn new(
         py: Python<'_>,
-        args: Vec<String>,
-        disks: Vec<String>,
+        target: Target,
         frame_rate: Option<u32>,
         strict: bool,
         baseband_units: bool,
-        bits: Option<u8>,
-        nchan: Option<u32>,
-        ref_mjd: Option<i64>,
-        stream: Option<String>,
+        m5b: M5b,
     ) -> PyResult<Self> {
-        let rec = locate_py(py, args, disks, stream.as_deref())?;
+        let rec = target.locate(py)?;
         let layout = layout(&rec);
-        let m5b = Mark5bOptions {
-            bits,
-            channels: nchan,
-            ref_mjd,
-        };
+        let m5b = m5b.options();
         let inner = py
             .detach(|| {
                 let probe = probe(&rec, frame_rate, strict, m5b)?;
@@ -284,26 +300,17 @@ impl Reader {
 
 /// Header fields of every frame (or the first `limit`), as a dict of column name -> (bytes, numpy dtype).
 #[pyfunction]
-#[pyo3(signature = (args, disks, frame_rate=None, limit=None, strict=true, bits=None, nchan=None, ref_mjd=None, stream=None))]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (target, frame_rate=None, limit=None, strict=true, m5b=M5b(None, None, None)))]
 fn headers<'py>(
     py: Python<'py>,
-    args: Vec<String>,
-    disks: Vec<String>,
+    target: Target,
     frame_rate: Option<u32>,
     limit: Option<usize>,
     strict: bool,
-    bits: Option<u8>,
-    nchan: Option<u32>,
-    ref_mjd: Option<i64>,
-    stream: Option<String>,
+    m5b: M5b,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let rec = locate_py(py, args, disks, stream.as_deref())?;
-    let m5b = Mark5bOptions {
-        bits,
-        channels: nchan,
-        ref_mjd,
-    };
+    let rec = target.locate(py)?;
+    let m5b = m5b.options();
     #[derive(Default)]
     struct Cols {
         seconds: Vec<u32>,
@@ -614,14 +621,10 @@ fn ls_json(py: Python<'_>, disks: Vec<String>) -> PyResult<String> {
     serde_json::to_string(&scans).map_err(|e| PyValueError::new_err(e.to_string()))
 }
 
-/// Writes VDIF frames from float32 samples laid out (time, thread, values per time) in `data`.
-#[pyfunction]
-#[pyo3(signature = (path, data, threads, channels, complex, bits, samples_per_frame, frame_rate, start_second, station, thread_ids, baseband_units=true, edv=0, append=false, fill=None))]
-#[allow(clippy::too_many_arguments)]
-fn write_vdif_raw(
-    py: Python<'_>,
-    path: String,
-    data: Vec<u8>,
+/// What the frames [`write_vdif_raw`] writes are like: a dict with these keys from Python.
+#[derive(FromPyObject)]
+#[pyo3(from_item_all)]
+struct VdifLayout {
     threads: usize,
     channels: u32,
     complex: bool,
@@ -631,11 +634,36 @@ fn write_vdif_raw(
     start_second: i64,
     station: String,
     thread_ids: Vec<u16>,
+    /// Samples in baseband's levels (else in sigma).
     baseband_units: bool,
+    /// VDIF extended data version: 0, or 1/3 (headers carry the sample rate).
     edv: u8,
+}
+
+/// Writes VDIF frames from float32 samples laid out (time, thread, values per time) in `data`.
+#[pyfunction]
+#[pyo3(signature = (path, data, layout, append=false, fill=None))]
+fn write_vdif_raw(
+    py: Python<'_>,
+    path: String,
+    data: Vec<u8>,
+    layout: VdifLayout,
     append: bool,
     fill: Option<Vec<u8>>,
 ) -> PyResult<u64> {
+    let VdifLayout {
+        threads,
+        channels,
+        complex,
+        bits,
+        samples_per_frame,
+        frame_rate,
+        start_second,
+        station,
+        thread_ids,
+        baseband_units,
+        edv,
+    } = layout;
     let format =
         SampleFormat::new(bits, channels, complex).map_err(|e| PyValueError::new_err(e.to_string()))?;
     let vals = format.values_per_time();

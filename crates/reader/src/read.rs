@@ -118,6 +118,27 @@ impl BufferPool {
     }
 }
 
+/// A byte range of one file to read and hand on: where, how much, the piece size's unit (a frame length,
+/// so pieces end on frame boundaries where they can) and the block or chunk number it belongs to.
+struct Span {
+    offset: u64,
+    len: u64,
+    align: usize,
+    block: Option<u32>,
+}
+
+impl Span {
+    /// A whole file or chunk of `len` bytes, pieces of any length.
+    fn whole(len: u64, block: Option<u32>) -> Span {
+        Span {
+            offset: 0,
+            len,
+            align: 1,
+            block,
+        }
+    }
+}
+
 /// Context shared by a reader thread.
 struct ReaderCtx {
     tx: Sender<ReadEvent>,
@@ -144,19 +165,16 @@ impl ReaderCtx {
         self.send(ReadEvent::Finding(f))
     }
 
-    /// Reads `len` bytes at `offset` of `file` in pieces of at most the pool's buffer size (rounded down to
-    /// `align`) and sends them. Returns false to stop (consumer gone, or a read error already reported).
-    #[allow(clippy::too_many_arguments)]
-    fn send_range(
-        &mut self,
-        file: &File,
-        path: &std::path::Path,
-        id: FileId,
-        offset: u64,
-        len: u64,
-        align: usize,
-        block: Option<u32>,
-    ) -> bool {
+    /// Reads `span.len` bytes at `span.offset` of `file` in pieces of at most the pool's buffer size
+    /// (rounded down to `span.align`) and sends them. Returns false to stop (consumer gone, or a read error
+    /// already reported).
+    fn send_range(&mut self, file: &File, path: &std::path::Path, id: FileId, span: Span) -> bool {
+        let Span {
+            offset,
+            len,
+            align,
+            block,
+        } = span;
         let step = (self.pool.size / align.max(1)).max(1) * align.max(1);
         let step = step.min(self.pool.size);
         let mut done = 0u64;
@@ -426,15 +444,13 @@ fn mark6_reader(mut ctx: ReaderCtx, path: PathBuf, id: FileId, header: Mark6File
                     }
                 }
                 let data_at = offset + hlen as u64;
-                if !ctx.send_range(
-                    &file,
-                    &path,
-                    id,
-                    data_at,
-                    payload,
-                    header.packet_size as usize,
-                    Some(number),
-                ) {
+                let span = Span {
+                    offset: data_at,
+                    len: payload,
+                    align: header.packet_size as usize,
+                    block: Some(number),
+                };
+                if !ctx.send_range(&file, &path, id, span) {
                     return;
                 }
                 last = Some(i64::from(number));
@@ -504,7 +520,7 @@ fn chunk_reader(mut ctx: ReaderCtx, chunks: Vec<(u32, PathBuf, FileId)>) {
                 continue;
             }
         };
-        if !ctx.send_range(&file.0, &path, id, 0, file.1, 1, Some(number)) {
+        if !ctx.send_range(&file.0, &path, id, Span::whole(file.1, Some(number))) {
             return;
         }
     }
@@ -526,7 +542,7 @@ fn plain_reader(mut ctx: ReaderCtx, files: Vec<(PathBuf, FileId)>) {
                 continue;
             }
         };
-        if !ctx.send_range(&file.0, &path, id, 0, file.1, 1, None) {
+        if !ctx.send_range(&file.0, &path, id, Span::whole(file.1, None)) {
             return;
         }
     }

@@ -128,9 +128,9 @@ const PROBE_GAINS: [f64; 8] = [1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0];
 const STARTUP_GAIN: f64 = 2.885;
 const CUT: f64 = 0.85;
 /// Shortest span of a delivery-rate sample, and so the shortest phase of startup, drain and the gain
-/// cycle: a phase shorter than the samples that are to see it does not show in them (at 0.2 ms RTT a
-/// 1.25x probe of one feedback interval, 5 ms, raised a 20 ms sample by 6%, less than 5% random loss
-/// took away, and the estimate stayed at 55-70% of the path).
+/// cycle: a phase shorter than the samples that are to see it does not show in them (on a path of a
+/// fraction of a millisecond a probe of one feedback interval raised a sample by less than moderate
+/// random loss took away, and the estimate stayed well below the path; `tests/sim.rs` covers short RTTs).
 const MIN_SPAN: Duration = Duration::from_millis(20);
 /// The largest random loss the pacing makes up for (see [`RateControl::loss_compensation`]): above it a
 /// path is not healthy, and [`RateConfig::loss_backoff`] reads such loss as the receiver not keeping up.
@@ -369,8 +369,8 @@ impl RateControl {
     ///   gain cycle's probe and a sender that makes up for lost time leave such queues, which drain,
     /// - while the sender ran late in the last round (see [`RateControl::on_sender_late`]): its own
     ///   catch-up, not the path, sets the rate then, and making up would only lengthen the bursts (a
-    ///   sender held for 2 s at 50 ms and 1% loss, made up for meanwhile, built a queue that cut its
-    ///   estimate to 817 Mb/s of 1 Gb/s, against 886 without),
+    ///   sender held for seconds on a lossy path, made up for meanwhile, built a queue that cut its
+    ///   own estimate; `tests/sim.rs`),
     /// - for 10 rounds (at least 1 s) after the receiving host reported drops on its socket: losses of
     ///   a receiver that does not keep up are not the path's, and sending more only loses more.
     ///
@@ -389,8 +389,8 @@ impl RateControl {
     /// `late` just before `now`. What it did not send shows a round trip later as a delivery rate that
     /// does not grow, which startup would otherwise take for a full pipe (BBR leaves out samples that
     /// were application-limited the same way): on a 2-core host busy with an emulator as well, a sender
-    /// that ran only now and then for 0.6 s of its first second left startup at 78 Mb/s of a
-    /// 2 Gb/s, 100 ms path, and probing took 10 s to climb back.
+    /// that ran only now and then in its first second left startup at a small fraction of a long path,
+    /// and probing took many seconds to climb back (`bench/xfer-accept.sh` runs such paths).
     pub fn on_sender_late(&mut self, now: Instant, late: Duration) {
         if late.is_zero() {
             return;
@@ -495,7 +495,7 @@ impl RateControl {
                     // round rather than 2.9x, and when the path is full, a queue of at most about one
                     // BDP (at 2.9x on top of the pacing rate the last round of startup put two more in the
                     // bottleneck's buffer before the queue showed at the sender, and a buffer of one BDP
-                    // overflowed: 1400-2000 datagrams dropped at 100 ms, 2 Gb/s)
+                    // overflowed on long, fast paths)
                     measured
                 } else {
                     measured.max(self.compute_pacing_rate())
@@ -692,8 +692,8 @@ impl RateControl {
                 // BBR's rule where the bytes in flight are known: the startup's queue is gone when no more
                 // than one BDP is in flight. The receiver's queue readings lag by a round trip, and while
                 // the last round of startup still arrives they can dip below the threshold between two
-                // bursts (a drain that ended on one such reading left a 64 ms queue growing into probing,
-                // which overflowed the path's buffer).
+                // bursts (a drain that ended on one such reading left a queue of a good part of the RTT
+                // growing into probing, which overflowed the path's buffer).
                 let drained = match self.last_inflight {
                     Some(inflight) => (inflight as f64) <= bw * round.as_secs_f64(),
                     None => self.window_queue_min.is_some_and(|q| q < threshold),
@@ -751,14 +751,15 @@ impl RateControl {
         }
         // Refilling. Congestion that has gone (a burst of other traffic, a flood) can leave the
         // estimate capped far below what the path delivered in the last 10 s; the cap rises
-        // 25% per gain cycle, which took 4 s at 50 ms from a sixth of the path. So once the
+        // 25% per gain cycle, which takes seconds on a long path from a small share of it. So once the
         // estimate is under half the best delivery rate of the last 10 s and a round passes
         // with no queue and no congestion loss, the cap rises 25% and the next round probes
         // at 1.25x, round after round up to 90% of that rate: the estimate comes back in
         // rounds, as far as that earlier rate and no further. A flow that keeps a queue (TCP
-        // beside this one) stops it at once, and one cut for loss (15%) does not start it: at
-        // 90% instead of half, CUBIC beside xfer kept 45% of the path rather than 57%, taking
-        // every round its loss backoff left the queue empty. It also ends when a refilling
+        // beside this one) stops it at once, and one cut for loss (15%) does not start it: with
+        // the threshold at 90% instead of half, CUBIC beside xfer kept a clearly smaller share
+        // (`bench/xfer-compete.sh`), xfer taking every round its loss backoff left the queue
+        // empty. It also ends when a refilling
         // round did not raise the estimate by 10% (what holds the rate is the path: one that
         // drops without a queue, a policer, or less capacity than 10 s before) and when the
         // round lost clearly more than the path's random loss.
@@ -795,8 +796,8 @@ impl RateControl {
 
     /// The least queue the receiver reported over the last round (at least [`MIN_SPAN`]). A single
     /// reading also shows a queue of a moment: the burst of a sender making up for lost time, or a
-    /// forwarder that lost its CPU for a few milliseconds. At 0 ms and 5% loss, 40-57% of the readings
-    /// were 1 ms or more.
+    /// forwarder that lost its CPU for a few milliseconds: on a short, lossy path many single readings
+    /// show such a queue.
     fn standing_queue(&self) -> Duration {
         self.queue_recent.min().unwrap_or(Duration::ZERO)
     }
@@ -900,8 +901,8 @@ impl RateControl {
 /// A round is short (one round trip, at least 20 ms: 50 of them a second), so the test is made often,
 /// and a loose one cuts a healthy flow now and then. The rule it replaces (3 sigma of the normal
 /// approximation, plus one datagram) was passed by chance about once in 1,000 rounds at 1% and 5% random
-/// loss (exact binomial tails, 50-1,500 datagrams a round): 2-3 cuts in each 13 s push at 20 ms / 1%
-/// in the grid of 2026-11-28, every one after a round whose few queued datagrams happened to lose 3-7%.
+/// loss (exact binomial tails, 50-1,500 datagrams a round): a few cuts in every push of the path grid
+/// (`bench/xfer-path-ab.sh`), each after a round whose few queued datagrams happened to lose more.
 /// This one is passed by chance at most 1.9 times in 10^5 rounds there (the bound is loose by a factor
 /// of 5-200), and overflow of a drop-tail buffer, which loses a tenth or more of what arrives while it
 /// lasts, still passes it in one round.

@@ -1,6 +1,6 @@
 //! Client verbs: connect, authenticate, ask, and run the sending or receiving side.
 
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
@@ -62,11 +62,8 @@ pub fn connect(cfg: &ClientConfig) -> Result<SecureConn, XferError> {
     if cfg.realtime {
         crate::check_realtime()?;
     }
-    let addrs: Vec<SocketAddr> = cfg
-        .server
-        .to_socket_addrs()
-        .map_err(|e| XferError::Usage(format!("daemon address {:?}: {e}", cfg.server)))?
-        .collect();
+    let addrs = vlbiflow_udp::net::resolve_all(&cfg.server)
+        .map_err(|e| XferError::Usage(format!("daemon address: {e}")))?;
     let mut last = None;
     for a in addrs {
         match TcpStream::connect_timeout(&a, cfg.connect_timeout) {

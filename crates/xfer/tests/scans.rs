@@ -5,9 +5,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
-use vlbiflow_formats::vdif::VdifHeaderRepr;
 use vlbiflow_reader::gather::gather;
 use vlbiflow_reader::locate;
+use vlbiflow_testkit::vdif::Frame;
 use vlbiflow_xfer::client::{self, ClientConfig};
 use vlbiflow_xfer::daemon::{Daemon, ServeConfig};
 use vlbiflow_xfer::dest::Roots;
@@ -19,23 +19,13 @@ use vlbiflow_xfer_proto::RateConfig;
 const FRAME: usize = 8032;
 
 fn frame(i: u64) -> Vec<u8> {
-    let mut f = vec![0u8; FRAME];
-    VdifHeaderRepr {
-        seconds: 1000 + (i / 1000) as u32,
-        epoch: 48,
-        frame_number: (i % 1000) as u32,
-        version: 1,
-        frame_len: FRAME,
-        bits_per_sample: 2,
-        station_id: VdifHeaderRepr::station_from_str("Xx").unwrap(),
-        ..Default::default()
-    }
-    .emit(&mut f)
-    .unwrap();
-    for (k, b) in f[32..].iter_mut().enumerate() {
-        *b = (i as usize * 31 + k * 7) as u8;
-    }
-    f
+    Frame::new(FRAME)
+        .seconds(1000)
+        .epoch(48)
+        .at(i, 1000)
+        .version(1)
+        .station(b"Xx")
+        .build_with(|k| (i as usize * 31 + k * 7) as u8)
 }
 
 /// A Mark6 v2 scan: `n` frames in blocks of `per` frames over four disks, block k on disk (k * 3 + k / 5) % 4.

@@ -1,10 +1,11 @@
 //! Fixture builders written from the published layouts (the VDIF specification, the Mark 6
 //! scatter-gather format, jive5ab's FlexBuff naming), byte by byte, independent of any
-//! vlbiflow writer. VDIF headers come from `VdifHeaderRepr::emit`.
+//! vlbiflow writer. VDIF frames come from `vlbiflow_testkit::vdif::Frame` (written word by word from the
+//! specification).
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use vlbiflow_formats::vdif::VdifHeaderRepr;
+use vlbiflow_testkit::vdif::Frame;
 
 /// Frame length used by the fixtures: 32-byte header + 1024 bytes of 2-bit samples.
 pub const FRAME_LEN: usize = 1056;
@@ -14,27 +15,18 @@ pub const RATE: u32 = 100;
 pub const EPOCH: u8 = 48;
 pub const SECOND0: u32 = 5_227_200;
 
-/// One VDIF frame of `thread` at global frame index `i` (from SECOND0), payload bytes `fill_byte`.
+/// One VDIF frame of `thread` at global frame index `i` (from SECOND0), with a recognisable payload:
+/// index-dependent bytes.
 pub fn frame(thread: u16, i: u64, invalid: bool) -> Vec<u8> {
-    let mut f = vec![0u8; FRAME_LEN];
-    let repr = VdifHeaderRepr {
-        invalid,
-        seconds: SECOND0 + (i / u64::from(RATE)) as u32,
-        epoch: EPOCH,
-        frame_number: (i % u64::from(RATE)) as u32,
-        version: 1,
-        frame_len: FRAME_LEN,
-        bits_per_sample: 2,
-        thread_id: thread,
-        station_id: VdifHeaderRepr::station_from_str("Xx").unwrap(),
-        ..Default::default()
-    };
-    repr.emit(&mut f).unwrap();
-    // A recognisable payload: index-dependent bytes.
-    for (k, b) in f[32..].iter_mut().enumerate() {
-        *b = (i as usize * 7 + k + thread as usize) as u8;
-    }
-    f
+    Frame::new(FRAME_LEN)
+        .seconds(SECOND0)
+        .epoch(EPOCH)
+        .at(i, RATE)
+        .version(1)
+        .thread(thread)
+        .station(b"Xx")
+        .invalid(invalid)
+        .build_with(|k| (i as usize * 7 + k + thread as usize) as u8)
 }
 
 /// A jive5ab fill frame: header with the invalid bit, payload of 0x11223344 words.

@@ -2,7 +2,7 @@
 //! the local and remote views into results.
 
 use std::io;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -36,7 +36,8 @@ pub use results::{
 pub const DEFAULT_PORT: u16 = 14233;
 
 /// Resolves a responder given as HOST, HOST:PORT, an IPv6 address or `[IPv6]:PORT`; the port defaults
-/// to [`DEFAULT_PORT`].
+/// to [`DEFAULT_PORT`]. A name's first IPv4 address is taken, else its first
+/// ([`vlbiflow_udp::net::resolve`]).
 pub fn resolve_responder(host: &str) -> Result<SocketAddr, String> {
     let with_port = if host.parse::<SocketAddr>().is_ok()
         || host
@@ -44,16 +45,10 @@ pub fn resolve_responder(host: &str) -> Result<SocketAddr, String> {
             .is_some_and(|(h, p)| !h.contains(':') && p.parse::<u16>().is_ok())
     {
         host.to_string()
-    } else if host.contains(':') && !host.starts_with('[') {
-        format!("[{host}]:{DEFAULT_PORT}")
     } else {
-        format!("{host}:{DEFAULT_PORT}")
+        vlbiflow_udp::net::host_port(host, DEFAULT_PORT)
     };
-    with_port
-        .to_socket_addrs()
-        .map_err(|e| format!("cannot resolve responder address {host:?}: {e}"))?
-        .next()
-        .ok_or_else(|| format!("responder address {host:?} resolves to nothing"))
+    vlbiflow_udp::net::resolve(&with_port).map_err(|e| format!("responder address: {e}"))
 }
 
 /// A session with a responder.

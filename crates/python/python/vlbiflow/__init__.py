@@ -219,7 +219,7 @@ class Scan:
         self._stream = stream
         self.fill = fill
         self._r = _vlbiflow.Reader(
-            args, disks, frame_rate, strict, units == "baseband", bits, nchan, ref_mjd, stream
+            (args, disks, stream), frame_rate, strict, units == "baseband", self._m5b
         )
         self.info: Dict[str, Any] = self._r.info()
         if self.info["streams"] and stream is None:
@@ -430,10 +430,8 @@ class Scan:
             >>> lost = h["fill"] | h["invalid"]
             >>> [(h["files"][f], o) for f, o in zip(h["file"][lost], h["offset"][lost])][:3]
         """
-        bits, nchan, ref_mjd = self._m5b
         d = _vlbiflow.headers(
-            self._args, self._disks, self._frame_rate, limit, self._strict, bits, nchan, ref_mjd,
-            self._stream,
+            (self._args, self._disks, self._stream), self._frame_rate, limit, self._strict, self._m5b
         )
         files = d.pop("_files")
         out: Dict[str, Any] = {k: np.frombuffer(b, dtype=t) for k, (b, t) in d.items()}
@@ -630,20 +628,17 @@ def write_vdif(
         fill = per_frame.astype(np.uint8).tobytes()
     if thread_ids is None:
         thread_ids = list(range(threads))
-    return _vlbiflow.write_vdif_raw(
-        os.fspath(path),
-        data.view(np.float32).tobytes(),
-        threads,
-        channels,
-        complex_,
-        bits,
-        samples_per_frame,
-        rate // samples_per_frame,
-        int(start_time),
-        station,
-        list(thread_ids),
-        units == "baseband",
-        1 if rate % 1000 == 0 else 0,  # EDV 1 headers carry the sample rate (whole kHz)
-        append,
-        fill,
-    )
+    layout = {
+        "threads": threads,
+        "channels": channels,
+        "complex": complex_,
+        "bits": bits,
+        "samples_per_frame": samples_per_frame,
+        "frame_rate": rate // samples_per_frame,
+        "start_second": int(start_time),
+        "station": station,
+        "thread_ids": list(thread_ids),
+        "baseband_units": units == "baseband",
+        "edv": 1 if rate % 1000 == 0 else 0,  # EDV 1 headers carry the sample rate (whole kHz)
+    }
+    return _vlbiflow.write_vdif_raw(os.fspath(path), data.view(np.float32).tobytes(), layout, append, fill)
