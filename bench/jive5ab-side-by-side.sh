@@ -35,7 +35,13 @@ raise_socket_buffers
 SCRATCH=$(mktemp -d /tmp/j5sbs.XXXXXX)
 VF=""
 cleanup() {
-    [ -s "$SCRATCH/j5.pid" ] && kill -9 "$(cat "$SCRATCH/j5.pid")" 2>/dev/null || true
+    if [ -s "$SCRATCH/j5.pid" ]; then
+        local pid
+        pid=$(cat "$SCRATCH/j5.pid")
+        kill -9 "$pid" 2>/dev/null || true
+        # Its mounts stay busy until it is gone.
+        for _ in $(seq 100); do [ -d "/proc/$pid" ] || break; sleep 0.1; done
+    fi
     [ -n "$VF" ] && { kill "$VF" 2>/dev/null || true; wait "$VF" 2>/dev/null || true; }
     for m in "$SCRATCH"/j5/disk*; do umount "$m" 2>/dev/null || true; done
     rm -rf "$SCRATCH"
