@@ -29,7 +29,7 @@ fuzz_target!(|data: &[u8]| {
             let reply = match item {
                 Item::Error(r) => r,
                 Item::Statement(st) => match j5.handle(&mut conn, &st, &mut ctl, now) {
-                    Step::Now(r) | Step::WhenIdle(r) | Step::Disk2File(_, r) => r,
+                    Step::Now(r) | Step::WhenIdle(r) | Step::Disk2File(_, r) | Step::Disk2Net(_, r) => r,
                     Step::Start(p) => {
                         let _ = ctl.take_actions();
                         let r = ctl.started(p.ticket, Err("refused by the fuzzer".into()), now);

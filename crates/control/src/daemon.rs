@@ -326,7 +326,13 @@ async fn shutdown(sh: &Arc<Shared>) {
     })
     .await;
     perform(sh, actions).await;
-    let deadline = tokio::time::Instant::now() + SHUTDOWN_FLUSH;
+    run_until_idle(sh, SHUTDOWN_FLUSH).await;
+}
+
+/// Ticks the controller and carries out its actions until it is idle (a recording flushed) or `limit`
+/// has passed.
+pub(crate) async fn run_until_idle(sh: &Arc<Shared>, limit: Duration) {
+    let deadline = tokio::time::Instant::now() + limit;
     loop {
         let (idle, actions) = with_ctl(sh, |c| {
             c.tick(UtcTime::now());

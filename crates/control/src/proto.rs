@@ -12,27 +12,33 @@ use std::fmt::Write as _;
 /// Longest accepted line (and so statement), in bytes.
 pub const MAX_LINE: usize = 4096;
 
-/// VSI-S return codes used in replies.
+/// VSI-S return codes, used by both dialects' replies (the Mark6 dialect and jive5ab's, see
+/// [`crate::jive5ab::reply`]). The VSI-S specification names them; how jive5ab 3.1.0 uses each one
+/// (`src/mk5command/*.cc`, `src/test.cc`) is noted too.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum ReturnCode {
-    /// Action done.
+    /// Action done; every successful query.
     Done = 0,
-    /// Action initiated (e.g. a recording pending its start time).
+    /// Action initiated, not completed (a recording pending its start time; jive5ab: `record=off`,
+    /// `disk2file=...`, `disk2net=connect`).
     Initiated = 1,
-    /// Not applicable in the current state.
+    /// Not applicable in the current state, or not implemented (jive5ab: a query-only keyword used as
+    /// a command or the reverse, an unknown sub-command).
     NotNow = 2,
-    /// Action failed.
+    /// Action failed (VSI-S: syntax error; rare in jive5ab).
     Failed = 3,
-    /// Error in the request or the daemon.
+    /// Error in the request or the daemon, or while executing (jive5ab: e.g. a `mode` string that
+    /// names no format).
     Error = 4,
     /// Busy: the answer is not ready yet (e.g. the scan is still flushing); retry.
     Busy = 5,
-    /// Conflicts with what is going on (e.g. a recording).
+    /// Conflicts with what is going on (e.g. a recording); jive5ab's usual refusal ("not whilst record
+    /// is in progress").
     Conflict = 6,
-    /// No such keyword.
+    /// No such keyword (jive5ab: `ENOSYS - not implemented`).
     NoSuchKeyword = 7,
-    /// Parameter error.
+    /// Parameter error: missing, malformed or out-of-range argument.
     Parameter = 8,
 }
 

@@ -274,3 +274,157 @@ fn several_requests_per_line_crlf_and_split_segments() {
     assert_eq!(line, "!syntax= 7 : Not a command or query ;\n");
     d.stop();
 }
+
+/// Records one scan of `frames` frames named `name` through `fs` (set up for udps on `port`).
+fn record_scan(fs: &mut J5, port: u16, name: &str, frames: u64) {
+    fs.expect("mode = VDIF_1000-0.8-1-2", "!mode= 0 ;");
+    fs.expect("mtu = 9000", "!mtu= 0 ;");
+    fs.expect("net_protocol = udps", "!net_protocol= 0 ;");
+    fs.expect(&format!("net_port = {port}"), "!net_port= 0 ;");
+    fs.expect(&format!("record = on : {name}"), "!record= 0 ;");
+    send_frames(SocketAddr::from(([127, 0, 0, 1], port)), 0, frames);
+    fs.wait_bytes(frames * FRAME as u64);
+    fs.expect("record = off", "!record= 1 ;");
+}
+
+impl J5 {
+    /// Polls `disk2file?` until the copy to `file` has ended.
+    fn wait_disk2file_inactive(&mut self, file: &std::path::Path) {
+        let done = format!("!disk2file? 0 : inactive : {} ;", file.display());
+        until("disk2file to finish", || {
+            (self.raw("disk2file?") == done).then_some(())
+        });
+    }
+
+    /// Polls `disk2net?` until its first field is `status`.
+    fn wait_disk2net(&mut self, status: &str) -> ParsedJ5Reply {
+        until(&format!("disk2net? to say {status}"), || {
+            let r = self.rc("disk2net?", 0);
+            (r.fields[0] == status).then_some(r)
+        })
+    }
+}
+
+#[test]
+fn disk2net_over_tcp_and_udps_as_jive5ab_replies() {
+    let disks = Disks::new(2);
+    let d = spawn(config(&disks), Box::new(RecorderEngine)).unwrap();
+    let mut fs = J5::connect(d.control_addr);
+    record_scan(&mut fs, free_udp_port(), "d2n_st_no0001", 250);
+    // The recording as disk2file writes it: what disk2net must send.
+    let whole_file = disks.dir.path().join("whole.vdif");
+    fs.expect("scan_set = d2n_st_no0001", "!scan_set= 0 ;");
+    fs.expect(
+        &format!("disk2file = {} : : : w", whole_file.display()),
+        "!disk2file= 1 ;",
+    );
+    fs.wait_disk2file_inactive(&whole_file);
+    let whole = std::fs::read(&whole_file).unwrap();
+    assert_eq!(whole.len(), 250 * FRAME);
+
+    // Nothing set up yet.
+    fs.expect("disk2net?", "!disk2net? 0 : inactive ;");
+    fs.expect("disk2net = on", "!disk2net= 6 : not doing anything ;");
+    fs.expect("disk2net = disconnect", "!disk2net= 6 : Not doing disk2net ;");
+    fs.expect(
+        "disk2net = off",
+        "!disk2net= 2 : off does not apply to disk2net ;",
+    );
+    fs.expect(
+        "disk2net = ",
+        "!disk2net= 8 : command w/o actual commands and/or arguments... ;",
+    );
+
+    // TCP: connect (1), connected, on (0), the whole range over the stream, then inactive.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let tcp_port = listener.local_addr().unwrap().port();
+    fs.expect("net_protocol = tcp", "!net_protocol= 0 ;");
+    fs.expect(&format!("net_port = {tcp_port}"), "!net_port= 0 ;");
+    fs.expect("disk2net = connect : 127.0.0.1", "!disk2net= 1 ;");
+    let (mut peer, _) = listener.accept().unwrap();
+    peer.set_read_timeout(Some(PATIENCE)).unwrap();
+    let c = fs.wait_disk2net("connected");
+    let end = (250 * FRAME).to_string();
+    assert_eq!(c.fields, ["connected", "127.0.0.1", "0", "0", end.as_str()]);
+    fs.expect("disk2net = connect", "!disk2net= 6 : Already doing disk2net ;");
+    fs.expect(
+        "record = on : x",
+        "!record= 6 : not whilst disk2net is in progress ;",
+    );
+    fs.expect("disk2net = on", "!disk2net= 0 ;");
+    let mut got = Vec::new();
+    std::io::Read::read_to_end(&mut peer, &mut got).unwrap();
+    assert_eq!(got, whole);
+    fs.wait_disk2net("inactive");
+    fs.expect("disk2net?", "!disk2net? 0 : inactive ;");
+    fs.expect("disk2net = disconnect", "!disk2net= 6 : Not doing disk2net ;");
+
+    // udps: one frame per datagram behind an 8-byte sequence number from 0; a byte range with `on`.
+    let (udp, udp_addr) = vlbiflow_testkit::net::udp_listener(PATIENCE);
+    fs.expect("net_protocol = udps", "!net_protocol= 0 ;");
+    fs.expect(&format!("net_port = {}", udp_addr.port()), "!net_port= 0 ;");
+    fs.expect("disk2net = connect", "!disk2net= 1 ;");
+    fs.wait_disk2net("connected");
+    fs.expect("disk2net = on : 1032 : +2064", "!disk2net= 0 ;");
+    let mut buf = vec![0u8; 9000];
+    for i in 0..2u64 {
+        let n = udp.recv(&mut buf).unwrap();
+        assert_eq!(n, 8 + FRAME);
+        assert_eq!(u64::from_le_bytes(buf[..8].try_into().unwrap()), i);
+        let at = (1 + i as usize) * FRAME;
+        assert!(buf[8..n] == whole[at..at + FRAME], "datagram {i}");
+    }
+    fs.wait_disk2net("inactive");
+
+    // Connected, then disconnected without sending: 1, then inactive.
+    fs.expect("disk2net = connect", "!disk2net= 1 ;");
+    fs.wait_disk2net("connected");
+    fs.expect("status?", "!status? 0 : 0x00004019 ;");
+    fs.expect(
+        "disk2net = on : -5",
+        "!disk2net= 8 : relative start byte number not allowed here ;",
+    );
+    fs.expect("disk2net = disconnect", "!disk2net= 1 ;");
+    fs.wait_disk2net("inactive");
+    fs.expect("status?", "!status? 0 : 0x00000001 ;");
+    // A refused TCP connection ends the transfer and is queued for error?.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let closed_port = closed.local_addr().unwrap().port();
+    drop(closed);
+    fs.expect("net_protocol = tcp", "!net_protocol= 0 ;");
+    fs.expect(&format!("net_port = {closed_port}"), "!net_port= 0 ;");
+    fs.expect("disk2net = connect", "!disk2net= 1 ;");
+    fs.wait_disk2net("inactive");
+    let e = until("the failed disk2net in error?", || {
+        let e = fs.rc("error?", 0);
+        (!e.fields[1].is_empty()).then_some(e)
+    });
+    // (':' in a reply field reads as ' '.)
+    assert!(
+        e.fields[1].starts_with("disk2net  127.0.0.1") && e.fields[1].contains("refused"),
+        "{e:?}"
+    );
+    d.stop();
+}
+
+#[test]
+fn transient_runtimes_go_with_their_connection() {
+    let disks = Disks::new(1);
+    let d = spawn(config(&disks), Box::new(RecorderEngine)).unwrap();
+    let mut a = J5::connect(d.control_addr);
+    let mut b = J5::connect(d.control_addr);
+    a.expect("runtime = kept : new", "!runtime= 0 : kept ;");
+    a.expect("runtime = tmp : transient", "!runtime= 0 : tmp ;");
+    a.expect(
+        "runtime = tmp : transient",
+        "!runtime= 6 : 'tmp' already exists ;",
+    );
+    a.expect("mtu = 1500", "!mtu= 0 ;");
+    b.expect("runtime?", "!runtime? 0 : default : 3 : kept : tmp ;");
+    drop(a);
+    until("the transient runtime to go", || {
+        (b.raw("runtime?") == "!runtime? 0 : default : 2 : kept ;").then_some(())
+    });
+    b.expect("runtime = tmp : exists", "!runtime= 6 : 'tmp' doesn't exist ;");
+    d.stop();
+}

@@ -9,11 +9,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use vlbiflow_formats::time::UtcTime;
 
-use crate::daemon::{perform, with_ctl, Shared, WRITE_TIMEOUT};
-use crate::proto::Statement;
+use crate::daemon::{perform, run_until_idle, with_ctl, Shared, WRITE_TIMEOUT};
+use crate::proto::{ReturnCode, Statement};
 use crate::session::{constant_time_eq, MAX_AUTH_FAILURES};
 
-use super::{parse_request, Code, Conn, Item, J5Reply, Jive5ab, RequestFramer, Step};
+use super::{parse_request, Conn, Item, J5Reply, Jive5ab, RequestFramer, Step};
 
 /// How long a `record=off` waits for the recording to flush before answering anyway.
 const FLUSH_WAIT: Duration = Duration::from_secs(60);
@@ -35,11 +35,25 @@ pub fn identity(host: &str) -> super::Identity {
     }
 }
 
-/// Serves one command connection in the jive5ab dialect.
-pub(crate) async fn connection(mut stream: TcpStream, sh: Arc<Shared>) {
+/// Serves one command connection in the jive5ab dialect; when it closes, the runtimes it made
+/// `transient` go.
+pub(crate) async fn connection(stream: TcpStream, sh: Arc<Shared>) {
+    let mut conn = Conn::default();
+    serve(stream, &sh, &mut conn).await;
+    if !conn.transient.is_empty() {
+        let sh2 = sh.clone();
+        with_ctl(&sh, move |_| {
+            if let Some(j) = &sh2.j5 {
+                lock(j).close(&conn);
+            }
+        })
+        .await;
+    }
+}
+
+async fn serve(mut stream: TcpStream, sh: &Arc<Shared>, conn: &mut Conn) {
     let _ = stream.set_nodelay(true);
     let mut framer = RequestFramer::new();
-    let mut conn = Conn::default();
     let mut authenticated = sh.control_token.is_none();
     let mut failures = 0;
     let mut buf = vec![0u8; 4096];
@@ -64,19 +78,19 @@ pub(crate) async fn connection(mut stream: TcpStream, sh: Arc<Shared>) {
                             .is_none_or(|t| constant_time_eq(st.arg(0).as_bytes(), t.as_bytes()));
                         if ok {
                             authenticated = true;
-                            J5Reply::new("auth", false, Code::Done, vec![])
+                            J5Reply::new("auth", false, ReturnCode::Done, vec![])
                         } else {
                             failures += 1;
-                            J5Reply::msg("auth", false, Code::Parameter, "wrong token")
+                            J5Reply::msg("auth", false, ReturnCode::Parameter, "wrong token")
                         }
                     }
                     Item::Statement(st) if !authenticated => J5Reply::msg(
                         &st.keyword,
                         st.query,
-                        Code::Conflict,
+                        ReturnCode::Conflict,
                         "authentication required: send auth=<token>; first",
                     ),
-                    Item::Statement(st) => execute(&sh, &mut conn, st).await,
+                    Item::Statement(st) => execute(sh, conn, st).await,
                 };
                 reply.write_to(&mut out);
             }
@@ -119,7 +133,18 @@ async fn execute(sh: &Arc<Shared>, conn: &mut Conn, st: Statement) -> J5Reply {
             .await
         }
         Step::WhenIdle(r) => {
-            wait_idle(sh).await;
+            run_until_idle(sh, FLUSH_WAIT).await;
+            r
+        }
+        Step::Disk2Net(job, r) => {
+            let sh2 = sh.clone();
+            tokio::task::spawn_blocking(move || {
+                if let Err(e) = super::disk2net::run_disk2net(&job) {
+                    if let Some(j) = &sh2.j5 {
+                        lock(j).push_error(-1, format!("disk2net: {e}"), UtcTime::now());
+                    }
+                }
+            });
             r
         }
         Step::Disk2File(job, r) => {
@@ -133,22 +158,5 @@ async fn execute(sh: &Arc<Shared>, conn: &mut Conn, st: Statement) -> J5Reply {
             });
             r
         }
-    }
-}
-
-/// Ticks the controller until the recording has flushed (bounded by [`FLUSH_WAIT`]).
-async fn wait_idle(sh: &Arc<Shared>) {
-    let deadline = tokio::time::Instant::now() + FLUSH_WAIT;
-    loop {
-        let (idle, actions) = with_ctl(sh, |c| {
-            c.tick(UtcTime::now());
-            (c.is_idle(), c.take_actions())
-        })
-        .await;
-        perform(sh, actions).await;
-        if idle || tokio::time::Instant::now() >= deadline {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

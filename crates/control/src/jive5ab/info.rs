@@ -5,9 +5,9 @@
 use vlbiflow_formats::time::UtcTime;
 
 use crate::controller::{Answer, Controller};
-use crate::proto::Statement;
+use crate::proto::{ReturnCode, Statement};
 
-use super::reply::{Code, J5Reply};
+use super::reply::J5Reply;
 use super::setup::mbps_text;
 use super::{fmt_g, Jive5ab};
 
@@ -17,6 +17,7 @@ const ERROR_PENDING: u32 = 1 << 1;
 const DELAYED: u32 = (1 << 3) | (1 << 4);
 const RECORDING: u32 = 1 << 6;
 const DISK2FILE: u32 = 1 << 12;
+const DISK2NET: u32 = 1 << 14;
 
 fn vex_now(t: UtcTime) -> String {
     vlbiflow_formats::vex_time::format(t.unix_seconds)
@@ -35,11 +36,14 @@ impl Jive5ab {
         if self.disk2file_running() {
             word |= DELAYED | DISK2FILE;
         }
+        if self.disk2net_running() {
+            word |= DELAYED | DISK2NET;
+        }
         let mut f = vec![format!("0x{word:08x}")];
         if let Some(e) = self.errors.front() {
             f.extend([e.number.to_string(), e.message.clone(), vex_now(e.first)]);
         }
-        J5Reply::new("status", true, Code::Done, f)
+        J5Reply::new("status", true, ReturnCode::Done, f)
     }
 
     /// `error? ;`: pops the oldest queued error: number, message, time, and for repeats the last time
@@ -62,7 +66,7 @@ impl Jive5ab {
             }
             None => vec![String::new(); 5],
         };
-        J5Reply::new("error", true, Code::Done, f)
+        J5Reply::new("error", true, ReturnCode::Done, f)
     }
 
     /// `dts_id? ;`: system type (`-`, no Mark5 hardware, as a FlexBuff), software, media (1 disk),
@@ -80,14 +84,14 @@ impl Jive5ab {
             "-".into(),
             "-".into(),
         ];
-        J5Reply::new("dts_id", true, Code::Done, f)
+        J5Reply::new("dts_id", true, ReturnCode::Done, f)
     }
 
     /// `os_rev? ;`: the first line of /proc/version.
     pub(super) fn os_rev(&self) -> J5Reply {
         match &self.id.os_rev {
-            Some(v) => J5Reply::new("os_rev", true, Code::Done, vec![v.clone()]),
-            None => J5Reply::msg("os_rev", true, Code::Execution, "failed to open /proc/version"),
+            Some(v) => J5Reply::new("os_rev", true, ReturnCode::Done, vec![v.clone()]),
+            None => J5Reply::msg("os_rev", true, ReturnCode::Error, "failed to open /proc/version"),
         }
     }
 
@@ -99,7 +103,7 @@ impl Jive5ab {
             return J5Reply::msg(
                 "rtime",
                 true,
-                Code::Conflict,
+                ReturnCode::Conflict,
                 "no disks selected (set_disks = ...)",
             );
         }
@@ -133,7 +137,7 @@ impl Jive5ab {
                 "<unknown> Mbps".into(),
             ],
         };
-        J5Reply::new("rtime", true, Code::Done, f)
+        J5Reply::new("rtime", true, ReturnCode::Done, f)
     }
 }
 
@@ -144,7 +148,7 @@ pub(super) fn evlbi(st: &Statement, ctl: &mut Controller, now: UtcTime) -> J5Rep
         return J5Reply::msg(
             "evlbi",
             false,
-            Code::NotApplicable,
+            ReturnCode::NotNow,
             "custom statistics formats are not implemented",
         );
     }
@@ -154,7 +158,7 @@ pub(super) fn evlbi(st: &Statement, ctl: &mut Controller, now: UtcTime) -> J5Rep
         args: Vec::new(),
     };
     let Answer::Now(r) = ctl.handle(&q, now) else {
-        return J5Reply::msg("evlbi", true, Code::Execution, "no statistics");
+        return J5Reply::msg("evlbi", true, ReturnCode::Error, "no statistics");
     };
     // The Mark6 reply: total : <n> : loss : <n> (<p>%) : out-of-order : <n> (<p>%) : extent : ...
     let total: u64 = r.fields.get(1).and_then(|t| t.parse().ok()).unwrap_or(0);
@@ -176,7 +180,7 @@ pub(super) fn evlbi(st: &Statement, ctl: &mut Controller, now: UtcTime) -> J5Rep
     J5Reply::new(
         "evlbi",
         true,
-        Code::Done,
+        ReturnCode::Done,
         vec![
             "total".into(),
             total.to_string(),
@@ -196,7 +200,7 @@ pub(super) fn dir_info(ctl: &Controller) -> J5Reply {
     J5Reply::new(
         "dir_info",
         true,
-        Code::Done,
+        ReturnCode::Done,
         vec![
             "?".into(),
             total.saturating_sub(free).to_string(),
@@ -211,7 +215,7 @@ pub(super) fn version() -> J5Reply {
     J5Reply::new(
         "version",
         true,
-        Code::Done,
+        ReturnCode::Done,
         vec![
             "vlbiflow".into(),
             env!("CARGO_PKG_VERSION").into(),

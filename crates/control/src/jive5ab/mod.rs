@@ -9,6 +9,7 @@
 //! daemon to finish outside the controller's lock. `docs/jive5ab-dialect.md` lists every keyword.
 
 pub mod daemon;
+pub mod disk2net;
 mod info;
 pub mod mode;
 pub mod parse;
@@ -22,12 +23,12 @@ use std::collections::{BTreeMap, VecDeque};
 use vlbiflow_formats::time::UtcTime;
 
 use crate::controller::{Controller, Ticket};
-use crate::proto::Statement;
+use crate::proto::{ReturnCode, Statement};
 use info::{dir_info, evlbi, version};
 
 pub use mode::{parse_mode, Mode};
 pub use parse::{parse_request, Item, Request, RequestFramer};
-pub use reply::{parse_j5_reply, Code, J5Reply, ParsedJ5Reply};
+pub use reply::{parse_j5_reply, J5Reply, ParsedJ5Reply};
 pub use setup::{PortEntry, Protocol};
 
 /// jive5ab's default command port.
@@ -52,6 +53,9 @@ pub enum Step {
     WhenIdle(J5Reply),
     /// A `disk2file`: run the copy in the background ([`transfer::run_disk2file`]) and send the reply.
     Disk2File(transfer::Disk2FileJob, J5Reply),
+    /// A `disk2net = connect`: run the transfer in the background ([`disk2net::run_disk2net`]) and send
+    /// the reply.
+    Disk2Net(disk2net::Disk2NetJob, J5Reply),
 }
 
 /// A `record=on` waiting for its start's outcome.
@@ -66,11 +70,14 @@ pub struct PendingStart {
     pub runtime: String,
 }
 
-/// One connection's own state: the runtime it is in, `echo`.
+/// One connection's own state: the runtime it is in, `echo`, the runtimes it made `transient`.
 #[derive(Debug, Clone)]
 pub struct Conn {
     pub runtime: String,
     pub echo: bool,
+    /// Runtimes this connection created with `runtime = <name> : transient`: deleted when it closes
+    /// ([`Jive5ab::close`]), as jive5ab does.
+    pub transient: Vec<String>,
 }
 
 impl Default for Conn {
@@ -78,6 +85,7 @@ impl Default for Conn {
         Conn {
             runtime: DEFAULT_RUNTIME.into(),
             echo: false,
+            transient: Vec::new(),
         }
     }
 }
@@ -113,6 +121,10 @@ pub struct Runtime {
     pub session: Vec<String>,
     /// The last `disk2file` of this runtime.
     pub disk2file: Option<transfer::Disk2File>,
+    /// The last `disk2net` of this runtime.
+    pub disk2net: Option<disk2net::Disk2Net>,
+    /// The host `disk2net = connect` last sent to.
+    pub host: String,
 }
 
 impl Default for Runtime {
@@ -135,6 +147,8 @@ impl Default for Runtime {
             scan: None,
             session: Vec::new(),
             disk2file: None,
+            disk2net: None,
+            host: String::new(),
         }
     }
 }
@@ -191,7 +205,6 @@ const NOT_IMPLEMENTED: &[&str] = &[
     "datastream",
     "dbglev",
     "disk2etransfer",
-    "disk2net",
     "file2check",
     "file2mem",
     "file2net",
@@ -289,20 +302,30 @@ impl Jive5ab {
         if !self.runtimes.contains_key(&conn.runtime) {
             // Another connection deleted it.
             let msg = format!("current runtime ('{}') has been deleted", conn.runtime);
-            return Step::Now(J5Reply::msg(&st.keyword, st.query, Code::Execution, msg));
+            return Step::Now(J5Reply::msg(&st.keyword, st.query, ReturnCode::Error, msg));
         }
         let kw = st.keyword.as_str();
         let q = st.query;
         let reply = |code, msg: &str| Step::Now(J5Reply::msg(kw, q, code, msg));
         if !q && QUERY_ONLY.contains(&kw) {
-            return reply(Code::NotApplicable, "only available as query");
+            return reply(ReturnCode::NotNow, "only available as query");
         }
         let rt = conn.runtime.clone();
         let now_reply = match kw {
-            "record" if !st.query && st.arg(0) == "on" && self.disk2file_running() => {
-                J5Reply::msg(kw, false, Code::Conflict, "not whilst disk2file is in progress")
-            }
+            "record" if !st.query && st.arg(0) == "on" && self.disk2file_running() => J5Reply::msg(
+                kw,
+                false,
+                ReturnCode::Conflict,
+                "not whilst disk2file is in progress",
+            ),
+            "record" if !st.query && st.arg(0) == "on" && self.disk2net_running() => J5Reply::msg(
+                kw,
+                false,
+                ReturnCode::Conflict,
+                "not whilst disk2net is in progress",
+            ),
             "record" => return self.record(&rt, st, ctl, now),
+            "disk2net" => return self.disk2net(&rt, st, ctl),
             "disk2file" => return self.disk2file(&rt, st, ctl),
             "runtime" => self.runtime_cmd(conn, st),
             "echo" => echo(conn, st),
@@ -321,20 +344,35 @@ impl Jive5ab {
             "rtime" => self.rtime(&rt, ctl),
             "evlbi" => evlbi(st, ctl, now),
             "dir_info" => dir_info(ctl),
-            "transfermode" => J5Reply::new(kw, q, Code::Done, vec![transfermode(ctl).into()]),
+            "transfermode" => J5Reply::new(kw, q, ReturnCode::Done, vec![transfermode(ctl).into()]),
             "reset" if !q && st.arg(0) == "abort" && self.abort_disk2file(&rt) => {
-                J5Reply::new(kw, false, Code::Done, vec![])
+                J5Reply::new(kw, false, ReturnCode::Done, vec![])
             }
             "reset" => reset(st, ctl),
             _ if NOT_IMPLEMENTED.contains(&kw) => J5Reply::msg(
                 kw,
                 q,
-                Code::NotApplicable,
+                ReturnCode::NotNow,
                 "not implemented by vlbiflow's jive5ab dialect",
             ),
-            _ => J5Reply::msg(kw, q, Code::NoSuchKeyword, "ENOSYS - not implemented"),
+            _ => J5Reply::msg(kw, q, ReturnCode::NoSuchKeyword, "ENOSYS - not implemented"),
         };
         Step::Now(now_reply)
+    }
+
+    /// A connection closed: its `transient` runtimes are deleted (jive5ab `src/test.cc`). A transfer
+    /// still running in one is stopped.
+    pub fn close(&mut self, conn: &Conn) {
+        for name in &conn.transient {
+            if let Some(r) = self.runtimes.remove(name) {
+                if let Some(d) = r.disk2net.filter(disk2net::Disk2Net::active) {
+                    d.stop();
+                }
+                if let Some(d) = r.disk2file.filter(transfer::Disk2File::active) {
+                    d.progress.abort.store(true, std::sync::atomic::Ordering::Release);
+                }
+            }
+        }
     }
 
     /// `runtime? ;`, `runtime = <name> [: new|exists|transient|delete] ;` (jive5ab `src/test.cc`).
@@ -343,21 +381,21 @@ impl Jive5ab {
         if st.query {
             let mut f = vec![conn.runtime.clone(), self.runtimes.len().to_string()];
             f.extend(self.runtimes.keys().filter(|k| **k != conn.runtime).cloned());
-            return J5Reply::new(kw, true, Code::Done, f);
+            return J5Reply::new(kw, true, ReturnCode::Done, f);
         }
         if st.args.is_empty() || st.args.len() > 2 {
-            return J5Reply::msg(kw, false, Code::Parameter, "expects one or two parameters");
+            return J5Reply::msg(kw, false, ReturnCode::Parameter, "expects one or two parameters");
         }
         let name = match st.arg(0) {
             "0" => DEFAULT_RUNTIME.to_owned(),
-            "" => return J5Reply::msg(kw, false, Code::Execution, "cannot create runtime with no name"),
+            "" => return J5Reply::msg(kw, false, ReturnCode::Error, "cannot create runtime with no name"),
             n => n.to_owned(),
         };
         if name.len() > 64 || !name.bytes().all(|b| b.is_ascii_graphic()) {
             return J5Reply::msg(
                 kw,
                 false,
-                Code::Parameter,
+                ReturnCode::Parameter,
                 "runtime names are up to 64 printable characters",
             );
         }
@@ -365,35 +403,38 @@ impl Jive5ab {
         let err = |code, msg: String| J5Reply::msg(kw, false, code, msg);
         match st.arg(1) {
             "" => {}
-            "new" | "transient" if exists => return err(Code::Conflict, format!("'{name}' already exists")),
-            "new" | "transient" => {}
-            "exists" if !exists => return err(Code::Conflict, format!("'{name}' doesn't exist")),
-            "exists" => return J5Reply::new(kw, false, Code::Done, vec![name]),
+            "new" | "transient" if exists => {
+                return err(ReturnCode::Conflict, format!("'{name}' already exists"))
+            }
+            "new" => {}
+            "transient" => conn.transient.push(name.clone()),
+            "exists" if !exists => return err(ReturnCode::Conflict, format!("'{name}' doesn't exist")),
+            "exists" => return J5Reply::new(kw, false, ReturnCode::Done, vec![name]),
             "delete" => {
                 if name == DEFAULT_RUNTIME {
-                    return err(Code::Conflict, "cannot delete the default runtime".into());
+                    return err(ReturnCode::Conflict, "cannot delete the default runtime".into());
                 }
                 if self.runtimes.remove(&name).is_none() {
-                    return err(Code::Conflict, format!("no active runtime '{name}'"));
+                    return err(ReturnCode::Conflict, format!("no active runtime '{name}'"));
                 }
                 if conn.runtime == name {
                     conn.runtime = DEFAULT_RUNTIME.into();
                 }
-                return J5Reply::new(kw, false, Code::Done, vec![name]);
+                return J5Reply::new(kw, false, ReturnCode::Done, vec![name]);
             }
             other => {
                 return err(
-                    Code::Parameter,
+                    ReturnCode::Parameter,
                     format!("'{other}' is not new, exists, transient or delete"),
                 )
             }
         }
         if !exists && self.runtimes.len() >= MAX_RUNTIMES {
-            return err(Code::Conflict, format!("at most {MAX_RUNTIMES} runtimes"));
+            return err(ReturnCode::Conflict, format!("at most {MAX_RUNTIMES} runtimes"));
         }
         self.rt_mut(&name);
         conn.runtime = name.clone();
-        J5Reply::new(kw, false, Code::Done, vec![name])
+        J5Reply::new(kw, false, ReturnCode::Done, vec![name])
     }
 }
 
@@ -401,7 +442,7 @@ fn echo(conn: &mut Conn, st: &Statement) -> J5Reply {
     let kw = &st.keyword;
     if st.query {
         let v = if conn.echo { "on" } else { "off" };
-        return J5Reply::new(kw, true, Code::Done, vec![v.into()]);
+        return J5Reply::new(kw, true, ReturnCode::Done, vec![v.into()]);
     }
     match (st.args.len(), st.arg(0)) {
         (1, "on") => conn.echo = true,
@@ -410,12 +451,12 @@ fn echo(conn: &mut Conn, st: &Statement) -> J5Reply {
             return J5Reply::msg(
                 kw,
                 false,
-                Code::Parameter,
+                ReturnCode::Parameter,
                 "expects exactly one parameter 'on' or 'off'",
             )
         }
     }
-    J5Reply::new(kw, false, Code::Done, vec![])
+    J5Reply::new(kw, false, ReturnCode::Done, vec![])
 }
 
 /// jive5ab's transfer mode name for the controller's state.
@@ -426,24 +467,24 @@ fn transfermode(ctl: &Controller) -> &'static str {
     }
 }
 
-/// `reset = abort ;`: jive5ab aborts `disk2file`/`disk2net` with it; vlbiflow runs neither.
+/// `reset = abort ;` with no `disk2file`/`disk2net` running (those are stopped before this is reached).
 fn reset(st: &Statement, ctl: &Controller) -> J5Reply {
     let kw = &st.keyword;
     if st.query {
-        return J5Reply::msg(kw, true, Code::NotApplicable, "only available as command");
+        return J5Reply::msg(kw, true, ReturnCode::NotNow, "only available as command");
     }
     match st.arg(0) {
         "abort" if ctl.state_name() != "off" => J5Reply::msg(
             kw,
             false,
-            Code::Conflict,
+            ReturnCode::Conflict,
             "not whilst vbsrecord is in progress (record=off stops a recording)",
         ),
-        "abort" => J5Reply::msg(kw, false, Code::Conflict, "nothing running to abort"),
+        "abort" => J5Reply::msg(kw, false, ReturnCode::Conflict, "nothing running to abort"),
         other => J5Reply::msg(
             kw,
             false,
-            Code::Conflict,
+            ReturnCode::Conflict,
             format!("{other} does not apply to reset for FlexBuff/Mark6"),
         ),
     }

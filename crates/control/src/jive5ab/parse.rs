@@ -12,9 +12,9 @@
 //! newline yet, rather than whatever one `read()` returned, so that a statement split over two TCP
 //! segments is not cut in two (jive5ab would parse the halves separately).
 
-use crate::proto::Statement;
+use crate::proto::{ReturnCode, Statement};
 
-use super::reply::{Code, J5Reply};
+use super::reply::J5Reply;
 
 /// Longest request: jive5ab reads at most 4096 bytes at once. Longer input without a line end is
 /// parsed in pieces of this size, as jive5ab would.
@@ -58,7 +58,7 @@ fn parse_piece(piece: &[u8]) -> Item {
         return Item::Error(J5Reply::msg(
             "syntax",
             false,
-            Code::NoSuchKeyword,
+            ReturnCode::NoSuchKeyword,
             "Not a command or query",
         ));
     };
@@ -66,7 +66,7 @@ fn parse_piece(piece: &[u8]) -> Item {
         return Item::Error(J5Reply::msg(
             "syntax",
             false,
-            Code::NoSuchKeyword,
+            ReturnCode::NoSuchKeyword,
             "No keyword given",
         ));
     }

@@ -10,7 +10,7 @@ use crate::controller::{Answer, Controller, InputStream, ScanEntry, UDP_HEADER_O
 use crate::proto::{Reply, ReturnCode, Statement};
 
 use super::mode::Format;
-use super::reply::{Code, J5Reply};
+use super::reply::J5Reply;
 use super::setup::in_progress;
 use super::{fmt_g, Jive5ab, PendingStart, Runtime, ScanSel, Step, DEFAULT_RUNTIME};
 
@@ -27,8 +27,11 @@ impl Jive5ab {
         if st.query {
             let r = self.rt_mut(rt);
             return match st.arg(0) {
-                "nthread" => now_reply(Code::Done, vec![r.readers.to_string(), r.writers.to_string()]),
-                "mk6" => now_reply(Code::Done, vec![u8::from(r.mk6).to_string()]),
+                "nthread" => now_reply(
+                    ReturnCode::Done,
+                    vec![r.readers.to_string(), r.writers.to_string()],
+                ),
+                "mk6" => now_reply(ReturnCode::Done, vec![u8::from(r.mk6).to_string()]),
                 "" => {
                     let fields = match (ctl.state_name(), ctl.recording_bytes()) {
                         ("pending" | "recording", Some(bytes)) if rt == DEFAULT_RUNTIME => vec![
@@ -39,9 +42,12 @@ impl Jive5ab {
                         ],
                         _ => vec!["off".into()],
                     };
-                    now_reply(Code::Done, fields)
+                    now_reply(ReturnCode::Done, fields)
                 }
-                other => msg(Code::Parameter, format!("{other} does not apply to record?")),
+                other => msg(
+                    ReturnCode::Parameter,
+                    format!("{other} does not apply to record?"),
+                ),
             };
         }
         let flag = |a: &str| match a {
@@ -67,10 +73,10 @@ impl Jive5ab {
                         let rr = self.rt_mut(rt);
                         rr.readers = r.unwrap_or(rr.readers);
                         rr.writers = w.unwrap_or(rr.writers);
-                        now_reply(Code::Done, vec![])
+                        now_reply(ReturnCode::Done, vec![])
                     }
                     _ => msg(
-                        Code::Conflict,
+                        ReturnCode::Conflict,
                         "nthread takes <readers> and <writers 1..64>".into(),
                     ),
                 }
@@ -81,18 +87,21 @@ impl Jive5ab {
                         return Step::Now(r);
                     }
                     self.rt_mut(rt).mk6 = v;
-                    now_reply(Code::Done, vec![])
+                    now_reply(ReturnCode::Done, vec![])
                 }
-                None => msg(Code::Parameter, "mk6 : <0|1>".into()),
+                None => msg(ReturnCode::Parameter, "mk6 : <0|1>".into()),
             },
             "check_unique_recording_names" => match flag(st.arg(1)) {
                 Some(v) => {
                     self.rt_mut(rt).unique_names = v;
-                    now_reply(Code::Done, vec![])
+                    now_reply(ReturnCode::Done, vec![])
                 }
-                None => msg(Code::Parameter, "check_unique_recording_names : <0|1>".into()),
+                None => msg(
+                    ReturnCode::Parameter,
+                    "check_unique_recording_names : <0|1>".into(),
+                ),
             },
-            other => msg(Code::NotApplicable, format!("{other} does not apply to record")),
+            other => msg(ReturnCode::NotNow, format!("{other} does not apply to record")),
         }
     }
 
@@ -100,32 +109,32 @@ impl Jive5ab {
         let kw = st.keyword.as_str();
         let fail = |code, m: String| Step::Now(J5Reply::msg(kw, false, code, m));
         if ctl.state_name() != "off" {
-            return fail(Code::Conflict, "Already doing vbsrecord".into());
+            return fail(ReturnCode::Conflict, "Already doing vbsrecord".into());
         }
         if rt != DEFAULT_RUNTIME {
             return fail(
-                Code::Conflict,
+                ReturnCode::Conflict,
                 format!("vlbiflow records in runtime '{DEFAULT_RUNTIME}' only"),
             );
         }
         let scan = st.arg(1);
         if scan.is_empty() {
-            return fail(Code::Conflict, "must provide a scan name".into());
+            return fail(ReturnCode::Conflict, "must provide a scan name".into());
         }
         let r = self.rt_mut(rt).clone();
         let streams = match streams_for(&r) {
             Ok(s) => s,
-            Err(e) => return fail(Code::Conflict, e),
+            Err(e) => return fail(ReturnCode::Conflict, e),
         };
         if let Err(e) = vlbiflow_formats::names::validate_scan_name(scan) {
-            return fail(Code::Parameter, format!("scan name '{scan}': {e}"));
+            return fail(ReturnCode::Parameter, format!("scan name '{scan}': {e}"));
         }
         let (name, renamed) = match unique_name(scan, ctl.scans(), r.unique_names) {
             Ok(n) => n,
-            Err(e) => return fail(Code::Conflict, e),
+            Err(e) => return fail(ReturnCode::Conflict, e),
         };
         if let Err(e) = ctl.set_streams(streams) {
-            return fail(Code::Conflict, e);
+            return fail(ReturnCode::Conflict, e);
         }
         ctl.set_format(if r.mk6 {
             ScanFormat::Mark6
@@ -155,21 +164,26 @@ impl Jive5ab {
             Some(r) if r.code == ReturnCode::Done => {
                 self.rt_mut(&p.runtime).session.push(p.name.clone());
                 let f = if p.renamed { vec![p.name.clone()] } else { vec![] };
-                J5Reply::new("record", false, Code::Done, f)
+                J5Reply::new("record", false, ReturnCode::Done, f)
             }
             Some(r) => {
                 let j = translate("record", &r);
                 self.push_error(-1, j.fields.join(" "), now);
                 j
             }
-            None => J5Reply::msg("record", false, Code::Execution, "the recording's start was lost"),
+            None => J5Reply::msg(
+                "record",
+                false,
+                ReturnCode::Error,
+                "the recording's start was lost",
+            ),
         }
     }
 
     fn record_off(&mut self, rt: &str, st: &Statement, ctl: &mut Controller, now: UtcTime) -> Step {
         let kw = st.keyword.as_str();
         if rt != DEFAULT_RUNTIME || !matches!(ctl.state_name(), "pending" | "recording") {
-            return Step::Now(J5Reply::msg(kw, false, Code::Conflict, "Not doing record"));
+            return Step::Now(J5Reply::msg(kw, false, ReturnCode::Conflict, "Not doing record"));
         }
         let off = Statement {
             keyword: "record".into(),
@@ -192,7 +206,7 @@ impl Jive5ab {
                 end: 0,
             });
         }
-        Step::WhenIdle(J5Reply::new(kw, false, Code::Initiated, vec![]))
+        Step::WhenIdle(J5Reply::new(kw, false, ReturnCode::Initiated, vec![]))
     }
 
     /// `scan_set = [<n>|<search>|inc|dec] [: <start> [: <end>]] ;`, `scan_set? ;`.
@@ -213,7 +227,7 @@ impl Jive5ab {
                 ],
                 None => vec!["-1".into(), String::new(), "0".into(), "0".into()],
             };
-            return J5Reply::new(kw, true, Code::Done, f);
+            return J5Reply::new(kw, true, ReturnCode::Done, f);
         }
         if let Some(reply) = in_progress(st, ctl) {
             return reply;
@@ -229,7 +243,7 @@ impl Jive5ab {
                 Some(n) => n.clone(),
                 None => {
                     return err(
-                        Code::Conflict,
+                        ReturnCode::Conflict,
                         "there are no scans recorded in this session".into(),
                     )
                 }
@@ -237,7 +251,7 @@ impl Jive5ab {
             "inc" | "dec" => {
                 let Some(i) = current else {
                     return err(
-                        Code::Conflict,
+                        ReturnCode::Conflict,
                         format!("there is no recorded scan to {which}rement from"),
                     );
                 };
@@ -254,7 +268,7 @@ impl Jive5ab {
                     Some(s) => s.clone(),
                     None => {
                         return err(
-                            Code::Parameter,
+                            ReturnCode::Parameter,
                             format!("scan {i} is not in this session's 1..{}", r.session.len()),
                         )
                     }
@@ -276,7 +290,7 @@ impl Jive5ab {
         };
         let Some(entry) = ctl.scans().iter().find(|s| s.name == name) else {
             return err(
-                Code::Execution,
+                ReturnCode::Error,
                 format!("no recording '{name}' on the selected disks"),
             );
         };
@@ -290,30 +304,34 @@ impl Jive5ab {
                 Ok(v) => v,
                 Err(_) => {
                     return err(
-                        Code::Parameter,
+                        ReturnCode::Parameter,
                         format!("start '{b}' is not s, s+, c, e or a byte number"),
                     )
                 }
             },
         };
+        // Without an end, the end of the recording (jive5ab `scan_set_vbs.cc`: `fpEnd( vbsrec->length() )`).
         let end = match st.arg(2) {
-            "" => 0,
+            "" => total,
             e => match e.strip_prefix('+').unwrap_or(e).parse::<u64>() {
                 Ok(v) if e.starts_with('+') => start.saturating_add(v),
                 Ok(v) => v,
                 Err(_) => {
                     return err(
-                        Code::Parameter,
+                        ReturnCode::Parameter,
                         format!("end '{e}' is not a byte number or +<bytes>"),
                     )
                 }
             },
         };
         if start > total || (end != 0 && (end < start || end > total)) {
-            return err(Code::Parameter, "scan pointer offset(s) are out of bound".into());
+            return err(
+                ReturnCode::Parameter,
+                "scan pointer offset(s) are out of bound".into(),
+            );
         }
         r.scan = Some(ScanSel { name, start, end });
-        J5Reply::new(kw, false, Code::Done, vec![])
+        J5Reply::new(kw, false, ReturnCode::Done, vec![])
     }
 
     /// `scan_check? [<strict>] : [<bytes>] ;`: the format, tracks, start, duration, track rate and missing
@@ -323,25 +341,25 @@ impl Jive5ab {
         let r = self.rt_mut(rt);
         let err = |code, m: String| J5Reply::msg(kw, true, code, m);
         if st.arg(0) == "verbose" {
-            return J5Reply::new(kw, true, Code::Done, vec!["verbose".into(), "false".into()]);
+            return J5Reply::new(kw, true, ReturnCode::Done, vec!["verbose".into(), "false".into()]);
         }
         let Some(sel) = &r.scan else {
-            return err(Code::Parameter, "no scan name given".into());
+            return err(ReturnCode::Parameter, "no scan name given".into());
         };
         if ctl.state_name() != "off" && r.session.last() == Some(&sel.name) {
             return err(
-                Code::Conflict,
+                ReturnCode::Conflict,
                 format!("not whilst {} is being recorded", sel.name),
             );
         }
         let Some(entry) = ctl.scans().iter().find(|s| s.name == sel.name) else {
             return err(
-                Code::Execution,
+                ReturnCode::Error,
                 format!("no recording '{}' on the selected disks", sel.name),
             );
         };
         match scan_check_fields(entry, r) {
-            Ok(f) => J5Reply::new(kw, true, Code::Done, f),
+            Ok(f) => J5Reply::new(kw, true, ReturnCode::Done, f),
             Err((code, m)) => err(code, m),
         }
     }
@@ -350,13 +368,13 @@ impl Jive5ab {
 /// The controller's (Mark6) refusal as jive5ab would give it.
 fn translate(kw: &str, r: &Reply) -> J5Reply {
     let code = match r.code {
-        ReturnCode::Done => Code::Done,
-        ReturnCode::Initiated => Code::Initiated,
-        ReturnCode::Busy => Code::Busy,
-        ReturnCode::Parameter => Code::Parameter,
-        ReturnCode::Failed | ReturnCode::Error => Code::Execution,
-        ReturnCode::NotNow | ReturnCode::Conflict => Code::Conflict,
-        ReturnCode::NoSuchKeyword => Code::NoSuchKeyword,
+        ReturnCode::Done => ReturnCode::Done,
+        ReturnCode::Initiated => ReturnCode::Initiated,
+        ReturnCode::Busy => ReturnCode::Busy,
+        ReturnCode::Parameter => ReturnCode::Parameter,
+        ReturnCode::Failed | ReturnCode::Error => ReturnCode::Error,
+        ReturnCode::NotNow | ReturnCode::Conflict => ReturnCode::Conflict,
+        ReturnCode::NoSuchKeyword => ReturnCode::NoSuchKeyword,
     };
     J5Reply::msg(kw, false, code, r.fields.join(" "))
 }
@@ -427,10 +445,10 @@ fn vex4(t: f64) -> String {
 
 /// `scan_check?`'s fields after the return code: `? : <scan> : <format> : <ntrack> : <start> :
 /// <duration>s : <track Mb/s>Mbps : <missing bytes> [: <VDIF frame size>]`.
-fn scan_check_fields(entry: &ScanEntry, r: &Runtime) -> Result<Vec<String>, (Code, String)> {
+fn scan_check_fields(entry: &ScanEntry, r: &Runtime) -> Result<Vec<String>, (ReturnCode, String)> {
     let Some(m) = &entry.meta else {
         return Err((
-            Code::Execution,
+            ReturnCode::Error,
             format!(
                 "{}: {}",
                 entry.name,
@@ -440,7 +458,7 @@ fn scan_check_fields(entry: &ScanEntry, r: &Runtime) -> Result<Vec<String>, (Cod
     };
     let Some(s) = m.streams.iter().find(|s| s.counters.packets > 0) else {
         return Err((
-            Code::Conflict,
+            ReturnCode::Conflict,
             "scan too short to check, need 1000000bytes have 0".into(),
         ));
     };

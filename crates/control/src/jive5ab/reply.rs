@@ -1,42 +1,13 @@
 //! jive5ab's return codes and reply lines: `!kw= rc : field : ... ;` (command) and `!kw? rc : field ;`
-//! (query). jive5ab follows the VSI-S return codes; how it uses each one is noted on the variants (from
-//! jive5ab 3.1.0's `src/mk5command/*.cc` and `src/test.cc`).
+//! (query). jive5ab follows the VSI-S return codes, the Mark6 dialect's [`ReturnCode`]; how jive5ab uses
+//! each one is noted on its variants.
 
 use std::fmt::Write as _;
 
+pub use crate::proto::ReturnCode;
+
 /// Longest keyword echoed back in a reply (longer ones are cut: a reply stays one short line).
 pub const MAX_REPLY_KEYWORD: usize = 64;
-
-/// The VSI-S return codes as jive5ab uses them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Code {
-    /// Completed; every successful query.
-    Done = 0,
-    /// Initiated, not completed: `record=off`, `disk2file=...`, `disk2net=connect`.
-    Initiated = 1,
-    /// Not applicable: a query-only keyword used as a command (or the reverse), an unknown sub-command.
-    NotApplicable = 2,
-    /// Syntax error (rare in jive5ab).
-    Syntax = 3,
-    /// Error while executing (e.g. a `mode` string that names no format).
-    Execution = 4,
-    /// Busy, retry later.
-    Busy = 5,
-    /// Conflicts with the current state ("not whilst record is in progress"); jive5ab's usual refusal.
-    Conflict = 6,
-    /// No such keyword (`ENOSYS - not implemented`).
-    NoSuchKeyword = 7,
-    /// Parameter error: missing, malformed or out-of-range argument.
-    Parameter = 8,
-}
-
-impl Code {
-    /// The number on the wire.
-    pub fn code(self) -> u8 {
-        self as u8
-    }
-}
 
 /// One reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,13 +16,13 @@ pub struct J5Reply {
     pub keyword: String,
     /// A reply to `kw?` rather than `kw=`.
     pub query: bool,
-    pub code: Code,
+    pub code: ReturnCode,
     pub fields: Vec<String>,
 }
 
 impl J5Reply {
     /// A reply with fields.
-    pub fn new(keyword: &str, query: bool, code: Code, fields: Vec<String>) -> Self {
+    pub fn new(keyword: &str, query: bool, code: ReturnCode, fields: Vec<String>) -> Self {
         J5Reply {
             keyword: keyword.to_owned(),
             query,
@@ -61,7 +32,7 @@ impl J5Reply {
     }
 
     /// A reply with one message field.
-    pub fn msg(keyword: &str, query: bool, code: Code, msg: impl Into<String>) -> Self {
+    pub fn msg(keyword: &str, query: bool, code: ReturnCode, msg: impl Into<String>) -> Self {
         Self::new(keyword, query, code, vec![msg.into()])
     }
 
@@ -134,20 +105,26 @@ mod tests {
     #[test]
     fn formats_like_jive5ab() {
         assert_eq!(
-            J5Reply::new("mode", false, Code::Done, vec![]).format(),
+            J5Reply::new("mode", false, ReturnCode::Done, vec![]).format(),
             "!mode= 0 ;"
         );
         assert_eq!(
-            J5Reply::new("record", true, Code::Done, vec!["off".into()]).format(),
+            J5Reply::new("record", true, ReturnCode::Done, vec!["off".into()]).format(),
             "!record? 0 : off ;"
         );
         assert_eq!(
-            J5Reply::msg("foo", false, Code::NoSuchKeyword, "ENOSYS - not implemented").format(),
+            J5Reply::msg(
+                "foo",
+                false,
+                ReturnCode::NoSuchKeyword,
+                "ENOSYS - not implemented"
+            )
+            .format(),
             "!foo= 7 : ENOSYS - not implemented ;"
         );
         // Separators and control characters inside a field cannot forge fields or lines.
         assert_eq!(
-            J5Reply::msg("x\n;y", true, Code::Parameter, "a;b:c\r\n").format(),
+            J5Reply::msg("x\n;y", true, ReturnCode::Parameter, "a;b:c\r\n").format(),
             "!x__y? 8 : a b c   ;"
         );
     }

@@ -5,10 +5,10 @@
 use std::net::IpAddr;
 
 use crate::controller::Controller;
-use crate::proto::Statement;
+use crate::proto::{ReturnCode, Statement};
 
 use super::mode::parse_mode;
-use super::reply::{Code, J5Reply};
+use super::reply::J5Reply;
 use super::{fmt_g, transfermode, Jive5ab};
 
 /// jive5ab's default data port.
@@ -148,7 +148,7 @@ pub(super) fn in_progress(st: &Statement, ctl: &Controller) -> Option<J5Reply> {
         J5Reply::msg(
             &st.keyword,
             st.query,
-            Code::Conflict,
+            ReturnCode::Conflict,
             format!("not whilst {} is in progress", transfermode(ctl)),
         )
     })
@@ -182,7 +182,7 @@ impl Jive5ab {
                     "0.000".into(),
                 ],
             };
-            return J5Reply::new(kw, true, Code::Done, f);
+            return J5Reply::new(kw, true, ReturnCode::Done, f);
         }
         if let Some(r) = in_progress(st, ctl) {
             return r;
@@ -191,7 +191,7 @@ impl Jive5ab {
             return J5Reply::msg(
                 kw,
                 false,
-                Code::Execution,
+                ReturnCode::Error,
                 "vlbiflow takes the one-field form: mode = VDIF_<payload>-<Mbps>-<nchan>-<bits> or Mark5B-<Mbps>-<nchan>-<bits>",
             );
         }
@@ -200,9 +200,9 @@ impl Jive5ab {
                 let r = self.rt_mut(rt);
                 r.mode_none = m.is_none();
                 r.mode = m;
-                J5Reply::new(kw, false, Code::Done, vec![])
+                J5Reply::new(kw, false, ReturnCode::Done, vec![])
             }
-            Err(e) => J5Reply::msg(kw, false, Code::Execution, e),
+            Err(e) => J5Reply::msg(kw, false, ReturnCode::Error, e),
         }
     }
 
@@ -217,7 +217,7 @@ impl Jive5ab {
                 r.blocksize.to_string(),
                 r.nbuf.to_string(),
             ];
-            return J5Reply::new(kw, true, Code::Done, f);
+            return J5Reply::new(kw, true, ReturnCode::Done, f);
         }
         if let Some(r) = in_progress(st, ctl) {
             return r;
@@ -227,7 +227,7 @@ impl Jive5ab {
             "" => None,
             p => match Protocol::parse(&p.to_ascii_lowercase()) {
                 Some(p) => Some(p),
-                None => return bad(Code::Conflict, format!("unknown protocol '{p}'")),
+                None => return bad(ReturnCode::Conflict, format!("unknown protocol '{p}'")),
             },
         };
         let mut sizes = [None; 3];
@@ -242,7 +242,7 @@ impl Jive5ab {
                 Some(v) if (limits[i].0..=limits[i].1).contains(&v) => sizes[i] = Some(v),
                 _ => {
                     return bad(
-                        Code::Parameter,
+                        ReturnCode::Parameter,
                         format!(
                             "{} '{a}' out of range [{}, {}]",
                             names[i], limits[i].0, limits[i].1
@@ -253,7 +253,7 @@ impl Jive5ab {
         }
         if st.args.len() > 4 {
             return bad(
-                Code::Parameter,
+                ReturnCode::Parameter,
                 "at most 4 fields: protocol : sockbuf : blocksize : nbuf".into(),
             );
         }
@@ -270,7 +270,7 @@ impl Jive5ab {
         if let Some(v) = sizes[2] {
             r.nbuf = v;
         }
-        J5Reply::new(kw, false, Code::Done, vec![])
+        J5Reply::new(kw, false, ReturnCode::Done, vec![])
     }
 
     /// `net_port = [<ip>@]<port>[=<suffix>] [: ...] ;`, `net_port? ;`.
@@ -278,12 +278,12 @@ impl Jive5ab {
         let kw = &st.keyword;
         if st.query {
             let f = self.rt_mut(rt).ports.iter().map(PortEntry::text).collect();
-            return J5Reply::new(kw, true, Code::Done, f);
+            return J5Reply::new(kw, true, ReturnCode::Done, f);
         }
         if let Some(r) = in_progress(st, ctl) {
             return r;
         }
-        let bad = |msg: String| J5Reply::msg(kw, false, Code::Parameter, msg);
+        let bad = |msg: String| J5Reply::msg(kw, false, ReturnCode::Parameter, msg);
         if st.args.is_empty() || st.args.iter().all(String::is_empty) {
             return bad("no port given".into());
         }
@@ -303,7 +303,7 @@ impl Jive5ab {
             return bad("either all ports carry a suffix or none does".into());
         }
         self.rt_mut(rt).ports = ports;
-        J5Reply::new(kw, false, Code::Done, vec![])
+        J5Reply::new(kw, false, ReturnCode::Done, vec![])
     }
 
     /// `mtu = <64..9000> ;`, `mtu? ;`.
@@ -311,19 +311,24 @@ impl Jive5ab {
         let kw = &st.keyword;
         if st.query {
             let m = self.rt_mut(rt).mtu;
-            return J5Reply::new(kw, true, Code::Done, vec![m.to_string()]);
+            return J5Reply::new(kw, true, ReturnCode::Done, vec![m.to_string()]);
         }
         if let Some(r) = in_progress(st, ctl) {
             return r;
         }
         match st.arg(0) {
-            "" => J5Reply::msg(kw, false, Code::Parameter, "Missing argument to command"),
+            "" => J5Reply::msg(kw, false, ReturnCode::Parameter, "Missing argument to command"),
             a => match a.parse::<u32>() {
                 Ok(m) if (64..=9000).contains(&m) => {
                     self.rt_mut(rt).mtu = m;
-                    J5Reply::new(kw, false, Code::Done, vec![])
+                    J5Reply::new(kw, false, ReturnCode::Done, vec![])
                 }
-                _ => J5Reply::msg(kw, false, Code::Conflict, format!("MTU '{a}' is not 64..9000")),
+                _ => J5Reply::msg(
+                    kw,
+                    false,
+                    ReturnCode::Conflict,
+                    format!("MTU '{a}' is not 64..9000"),
+                ),
             },
         }
     }
@@ -337,7 +342,7 @@ impl Jive5ab {
             let (disks, _, _) = ctl.open_disks();
             let mut f = vec![disks.len().to_string()];
             f.extend(disks.iter().map(|d| d.display().to_string()));
-            return J5Reply::new(kw, true, Code::Done, f);
+            return J5Reply::new(kw, true, ReturnCode::Done, f);
         }
         if let Some(r) = in_progress(st, ctl) {
             return r;
@@ -346,7 +351,12 @@ impl Jive5ab {
         for a in st.args.iter().filter(|a| !a.is_empty()) {
             match a.as_str() {
                 "null" => {
-                    return J5Reply::msg(kw, false, Code::Parameter, "vlbiflow does not record to 'null'")
+                    return J5Reply::msg(
+                        kw,
+                        false,
+                        ReturnCode::Parameter,
+                        "vlbiflow does not record to 'null'",
+                    )
                 }
                 "flexbuff" | "flexbuf" => patterns.push("/mnt/disk[0-9]*".to_owned()),
                 "mk6" => patterns.push("/mnt/disks/[1-4]/[0-7]/data".to_owned()),
@@ -359,7 +369,7 @@ impl Jive5ab {
                     return J5Reply::msg(
                         kw,
                         false,
-                        Code::Parameter,
+                        ReturnCode::Parameter,
                         format!("'{other}' is no group, built-in alias, directory or glob"),
                     )
                 }
@@ -367,20 +377,20 @@ impl Jive5ab {
         }
         let n = match ctl.set_group(GROUP, patterns) {
             Ok(n) => n,
-            Err(e) => return J5Reply::msg(kw, false, Code::Conflict, e),
+            Err(e) => return J5Reply::msg(kw, false, ReturnCode::Conflict, e),
         };
         if n == 0 {
             return J5Reply::new(
                 kw,
                 false,
-                Code::Parameter,
+                ReturnCode::Parameter,
                 vec![
                     "0".into(),
                     "no mountpoints matched your selection criteria".into(),
                 ],
             );
         }
-        J5Reply::new(kw, false, Code::Done, vec![n.to_string()])
+        J5Reply::new(kw, false, ReturnCode::Done, vec![n.to_string()])
     }
 }
 

@@ -36,7 +36,7 @@ fn send(j: &mut Jive5ab, conn: &mut Conn, ctl: &mut Controller, line: &str) -> S
         let r = match item {
             Item::Error(r) => r,
             Item::Statement(st) => match j.handle(conn, &st, ctl, now()) {
-                Step::Now(r) | Step::WhenIdle(r) | Step::Disk2File(_, r) => r,
+                Step::Now(r) | Step::WhenIdle(r) | Step::Disk2File(_, r) | Step::Disk2Net(_, r) => r,
                 Step::Start(p) => panic!("start {p:?}"),
             },
         };
@@ -172,7 +172,7 @@ fn runtimes_keep_their_own_settings() {
     assert_eq!(send(&mut j, &mut c, &mut ctl, "mtu?"), "!mtu? 0 : 9000 ;");
     let mut other = Conn {
         runtime: "corr".into(),
-        echo: false,
+        ..Conn::default()
     };
     assert_eq!(
         send(&mut j, &mut c, &mut ctl, "runtime = corr : delete"),
@@ -219,7 +219,7 @@ proptest! {
                 let r = match item {
                     Item::Error(r) => r,
                     Item::Statement(st) => match j.handle(&mut c, &st, &mut ctl, now()) {
-                        Step::Now(r) | Step::WhenIdle(r) | Step::Disk2File(_, r) => r,
+                        Step::Now(r) | Step::WhenIdle(r) | Step::Disk2File(_, r) | Step::Disk2Net(_, r) => r,
                         Step::Start(p) => {
                             let _ = ctl.take_actions();
                             let r = ctl.started(p.ticket, Err("refused by the test".into()), now());
@@ -250,12 +250,12 @@ proptest! {
             for item in req.items {
                 if let Item::Statement(st) = item {
                     match j.handle(&mut c, &st, &mut ctl, now()) {
-                        Step::Now(r) | Step::WhenIdle(r) | Step::Disk2File(_, r) => prop_assert!(parse_j5_reply(&r.format()).is_some()),
+                        Step::Now(r) | Step::WhenIdle(r) | Step::Disk2File(_, r) | Step::Disk2Net(_, r) => prop_assert!(parse_j5_reply(&r.format()).is_some()),
                         Step::Start(p) => {
                             let _ = ctl.take_actions();
                             let r = ctl.started(p.ticket, Err("refused by the test".into()), now());
                             let r = j.started(&p, r, now());
-                            prop_assert_eq!(r.code, Code::Execution);
+                            prop_assert_eq!(r.code, ReturnCode::Error);
                         }
                     }
                 }

@@ -13,9 +13,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use crate::controller::Controller;
-use crate::proto::Statement;
+use crate::proto::{ReturnCode, Statement};
 
-use super::reply::{Code, J5Reply};
+use super::reply::J5Reply;
 use super::setup::in_progress;
 use super::{Jive5ab, Step};
 
@@ -29,7 +29,8 @@ pub struct Progress {
     /// Bytes of the range written so far.
     pub written: AtomicU64,
     state: AtomicU8,
-    abort: AtomicBool,
+    /// Set to stop the copy (`reset = abort`, `disk2net = disconnect`).
+    pub(super) abort: AtomicBool,
 }
 
 /// One `disk2file` as the runtime remembers it.
@@ -77,17 +78,20 @@ impl Jive5ab {
                 Some(d) => vec!["inactive".into(), d.file.clone()],
                 None => vec!["inactive".into()],
             };
-            return Step::Now(J5Reply::new(kw, true, Code::Done, f));
+            return Step::Now(J5Reply::new(kw, true, ReturnCode::Done, f));
         }
         let err = |code, m: String| Step::Now(J5Reply::msg(kw, false, code, m));
         if r.disk2file.as_ref().is_some_and(Disk2File::active) {
-            return err(Code::Conflict, "not whilst disk2file is in progress".into());
+            return err(ReturnCode::Conflict, "not whilst disk2file is in progress".into());
+        }
+        if r.disk2net.as_ref().is_some_and(|d| d.active()) {
+            return err(ReturnCode::Conflict, "Already doing disk2net".into());
         }
         if let Some(reply) = in_progress(st, ctl) {
             return Step::Now(reply);
         }
         let Some(sel) = r.scan.clone() else {
-            return err(Code::Conflict, "no scan was set using scan_set=".into());
+            return err(ReturnCode::Conflict, "no scan was set using scan_set=".into());
         };
         let file = match st.arg(0) {
             "" => format!("{}.m5a", sel.name),
@@ -104,25 +108,28 @@ impl Jive5ab {
         };
         let start = match num(st.arg(1), "start") {
             Ok(v) => v.unwrap_or(sel.start),
-            Err(e) => return err(Code::Parameter, e),
+            Err(e) => return err(ReturnCode::Parameter, e),
         };
         let end = match st.arg(2) {
             e if e.starts_with('+') => match num(&e[1..], "length") {
                 Ok(v) => start.saturating_add(v.unwrap_or(0)),
-                Err(e) => return err(Code::Parameter, e),
+                Err(e) => return err(ReturnCode::Parameter, e),
             },
             e => match num(e, "end") {
                 Ok(v) => v.unwrap_or(sel.end),
-                Err(e) => return err(Code::Parameter, e),
+                Err(e) => return err(ReturnCode::Parameter, e),
             },
         };
         if end != 0 && end <= start {
-            return err(Code::Parameter, format!("end {end} is not after start {start}"));
+            return err(
+                ReturnCode::Parameter,
+                format!("end {end} is not after start {start}"),
+            );
         }
         let mode = match st.arg(3) {
             "" => "n",
             m @ ("n" | "w" | "a") => m,
-            m => return err(Code::Parameter, format!("mode '{m}' is not n, w or a")),
+            m => return err(ReturnCode::Parameter, format!("mode '{m}' is not n, w or a")),
         };
         let what = Disk2File {
             scan: sel.name,
@@ -138,19 +145,23 @@ impl Jive5ab {
                 what,
                 disks: ctl.open_disks().0,
             },
-            J5Reply::new(kw, false, Code::Initiated, vec![]),
+            J5Reply::new(kw, false, ReturnCode::Initiated, vec![]),
         )
     }
 
-    /// `reset = abort ;` for a running `disk2file`: true if one was asked to stop.
+    /// `reset = abort ;` for a running `disk2file` or `disk2net`: true if one was asked to stop.
     pub(super) fn abort_disk2file(&mut self, rt: &str) -> bool {
-        match &self.rt_mut(rt).disk2file {
-            Some(d) if d.active() => {
-                d.progress.abort.store(true, Ordering::Release);
-                true
-            }
-            _ => false,
+        let r = self.rt_mut(rt);
+        let mut any = false;
+        if let Some(d) = r.disk2net.as_ref().filter(|d| d.active()) {
+            d.stop();
+            any = true;
         }
+        if let Some(d) = r.disk2file.as_ref().filter(|d| d.active()) {
+            d.progress.abort.store(true, Ordering::Release);
+            any = true;
+        }
+        any
     }
 
     /// A `disk2file` runs in any runtime.
@@ -162,21 +173,25 @@ impl Jive5ab {
 }
 
 /// Writes the bytes of `[start, end)` of what is written through it to `out` (end 0: no end); stops the
-/// gather with an error once past the end or asked to abort.
-struct RangeWriter<W> {
-    out: W,
-    pos: u64,
-    start: u64,
-    end: u64,
-    progress: Arc<Progress>,
+/// gather with an error once past the end ([`STOP`]) or asked to abort ([`ABORTED`]). Used by
+/// `disk2file` and `disk2net`.
+pub(super) struct RangeWriter<W> {
+    pub(super) out: W,
+    pub(super) pos: u64,
+    pub(super) start: u64,
+    pub(super) end: u64,
+    pub(super) progress: Arc<Progress>,
 }
 
-const STOP: &str = "disk2file range complete";
+/// The error a [`RangeWriter`] stops the gather with at the end of its range.
+pub(super) const STOP: &str = "transfer range complete";
+/// The error a [`RangeWriter`] stops the gather with when asked to abort.
+pub(super) const ABORTED: &str = "aborted";
 
 impl<W: Write> Write for RangeWriter<W> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         if self.progress.abort.load(Ordering::Acquire) {
-            return Err(io::Error::other("disk2file aborted"));
+            return Err(io::Error::other(ABORTED));
         }
         let (from, to) = (self.pos, self.pos + buf.len() as u64);
         self.pos = to;
