@@ -16,5 +16,5 @@ pub mod metrics;
 mod process;
 mod server;
 
-pub use metrics::{BuildInfo, Families, MetricsEndpoint};
+pub use metrics::{Asker, BuildInfo, Families, MetricsEndpoint};
 pub use server::{serve, Limits};

@@ -1,10 +1,13 @@
 //! `/metrics`: the daemon's families plus `vlbiflow_build_info` and the process metrics, encoded with
 //! `prometheus-client` in the Prometheus text format (version 0.0.4), behind an optional read-only token.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
+use axum::extract::{ConnectInfo, Query};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
@@ -166,32 +169,44 @@ impl MetricsEndpoint {
     /// daemon's snapshot for one scrape.
     pub fn router<A, C, Fut>(self, allowed: A, collect: C) -> Router
     where
-        A: Fn(&HeaderMap, Option<&str>) -> bool + Clone + Send + Sync + 'static,
+        A: Fn(&Asker<'_>) -> bool + Clone + Send + Sync + 'static,
         C: Fn() -> Fut + Clone + Send + Sync + 'static,
         Fut: Future<Output = Box<dyn Collector>> + Send + 'static,
     {
         let build = self.build;
         let token = self.token;
-        Router::new().route(
-            "/metrics",
-            get(
-                move |axum::extract::RawQuery(q): axum::extract::RawQuery, headers: HeaderMap| async move {
-                    let ok = token.as_deref().is_some_and(|t| bearer_is(&headers, t))
-                        || allowed(&headers, q.as_deref());
-                    if !ok {
-                        return (
-                            StatusCode::UNAUTHORIZED,
-                            [(header::WWW_AUTHENTICATE, "Bearer")],
-                            "token required: Authorization: Bearer <token>\n",
-                        )
-                            .into_response();
-                    }
-                    let daemon = collect().await;
-                    ([(header::CONTENT_TYPE, CONTENT_TYPE)], render(build, daemon)).into_response()
-                },
-            ),
-        )
+        let handler = move |ConnectInfo(peer): ConnectInfo<SocketAddr>,
+                            Query(query): Query<HashMap<String, String>>,
+                            headers: HeaderMap| async move {
+            let asker = Asker {
+                peer,
+                headers: &headers,
+                query: &query,
+            };
+            let ok = token.as_deref().is_some_and(|t| bearer_is(&headers, t)) || allowed(&asker);
+            if !ok {
+                return (
+                    StatusCode::UNAUTHORIZED,
+                    [(header::WWW_AUTHENTICATE, "Bearer")],
+                    "token required: Authorization: Bearer <token>\n",
+                )
+                    .into_response();
+            }
+            let daemon = collect().await;
+            ([(header::CONTENT_TYPE, CONTENT_TYPE)], render(build, daemon)).into_response()
+        };
+        Router::new().route("/metrics", get(handler))
     }
+}
+
+/// A request for `/metrics` that does not carry the metrics token, for the daemon's own rule.
+#[derive(Debug)]
+pub struct Asker<'a> {
+    /// The client's address.
+    pub peer: SocketAddr,
+    pub headers: &'a HeaderMap,
+    /// The query string's parameters.
+    pub query: &'a HashMap<String, String>,
 }
 
 /// Whether `headers` carry `Authorization: Bearer <token>` (compared in constant time).

@@ -4,11 +4,10 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use axum::http::HeaderMap;
 use axum::routing::get;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
-use vlbiflow_http::{serve, Families, Limits, MetricsEndpoint};
+use vlbiflow_http::{serve, Asker, Families, Limits, MetricsEndpoint};
 
 /// A generous bound on any single read: a test that hits it fails rather than hanging.
 const BOUND: Duration = Duration::from_secs(60);
@@ -56,7 +55,7 @@ fn start(limits: Limits, token: Option<&str>) -> Server {
     let addr = listener.local_addr().unwrap();
     let app = MetricsEndpoint::new(token.map(str::to_owned))
         .router(
-            |_: &HeaderMap, _: Option<&str>| false,
+            |_: &Asker<'_>| false,
             || async { Box::new(Demo) as Box<dyn Collector> },
         )
         .route(
