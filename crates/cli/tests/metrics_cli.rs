@@ -59,7 +59,10 @@ fn promtool(args: &[&str], input: &str) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(out.status.success(), "promtool {args:?}: {said}\n--- input:\n{input}");
+    assert!(
+        out.status.success(),
+        "promtool {args:?}: {said}\n--- input:\n{input}"
+    );
     said
 }
 
@@ -146,7 +149,10 @@ fn xfer_serve_metrics_pass_promtool() {
     assert!(scrape(&m, None).0.contains(" 401 "));
     let (status, body) = scrape(&m, Some("xfer-metrics-token-0123"));
     assert!(status.contains(" 200 "), "{status}");
-    assert!(body.contains("# TYPE vlbiflow_xfer_sent_bytes_total counter"), "{body}");
+    assert!(
+        body.contains("# TYPE vlbiflow_xfer_sent_bytes_total counter"),
+        "{body}"
+    );
     check(&body);
 }
 

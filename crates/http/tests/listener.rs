@@ -179,8 +179,8 @@ fn over_cap_connections_are_closed_while_one_in_cap_gets_metrics() {
     let mut client = connect(srv.addr);
     for _ in 0..5 {
         let mut over = connect(srv.addr);
-        over.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer t\r\n\r\n")
-            .unwrap_or(());
+        // The server may have closed it already: a failed write is as good as a refusal.
+        let _ = over.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer t\r\n\r\n");
         assert!(
             read_until_closed(&mut over).is_empty(),
             "over the cap must get nothing"
