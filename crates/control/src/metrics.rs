@@ -247,9 +247,7 @@ fn forward(f: &mut Families<'_>, r: &StatusReport, c: &Cumulative) -> fmt::Resul
     f.gauge(
         "vlbiflow_forward_queued_frames",
         "Frames waiting in a forwarding destination's queue.",
-        dests
-            .iter()
-            .map(|d| ([("dest", d.label.as_str())], d.queued as u64)),
+        dests.iter().map(|d| ([("dest", d.label.as_str())], d.queued)),
     )?;
     f.gauge(
         "vlbiflow_forward_connected",

@@ -82,10 +82,7 @@ fn snapshot(s: &Shared) -> Result<Mesh, String> {
     }
     Ok(Mesh {
         figures,
-        counts: counts
-            .into_iter()
-            .map(|(t, st, r, n)| (t, st, r, n as i64))
-            .collect(),
+        counts,
         pending,
         alerts,
         agents: agents
