@@ -168,16 +168,31 @@ fn a_file_that_exists_with_other_content_is_refused_with_exit_3_both_ways() {
     assert!(std::fs::read(into.join("e.bin")).unwrap() == b_data, "untouched");
 }
 
-/// Each running transfer's `rate_cap_bps` from the daemon's metrics.
-fn caps(metrics: &str) -> Vec<u64> {
+/// The daemon's metrics text.
+fn scrape(metrics: &str) -> String {
     let mut s = TcpStream::connect(metrics).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
     let mut body = String::new();
     s.read_to_string(&mut body).unwrap();
+    body
+}
+
+/// The value of the sample `name` (without labels) in a metrics text.
+fn sample(body: &str, name: &str) -> f64 {
     body.lines()
-        .filter(|l| l.starts_with("vlbiflow_xfer_transfer_rate_cap_bps{"))
-        .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("{name} missing from {body}"))
+        .parse()
+        .unwrap()
+}
+
+/// Each running transfer's rate ceiling in bits/s from the daemon's metrics (which say bytes/s).
+fn caps(metrics: &str) -> Vec<u64> {
+    scrape(metrics)
+        .lines()
+        .filter(|l| l.starts_with("vlbiflow_xfer_transfer_rate_cap_bytes_per_second{"))
+        .map(|l| (l.rsplit(' ').next().unwrap().parse::<f64>().unwrap() * 8.0).round() as u64)
         .collect()
 }
 
@@ -214,6 +229,17 @@ fn the_total_rate_is_shared_again_as_transfers_start_and_end() {
         .spawn()
         .unwrap();
     wait_caps(&m, &[24_000_000]);
+    // The daemon-wide byte counter moves while the transfer runs, not only when it ends.
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let body = scrape(&m);
+        assert_eq!(sample(&body, "vlbiflow_xfer_transfers_ok_total"), 0.0, "{body}");
+        if sample(&body, "vlbiflow_xfer_received_bytes_total") > 0.0 {
+            break;
+        }
+        assert!(Instant::now() < until, "{body}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let second = xfer(&state, &["push", "-q", path_str(&b), &dest])
         .stderr(Stdio::piped())
         .spawn()

@@ -45,6 +45,8 @@ pub struct ConfigFile {
     pub http: Option<String>,
     /// Access token; required when either address is not loopback.
     pub token: Option<String>,
+    /// Read-only token for `GET /metrics` (`Authorization: Bearer ...`); grants nothing else.
+    pub metrics_token: Option<String>,
     /// Most simultaneous command connections (default 64); more are refused with a reply.
     pub max_connections: Option<usize>,
     /// A command connection silent this long is closed (seconds, default 600).
@@ -112,6 +114,8 @@ pub struct DaemonConfig {
     pub control: SocketAddr,
     pub http: SocketAddr,
     pub token: Option<String>,
+    /// Read-only token for `GET /metrics`; grants nothing else.
+    pub metrics_token: Option<String>,
     pub max_connections: usize,
     pub idle_timeout: Duration,
     pub open_group: Option<String>,
@@ -186,6 +190,20 @@ impl DaemonConfig {
                 return Err(invalid(
                     "token",
                     "must be at least 8 printable characters without ';' or ':'",
+                ));
+            }
+        }
+        if let Some(t) = &f.metrics_token {
+            if t.len() < 16 || !t.bytes().all(|c| c.is_ascii_graphic()) {
+                return Err(invalid(
+                    "metrics_token",
+                    "must be at least 16 printable characters",
+                ));
+            }
+            if f.token.as_deref() == Some(t.as_str()) {
+                return Err(invalid(
+                    "metrics_token",
+                    "must differ from the access token (it grants reading the metrics only)",
                 ));
             }
         }
@@ -274,6 +292,7 @@ impl DaemonConfig {
             control,
             http,
             token: f.token,
+            metrics_token: f.metrics_token,
             max_connections,
             idle_timeout: Duration::from_secs_f64(idle),
             open_group: f.open_group,

@@ -25,7 +25,6 @@ use crate::controller::{Action, Answer, Controller, Ticket};
 use crate::disks::SystemDisks;
 use crate::engine::Engine;
 use crate::proto::Reply;
-use crate::report;
 use crate::session::{constant_time_eq, Mark6Session, Screened};
 
 /// The dashboard page (self-contained: inline CSS and JS, no external resources).
@@ -274,17 +273,18 @@ async fn run(
     let app = Router::new()
         .route("/", get(dashboard))
         .route("/status", get(status))
-        .route("/metrics", get(metrics))
         .route("/history", get(history))
-        .with_state(sh.clone());
+        .with_state(sh.clone())
+        .merge(metrics_router(&sh));
     let mut http_stop = stop.clone();
-    let http_task = tokio::spawn(async move {
-        let _ = axum::serve(http, app)
-            .with_graceful_shutdown(async move {
-                let _ = http_stop.wait_for(|s| *s).await;
-            })
-            .await;
-    });
+    let http_task = tokio::spawn(vlbiflow_http::serve(
+        http,
+        app,
+        vlbiflow_http::Limits::DEFAULT,
+        async move {
+            let _ = http_stop.wait_for(|s| *s).await;
+        },
+    ));
     let permits = Arc::new(Semaphore::new(max));
     loop {
         tokio::select! {
@@ -488,18 +488,23 @@ async fn history(State(sh): State<Arc<Shared>>, headers: HeaderMap, Query(q): Q)
     ([(header::CACHE_CONTROL, "no-store")], axum::Json(h)).into_response()
 }
 
-async fn metrics(State(sh): State<Arc<Shared>>, headers: HeaderMap, Query(q): Q) -> Response {
-    if !authorised(&sh, &headers, &q) {
-        return unauthorised();
-    }
-    let text = with_ctl(&sh, |c| {
-        let r = c.report(UtcTime::now());
-        report::prometheus(&r, &c.cumulative())
-    })
-    .await;
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
-        text,
+/// `GET /metrics`: readable with the read-only metrics token when one is configured, and as the other
+/// pages are (the access token off loopback).
+fn metrics_router(sh: &Arc<Shared>) -> Router {
+    let token = sh.lock().config().metrics_token.clone();
+    let (a, c) = (sh.clone(), sh.clone());
+    vlbiflow_http::MetricsEndpoint::new(token).router(
+        move |r: &vlbiflow_http::Asker<'_>| authorised(&a, r.headers, r.query),
+        move || {
+            let sh = c.clone();
+            async move {
+                let snap = with_ctl(&sh, |c| crate::metrics::Snapshot {
+                    report: c.report(UtcTime::now()),
+                    cumulative: c.cumulative(),
+                })
+                .await;
+                Box::new(snap) as Box<dyn prometheus_client::collector::Collector>
+            }
+        },
     )
-        .into_response()
 }

@@ -24,6 +24,7 @@ pub mod disks;
 pub mod engine;
 pub mod forward;
 pub mod jive5ab;
+pub mod metrics;
 pub mod proto;
 pub mod rates;
 pub mod report;

@@ -336,20 +336,21 @@ fn archive_and_metrics() {
         std::thread::yield_now();
     }
     let mut c = std::net::TcpStream::connect(d.metrics_addr().unwrap()).unwrap();
-    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
     let mut body = String::new();
     c.read_to_string(&mut body).unwrap();
     assert!(body.starts_with("HTTP/1.1 200"), "{body}");
     assert!(body.contains("vlbiflow_xfer_transfers_ok_total 1"), "{body}");
     assert!(body.contains("vlbiflow_xfer_active_transfers 0"), "{body}");
     assert!(
-        body.contains("vlbiflow_xfer_bytes_read_back_total 300000\n"),
+        body.contains("vlbiflow_xfer_read_back_bytes_total 300000\n"),
         "{body}"
     );
     let direct_line = body
         .lines()
-        .find(|l| l.starts_with("vlbiflow_xfer_bytes_written_direct_total "))
-        .expect("bytes_written_direct_total");
+        .find(|l| l.starts_with("vlbiflow_xfer_direct_written_bytes_total "))
+        .expect("direct_written_bytes_total");
     drop(d);
     let a = vlbiflow_xfer::archive::Archive::open(&s.path().join("a/xfer.sqlite")).unwrap();
     let l = a.list(10).unwrap();
@@ -363,7 +364,7 @@ fn archive_and_metrics() {
     assert_eq!(l[0].detail["bytes_read_back"], 300_000);
     assert_eq!(
         format!(
-            "vlbiflow_xfer_bytes_written_direct_total {}",
+            "vlbiflow_xfer_direct_written_bytes_total {}",
             l[0].detail["bytes_written_direct"]
         ),
         direct_line

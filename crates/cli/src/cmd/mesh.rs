@@ -144,6 +144,9 @@ pub struct HubArgs {
     /// Serve pages and the read API without authentication
     #[arg(long)]
     public_read: bool,
+    /// Read-only token that GET /metrics accepts (Authorization: Bearer TOKEN); grants nothing else
+    #[arg(long, value_name = "FILE")]
+    metrics_token_file: Option<PathBuf>,
     /// Check the configuration, print the plan of the next hour and exit
     #[arg(long)]
     check: bool,
@@ -198,6 +201,10 @@ pub fn run_hub(a: HubArgs) -> anyhow::Result<ExitCode> {
             archive: a.archive,
             token,
             public_read: a.public_read,
+            metrics_token: match crate::cmd::read_metrics_token(a.metrics_token_file.as_deref()) {
+                Ok(t) => t,
+                Err(e) => usage!("{e}"),
+            },
         },
         stop.clone(),
         log,

@@ -166,3 +166,18 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
 macro_rules! usage {
     ($($t:tt)*) => { return Err(anyhow::Error::new($crate::cmd::UsageError(format!($($t)*)))) };
 }
+
+/// The read-only metrics token from `--metrics-token-file` (surrounding white space dropped), if given.
+pub fn read_metrics_token(file: Option<&std::path::Path>) -> Result<Option<String>, String> {
+    let Some(f) = file else { return Ok(None) };
+    let text =
+        std::fs::read_to_string(f).map_err(|e| format!("--metrics-token-file {}: {e}", f.display()))?;
+    let t = text.trim();
+    if t.len() < 16 || t.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "--metrics-token-file {}: the token must be at least 16 characters, without white space",
+            f.display()
+        ));
+    }
+    Ok(Some(t.to_string()))
+}

@@ -1,130 +1,179 @@
-//! `/metrics` in the Prometheus text format: newest figures per pair and test, run counts, pending runs,
-//! active alerts, agents' last contact.
+//! `/metrics` in the Prometheus text format (the daemons' common endpoint of `vlbiflow-http`): newest
+//! figures per pair and test in base units, run counts, pending runs, active alerts, agents' last contact.
 
-use std::fmt::Write as _;
-use std::net::SocketAddr;
+use std::fmt;
 use std::sync::Arc;
 
-use axum::extract::{ConnectInfo, State};
-use axum::http::{header, HeaderMap};
-use axum::response::{IntoResponse, Response};
+use axum::Router;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
+use vlbiflow_http::{Asker, Families, MetricsEndpoint};
 
-use super::access::guard;
-use super::http::{blocking, reply};
+use super::access::may_read;
 use super::matrix::matrix;
 use super::state::{lock, Shared};
 
-fn label(v: &str) -> String {
-    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+/// The archive's figures exported, their family and the factor into base units.
+const FIGURES: [(&str, &str, &str, f64); 4] = [
+    (
+        "throughput_mbps",
+        "vlbiflow_mesh_throughput_bytes_per_second",
+        "Newest throughput of the pair, bytes/s",
+        1e6 / 8.0,
+    ),
+    (
+        "loss_percent",
+        "vlbiflow_mesh_loss_ratio",
+        "Newest loss of the pair, a fraction 0-1",
+        0.01,
+    ),
+    (
+        "rtt_ms",
+        "vlbiflow_mesh_rtt_seconds",
+        "Newest round-trip time of the pair, seconds",
+        1e-3,
+    ),
+    (
+        "capacity_mbps",
+        "vlbiflow_mesh_capacity_bytes_per_second",
+        "Newest bottleneck capacity of the pair, bytes/s",
+        1e6 / 8.0,
+    ),
+];
+
+/// One figure of a pair: (src, dst, test, metric, value, planned start in Unix seconds).
+type Figure = (String, String, String, String, f64, f64);
+
+/// The hub's state at one scrape; `None`: the archive could not be read.
+#[derive(Debug)]
+struct Snapshot(Option<Mesh>);
+
+#[derive(Debug)]
+struct Mesh {
+    figures: Vec<Figure>,
+    counts: Vec<(String, String, String, i64)>,
+    pending: usize,
+    alerts: usize,
+    agents: Vec<(String, f64)>,
 }
 
-fn metrics_text(s: &Shared) -> Result<String, String> {
+fn snapshot(s: &Shared) -> Result<Mesh, String> {
     let m = matrix(s)?;
     let pending = lock(&s.ledger).pending();
     let mut a = lock(&s.archive);
     let counts = a.counts(None, None).map_err(|e| e.to_string())?;
-    let active = a.active_alerts().map_err(|e| e.to_string())?;
+    let alerts = a.active_alerts().map_err(|e| e.to_string())?.len();
     let agents = a.agents().map_err(|e| e.to_string())?;
     drop(a);
-    let mut out = String::new();
-    let help = |out: &mut String, name: &str, kind: &str, text: &str| {
-        let _ = writeln!(out, "# HELP {name} {text}\n# TYPE {name} {kind}");
-    };
-    for (metric, text) in [
-        ("throughput_mbps", "Newest throughput of the pair, Mb/s"),
-        ("loss_percent", "Newest loss of the pair, percent"),
-        ("rtt_ms", "Newest round-trip time of the pair, ms"),
-        ("capacity_mbps", "Newest bottleneck capacity of the pair, Mb/s"),
-    ] {
-        let name = format!("vlbiflow_mesh_{metric}");
-        help(&mut out, &name, "gauge", text);
-        // One series per test: a pair's loss from a sweep and from a latency test are two figures.
-        for c in &m.cells {
-            for v in c.by_test.values().filter_map(|ms| ms.get(metric)) {
-                let _ = writeln!(
-                    out,
-                    "{name}{{src=\"{}\",dst=\"{}\",test=\"{}\"}} {}",
-                    label(&c.src),
-                    label(&c.dst),
-                    label(&v.test),
-                    v.value
-                );
-            }
-        }
-    }
-    help(
-        &mut out,
-        "vlbiflow_mesh_result_timestamp_seconds",
-        "gauge",
-        "Planned start of the newest result of the pair, test and metric",
-    );
+    let mut figures = Vec::new();
     for c in &m.cells {
         for (test, ms) in &c.by_test {
             for (metric, v) in ms {
-                let _ = writeln!(
-                    out,
-                    "vlbiflow_mesh_result_timestamp_seconds{{src=\"{}\",dst=\"{}\",test=\"{}\",metric=\"{metric}\"}} {}",
-                    label(&c.src),
-                    label(&c.dst),
-                    label(test),
-                    v.t as f64 / 1000.0
-                );
+                figures.push((
+                    c.src.clone(),
+                    c.dst.clone(),
+                    test.clone(),
+                    metric.clone(),
+                    v.value,
+                    v.t as f64 / 1000.0,
+                ));
             }
         }
     }
-    help(
-        &mut out,
-        "vlbiflow_mesh_runs",
-        "gauge",
-        "Archived runs by test, status and failure reason",
-    );
-    for (test, status, reason, n) in &counts {
-        let _ = writeln!(
-            out,
-            "vlbiflow_mesh_runs{{test=\"{}\",status=\"{}\",reason=\"{}\"}} {n}",
-            label(test),
-            label(status),
-            label(reason)
-        );
-    }
-    help(
-        &mut out,
-        "vlbiflow_mesh_pending_runs",
-        "gauge",
-        "Planned runs awaiting an outcome",
-    );
-    let _ = writeln!(out, "vlbiflow_mesh_pending_runs {pending}");
-    help(
-        &mut out,
-        "vlbiflow_mesh_alerts_active",
-        "gauge",
-        "Alerts raised and not cleared",
-    );
-    let _ = writeln!(out, "vlbiflow_mesh_alerts_active {}", active.len());
-    help(
-        &mut out,
-        "vlbiflow_mesh_agent_last_seen_seconds",
-        "gauge",
-        "Last contact of each agent",
-    );
-    for (name, seen, _, _) in &agents {
-        let _ = writeln!(
-            out,
-            "vlbiflow_mesh_agent_last_seen_seconds{{agent=\"{}\"}} {}",
-            label(name),
-            *seen as f64 / 1000.0
-        );
-    }
-    Ok(out)
+    Ok(Mesh {
+        figures,
+        counts,
+        pending,
+        alerts,
+        agents: agents
+            .into_iter()
+            .map(|(name, seen, _, _)| (name, seen as f64 / 1000.0))
+            .collect(),
+    })
 }
 
-pub(super) async fn metrics(
-    State(s): State<Arc<Shared>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-) -> Response {
-    guard!(s, peer, headers);
-    reply(blocking(move || metrics_text(&s)).await, |t| {
-        ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], t).into_response()
-    })
+impl Collector for Snapshot {
+    fn encode(&self, encoder: DescriptorEncoder) -> fmt::Result {
+        let mut f = Families(encoder);
+        f.gauge1(
+            "vlbiflow_mesh_archive_up",
+            "1 if the archive could be read for this scrape (0: the other mesh families are missing).",
+            u64::from(self.0.is_some()),
+        )?;
+        let Some(m) = &self.0 else { return Ok(()) };
+        let pair = |x: &Figure| [("src", x.0.clone()), ("dst", x.1.clone()), ("test", x.2.clone())];
+        // One series per test: a pair's loss from a sweep and from a latency test are two figures.
+        for (key, name, help, factor) in FIGURES {
+            f.gauge(
+                name,
+                help,
+                m.figures
+                    .iter()
+                    .filter(|x| x.3 == key)
+                    .map(|x| (pair(x), x.4 * factor)),
+            )?;
+        }
+        f.gauge(
+            "vlbiflow_mesh_result_timestamp_seconds",
+            "Planned start of the newest result of the pair, test and metric (the archive's name of the figure), Unix seconds",
+            m.figures.iter().map(|x| {
+                (
+                    [
+                        ("src", x.0.clone()),
+                        ("dst", x.1.clone()),
+                        ("test", x.2.clone()),
+                        ("metric", x.3.clone()),
+                    ],
+                    x.5,
+                )
+            }),
+        )?;
+        f.gauge(
+            "vlbiflow_mesh_runs",
+            "Archived runs by test, status and failure reason",
+            m.counts.iter().map(|(t, st, r, n)| {
+                (
+                    [
+                        ("test", t.as_str()),
+                        ("status", st.as_str()),
+                        ("reason", r.as_str()),
+                    ],
+                    *n,
+                )
+            }),
+        )?;
+        f.gauge1(
+            "vlbiflow_mesh_pending_runs",
+            "Planned runs awaiting an outcome",
+            m.pending as u64,
+        )?;
+        f.gauge1(
+            "vlbiflow_mesh_alerts_active",
+            "Alerts raised and not cleared",
+            m.alerts as u64,
+        )?;
+        f.gauge(
+            "vlbiflow_mesh_agent_last_seen_timestamp_seconds",
+            "Last contact of each agent, Unix seconds",
+            m.agents.iter().map(|(a, t)| ([("agent", a.as_str())], *t)),
+        )
+    }
+}
+
+/// `GET /metrics`: readable with the read-only metrics token when one is set, and as the pages are.
+pub(super) fn router(s: Arc<Shared>, metrics_token: Option<String>) -> Router {
+    let (a, c) = (s.clone(), s);
+    MetricsEndpoint::new(metrics_token).router(
+        move |r: &Asker<'_>| may_read(&a, &r.peer, r.headers),
+        move || {
+            let s = c.clone();
+            async move {
+                let snap = tokio::task::spawn_blocking(move || snapshot(&s).ok())
+                    .await
+                    .ok()
+                    .flatten();
+                Box::new(Snapshot(snap)) as Box<dyn Collector>
+            }
+        },
+    )
 }

@@ -58,6 +58,8 @@ pub struct HubOptions {
     pub token: Option<String>,
     /// Serve pages and the read API to anyone.
     pub public_read: bool,
+    /// Read-only token for `GET /metrics` (`Authorization: Bearer ...`); grants nothing else.
+    pub metrics_token: Option<String>,
 }
 
 /// A running hub.
@@ -150,6 +152,7 @@ pub fn spawn(opts: HubOptions, stop: Arc<AtomicBool>, log: Log) -> Result<HubHan
         started: now,
     });
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let metrics_token = opts.metrics_token.clone();
     let thread_stop = stop.clone();
     let thread = std::thread::Builder::new()
         .name("hub".into())
@@ -195,14 +198,11 @@ pub fn spawn(opts: HubOptions, stop: Arc<AtomicBool>, log: Log) -> Result<HubHan
                         }
                     })
                 };
-                let app = routes::router(shared.clone());
-                let serve = axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
-                    .with_graceful_shutdown(async move {
-                        let _ = rx.await;
-                    });
-                if let Err(e) = serve.await {
-                    (shared.log)(&format!("http: {e}"));
-                }
+                let app = routes::router(shared.clone(), metrics_token);
+                vlbiflow_http::serve(listener, app, vlbiflow_http::Limits::DEFAULT, async move {
+                    let _ = rx.await;
+                })
+                .await;
                 ticker.abort();
             });
             thread_stop.store(true, Ordering::SeqCst);

@@ -62,9 +62,9 @@ impl Daemon {
             None => None,
         };
         let metrics = match cfg.metrics {
-            Some(m) if !m.ip().is_loopback() => {
+            Some(m) if !m.ip().is_loopback() && cfg.metrics_token.is_none() => {
                 return Err(XferError::Usage(format!(
-                    "--metrics {m}: metrics are served on loopback only (they are not authenticated); scrape through an authenticating proxy or an SSH tunnel"
+                    "--metrics {m}: without a metrics token metrics are served on loopback only; give one (--metrics-token-file), or scrape through an SSH tunnel"
                 )))
             }
             Some(m) => {

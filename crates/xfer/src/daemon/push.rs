@@ -128,11 +128,6 @@ pub(super) fn push_session(c: &Conn<'_>, dest: String, files: Vec<FileSpec>, mut
                 o.stats.wrong_transfer,
                 o.stats.unknown_file
             );
-            sh.counters.datagrams_bad_tag.fetch_add(o.stats.bad_tag, Relaxed);
-            sh.counters.datagrams_malformed.fetch_add(
-                o.stats.malformed + o.stats.wrong_transfer + o.stats.unknown_file,
-                Relaxed,
-            );
         }
         Err(e) => {
             sh.counters.transfers_failed.fetch_add(1, Relaxed);

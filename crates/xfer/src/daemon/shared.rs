@@ -37,8 +37,11 @@ pub struct ServeConfig {
     pub log: bool,
     /// Archive of transfers (SQLite), if any.
     pub archive: Option<std::path::PathBuf>,
-    /// Prometheus metrics on this address (loopback only), if any.
+    /// Prometheus metrics on this address, if any: loopback only, unless `metrics_token` is set.
     pub metrics: Option<SocketAddr>,
+    /// The read-only token `GET /metrics` must carry (`Authorization: Bearer TOKEN`); it grants
+    /// nothing else.
+    pub metrics_token: Option<String>,
     /// Rate ceiling of each transfer, bits/s on the wire.
     pub max_rate_bps: Option<f64>,
     /// Rate ceiling of all transfers together, shared equally among those running (again whenever one starts
@@ -67,6 +70,7 @@ impl ServeConfig {
             log: false,
             archive: None,
             metrics: None,
+            metrics_token: None,
             max_rate_bps: None,
             total_rate_bps: None,
             peer_key: None,
@@ -93,6 +97,19 @@ pub struct Counters {
     pub datagrams_malformed: AtomicU64,
     pub bytes_written_direct: AtomicU64,
     pub bytes_read_back: AtomicU64,
+    /// Payload bytes sent by sending and relaying transfers, retransmissions included; moves while they
+    /// run (see [`Shared::fold`]).
+    pub sent_bytes: AtomicU64,
+    /// Payload bytes accepted by receiving transfers; moves while they run.
+    pub received_bytes: AtomicU64,
+    /// Data datagrams sent; moves while transfers run.
+    pub sent_datagrams: AtomicU64,
+    /// Data datagrams accepted; moves while transfers run.
+    pub received_datagrams: AtomicU64,
+    /// Data datagrams retransmitted; moves while transfers run.
+    pub retransmitted_datagrams: AtomicU64,
+    /// Data datagrams reported lost by receivers; moves while transfers run.
+    pub lost_datagrams: AtomicU64,
 }
 
 /// A transfer the daemon runs now.
@@ -107,6 +124,19 @@ pub struct Active {
     /// This transfer's ceiling now: `--max-rate`, and its share of `--total-rate` among the transfers
     /// running, shared again whenever one starts or ends.
     pub cap: Arc<RateCap>,
+    /// How much of `progress` is already in the daemon-wide counters.
+    folded: Folded,
+}
+
+/// The part of a transfer's progress counters added to the daemon-wide ones so far.
+#[derive(Debug, Default)]
+struct Folded {
+    moved: AtomicU64,
+    datagrams: AtomicU64,
+    retransmits: AtomicU64,
+    lost: AtomicU64,
+    bad_tag: AtomicU64,
+    malformed: AtomicU64,
 }
 
 impl Active {
@@ -127,6 +157,7 @@ impl Active {
             data_port,
             progress: Arc::new(Progress::default()),
             cap: Arc::new(RateCap::new()),
+            folded: Folded::default(),
         })
     }
 }
@@ -152,6 +183,32 @@ impl Shared {
         active.push(act.clone());
         self.reshare(&active);
         Ok(Admitted { sh: self, act })
+    }
+
+    /// Adds what `a`'s data path counted since the last fold to the daemon-wide counters (run at each
+    /// scrape and when the transfer ends), so that those move while transfers run. The data path
+    /// publishes its progress counters once per batch; this reads them, it adds nothing per datagram.
+    pub(super) fn fold(&self, a: &Active) {
+        let (p, f, c) = (&a.progress, &a.folded, &self.counters);
+        let add = |now: &AtomicU64, seen: &AtomicU64, into: &AtomicU64| {
+            // fetch_max: of concurrent folds, each adds only the part it moved the mark by.
+            let now = now.load(Relaxed);
+            let before = seen.fetch_max(now, Relaxed);
+            if now > before {
+                into.fetch_add(now - before, Relaxed);
+            }
+        };
+        if a.direction == "receive" {
+            add(&p.bytes_moved, &f.moved, &c.received_bytes);
+            add(&p.datagrams, &f.datagrams, &c.received_datagrams);
+        } else {
+            add(&p.bytes_moved, &f.moved, &c.sent_bytes);
+            add(&p.datagrams, &f.datagrams, &c.sent_datagrams);
+        }
+        add(&p.retransmits, &f.retransmits, &c.retransmitted_datagrams);
+        add(&p.lost, &f.lost, &c.lost_datagrams);
+        add(&p.bad_tag, &f.bad_tag, &c.datagrams_bad_tag);
+        add(&p.malformed, &f.malformed, &c.datagrams_malformed);
     }
 
     /// Gives each running transfer its ceiling: `--max-rate`, and an equal share of `--total-rate`.
@@ -192,6 +249,7 @@ impl Shared {
 
 impl Drop for Admitted<'_> {
     fn drop(&mut self) {
+        self.sh.fold(&self.act);
         let mut active = self.sh.active.lock().expect("active");
         active.retain(|a| !Arc::ptr_eq(a, &self.act));
         self.sh.reshare(&active);

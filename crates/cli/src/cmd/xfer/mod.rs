@@ -118,9 +118,12 @@ struct ServeArgs {
     /// Archive of transfers (SQLite; default ~/.local/state/vlbiflow/xfer/xfer.sqlite)
     #[arg(long, value_name = "FILE")]
     archive: Option<PathBuf>,
-    /// Serve Prometheus metrics at http://ADDR/metrics (loopback addresses only)
+    /// Serve Prometheus metrics at http://ADDR/metrics (loopback addresses only, unless --metrics-token-file)
     #[arg(long, value_name = "ADDR")]
     metrics: Option<std::net::SocketAddr>,
+    /// Read-only token that GET /metrics must carry (Authorization: Bearer TOKEN); grants nothing else
+    #[arg(long, value_name = "FILE")]
+    metrics_token_file: Option<PathBuf>,
     /// Rate ceiling of each transfer (e.g. 2Gbps)
     #[arg(long, value_parser = parse_bit_rate)]
     max_rate: Option<f64>,
@@ -491,6 +494,10 @@ fn serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
             .unwrap_or_else(|| remote::state_dir().join("xfer.sqlite")),
     );
     cfg.metrics = a.metrics;
+    cfg.metrics_token = match crate::cmd::read_metrics_token(a.metrics_token_file.as_deref()) {
+        Ok(t) => t,
+        Err(e) => return xerr(XferError::Usage(e)),
+    };
     cfg.max_rate_bps = a.max_rate;
     if let Some(p) = &a.peer_key {
         cfg.peer_key = match Key::load(p) {
