@@ -74,7 +74,10 @@ fn check_config_refuses_an_unknown_key_naming_it() {
         assert!(out.stdout.is_empty(), "{args:?}");
         assert!(stderr.contains("no_such_key"), "{args:?}: {stderr}");
         assert!(stderr.contains(path), "{args:?}: {stderr}");
-        assert!(stderr.contains("line 1") || stderr.contains(&format!("{path}:1:")), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("line 1") || stderr.contains(&format!("{path}:1:")),
+            "{args:?}: {stderr}"
+        );
     }
 }
 
