@@ -9,8 +9,10 @@ use std::process::ExitCode;
 #[macro_use]
 mod out;
 mod cmd;
+mod logging;
 mod progress;
 mod reference;
+mod service;
 mod stop;
 
 use vlbiflow_units as units;
@@ -37,6 +39,14 @@ Each command has its own examples: vlbiflow COMMAND --help.";
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Shape of log lines on standard error: text (RFC 3339 UTC timestamps; syslog priority prefixes
+    /// instead when standard error is the systemd journal) or json (one object per line)
+    #[arg(long, global = true, value_enum, default_value_t = logging::LogFormat::Text, value_name = "FORMAT")]
+    log_format: logging::LogFormat,
+    /// Which log events to write: error, warn, info, debug, trace, or a filter such as
+    /// `info,vlbiflow::xfer=debug` (default: $RUST_LOG, else info)
+    #[arg(long, global = true, value_name = "FILTER")]
+    log_level: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -96,6 +106,10 @@ fn main() -> ExitCode {
         Err(e) => e.exit(),
     };
     let json = wants_json(&matches);
+    if let Err(e) = logging::init(cli.log_format, cli.log_level.as_deref()) {
+        eprintln!("vlbiflow: error: {e}");
+        return ExitCode::from(cmd::exit::USAGE);
+    }
     // Commands without a Ctrl-C handler of their own end at once on Ctrl-C or SIGTERM, with 130 like
     // those that stop cleanly (the others install theirs; only one handler per process).
     if matches!(

@@ -798,6 +798,11 @@ fn every_shell_example_in_the_docs_runs() {
         "the mesh acceptance run, as root in namespaces (bench/mesh-accept.sh)",
     );
     d.skip_rest(
+        "docs/operations.md",
+        "installs the package and manages systemd services (root, systemd as PID 1); the \
+         --check-config of every deploy/config example runs in service.rs",
+    );
+    d.skip_rest(
         "docs/pathemu.md",
         "needs root for network namespaces and TUN devices (pathemu_cli.rs runs it as root)",
     );

@@ -49,8 +49,9 @@ pub struct ConfigFile {
     pub metrics_token: Option<String>,
     /// Most simultaneous command connections (default 64); more are refused with a reply.
     pub max_connections: Option<usize>,
-    /// A command connection silent this long is closed (seconds, default 600).
-    pub idle_timeout: Option<f64>,
+    /// A command connection silent this long is closed (`600s`, `10m`; default 10 minutes). A bare
+    /// number of seconds is still read, with a warning.
+    pub idle_timeout: Option<Seconds>,
     /// Group opened at start-up.
     pub open_group: Option<String>,
     /// Disk groups: name -> directories or globs, e.g. `mod1 = ["/mnt/disks/1/*/data"]`.
@@ -94,17 +95,66 @@ impl ConfigFile {
 pub struct RecorderSection {
     /// "mark6" (default) or "flexbuff".
     pub format: Option<String>,
-    /// Nominal block size in bytes (default 10000000).
-    pub block_size: Option<u64>,
-    /// Socket receive buffer per stream in bytes.
-    pub recv_buffer: Option<usize>,
+    /// Nominal block size (`10MB`, or a number of bytes; default 10000000).
+    pub block_size: Option<Bytes>,
+    /// Socket receive buffer per stream (`256MiB`, or a number of bytes).
+    pub recv_buffer: Option<Bytes>,
     /// Block buffers in the pool.
     pub pool_blocks: Option<usize>,
     pub capture_threads: Option<usize>,
     /// Try O_DIRECT (default true).
     pub direct_io: Option<bool>,
-    /// Metadata refresh while recording, seconds.
-    pub metadata_interval: Option<f64>,
+    /// Metadata refresh while recording (`1s`, `500ms`); a bare number of seconds is still read, with a
+    /// warning.
+    pub metadata_interval: Option<Seconds>,
+}
+
+/// A duration in the command line's syntax (`10s`, `500ms`, `5m`), or (until the next release) a bare
+/// number of seconds.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum Seconds {
+    /// Bare seconds, the former form.
+    Number(f64),
+    /// `10s`, `5m`.
+    Text(String),
+}
+
+impl Seconds {
+    /// The value in seconds; the former form warns, naming the key and the new form.
+    pub fn seconds(&self, key: &str) -> Result<f64, ConfigError> {
+        match self {
+            Seconds::Number(v) => {
+                tracing::warn!(
+                    target: "vlbiflow::config",
+                    key,
+                    "a bare number of seconds is deprecated and will not be read by the next release: write {key} = \"{v}s\""
+                );
+                Ok(*v)
+            }
+            Seconds::Text(t) => vlbiflow_units::parse_seconds(t).map_err(|e| invalid(key, e)),
+        }
+    }
+}
+
+/// A size in the command line's syntax (`256MiB`, `10MB`) or a number of bytes.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum Bytes {
+    /// A number of bytes.
+    Number(u64),
+    /// `256MiB`.
+    Text(String),
+}
+
+impl Bytes {
+    /// The value in bytes.
+    pub fn bytes(&self, key: &str) -> Result<u64, ConfigError> {
+        match self {
+            Bytes::Number(v) => Ok(*v),
+            Bytes::Text(t) => vlbiflow_units::parse_bytes(t).map_err(|e| invalid(key, e)),
+        }
+    }
 }
 
 /// A checked configuration.
@@ -244,11 +294,12 @@ impl DaemonConfig {
                 ))
             }
         };
-        if let Some(b) = r.block_size {
-            rc.block_size = b;
+        if let Some(b) = &r.block_size {
+            rc.block_size = b.bytes("recorder.block_size")?;
         }
-        if let Some(b) = r.recv_buffer {
-            rc.recv_buffer = b;
+        if let Some(b) = &r.recv_buffer {
+            rc.recv_buffer = usize::try_from(b.bytes("recorder.recv_buffer")?)
+                .map_err(|_| invalid("recorder.recv_buffer", "too large"))?;
         }
         rc.pool_blocks = r.pool_blocks;
         if let Some(n) = r.capture_threads {
@@ -257,7 +308,8 @@ impl DaemonConfig {
         if let Some(d) = r.direct_io {
             rc.direct_io = d;
         }
-        if let Some(s) = r.metadata_interval {
+        if let Some(s) = &r.metadata_interval {
+            let s = s.seconds("recorder.metadata_interval")?;
             if !(0.1..=3600.0).contains(&s) {
                 return Err(invalid(
                     "recorder.metadata_interval",
@@ -266,7 +318,10 @@ impl DaemonConfig {
             }
             rc.metadata_interval = Duration::from_secs_f64(s);
         }
-        let idle = f.idle_timeout.unwrap_or(600.0);
+        let idle = match &f.idle_timeout {
+            Some(s) => s.seconds("idle_timeout")?,
+            None => 600.0,
+        };
         if !(0.1..=86400.0).contains(&idle) {
             return Err(invalid("idle_timeout", "must be 0.1 to 86400 seconds"));
         }
@@ -401,6 +456,18 @@ mod tests {
             "#,
         )
         .unwrap();
+        let c2 = DaemonConfig::from_toml(
+            "idle_timeout = \"5m\"\n[recorder]\nblock_size = \"8MiB\"\nrecv_buffer = \"256MiB\"\nmetadata_interval = \"500ms\"",
+        )
+        .unwrap();
+        assert_eq!(c2.idle_timeout, Duration::from_secs(300));
+        assert_eq!(c2.recorder.block_size, 8 << 20);
+        assert_eq!(c2.recorder.recv_buffer, 256 << 20);
+        assert_eq!(c2.recorder.metadata_interval, Duration::from_millis(500));
+        // the former bare seconds still parse (with a warning)
+        let c3 = DaemonConfig::from_toml("idle_timeout = 30\n[recorder]\nmetadata_interval = 2.5").unwrap();
+        assert_eq!(c3.idle_timeout, Duration::from_secs(30));
+        assert_eq!(c3.recorder.metadata_interval, Duration::from_millis(2500));
         assert_eq!(
             c.group_disks("g1"),
             vec![PathBuf::from("/tmp/a"), PathBuf::from("/tmp/b")]

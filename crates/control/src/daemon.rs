@@ -209,6 +209,16 @@ pub fn spawn(cfg: DaemonConfig, engine: Box<dyn Engine>) -> Result<DaemonHandle,
 /// Runs the daemon in the foreground until SIGINT or SIGTERM, printing one line with the bound addresses
 /// on standard output (`listening control=ADDR http=ADDR`) and events on standard error.
 pub fn serve(cfg: DaemonConfig, engine: Box<dyn Engine>) -> Result<(), DaemonError> {
+    serve_notifying(cfg, engine, |_, _| {})
+}
+
+/// [`serve`], calling `ready` with the bound command and HTTP addresses once both listen (where a service
+/// manager is told that the daemon is up).
+pub fn serve_notifying(
+    cfg: DaemonConfig,
+    engine: Box<dyn Engine>,
+    ready: impl FnOnce(SocketAddr, SocketAddr),
+) -> Result<(), DaemonError> {
     cfg.check_token()?;
     let rt = runtime()?;
     rt.block_on(async move {
@@ -220,10 +230,14 @@ pub fn serve(cfg: DaemonConfig, engine: Box<dyn Engine>) -> Result<(), DaemonErr
             let mut out = std::io::stdout().lock();
             writeln!(out, "listening control={c} http={h}").map_err(DaemonError::Stdout)?;
         }
-        eprintln!(
-            "vlbiflow serve: {}; commands on {c} (vlbiflow ctl --host {c}), dashboard http://{h}/",
+        tracing::info!(
+            target: "vlbiflow::serve",
+            control = %c,
+            dashboard = %format!("http://{h}/"),
+            "{}; commands with vlbiflow ctl --host {c}",
             crate::controller::describe(&cfg)
         );
+        ready(c, h);
         let (stop_tx, stop_rx) = watch::channel(false);
         tokio::spawn(async move {
             let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
@@ -231,7 +245,7 @@ pub fn serve(cfg: DaemonConfig, engine: Box<dyn Engine>) -> Result<(), DaemonErr
                 _ = tokio::signal::ctrl_c() => {}
                 _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
             }
-            eprintln!("vlbiflow serve: stopping (any recording is stopped and flushed)");
+            tracing::info!(target: "vlbiflow::serve", "stopping (any recording is stopped and flushed)");
             let _ = stop_tx.send(true);
         });
         run(cfg, engine, control, http, stop_rx, true).await;
@@ -360,7 +374,9 @@ async fn tick_loop(sh: Arc<Shared>, mut stop: watch::Receiver<bool>, log: bool) 
         seen = new_seen;
         if log {
             for l in lines {
-                eprintln!("{l}");
+                // the event's own time stamp (UTC seconds, first word) is kept as a field
+                let (at, text) = l.split_once(' ').unwrap_or(("", &l));
+                tracing::info!(target: "vlbiflow::serve", event_time = at, "{text}");
             }
         }
         // Finer ticks while a start time is pending, so the recording starts early in its second.

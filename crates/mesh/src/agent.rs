@@ -282,6 +282,8 @@ pub struct AgentOptions {
     /// Completes the responder's configuration before it starts (the CLI installs the transport-efficiency
     /// service here, which lives in its own crate); `None` leaves it as the mesh made it.
     pub responder_setup: Option<fn(vlbiflow_net::ResponderConfig) -> vlbiflow_net::ResponderConfig>,
+    /// Called once the responder listens (the CLI tells systemd that the agent is ready).
+    pub on_ready: Option<fn()>,
 }
 
 /// Runs the agent until `stop`; `log` gets one line per event.
@@ -367,6 +369,9 @@ pub fn run(
         cfg.tests.len(),
         opts.hub.as_deref().unwrap_or("none (standalone)")
     ));
+    if let Some(ready) = opts.on_ready {
+        ready();
+    }
     std::thread::scope(|scope| -> Result<(), AgentError> {
         let rstop = stop.clone();
         scope.spawn(move || {

@@ -44,6 +44,12 @@ struct RawConfig {
     passive: Option<RawPassive>,
     #[serde(default)]
     webhook: Option<Webhook>,
+    /// The hub's own settings (`vlbiflow net hub`: listen, archive); read by the CLI, not here.
+    #[serde(default, rename = "hub")]
+    _hub: Option<toml::Table>,
+    /// An agent's own settings (`vlbiflow net agent`); read by the CLI, not here.
+    #[serde(default, rename = "agent")]
+    _agent: Option<toml::Table>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -416,6 +422,9 @@ pub struct Config {
     pub text: String,
     /// A hash of the text (agents compare it with the hub's).
     pub hash: String,
+    /// Durations written in the former ISO-8601 form, each as `key = "PT2M"` with the form to write
+    /// instead (the CLI logs them as warnings).
+    pub warnings: Vec<String>,
 }
 
 impl Config {
@@ -716,8 +725,47 @@ impl Config {
             webhook: raw.webhook,
             text: text.to_string(),
             hash: blake3::hash(text.as_bytes()).to_hex()[..16].to_string(),
+            warnings: legacy_durations(text),
         })
     }
+}
+
+/// Every string value of the text written as an ISO-8601 duration (`PT2M`), with the key it is under
+/// and the form to write instead: `test[0].interval = "PT2M": write "2m"`.
+fn legacy_durations(text: &str) -> Vec<String> {
+    fn walk(path: &str, v: &toml::Value, out: &mut Vec<String>) {
+        match v {
+            toml::Value::String(s) if crate::timespec::is_iso_duration(s) => {
+                if let Ok(ms) = crate::timespec::parse_iso_duration(s) {
+                    out.push(format!(
+                        "{path} = {s:?}: ISO-8601 durations are deprecated and will not be read by the next release; write {:?}",
+                        crate::timespec::format_units(ms)
+                    ));
+                }
+            }
+            toml::Value::Array(a) => {
+                for (i, x) in a.iter().enumerate() {
+                    walk(&format!("{path}[{i}]"), x, out);
+                }
+            }
+            toml::Value::Table(t) => {
+                for (k, x) in t {
+                    let p = if path.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{path}.{k}")
+                    };
+                    walk(&p, x, out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    if let Ok(v) = text.parse::<toml::Table>() {
+        walk("", &toml::Value::Table(v), &mut out);
+    }
+    out
 }
 
 /// The metrics results carry, for thresholds and alerts.

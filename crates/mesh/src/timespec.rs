@@ -1,13 +1,46 @@
-//! Time specifications of the mesh configuration (sans-IO): ISO-8601 durations (`PT2M`, `P1D`,
-//! `PT0.5S`) and five-field cron expressions (`*/2 * * * *`, UTC). Times are milliseconds since the
+//! Time specifications of the mesh configuration (sans-IO): durations in the command line's syntax
+//! (`2m`, `30s`, `1h`; the former ISO-8601 form `PT2M`, `P1D`, `PT0.5S` is still read) and five-field
+//! cron expressions (`*/2 * * * *`, UTC). Times are milliseconds since the
 //! Unix epoch (UTC) throughout the crate.
 
 /// Milliseconds since the Unix epoch, UTC.
 pub type Ms = i64;
 
+/// Parses a duration in the command line's syntax (`2m`, `30s`, `500ms`, `1h`, as `vlbiflow_units` reads
+/// it) or, for configurations written before, an ISO-8601 one (`PT2M`, see [`parse_iso_duration`]; see
+/// [`is_iso_duration`] to warn about it), into milliseconds.
+pub fn parse_duration(s: &str) -> Result<Ms, String> {
+    if is_iso_duration(s) {
+        return parse_iso_duration(s);
+    }
+    let secs = vlbiflow_units::parse_seconds(s)?;
+    if secs > 366.0 * 86_400.0 * 100.0 {
+        return Err(format!("{s:?} is longer than a century"));
+    }
+    Ok((secs * 1000.0).round() as Ms)
+}
+
+/// Whether a duration is written in the former ISO-8601 form (`PT2M`).
+pub fn is_iso_duration(s: &str) -> bool {
+    s.starts_with(['P', 'p'])
+}
+
+/// A duration in the command line's syntax, in the largest whole unit: `2m`, `90s`, `1500ms`, `36h`.
+pub fn format_units(ms: Ms) -> String {
+    if ms != 0 && ms % 3_600_000 == 0 {
+        format!("{}h", ms / 3_600_000)
+    } else if ms != 0 && ms % 60_000 == 0 {
+        format!("{}m", ms / 60_000)
+    } else if ms % 1000 == 0 {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{ms}ms")
+    }
+}
+
 /// Parses an ISO-8601 duration `PnW` or `PnDTnHnMnS` (fractions allowed on the last field) into
 /// milliseconds. Years and months are refused (their length varies).
-pub fn parse_duration(s: &str) -> Result<Ms, String> {
+pub fn parse_iso_duration(s: &str) -> Result<Ms, String> {
     let err = |why: &str| format!("{s:?} is not an ISO-8601 duration such as PT2M, PT30S or P1D: {why}");
     let rest = s
         .strip_prefix('P')

@@ -16,8 +16,98 @@ use vlbiflow_mesh::config::Config;
 use vlbiflow_mesh::hub::{AlertsView, Status};
 use vlbiflow_mesh::timespec::{now_ms, rfc3339};
 
+/// The mesh library's event lines as `tracing` events (target `vlbiflow::mesh`).
 fn log_line(m: &str) {
-    eprintln!("{} {m}", chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.3fZ"));
+    tracing::info!(target: "vlbiflow::mesh", "{m}");
+}
+
+/// `[agent]` of the agent's configuration file: its own settings, overridden by flags.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AgentSection {
+    name: Option<String>,
+    hub: Option<String>,
+    listen: Option<SocketAddr>,
+    state_dir: Option<PathBuf>,
+    sync_every: Option<String>,
+}
+
+/// `[hub]` of the mesh configuration: the hub's own settings, overridden by flags.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HubSection {
+    listen: Option<SocketAddr>,
+    archive: Option<String>,
+    public_read: Option<bool>,
+}
+
+/// The daemon sections of a file; the rest is the mesh configuration, checked by `vlbiflow_mesh`.
+#[derive(Debug, Default, serde::Deserialize)]
+struct Sections {
+    #[serde(default)]
+    agent: AgentSection,
+    #[serde(default)]
+    hub: HubSection,
+}
+
+/// A file read for `net agent` or `net hub`: its daemon sections, and the mesh configuration when it
+/// has more than those (an agent's file may hold only `[agent]`).
+struct ServiceFile {
+    sections: Sections,
+    mesh: Option<Config>,
+}
+
+fn read_service_file(path: &Path) -> Result<ServiceFile, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let sections: Sections =
+        toml::from_str(&text).map_err(|e| crate::service::toml_error(path, &text, &e))?;
+    let table: toml::Table =
+        toml::from_str(&text).map_err(|e| crate::service::toml_error(path, &text, &e))?;
+    let only_sections = table.keys().all(|k| k == "agent" || k == "hub");
+    let mesh = if only_sections {
+        None
+    } else {
+        let c = Config::load(path).map_err(|e| e.to_string())?;
+        for w in &c.warnings {
+            tracing::warn!(target: "vlbiflow::config", file = %path.display(), "{w}");
+        }
+        Some(c)
+    };
+    Ok(ServiceFile { sections, mesh })
+}
+
+/// `net agent --check-config` and `net hub --check-config`: one line on what the file holds.
+fn check_service_file(path: &Path, hub: bool) -> Result<String, String> {
+    let f = read_service_file(path)?;
+    if let Some(s) = &f.sections.agent.sync_every {
+        crate::service::duration("agent.sync_every", s).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    match (&f.mesh, hub) {
+        (None, true) => Err(format!(
+            "{}: no mesh configuration (hosts, tests) for the hub",
+            path.display()
+        )),
+        (None, false) => Ok(format!(
+            "{}: agent settings only (name {:?}, hub {:?})",
+            path.display(),
+            f.sections.agent.name.as_deref().unwrap_or("from --name"),
+            f.sections.agent.hub.as_deref().unwrap_or("none")
+        )),
+        (Some(c), _) => Ok(format!(
+            "{}: mesh {:?}: {} hosts, {} links, {} tests, {} alert rules{}",
+            path.display(),
+            c.name,
+            c.hosts.len(),
+            c.links.len(),
+            c.tests.len(),
+            c.alerts.len(),
+            if c.warnings.is_empty() {
+                String::new()
+            } else {
+                format!(", {} deprecated durations (see the warnings)", c.warnings.len())
+            }
+        )),
+    }
 }
 
 fn read_token(file: Option<&Path>) -> anyhow::Result<Option<String>> {
@@ -51,35 +141,66 @@ and delivers outcomes to the hub; while the hub is away they wait in the state d
 #[derive(clap::Args)]
 #[command(after_help = AGENT_EXAMPLES)]
 pub struct AgentArgs {
-    /// This host's name in the mesh configuration
+    /// This host's name in the mesh configuration (or `name` in the file's [agent])
     #[arg(long)]
-    name: String,
+    name: Option<String>,
     /// The hub's URL, e.g. http://hub:8090
     #[arg(long, value_name = "URL")]
     hub: Option<String>,
     /// File with the shared token (or VLBIFLOW_MESH_TOKEN); required for a hub not on loopback
     #[arg(long, value_name = "FILE")]
     token_file: Option<PathBuf>,
-    /// State directory: outbox, cached configuration, schedule cursor
-    #[arg(long, value_name = "DIR", default_value = "vlbiflow-agent")]
-    state_dir: PathBuf,
+    /// State directory: outbox, cached configuration, schedule cursor (default: $STATE_DIRECTORY under
+    /// systemd, else ~/.local/state/vlbiflow/agent)
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
     /// Responder address (default: this host's address and port in the configuration)
     #[arg(long, value_name = "HOST:PORT")]
     listen: Option<SocketAddr>,
-    /// Configuration file to use until the hub gives one
+    /// Configuration file: the agent's own settings in [agent] (deploy/config/agent.toml), and a mesh
+    /// configuration to use until the hub gives one; flags override it
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Seconds between exchanges with the hub
-    #[arg(long, default_value_t = 2.0)]
-    sync_every: f64,
+    /// Check a configuration file, print a one-line summary and exit (2 and the error if it is wrong)
+    #[arg(long, value_name = "FILE", exclusive = true)]
+    check_config: Option<PathBuf>,
+    /// Time between exchanges with the hub (2s, 500ms) [default: 2s]
+    #[arg(long, value_parser = vlbiflow_units::parse_duration)]
+    sync_every: Option<Duration>,
 }
 
 pub fn run_agent(a: AgentArgs) -> anyhow::Result<ExitCode> {
-    if a.hub.is_none() && a.config.is_none() {
-        usage!("give --hub URL or --config FILE");
+    if let Some(p) = &a.check_config {
+        return crate::service::check_result(check_service_file(p, false));
     }
+    let file = match &a.config {
+        Some(p) => match read_service_file(p) {
+            Ok(f) => Some(f),
+            Err(e) => usage!("--config {e}"),
+        },
+        None => None,
+    };
+    let (sect, has_mesh) = match file {
+        Some(f) => (f.sections.agent, f.mesh.is_some()),
+        None => (AgentSection::default(), false),
+    };
+    let Some(name) = a.name.or(sect.name) else {
+        usage!("give --name (or name in the configuration's [agent])");
+    };
+    let hub = a.hub.or(sect.hub);
+    if hub.is_none() && !has_mesh {
+        usage!("give --hub URL (or hub in [agent]) or --config FILE with a mesh configuration");
+    }
+    let sync_every = match (a.sync_every, &sect.sync_every) {
+        (Some(d), _) => d,
+        (None, Some(s)) => match crate::service::duration("agent.sync_every", s) {
+            Ok(d) => d,
+            Err(e) => usage!("--config {e}"),
+        },
+        (None, None) => Duration::from_secs(2),
+    };
     let token = read_token(a.token_file.as_deref())?;
-    if let Some(h) = &a.hub {
+    if let Some(h) = &hub {
         if !h.starts_with("http://") {
             usage!("--hub {h:?}: expected an http:// URL");
         }
@@ -90,19 +211,23 @@ pub fn run_agent(a: AgentArgs) -> anyhow::Result<ExitCode> {
             usage!("--hub {h} is not on loopback: give the shared token (--token-file)");
         }
     }
-    if !(0.1..=3600.0).contains(&a.sync_every) {
-        usage!("--sync-every {} outside 0.1..=3600 seconds", a.sync_every);
+    if !(0.1..=3600.0).contains(&sync_every.as_secs_f64()) {
+        usage!("--sync-every {sync_every:?} outside 0.1..=3600 seconds");
     }
     let opts = vlbiflow_mesh::agent::AgentOptions {
-        name: a.name,
-        hub: a.hub,
+        name,
+        hub,
         key: token.as_deref().map(Key::from_token),
-        state_dir: a.state_dir,
-        listen: a.listen,
-        config: a.config,
-        sync_every: Duration::from_secs_f64(a.sync_every),
+        state_dir: a
+            .state_dir
+            .or(sect.state_dir)
+            .unwrap_or_else(|| crate::service::state_dir("agent")),
+        listen: a.listen.or(sect.listen),
+        config: a.config.filter(|_| has_mesh),
+        sync_every,
         // agents answer efficiency tests as `net responder` does
         responder_setup: Some(vlbiflow_efficiency::with_service),
+        on_ready: Some(|| crate::service::notify_ready("responder listening")),
     };
     vlbiflow_mesh::agent::run(
         &opts,
@@ -110,12 +235,13 @@ pub fn run_agent(a: AgentArgs) -> anyhow::Result<ExitCode> {
         &log_line,
     )
     .map_err(|e| anyhow!(e))?;
+    crate::service::notify_stopping();
     Ok(ExitCode::SUCCESS)
 }
 
 const HUB_EXAMPLES: &str = "\
 Examples:
-  # Loopback only, SQLite archive in the current directory
+  # Loopback only, SQLite archive in the state directory (~/.local/state/vlbiflow/hub/mesh.sqlite)
   vlbiflow net hub --config mesh.toml
 
   # For the network: token required; PostgreSQL archive
@@ -129,15 +255,20 @@ Pages: / (matrix, alerts, run log), /pair?src=A&dst=B (time series and latest sw
 #[derive(clap::Args)]
 #[command(after_help = HUB_EXAMPLES)]
 pub struct HubArgs {
-    /// Mesh configuration (TOML; see docs/mesh.md)
-    #[arg(long, value_name = "FILE")]
-    config: PathBuf,
-    /// HTTP address for agents, pages and the API
-    #[arg(long, default_value = "127.0.0.1:8090", value_name = "HOST:PORT")]
-    listen: SocketAddr,
-    /// Archive: a SQLite file or a postgresql:// URL
-    #[arg(long, default_value = "mesh.sqlite", value_name = "PATH|URL")]
-    archive: String,
+    /// Mesh configuration (TOML; see docs/mesh.md), with the hub's own settings in [hub]
+    /// (deploy/config/hub.toml); flags override them
+    #[arg(long, value_name = "FILE", required_unless_present = "check_config")]
+    config: Option<PathBuf>,
+    /// Check a configuration file, print a one-line summary and exit (2 and the error if it is wrong)
+    #[arg(long, value_name = "FILE", exclusive = true)]
+    check_config: Option<PathBuf>,
+    /// HTTP address for agents, pages and the API [default: 127.0.0.1:8090]
+    #[arg(long, value_name = "HOST:PORT")]
+    listen: Option<SocketAddr>,
+    /// Archive: a SQLite file or a postgresql:// URL (default: mesh.sqlite in $STATE_DIRECTORY under
+    /// systemd, else in ~/.local/state/vlbiflow/hub)
+    #[arg(long, value_name = "PATH|URL")]
+    archive: Option<String>,
     /// File with the shared token (or VLBIFLOW_MESH_TOKEN); required beyond loopback
     #[arg(long, value_name = "FILE")]
     token_file: Option<PathBuf>,
@@ -153,10 +284,28 @@ pub struct HubArgs {
 }
 
 pub fn run_hub(a: HubArgs) -> anyhow::Result<ExitCode> {
-    let cfg = match Config::load(&a.config) {
-        Ok(c) => Arc::new(c),
+    if let Some(p) = &a.check_config {
+        return crate::service::check_result(check_service_file(p, true));
+    }
+    let Some(config_path) = a.config.clone() else {
+        usage!("give --config FILE");
+    };
+    let (cfg, sect) = match read_service_file(&config_path) {
+        Ok(ServiceFile {
+            mesh: Some(c),
+            sections,
+        }) => (Arc::new(c), sections.hub),
+        Ok(_) => usage!(
+            "{}: no mesh configuration (hosts, tests) for the hub",
+            config_path.display()
+        ),
         Err(e) => usage!("{e}"),
     };
+    let listen = a
+        .listen
+        .or(sect.listen)
+        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8090)));
+    let public_read = a.public_read || sect.public_read.unwrap_or(false);
     if a.check {
         let mut p = vlbiflow_mesh::plan::Planner::new(cfg.clone());
         let now = now_ms();
@@ -180,16 +329,24 @@ pub fn run_hub(a: HubArgs) -> anyhow::Result<ExitCode> {
         }
         eprintln!(
             "configuration {} is valid: {} runs in the next hour",
-            a.config.display(),
+            config_path.display(),
             runs.len()
         );
         return Ok(ExitCode::SUCCESS);
     }
+    let archive = match a.archive.or(sect.archive) {
+        Some(x) => x,
+        None => {
+            let dir = crate::service::state_dir("hub");
+            std::fs::create_dir_all(&dir).with_context(|| format!("state directory {}", dir.display()))?;
+            dir.join("mesh.sqlite").display().to_string()
+        }
+    };
     let token = read_token(a.token_file.as_deref())?;
-    if token.is_none() && !a.listen.ip().is_loopback() {
+    if token.is_none() && !listen.ip().is_loopback() {
         usage!(
             "--listen {} is not loopback: give a token (--token-file) so agents and readers authenticate",
-            a.listen
+            listen
         );
     }
     let stop = crate::stop::on_interrupt(crate::stop::Second::Wait)?;
@@ -197,10 +354,10 @@ pub fn run_hub(a: HubArgs) -> anyhow::Result<ExitCode> {
     let h = vlbiflow_mesh::hub::spawn(
         vlbiflow_mesh::hub::HubOptions {
             config: cfg,
-            listen: a.listen,
-            archive: a.archive,
+            listen,
+            archive,
             token,
-            public_read: a.public_read,
+            public_read,
             metrics_token: match crate::cmd::read_metrics_token(a.metrics_token_file.as_deref()) {
                 Ok(t) => t,
                 Err(e) => usage!("{e}"),
@@ -210,9 +367,11 @@ pub fn run_hub(a: HubArgs) -> anyhow::Result<ExitCode> {
         log,
     )
     .map_err(|e| anyhow!(e))?;
+    crate::service::notify_ready(&format!("serving on http://{}/", h.addr));
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(200));
     }
+    crate::service::notify_stopping();
     h.stop();
     Ok(ExitCode::SUCCESS)
 }

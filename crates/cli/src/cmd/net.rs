@@ -405,7 +405,7 @@ fn run_responder(a: ResponderArgs) -> anyhow::Result<ExitCode> {
         "vlbiflow net responder: listening on {} (Ctrl-C to stop)",
         r.local_addr()
     );
-    let log = |m: &str| eprintln!("{} {m}", chrono::Utc::now().format("%H:%M:%S%.3f"));
+    let log = |m: &str| tracing::info!(target: "vlbiflow::net", "{m}");
     r.run(crate::stop::on_interrupt(crate::stop::Second::Wait)?, &log)?;
     let c = r.counters();
     let n = |x: &std::sync::atomic::AtomicU64| x.load(Ordering::Relaxed);

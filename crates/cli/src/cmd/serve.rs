@@ -36,6 +36,9 @@ pub struct Args {
     /// Configuration file (TOML); without it, built-in defaults (no disk group, no stream)
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    /// Check a configuration file, print a one-line summary and exit (2 and the error if it is wrong)
+    #[arg(long, value_name = "FILE", exclusive = true)]
+    check_config: Option<PathBuf>,
     /// Command port address, overriding the configuration (default 127.0.0.1:14242)
     #[arg(long, value_name = "ADDR")]
     control: Option<String>,
@@ -53,9 +56,28 @@ pub struct Args {
     dialect: Option<String>,
 }
 
+/// `--check-config`: the file parsed and checked as the daemon would at start-up.
+fn check(p: &std::path::Path) -> Result<String, String> {
+    let file: ConfigFile = crate::service::load_toml(p)?;
+    let cfg = DaemonConfig::from_file(file).map_err(|e| format!("{}: {e}", p.display()))?;
+    Ok(format!(
+        "{}: serve {:?}, commands on {} ({:?} dialect), HTTP on {}, {} disk groups, {} streams",
+        p.display(),
+        cfg.name,
+        cfg.control,
+        cfg.dialect,
+        cfg.http,
+        cfg.groups.len(),
+        cfg.streams.len()
+    ))
+}
+
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if let Some(p) = &args.check_config {
+        return crate::service::check_result(check(p));
+    }
     let mut file = match &args.config {
-        Some(p) => match ConfigFile::load(p) {
+        Some(p) => match crate::service::load_toml::<ConfigFile>(p) {
             Ok(f) => f,
             Err(e) => usage!("--config {e}"),
         },
@@ -86,6 +108,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .unwrap_or_default()
         ),
     };
-    vlbiflow_control::serve(cfg, Box::new(RecorderEngine))?;
+    vlbiflow_control::serve_notifying(cfg, Box::new(RecorderEngine), |c, h| {
+        crate::service::notify_ready(&format!("commands on {c}, HTTP on {h}"));
+    })?;
+    crate::service::notify_stopping();
     Ok(ExitCode::SUCCESS)
 }

@@ -330,16 +330,37 @@ pub(super) fn connect(target: &str) -> Result<Box<dyn Backend>, ArchiveError> {
     Ok(db)
 }
 
-/// A URL with its password replaced by `***`.
-pub fn redact(target: &str) -> String {
-    match (target.find("://"), target.rfind('@')) {
-        (Some(s), Some(at)) if at > s => {
-            let cred = &target[s + 3..at];
-            match cred.split_once(':') {
-                Some((user, _)) => format!("{}{user}:***{}", &target[..s + 3], &target[at..]),
-                None => target.to_string(),
-            }
-        }
-        _ => target.to_string(),
+/// A URL with any password in it replaced by `***` (`postgresql://user:***@host/db`), for logs and
+/// status pages. Text that is not a URL with
+/// credentials is returned as it is. The one helper for this: the CLI's log uses it too.
+pub fn redact(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_string();
+    };
+    let rest_start = scheme_end + 3;
+    let rest = &url[rest_start..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else {
+        return url.to_string();
+    };
+    match rest[..at].split_once(':') {
+        Some((user, _)) => format!("{}{user}:***{}", &url[..rest_start], &rest[at..]),
+        None => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod redact_tests {
+    use super::redact;
+
+    #[test]
+    fn passwords_are_redacted_and_nothing_else() {
+        assert_eq!(
+            redact("postgresql://vlbi:s3cret@db.example.org/mesh"),
+            "postgresql://vlbi:***@db.example.org/mesh"
+        );
+        assert_eq!(redact("postgresql://vlbi@db/mesh"), "postgresql://vlbi@db/mesh");
+        assert_eq!(redact("http://hub:8090/a@b"), "http://hub:8090/a@b");
+        assert_eq!(redact("mesh.sqlite"), "mesh.sqlite");
     }
 }

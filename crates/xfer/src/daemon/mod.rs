@@ -18,10 +18,12 @@ use crate::link::{Inbound, Link};
 use crate::secure::{self, AuthError};
 use crate::session::Session;
 
+/// A daemon event as a `tracing` event (target `vlbiflow::xfer`), when the configuration asks for a log.
+/// Strings a peer chose are formatted with `{:?}` at the call sites, so they arrive escaped.
 macro_rules! log {
     ($sh:expr, $($t:tt)*) => {
         if $sh.cfg.log {
-            eprintln!("{} xfer: {}", crate::utc_now(), format!($($t)*));
+            tracing::info!(target: "vlbiflow::xfer", "{}", format_args!($($t)*));
         }
     };
 }

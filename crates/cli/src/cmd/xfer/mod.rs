@@ -1,6 +1,7 @@
 //! `vlbiflow xfer`: verified, resumable, authenticated bulk transfer over UDP (daemon and client verbs).
 //! The work is done in `vlbiflow-xfer`; this module parses, shows progress and prints summaries.
 
+mod config;
 mod report;
 
 use crate::usage;
@@ -100,22 +101,30 @@ running transfers keep their .part files and resume when the client reruns its c
 #[derive(clap::Args)]
 #[command(after_help = SERVE_EXAMPLES)]
 struct ServeArgs {
-    /// Control address (TCP)
-    #[arg(long, default_value = "127.0.0.1:46230")]
-    listen: std::net::SocketAddr,
+    /// Configuration file (TOML; deploy/config/xfer.toml is an annotated example); flags override it
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Check a configuration file, print a one-line summary and exit (2 and the error if it is wrong)
+    #[arg(long, value_name = "FILE", exclusive = true)]
+    check_config: Option<PathBuf>,
+    /// Control address (TCP) [default: 127.0.0.1:46230]
+    #[arg(long)]
+    listen: Option<std::net::SocketAddr>,
     /// A directory clients may write to: NAME=DIR, or DIR (named after its last component); repeat
-    #[arg(long, required = true, value_name = "NAME=DIR")]
+    /// (required here or as [roots] in the configuration)
+    #[arg(long, value_name = "NAME=DIR")]
     root: Vec<String>,
     /// Key file (created when missing)
     #[arg(long, value_name = "FILE")]
     key: Option<PathBuf>,
-    /// Transfers at once (more are refused with "busy")
-    #[arg(long, default_value_t = 16)]
-    max_transfers: usize,
-    /// A peer silent this long is dead
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
-    dead_timeout: Duration,
-    /// Archive of transfers (SQLite; default ~/.local/state/vlbiflow/xfer/xfer.sqlite)
+    /// Transfers at once (more are refused with "busy") [default: 16]
+    #[arg(long)]
+    max_transfers: Option<usize>,
+    /// A peer silent this long is dead [default: 10s]
+    #[arg(long, value_parser = parse_duration)]
+    dead_timeout: Option<Duration>,
+    /// Archive of transfers (SQLite; default STATE/xfer.sqlite, STATE being $STATE_DIRECTORY under
+    /// systemd, else ~/.local/state/vlbiflow/xfer)
     #[arg(long, value_name = "FILE")]
     archive: Option<PathBuf>,
     /// Serve Prometheus metrics at http://ADDR/metrics (loopback addresses only, unless --metrics-token-file)
@@ -470,70 +479,90 @@ fn key(a: KeyArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
-    let roots = match Roots::parse(&a.root) {
+    if let Some(p) = &a.check_config {
+        return crate::service::check_result(config::check(p));
+    }
+    let flags = config::Flags {
+        listen: a.listen,
+        roots: a.root,
+        key: a.key,
+        max_transfers: a.max_transfers,
+        dead_timeout: a.dead_timeout,
+        archive: a.archive,
+        metrics: a.metrics,
+        max_rate: a.max_rate,
+        total_rate: a.total_rate,
+        peer_key: a.peer_key,
+        verify_written: a.verify_written,
+        realtime: a.rt.realtime,
+    };
+    let s = match config::settings(a.config.as_deref(), flags) {
+        Ok(s) => s,
+        Err(e) => usage!("{e}"),
+    };
+    let roots = match Roots::parse(&s.roots) {
         Ok(r) => r,
         Err(e) => return xerr(e),
     };
-    let key_path = a.key.unwrap_or_else(remote::default_key_path);
-    let (key, created) = match Key::load_or_create(&key_path) {
+    let (key, created) = match Key::load_or_create(&s.key) {
         Ok(x) => x,
         Err(e) => return xerr(e),
     };
     if created {
-        eprintln!(
-            "xfer: created the key file {} (mode 0600); copy it to the clients",
-            key_path.display()
+        tracing::warn!(
+            target: "vlbiflow::xfer",
+            key_file = %s.key.display(),
+            "created the key file (mode 0600); copy it to the clients"
         );
     }
-    let mut cfg = ServeConfig::new(a.listen, roots.clone(), key.clone());
-    cfg.max_transfers = a.max_transfers;
-    cfg.dead_timeout = a.dead_timeout;
+    let mut cfg = ServeConfig::new(s.listen, roots.clone(), key.clone());
+    cfg.max_transfers = s.max_transfers;
+    cfg.dead_timeout = s.dead_timeout;
     cfg.log = true;
-    cfg.archive = Some(
-        a.archive
-            .unwrap_or_else(|| remote::state_dir().join("xfer.sqlite")),
-    );
-    cfg.metrics = a.metrics;
+    cfg.archive = Some(s.archive);
+    cfg.metrics = s.metrics;
     cfg.metrics_token = match crate::cmd::read_metrics_token(a.metrics_token_file.as_deref()) {
         Ok(t) => t,
         Err(e) => return xerr(XferError::Usage(e)),
     };
-    cfg.max_rate_bps = a.max_rate;
-    if let Some(p) = &a.peer_key {
+    cfg.max_rate_bps = s.max_rate;
+    if let Some(p) = &s.peer_key {
         cfg.peer_key = match Key::load(p) {
             Ok(k) => Some(k),
             Err(e) => return xerr(e),
         };
     }
-    cfg.total_rate_bps = a.total_rate;
-    cfg.verify_written = a.verify_written;
-    cfg.realtime = a.rt.realtime;
+    cfg.total_rate_bps = s.total_rate;
+    cfg.verify_written = s.verify_written;
+    cfg.realtime = s.realtime;
     let stop = crate::stop::on_interrupt(crate::stop::Second::Wait)?;
     let d = match Daemon::start(cfg) {
         Ok(d) => d,
         Err(e) => return xerr(e),
     };
-    eprintln!(
-        "xfer: serving on {} (key fingerprint {}), roots: {}",
-        d.local_addr(),
-        key.fingerprint(),
-        roots
-            .0
-            .iter()
-            .map(|r| format!("{}={}", r.name, r.path.display()))
-            .collect::<Vec<_>>()
-            .join(", ")
+    let root_list = roots
+        .0
+        .iter()
+        .map(|r| format!("{}={}", r.name, r.path.display()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    tracing::info!(
+        target: "vlbiflow::xfer",
+        listen = %d.local_addr(),
+        key_fingerprint = %key.fingerprint(),
+        roots = %root_list,
+        verify_written = s.verify_written,
+        "serving"
     );
     if let Some(m) = d.metrics_addr() {
-        eprintln!("xfer: metrics at http://{m}/metrics");
+        tracing::info!(target: "vlbiflow::xfer", url = %format!("http://{m}/metrics"), "metrics");
     }
-    if a.verify_written {
-        eprintln!("xfer: every chunk received is read back from the disk and checked before its file is committed (--verify-written)");
-    }
+    crate::service::notify_ready(&format!("serving on {}", d.local_addr()));
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(200));
     }
-    eprintln!("xfer: stopping");
+    crate::service::notify_stopping();
+    tracing::info!(target: "vlbiflow::xfer", "stopping");
     d.shutdown();
     Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,158 @@
+//! `vlbiflow xfer serve --config FILE`: the daemon's settings in TOML, overridden by command-line flags.
+//! Durations and rates in the command line's syntax (`10s`, `2Gbps`). See deploy/config/xfer.toml.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::service;
+
+/// Default control address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:46230";
+/// Default transfers at once.
+pub const DEFAULT_MAX_TRANSFERS: usize = 16;
+/// Default time after which a silent peer is dead.
+pub const DEFAULT_DEAD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The file as written; every key optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct File {
+    /// Control address (TCP), `HOST:PORT`.
+    pub listen: Option<SocketAddr>,
+    /// Roots clients may write to: `name = "/dir"`.
+    #[serde(default)]
+    pub roots: BTreeMap<String, String>,
+    /// Key file (created when missing).
+    pub key: Option<PathBuf>,
+    /// Transfers at once.
+    pub max_transfers: Option<usize>,
+    /// A peer silent this long is dead (`10s`).
+    pub dead_timeout: Option<String>,
+    /// Archive of transfers (SQLite).
+    pub archive: Option<PathBuf>,
+    /// Prometheus metrics address (loopback only).
+    pub metrics: Option<SocketAddr>,
+    /// Rate ceiling of each transfer (`2Gbps`).
+    pub max_rate: Option<String>,
+    /// Rate ceiling of all transfers together.
+    pub total_rate: Option<String>,
+    /// Key for the daemons this one pushes to on behalf of `xfer copy`.
+    pub peer_key: Option<PathBuf>,
+    /// Read every chunk back from the disk before committing.
+    pub verify_written: Option<bool>,
+    /// Data threads in SCHED_FIFO.
+    pub realtime: Option<bool>,
+}
+
+/// Settings after file and flags are merged and defaults applied.
+#[derive(Debug)]
+pub struct Settings {
+    pub listen: SocketAddr,
+    pub roots: Vec<String>,
+    pub key: PathBuf,
+    pub max_transfers: usize,
+    pub dead_timeout: Duration,
+    pub archive: PathBuf,
+    pub metrics: Option<SocketAddr>,
+    pub max_rate: Option<f64>,
+    pub total_rate: Option<f64>,
+    pub peer_key: Option<PathBuf>,
+    pub verify_written: bool,
+    pub realtime: bool,
+}
+
+/// What the command line gave (flags win over the file).
+#[derive(Debug, Default)]
+pub struct Flags {
+    pub listen: Option<SocketAddr>,
+    pub roots: Vec<String>,
+    pub key: Option<PathBuf>,
+    pub max_transfers: Option<usize>,
+    pub dead_timeout: Option<Duration>,
+    pub archive: Option<PathBuf>,
+    pub metrics: Option<SocketAddr>,
+    pub max_rate: Option<f64>,
+    pub total_rate: Option<f64>,
+    pub peer_key: Option<PathBuf>,
+    pub verify_written: bool,
+    pub realtime: bool,
+}
+
+/// Reads `path` (if any) and merges `flags` over it. Roots given on the command line replace the file's.
+pub fn settings(path: Option<&Path>, flags: Flags) -> Result<Settings, String> {
+    let file: File = match path {
+        Some(p) => service::load_toml(p)?,
+        None => File::default(),
+    };
+    let at = |e: String| match path {
+        Some(p) => format!("{}: {e}", p.display()),
+        None => e,
+    };
+    let roots = if flags.roots.is_empty() {
+        file.roots
+            .iter()
+            .map(|(name, dir)| format!("{name}={dir}"))
+            .collect()
+    } else {
+        flags.roots
+    };
+    if roots.is_empty() {
+        return Err(at(
+            "no root: give --root NAME=DIR or [roots] in the configuration".into(),
+        ));
+    }
+    let dead_timeout = match (flags.dead_timeout, &file.dead_timeout) {
+        (Some(d), _) => d,
+        (None, Some(s)) => service::duration("dead_timeout", s).map_err(at)?,
+        (None, None) => DEFAULT_DEAD_TIMEOUT,
+    };
+    let rate = |flag: Option<f64>, key: &str, v: &Option<String>| -> Result<Option<f64>, String> {
+        match (flag, v) {
+            (Some(r), _) => Ok(Some(r)),
+            (None, Some(s)) => service::bit_rate(key, s).map(Some).map_err(at),
+            (None, None) => Ok(None),
+        }
+    };
+    let state = service::state_dir("xfer");
+    Ok(Settings {
+        listen: flags
+            .listen
+            .or(file.listen)
+            .unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("default address")),
+        roots,
+        key: flags.key.or(file.key).unwrap_or_else(|| state.join("xfer.key")),
+        max_transfers: flags
+            .max_transfers
+            .or(file.max_transfers)
+            .unwrap_or(DEFAULT_MAX_TRANSFERS),
+        dead_timeout,
+        archive: flags
+            .archive
+            .or(file.archive)
+            .unwrap_or_else(|| state.join("xfer.sqlite")),
+        metrics: flags.metrics.or(file.metrics),
+        max_rate: rate(flags.max_rate, "max_rate", &file.max_rate)?,
+        total_rate: rate(flags.total_rate, "total_rate", &file.total_rate)?,
+        peer_key: flags.peer_key.or(file.peer_key),
+        verify_written: flags.verify_written || file.verify_written.unwrap_or(false),
+        realtime: flags.realtime || file.realtime.unwrap_or(false),
+    })
+}
+
+/// `--check-config`: the file read and checked as the daemon would, in one line.
+pub fn check(path: &Path) -> Result<String, String> {
+    // the roots' directories are looked for at start-up, on the host that serves them
+    let s = settings(Some(path), Flags::default())?;
+    Ok(format!(
+        "{}: xfer serve on {}, {} root{}, {} transfers at once",
+        path.display(),
+        s.listen,
+        s.roots.len(),
+        if s.roots.len() == 1 { "" } else { "s" },
+        s.max_transfers
+    ))
+}
