@@ -6,10 +6,11 @@
 //!
 //! With UDP GRO a message can be a super-datagram of several equal segments. Every message gets room for
 //! `span` datagrams in the block (the most segments per message of the socket's previous batch, so steady
-//! GSO traffic lands in consecutive slots without a copy) plus a 64 KiB overflow area so nothing is
+//! GSO traffic lands in consecutive slots without a copy; with PSN each segment's PSN and frame get an
+//! iovec each, so the frames land in their slots too) plus a 64 KiB overflow area so nothing is
 //! truncated; each segment is classified where it landed, then kept frames are moved to consecutive slots
-//! (with PSN: one in-place `memmove` per frame over the PSN in front of it), continuing into fresh blocks
-//! when the current one is full.
+//! (only where a rejected datagram left a hole, or a segment beyond the span went to the overflow area),
+//! continuing into fresh blocks when the current one is full.
 
 use std::io;
 use std::net::UdpSocket;
@@ -28,7 +29,7 @@ mod classify;
 mod receive;
 
 pub use classify::{classify, Verdict};
-use receive::{place_frames, Layout, Piece, Received, Receiver, Src, OVERFLOW};
+use receive::{place_frames, Layout, Piece, Received, Receiver, Src, MAX_SPLIT, OVERFLOW};
 
 use crate::config::StreamSpec;
 use crate::engine::{RecorderEvent, Shared};
@@ -86,6 +87,9 @@ pub(crate) struct StreamCapture {
     spill: Vec<Block>,
     /// Messages that carried more than one datagram.
     coalesced: u64,
+    /// Messages received, and the datagrams they carried.
+    messages: u64,
+    datagrams: u64,
     /// Sees every stored frame (forwarding while recording).
     pub(crate) tap: Option<Box<dyn crate::tap::FrameTap>>,
     /// With a tap: the PSNs of the frames kept in the current batch, in order.
@@ -134,6 +138,8 @@ impl StreamCapture {
             span: 1,
             spill: Vec::with_capacity(4),
             coalesced: 0,
+            messages: 0,
+            datagrams: 0,
             tap: None,
             tap_psns: Vec::new(),
             tap_unstored: Vec::new(),
@@ -196,9 +202,10 @@ impl StreamCapture {
         self.counters.duplicates = dup;
         self.counters.kernel_drops = self.drops.total();
         shared.streams[self.index].publish(&self.counters, restarts);
-        shared.streams[self.index]
-            .coalesced
-            .store(self.coalesced, Relaxed);
+        let s = &shared.streams[self.index];
+        s.coalesced.store(self.coalesced, Relaxed);
+        s.messages.store(self.messages, Relaxed);
+        s.datagrams.store(self.datagrams, Relaxed);
     }
 
     fn publish_detail(&self, shared: &Shared) {
@@ -384,6 +391,8 @@ impl StreamCapture {
             let segments = m.wire_len.div_ceil(seg).max(1);
             most_segments = most_segments.max(segments);
             self.coalesced += u64::from(segments > 1);
+            self.messages += 1;
+            self.datagrams += segments as u64;
             for j in 0..segments {
                 let at = j * seg;
                 let seg_len = m.wire_len.saturating_sub(at).min(seg);
@@ -391,8 +400,8 @@ impl StreamCapture {
                 // Only a datagram of the right size is looked into; its frame must lie in one piece.
                 let frame_piece = if frame_len == slot && at + seg_len <= m.len {
                     region
-                        .piece(i, prefix, at + prefix, slot)
-                        .filter(|_| prefix == 0 || region.piece(i, prefix, at, 8).is_some())
+                        .piece(i, prefix, slot, at + prefix, slot)
+                        .filter(|_| prefix == 0 || region.piece(i, prefix, slot, at, 8).is_some())
                 } else {
                     None
                 };
@@ -446,8 +455,8 @@ impl StreamCapture {
                 let psn = if prefix == 0 {
                     0
                 } else {
-                    let bytes: [u8; 8] = match region.piece(i, prefix, at, 8) {
-                        Some(Piece::Head) => got.psn[i],
+                    let bytes: [u8; 8] = match region.piece(i, prefix, slot, at, 8) {
+                        Some(Piece::Head(h)) => got.psn[h],
                         Some(Piece::Area(o)) => area[o..o + 8].try_into().unwrap_or_default(),
                         Some(Piece::Overflow(o)) => got.overflow[o..o + 8].try_into().unwrap_or_default(),
                         None => [0; 8],
@@ -513,7 +522,10 @@ impl StreamCapture {
         if layout.gro {
             // Room for as many datagrams per message as the last batch brought at most (bounded by what a
             // super-datagram can hold): steady GSO/GRO traffic then lands without a hole between messages.
-            self.span = most_segments.clamp(1, (OVERFLOW / wire).max(1));
+            // With a PSN, each of them gets its own pair of iovecs, so at most `MAX_SPLIT`.
+            let most = (OVERFLOW / wire).max(1);
+            let most = if prefix == 0 { most } else { most.min(MAX_SPLIT) };
+            self.span = most_segments.clamp(1, most);
         }
         let kept = got.kept.len();
         self.place(got, area, cap);
