@@ -38,6 +38,11 @@ use crate::status::{pack_time, ThreadStatus};
 
 /// Batches taken from one ready socket before looking at the others (fairness between streams).
 const BATCHES_PER_TURN: usize = 16;
+/// Receives of one message each taken from one ready socket in a turn while receiving one by one.
+const SINGLES_PER_TURN: usize = 1024;
+/// Messages received one by one after a batch of GRO messages of varying segment counts, before trying
+/// whole batches again.
+const SINGLES_AFTER_VARIED: u32 = 4096;
 /// How often per-thread detail is published.
 const DETAIL_INTERVAL: Duration = Duration::from_millis(250);
 
@@ -83,6 +88,12 @@ pub(crate) struct StreamCapture {
     gro: bool,
     /// Datagrams per message to make room for in the block (1 unless GRO delivers more).
     span: usize,
+    /// Messages still to receive one per call: GRO delivered messages of varying segment counts, and in
+    /// a batch every one shorter than `span` leaves a hole that all frames after it in the batch are
+    /// moved down over. One message per call lands every frame in its slot.
+    one_by_one: u32,
+    /// Most segments per message seen while receiving one by one.
+    most_seen: usize,
     /// Fresh blocks taken during a batch whose frames did not fit in the current block.
     spill: Vec<Block>,
     /// Messages that carried more than one datagram.
@@ -136,6 +147,8 @@ impl StreamCapture {
             failed: false,
             gro,
             span: 1,
+            one_by_one: 0,
+            most_seen: 1,
             spill: Vec::with_capacity(4),
             coalesced: 0,
             messages: 0,
@@ -296,7 +309,10 @@ impl StreamCapture {
         let slot = self.spec.frame_size as usize;
         let fpb = self.frames_per_block;
         let scratch_len = rx.capacity() * slot;
-        for _ in 0..BATCHES_PER_TURN {
+        let mut turn = 0;
+        while turn < BATCHES_PER_TURN * SINGLES_PER_TURN {
+            let one = self.one_by_one > 0;
+            turn += if one { BATCHES_PER_TURN } else { SINGLES_PER_TURN };
             let have_block = self.ensure_block(shared);
             // Take the block out while processing so its frames and our counters can be borrowed apart.
             let mut block = if have_block { self.current.take() } else { None };
@@ -313,7 +329,7 @@ impl StreamCapture {
                 }
                 None => &mut scratch[..scratch_len],
             };
-            let requested = rx.plan(area.len(), layout);
+            let requested = rx.plan(area.len(), layout, one);
             let mut got = match rx.recv(&self.socket, area, layout) {
                 Ok(r) => r,
                 Err(e) => {
@@ -380,6 +396,10 @@ impl StreamCapture {
         let mut first_time = None;
         let mut last_time = None;
         let mut most_segments = 1;
+        // Whether segment counts differ between messages other than the last (maybe a short tail).
+        let last = got.msgs.len().saturating_sub(1);
+        let mut first_count = None;
+        let mut varied = false;
         got.kept.clear();
         for (i, m) in got.msgs.iter().enumerate() {
             let region = got.regions[i];
@@ -390,6 +410,9 @@ impl StreamCapture {
             };
             let segments = m.wire_len.div_ceil(seg).max(1);
             most_segments = most_segments.max(segments);
+            if i < last {
+                varied |= *first_count.get_or_insert(segments) != segments;
+            }
             self.coalesced += u64::from(segments > 1);
             self.messages += 1;
             self.datagrams += segments as u64;
@@ -519,13 +542,24 @@ impl StreamCapture {
                 }
             }
         }
-        if layout.gro {
+        if layout.gro && !got.msgs.is_empty() {
             // Room for as many datagrams per message as the last batch brought at most (bounded by what a
             // super-datagram can hold): steady GSO/GRO traffic then lands without a hole between messages.
-            // With a PSN, each of them gets its own pair of iovecs, so at most `MAX_SPLIT`.
+            // With a PSN, each of them gets its own pair of iovecs, so at most `MAX_SPLIT`. Messages of
+            // varying counts are received one per call for a while, with room for the most seen.
             let most = (OVERFLOW / wire).max(1);
             let most = if prefix == 0 { most } else { most.min(MAX_SPLIT) };
-            self.span = most_segments.clamp(1, most);
+            if self.one_by_one > 0 {
+                self.one_by_one -= 1;
+                self.most_seen = self.most_seen.max(most_segments);
+                self.span = self.most_seen.clamp(1, most);
+            } else {
+                self.span = most_segments.clamp(1, most);
+                if varied {
+                    self.one_by_one = SINGLES_AFTER_VARIED;
+                    self.most_seen = most_segments;
+                }
+            }
         }
         let kept = got.kept.len();
         self.place(got, area, cap);

@@ -218,8 +218,10 @@ impl Receiver {
 
     /// Plans one receive into `area_len` bytes: as many messages as fit with room for `span` datagrams
     /// each (the last one maybe fewer), at least one. Returns the number of messages.
-    pub(super) fn plan(&mut self, area_len: usize, layout: Layout) -> usize {
-        plan_regions(area_len, layout, self.rx.capacity(), &mut self.regions);
+    /// `one`: a single message (GRO messages of varying segment counts, see `StreamCapture::one_by_one`).
+    pub(super) fn plan(&mut self, area_len: usize, layout: Layout, one: bool) -> usize {
+        let capacity = if one { 1 } else { self.rx.capacity() };
+        plan_regions(area_len, layout, capacity, &mut self.regions);
         self.regions.len()
     }
 
