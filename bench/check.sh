@@ -25,9 +25,19 @@ FILES=("$DIR"/disk*/demo_xx_001.vdif)
 BYTES=$(stat -c %s "${FILES[@]}" | awk '{s+=$1} END {printf "%d", s}')
 
 drop() { sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || echo "bench: cannot drop caches (not root)" >&2; }
-# Seconds of wall time of a command (best of 3 when cached, once from disk).
+# Seconds of wall time of a command.
 t() { local s e; s=$(date +%s.%N); "$@" >/dev/null 2>&1 || [ $? -eq 1 ] || { echo "bench: $* failed" >&2; exit 1; }; e=$(date +%s.%N); echo "$e - $s" | bc -l; }
-best3() { local b=999 x; for _ in 1 2 3; do x=$(t "$@"); b=$(echo "if ($x < $b) $x else $b" | bc -l); done; echo "$b"; }
+med3() { printf '%s\n' "$@" | sort -g | sed -n 2p; }
+# Median of 3 of two commands run alternately (the machine is shared: both see the same noise), from the
+# page cache (COLD unset) or from disk (COLD=1: the page cache dropped before every run). Sets A and B.
+alt3() {
+  local a=() b=() i
+  for i in 1 2 3; do
+    [ -n "${COLD:-}" ] && drop; a+=("$(t "$1")")
+    [ -n "${COLD:-}" ] && drop; b+=("$(t "$2")")
+  done
+  A=$(med3 "${a[@]}"); B=$(med3 "${b[@]}")
+}
 
 cat_all() { cat "${FILES[@]}" >/dev/null; }
 catp() { cat "$DIR/plain.vdif" >/dev/null; }
@@ -35,15 +45,18 @@ check_scan() { "$BIN" check demo_xx_001 --disk "$DIR/disk*" --quiet; }
 check_plain() { "$BIN" check "$DIR/plain.vdif" --quiet; }
 gather_null() { "$BIN" gather demo_xx_001 --disk "$DIR/disk*" -o - > /dev/null; }
 
-cat_all; check_scan  # warm the cache
-C_CAT=$(best3 cat_all); C_CHK=$(best3 check_scan); C_GAT=$(best3 gather_null)
-C_CATP=$(best3 catp); C_CHKP=$(best3 check_plain)
-drop; D_CAT=$(t cat_all); drop; D_CHK=$(t check_scan); drop; D_GAT=$(t gather_null)
-drop; D_CATP=$(t catp); drop; D_CHKP=$(t check_plain)
+cat_all; check_scan; catp  # warm the cache
+LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
+alt3 cat_all check_scan; C_CAT=$A; C_CHK=$B; alt3 cat_all gather_null; C_GAT=$B
+alt3 catp check_plain; C_CATP=$A; C_CHKP=$B
+COLD=1
+alt3 cat_all check_scan; D_CAT=$A; D_CHK=$B; alt3 cat_all gather_null; D_GAT=$B
+alt3 catp check_plain; D_CATP=$A; D_CHKP=$B
+LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
 
-python3 - "$OUT" "$BYTES" "$SECS" <<EOF
+python3 - "$OUT" "$BYTES" "$SECS" "$LOAD0" "$LOAD1" <<EOF
 import sys, os, platform, datetime
-out, n, secs = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+out, n, secs, load0, load1 = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
 rows = [("Mark6 scan, 4 files", "page cache", $C_CAT, $C_CHK, $C_GAT),
         ("Mark6 scan, 4 files", "disk", $D_CAT, $D_CHK, $D_GAT),
         ("plain VDIF, 1 file", "page cache", $C_CATP, $C_CHKP, None),
@@ -53,7 +66,8 @@ L = ["# \`vlbiflow check\` and \`gather\` against \`cat\`", "",
      f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
      f"- machine: {os.cpu_count()} vCPU ({cpu}), kernel {platform.release()}, ext4 on the work tree's virtual disk",
      f"- command: \`bench/check.sh {secs}\`: a {n/1e9:.2f} GB scan (8224-byte frames, 2 threads) recorded by \`vlbiflow demo --keep\`, and the same frames gathered into one file",
-     "- page cache: best of 3 after a warm-up; disk: once, after dropping the page cache",
+     "- page cache: after a warm-up; disk: the page cache dropped before every run; each figure the median of 3 runs, cat and the tool alternating",
+     f"- load average (1, 5, 15 min) at the start and the end: {load0}; {load1}",
      "- the machine is shared and noisy: read the ratios", "",
      "| data | from | cat GB/s | check GB/s | check / cat | gather to /dev/null GB/s |", "|---|---|---|---|---|---|"]
 for name, src, c, k, g in rows:

@@ -81,6 +81,32 @@ pub struct ScanSummary {
     pub error: Option<String>,
 }
 
+/// What one stream's socket delivered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReceiveCounts {
+    /// Receive messages (a GRO super-datagram counts once).
+    pub messages: u64,
+    /// Datagrams they carried (GRO segments counted one by one).
+    pub datagrams: u64,
+    /// Messages that carried more than one datagram.
+    pub coalesced: u64,
+}
+
+impl ReceiveCounts {
+    /// What a kernel drop count means for this stream: without coalesced messages each dropped socket
+    /// buffer was one datagram; with them a buffer may have been a super-datagram, and the datagrams
+    /// (frames) it held are estimated at the mean per message received. Returns (unit, estimated
+    /// datagrams; None when the drops are datagrams already).
+    pub fn kernel_drops_meaning(&self, drops: u64) -> (&'static str, Option<u64>) {
+        if self.coalesced == 0 || self.messages == 0 {
+            ("datagrams", None)
+        } else {
+            let per = self.datagrams as f64 / self.messages as f64;
+            ("socket buffers", Some((drops as f64 * per).round() as u64))
+        }
+    }
+}
+
 /// Entry point of the engine.
 pub struct Recorder;
 
@@ -408,6 +434,20 @@ impl RecorderHandle {
             .streams
             .iter()
             .map(|s| s.coalesced.load(Relaxed))
+            .collect()
+    }
+
+    /// Per stream (in configuration order): what the sockets delivered, for reading the kernel's drop
+    /// count (SO_RXQ_OVFL counts socket buffers: with GRO one can be a super-datagram of several frames).
+    pub fn receive_counts(&self) -> Vec<ReceiveCounts> {
+        self.shared
+            .streams
+            .iter()
+            .map(|s| ReceiveCounts {
+                messages: s.messages.load(Relaxed),
+                datagrams: s.datagrams.load(Relaxed),
+                coalesced: s.coalesced.load(Relaxed),
+            })
             .collect()
     }
 

@@ -246,6 +246,9 @@ pub(crate) fn unpack_time(v: u64) -> Option<VdifTime> {
 pub(crate) struct StreamShared {
     /// Receive messages that carried more than one datagram (UDP GRO).
     pub coalesced: AtomicU64,
+    /// Receive messages, and the datagrams they carried (GRO segments counted one by one).
+    pub messages: AtomicU64,
+    pub datagrams: AtomicU64,
     pub packets: AtomicU64,
     pub bytes: AtomicU64,
     pub lost: AtomicU64,

@@ -33,7 +33,9 @@ mod sys;
 
 pub use epoll::Epoll;
 pub use pace::{InvalidRate, Pacer, RateMeter, Wait, WindowStats};
-pub use recv::{realtime_ns, BatchReceiver, DropCounter, RecvBatch, RecvMeta, RecvStats, TimestampKeeper};
+pub use recv::{
+    realtime_ns, BatchReceiver, DropCounter, RecvBatch, RecvMeta, RecvStats, TimestampKeeper, MAX_RECV_PARTS,
+};
 pub use send::{
     Batch, BatchSender, GsoError, RetryPolicy, SendError, SendStats, Sent, GSO_MAX_SEGMENTS, MAX_PARTS,
     MAX_PARTS_LIMIT,

@@ -175,8 +175,10 @@ impl<'a> RecvBatch<'a> {
     }
 }
 
-/// Most buffers one message can be scattered over with [`BatchReceiver::recv_scatter`].
-pub const MAX_RECV_PARTS: usize = 3;
+/// Most buffers one message can be scattered over with [`BatchReceiver::recv_scatter`] or
+/// [`BatchReceiver::recv_vectored`] (e.g. a sequence-number prefix and a frame slot for each of 15 GRO
+/// segments, then a spare area).
+pub const MAX_RECV_PARTS: usize = 32;
 
 /// Preallocated storage for receiving up to `capacity` messages per `recvmmsg`.
 pub struct BatchReceiver {
@@ -184,6 +186,8 @@ pub struct BatchReceiver {
     want_source: bool,
     hdrs: RawArray<libc::mmsghdr>,
     iovs: RawArray<libc::iovec>,
+    /// Iovecs in use per message (set by the last scatter).
+    iov_lens: Box<[usize]>,
     cmsgs: RawArray<CmsgSpace>,
     addrs: RawArray<libc::sockaddr_storage>,
     metas: Box<[RecvMeta]>,
@@ -206,6 +210,7 @@ impl BatchReceiver {
             want_source: false,
             hdrs: RawArray::new(capacity, sys::zeroed),
             iovs: RawArray::new(capacity * MAX_RECV_PARTS, sys::zeroed),
+            iov_lens: vec![0; capacity].into_boxed_slice(),
             cmsgs: RawArray::new(capacity, CmsgSpace::default),
             addrs: RawArray::new(capacity, sys::zeroed),
             metas: vec![RecvMeta::default(); capacity].into_boxed_slice(),
@@ -289,6 +294,23 @@ impl BatchReceiver {
         I: IntoIterator<Item = [&'b mut [u8]; N]>,
     {
         const { assert!(N <= MAX_RECV_PARTS, "too many parts per message") };
+        self.recv_vectored(sock, bufs, timeout)
+    }
+
+    /// Like [`recv_scatter`](Self::recv_scatter) with a number of parts that may differ from message to
+    /// message (at most [`MAX_RECV_PARTS`] each; more panics): message `n` is scattered over the buffers
+    /// the `n`-th item yields, in order. E.g. for GRO super-datagrams of sequence-numbered frames, each
+    /// segment's 8-byte prefix into a side array and its frame into its slot in a block buffer.
+    pub fn recv_vectored<'b, I, J>(
+        &mut self,
+        sock: &impl AsFd,
+        bufs: I,
+        timeout: Duration,
+    ) -> io::Result<RecvBatch<'_>>
+    where
+        I: IntoIterator<Item = J>,
+        J: IntoIterator<Item = &'b mut [u8]>,
+    {
         let mut n = 0;
         for parts in bufs.into_iter().take(self.capacity) {
             let mut part = 0;
@@ -296,10 +318,7 @@ impl BatchReceiver {
                 self.set_iov(n, part, buf);
                 part += 1;
             }
-            while part < MAX_RECV_PARTS {
-                self.set_iov(n, part, &mut []);
-                part += 1;
-            }
+            self.iov_lens[n] = part;
             n += 1;
         }
         self.recv_prepared(sock.as_fd(), n, timeout)
@@ -419,7 +438,7 @@ impl BatchReceiver {
                 entry.msg_len = 0;
                 let hdr = &mut entry.msg_hdr;
                 hdr.msg_iov = self.iovs.at(i * MAX_RECV_PARTS);
-                hdr.msg_iovlen = MAX_RECV_PARTS as _;
+                hdr.msg_iovlen = self.iov_lens[i] as _;
                 hdr.msg_control = self.cmsgs.at(i) as *mut libc::c_void;
                 hdr.msg_controllen = std::mem::size_of::<CmsgSpace>() as _;
                 hdr.msg_flags = 0;

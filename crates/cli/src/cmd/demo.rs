@@ -210,7 +210,13 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         fmt_bit_rate(gen.achieved_bps),
         gen.worst_window_error * 100.0
     );
-    super::record::print_summary(&mut std::io::stdout(), &summary, summary.status.elapsed);
+    let received = recorder.receive_counts();
+    super::record::print_summary(
+        &mut std::io::stdout(),
+        &summary,
+        &received,
+        summary.status.elapsed,
+    );
 
     // 4. Check the scan as a station would after a recording.
     let recording = locate_scan(SCAN, &disks).context("finding the scan on the disks")?;

@@ -252,11 +252,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     };
     let summary = handle.wait().expect("first wait");
+    let received = handle.receive_counts();
     for e in events.try_iter() {
         progress.event(&e);
     }
     progress.display.clear();
-    print_summary(&mut std::io::stderr(), &summary, stopped_at);
+    print_summary(&mut std::io::stderr(), &summary, &received, stopped_at);
     let nothing = accepted_nothing(&summary, &progress.rejected);
     for line in &nothing {
         eprintln!("vlbiflow record: {line}");
@@ -269,15 +270,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     crate::cmd::relay::print_dests(&forward);
     if args.json {
         let mut out = std::io::stdout().lock();
-        if forward.is_empty() {
-            serde_json::to_writer_pretty(&mut out, &summary.metadata)?;
-        } else {
-            let mut v = serde_json::to_value(&summary.metadata)?;
+        let mut v = serde_json::to_value(&summary.metadata)?;
+        label_kernel_drops(&mut v, &received);
+        if !forward.is_empty() {
             if let Some(o) = v.as_object_mut() {
                 o.insert("forward".into(), serde_json::to_value(&forward)?);
             }
-            serde_json::to_writer_pretty(&mut out, &v)?;
         }
+        serde_json::to_writer_pretty(&mut out, &v)?;
         writeln!(out)?;
     }
     Ok(if summary.error.is_some() || !nothing.is_empty() {
@@ -513,8 +513,42 @@ impl Live {
     }
 }
 
+/// Beside each stream's counters in `record --json`: what `kernel_drops` counts (`kernel_drops_unit`:
+/// "datagrams", or "socket buffers" once GRO coalesced datagrams, since SO_RXQ_OVFL counts socket
+/// buffers), with GRO the datagrams they held estimated at the mean per message received
+/// (`kernel_drops_datagrams_estimate`), and the socket's `receive` counts.
+fn label_kernel_drops(v: &mut serde_json::Value, received: &[vlbiflow_recorder::ReceiveCounts]) {
+    let Some(streams) = v.get_mut("streams").and_then(|s| s.as_array_mut()) else {
+        return;
+    };
+    for (s, r) in streams.iter_mut().zip(received) {
+        let drops = s["counters"]["kernel_drops"].as_u64().unwrap_or(0);
+        let (unit, estimate) = r.kernel_drops_meaning(drops);
+        if let Some(o) = s.as_object_mut() {
+            o.insert("kernel_drops_unit".into(), unit.into());
+            if let Some(e) = estimate {
+                o.insert("kernel_drops_datagrams_estimate".into(), e.into());
+            }
+            o.insert(
+                "receive".into(),
+                serde_json::json!({
+                    "messages": r.messages,
+                    "datagrams": r.datagrams,
+                    "coalesced": r.coalesced,
+                }),
+            );
+        }
+    }
+}
+
 /// The closing summary of a scan (stderr for `record`, whose stdout carries `--json`; stdout for `demo`).
-pub(crate) fn print_summary(out: &mut dyn std::io::Write, sum: &ScanSummary, recording: Duration) {
+/// `received`: per stream what its socket delivered (saying what the kernel drop count counts), or empty.
+pub(crate) fn print_summary(
+    out: &mut dyn std::io::Write,
+    sum: &ScanSummary,
+    received: &[vlbiflow_recorder::ReceiveCounts],
+    recording: Duration,
+) {
     let m = &sum.metadata;
     let secs = recording.as_secs_f64().max(1e-3);
     if m.disks.is_empty() {
@@ -578,12 +612,12 @@ pub(crate) fn print_summary(out: &mut dyn std::io::Write, sum: &ScanSummary, rec
             ("rejected", c.rejected),
             ("filtered", c.filtered),
             ("dropped (no buffer)", c.dropped_no_buffer),
-            ("kernel drops", c.kernel_drops),
             ("restarts", s.restarts),
         ]
         .iter()
         .filter(|(_, v)| *v > 0)
         .map(|(k, v)| format!("{k} {v}"))
+        .chain((c.kernel_drops > 0).then(|| kernel_drops_text(c.kernel_drops, received.get(i))))
         .collect();
         if !extra.is_empty() {
             let _ = writeln!(out, "    {}", extra.join(", "));
@@ -627,5 +661,18 @@ pub(crate) fn print_summary(out: &mut dyn std::io::Write, sum: &ScanSummary, rec
     }
     if let Some(e) = &sum.error {
         let _ = writeln!(out, "vlbiflow record: error: {e}");
+    }
+}
+
+/// "kernel drops N datagrams", or with GRO "kernel drops N socket buffers (~M datagrams ...)": the
+/// kernel counts socket buffers, and a GRO super-datagram is one buffer of several frames.
+fn kernel_drops_text(drops: u64, received: Option<&vlbiflow_recorder::ReceiveCounts>) -> String {
+    match received.map(|r| r.kernel_drops_meaning(drops)) {
+        Some((unit, None)) => format!("kernel drops {drops} {unit}"),
+        Some((unit, Some(e))) => format!(
+            "kernel drops {drops} {unit} (GRO super-datagrams: ~{e} datagrams at the mean per message; \
+             frames missing are counted in lost)"
+        ),
+        None => format!("kernel drops {drops} socket buffers (datagrams, or GRO super-datagrams)"),
     }
 }

@@ -6,10 +6,11 @@
 //!
 //! With UDP GRO a message can be a super-datagram of several equal segments. Every message gets room for
 //! `span` datagrams in the block (the most segments per message of the socket's previous batch, so steady
-//! GSO traffic lands in consecutive slots without a copy) plus a 64 KiB overflow area so nothing is
+//! GSO traffic lands in consecutive slots without a copy; with PSN each segment's PSN and frame get an
+//! iovec each, so the frames land in their slots too) plus a 64 KiB overflow area so nothing is
 //! truncated; each segment is classified where it landed, then kept frames are moved to consecutive slots
-//! (with PSN: one in-place `memmove` per frame over the PSN in front of it), continuing into fresh blocks
-//! when the current one is full.
+//! (only where a rejected datagram left a hole, or a segment beyond the span went to the overflow area),
+//! continuing into fresh blocks when the current one is full.
 
 use std::io;
 use std::net::UdpSocket;
@@ -28,7 +29,7 @@ mod classify;
 mod receive;
 
 pub use classify::{classify, Verdict};
-use receive::{place_frames, Layout, Piece, Received, Receiver, Src, OVERFLOW};
+use receive::{place_frames, Layout, Piece, Received, Receiver, Src, MAX_SPLIT, OVERFLOW};
 
 use crate::config::StreamSpec;
 use crate::engine::{RecorderEvent, Shared};
@@ -37,6 +38,11 @@ use crate::status::{pack_time, ThreadStatus};
 
 /// Batches taken from one ready socket before looking at the others (fairness between streams).
 const BATCHES_PER_TURN: usize = 16;
+/// Receives of one message each taken from one ready socket in a turn while receiving one by one.
+const SINGLES_PER_TURN: usize = 1024;
+/// Messages received one by one after a batch of GRO messages of varying segment counts, before trying
+/// whole batches again.
+const SINGLES_AFTER_VARIED: u32 = 4096;
 /// How often per-thread detail is published.
 const DETAIL_INTERVAL: Duration = Duration::from_millis(250);
 
@@ -82,10 +88,19 @@ pub(crate) struct StreamCapture {
     gro: bool,
     /// Datagrams per message to make room for in the block (1 unless GRO delivers more).
     span: usize,
+    /// Messages still to receive one per call: GRO delivered messages of varying segment counts, and in
+    /// a batch every one shorter than `span` leaves a hole that all frames after it in the batch are
+    /// moved down over. One message per call lands every frame in its slot.
+    one_by_one: u32,
+    /// Most segments per message seen while receiving one by one.
+    most_seen: usize,
     /// Fresh blocks taken during a batch whose frames did not fit in the current block.
     spill: Vec<Block>,
     /// Messages that carried more than one datagram.
     coalesced: u64,
+    /// Messages received, and the datagrams they carried.
+    messages: u64,
+    datagrams: u64,
     /// Sees every stored frame (forwarding while recording).
     pub(crate) tap: Option<Box<dyn crate::tap::FrameTap>>,
     /// With a tap: the PSNs of the frames kept in the current batch, in order.
@@ -132,8 +147,12 @@ impl StreamCapture {
             failed: false,
             gro,
             span: 1,
+            one_by_one: 0,
+            most_seen: 1,
             spill: Vec::with_capacity(4),
             coalesced: 0,
+            messages: 0,
+            datagrams: 0,
             tap: None,
             tap_psns: Vec::new(),
             tap_unstored: Vec::new(),
@@ -196,9 +215,10 @@ impl StreamCapture {
         self.counters.duplicates = dup;
         self.counters.kernel_drops = self.drops.total();
         shared.streams[self.index].publish(&self.counters, restarts);
-        shared.streams[self.index]
-            .coalesced
-            .store(self.coalesced, Relaxed);
+        let s = &shared.streams[self.index];
+        s.coalesced.store(self.coalesced, Relaxed);
+        s.messages.store(self.messages, Relaxed);
+        s.datagrams.store(self.datagrams, Relaxed);
     }
 
     fn publish_detail(&self, shared: &Shared) {
@@ -289,7 +309,10 @@ impl StreamCapture {
         let slot = self.spec.frame_size as usize;
         let fpb = self.frames_per_block;
         let scratch_len = rx.capacity() * slot;
-        for _ in 0..BATCHES_PER_TURN {
+        let mut turn = 0;
+        while turn < BATCHES_PER_TURN * SINGLES_PER_TURN {
+            let one = self.one_by_one > 0;
+            turn += if one { BATCHES_PER_TURN } else { SINGLES_PER_TURN };
             let have_block = self.ensure_block(shared);
             // Take the block out while processing so its frames and our counters can be borrowed apart.
             let mut block = if have_block { self.current.take() } else { None };
@@ -306,7 +329,7 @@ impl StreamCapture {
                 }
                 None => &mut scratch[..scratch_len],
             };
-            let requested = rx.plan(area.len(), layout);
+            let requested = rx.plan(area.len(), layout, one);
             let mut got = match rx.recv(&self.socket, area, layout) {
                 Ok(r) => r,
                 Err(e) => {
@@ -373,6 +396,10 @@ impl StreamCapture {
         let mut first_time = None;
         let mut last_time = None;
         let mut most_segments = 1;
+        // Whether segment counts differ between messages other than the last (maybe a short tail).
+        let last = got.msgs.len().saturating_sub(1);
+        let mut first_count = None;
+        let mut varied = false;
         got.kept.clear();
         for (i, m) in got.msgs.iter().enumerate() {
             let region = got.regions[i];
@@ -383,7 +410,12 @@ impl StreamCapture {
             };
             let segments = m.wire_len.div_ceil(seg).max(1);
             most_segments = most_segments.max(segments);
+            if i < last {
+                varied |= *first_count.get_or_insert(segments) != segments;
+            }
             self.coalesced += u64::from(segments > 1);
+            self.messages += 1;
+            self.datagrams += segments as u64;
             for j in 0..segments {
                 let at = j * seg;
                 let seg_len = m.wire_len.saturating_sub(at).min(seg);
@@ -391,8 +423,8 @@ impl StreamCapture {
                 // Only a datagram of the right size is looked into; its frame must lie in one piece.
                 let frame_piece = if frame_len == slot && at + seg_len <= m.len {
                     region
-                        .piece(i, prefix, at + prefix, slot)
-                        .filter(|_| prefix == 0 || region.piece(i, prefix, at, 8).is_some())
+                        .piece(i, prefix, slot, at + prefix, slot)
+                        .filter(|_| prefix == 0 || region.piece(i, prefix, slot, at, 8).is_some())
                 } else {
                     None
                 };
@@ -446,8 +478,8 @@ impl StreamCapture {
                 let psn = if prefix == 0 {
                     0
                 } else {
-                    let bytes: [u8; 8] = match region.piece(i, prefix, at, 8) {
-                        Some(Piece::Head) => got.psn[i],
+                    let bytes: [u8; 8] = match region.piece(i, prefix, slot, at, 8) {
+                        Some(Piece::Head(h)) => got.psn[h],
                         Some(Piece::Area(o)) => area[o..o + 8].try_into().unwrap_or_default(),
                         Some(Piece::Overflow(o)) => got.overflow[o..o + 8].try_into().unwrap_or_default(),
                         None => [0; 8],
@@ -510,10 +542,24 @@ impl StreamCapture {
                 }
             }
         }
-        if layout.gro {
+        if layout.gro && !got.msgs.is_empty() {
             // Room for as many datagrams per message as the last batch brought at most (bounded by what a
             // super-datagram can hold): steady GSO/GRO traffic then lands without a hole between messages.
-            self.span = most_segments.clamp(1, (OVERFLOW / wire).max(1));
+            // With a PSN, each of them gets its own pair of iovecs, so at most `MAX_SPLIT`. Messages of
+            // varying counts are received one per call for a while, with room for the most seen.
+            let most = (OVERFLOW / wire).max(1);
+            let most = if prefix == 0 { most } else { most.min(MAX_SPLIT) };
+            if self.one_by_one > 0 {
+                self.one_by_one -= 1;
+                self.most_seen = self.most_seen.max(most_segments);
+                self.span = self.most_seen.clamp(1, most);
+            } else {
+                self.span = most_segments.clamp(1, most);
+                if varied {
+                    self.one_by_one = SINGLES_AFTER_VARIED;
+                    self.most_seen = most_segments;
+                }
+            }
         }
         let kept = got.kept.len();
         self.place(got, area, cap);

@@ -1,18 +1,23 @@
 //! One capture thread's receive: laying a batch of messages out over the free part of a block (with
-//! overflow areas for GRO super-datagrams), `recvmmsg` into it with the PSN split off into a side array,
-//! and moving the kept frames into consecutive slots.
+//! overflow areas for GRO super-datagrams), `recvmmsg` into it with every datagram's PSN split off into a
+//! side array (one iovec pair per GRO segment, so the frames of a super-datagram land in their slots), and
+//! moving the kept frames into consecutive slots.
 
 use std::io;
 use std::net::UdpSocket;
 use std::time::Duration;
 
-use vlbiflow_udp::{BatchReceiver, RecvMeta};
+use vlbiflow_udp::{BatchReceiver, RecvMeta, MAX_RECV_PARTS};
 
 use crate::pool::Block;
 
 /// Spare bytes each message of a GRO socket gets behind its frame slots: a super-datagram carries at
 /// most 64 KiB of UDP payload, so with this nothing is ever truncated, however many segments arrive.
 pub(super) const OVERFLOW: usize = 1 << 16;
+
+/// Most datagrams per message that get their own PSN slot and frame slot (two iovecs each, plus one for
+/// the overflow area); further segments of a super-datagram go to the overflow area and are copied.
+pub(super) const MAX_SPLIT: usize = (MAX_RECV_PARTS - 1) / 2;
 
 /// How one receive lays messages out over the free part of a block.
 #[derive(Debug, Clone, Copy)]
@@ -27,12 +32,19 @@ pub(super) struct Layout {
     pub(super) gro: bool,
 }
 
-/// Where one message's bytes went: its first `prefix` bytes into its PSN slot, the next `main` bytes
-/// into the block area at `base`, the rest into its overflow area.
+/// Where one message's bytes went. Without a prefix: the first `main` bytes into the block area at
+/// `base`, the rest into its overflow area. With one (`k` >= 1): each of the first `k` datagrams
+/// (`prefix + slot` bytes) with its prefix into PSN slot `head + j` and its frame into the block area at
+/// `base + j * slot` (`main` = `k * slot`), the rest into its overflow area. With one and `k` = 0 (less than
+/// a frame of room): the first `prefix` bytes into PSN slot `head`, the next `main` into the area at `base`.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Region {
     pub(super) base: usize,
     pub(super) main: usize,
+    /// Datagrams with a slot of their own in the area (PSN streams).
+    pub(super) k: usize,
+    /// First PSN slot of this message.
+    pub(super) head: usize,
 }
 
 /// Where a kept frame's bytes are after the receive.
@@ -47,21 +59,51 @@ pub(super) enum Src {
 /// Where a message offset range lies, if it lies within one piece.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Piece {
-    Head,
+    /// In this PSN slot (the whole range).
+    Head(usize),
     Area(usize),
     Overflow(usize),
 }
 
 impl Region {
-    /// The piece holding message bytes `at..at + len` of message `msg` (None when they straddle two).
+    /// The piece holding message bytes `at..at + len` of message `msg` (None when they straddle two, or
+    /// straddle a PSN slot and a frame slot). `slot` is the frame size.
     #[inline]
-    pub(super) fn piece(&self, msg: usize, prefix: usize, at: usize, len: usize) -> Option<Piece> {
-        if at + len <= prefix {
-            Some(Piece::Head)
-        } else if at >= prefix && at + len <= prefix + self.main {
-            Some(Piece::Area(self.base + at - prefix))
-        } else if at >= prefix + self.main && at + len - prefix - self.main <= OVERFLOW {
-            Some(Piece::Overflow(msg * OVERFLOW + at - prefix - self.main))
+    pub(super) fn piece(
+        &self,
+        msg: usize,
+        prefix: usize,
+        slot: usize,
+        at: usize,
+        len: usize,
+    ) -> Option<Piece> {
+        // Message bytes before the overflow area.
+        let front = if prefix == 0 || self.k == 0 {
+            prefix + self.main
+        } else {
+            self.k * (slot + prefix)
+        };
+        if at + len <= front {
+            if prefix == 0 || self.k == 0 {
+                return if at + len <= prefix {
+                    Some(Piece::Head(self.head))
+                } else if at >= prefix {
+                    Some(Piece::Area(self.base + at - prefix))
+                } else {
+                    None
+                };
+            }
+            let wire = slot + prefix;
+            let (q, r) = (at / wire, at % wire);
+            if r + len <= prefix {
+                Some(Piece::Head(self.head + q)).filter(|_| r == 0 && len == prefix)
+            } else if r >= prefix && r + len <= wire {
+                Some(Piece::Area(self.base + q * slot + r - prefix))
+            } else {
+                None
+            }
+        } else if at >= front && at + len - front <= OVERFLOW {
+            Some(Piece::Overflow(msg * OVERFLOW + at - front))
         } else {
             None
         }
@@ -69,34 +111,32 @@ impl Region {
 }
 
 /// Lays up to `capacity` messages out over `area_len` bytes (into `regions`, cleared first): consecutive
-/// regions from offset 0, each with room for `span` datagrams (the last maybe fewer), at least one region.
-/// Pure arithmetic, tested against a model below.
+/// regions from offset 0, each with room for `span` frames (the last maybe fewer), at least one region.
+/// Message `i`'s PSN slots start at `i * MAX_SPLIT`. Pure arithmetic, tested against a model below.
 pub(super) fn plan_regions(area_len: usize, layout: Layout, capacity: usize, regions: &mut Vec<Region>) {
-    let Layout {
-        slot, prefix, span, ..
-    } = layout;
-    let wire = slot + prefix;
-    // A region for k datagrams: the first one's prefix goes to the PSN slot, so k * wire - prefix.
-    let region = |k: usize| k * wire - prefix;
+    let Layout { slot, span, .. } = layout;
     regions.clear();
     let mut base = 0;
     while regions.len() < capacity {
-        let room = area_len - base;
-        let k = span.min((room + prefix) / wire);
+        let k = span.min((area_len - base) / slot);
         if k == 0 {
             break;
         }
         regions.push(Region {
             base,
-            main: region(k),
+            main: k * slot,
+            k,
+            head: regions.len() * MAX_SPLIT,
         });
-        base += region(k);
+        base += k * slot;
     }
     if regions.is_empty() {
         // Less than one frame of room (only a scratch area): still take one message.
         regions.push(Region {
             base: 0,
             main: area_len,
+            k: 0,
+            head: 0,
         });
     }
 }
@@ -146,6 +186,7 @@ pub(super) fn place_frames(
 /// per-batch layout and frame lists (allocated once, reused).
 pub(crate) struct Receiver {
     rx: BatchReceiver,
+    /// `MAX_SPLIT` PSN slots per message.
     psn: Box<[[u8; 8]]>,
     /// `capacity * OVERFLOW` bytes, allocated zeroed so pages are only backed once a message uses them.
     overflow: Vec<u8>,
@@ -156,7 +197,7 @@ pub(crate) struct Receiver {
 impl Receiver {
     pub fn new(capacity: usize, gro: bool) -> Self {
         let rx = BatchReceiver::new(capacity.clamp(1, 1024));
-        let psn = vec![[0u8; 8]; rx.capacity()].into_boxed_slice();
+        let psn = vec![[0u8; 8]; rx.capacity() * MAX_SPLIT].into_boxed_slice();
         let overflow = if gro {
             vec![0u8; rx.capacity() * OVERFLOW]
         } else {
@@ -177,14 +218,15 @@ impl Receiver {
 
     /// Plans one receive into `area_len` bytes: as many messages as fit with room for `span` datagrams
     /// each (the last one maybe fewer), at least one. Returns the number of messages.
-    pub(super) fn plan(&mut self, area_len: usize, layout: Layout) -> usize {
-        plan_regions(area_len, layout, self.rx.capacity(), &mut self.regions);
+    /// `one`: a single message (GRO messages of varying segment counts, see `StreamCapture::one_by_one`).
+    pub(super) fn plan(&mut self, area_len: usize, layout: Layout, one: bool) -> usize {
+        let capacity = if one { 1 } else { self.rx.capacity() };
+        plan_regions(area_len, layout, capacity, &mut self.regions);
         self.regions.len()
     }
 
-    /// Receives without waiting as planned by [`plan`](Self::plan): message `i` lands with its first
-    /// `prefix` bytes in PSN slot `i`, the next `regions[i].main` bytes in `area` at `regions[i].base`,
-    /// the rest (GRO sockets only) in overflow area `i`.
+    /// Receives without waiting as planned by [`plan`](Self::plan), message `i` scattered as
+    /// `regions[i]` says (the overflow area, GRO sockets only, is overflow area `i`).
     pub(super) fn recv(
         &mut self,
         sock: &UdpSocket,
@@ -192,26 +234,46 @@ impl Receiver {
         layout: Layout,
     ) -> io::Result<Received<'_>> {
         let mut rest = area;
-        let mut heads = self.psn.iter_mut();
+        let mut heads = self.psn.chunks_exact_mut(MAX_SPLIT);
         let mut spare = self.overflow.chunks_exact_mut(OVERFLOW);
-        let prefix = layout.prefix;
-        let gro = layout.gro;
+        let Layout {
+            slot, prefix, gro, ..
+        } = layout;
         let parts = self.regions.iter().map(|r| {
             let taken = std::mem::take(&mut rest);
-            let (main, tail) = taken.split_at_mut(r.main);
+            let (mut main, tail) = taken.split_at_mut(r.main);
             rest = tail;
-            let head: &mut [u8] = match heads.next() {
-                Some(h) => &mut h[..prefix],
-                None => &mut [],
-            };
-            let over: &mut [u8] = if gro {
-                spare.next().unwrap_or_default()
+            let mut head = heads.next().unwrap_or_default().iter_mut();
+            let mut parts: [&mut [u8]; MAX_RECV_PARTS] = Default::default();
+            let mut n = 0;
+            if prefix == 0 {
+                parts[0] = main;
+                n = 1;
+            } else if r.k == 0 {
+                if let Some(h) = head.next() {
+                    parts[0] = &mut h[..prefix];
+                }
+                parts[1] = main;
+                n = 2;
             } else {
-                &mut []
-            };
-            [head, main, over]
+                // Each datagram's PSN to its own slot, its frame to its own slot in the block.
+                for _ in 0..r.k {
+                    let (frame, later) = std::mem::take(&mut main).split_at_mut(slot);
+                    main = later;
+                    if let Some(h) = head.next() {
+                        parts[n] = &mut h[..prefix];
+                    }
+                    parts[n + 1] = frame;
+                    n += 2;
+                }
+            }
+            if gro {
+                parts[n] = spare.next().unwrap_or_default();
+                n += 1;
+            }
+            parts.into_iter().take(n)
         });
-        let batch = self.rx.recv_scatter(sock, parts, Duration::ZERO)?;
+        let batch = self.rx.recv_vectored(sock, parts, Duration::ZERO)?;
         Ok(Received {
             msgs: batch.messages(),
             drop_counter: batch.drop_counter(),
@@ -249,35 +311,36 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// The receive plan against its definition: consecutive regions from 0, each for 1..=span datagrams,
-        /// within the area, at most `capacity`, stopping only when full or out of room.
+        /// The receive plan against its definition: consecutive regions from 0, each for 1..=span frames
+        /// (their PSNs go to the side array, `MAX_SPLIT` slots per message), within the area, at most
+        /// `capacity`, stopping only when full or out of room.
         #[test]
         fn plan_lays_out_consecutive_regions(
             slot8 in 4usize..40, psn: bool, span in 1usize..6, capacity in 1usize..20, area in 0usize..20_000,
         ) {
             let slot = slot8 * 8;
             let prefix = if psn { 8 } else { 0 };
-            let wire = slot + prefix;
             let layout = Layout { slot, prefix, span, gro: true };
             let mut regions = Vec::new();
             plan_regions(area, layout, capacity, &mut regions);
             proptest::prop_assert!(!regions.is_empty() && regions.len() <= capacity);
-            if area + prefix < wire {
+            if area < slot {
                 // Not one frame of room: one message into whatever there is.
                 proptest::prop_assert_eq!(regions.len(), 1);
                 proptest::prop_assert_eq!((regions[0].base, regions[0].main), (0, area));
                 return Ok(());
             }
             let mut base = 0;
-            for r in &regions {
+            for (i, r) in regions.iter().enumerate() {
                 proptest::prop_assert_eq!(r.base, base);
-                let k = (r.main + prefix) / wire;
-                proptest::prop_assert!(k >= 1 && k <= span && k * wire - prefix == r.main);
+                proptest::prop_assert_eq!(r.head, i * MAX_SPLIT);
+                let k = r.k;
+                proptest::prop_assert!(k >= 1 && k <= span && k * slot == r.main);
                 base += r.main;
             }
             proptest::prop_assert!(base <= area);
             if regions.len() < capacity {
-                proptest::prop_assert!(area - base + prefix < wire, "room for another frame left");
+                proptest::prop_assert!(area - base < slot, "room for another frame left");
             }
         }
 
@@ -306,26 +369,28 @@ mod tests {
                     id += 1;
                     let at = j * wire;
                     let piece = region
-                        .piece(i, prefix, at + prefix, slot)
-                        .filter(|_| prefix == 0 || region.piece(i, prefix, at, 8).is_some());
-                    // Where the message's bytes at..at+wire landed, by the receive's own rule: prefix to
-                    // the PSN slot, then `main` bytes to the area, the rest to the overflow area.
-                    let off = at + prefix; // frame start within the message
-                    let expect = if off >= prefix && off + slot <= prefix + region.main {
-                        Some(Src::Area(region.base + off - prefix))
-                    } else if off >= prefix + region.main {
-                        Some(Src::Overflow(i * OVERFLOW + off - prefix - region.main))
+                        .piece(i, prefix, slot, at + prefix, slot)
+                        .filter(|_| prefix == 0 || region.piece(i, prefix, slot, at, 8).is_some());
+                    // Where datagram j landed, by the receive's own rule: the first `k` each with its prefix
+                    // to PSN slot `head + j` and its frame to slot j of the region, the rest of the message
+                    // (from byte k * wire) to the overflow area.
+                    let expect = if j < region.k {
+                        Some(Src::Area(region.base + j * slot))
                     } else {
-                        None // straddles the area and the overflow: rejected ("truncated")
+                        Some(Src::Overflow(i * OVERFLOW + (j - region.k) * wire + prefix))
                     };
+                    if prefix > 0 && j < region.k {
+                        proptest::prop_assert_eq!(
+                            region.piece(i, prefix, slot, at, 8),
+                            Some(Piece::Head(region.head + j))
+                        );
+                    }
                     let src = match piece {
                         Some(Piece::Area(o)) => Some(Src::Area(o)),
                         Some(Piece::Overflow(o)) => Some(Src::Overflow(o)),
                         _ => None,
                     };
-                    if prefix == 0 || src.is_none() {
-                        proptest::prop_assert_eq!(src, expect);
-                    }
+                    proptest::prop_assert_eq!(src, expect);
                     let Some(src) = src else { continue };
                     match src {
                         Src::Area(o) => stamp(&mut area[o..o + slot], id),

@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# Capture ceiling: the highest rate `vlbiflow record --discard` (one capture thread, nothing written) takes
+# without loss, against the null receiver `vlbiflow sink` fed the same way, on loopback. For every row
+# (sender mode, GRO, streams) and every rate of its ladder, sink and record run alternately, REPS times;
+# a point is loss-free when the median of its runs lost no frame (frames gen sent minus frames received
+# and, for record, stored). Prints per point the median rate gen achieved and the median loss of each
+# receiver, and per row the highest loss-free rate of each and their ratio record / sink.
+#
+#   bench/capture-ceiling.sh [OUT.md]          (default: print only)
+#
+# Environment: SECS (default 5) seconds per run, REPS (3), ROWS (a space-separated subset of the row
+# names below), LADDER_SENDMMSG (Gb/s, default "10 15 20"), LADDER_GSO ("15 20 25 30"), STREAMS50_LADDER
+# (total Gb/s over 50 streams, default "5 10 15"), BIN (the binary; default: this checkout's release
+# build), BIN_SINK (default BIN). Rows:
+#   sendmmsg       1 stream, gen sendmmsg (one datagram per call slot), GRO on in both receivers
+#   gso            1 stream, gen --gso 7, GRO on in both receivers
+#   gso-nogro      1 stream, gen --gso 7, GRO off in both receivers (sink without --gro, record --no-gro)
+#   gso-50         50 streams, gen --gso 7, GRO on: 50 sink processes against one record capture thread
+# 8224-byte VDIF frames with an 8-byte PSN. The machine is shared: read the ratios, within one run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. bench/lib.sh
+OUT=${1:-}
+SECS=${SECS:-5}
+REPS=${REPS:-3}
+ROWS=${ROWS:-sendmmsg gso gso-nogro gso-50}
+LADDER_SENDMMSG=${LADDER_SENDMMSG:-10 15 20}
+LADDER_GSO=${LADDER_GSO:-15 20 25 30}
+STREAMS50_LADDER=${STREAMS50_LADDER:-5 10 15}
+bench_build
+BIN_SINK=${BIN_SINK:-$BIN}
+raise_socket_buffers
+SCRATCH=$(mktemp -d /var/tmp/capture-ceiling-XXXXXX)
+REC=
+SINKS=
+on_exit_kill REC SINKS
+PORT=47100
+RESULTS=$SCRATCH/results.tsv
+: >"$RESULTS"
+echo "# $(machine_line)"
+
+# run_point ROW RECEIVER GBPS STREAMS GSO GRO: one run; appends "row rate receiver sent_gbps sent lost".
+run_point() {
+  local row=$1 who=$2 gbps=$3 n=$4 gso=$5 gro=$6 i dests=() streams=() per rec_gro=() sink_gro=()
+  local d=$SCRATCH/run
+  rm -rf "$d"; mkdir -p "$d"
+  PORT=$((PORT + n)); [ $PORT -gt 60000 ] && PORT=47100
+  for i in $(seq 0 $((n - 1))); do
+    dests+=(--dest "127.0.0.1:$((PORT + i))")
+    streams+=(--stream "s$i=vdif@127.0.0.1:$((PORT + i)),psn")
+  done
+  [ "$gro" = on ] && sink_gro=(--gro) || rec_gro=(--no-gro)
+  if [ "$who" = sink ]; then
+    SINKS=
+    for i in $(seq 0 $((n - 1))); do
+      "$BIN_SINK" sink --listen "127.0.0.1:$((PORT + i))" --psn "${sink_gro[@]}" --idle-timeout 0 \
+        --json >"$d/sink$i.json" 2>/dev/null &
+      SINKS="$SINKS $!"
+    done
+    sleep 0.5
+  else
+    "$BIN" record "${streams[@]}" --discard "${rec_gro[@]}" --json >"$d/record.json" 2>"$d/record.log" &
+    REC=$!
+    need_line "$d/record.log" 'ready: receiving' 200
+  fi
+  per=$(python3 -c "print(f'{$gbps / $n:.6f}Gbps')")
+  local g=()
+  [ "$gso" = 0 ] || g=(--gso "$gso")
+  "$BIN" gen "${dests[@]}" --rate "$per" --duration "$SECS" --psn --frame-size 8224 "${g[@]}" --quiet \
+    --json >"$d/gen.json" 2>/dev/null || true
+  sleep 0.5
+  if [ "$who" = sink ]; then
+    for i in $SINKS; do kill -INT "$i" 2>/dev/null || true; wait "$i" 2>/dev/null || true; done
+    SINKS=
+  else
+    kill -INT "$REC" 2>/dev/null || true
+    wait "$REC" 2>/dev/null || true
+    REC=
+  fi
+  python3 - "$d" "$who" "$row" "$gbps" >>"$RESULTS" <<'PY'
+import glob, json, sys
+d, who, row, gbps = sys.argv[1:]
+gen = json.load(open(f"{d}/gen.json"))
+sent = gen["frames"]
+if who == "sink":
+    got = 0
+    for f in glob.glob(f"{d}/sink*.json"):
+        for line in open(f):
+            v = json.loads(line)
+            if v.get("summary"):
+                got += v["datagrams"]
+else:
+    rec = json.load(open(f"{d}/record.json"))
+    got = sum(s["counters"]["packets"] for s in rec["streams"])
+print(row, gbps, who, f"{gen['achieved_bps'] / 1e9:.2f}", sent, max(sent - got, 0), sep="\t")
+PY
+}
+
+row_params() {  # ROW -> "STREAMS GSO GRO LADDER"
+  case $1 in
+    sendmmsg) echo "1 0 on $LADDER_SENDMMSG" ;;
+    gso) echo "1 7 on $LADDER_GSO" ;;
+    gso-nogro) echo "1 7 off $LADDER_GSO" ;;
+    gso-50) echo "50 7 on $STREAMS50_LADDER" ;;
+    *) echo "bench: unknown row $1" >&2; exit 2 ;;
+  esac
+}
+
+for row in $ROWS; do
+  read -r n gso gro ladder <<<"$(row_params "$row")"
+  for gbps in $ladder; do
+    for _ in $(seq "$REPS"); do
+      run_point "$row" sink "$gbps" "$n" "$gso" "$gro"
+      run_point "$row" record "$gbps" "$n" "$gso" "$gro"
+    done
+    echo "# $row $gbps Gb/s done, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+  done
+done
+
+python3 - "$RESULTS" "$SECS" "$REPS" "$(machine_line)" "$OUT" <<'PY'
+import statistics, sys
+from collections import defaultdict
+path, secs, reps, machine, out = sys.argv[1:]
+runs = defaultdict(list)
+order = []
+for line in open(path):
+    row, gbps, who, sent_gbps, sent, lost = line.split("\t")
+    key = (row, float(gbps))
+    if key not in order:
+        order.append(key)
+    runs[key + (who,)].append((float(sent_gbps), int(sent), int(lost)))
+med = statistics.median
+L = [f"- {machine} (at the end of the run)",
+     f"- `bench/capture-ceiling.sh`: {secs} s per run, median of {reps} runs per point, sink and record alternating",
+     "",
+     "| row | rate asked Gb/s | sink: sent Gb/s | sink: lost | record: sent Gb/s | record: lost (%) |",
+     "|---|---|---|---|---|---|"]
+best = defaultdict(float)
+for row, g in order:
+    cells = []
+    for who in ("sink", "record"):
+        r = runs[(row, g, who)]
+        sent_gbps = med(x[0] for x in r)
+        lost = med(x[2] for x in r)
+        frac = med(x[2] / x[1] if x[1] else 0 for x in r)
+        cells.append((sent_gbps, lost, frac))
+        if lost == 0:
+            # The rate asked when gen reached it (sender noise is not the receiver's), else what gen sent.
+            best[(row, who)] = max(best[(row, who)], g if sent_gbps >= 0.95 * g else sent_gbps)
+    (ss, sl, _), (rs, rl, rf) = cells
+    L.append(f"| {row} | {g:g} | {ss:.1f} | {sl:,.0f} | {rs:.1f} | {rl:,.0f} ({100 * rf:.1f}) |")
+L += ["", "| row | sink loss-free Gb/s | record loss-free Gb/s | record / sink |", "|---|---|---|---|"]
+for row in dict.fromkeys(r for r, _ in order):
+    s, r = best[(row, "sink")], best[(row, "record")]
+    L.append(f"| {row} | {s:.1f} | {r:.1f} | {r / s if s else float('nan'):.2f} |")
+L.append("")
+L.append("Loss-free: the highest point of the ladder whose median run lost no frame (0.0: none): its asked rate when gen reached 95% of it, else the median rate gen achieved there.")
+text = "\n".join(L)
+print(text)
+if out:
+    open(out, "w").write(text + "\n")
+PY
