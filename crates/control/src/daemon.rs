@@ -521,29 +521,36 @@ async fn execute(sh: &Arc<Shared>, st: crate::proto::Statement) -> Reply {
     }
 }
 
-fn authorised(sh: &Shared, headers: &HeaderMap, q: &HashMap<String, String>) -> bool {
-    let Some(token) = &sh.http_token else { return true };
-    let given = headers
+/// The bearer token of a request, if it sent one.
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::to_owned)
-        .or_else(|| q.get("token").cloned());
-    given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes()))
+}
+
+/// True when the request carries the token (in the Authorization header only: a token in the query
+/// string ends up in logs and browser histories), or none is required.
+fn authorised(sh: &Shared, headers: &HeaderMap, _q: &HashMap<String, String>) -> bool {
+    let Some(token) = &sh.http_token else { return true };
+    bearer(headers).is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes()))
 }
 
 fn unauthorised() -> Response {
     (
         StatusCode::UNAUTHORIZED,
-        "token required: Authorization: Bearer <token> or ?token=<token>\n",
+        "token required: Authorization: Bearer <token> (the dashboard: open http://HOST:PORT/#token=<token>)\n",
     )
         .into_response()
 }
 
 type Q = Query<HashMap<String, String>>;
 
+/// The page itself holds no data, so a browser may load it without the token (it cannot send a header
+/// on navigation); the page sends the token from its URL fragment with each request for data. A wrong
+/// token is refused all the same.
 async fn dashboard(State(sh): State<Arc<Shared>>, headers: HeaderMap, Query(q): Q) -> Response {
-    if !authorised(&sh, &headers, &q) {
+    if bearer(&headers).is_some() && !authorised(&sh, &headers, &q) {
         return unauthorised();
     }
     Html(DASHBOARD_HTML).into_response()
