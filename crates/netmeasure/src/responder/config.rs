@@ -31,14 +31,18 @@ pub struct ResponderConfig {
     /// When set, control connections from other addresses are closed at once (a mesh agent's
     /// responder serves only the mesh's hosts). None: anyone.
     pub allow: Option<Vec<std::net::IpAddr>>,
+    /// Address blocks control connections may come from (`net responder --allow ADDR/PREFIX`); with
+    /// [`allow`](Self::allow), an address in either passes. Empty (and `allow` None): anyone.
+    pub allow_blocks: vlbiflow_guard::net::AllowList,
     /// The receiving end of transport-efficiency tests ([`crate::eff`]); None: the probe lists every
     /// transport as unavailable and a setup is refused.
     pub efficiency: Option<Arc<dyn EffService>>,
 }
 
 impl ResponderConfig {
-    /// Defaults for `listen`: 60 s idle timeout, 8 MiB receive buffers, 16 sessions, 2 GiB per test
-    /// (about 38 million packets) and 4 GiB for all tests together.
+    /// Defaults for `listen`: 60 s idle timeout, 8 MiB receive buffers, 16 sessions, 256 MiB per test
+    /// and 512 MiB for all tests together (the responder may run unauthenticated: what one anonymous
+    /// client can make it reserve stays small; raise them for long tests at high packet rates).
     pub fn new(listen: SocketAddr) -> Self {
         ResponderConfig {
             listen,
@@ -46,9 +50,10 @@ impl ResponderConfig {
             default_recv_buffer: 8 << 20,
             software: format!("vlbiflow-net {}", env!("CARGO_PKG_VERSION")),
             max_sessions: 16,
-            max_test_memory: 2 << 30,
-            memory_budget: 4 << 30,
+            max_test_memory: 256 << 20,
+            memory_budget: 512 << 20,
             allow: None,
+            allow_blocks: vlbiflow_guard::net::AllowList::default(),
             efficiency: None,
         }
     }
