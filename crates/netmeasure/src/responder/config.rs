@@ -40,9 +40,8 @@ pub struct ResponderConfig {
 }
 
 impl ResponderConfig {
-    /// Defaults for `listen`: 60 s idle timeout, 8 MiB receive buffers, 16 sessions, 256 MiB per test
-    /// and 512 MiB for all tests together (the responder may run unauthenticated: what one anonymous
-    /// client can make it reserve stays small; raise them for long tests at high packet rates).
+    /// Defaults for `listen`: 60 s idle timeout, 8 MiB receive buffers, 16 sessions, 2 GiB per test
+    /// (about 38 million packets) and 4 GiB for all tests together.
     pub fn new(listen: SocketAddr) -> Self {
         ResponderConfig {
             listen,
@@ -50,8 +49,8 @@ impl ResponderConfig {
             default_recv_buffer: 8 << 20,
             software: format!("vlbiflow-net {}", env!("CARGO_PKG_VERSION")),
             max_sessions: 16,
-            max_test_memory: 256 << 20,
-            memory_budget: 512 << 20,
+            max_test_memory: 2 << 30,
+            memory_budget: 4 << 30,
             allow: None,
             allow_blocks: vlbiflow_guard::net::AllowList::default(),
             efficiency: None,
