@@ -24,7 +24,7 @@ fuzz_target!(|data: &[u8]| {
     framer.feed(&data[cut..], &mut inputs);
     for input in inputs {
         let reply = match input {
-            Input::Error(r) => r,
+            Input::Error(r) | Input::Foreign(r) => r,
             Input::Statement(st) => match ctl.handle(&st, now) {
                 Answer::Now(r) => r,
                 Answer::Later(ticket) => {

@@ -302,3 +302,62 @@ fn a_daemon_killed_while_recording_leaves_a_readable_incomplete_scan_that_a_rest
     serve.kill().unwrap();
     serve.wait().unwrap();
 }
+
+#[test]
+fn tokens_come_from_a_file_or_the_environment_never_the_command_line() {
+    // on the command line: refused, naming the ways that work
+    for args in [
+        &["serve", "--token", "sesame-0123"][..],
+        &["ctl", "--token", "sesame-0123", "record?"],
+        &["status", "--token", "sesame-0123"],
+    ] {
+        let out = Command::new(BIN).args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("--token-file") && err.contains("VLBIFLOW_TOKEN"),
+            "{err}"
+        );
+    }
+    // a daemon that requires the token on loopback, given in a file; ctl from the file and the variable
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "sesame-0123\n").unwrap();
+    let cfg = dir.path().join("vlbiflow.toml");
+    std::fs::write(&cfg, "control = \"127.0.0.1:0\"\nhttp = \"127.0.0.1:0\"\n").unwrap();
+    let mut serve = Command::new(BIN)
+        .args(["serve", "--require-token", "--token-file"])
+        .arg(&token)
+        .arg("--config")
+        .arg(&cfg)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(serve.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let control = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("control="))
+        .unwrap()
+        .to_string();
+    let (ok, out) = ctl(&control, "record?");
+    assert!(!ok && out.contains("authentication required"), "{out}");
+    let out = Command::new(BIN)
+        .args(["ctl", "--host", &control, "--token-file"])
+        .arg(&token)
+        .arg("record?")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    let out = Command::new(BIN)
+        .args(["ctl", "--host", &control, "record?"])
+        .env("VLBIFLOW_TOKEN", "sesame-0123")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    serve.kill().unwrap();
+    serve.wait().unwrap();
+}

@@ -52,6 +52,11 @@ pub struct ConfigFile {
     /// A command connection silent this long is closed (`600s`, `10m`; default 10 minutes). A bare
     /// number of seconds is still read, with a warning.
     pub idle_timeout: Option<Seconds>,
+    /// How long a command connection has to send `auth=<token>` when a token is required (`2s`;
+    /// default 2 s). A bare number of seconds is still read, with a warning.
+    pub auth_timeout: Option<Seconds>,
+    /// Require the token on loopback addresses too (default false: only beyond loopback).
+    pub require_token: Option<bool>,
     /// Group opened at start-up.
     pub open_group: Option<String>,
     /// Disk groups: name -> directories or globs, e.g. `mod1 = ["/mnt/disks/1/*/data"]`.
@@ -168,6 +173,10 @@ pub struct DaemonConfig {
     pub metrics_token: Option<String>,
     pub max_connections: usize,
     pub idle_timeout: Duration,
+    /// Time to send `auth=<token>` when a token is required; the connection is closed after it.
+    pub auth_timeout: Duration,
+    /// The token is required on loopback addresses too.
+    pub require_token: bool,
     pub open_group: Option<String>,
     pub groups: BTreeMap<String, Vec<String>>,
     pub streams: Vec<StreamSpec>,
@@ -325,6 +334,13 @@ impl DaemonConfig {
         if !(0.1..=86400.0).contains(&idle) {
             return Err(invalid("idle_timeout", "must be 0.1 to 86400 seconds"));
         }
+        let auth_timeout = match &f.auth_timeout {
+            Some(s) => s.seconds("auth_timeout")?,
+            None => 2.0,
+        };
+        if !(0.1..=60.0).contains(&auth_timeout) {
+            return Err(invalid("auth_timeout", "must be 0.1 to 60 seconds"));
+        }
         let max_connections = f.max_connections.unwrap_or(64);
         if max_connections == 0 || max_connections > 4096 {
             return Err(invalid("max_connections", "must be 1 to 4096"));
@@ -350,6 +366,8 @@ impl DaemonConfig {
             metrics_token: f.metrics_token,
             max_connections,
             idle_timeout: Duration::from_secs_f64(idle),
+            auth_timeout: Duration::from_secs_f64(auth_timeout),
+            require_token: f.require_token.unwrap_or(false),
             open_group: f.open_group,
             groups: f.groups,
             streams,
@@ -363,13 +381,19 @@ impl DaemonConfig {
         Ok(cfg)
     }
 
-    /// Refuses to listen beyond loopback without a token.
+    /// Refuses to listen beyond loopback without a token, and to require one that is not set.
     pub fn check_token(&self) -> Result<(), ConfigError> {
+        if self.require_token && self.token.is_none() {
+            return Err(invalid(
+                "require_token",
+                "a token is required on loopback too, but none is set (--token-file or VLBIFLOW_TOKEN)",
+            ));
+        }
         for (field, a) in [("control", self.control), ("http", self.http)] {
             if !a.ip().is_loopback() && self.token.is_none() {
                 return Err(invalid(
                     field,
-                    format!("{a} is not a loopback address: set a token (config `token = ...` or --token)"),
+                    format!("{a} is not a loopback address: set a token (config `token = ...`, --token-file or VLBIFLOW_TOKEN)"),
                 ));
             }
         }

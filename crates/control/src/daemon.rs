@@ -6,9 +6,9 @@
 //! while a recording starts or stops.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -19,6 +19,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 use vlbiflow_formats::time::UtcTime;
+use vlbiflow_guard::gate::{Gate, GateConfig, Verdict};
 
 use crate::config::DaemonConfig;
 use crate::controller::{Action, Answer, Controller, Ticket};
@@ -64,6 +65,10 @@ pub(crate) struct Shared {
     pub(crate) control_token: Option<String>,
     http_token: Option<String>,
     pub(crate) idle: Duration,
+    /// Time to send the token when one is required.
+    auth_timeout: Duration,
+    /// Admission of connections that have not given the token yet (when one is required).
+    gate: Option<Mutex<Gate>>,
     /// The jive5ab dialect's state when the command port speaks it (`dialect = "jive5ab"`).
     pub(crate) j5: Option<crate::jive5ab::daemon::SharedJive5ab>,
 }
@@ -261,10 +266,10 @@ async fn run(
     mut stop: watch::Receiver<bool>,
     log: bool,
 ) {
-    let control_token = (!cfg.control.ip().is_loopback())
+    let control_token = (cfg.require_token || !cfg.control.ip().is_loopback())
         .then(|| cfg.token.clone())
         .flatten();
-    let http_token = (!cfg.http.ip().is_loopback())
+    let http_token = (cfg.require_token || !cfg.http.ip().is_loopback())
         .then(|| cfg.token.clone())
         .flatten();
     let max = cfg.max_connections;
@@ -273,8 +278,19 @@ async fn run(
             &cfg.name,
         )))
     });
+    // Half the connections are kept for those that gave the token.
+    let gate = control_token.is_some().then(|| {
+        let pending = (max / 2).max(1);
+        Mutex::new(Gate::new(GateConfig {
+            pending,
+            per_address: GateConfig::default().per_address.min(pending),
+            ..GateConfig::default()
+        }))
+    });
     let sh = Arc::new(Shared {
         j5,
+        gate,
+        auth_timeout: cfg.auth_timeout,
         token: cfg.token.clone(),
         control_token,
         http_token,
@@ -304,21 +320,33 @@ async fn run(
         tokio::select! {
             _ = stop.wait_for(|s| *s) => break,
             accepted = control.accept() => {
-                let Ok((stream, _peer)) = accepted else {
+                let Ok((stream, peer)) = accepted else {
                     // EMFILE and the like: back off briefly rather than spin.
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
+                };
+                let delay = match sh.gate.as_ref().map(|g| lock(g).arrive(peer.ip(), Instant::now())) {
+                    None => Duration::ZERO,
+                    Some(Verdict::Admit { delay }) => delay,
+                    Some(Verdict::AddressBusy | Verdict::Full) => {
+                        sh.lock().count_connection(true);
+                        tokio::spawn(refuse_unauthenticated(stream));
+                        continue;
+                    }
                 };
                 match permits.clone().try_acquire_owned() {
                     Ok(permit) => {
                         sh.lock().count_connection(false);
                         let sh = sh.clone();
                         tokio::spawn(async move {
-                            connection(stream, sh).await;
+                            connection(stream, peer.ip(), delay, sh).await;
                             drop(permit);
                         });
                     }
                     Err(_) => {
+                        if let Some(g) = &sh.gate {
+                            lock(g).left(peer.ip());
+                        }
                         sh.lock().count_connection(true);
                         tokio::spawn(refuse(stream, max));
                     }
@@ -397,23 +425,75 @@ async fn refuse(mut stream: TcpStream, max: usize) {
     let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(msg.as_bytes())).await;
 }
 
-async fn connection(mut stream: TcpStream, sh: Arc<Shared>) {
+fn lock(g: &Mutex<Gate>) -> MutexGuard<'_, Gate> {
+    g.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+async fn refuse_unauthenticated(mut stream: TcpStream) {
+    let msg = "!error = 6 : too many connections without the token from this address or in all, try again later ;\n";
+    let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(msg.as_bytes())).await;
+}
+
+/// A connection admitted by the gate that has not given the token yet: when dropped still pending (the
+/// peer left, stayed silent, sent garbage or wrong tokens), its address gets a strike.
+struct Pending<'a> {
+    gate: Option<&'a Mutex<Gate>>,
+    ip: IpAddr,
+}
+
+impl Pending<'_> {
+    fn passed(&mut self) {
+        if let Some(g) = self.gate.take() {
+            lock(g).passed(self.ip);
+        }
+    }
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if let Some(g) = self.gate.take() {
+            lock(g).struck(self.ip, Instant::now());
+        }
+    }
+}
+
+async fn connection(mut stream: TcpStream, ip: IpAddr, delay: Duration, sh: Arc<Shared>) {
     if sh.j5.is_some() {
+        // the jive5ab dialect screens its own input
+        if let Some(g) = &sh.gate {
+            lock(g).left(ip);
+        }
         return crate::jive5ab::daemon::connection(stream, sh).await;
+    }
+    let mut pending = Pending {
+        gate: sh.gate.as_ref(),
+        ip,
+    };
+    if !delay.is_zero() {
+        // an address with failed or silent attempts waits before it is read (a tarpit)
+        tokio::time::sleep(delay).await;
     }
     let _ = stream.set_nodelay(true);
     let mut session = Mark6Session::new(sh.control_token.clone());
+    let auth_deadline = tokio::time::Instant::now() + sh.auth_timeout;
     let mut buf = vec![0u8; 4096];
     loop {
-        let n = match tokio::time::timeout(sh.idle, stream.read(&mut buf)).await {
+        let authenticated = session.authenticated();
+        let read = if authenticated {
+            tokio::time::timeout(sh.idle, stream.read(&mut buf)).await
+        } else {
+            tokio::time::timeout_at(auth_deadline, stream.read(&mut buf)).await
+        };
+        let n = match read {
             Ok(Ok(0)) | Ok(Err(_)) => return,
             Ok(Ok(n)) => n,
             Err(_) => {
-                let _ = tokio::time::timeout(
-                    WRITE_TIMEOUT,
-                    stream.write_all(b"!error = 4 : idle timeout, closing ;\n"),
-                )
-                .await;
+                let msg: &[u8] = if authenticated {
+                    b"!error = 4 : idle timeout, closing ;\n"
+                } else {
+                    b"!error = 4 : no auth=<token> in time, closing ;\n"
+                };
+                let _ = tokio::time::timeout(WRITE_TIMEOUT, stream.write_all(msg)).await;
                 return;
             }
         };
@@ -430,6 +510,9 @@ async fn connection(mut stream: TcpStream, sh: Arc<Shared>) {
             };
             out.push_str(&reply.format());
             out.push('\n');
+        }
+        if session.authenticated() {
+            pending.passed();
         }
         match tokio::time::timeout(WRITE_TIMEOUT, stream.write_all(out.as_bytes())).await {
             Ok(Ok(())) => {}
@@ -460,29 +543,36 @@ async fn execute(sh: &Arc<Shared>, st: crate::proto::Statement) -> Reply {
     }
 }
 
-fn authorised(sh: &Shared, headers: &HeaderMap, q: &HashMap<String, String>) -> bool {
-    let Some(token) = &sh.http_token else { return true };
-    let given = headers
+/// The bearer token of a request, if it sent one.
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::to_owned)
-        .or_else(|| q.get("token").cloned());
-    given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes()))
+}
+
+/// True when the request carries the token (in the Authorization header only: a token in the query
+/// string ends up in logs and browser histories), or none is required.
+fn authorised(sh: &Shared, headers: &HeaderMap, _q: &HashMap<String, String>) -> bool {
+    let Some(token) = &sh.http_token else { return true };
+    bearer(headers).is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes()))
 }
 
 fn unauthorised() -> Response {
     (
         StatusCode::UNAUTHORIZED,
-        "token required: Authorization: Bearer <token> or ?token=<token>\n",
+        "token required: Authorization: Bearer <token> (the dashboard: open http://HOST:PORT/#token=<token>)\n",
     )
         .into_response()
 }
 
 type Q = Query<HashMap<String, String>>;
 
+/// The page itself holds no data, so a browser may load it without the token (it cannot send a header
+/// on navigation); the page sends the token from its URL fragment with each request for data. A wrong
+/// token is refused all the same.
 async fn dashboard(State(sh): State<Arc<Shared>>, headers: HeaderMap, Query(q): Q) -> Response {
-    if !authorised(&sh, &headers, &q) {
+    if bearer(&headers).is_some() && !authorised(&sh, &headers, &q) {
         return unauthorised();
     }
     Html(DASHBOARD_HTML).into_response()

@@ -222,6 +222,26 @@ pub enum Input {
     Statement(Statement),
     /// Input that is not a statement: answer with this error reply.
     Error(Reply),
+    /// A line of another protocol (an HTTP request line): answer with this reply and close the connection
+    /// without reading further (a browser or a script can be made to send an HTTP request with a body of
+    /// commands to this port: RFC 9110 section 9; nothing after such a line may run).
+    Foreign(Reply),
+}
+
+/// HTTP request methods (RFC 9110 section 9, RFC 5789, and `PRI` of the HTTP/2 connection preface,
+/// RFC 9113 section 3.4).
+const HTTP_METHODS: [&[u8]; 10] = [
+    b"GET", b"HEAD", b"POST", b"PUT", b"DELETE", b"CONNECT", b"OPTIONS", b"TRACE", b"PATCH", b"PRI",
+];
+
+/// True when `line` (the start of a line) looks like an HTTP request line, `<METHOD> <target> HTTP/1.x`
+/// (RFC 9112 section 3): a method, one space, then a target. The version is not required: the first
+/// statement of the line may have been cut at a ';' in the target, and no VSI-S statement starts with an
+/// upper-case method and a space (a keyword is followed by '=' or '?').
+pub fn looks_like_http(line: &[u8]) -> bool {
+    HTTP_METHODS.iter().any(|m| {
+        line.len() > m.len() + 1 && line.starts_with(m) && line[m.len()] == b' ' && line[m.len() + 1] != b' '
+    })
 }
 
 /// Cuts a byte stream into statements at ';' and newlines, bounding line length. Feed it whatever the
@@ -230,6 +250,8 @@ pub enum Input {
 pub struct Framer {
     statement: Vec<u8>,
     line_len: usize,
+    /// A statement of the current line has been finished (the next one is not at the line's start).
+    mid_line: bool,
     /// Dropping the rest of an over-long line.
     discarding: bool,
 }
@@ -249,6 +271,7 @@ impl Framer {
                     }
                     self.statement.clear();
                     self.line_len = 0;
+                    self.mid_line = false;
                     self.discarding = false;
                 }
                 _ if self.discarding => {}
@@ -274,11 +297,16 @@ impl Framer {
 
     fn finish(&mut self, out: &mut Vec<Input>) {
         let raw = std::mem::take(&mut self.statement);
+        let at_line_start = !self.mid_line;
+        self.mid_line = true;
         if raw.iter().all(|b| b.is_ascii_whitespace()) {
             return;
         }
         out.push(match parse_statement(&raw) {
             Ok(st) => Input::Statement(st),
+            Err(_) if at_line_start && looks_like_http(&raw) => Input::Foreign(Reply::protocol_error(
+                "this is the VSI-S command port, not HTTP: closing",
+            )),
             Err(e) => Input::Error(Reply::protocol_error(e.to_string())),
         });
         self.statement = raw;
@@ -357,6 +385,33 @@ mod tests {
             assert_eq!(r.code, ReturnCode::Error);
             assert!(r.format().starts_with("!error = 4 : "), "{}", r.format());
         }
+    }
+
+    #[test]
+    fn http_request_lines_are_foreign() {
+        let out = frame(b"POST /x HTTP/1.1\r\nHost: a\r\n\r\nrecord=on:1:s:e:st;\n");
+        assert!(
+            matches!(&out[0], Input::Foreign(r) if r.format().contains("not HTTP")),
+            "{out:?}"
+        );
+        for line in [
+            &b"GET / HTTP/1.0\n"[..],
+            b"GET /?record=off HTTP/1.1\n",
+            b"PUT /a;record=off HTTP/1.1\n",
+            b"OPTIONS * HTTP/1.1\n",
+            b"PRI * HTTP/2.0\r\n",
+        ] {
+            assert!(
+                matches!(&frame(line)[0], Input::Foreign(_)),
+                "{:?}",
+                String::from_utf8_lossy(line)
+            );
+        }
+        // statements, other garbage, and a method later on a line are not HTTP
+        assert!(matches!(&frame(b"GET=1;\n")[0], Input::Statement(_)));
+        assert!(matches!(&frame(b"get / HTTP/1.1\n")[0], Input::Error(_)));
+        assert!(matches!(&frame(b"GETX / HTTP/1.1\n")[0], Input::Error(_)));
+        assert!(matches!(&frame(b"record?;POST / HTTP/1.1\n")[1], Input::Error(_)));
     }
 
     #[test]

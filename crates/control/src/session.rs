@@ -44,6 +44,8 @@ pub struct Mark6Session {
     token: Option<String>,
     authenticated: bool,
     auth_failures: u32,
+    /// Input that ends the connection was seen (another protocol, or an error before authentication).
+    closing: bool,
 }
 
 impl Mark6Session {
@@ -54,6 +56,7 @@ impl Mark6Session {
             authenticated: token.is_none(),
             token,
             auth_failures: 0,
+            closing: false,
         }
     }
 
@@ -64,9 +67,15 @@ impl Mark6Session {
         out
     }
 
-    /// True once too many wrong tokens were sent: the connection should be closed.
+    /// True once the connection should be closed: too many wrong tokens, a line of another protocol
+    /// (HTTP), or, while a token is required and not given yet, any input that is not a statement.
     pub fn should_close(&self) -> bool {
-        self.auth_failures >= MAX_AUTH_FAILURES
+        self.closing || self.auth_failures >= MAX_AUTH_FAILURES
+    }
+
+    /// True once the token was given (or none is required).
+    pub fn authenticated(&self) -> bool {
+        self.authenticated
     }
 
     /// Screens one framed input: protocol errors and `auth` are answered here, statements before
@@ -76,7 +85,15 @@ impl Mark6Session {
             return None;
         }
         Some(match input {
-            Input::Error(r) => Screened::Reply(r),
+            Input::Foreign(r) => {
+                self.closing = true;
+                Screened::Reply(r)
+            }
+            Input::Error(r) => {
+                // before the token, garbage is another protocol or a probe: nothing more is read
+                self.closing |= !self.authenticated;
+                Screened::Reply(r)
+            }
             Input::Statement(st) if st.keyword == "auth" && !st.query => Screened::Reply(self.auth(&st)),
             Input::Statement(st) if !self.authenticated => Screened::Reply(Reply::reason(
                 &st,

@@ -285,14 +285,89 @@ fn beyond_loopback_a_token_is_required() {
     assert_eq!(http_get(&h, "/status", None, t).unwrap().0, 401);
     assert_eq!(http_get(&h, "/", Some("wrong-token"), t).unwrap().0, 401);
     assert_eq!(http_get(&h, "/status", Some("sesame-0123"), t).unwrap().0, 200);
+    // a token in the query string is not accepted (it would end up in logs and histories)
     assert_eq!(
         http_get(&h, "/metrics?token=sesame-0123", None, t).unwrap().0,
-        200
+        401
     );
+    assert_eq!(http_get(&h, "/metrics", Some("sesame-0123"), t).unwrap().0, 200);
+    // the dashboard page holds no data: it loads without a token and sends the one of its URL fragment
+    assert_eq!(http_get(&h, "/", None, t).unwrap().0, 200);
     d.stop();
     // Without a token, refused at start-up.
     let mut cfg = disks.config("");
     cfg.control = "0.0.0.0:0".parse().unwrap();
     let e = spawn(cfg, Box::new(RecorderEngine)).err().unwrap().to_string();
     assert!(e.contains("token"), "{e}");
+}
+
+/// A TCP connection from `from` (another loopback address: another host as far as the daemon can tell).
+fn connect_from(from: &str, to: SocketAddr) -> TcpStream {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    let a: SocketAddr = format!("{from}:0").parse().unwrap();
+    s.bind(&a.into()).unwrap();
+    s.connect(&to.into()).unwrap();
+    s.into()
+}
+
+/// Reads until the daemon closes the connection; returns what it said.
+fn read_to_close(s: &mut TcpStream) -> String {
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[test]
+fn with_a_token_idle_floods_http_and_garbage_are_cut_short() {
+    let disks = Disks::new(1);
+    // require_token: loopback needs the token too
+    let d = spawn(
+        disks.config("token = \"sesame-0123\"\nrequire_token = true"),
+        Box::new(RecorderEngine),
+    )
+    .unwrap();
+    let c = d.control_addr;
+    // 40 connections that never send anything, from another address
+    let mut idle: Vec<_> = (0..40).map(|_| connect_from("127.0.0.2", c)).collect();
+    // meanwhile a client with the token gets its answer
+    let mut ctl = Ctl::connect(c);
+    ctl.expect("auth=sesame-0123", "!auth = 0 ;");
+    ctl.expect("record?", "!record? 0 : off : main : 0 : - ;");
+    // the flood: beyond 8 from one address refused at once, the 8 closed at the 2 s deadline
+    let said: Vec<String> = idle.iter_mut().map(read_to_close).collect();
+    let refused = said
+        .iter()
+        .filter(|s| s.contains("too many connections without the token"))
+        .count();
+    let timed_out = said
+        .iter()
+        .filter(|s| s.contains("no auth=<token> in time"))
+        .count();
+    assert_eq!(refused + timed_out, 40, "{said:?}");
+    assert!(refused >= 32 - 8, "{refused} refused");
+    // the authenticated session is not bound by the deadline
+    ctl.expect("record?", "!record? 0 : off : main : 0 : - ;");
+
+    // an HTTP request whose body is commands: the request line closes the connection, nothing runs
+    let mut h = TcpStream::connect(c).unwrap();
+    h.write_all(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 29\r\n\r\nauth=sesame-0123;record=off;\n")
+        .unwrap();
+    let said = read_to_close(&mut h);
+    assert_eq!(
+        said,
+        "!error = 4 : this is the VSI-S command port, not HTTP: closing ;\n"
+    );
+    // garbage before the token: one error, then closed
+    let mut g = TcpStream::connect(c).unwrap();
+    g.write_all(b"Host: x\nauth=sesame-0123;record?;\n").unwrap();
+    let said = read_to_close(&mut g);
+    assert_eq!(said.lines().count(), 1, "{said}");
+    assert!(said.starts_with("!error = 4 : "), "{said}");
+    // HTTP after the token is refused too
+    ctl.0
+        .send("GET / HTTP/1.0")
+        .map(|r| assert!(r[0].contains("not HTTP"), "{r:?}"))
+        .unwrap();
+    d.stop();
 }

@@ -13,7 +13,7 @@ Examples:
   vlbiflow ctl 'record?'
   vlbiflow ctl 'input_stream=add:RDBE1:vdif:8224:50:42:lo:127.0.0.1:4001:0:0; input_stream=commit;'
   echo 'record=on:60:scan1:exp:st;' | vlbiflow ctl
-  vlbiflow ctl --host recorder1:14242 --token \"$TOKEN\"      # interactive, with history
+  vlbiflow ctl --host recorder1:14242 --token-file ~/.vlbiflow-token   # interactive, with history
   vlbiflow ctl --wait-busy 60 'scan_check?'   # after record=off: wait while the scan flushes
 
 Each statement gets one reply line `!keyword = rc : ... ;`. The exit code is 0 when every reply's return \
@@ -31,9 +31,9 @@ pub struct Args {
     /// Daemon command address
     #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:14242")]
     host: String,
-    /// Access token (sent as auth=<token>; first); default: $VLBIFLOW_TOKEN
-    #[arg(long, value_name = "TOKEN")]
-    token: Option<String>,
+    // access token (sent as auth=<token>; first)
+    #[command(flatten)]
+    token: crate::cmd::token::TokenArgs,
     /// Seconds to wait for the daemon
     #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
     timeout: f64,
@@ -84,10 +84,8 @@ fn send(
     Ok(())
 }
 
-pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
-    if args.token.is_none() {
-        args.token = std::env::var("VLBIFLOW_TOKEN").ok();
-    }
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let token = args.token.resolve()?;
     if !(args.timeout > 0.0 && args.timeout < 86400.0) {
         crate::usage!("--timeout must be between 0 and 86400 seconds");
     }
@@ -105,7 +103,7 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
             ),
         )
     })?;
-    if let Some(t) = &args.token {
+    if let Some(t) = &token {
         let r = client.send(&format!("auth={t};"))?;
         if !r.iter().all(|l| ok_code(l)) {
             return Err(crate::cmd::ExitError::error(

@@ -17,6 +17,7 @@ pub mod relay;
 pub mod serve;
 pub mod sink;
 pub mod status;
+pub mod token;
 pub mod xfer;
 
 /// The exit statuses of every subcommand: one table, written out in README.md ("Exit codes").

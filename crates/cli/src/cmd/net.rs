@@ -95,6 +95,9 @@ struct ResponderArgs {
     /// Close a control connection silent for this long
     #[arg(long, default_value = "60", value_name = "SECONDS")]
     idle_timeout: String,
+    /// Serve only clients from this address or block (e.g. 192.0.2.0/24); repeat; default: anyone
+    #[arg(long, value_name = "ADDR[/PREFIX]")]
+    allow: Vec<vlbiflow_guard::net::Prefix>,
     /// Receive buffer for UDP test sockets unless the client asks for one
     #[arg(long, default_value = "8MiB", value_name = "BYTES")]
     recv_buffer: String,
@@ -400,6 +403,7 @@ fn run_responder(a: ResponderArgs) -> anyhow::Result<ExitCode> {
     let mut cfg = vlbiflow_efficiency::with_service(ResponderConfig::new(listen));
     cfg.idle_timeout = seconds(&a.idle_timeout, "--idle-timeout")?;
     cfg.default_recv_buffer = bytes(&a.recv_buffer, "--recv-buffer")?;
+    cfg.allow_blocks = vlbiflow_guard::net::AllowList(a.allow);
     let r = Responder::bind(cfg)?;
     eprintln!(
         "vlbiflow net responder: listening on {} (Ctrl-C to stop)",

@@ -14,9 +14,13 @@ Examples:
   # On built-in defaults (commands on 127.0.0.1:14242, dashboard on http://127.0.0.1:14280/):
   vlbiflow serve --config docs/vlbiflow.example.toml
 
-  # Reachable from the station network: a token is then required on both ports
+  # Reachable from the station network: a token is then required on both ports (the file's
+  # first line; mode 0600; or set VLBIFLOW_TOKEN)
   vlbiflow serve --config /etc/vlbiflow.toml --control 0.0.0.0:14242 --http 0.0.0.0:14280 \\
-      --token \"$TOKEN\"
+      --token-file /etc/vlbiflow/token
+
+  # The token on loopback too (other users of this host may not command the recorder)
+  vlbiflow serve --config /etc/vlbiflow.toml --token-file /etc/vlbiflow/token --require-token
 
 Then, from another terminal:
   vlbiflow ctl 'input_stream=add:RDBE1:vdif:8224:50:42:lo:127.0.0.1:4001:0:0; input_stream=commit;'
@@ -45,10 +49,12 @@ pub struct Args {
     /// HTTP address, overriding the configuration (default 127.0.0.1:14280)
     #[arg(long, value_name = "ADDR")]
     http: Option<String>,
-    /// Access token, overriding the configuration (required when listening beyond loopback); default:
-    /// $VLBIFLOW_TOKEN
-    #[arg(long, value_name = "TOKEN")]
-    token: Option<String>,
+    // access token, overriding the configuration (required when listening beyond loopback)
+    #[command(flatten)]
+    token: crate::cmd::token::TokenArgs,
+    /// Require the token on loopback addresses too (by default only beyond loopback)
+    #[arg(long)]
+    require_token: bool,
     /// Command dialect, overriding the configuration: mark6 (default) or jive5ab (jive5ab's FlexBuff
     /// dialect as the Field System sends it; the command port then defaults to 127.0.0.1:2620; see
     /// docs/jive5ab-dialect.md)
@@ -95,8 +101,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.http.is_some() {
         file.http = args.http;
     }
-    if let Some(t) = args.token.or_else(|| std::env::var("VLBIFLOW_TOKEN").ok()) {
+    if let Some(t) = args.token.resolve()? {
         file.token = Some(t);
+    }
+    if args.require_token {
+        file.require_token = Some(true);
     }
     let cfg = match DaemonConfig::from_file(file) {
         Ok(c) => c,

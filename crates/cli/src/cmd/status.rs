@@ -23,9 +23,9 @@ pub struct Args {
     /// Daemon HTTP address
     #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:14280")]
     http: String,
-    /// Access token; default: $VLBIFLOW_TOKEN
-    #[arg(long, value_name = "TOKEN")]
-    token: Option<String>,
+    // access token (sent as Authorization: Bearer)
+    #[command(flatten)]
+    token: crate::cmd::token::TokenArgs,
     /// Refresh in place every second until interrupted
     #[arg(long)]
     watch: bool,
@@ -34,14 +34,8 @@ pub struct Args {
     json: bool,
 }
 
-fn fetch(args: &Args) -> anyhow::Result<(String, StatusReport)> {
-    let (code, body) = http_get(
-        &args.http,
-        "/status",
-        args.token.as_deref(),
-        Duration::from_secs(5),
-    )
-    .map_err(|e| {
+fn fetch(args: &Args, token: Option<&str>) -> anyhow::Result<(String, StatusReport)> {
+    let (code, body) = http_get(&args.http, "/status", token, Duration::from_secs(5)).map_err(|e| {
         crate::cmd::ExitError::error(
             crate::cmd::exit::IO,
             format!(
@@ -67,12 +61,10 @@ fn fetch(args: &Args) -> anyhow::Result<(String, StatusReport)> {
     Ok((body, r))
 }
 
-pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
-    if args.token.is_none() {
-        args.token = std::env::var("VLBIFLOW_TOKEN").ok();
-    }
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let token = args.token.resolve()?;
     if !args.watch {
-        let (body, r) = fetch(&args)?;
+        let (body, r) = fetch(&args, token.as_deref())?;
         if args.json {
             outln!("{}", body.trim());
         } else {
@@ -82,7 +74,7 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     }
     let mut out = std::io::stdout();
     loop {
-        let text = match fetch(&args) {
+        let text = match fetch(&args, token.as_deref()) {
             Ok((_, r)) => render_monitor(&r),
             Err(e) => format!("{e}\n(retrying)\n"),
         };

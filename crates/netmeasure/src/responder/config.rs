@@ -31,6 +31,9 @@ pub struct ResponderConfig {
     /// When set, control connections from other addresses are closed at once (a mesh agent's
     /// responder serves only the mesh's hosts). None: anyone.
     pub allow: Option<Vec<std::net::IpAddr>>,
+    /// Address blocks control connections may come from (`net responder --allow ADDR/PREFIX`); with
+    /// [`allow`](Self::allow), an address in either passes. Empty (and `allow` None): anyone.
+    pub allow_blocks: vlbiflow_guard::net::AllowList,
     /// The receiving end of transport-efficiency tests ([`crate::eff`]); None: the probe lists every
     /// transport as unavailable and a setup is refused.
     pub efficiency: Option<Arc<dyn EffService>>,
@@ -49,6 +52,7 @@ impl ResponderConfig {
             max_test_memory: 2 << 30,
             memory_budget: 4 << 30,
             allow: None,
+            allow_blocks: vlbiflow_guard::net::AllowList::default(),
             efficiency: None,
         }
     }

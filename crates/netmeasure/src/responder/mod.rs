@@ -108,8 +108,10 @@ impl Responder {
             while !stop.load(Ordering::Relaxed) {
                 match self.listener.accept() {
                     Ok((stream, peer)) => {
-                        if let Some(allow) = &self.config.allow {
-                            if !allow.contains(&peer.ip()) {
+                        let (allow, blocks) = (&self.config.allow, &self.config.allow_blocks);
+                        if allow.is_some() || !blocks.is_empty() {
+                            let ip = peer.ip();
+                            if !(allow.as_ref().is_some_and(|a| a.contains(&ip)) || blocks.allows(ip)) {
                                 self.counters.refused_sessions.fetch_add(1, Ordering::Relaxed);
                                 log(&format!("session from {peer} refused: not an allowed address"));
                                 drop(stream);

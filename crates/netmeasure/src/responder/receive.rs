@@ -172,7 +172,14 @@ pub fn bw_receive(
 }
 
 /// Echoes latency requests as replies until `done`; requests echoed and other datagrams.
-pub fn lat_echo(sock: UdpSocket, test_id: u32, max_size: usize, done: &AtomicBool) -> (u64, u64) {
+pub fn lat_echo(
+    sock: UdpSocket,
+    test_id: u32,
+    max_size: usize,
+    peer: std::net::IpAddr,
+    done: &AtomicBool,
+) -> (u64, u64) {
+    let peer = canonical_ip(peer);
     let mut rx = BatchReceiver::new(LAT_BATCH).with_source(true);
     let mut bufs = vec![vec![0u8; max_size + 1]; LAT_BATCH];
     let (mut echoed, mut foreign) = (0u64, 0u64);
@@ -184,7 +191,11 @@ pub fn lat_echo(sock: UdpSocket, test_id: u32, max_size: usize, done: &AtomicBoo
         for (meta, buf) in batch.messages().iter().zip(bufs.iter_mut()) {
             let len = meta.len.min(buf.len());
             match meta.source {
-                Some(src) if echo(&mut buf[..len], meta.truncated, test_id) => {
+                // only the control peer's address is answered: an echo to any source would reflect
+                // datagrams (up to 64 KiB each) toward a spoofed victim
+                Some(src)
+                    if canonical_ip(src.ip()) == peer && echo(&mut buf[..len], meta.truncated, test_id) =>
+                {
                     if sock.send_to(&buf[..len], src).is_ok() {
                         echoed += 1;
                     }
@@ -194,6 +205,14 @@ pub fn lat_echo(sock: UdpSocket, test_id: u32, max_size: usize, done: &AtomicBoo
         }
     }
     (echoed, foreign)
+}
+
+/// An IPv4-mapped IPv6 address as its IPv4 address (a dual-stack socket reports IPv4 peers so).
+fn canonical_ip(ip: std::net::IpAddr) -> std::net::IpAddr {
+    match ip {
+        std::net::IpAddr::V6(a) => a.to_ipv4_mapped().map(std::net::IpAddr::V4).unwrap_or(ip),
+        v4 => v4,
+    }
 }
 
 /// Bytes per stream, first and last byte (ns), socket states, and the CPU time of the receiving threads.
@@ -430,6 +449,38 @@ mod tests {
         assert_eq!(rx.received(), 1);
         let (stats, bytes) = rx.into_parts();
         assert_eq!((stats.summary(10).foreign, bytes), (4, 64));
+    }
+
+    #[test]
+    fn latency_echo_answers_only_the_control_peers_address() {
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = sock.local_addr().unwrap();
+        let done = std::sync::Arc::new(AtomicBool::new(false));
+        let echo = {
+            let done = done.clone();
+            thread::spawn(move || lat_echo(sock, 5, 64, "::ffff:127.0.0.1".parse().unwrap(), &done))
+        };
+        // a spoofing third party (another address) sends requests: none is answered
+        let other = UdpSocket::bind("127.0.0.2:0").unwrap();
+        for seq in 0..10 {
+            other
+                .send_to(&packet(PacketKind::LatencyRequest, 5, seq, 1, 64), to)
+                .unwrap();
+        }
+        // the control peer's address is answered
+        let peer = UdpSocket::bind("127.0.0.1:0").unwrap();
+        peer.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        peer.send_to(&packet(PacketKind::LatencyRequest, 5, 99, 1, 64), to)
+            .unwrap();
+        let mut b = [0u8; 128];
+        let (n, _) = peer.recv_from(&mut b).unwrap();
+        let reply = TestPacket::new_checked(&b[..n]).unwrap();
+        assert_eq!((reply.kind(), reply.seq()), (PacketKind::LatencyReply, 99));
+        done.store(true, Ordering::Release);
+        let (echoed, foreign) = echo.join().unwrap();
+        assert_eq!((echoed, foreign), (1, 10));
+        other.set_nonblocking(true).unwrap();
+        assert!(other.recv_from(&mut b).is_err(), "a datagram was reflected");
     }
 
     #[test]

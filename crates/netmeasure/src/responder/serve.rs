@@ -262,9 +262,10 @@ fn start<'a>(plan: &Plan, conn: &ControlConn, ctx: &Ctx<'a>) -> Result<(Running<
             };
             let (sock, report) = open_udp(&udp).map_err(|e| e.to_string())?;
             let done = Arc::new(AtomicBool::new(false));
+            let peer = conn.stream().peer_addr().map_err(|e| e.to_string())?.ip();
             let echo = {
                 let done = done.clone();
-                thread::spawn(move || lat_echo(sock, test_id, max_size, &done))
+                thread::spawn(move || lat_echo(sock, test_id, max_size, peer, &done))
             };
             let ready = Reply::Ready {
                 port: report.local.port(),

@@ -1,17 +1,23 @@
 //! The serving daemon: accepts authenticated control connections, checks each request against its roots,
 //! and runs the transfers (several at once, each on its own threads and UDP port).
 //!
-//! Unauthenticated connections get nothing but a handshake attempt: a peer that cannot complete it within
-//! the handshake timeout is dropped (a port scan or a probe is counted, nothing else happens); a wrong key
-//! is counted as a failed login, and an address with too many failed logins in a minute is refused for a
-//! minute before any handshake.
+//! Unauthenticated connections get nothing but a handshake attempt, admitted by a
+//! [`Gate`](vlbiflow_guard::gate::Gate): a limited number at once per address and in all (so a flood of
+//! idle connections cannot take the slots of a client with the key, nor those of authenticated sessions,
+//! which are limited separately), each with a short deadline for the handshake and the request. A peer
+//! that cannot complete the handshake in time (a port scan, a probe) and a wrong key are both strikes
+//! against the address: past a few, its new connections are held back for a delay that doubles up to a
+//! few seconds before their handshake starts. The right key still gets in after the delay, and clears the
+//! strikes.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use vlbiflow_guard::gate::{Gate, Verdict};
 
 use crate::error::XferError;
 use crate::link::{Inbound, Link};
@@ -76,13 +82,14 @@ impl Daemon {
             }
             None => None,
         };
+        let cfg_gate = cfg.gate;
         let shared = Arc::new(Shared {
             archive,
             cfg,
             counters: Counters::default(),
             active: Mutex::new(Vec::new()),
             claims: Mutex::new(HashMap::new()),
-            failed: Mutex::new(HashMap::new()),
+            gate: Mutex::new(vlbiflow_guard::gate::Gate::new(cfg_gate)),
             stop: AtomicBool::new(false),
         });
         let sh = shared.clone();
@@ -167,17 +174,27 @@ fn accept_loop(l: TcpListener, sh: Arc<Shared>) {
             Ok((s, peer)) => {
                 sh.counters.connections.fetch_add(1, Relaxed);
                 sessions.retain(|h| !h.is_finished());
-                if sessions.len() >= sh.cfg.max_transfers + 16 {
-                    // too many connections at once: drop this one unanswered
+                let delay = match gate(&sh).arrive(peer.ip(), Instant::now()) {
+                    Verdict::Admit { delay } => delay,
+                    Verdict::AddressBusy | Verdict::Full => {
+                        // too many unauthenticated connections: close this one unanswered
+                        sh.counters.auth_blocked.fetch_add(1, Relaxed);
+                        drop(s);
+                        continue;
+                    }
+                };
+                if sessions.len() >= sh.cfg.max_transfers + 16 + sh.cfg.gate.pending {
+                    gate(&sh).left(peer.ip());
                     drop(s);
                     continue;
                 }
                 let sh2 = sh.clone();
-                if let Ok(h) = std::thread::Builder::new()
+                let spawned = std::thread::Builder::new()
                     .name("xfer-session".into())
-                    .spawn(move || session(s, peer, sh2))
-                {
-                    sessions.push(h);
+                    .spawn(move || session(s, peer, delay, sh2));
+                match spawned {
+                    Ok(h) => sessions.push(h),
+                    Err(_) => gate(&sh).left(peer.ip()),
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
@@ -191,63 +208,71 @@ fn accept_loop(l: TcpListener, sh: Arc<Shared>) {
     }
 }
 
-fn blocked(sh: &Shared, ip: IpAddr) -> bool {
-    let mut m = sh.failed.lock().expect("failed logins");
-    match m.get(&ip) {
-        Some(&(_, _, Some(until))) if Instant::now() < until => true,
-        Some(&(_, _, Some(_))) => {
-            m.remove(&ip);
-            false
+fn gate(sh: &Shared) -> std::sync::MutexGuard<'_, Gate> {
+    sh.gate.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Authenticates the connection within the handshake deadline (after any back-off delay of its address)
+/// and reads its request; reports the outcome to the gate.
+fn authenticate(
+    s: TcpStream,
+    peer: SocketAddr,
+    delay: Duration,
+    sh: &Shared,
+) -> Option<(Link, [u8; 32], Session)> {
+    if !delay.is_zero() {
+        sh.counters.tarpitted.fetch_add(1, Relaxed);
+        // hold the connection unread; a stop ends the wait early
+        let until = Instant::now() + delay;
+        while Instant::now() < until && !sh.stop.load(Relaxed) {
+            std::thread::sleep(
+                until
+                    .saturating_duration_since(Instant::now())
+                    .min(Duration::from_millis(50)),
+            );
         }
-        _ => false,
+        if sh.stop.load(Relaxed) {
+            gate(sh).left(peer.ip());
+            return None;
+        }
     }
-}
-
-fn note_failure(sh: &Shared, ip: IpAddr) {
-    let mut m = sh.failed.lock().expect("failed logins");
-    let now = Instant::now();
-    let e = m.entry(ip).or_insert((0, now, None));
-    if now.duration_since(e.1) > Duration::from_secs(60) {
-        *e = (0, now, None);
-    }
-    e.0 += 1;
-    if e.0 >= sh.cfg.max_failed_logins {
-        e.2 = Some(now + Duration::from_secs(60));
-    }
-    if m.len() > 100_000 {
-        m.retain(|_, v| now.duration_since(v.1) < Duration::from_secs(60));
-    }
-}
-
-fn session(s: TcpStream, peer: SocketAddr, sh: Arc<Shared>) {
-    if blocked(&sh, peer.ip()) {
-        sh.counters.auth_blocked.fetch_add(1, Relaxed);
-        secure::refuse_blocked(s);
-        return;
-    }
+    let deadline = Instant::now() + sh.cfg.handshake_timeout;
     let conn = match secure::server_handshake(s, &sh.cfg.key.0, sh.cfg.handshake_timeout) {
         Ok(c) => c,
         Err(AuthError::BadKey(why)) => {
             sh.counters.auth_failures.fetch_add(1, Relaxed);
-            note_failure(&sh, peer.ip());
+            gate(sh).struck(peer.ip(), Instant::now());
             log!(sh, "{peer}: failed login: {why}");
-            return;
+            return None;
         }
         Err(_) => {
             sh.counters.probes.fetch_add(1, Relaxed);
-            return;
+            gate(sh).struck(peer.ip(), Instant::now());
+            return None;
         }
     };
     let secret = conn.secret;
     let link = Link::start(conn, crate::link::control_stall_limit(sh.cfg.dead_timeout));
-    let req = match link.rx.recv_timeout(sh.cfg.handshake_timeout) {
-        Ok(Inbound::Sess(s)) => s,
-        Ok(Inbound::Refused(why)) => return refuse_unreadable(&sh, &link, peer, &why),
+    // the key is proven: the address is no longer pending, and its strikes are cleared
+    gate(sh).passed(peer.ip());
+    let left = deadline.saturating_duration_since(Instant::now());
+    match link.rx.recv_timeout(left.max(Duration::from_millis(100))) {
+        Ok(Inbound::Sess(req)) => Some((link, secret, req)),
+        Ok(Inbound::Refused(why)) => {
+            refuse_unreadable(sh, &link, peer, &why);
+            None
+        }
         Ok(other) => {
             log!(sh, "{peer}: expected a request, got {other:?}");
-            return;
+            None
         }
-        Err(_) => return,
+        Err(_) => None,
+    }
+}
+
+fn session(s: TcpStream, peer: SocketAddr, delay: Duration, sh: Arc<Shared>) {
+    let Some((link, secret, req)) = authenticate(s, peer, delay, &sh) else {
+        return;
     };
     let c = Conn {
         sh: &sh,

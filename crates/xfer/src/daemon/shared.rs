@@ -2,11 +2,13 @@
 //! connection a request came on.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use vlbiflow_guard::gate::{Gate, GateConfig};
 
 use crate::dest::Roots;
 use crate::key::Key;
@@ -27,12 +29,13 @@ pub struct ServeConfig {
     pub key: Key,
     /// Dead-peer timeout of transfers.
     pub dead_timeout: Duration,
-    /// Time allowed for the handshake and the request.
+    /// Time allowed for the handshake and the request (after any back-off delay of the address).
     pub handshake_timeout: Duration,
+    /// Limits on connections that have not authenticated yet, and the back-off of addresses whose
+    /// handshakes fail or stay silent.
+    pub gate: GateConfig,
     /// Most transfers at once (more are refused with a clear message).
     pub max_transfers: usize,
-    /// Failed logins from one address within a minute before it is refused for a minute.
-    pub max_failed_logins: u32,
     /// Write a line per event to standard error.
     pub log: bool,
     /// Archive of transfers (SQLite), if any.
@@ -57,16 +60,16 @@ pub struct ServeConfig {
 }
 
 impl ServeConfig {
-    /// Defaults: 10 s dead timeout, 10 s handshake, 16 transfers, 5 failed logins a minute.
+    /// Defaults: 10 s dead timeout, 2 s handshake, 16 transfers, the [`GateConfig`] defaults.
     pub fn new(listen: SocketAddr, roots: Roots, key: Key) -> Self {
         ServeConfig {
             listen,
             roots,
             key,
             dead_timeout: Duration::from_secs(10),
-            handshake_timeout: Duration::from_secs(10),
+            handshake_timeout: Duration::from_secs(2),
+            gate: GateConfig::default(),
             max_transfers: 16,
-            max_failed_logins: 5,
             log: false,
             archive: None,
             metrics: None,
@@ -86,7 +89,12 @@ pub struct Counters {
     pub connections: AtomicU64,
     pub probes: AtomicU64,
     pub auth_failures: AtomicU64,
+    /// Connections closed before their handshake: their address, or all addresses together, had as many
+    /// unauthenticated connections as allowed.
     pub auth_blocked: AtomicU64,
+    /// Connections held for a back-off delay before their handshake (their address had failed or silent
+    /// handshakes).
+    pub tarpitted: AtomicU64,
     pub refused: AtomicU64,
     /// Requests turned away for now: at the transfer limit, or a destination file being written.
     pub refused_busy: AtomicU64,
@@ -271,9 +279,6 @@ impl Drop for Claim<'_> {
     }
 }
 
-/// Failed logins of one address: count, start of the counting minute, refused until.
-pub(super) type FailedLogins = (u32, Instant, Option<Instant>);
-
 pub(super) struct Shared {
     pub(super) archive: Option<Mutex<crate::archive::Archive>>,
     pub(super) cfg: ServeConfig,
@@ -281,7 +286,8 @@ pub(super) struct Shared {
     pub(super) active: Mutex<Vec<Arc<Active>>>,
     /// Destination files of running receives: by whom.
     pub(super) claims: Mutex<HashMap<PathBuf, (u32, SocketAddr)>>,
-    pub(super) failed: Mutex<HashMap<IpAddr, FailedLogins>>,
+    /// Admission of connections that have not authenticated yet.
+    pub(super) gate: Mutex<Gate>,
     pub(super) stop: AtomicBool,
 }
 
