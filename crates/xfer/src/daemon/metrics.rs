@@ -55,8 +55,13 @@ fn snapshot(sh: &Shared) -> Snapshot {
         ("vlbiflow_xfer_auth_failures_total", "Handshakes with a wrong key.", g(&c.auth_failures)),
         (
             "vlbiflow_xfer_auth_blocked_total",
-            "Connections refused after too many failed logins.",
+            "Connections closed before their handshake: their address, or all together, had as many unauthenticated connections as allowed.",
             g(&c.auth_blocked),
+        ),
+        (
+            "vlbiflow_xfer_tarpitted_total",
+            "Connections held for a back-off delay before their handshake (their address had failed or silent handshakes).",
+            g(&c.tarpitted),
         ),
         (
             "vlbiflow_xfer_refused_total",
