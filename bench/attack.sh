@@ -107,7 +107,13 @@ if timeout 30 "$BIN" xfer push --key "$T/xfer.key" "$T/src/a.vdif" "127.0.0.1:$X
 else
     row 14 BROKEN "xfer: five wrong keys from an address lock out its right key"
 fi
-row 13 BROKEN "xfer: copy/relay targets, per-root read/write and file modes are not restricted yet"
+# A key holder asks the daemon (started without --relay-to) to copy to a port of its choosing.
+out=$(timeout 30 "$BIN" xfer copy --key "$T/xfer.key" "127.0.0.1:$XPORT/data/one" "127.0.0.1:9/data/x" 2>&1)
+if [ $? -eq 3 ] && grep -q "relays to no address" <<<"$out"; then
+    row 13 BROKEN "xfer: copy targets held (--relay-to; modes follow the umask), but one key still reads and writes every root"
+else
+    row 13 BROKEN "xfer: a key holder made the daemon connect to 127.0.0.1:9 ($out)"
+fi
 
 # --- UDP ingest (row 15) ---
 row 15 BROKEN "record/receive/relay: no --from source filter yet"

@@ -3,7 +3,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -11,10 +11,19 @@ use std::time::{Duration, Instant};
 const BIN: &str = env!("CARGO_BIN_EXE_vlbiflow");
 
 mod common;
-use common::{content, xfer_serve, xfer_serve_limited, XferDaemon};
+use common::{content, xfer_serve, xfer_serve_after, xfer_serve_limited, XferDaemon};
 
 fn serve(state: &Path, root: &Path, listen: &str) -> XferDaemon {
     xfer_serve(state, root, listen, &[])
+}
+
+/// Under `dir`: the client's state directory, an existing empty root `root`, and a file `a.vdif` holding
+/// `bytes`.
+fn state_root_and_file(dir: &Path, bytes: Vec<u8>) -> (PathBuf, PathBuf, PathBuf) {
+    let (state, root, src) = (dir.join("state"), dir.join("root"), dir.join("a.vdif"));
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(&src, bytes).unwrap();
+    (state, root, src)
 }
 
 fn push(state: &Path, args: &[&str]) -> Command {
@@ -49,13 +58,7 @@ fn help_has_examples_and_exit_codes() {
 #[test]
 fn wrong_key_unknown_root_and_dotdot_each_get_one_error_and_write_nothing() {
     let d = tempfile::tempdir().unwrap();
-    let (state, root, src) = (
-        d.path().join("state"),
-        d.path().join("root"),
-        d.path().join("a.vdif"),
-    );
-    std::fs::create_dir_all(&root).unwrap();
-    std::fs::write(&src, content(1, 100_000)).unwrap();
+    let (state, root, src) = state_root_and_file(d.path(), content(1, 100_000));
     let s = serve(&state, &root, "127.0.0.1:0");
     let key = state.join("vlbiflow/xfer/xfer.key");
     assert_eq!(std::fs::metadata(&key).unwrap().mode() & 0o777, 0o600);
@@ -276,6 +279,34 @@ fn thousands_of_small_files_fit_in_the_daemons_open_file_limit() {
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
 
+/// Files and directories a transfer creates take their mode from the daemon's umask (as `cp` does), so an
+/// operator who wants group-writable data sets `UMask=0002`: under umask 002 they are 0664 and 0775, under
+/// 077 0600 and 0700.
+#[test]
+fn created_files_and_directories_follow_the_daemons_umask() {
+    for (umask, file, dir) in [("002", 0o664, 0o775), ("077", 0o600, 0o700)] {
+        let d = tempfile::tempdir().unwrap();
+        let (state, root, src) = state_root_and_file(d.path(), content(7, 50_000));
+        let s = xfer_serve_after(&state, &root, "127.0.0.1:0", &[], Some(format!("umask {umask}")));
+        let dest = format!("{}/data/x/y/a.vdif", s.addr);
+        let out = push(&state, &[src.to_str().unwrap(), &dest]).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().mode() & 0o777;
+        assert_eq!(
+            std::fs::read(root.join("x/y/a.vdif")).unwrap(),
+            content(7, 50_000)
+        );
+        assert_eq!(mode(&root.join("x/y/a.vdif")), file, "umask {umask}: file");
+        assert_eq!(
+            mode(&root.join("x/y/a.vdif.blake3.json")),
+            file,
+            "umask {umask}: manifest"
+        );
+        assert_eq!(mode(&root.join("x")), dir, "umask {umask}: directory");
+        assert_eq!(mode(&root.join("x/y")), dir, "umask {umask}: directory");
+    }
+}
+
 fn walk(dir: &Path) -> Vec<String> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(dir).unwrap() {
@@ -432,7 +463,7 @@ fn pull_and_copy_are_archived_where_they_run() {
         std::fs::create_dir_all(p).unwrap();
     }
     std::fs::write(root_a.join("f.vdif"), content(5, 300_000)).unwrap();
-    let a = serve(&state_a, &root_a, "127.0.0.1:0");
+    let a = xfer_serve(&state_a, &root_a, "127.0.0.1:0", &["--relay-to", "127.0.0.0/8"]);
     // daemon b and the client hold daemon a's key
     let key = std::fs::read(state_a.join("vlbiflow/xfer/xfer.key")).unwrap();
     for s in [&state_b, &client] {
@@ -596,7 +627,7 @@ fn push_through_an_emulated_lossy_path_between_namespaces() {
     });
     loop {
         let l = rx.recv_timeout(Duration::from_secs(20)).expect("daemon serving");
-        if l.starts_with("xfer: serving on") {
+        if l.contains("xfer: serving on") {
             break;
         }
     }

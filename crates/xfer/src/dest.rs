@@ -15,6 +15,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::XferError;
 
+/// Mode of the files a transfer creates before the process umask applies: the umask decides (as for
+/// `cp` or `rsync` without `--chmod`), so an operator who wants group-writable data sets `UMask=0002` in
+/// the unit (or `umask 002` before starting the daemon); with the usual umask 022 files are 0644.
+pub const FILE_MODE: u32 = 0o666;
+/// Mode of the directories a transfer creates before the umask applies (0755 under umask 022).
+pub const DIR_MODE: u32 = 0o777;
+
 /// Suffix of files being received.
 pub const PART_SUFFIX: &str = ".part";
 /// Suffix of the manifest beside a received file.
@@ -146,7 +153,7 @@ pub fn open_dir(root: &Path, comps: &[String], create: bool) -> io::Result<Owned
         let next = match rfs::openat(&fd, c.as_str(), flags, Mode::empty()) {
             Ok(f) => f,
             Err(rustix::io::Errno::NOENT) if create => {
-                match rfs::mkdirat(&fd, c.as_str(), Mode::from_raw_mode(0o755)) {
+                match rfs::mkdirat(&fd, c.as_str(), Mode::from_raw_mode(DIR_MODE)) {
                     Ok(()) | Err(rustix::io::Errno::EXIST) => {}
                     Err(e) => return Err(io_err(e, format!("creating {}", shown.display()))),
                 }
@@ -205,7 +212,7 @@ pub fn open_part(dir: &OwnedFd, name: &str) -> io::Result<File> {
         dir,
         part.as_str(),
         OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::from_raw_mode(0o644),
+        Mode::from_raw_mode(FILE_MODE),
     )
     .map_err(|e| io_err(e, &part))?;
     match rfs::flock(&fd, rfs::FlockOperation::NonBlockingLockExclusive) {
@@ -310,7 +317,7 @@ pub fn stage_manifest(dir: &OwnedFd, m: &Manifest) -> io::Result<StagedManifest>
         dir,
         tmp.as_str(),
         OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::from_raw_mode(0o644),
+        Mode::from_raw_mode(FILE_MODE),
     )
     .map_err(|e| io_err(e, &tmp))?;
     let mut file = File::from(fd);

@@ -43,6 +43,7 @@ fn env() -> Env {
     let roots = Roots::parse(&[format!("data={}", r.path().display())]).unwrap();
     let mut cfg = ServeConfig::new("127.0.0.1:0".parse().unwrap(), roots, key.clone());
     cfg.log = true;
+    cfg.relay_to = loopback();
     let daemon = Daemon::start(cfg).unwrap();
     Env {
         src: s.path().to_path_buf(),
@@ -51,6 +52,11 @@ fn env() -> Env {
         daemon,
         key,
     }
+}
+
+/// 127.0.0.0/8: the daemons of these tests may relay to each other.
+fn loopback() -> vlbiflow_guard::net::AllowList {
+    vlbiflow_guard::net::AllowList(vec!["127.0.0.0/8".parse().unwrap()])
 }
 
 fn push(
@@ -577,6 +583,36 @@ fn daemon_to_daemon_started_by_a_third_party_retries_until_the_peer_is_up() {
         matches!(err, XferError::Refused(_)) && err.to_string().contains("unknown root"),
         "{err}"
     );
+    // a daemon that was given no relay targets refuses to connect anywhere for a client
+    let r = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(r.path().join("exp")).unwrap();
+    std::fs::write(r.path().join("exp/s.vdif"), b"x").unwrap();
+    let roots = Roots::parse(&[format!("data={}", r.path().display())]).unwrap();
+    let closed = Daemon::start(ServeConfig::new(
+        "127.0.0.1:0".parse().unwrap(),
+        roots,
+        a.key.clone(),
+    ))
+    .unwrap();
+    let err = client::relay(
+        &ClientConfig::new(closed.local_addr().to_string(), a.key.clone()),
+        client::RelayRequest {
+            sources: &["data/exp".to_string()],
+            scan: None,
+            to: &b_addr,
+            dest: "in/copy2",
+            options: opts(1 << 20),
+            retries: 3,
+        },
+        &Progress::default(),
+        &|_, _, _| {},
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err, XferError::Refused(_)) && err.to_string().contains("relays to no address"),
+        "{err}"
+    );
+    assert!(!b_root.path().join("copy2").exists());
 }
 
 #[test]

@@ -151,12 +151,13 @@ fn pull_and_copy_of_a_scan_by_name_confined_to_the_roots() {
     mark6(&src.path().join("disks"), scan, 700, 50);
     let want = gathered(scan, &[format!("{}/disks/d*", src.path().display())]);
     let key = Key([5; 32]);
-    let a = Daemon::start(ServeConfig::new(
+    let mut a_cfg = ServeConfig::new(
         "127.0.0.1:0".parse().unwrap(),
         Roots::parse(&[format!("data={}", src.path().display())]).unwrap(),
         key.clone(),
-    ))
-    .unwrap();
+    );
+    a_cfg.relay_to = vlbiflow_guard::net::AllowList(vec!["127.0.0.1".parse().unwrap()]);
+    let a = Daemon::start(a_cfg).unwrap();
     let b = Daemon::start(ServeConfig::new(
         "127.0.0.1:0".parse().unwrap(),
         Roots::parse(&[format!("in={}", b_root.path().display())]).unwrap(),

@@ -55,12 +55,30 @@ pub fn xfer_serve_limited(
     extra: &[&str],
     nofile: Option<u64>,
 ) -> XferDaemon {
+    xfer_serve_after(
+        state,
+        root,
+        listen,
+        extra,
+        nofile.map(|n| format!("ulimit -n {n}")),
+    )
+}
+
+/// [`xfer_serve`] started by `sh -c` after a shell command (`ulimit -n 64`, `umask 002`), if given.
+#[allow(dead_code)]
+pub fn xfer_serve_after(
+    state: &std::path::Path,
+    root: &std::path::Path,
+    listen: &str,
+    extra: &[&str],
+    preamble: Option<String>,
+) -> XferDaemon {
     use std::io::BufRead;
     let bin = env!("CARGO_BIN_EXE_vlbiflow");
-    let mut cmd = match nofile {
-        Some(n) => {
+    let mut cmd = match preamble {
+        Some(p) => {
             let mut c = Command::new("sh");
-            c.args(["-c", &format!("ulimit -n {n} && exec \"$0\" \"$@\""), bin]);
+            c.args(["-c", &format!("{p} && exec \"$0\" \"$@\""), bin]);
             c
         }
         None => Command::new(bin),
@@ -95,11 +113,13 @@ pub fn xfer_serve_limited(
             .lines
             .recv_timeout(std::time::Duration::from_secs(20))
             .expect("the daemon's start lines within 20 s");
-        if let Some(rest) = l.strip_prefix("xfer: serving on ") {
+        // log lines: `TIME LEVEL vlbiflow::xfer: serving on ADDR field=...`, `... metrics at http://ADDR/metrics`
+        if let Some((_, rest)) = l.split_once("xfer: serving on ") {
             d.addr = rest.split_whitespace().next().expect("an address").to_string();
         }
-        if let Some(rest) = l.strip_prefix("xfer: metrics at http://") {
-            d.metrics = Some(rest.trim_end_matches("/metrics").to_string());
+        if let Some((_, rest)) = l.split_once("xfer: metrics at http://") {
+            let url = rest.split_whitespace().next().expect("a URL");
+            d.metrics = Some(url.trim_end_matches("/metrics").to_string());
         }
     }
     d

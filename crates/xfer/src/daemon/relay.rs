@@ -11,6 +11,7 @@ use crate::link::Link;
 use crate::progress::Progress;
 use crate::session::{Options, ScanRequest, Session};
 use crate::utc_now;
+use vlbiflow_guard::net::AllowList;
 
 /// A relay request: `sources` (or `scan`) to `dest` on the daemon `to`, up to `retries` more attempts.
 pub(super) struct Relay {
@@ -36,6 +37,9 @@ pub(super) fn relay_session(c: &Conn<'_>, r: Relay) {
         Ok(set) => set,
         Err(e) => return c.refuse(e),
     };
+    if let Err(why) = target_allowed(&sh.cfg.relay_to, &to) {
+        return c.refuse(why);
+    }
     let act = Active::new(
         rand::random(),
         client,
@@ -194,4 +198,44 @@ fn reporting<T>(link: &Link, progress: &Progress, push: impl FnOnce() -> T) -> T
         done.store(true, Relaxed);
         r
     })
+}
+
+/// Whether the daemon may connect to `to` for a relay: every address it resolves to lies in `allowed`.
+/// The error names the target, the address and the option.
+fn target_allowed(allowed: &AllowList, to: &str) -> Result<(), String> {
+    if allowed.is_empty() {
+        return Err(format!(
+            "relay to {to}: this daemon relays to no address (its operator allows targets with --relay-to ADDR[/PREFIX] or relay_to in its configuration)"
+        ));
+    }
+    let addrs = vlbiflow_udp::net::resolve_all(to).map_err(|e| format!("relay target: {e}"))?;
+    match addrs.iter().find(|a| !allowed.allows(a.ip())) {
+        Some(a) => Err(format!(
+            "relay to {to} ({}): not among the addresses this daemon may relay to (--relay-to)",
+            a.ip()
+        )),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_outside_the_list_or_with_no_list_are_refused() {
+        let none = AllowList::default();
+        let e = target_allowed(&none, "127.0.0.1:4000").unwrap_err();
+        assert!(
+            e.contains("relays to no address") && e.contains("--relay-to"),
+            "{e}"
+        );
+        let lo = AllowList(vec!["127.0.0.0/8".parse().unwrap()]);
+        assert!(target_allowed(&lo, "127.0.0.1:4000").is_ok());
+        assert!(target_allowed(&lo, "127.3.2.1:9").is_ok());
+        let e = target_allowed(&lo, "10.1.2.3:22").unwrap_err();
+        assert!(e.contains("10.1.2.3") && e.contains("--relay-to"), "{e}");
+        let e = target_allowed(&lo, "no-such-host.invalid:1").unwrap_err();
+        assert!(e.contains("cannot resolve"), "{e}");
+    }
 }

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use vlbiflow_guard::gate::{Gate, GateConfig};
+use vlbiflow_guard::net::AllowList;
 
 use crate::dest::Roots;
 use crate::key::Key;
@@ -57,6 +58,10 @@ pub struct ServeConfig {
     pub verify_written: bool,
     /// Run the data threads of every transfer in the real-time class (`--realtime`; checked at start).
     pub realtime: bool,
+    /// Addresses this daemon may push to on a client's behalf (`xfer copy`, `--relay-to`): every address
+    /// the target resolves to must be in one of these blocks. Empty (the default): no copy is relayed, so
+    /// that a key holder cannot make the daemon connect to (and so probe) any host and port.
+    pub relay_to: AllowList,
 }
 
 impl ServeConfig {
@@ -79,6 +84,7 @@ impl ServeConfig {
             peer_key: None,
             verify_written: false,
             realtime: false,
+            relay_to: AllowList::default(),
         }
     }
 }

@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use vlbiflow_guard::net::{AllowList, Prefix};
+
 use crate::service;
 
 /// Default control address.
@@ -42,6 +44,9 @@ pub struct File {
     pub total_rate: Option<String>,
     /// Key for the daemons this one pushes to on behalf of `xfer copy`.
     pub peer_key: Option<PathBuf>,
+    /// Addresses (`ADDR[/PREFIX]`) this daemon may push to on behalf of `xfer copy`; none by default.
+    #[serde(default)]
+    pub relay_to: Vec<String>,
     /// Read every chunk back from the disk before committing.
     pub verify_written: Option<bool>,
     /// Data threads in SCHED_FIFO.
@@ -61,6 +66,7 @@ pub struct Settings {
     pub max_rate: Option<f64>,
     pub total_rate: Option<f64>,
     pub peer_key: Option<PathBuf>,
+    pub relay_to: AllowList,
     pub verify_written: bool,
     pub realtime: bool,
 }
@@ -78,6 +84,7 @@ pub struct Flags {
     pub max_rate: Option<f64>,
     pub total_rate: Option<f64>,
     pub peer_key: Option<PathBuf>,
+    pub relay_to: Vec<Prefix>,
     pub verify_written: bool,
     pub realtime: bool,
 }
@@ -138,6 +145,12 @@ pub fn settings(path: Option<&Path>, flags: Flags) -> Result<Settings, String> {
         max_rate: rate(flags.max_rate, "max_rate", &file.max_rate)?,
         total_rate: rate(flags.total_rate, "total_rate", &file.total_rate)?,
         peer_key: flags.peer_key.or(file.peer_key),
+        relay_to: if flags.relay_to.is_empty() {
+            let parsed: Result<Vec<Prefix>, _> = file.relay_to.iter().map(|s| s.parse::<Prefix>()).collect();
+            AllowList(parsed.map_err(|e| at(format!("relay_to: {e}")))?)
+        } else {
+            AllowList(flags.relay_to)
+        },
         verify_written: flags.verify_written || file.verify_written.unwrap_or(false),
         realtime: flags.realtime || file.realtime.unwrap_or(false),
     })

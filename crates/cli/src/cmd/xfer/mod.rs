@@ -142,6 +142,10 @@ struct ServeArgs {
     /// Key for the daemons this one pushes to on behalf of `xfer copy` (default: its own key)
     #[arg(long, value_name = "FILE")]
     peer_key: Option<PathBuf>,
+    /// An address block this daemon may push to on behalf of `xfer copy` (ADDR or ADDR/PREFIX; repeat);
+    /// without one no copy is relayed, so that a key holder cannot make the daemon connect anywhere
+    #[arg(long, value_name = "ADDR[/PREFIX]")]
+    relay_to: Vec<vlbiflow_guard::net::Prefix>,
     /// Read every chunk received back from the disk, past the page cache, and check its hash before
     /// committing the file, whether or not the client asked (push --verify-written as this station's policy)
     #[arg(long)]
@@ -493,6 +497,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
         max_rate: a.max_rate,
         total_rate: a.total_rate,
         peer_key: a.peer_key,
+        relay_to: a.relay_to,
         verify_written: a.verify_written,
         realtime: a.rt.realtime,
     };
@@ -526,6 +531,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
         Err(e) => return xerr(XferError::Usage(e)),
     };
     cfg.max_rate_bps = s.max_rate;
+    cfg.relay_to = s.relay_to.clone();
     if let Some(p) = &s.peer_key {
         cfg.peer_key = match Key::load(p) {
             Ok(k) => Some(k),
@@ -552,10 +558,11 @@ fn serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
         key_fingerprint = %key.fingerprint(),
         roots = %root_list,
         verify_written = s.verify_written,
-        "serving"
+        "serving on {}",
+        d.local_addr()
     );
     if let Some(m) = d.metrics_addr() {
-        tracing::info!(target: "vlbiflow::xfer", url = %format!("http://{m}/metrics"), "metrics");
+        tracing::info!(target: "vlbiflow::xfer", "metrics at http://{m}/metrics");
     }
     crate::service::notify_ready(&format!("serving on {}", d.local_addr()));
     while !stop.load(Ordering::Relaxed) {
