@@ -630,11 +630,12 @@ fn xfer_examples(d: &Docs) {
 
     let mut serve = env.bg("xfer serve", &d.take(f, "vlbiflow xfer serve"));
     wait_port(&mut serve, env.port("46230"), false);
-    // the station's daemon, serving its disks (for pull and copy by scan name)
+    // the station's daemon, serving its disks (for pull and copy by scan name; copies may go to the
+    // correlator, here on loopback: docs/xfer.md says the station's operator allows it with --relay-to)
     let mut station = env.bg(
         "station",
         &format!(
-            "vlbiflow xfer serve --listen {} --root data=/mnt",
+            "vlbiflow xfer serve --listen {} --root data=/mnt --relay-to 127.0.0.0/8",
             env.addr("station")
         ),
     );

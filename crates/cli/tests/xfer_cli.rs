@@ -288,7 +288,7 @@ fn created_files_and_directories_follow_the_daemons_umask() {
         let d = tempfile::tempdir().unwrap();
         let (state, root, src) = state_root_and_file(d.path(), content(7, 50_000));
         let s = xfer_serve_after(&state, &root, "127.0.0.1:0", &[], Some(format!("umask {umask}")));
-        let dest = format!("{}/data/x/y/a.vdif", s.addr);
+        let dest = format!("{}/data/x/y", s.addr);
         let out = push(&state, &[src.to_str().unwrap(), &dest]).output().unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let mode = |p: &Path| std::fs::metadata(p).unwrap().mode() & 0o777;
