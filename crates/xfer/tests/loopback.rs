@@ -546,39 +546,26 @@ fn daemon_to_daemon_started_by_a_third_party_retries_until_the_peer_is_up() {
                 Some(Daemon::start(ServeConfig::new(b_addr.parse().unwrap(), roots, a.key.clone())).unwrap());
         }
     };
-    let out = client::relay(
-        &cfg,
-        client::RelayRequest {
-            sources: &["data/exp".to_string()],
+    let sources = ["data/exp".to_string()];
+    // data/exp of the daemon `cfg` reaches, relayed to B's `dest`
+    let relay = |cfg: &ClientConfig, dest: &str, on_retry: &dyn Fn(u32, &str, f64)| {
+        let req = client::RelayRequest {
+            sources: &sources,
             scan: None,
             to: &b_addr,
-            dest: "in/copy",
+            dest,
             options: opts(1 << 20),
             retries: 3,
-        },
-        &Progress::default(),
-        &on_retry,
-    )
-    .unwrap();
+        };
+        client::relay(cfg, req, &Progress::default(), on_retry)
+    };
+    let out = relay(&cfg, "in/copy", &on_retry).unwrap();
     assert_eq!(retried.load(std::sync::atomic::Ordering::SeqCst), 1);
     assert_eq!(out.attempts, 2);
     assert_eq!(out.files.len(), 1);
     assert!(std::fs::read(b_root.path().join("copy/exp/s.vdif")).unwrap() == content(21, (2 << 20) + 77));
     // a refusal at the far end is reported as one
-    let err = client::relay(
-        &cfg,
-        client::RelayRequest {
-            sources: &["data/exp".to_string()],
-            scan: None,
-            to: &b_addr,
-            dest: "nope/x",
-            options: opts(1 << 20),
-            retries: 3,
-        },
-        &Progress::default(),
-        &|_, _, _| {},
-    )
-    .unwrap_err();
+    let err = relay(&cfg, "nope/x", &|_, _, _| {}).unwrap_err();
     assert!(
         matches!(err, XferError::Refused(_)) && err.to_string().contains("unknown root"),
         "{err}"
@@ -594,20 +581,8 @@ fn daemon_to_daemon_started_by_a_third_party_retries_until_the_peer_is_up() {
         a.key.clone(),
     ))
     .unwrap();
-    let err = client::relay(
-        &ClientConfig::new(closed.local_addr().to_string(), a.key.clone()),
-        client::RelayRequest {
-            sources: &["data/exp".to_string()],
-            scan: None,
-            to: &b_addr,
-            dest: "in/copy2",
-            options: opts(1 << 20),
-            retries: 3,
-        },
-        &Progress::default(),
-        &|_, _, _| {},
-    )
-    .unwrap_err();
+    let closed_cfg = ClientConfig::new(closed.local_addr().to_string(), a.key.clone());
+    let err = relay(&closed_cfg, "in/copy2", &|_, _, _| {}).unwrap_err();
     assert!(
         matches!(err, XferError::Refused(_)) && err.to_string().contains("relays to no address"),
         "{err}"
