@@ -116,6 +116,8 @@ struct Station {
     troubled: bool,
     last_progress: Instant,
     share: f64,
+    /// Pulls the driver could start now (what it has ready; unlimited unless it says).
+    startable: usize,
 }
 
 impl Station {
@@ -163,6 +165,7 @@ impl Scheduler {
             troubled: false,
             last_progress: now,
             share: 0.0,
+            startable: usize::MAX,
         });
         StationId(self.stations.len() - 1)
     }
@@ -200,6 +203,12 @@ impl Scheduler {
         self.divide(now);
     }
 
+    /// How many pulls the driver could start for the station now (work ready to go; a scan being
+    /// pulled counts in the need but not here). Unlimited until said.
+    pub fn set_startable(&mut self, id: StationId, n: usize) {
+        self.stations[id.0].startable = n;
+    }
+
     /// The station's share now, bits/s.
     pub fn share(&self, id: StationId) -> f64 {
         self.stations[id.0].share
@@ -231,7 +240,7 @@ impl Scheduler {
             .stations
             .iter()
             .enumerate()
-            .filter(|(_, s)| s.eligible(now) && s.running < s.spec.concurrency)
+            .filter(|(_, s)| s.eligible(now) && s.running < s.spec.concurrency && s.startable > 0)
             .min_by(|a, b| {
                 let ka = a.1.running as f64 / a.1.spec.weight;
                 let kb = b.1.running as f64 / b.1.spec.weight;
@@ -243,6 +252,7 @@ impl Scheduler {
             s.last_progress = now;
         }
         s.running += 1;
+        s.startable = s.startable.saturating_sub(1);
         Some(StationId(pick))
     }
 

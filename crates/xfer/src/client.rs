@@ -39,7 +39,9 @@ pub struct ClientConfig {
     pub dead_timeout: Duration,
     /// This side's data threads in the real-time class (`--realtime`; checked before connecting).
     pub realtime: bool,
-    /// A ceiling this side sets while a push runs (a daemon's share of its limits, when it relays).
+    /// A ceiling this side sets while a transfer runs: on a push, for its own sending (a daemon's share of
+    /// its limits, when it relays); on a pull, sent to the daemon as the receiver's `rate_cap` each time
+    /// it changes (`xfer collect`'s share of the link).
     pub rate_cap: Option<Arc<RateCap>>,
 }
 
@@ -212,7 +214,8 @@ pub fn pull(
         dead_timeout: cfg.dead_timeout,
         source: peer.to_string(),
         realtime: cfg.realtime,
-        rate_cap: None,
+        // the receiver tells the sending daemon each new ceiling (`rate_cap` messages)
+        rate_cap: cfg.rate_cap.clone(),
     };
     let out = crate::recv::run_receiver(&link, &sock, plan, &params, progress, stop);
     link.close();
@@ -365,4 +368,29 @@ pub fn relay(
             Err(_) => return Err(failed!("no report from the daemon for 120 s")),
         }
     }
+}
+
+/// Lists the scans on the daemon's `disks` (`ROOT/relative/dir`, globs allowed below the root) whose names
+/// match `pattern` (`*` and `?`), as a pull in the gather layout would fetch them now.
+pub fn ls(
+    cfg: &ClientConfig,
+    disks: &[String],
+    pattern: Option<&str>,
+) -> Result<Vec<crate::session::ScanEntry>, XferError> {
+    let conn = connect(cfg)?;
+    let link = Link::start(conn, crate::link::control_stall_limit(cfg.dead_timeout));
+    link.send_session(&Session::Ls {
+        disks: disks.to_vec(),
+        pattern: pattern.map(str::to_string),
+    });
+    // a daemon reads every matching scan's block headers before it answers
+    let out = match link.rx.recv_timeout(Duration::from_secs(120)) {
+        Ok(Inbound::Sess(Session::Scans { scans })) => Ok(scans),
+        Ok(Inbound::Sess(Session::Refuse { error, busy })) => Err(refused(&error, busy)),
+        Ok(Inbound::Closed(why) | Inbound::Refused(why)) => Err(failed!("{why}")),
+        Ok(other) => Err(failed!("unexpected answer from the daemon: {other:?}")),
+        Err(_) => Err(failed!("the daemon did not list the scans within 120 s")),
+    };
+    link.close();
+    out
 }

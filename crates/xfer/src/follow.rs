@@ -10,6 +10,10 @@
 //! the whole scan (read strictly, as without `--follow`) sends what is left and commits the file under its
 //! final name: the result is the same file, verified the same way, as a push after the recording.
 //!
+//! `pull --follow` runs the same rounds from the other end ([`pull_follow`]): the client asks the daemon
+//! what it holds (`ls`, which lists a scan still recording by its complete-block prefix) and pulls that
+//! prefix with [`Options::partial`]; the daemon then reads the scan as it grows.
+//!
 //! Cost: each round re-hashes what the daemon already holds at both ends (disk speed), so a round starts
 //! only when at least `min_new` bytes and a quarter of what was sent before are new: the re-hashing stays
 //! below four times the scan, and at the end at most a fifth of it (plus what the recorder adds during a
@@ -106,6 +110,146 @@ impl FollowOutcome {
     }
 }
 
+/// What is on disk of a followed scan now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Growth {
+    /// Bytes a round would send now (the gathered complete-block prefix).
+    pub bytes: u64,
+    /// The recorder has marked the scan complete: the next round is the last, strict one.
+    pub complete: bool,
+}
+
+/// What one round moved.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RoundCounts {
+    pub bytes: u64,
+    pub datagrams: u64,
+    pub retransmits: u64,
+}
+
+/// The two sides of following a scan, for [`follow_rounds`]: looking at the scan (here for a push, at
+/// the daemon for a pull) and sending one round of it.
+pub trait Follower {
+    /// What the last round returns.
+    type Out;
+    /// What is there now.
+    fn probe(&mut self) -> Result<Growth, XferError>;
+    /// One round: a partial one of what the last probe saw (kept as `.part` at the receiver), or with
+    /// `last` the whole scan, read strictly and committed.
+    fn round(&mut self, last: bool) -> Result<(Self::Out, RoundCounts), XferError>;
+}
+
+/// A followed scan's end: the last round's outcome and the counts of all rounds.
+#[derive(Debug)]
+pub struct FollowRun<T> {
+    pub last: T,
+    /// Rounds sent while the scan was being recorded (the last, complete one not counted).
+    pub partial_rounds: u32,
+    /// Payload bytes sent over all rounds, retransmissions included.
+    pub bytes_sent: u64,
+    pub datagrams: u64,
+    pub retransmits: u64,
+    /// Wall time from the first round's start to the commit.
+    pub seconds: f64,
+}
+
+/// Follows scan `scan` through `f`: partial rounds while it is recorded (each when enough is new), a
+/// last strict round once it is marked complete; fails when it neither grows nor completes for
+/// [`FollowConfig::stall_timeout`]. `on_round` hears of each round (bytes on disk now, whether last).
+pub fn follow_rounds<F: Follower>(
+    scan: &str,
+    f: &mut F,
+    follow: &FollowConfig,
+    stop: &AtomicBool,
+    on_round: &dyn Fn(u64, bool),
+) -> Result<FollowRun<F::Out>, XferError> {
+    let t0 = Instant::now();
+    let mut sum = RoundCounts::default();
+    let mut rounds = 0u32;
+    let mut sent_upto = 0u64;
+    let mut last_growth = (Instant::now(), 0u64);
+    loop {
+        if stop.load(Relaxed) {
+            return Err(XferError::Failed("stopped".into()));
+        }
+        let g = f.probe()?;
+        if g.complete {
+            on_round(g.bytes, true);
+            let (out, c) = f.round(true)?;
+            return Ok(FollowRun {
+                last: out,
+                partial_rounds: rounds,
+                bytes_sent: sum.bytes + c.bytes,
+                datagrams: sum.datagrams + c.datagrams,
+                retransmits: sum.retransmits + c.retransmits,
+                seconds: t0.elapsed().as_secs_f64(),
+            });
+        }
+        if g.bytes != last_growth.1 {
+            last_growth = (Instant::now(), g.bytes);
+        } else if last_growth.0.elapsed() > follow.stall_timeout {
+            return Err(XferError::Failed(format!(
+                "scan {scan} has not grown for {:.0} s and its recorder has not marked it complete (did the recorder die?); what was sent is kept as .part at the destination, rerun without --follow to send it as it is",
+                follow.stall_timeout.as_secs_f64()
+            )));
+        }
+        if g.bytes >= sent_upto + follow.min_new.max(sent_upto / 4) {
+            on_round(g.bytes, false);
+            let (_, c) = f.round(false)?;
+            rounds += 1;
+            sum.bytes += c.bytes;
+            sum.datagrams += c.datagrams;
+            sum.retransmits += c.retransmits;
+            sent_upto = g.bytes;
+            continue;
+        }
+        std::thread::sleep(follow.poll);
+    }
+}
+
+/// `push --follow`: the scan is on this host's disks.
+struct PushFollower<'a> {
+    cfg: &'a ClientConfig,
+    req: FollowRequest<'a>,
+    progress: &'a Progress,
+    stop: &'a AtomicBool,
+    seen: Option<crate::source::SourceSet>,
+}
+
+impl Follower for PushFollower<'_> {
+    type Out = SendOutcome;
+
+    fn probe(&mut self) -> Result<Growth, XferError> {
+        // metadata first: a scan marked complete is read strictly, as without --follow
+        let (set, info) = scan_source_growing(self.req.scan, self.req.disks)?;
+        let g = Growth {
+            bytes: set.total_bytes(),
+            complete: info.complete == Some(true),
+        };
+        self.seen = Some(set);
+        Ok(g)
+    }
+
+    fn round(&mut self, last: bool) -> Result<(SendOutcome, RoundCounts), XferError> {
+        let r = &self.req;
+        let (set, mut o) = if last {
+            (scan_source(r.scan, r.disks, Layout::Gather)?.0, r.options.clone())
+        } else {
+            let mut o = r.options.clone();
+            o.partial = true;
+            (self.seen.take().expect("probed before the round"), o)
+        };
+        o.partial = !last;
+        let out = client::push(self.cfg, set, r.dest, o, r.rate, self.progress, self.stop)?;
+        let c = RoundCounts {
+            bytes: out.stats.bytes,
+            datagrams: out.stats.datagrams,
+            retransmits: out.stats.retransmits,
+        };
+        Ok((out, c))
+    }
+}
+
 /// Pushes scan `scan` on `disks` into `dest` as one gathered file while it is recorded; returns when the
 /// recorder has marked it complete and the whole file is verified and committed. `on_round` is told about
 /// each round (bytes on disk now, whether it is the last).
@@ -117,57 +261,101 @@ pub fn push_follow(
     stop: &AtomicBool,
     on_round: &dyn Fn(u64, bool),
 ) -> Result<FollowOutcome, XferError> {
-    let FollowRequest {
-        scan,
-        disks,
-        dest,
-        options,
-        rate,
-    } = req;
-    let t0 = Instant::now();
-    let (mut rounds, mut bytes_sent, mut datagrams, mut retransmits) = (0u32, 0u64, 0u64, 0u64);
-    let mut sent_upto = 0u64;
-    let mut last_growth = (Instant::now(), 0u64);
-    loop {
-        if stop.load(Relaxed) {
-            return Err(XferError::Failed("stopped".into()));
+    let scan = req.scan;
+    let mut f = PushFollower {
+        cfg,
+        req,
+        progress,
+        stop,
+        seen: None,
+    };
+    let run = follow_rounds(scan, &mut f, follow, stop, on_round)?;
+    Ok(FollowOutcome {
+        partial_rounds: run.partial_rounds,
+        bytes_sent: run.bytes_sent,
+        datagrams: run.datagrams,
+        retransmits: run.retransmits,
+        seconds: run.seconds,
+        last: run.last,
+    })
+}
+
+/// `pull --follow`: the scan is on the daemon's disks; it is looked at with `ls`.
+struct PullFollower<'a> {
+    cfg: &'a ClientConfig,
+    scan: &'a crate::session::ScanRequest,
+    into: &'a std::path::Path,
+    options: Options,
+    progress: &'a Progress,
+    stop: &'a AtomicBool,
+}
+
+impl Follower for PullFollower<'_> {
+    type Out = crate::recv::RecvOutcome;
+
+    fn probe(&mut self) -> Result<Growth, XferError> {
+        let found = client::ls(self.cfg, &self.scan.disks, Some(&self.scan.name))?;
+        let e = found
+            .into_iter()
+            .find(|e| e.name == self.scan.name)
+            .ok_or_else(|| XferError::Refused(format!("the daemon has no scan {}", self.scan.name)))?;
+        if let Some(err) = e.error {
+            return Err(XferError::Refused(format!("scan {}: {err}", self.scan.name)));
         }
-        // complete? (metadata first: a scan marked complete is read strictly, as without --follow)
-        let (set, info) = scan_source_growing(scan, disks)?;
-        if info.complete == Some(true) {
-            let (set, _) = scan_source(scan, disks, Layout::Gather)?;
-            on_round(set.total_bytes(), true);
-            let out = client::push(cfg, set, dest, options, rate, progress, stop)?;
-            return Ok(FollowOutcome {
-                partial_rounds: rounds,
-                bytes_sent: bytes_sent + out.stats.bytes,
-                datagrams: datagrams + out.stats.datagrams,
-                retransmits: retransmits + out.stats.retransmits,
-                seconds: t0.elapsed().as_secs_f64(),
-                last: out,
-            });
-        }
-        let now_bytes = set.total_bytes();
-        if now_bytes != last_growth.1 {
-            last_growth = (Instant::now(), now_bytes);
-        } else if last_growth.0.elapsed() > follow.stall_timeout {
-            return Err(XferError::Failed(format!(
-                "scan {scan} has not grown for {:.0} s and its recorder has not marked it complete (did the recorder die?); what was sent is kept as .part at the destination, rerun without --follow to send it as it is",
-                follow.stall_timeout.as_secs_f64()
-            )));
-        }
-        if now_bytes >= sent_upto + follow.min_new.max(sent_upto / 4) {
-            on_round(now_bytes, false);
-            let mut o = options.clone();
-            o.partial = true;
-            let out = client::push(cfg, set, dest, o, rate, progress, stop)?;
-            rounds += 1;
-            bytes_sent += out.stats.bytes;
-            datagrams += out.stats.datagrams;
-            retransmits += out.stats.retransmits;
-            sent_upto = now_bytes;
-            continue;
-        }
-        std::thread::sleep(follow.poll);
+        Ok(Growth {
+            bytes: e.bytes,
+            // a scan of another recorder (no metadata) is taken as it is
+            complete: e.complete != Some(false),
+        })
     }
+
+    fn round(&mut self, last: bool) -> Result<(crate::recv::RecvOutcome, RoundCounts), XferError> {
+        let mut o = self.options.clone();
+        o.partial = !last;
+        let out = client::pull(
+            self.cfg,
+            &[],
+            Some(self.scan),
+            self.into,
+            o,
+            self.progress,
+            self.stop,
+        )?;
+        // the receiver counts the payload bytes that arrived (duplicates included) in its progress
+        let c = RoundCounts {
+            bytes: Progress::get(&self.progress.bytes_moved),
+            datagrams: out.stats.delivered + out.stats.duplicates,
+            retransmits: out.stats.duplicates,
+        };
+        Ok((out, c))
+    }
+}
+
+/// Pulls scan `scan` (gather layout) from the daemon of `cfg` into `into` while it is still recorded
+/// there: partial rounds of the complete-block prefix the daemon lists, then a strict pull once its
+/// recorder has marked it complete. Returns when the whole file is verified and committed here.
+pub fn pull_follow(
+    cfg: &ClientConfig,
+    scan: &crate::session::ScanRequest,
+    into: &std::path::Path,
+    options: Options,
+    follow: &FollowConfig,
+    (progress, stop): (&Progress, &AtomicBool),
+    on_round: &dyn Fn(u64, bool),
+) -> Result<FollowRun<crate::recv::RecvOutcome>, XferError> {
+    if scan.layout != "gather" {
+        return Err(XferError::Usage(format!(
+            "--follow fetches one gathered file per scan: --layout gather (not {})",
+            scan.layout
+        )));
+    }
+    let mut f = PullFollower {
+        cfg,
+        scan,
+        into,
+        options,
+        progress,
+        stop,
+    };
+    follow_rounds(&scan.name, &mut f, follow, stop, on_round)
 }

@@ -56,6 +56,27 @@ pub struct ScanRequest {
     pub layout: String,
 }
 
+/// A scan as a daemon lists it (`xfer ls`, `xfer collect`): what a pull of it in the gather layout would
+/// fetch now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScanEntry {
+    /// Scan name.
+    pub name: String,
+    /// Bytes of the gathered stream(s) (block payloads only): for a scan still recording, of the complete
+    /// blocks with consecutive numbers on disk now.
+    pub bytes: u64,
+    /// Whether the recorder marked it complete (`<scan>.vlbiflow.json`); `None` for a scan of another
+    /// recorder (no metadata), which is taken as it is.
+    pub complete: Option<bool>,
+    /// The gathered files (`NAME.vdif`, or `NAME.LABEL.vdif` per stream) and their sizes.
+    pub streams: Vec<FileSpec>,
+    /// The daemon could not lay the scan out (damaged, outside the roots): why. `bytes` and `streams`
+    /// are then empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
 /// What a receiver already holds of a file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -172,6 +193,15 @@ pub enum Session {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         scan: Option<ScanRequest>,
     },
+    /// Client -> daemon: list the scans on `disks` (`ROOT/relative/dir`, globs allowed below the root)
+    /// whose names match `pattern` (`*` and `?` wildcards; every scan without one).
+    Ls {
+        disks: Vec<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pattern: Option<String>,
+    },
+    /// Daemon -> client: the answer to `ls`, sorted by name.
+    Scans { scans: Vec<ScanEntry> },
     /// Daemon -> client: request accepted.
     Accept {
         transfer_id: u32,

@@ -34,6 +34,7 @@ macro_rules! log {
     };
 }
 
+mod ls;
 mod metrics;
 mod pull;
 mod push;
@@ -310,6 +311,10 @@ fn session(s: TcpStream, peer: SocketAddr, delay: Duration, sh: Arc<Shared>) {
                 retries,
             },
         ),
+        Session::Ls { disks, pattern } => {
+            ls::ls_session(&c, &disks, pattern.as_deref());
+            link.close();
+        }
         other => c.refuse(format!(
             "this daemon does not serve {:?} requests yet",
             other.to_line()

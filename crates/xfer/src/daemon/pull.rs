@@ -42,6 +42,17 @@ pub(super) fn source_set(
     sources: &[String],
     scan: Option<&ScanRequest>,
 ) -> Result<crate::source::SourceSet, String> {
+    source_set_at(roots, sources, scan, false)
+}
+
+/// [`source_set`]; with `growing` (a partial round of `pull --follow`) a scan in the gather layout is read
+/// as it is being recorded: its complete-block prefix (`scan_source_growing`).
+fn source_set_at(
+    roots: &Roots,
+    sources: &[String],
+    scan: Option<&ScanRequest>,
+    growing: bool,
+) -> Result<crate::source::SourceSet, String> {
     let Some(sc) = scan else {
         let paths = resolve_sources(roots, sources)?;
         return crate::source::collect_paths(&paths)
@@ -64,7 +75,12 @@ pub(super) fn source_set(
         }
         disks.push(p.to_string_lossy().into_owned());
     }
-    let (set, _) = crate::scan::scan_source(&sc.name, &disks, layout).map_err(|e| e.to_string())?;
+    let found = if growing && layout == crate::scan::Layout::Gather {
+        crate::scan::scan_source_growing(&sc.name, &disks)
+    } else {
+        crate::scan::scan_source(&sc.name, &disks, layout)
+    };
+    let (set, _) = found.map_err(|e| e.to_string())?;
     for p in &set.paths {
         let canon = p.canonicalize().map_err(|e| format!("{}: {e}", p.display()))?;
         if !roots.0.iter().any(|r| canon.starts_with(&r.path)) {
@@ -87,7 +103,7 @@ pub(super) fn pull_session(
     scan: Option<ScanRequest>,
 ) {
     let (sh, link, peer, secret) = (c.sh, c.link, c.peer, c.secret);
-    let set = match source_set(&sh.cfg.roots, &sources, scan.as_ref()) {
+    let set = match source_set_at(&sh.cfg.roots, &sources, scan.as_ref(), options.partial) {
         Ok(set) => set,
         Err(e) => return c.refuse(e),
     };
