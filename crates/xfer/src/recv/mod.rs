@@ -165,12 +165,17 @@ pub fn run_receiver(
 
     // encrypted transfers are opened (checked and decrypted) before the protocol's receiver sees them
     let encrypt = plan.options.encrypt;
-    let r = Receiver::new(ReceiverConfig {
+    let mut r = Receiver::new(ReceiverConfig {
         data_key: (!encrypt).then(|| derive_data_key(&p.secret, p.transfer_id)),
         dead_timeout: p.dead_timeout,
         max_files: nfiles as u32 + 1,
         ..ReceiverConfig::default()
     });
+    // a ceiling set before the data starts goes to the sender first (the ceiling of a pull's client;
+    // a receiving daemon gave it in its accept as well, and the sender takes the same ceiling twice)
+    if let Some(c) = p.rate_cap.as_deref().and_then(crate::share::RateCap::get) {
+        r.set_rate_cap(Some(c));
+    }
 
     // resume hashes of what is on disk
     let store = resume_store(&plan);
