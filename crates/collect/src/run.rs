@@ -710,7 +710,9 @@ impl Collect<'_> {
                 if dt > 0.0 {
                     j.rate_bps = b.saturating_sub(j.seen.1) as f64 * 8.0 / dt;
                 }
-                if b > j.seen.1 {
+                // a followed scan waits between rounds for the recorder (its own follow_timeout ends that)
+                let following = j.scan.is_some_and(|k| st.scans[k].state == "following");
+                if b > j.seen.1 || following {
                     self.sched.progress(st.id, now);
                 }
                 j.seen = (now, b);

@@ -1,6 +1,7 @@
 //! `vlbiflow xfer`: verified, resumable, authenticated bulk transfer over UDP (daemon and client verbs).
 //! The work is done in `vlbiflow-xfer`; this module parses, shows progress and prints summaries.
 
+mod collect;
 mod config;
 mod report;
 
@@ -63,6 +64,10 @@ enum Cmd {
     Key(KeyArgs),
     /// List past transfers from the archive (this host's daemon and client runs)
     History(HistoryArgs),
+    /// List a daemon's scans (of an experiment) with the size a gather pull fetches
+    Ls(collect::LsArgs),
+    /// At the correlator: pull every station's scans of an experiment over one shared link
+    Collect(collect::CollectArgs),
 }
 
 #[derive(clap::Args)]
@@ -213,6 +218,9 @@ Examples:
   # A Mark6 scan by name on the daemon's disks (under its root `data`), gathered here
   vlbiflow xfer pull --scan exp1_st_no0001 --disk 'station/data/disks/*/*/data' /local/exp1
 
+  # The same scan while it is still being recorded there: rounds of what is on disk, then the rest
+  vlbiflow xfer pull --scan exp1_st_no0001 --disk 'station/data/disks/*/*/data' --follow /local/exp1
+
 Sources are DAEMON[:PORT]/ROOT/PATH (files or directories under the daemon's roots, all on one daemon); the \
 last argument is the local directory. The daemon sends to this host's UDP port, so the daemon must be able \
 to reach it. Rerun after an interruption: what is here already is re-verified and only the rest moves.";
@@ -225,6 +233,8 @@ struct PullArgs {
     args: Vec<String>,
     #[command(flatten)]
     scan: RemoteScan,
+    #[command(flatten)]
+    follow: collect::PullFollow,
     #[command(flatten)]
     rt: Realtime,
     #[command(flatten)]
@@ -382,6 +392,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         Cmd::Key(a) => key(a),
         Cmd::History(a) => history(a),
+        Cmd::Ls(a) => collect::ls(a),
+        Cmd::Collect(a) => interrupted(collect::collect(a)),
     }
 }
 
@@ -855,6 +867,17 @@ fn pull(a: PullArgs) -> anyhow::Result<ExitCode> {
     let mut cfg = ClientConfig::new(server, key);
     cfg.dead_timeout = a.common.dead_timeout;
     cfg.realtime = a.rt.realtime;
+    if a.follow.follow {
+        let scan = scan.expect("--follow requires --scan");
+        return collect::pull_follow(
+            &cfg,
+            &scan,
+            &into,
+            opts,
+            &a.follow,
+            (a.common.json, a.common.quiet),
+        );
+    }
     let progress = Arc::new(Progress::default());
     let stop = crate::stop::on_interrupt(crate::stop::Second::Wait)?;
     let started = vlbiflow_xfer::utc_now();

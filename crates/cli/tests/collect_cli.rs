@@ -1,0 +1,266 @@
+//! `vlbiflow xfer ls` and `vlbiflow xfer collect` as users run them, with real daemons and real
+//! recordings: two stations with two scans each, the second still being recorded while the collect
+//! follows it, under one total rate; every scan arrives equal to the station's own `vlbiflow gather`, and
+//! a collect run again pulls nothing already verified.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_vlbiflow");
+
+mod common;
+use common::{xfer_serve, XferDaemon};
+
+/// A `vlbiflow record` of scan `scan` onto `disks/0..3` from a free UDP port, listening: the recorder and
+/// its port.
+fn record(disks: &Path, scan: &str) -> (Child, u16) {
+    let port = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut rec = Command::new(BIN);
+    rec.args(["record", "--stream"])
+        .arg(format!("a=vdif@127.0.0.1:{port},psn"));
+    for i in 0..4 {
+        let p = disks.join(format!("{i}"));
+        std::fs::create_dir_all(&p).unwrap();
+        rec.arg("--disk").arg(p);
+    }
+    let mut rec = rec
+        .args(["--scan", scan, "--block-size", "1MB", "--json"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let err = rec.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for l in BufReader::new(err).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    while !rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("recorder listening")
+        .contains("stream a")
+    {}
+    (rec, port)
+}
+
+fn gen(port: u16, seconds: &str) -> Child {
+    Command::new(BIN)
+        .args([
+            "gen",
+            "--dest",
+            &format!("127.0.0.1:{port}"),
+            "--psn",
+            "--rate",
+            "100Mbps",
+        ])
+        .args(["--duration", seconds, "--quiet"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+fn interrupt(mut c: Child) {
+    assert!(Command::new("kill")
+        .args(["-INT", &c.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    assert!(c.wait().unwrap().success());
+}
+
+/// A station: one scan recorded and complete, a second one being recorded (its recorder and generator).
+struct Station {
+    daemon: XferDaemon,
+    disks: std::path::PathBuf,
+    recording: (Child, Child),
+}
+
+fn station(d: &Path, state: &Path, name: &str) -> Station {
+    let root = d.join(name);
+    let disks = root.join("disks");
+    let (rec, port) = record(&disks, &format!("t1_{name}_no0001"));
+    assert!(gen(port, "1").wait().unwrap().success());
+    interrupt(rec);
+    let (rec, port) = record(&disks, &format!("t1_{name}_no0002"));
+    let g = gen(port, "60");
+    let daemon = xfer_serve(state, &root, "127.0.0.1:0", &[]);
+    Station {
+        daemon,
+        disks,
+        recording: (rec, g),
+    }
+}
+
+fn gathered(disks: &Path, scan: &str, out: &Path) -> Vec<u8> {
+    let glob = format!("{}/*", disks.display());
+    assert!(Command::new(BIN)
+        .args(["gather", scan, "--disk", &glob, "-q", "-o"])
+        .arg(out)
+        .status()
+        .unwrap()
+        .success());
+    std::fs::read(out).unwrap()
+}
+
+#[test]
+fn collect_follows_two_stations_under_one_rate_and_a_rerun_pulls_nothing_again() {
+    let d = tempfile::tempdir().unwrap();
+    let state = d.path().join("state");
+    let mut stations: Vec<(String, Station)> = ["aa", "bb"]
+        .iter()
+        .map(|n| (n.to_string(), station(d.path(), &state, n)))
+        .collect();
+    // ls: the complete scan and the one being recorded
+    let out = Command::new(BIN)
+        .args([
+            "xfer",
+            "ls",
+            &format!("{}/data/disks/*", stations[0].1.daemon.addr),
+            "--scan",
+            "t1_*",
+            "--json",
+        ])
+        .env("XDG_STATE_HOME", &state)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v[0]["name"], "t1_aa_no0001", "{v}");
+    assert_eq!(v[0]["complete"], true, "{v}");
+    assert_eq!(v[0]["streams"][0]["name"], "t1_aa_no0001.vdif", "{v}");
+    assert_eq!(v[1]["name"], "t1_aa_no0002", "{v}");
+    assert_eq!(v[1]["complete"], false, "{v}");
+
+    let dest = d.path().join("corr");
+    let mut toml = format!(
+        "experiment = \"t1\"\ndest = \"{}\"\ntotal_rate = \"300Mbps\"\nchunk_size = \"1MiB\"\nfollow_min_new = \"1MiB\"\nfollow_timeout = \"30s\"\n",
+        dest.display()
+    );
+    for (n, s) in &stations {
+        toml.push_str(&format!(
+            "[[station]]\nname = \"{n}\"\ndaemon = \"{}/data/disks/*\"\n",
+            s.daemon.addr
+        ));
+    }
+    let exp = d.path().join("t1.toml");
+    std::fs::write(&exp, toml).unwrap();
+    let mut c = Command::new(BIN)
+        .args(["xfer", "collect", "--config"])
+        .arg(&exp)
+        .args(["--follow", "--json"])
+        .env("XDG_STATE_HOME", &state)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let err = c.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for l in BufReader::new(err).lines().map_while(Result::ok) {
+            eprintln!("{l}");
+            let _ = tx.send(l);
+        }
+    });
+    // both complete scans verified and both recordings followed, then the recordings end
+    let mut seen = Vec::new();
+    let t0 = Instant::now();
+    while [
+        "t1_aa_no0001 verified",
+        "t1_bb_no0001 verified",
+        "following t1_aa_no0002",
+        "following t1_bb_no0002",
+    ]
+    .iter()
+    .any(|w| !seen.iter().any(|l: &String| l.contains(w)))
+    {
+        assert!(t0.elapsed() < Duration::from_secs(120), "collect: {seen:#?}");
+        if let Ok(l) = rx.recv_timeout(Duration::from_secs(1)) {
+            seen.push(l);
+        }
+    }
+    for (_, s) in &mut stations {
+        let (rec, mut g) = std::mem::replace(
+            &mut s.recording,
+            (
+                Command::new("true").spawn().unwrap(),
+                Command::new("true").spawn().unwrap(),
+            ),
+        );
+        let _ = g.kill();
+        let _ = g.wait();
+        interrupt(rec);
+    }
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(st) = c.try_wait().unwrap() {
+            break st;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(120), "collect did not finish");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut json = String::new();
+    std::io::Read::read_to_string(&mut c.stdout.take().unwrap(), &mut json).unwrap();
+    assert!(status.success(), "collect: {json}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["complete"], true, "{v}");
+    assert_eq!(v["scans_verified"], 4, "{v}");
+    for st in v["stations"].as_array().unwrap() {
+        assert!(st["share_bps"].as_f64().unwrap() <= 300e6, "{st}");
+    }
+    for (n, s) in &stations {
+        for k in ["no0001", "no0002"] {
+            let scan = format!("t1_{n}_{k}");
+            let want = gathered(&s.disks, &scan, &d.path().join("g.vdif"));
+            let got = std::fs::read(dest.join(format!("t1/{n}/{scan}.vdif"))).unwrap();
+            assert!(want.len() > 1 << 20, "{scan}: {} bytes recorded", want.len());
+            assert!(
+                got == want,
+                "{scan}: received {} bytes, gather {}",
+                got.len(),
+                want.len()
+            );
+        }
+    }
+    // the status as --status prints it
+    let out = Command::new(BIN)
+        .args(["xfer", "collect", "--config"])
+        .arg(&exp)
+        .args(["--status", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(st["ended"], true);
+    // run again: nothing verified is pulled again
+    let out = Command::new(BIN)
+        .args(["xfer", "collect", "--config"])
+        .arg(&exp)
+        .env("XDG_STATE_HOME", &state)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(err.matches("not pulled again").count(), 4, "{err}");
+    assert!(!err.contains(": pulling "), "{err}");
+}
+
+#[test]
+fn help_has_examples() {
+    for verb in ["ls", "collect"] {
+        let out = Command::new(BIN).args(["xfer", verb, "--help"]).output().unwrap();
+        assert!(out.status.success());
+        let h = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            h.contains("Examples:") && h.contains("Exit status"),
+            "{verb}: {h}"
+        );
+    }
+}
