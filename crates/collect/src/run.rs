@@ -6,7 +6,6 @@
 //! Every pull runs on its own thread; this loop only starts them, reads their progress and their ends,
 //! and passes what it sees to the scheduler.
 
-use std::collections::HashMap;
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -861,7 +860,6 @@ fn timed(e: &str) -> TimedError {
 /// What did not arrive, per station and scan, one line each (for the exit message).
 pub fn not_arrived(st: &Status) -> Vec<String> {
     let mut out = Vec::new();
-    let mut by_station: HashMap<&str, usize> = HashMap::new();
     for s in &st.stations {
         if s.scans.is_empty() {
             let why = s
@@ -871,7 +869,6 @@ pub fn not_arrived(st: &Status) -> Vec<String> {
             out.push(format!("{}: {}", s.name, why));
         }
         for c in s.scans.iter().filter(|c| !c.verified) {
-            *by_station.entry(&s.name).or_default() += 1;
             let why = c.errors.last().map_or("not pulled", |e| e.error.as_str());
             out.push(format!("{} {}: {}", s.name, c.name, why));
         }

@@ -218,7 +218,7 @@ fn a_station_daemon_stopped_mid_pull_and_started_again_does_not_stop_the_collect
     let st = collect.join().unwrap().unwrap();
     assert!(st.complete, "{st:#?}");
     assert!(
-        st.stations[0].scans[0].errors.len() >= 1,
+        !st.stations[0].scans[0].errors.is_empty(),
         "the failed attempt is in the status: {st:#?}"
     );
     let want = gathered("t1_aa_no0001", &dir.path().join("disks"));
