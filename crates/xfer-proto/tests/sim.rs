@@ -1,5 +1,6 @@
-//! Deterministic end-to-end simulation: Sender and Receiver over a simulated path (rate limit, drop-tail
-//! queue, delay, random and Gilbert-Elliott loss, reordering, duplication, corruption), a reliable
+//! Deterministic end-to-end simulation: Sender and Receiver over a simulated path (the path emulator's
+//! link model, `vlbiflow-pathmodel`: random and Gilbert-Elliott loss, rate limit, drop-tail queue, delay;
+//! here also loss after the bottleneck, reordering, duplication, corruption and stalls), a reliable
 //! in-order control channel with the path's delay, feedback as datagrams on a return path with its own
 //! random loss (copied to the control channel until the sender confirms them, as the I/O layer does),
 //! generated in-memory files and a simulated clock.
@@ -11,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+use vlbiflow_pathmodel::{DropReason, LineLoss, Link, LinkConfig, LossModel, Verdict};
 use vlbiflow_xfer_proto::hash;
 use vlbiflow_xfer_proto::wire::{self, ChunkHash, ControlMsg, HEADER_LEN};
 use vlbiflow_xfer_proto::{Event, RateConfig, Receiver, ReceiverConfig, Sender, SenderConfig};
@@ -26,6 +28,27 @@ enum Loss {
         good: f64,
         bad: f64,
     },
+}
+
+impl From<Loss> for LossModel {
+    fn from(l: Loss) -> LossModel {
+        match l {
+            Loss::None => LossModel::None,
+            Loss::Random(p) => LossModel::Random { p },
+            // the model's h and k are the probabilities of getting through in each state
+            Loss::GilbertElliott {
+                p_gb,
+                p_bg,
+                good,
+                bad,
+            } => LossModel::GilbertElliott {
+                p: p_gb,
+                r: p_bg,
+                h: 1.0 - bad,
+                k: 1.0 - good,
+            },
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -59,6 +82,27 @@ impl LinkCfg {
             corrupt: 0.0,
         }
     }
+}
+
+/// The path model for `link`: loss on entry only with `loss_before` (otherwise the simulator loses
+/// datagrams after the bottleneck), no jitter (the simulator reorders by itself).
+fn path(link: &LinkCfg, seed: u64) -> Link {
+    let mut cfg = LinkConfig {
+        rate_bps: Some(link.rate_bps as u64),
+        queue_limit: link.queue_bytes as u64,
+        delay_ns: link.one_way.as_nanos() as u64,
+        jitter_ns: 0,
+        reorder: false,
+        loss: if link.loss_before {
+            link.loss.into()
+        } else {
+            LossModel::None
+        },
+        buffer_bytes: 0,
+        seed,
+    };
+    cfg.buffer_bytes = cfg.default_buffer(0);
+    Link::new(cfg).expect("path model")
 }
 
 struct Pkt {
@@ -216,8 +260,13 @@ struct Sim {
     r: Receiver,
     link: LinkCfg,
     rng: SmallRng,
-    ge_bad: bool,
-    busy_until: Instant,
+    /// The path up to the receiving host: loss on entry (with `loss_before`), the bottleneck and the
+    /// one-way delay; datagrams carry `IP_UDP_OVERHEAD` bytes of room in front, so that the bottleneck
+    /// counts the bytes of an IP packet.
+    path: Link,
+    /// Loss after the bottleneck (without `loss_before`).
+    loss_after: LineLoss,
+    wire: Vec<u8>,
     /// In-order arrivals (the common case: times never decrease), and the rest (reordered, duplicated,
     /// injected) in a heap; the next arrival is the earlier of the two fronts.
     fifo: VecDeque<Pkt>,
@@ -347,8 +396,16 @@ impl Sim {
             r: Receiver::new(rc),
             link: st.link,
             rng: SmallRng::seed_from_u64(st.seed),
-            ge_bad: false,
-            busy_until: t0,
+            path: path(&st.link, st.seed),
+            loss_after: LineLoss::new(
+                if st.link.loss_before {
+                    LossModel::None
+                } else {
+                    st.link.loss.into()
+                },
+                st.seed ^ 0xa5a5,
+            ),
+            wire: Vec::new(),
             fifo: VecDeque::new(),
             heap: BinaryHeap::new(),
             pool: Vec::new(),
@@ -388,25 +445,6 @@ impl Sim {
         }
     }
 
-    fn lost_on_link(&mut self) -> bool {
-        match self.link.loss {
-            Loss::None => false,
-            Loss::Random(p) => self.rng.gen::<f64>() < p,
-            Loss::GilbertElliott {
-                p_gb,
-                p_bg,
-                good,
-                bad,
-            } => {
-                let flip = self.rng.gen::<f64>();
-                if self.ge_bad && flip < p_bg || !self.ge_bad && flip < p_gb {
-                    self.ge_bad = !self.ge_bad;
-                }
-                self.rng.gen::<f64>() < if self.ge_bad { bad } else { good }
-            }
-        }
-    }
-
     fn push(&mut self, at: Instant, data: Vec<u8>, in_order: bool) {
         self.next_id += 1;
         let p = Pkt {
@@ -422,9 +460,14 @@ impl Sim {
     }
 
     fn next_arrival(&self) -> Option<Instant> {
-        match (self.fifo.front(), self.heap.peek()) {
+        let host = match (self.fifo.front(), self.heap.peek()) {
             (Some(a), Some(b)) => Some(a.at.min(b.at)),
             (a, b) => a.or(b).map(|p| p.at),
+        };
+        let path = self.path.next_wakeup().map(|d| self.t0 + Duration::from_nanos(d));
+        match (host, path) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
     }
 
@@ -439,51 +482,64 @@ impl Sim {
         }
     }
 
-    /// The path: drop-tail queue at the bottleneck, then propagation with loss, reordering, duplication.
-    fn send_on_link(&mut self, mut data: Vec<u8>) {
+    /// Nanoseconds since the start, the path model's time.
+    fn ns(&self, t: Instant) -> u64 {
+        (t - self.t0).as_nanos() as u64
+    }
+
+    /// Onto the path: loss on entry, the drop-tail queue at the bottleneck, the delay.
+    fn send_on_link(&mut self, data: Vec<u8>) {
         self.datagrams_on_link += 1;
-        let wire = (data.len() + wire::IP_UDP_OVERHEAD) as f64;
-        if self.link.loss_before && self.lost_on_link() {
-            self.pool.push(data);
-            return;
+        self.wire.clear();
+        self.wire.resize(wire::IP_UDP_OVERHEAD, 0);
+        self.wire.extend_from_slice(&data);
+        let now = self.ns(self.now);
+        match self.path.push(now, &self.wire) {
+            Verdict::Accepted { .. } | Verdict::Dropped(DropReason::Random | DropReason::Burst) => {}
+            Verdict::Dropped(DropReason::Queue) => self.link_drops += 1,
+            Verdict::Dropped(DropReason::Memory) => panic!("the simulated path's ring is too small"),
         }
-        let backlog =
-            self.busy_until.saturating_duration_since(self.now).as_secs_f64() * self.link.rate_bps / 8.0;
-        if backlog + wire > self.link.queue_bytes as f64 {
-            self.link_drops += 1;
-            self.pool.push(data);
-            return;
+        self.pool.push(data);
+    }
+
+    /// Off the path, what has arrived by `now`: loss after the bottleneck, stalls, reordering, corruption
+    /// and duplication, then into the receiving host's arrivals.
+    fn arrive_from_link(&mut self, now: Instant) {
+        let now_ns = self.ns(now);
+        while let Some((due, bytes)) = self.path.poll_transmit_due(now_ns) {
+            let mut data = self.pool.pop().unwrap_or_default();
+            data.clear();
+            data.extend_from_slice(&bytes[wire::IP_UDP_OVERHEAD..]);
+            if self.loss_after.lose().is_some() {
+                self.pool.push(data);
+                continue;
+            }
+            // when it left the bottleneck; a stalled forwarder lets it go when the stall ends
+            let left = self.t0 + Duration::from_nanos(due) - self.link.one_way;
+            let left = self
+                .path_stalls
+                .iter()
+                .find(|s| left >= s.0 && left < s.1)
+                .map_or(left, |s| s.1);
+            let mut at = left + self.link.one_way;
+            let mut in_order = true;
+            if self.link.reorder > 0.0 && self.rng.gen::<f64>() < self.link.reorder {
+                at += self.link.reorder_extra;
+                in_order = false;
+            }
+            if self.link.corrupt > 0.0 && self.rng.gen::<f64>() < self.link.corrupt {
+                let i = self
+                    .rng
+                    .gen_range(HEADER_LEN..data.len().max(HEADER_LEN + 1))
+                    .min(data.len() - 1);
+                data[i] ^= 0x40;
+            }
+            if self.link.dup > 0.0 && self.rng.gen::<f64>() < self.link.dup {
+                let copy = data.clone();
+                self.push(at + Duration::from_micros(50), copy, false);
+            }
+            self.push(at, data, in_order);
         }
-        self.busy_until =
-            self.busy_until.max(self.now) + Duration::from_nanos((wire * 8e9 / self.link.rate_bps) as u64);
-        if !self.link.loss_before && self.lost_on_link() {
-            self.pool.push(data);
-            return;
-        }
-        let left = self.busy_until;
-        let left = self
-            .path_stalls
-            .iter()
-            .find(|s| left >= s.0 && left < s.1)
-            .map_or(left, |s| s.1);
-        let mut at = left + self.link.one_way;
-        let mut in_order = true;
-        if self.link.reorder > 0.0 && self.rng.gen::<f64>() < self.link.reorder {
-            at += self.link.reorder_extra;
-            in_order = false;
-        }
-        if self.link.corrupt > 0.0 && self.rng.gen::<f64>() < self.link.corrupt {
-            let i = self
-                .rng
-                .gen_range(HEADER_LEN..data.len().max(HEADER_LEN + 1))
-                .min(data.len() - 1);
-            data[i] ^= 0x40;
-        }
-        if self.link.dup > 0.0 && self.rng.gen::<f64>() < self.link.dup {
-            let copy = data.clone();
-            self.push(at + Duration::from_micros(50), copy, false);
-        }
-        self.push(at, data, in_order);
     }
 
     /// Spoofed and garbage datagrams injected at the receiver now.
@@ -720,6 +776,7 @@ impl Sim {
         }
         self.now = self.now.max(next);
         let now = self.now;
+        self.arrive_from_link(now);
         let stalled = self.receiver_stalled();
         let alive = self.receiver_alive() && !stalled;
         // a slow receiver takes what it has had time for since it became slow
