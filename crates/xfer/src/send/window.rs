@@ -21,10 +21,6 @@ pub(super) const PIECE: usize = 256 << 10;
 /// whole windows, alternating, four runs each. `dd` there read 530 MB/s in 1 MiB requests and 718 MB/s
 /// in 8 MiB ones. On a host with a local NVMe disk, 1 MiB had given 3.0 GB/s against 2.0 at 256 KiB.
 pub(super) const DIRECT_PIECE: usize = WINDOW;
-/// A window's first range of one file is mapped (see [`super::map`]) rather than read when it is at least
-/// this long: below it, `mmap` and `munmap` (with the TLB flush of every core the process ran on) cost
-/// about what the copy saves.
-pub(super) const MAP_MIN: usize = 1 << 20;
 /// Longest wait for the reading thread's window (a disk that stalls this long fails the transfer).
 pub(super) const READ_WAIT: Duration = Duration::from_secs(60);
 /// A range of one virtual file held in the window.
@@ -278,8 +274,8 @@ pub(super) fn fill(
 }
 
 /// Maps the window's first range instead of reading it (see [`super::map`]) when it is one range of one
-/// real file, at least [`MAP_MIN`] long and not to be read with `O_DIRECT`; the window then holds that
-/// range only. With `sub` its blocks are hashed from the mapping. `None` when it is not mapped: [`fill`]
+/// real file, longer than half a window (a window read by [`fill`] then holds that range only, too: the
+/// windows are the same either way) and not to be read with `O_DIRECT`. With `sub` its blocks are hashed from the mapping. `None` when it is not mapped: [`fill`]
 /// reads as before.
 fn fill_mapped(
     set: &SourceSet,
@@ -292,7 +288,7 @@ fn fill_mapped(
     let size = set.files.get(file)?.size;
     let end = held.run_end(file, offset, size);
     let n = ((end - offset.min(end)) as usize).min(WINDOW);
-    if n < MAP_MIN || set.wants_direct(fds, file, offset, n as u64) {
+    if n * 2 <= WINDOW || set.wants_direct(fds, file, offset, n as u64) {
         return None;
     }
     let (fd, path, at) = set.one_extent(fds, file, offset, n as u64)?;
