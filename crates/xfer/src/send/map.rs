@@ -86,11 +86,12 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
             dfl.sa_sigaction = libc::SIG_DFL;
             libc::sigaction(libc::SIGBUS, &dfl, std::ptr::null_mut());
         } else if (*prev).sa_flags & libc::SA_SIGINFO != 0 {
-            let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
-                std::mem::transmute((*prev).sa_sigaction);
+            type Action = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
+            let f = std::mem::transmute::<libc::sighandler_t, Action>((*prev).sa_sigaction);
             f(sig, info, ctx);
         } else {
-            let f: extern "C" fn(libc::c_int) = std::mem::transmute((*prev).sa_sigaction);
+            type Handler = extern "C" fn(libc::c_int);
+            let f = std::mem::transmute::<libc::sighandler_t, Handler>((*prev).sa_sigaction);
             f(sig);
         }
     }
@@ -234,13 +235,21 @@ mod tests {
         let m = Mapping::new(&f, 4096, len - 4096).expect("mapped");
         assert!(m.bytes().iter().all(|&b| b == 7));
         assert!(!m.truncated());
-        std::fs::OpenOptions::new().write(true).open(&p).unwrap().set_len(1 << 20).unwrap();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_len(1 << 20)
+            .unwrap();
         let sum: u64 = m.bytes().iter().map(|&b| u64::from(b)).sum();
         assert!(m.truncated());
         // what lies before the new end is still the file
         assert_eq!(sum, 7 * ((1 << 20) - 4096));
         let e = truncated_error(&p).to_string();
-        assert!(e.contains(&p.display().to_string()) && e.contains("truncated"), "{e}");
+        assert!(
+            e.contains(&p.display().to_string()) && e.contains("truncated"),
+            "{e}"
+        );
         // a new mapping of the same slot starts unmarked
         drop(m);
         let m = Mapping::new(&f, 0, 1 << 20).expect("mapped");

@@ -268,7 +268,10 @@ impl Output {
             if found.is_none() && !h.retransmit {
                 // new data beyond the window: what is queued refers to the window, so it goes first
                 sent += self.flush(sock);
-                if let Err(e) = self.check_windows(set).and_then(|()| self.refill(set, file, h.offset)) {
+                if let Err(e) = self
+                    .check_windows(set)
+                    .and_then(|()| self.refill(set, file, h.offset))
+                {
                     return Round {
                         datagrams: sent,
                         read_error: Some(e.to_string()),
