@@ -34,7 +34,8 @@ mod sys;
 pub use epoll::Epoll;
 pub use pace::{InvalidRate, Pacer, RateMeter, Wait, WindowStats};
 pub use recv::{
-    realtime_ns, BatchReceiver, DropCounter, RecvBatch, RecvMeta, RecvStats, TimestampKeeper, MAX_RECV_PARTS,
+    realtime_ns, BatchReceiver, DropCounter, RecvBatch, RecvMeta, RecvStats, TimestampKeeper,
+    DEFAULT_RECV_PARTS, MAX_RECV_PARTS,
 };
 pub use send::{
     Batch, BatchSender, GsoError, RetryPolicy, SendError, SendStats, Sent, GSO_MAX_SEGMENTS, MAX_PARTS,

@@ -177,12 +177,18 @@ impl<'a> RecvBatch<'a> {
 
 /// Most buffers one message can be scattered over with [`BatchReceiver::recv_scatter`] or
 /// [`BatchReceiver::recv_vectored`] (e.g. a sequence-number prefix and a frame slot for each of 15 GRO
-/// segments, then a spare area).
+/// segments, then a spare area), by a receiver made with [`BatchReceiver::with_parts`].
 pub const MAX_RECV_PARTS: usize = 32;
+
+/// Buffers per message a receiver made with [`BatchReceiver::new`] has room for: enough for
+/// [`BatchReceiver::recv`], [`BatchReceiver::recv_into`] and [`BatchReceiver::recv_parts`].
+pub const DEFAULT_RECV_PARTS: usize = 2;
 
 /// Preallocated storage for receiving up to `capacity` messages per `recvmmsg`.
 pub struct BatchReceiver {
     capacity: usize,
+    /// Iovecs per message (the stride of `iovs`).
+    parts: usize,
     want_source: bool,
     hdrs: RawArray<libc::mmsghdr>,
     iovs: RawArray<libc::iovec>,
@@ -202,14 +208,23 @@ pub struct BatchReceiver {
 unsafe impl Send for BatchReceiver {}
 
 impl BatchReceiver {
-    /// A receiver for at most `capacity` messages per call (at least 1; the kernel caps one call at 1024).
+    /// A receiver for at most `capacity` messages per call (at least 1; the kernel caps one call at 1024),
+    /// each into at most [`DEFAULT_RECV_PARTS`] buffers.
     pub fn new(capacity: usize) -> Self {
+        Self::with_parts(capacity, DEFAULT_RECV_PARTS)
+    }
+
+    /// A receiver for at most `capacity` messages per call, each scattered over at most `parts` buffers
+    /// (1 to [`MAX_RECV_PARTS`]; the iovecs are preallocated, `parts` for every message).
+    pub fn with_parts(capacity: usize, parts: usize) -> Self {
         let capacity = capacity.max(1);
+        let parts = parts.clamp(1, MAX_RECV_PARTS);
         BatchReceiver {
             capacity,
+            parts,
             want_source: false,
             hdrs: RawArray::new(capacity, sys::zeroed),
-            iovs: RawArray::new(capacity * MAX_RECV_PARTS, sys::zeroed),
+            iovs: RawArray::new(capacity * parts, sys::zeroed),
             iov_lens: vec![0; capacity].into_boxed_slice(),
             cmsgs: RawArray::new(capacity, CmsgSpace::default),
             addrs: RawArray::new(capacity, sys::zeroed),
@@ -238,6 +253,11 @@ impl BatchReceiver {
     /// Messages per call.
     pub fn capacity(&self) -> usize {
         self.capacity
+    }
+
+    /// Buffers per message at most.
+    pub fn parts(&self) -> usize {
+        self.parts
     }
 
     /// Counters since construction.
@@ -281,7 +301,8 @@ impl BatchReceiver {
         self.recv_scatter(sock, bufs, timeout)
     }
 
-    /// Like [`recv`](Self::recv) but scatters each message over `N` (at most [`MAX_RECV_PARTS`]) buffers
+    /// Like [`recv`](Self::recv) but scatters each message over `N` (at most [`MAX_RECV_PARTS`], and at most
+    /// the receiver's [`parts`](Self::parts): more panics) buffers
     /// filled in order. E.g. a sequence-number prefix, then a run of frame slots in a block buffer, then
     /// a spare area so that a GRO super-datagram longer than the slots is never truncated.
     pub fn recv_scatter<'b, const N: usize, I>(
@@ -298,7 +319,7 @@ impl BatchReceiver {
     }
 
     /// Like [`recv_scatter`](Self::recv_scatter) with a number of parts that may differ from message to
-    /// message (at most [`MAX_RECV_PARTS`] each; more panics): message `n` is scattered over the buffers
+    /// message (at most [`parts`](Self::parts) each; more panics): message `n` is scattered over the buffers
     /// the `n`-th item yields, in order. E.g. for GRO super-datagrams of sequence-numbered frames, each
     /// segment's 8-byte prefix into a side array and its frame into its slot in a block buffer.
     pub fn recv_vectored<'b, I, J>(
@@ -325,11 +346,15 @@ impl BatchReceiver {
     }
 
     fn set_iov(&mut self, msg: usize, part: usize, buf: &mut [u8]) {
-        assert!(msg < self.capacity && part < MAX_RECV_PARTS);
-        // SAFETY: msg < capacity and part < MAX_RECV_PARTS keep the index inside the array. The caller's
-        // buffer is exclusively borrowed for the whole recv call that uses this iovec.
+        assert!(
+            msg < self.capacity && part < self.parts,
+            "more than {} parts per message",
+            self.parts
+        );
+        // SAFETY: msg < capacity and part < parts keep the index inside the array (capacity * parts). The
+        // caller's buffer is exclusively borrowed for the whole recv call that uses this iovec.
         unsafe {
-            *self.iovs.at(msg * MAX_RECV_PARTS + part) = libc::iovec {
+            *self.iovs.at(msg * self.parts + part) = libc::iovec {
                 iov_base: buf.as_mut_ptr() as *mut libc::c_void,
                 iov_len: buf.len(),
             };
@@ -437,7 +462,7 @@ impl BatchReceiver {
                 let entry = &mut *self.hdrs.at(i);
                 entry.msg_len = 0;
                 let hdr = &mut entry.msg_hdr;
-                hdr.msg_iov = self.iovs.at(i * MAX_RECV_PARTS);
+                hdr.msg_iov = self.iovs.at(i * self.parts);
                 hdr.msg_iovlen = self.iov_lens[i] as _;
                 hdr.msg_control = self.cmsgs.at(i) as *mut libc::c_void;
                 hdr.msg_controllen = std::mem::size_of::<CmsgSpace>() as _;
@@ -458,8 +483,8 @@ impl BatchReceiver {
         unsafe {
             let entry = &*self.hdrs.at(i);
             let hdr = &entry.msg_hdr;
-            let iov = self.iovs.at(i * MAX_RECV_PARTS);
-            let room: usize = (0..MAX_RECV_PARTS).map(|p| (*iov.add(p)).iov_len).sum();
+            let iov = self.iovs.at(i * self.parts);
+            let room: usize = (0..self.iov_lens[i]).map(|p| (*iov.add(p)).iov_len).sum();
             let wire_len = entry.msg_len as usize;
             let mut meta = RecvMeta {
                 len: wire_len.min(room),

@@ -413,6 +413,35 @@ fn bind_conflict_names_address_and_step() {
     assert!(open_udp(&cfg).is_ok());
 }
 
+/// Iovecs are preallocated per receiver: two per message by default, as many as asked with
+/// `with_parts`; a message scattered over more than the receiver has room for panics rather than
+/// writing past its iovecs, and the room of a message counts only the parts it was given.
+#[test]
+fn receivers_have_the_parts_they_were_made_with() {
+    let (rx_sock, dest) = receiver(false);
+    let tx_sock = sender(dest);
+    assert_eq!(BatchReceiver::new(8).parts(), 2);
+    let mut rx = BatchReceiver::with_parts(8, 3);
+    assert_eq!(rx.parts(), 3);
+    tx_sock.send(&[5u8; 30]).unwrap();
+    let (mut a, mut b, mut c) = ([0u8; 8], [0u8; 8], [0u8; 8]);
+    let batch = rx
+        .recv_scatter(&rx_sock, [[&mut a[..], &mut b[..], &mut c[..]]], WAIT)
+        .unwrap();
+    let m = batch.messages()[0];
+    assert_eq!((m.len, m.wire_len, m.truncated), (24, 30, true));
+    // then one part: its room is that part's, not the three of the call before
+    tx_sock.send(&[6u8; 30]).unwrap();
+    let mut one = [0u8; 10];
+    let m = rx.recv_into(&rx_sock, &mut one, WAIT).unwrap().unwrap();
+    assert_eq!((m.len, m.wire_len, m.truncated), (10, 30, true));
+    let mut rx = BatchReceiver::new(8);
+    let three = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = rx.recv_scatter(&rx_sock, [[&mut a[..], &mut b[..], &mut c[..]]], Duration::ZERO);
+    }));
+    assert!(three.is_err(), "three parts in a two-part receiver");
+}
+
 #[test]
 fn two_part_receive_splits_prefix_from_frame() {
     let (rx_sock, dest) = receiver(false);

@@ -317,12 +317,9 @@ fn tcp_read(
 
 /// Waits at most `timeout` (whole milliseconds) for `fd` to be readable.
 pub fn poll_in(fd: &impl AsFd, timeout: Duration) -> bool {
-    use rustix::event::{poll, PollFd, PollFlags, Timespec};
-    let ms = timeout.as_millis().min(i32::MAX as u128) as i64;
-    let timeout = Timespec {
-        tv_sec: ms / 1000,
-        tv_nsec: (ms % 1000) * 1_000_000,
-    };
+    use rustix::event::{poll, PollFd, PollFlags};
+    let ms = timeout.as_millis().min(i32::MAX as u128) as u64;
+    let timeout = vlbiflow_udp::poll::timespec(Duration::from_millis(ms));
     poll(&mut [PollFd::new(fd, PollFlags::IN)], Some(&timeout)).is_ok_and(|n| n > 0)
 }
 

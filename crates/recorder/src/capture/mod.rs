@@ -63,6 +63,63 @@ fn counts_as_unstored(a: Arrival) -> bool {
     !matches!(a, Arrival::Duplicate | Arrival::Stray)
 }
 
+/// Where one batch is stored and what it has stored so far.
+struct Batch {
+    layout: Layout,
+    /// There is a block to store into (else every frame is dropped for want of one).
+    store: bool,
+    /// Frames the block's free area holds.
+    cap: usize,
+    /// Frames the spill blocks taken during the batch hold.
+    spill_room: usize,
+    /// No free block was left for a spill.
+    spill_starved: bool,
+    /// Time stamps of the first and last stored frame with one.
+    first_time: Option<VdifTime>,
+    last_time: Option<VdifTime>,
+}
+
+/// One datagram of a received message: message `msg`, bytes `at..at + seg_len` of it, of which the
+/// message brought `received` in all (less than its length on the wire when truncated).
+#[derive(Clone, Copy)]
+struct Datagram {
+    msg: usize,
+    at: usize,
+    seg_len: usize,
+    received: usize,
+}
+
+/// The segment counts of a batch's messages (GRO).
+struct Shape {
+    /// The most segments of a message.
+    most: usize,
+    /// The count of the first message, and whether another message before the last (maybe a short tail)
+    /// had a different one.
+    first: Option<usize>,
+    varied: bool,
+}
+
+impl Default for Shape {
+    fn default() -> Shape {
+        Shape {
+            most: 1,
+            first: None,
+            varied: false,
+        }
+    }
+}
+
+impl Shape {
+    /// A message of `segments`; `counted` when it is not the batch's last.
+    #[inline]
+    fn see(&mut self, segments: usize, counted: bool) {
+        self.most = self.most.max(segments);
+        if counted {
+            self.varied |= *self.first.get_or_insert(segments) != segments;
+        }
+    }
+}
+
 /// Capture state of one stream on its capture thread.
 pub(crate) struct StreamCapture {
     pub index: usize,
@@ -388,213 +445,254 @@ impl StreamCapture {
         store: bool,
     ) -> usize {
         let slot = self.spec.frame_size as usize;
-        let prefix = layout.prefix;
-        let wire = slot + prefix;
-        let cap = if store { area.len() / slot } else { 0 };
-        let mut spill_room = 0;
-        let mut spill_starved = false;
-        let mut first_time = None;
-        let mut last_time = None;
-        let mut most_segments = 1;
-        // Whether segment counts differ between messages other than the last (maybe a short tail).
-        let last = got.msgs.len().saturating_sub(1);
-        let mut first_count = None;
-        let mut varied = false;
+        let mut batch = Batch {
+            layout,
+            store,
+            cap: if store { area.len() / slot } else { 0 },
+            spill_room: 0,
+            spill_starved: false,
+            first_time: None,
+            last_time: None,
+        };
+        let mut shape = Shape::default();
+        let msgs = got.msgs;
+        let last = msgs.len().saturating_sub(1);
         got.kept.clear();
-        for (i, m) in got.msgs.iter().enumerate() {
-            let region = got.regions[i];
+        for (i, m) in msgs.iter().enumerate() {
             // The real datagram length (MSG_TRUNC), so an oversized datagram is recognised and rejected.
             let seg = match m.gro_segment {
                 Some(g) => usize::from(g),
                 None => m.wire_len.max(1),
             };
             let segments = m.wire_len.div_ceil(seg).max(1);
-            most_segments = most_segments.max(segments);
-            if i < last {
-                varied |= *first_count.get_or_insert(segments) != segments;
-            }
+            shape.see(segments, i < last);
             self.coalesced += u64::from(segments > 1);
             self.messages += 1;
             self.datagrams += segments as u64;
             for j in 0..segments {
                 let at = j * seg;
-                let seg_len = m.wire_len.saturating_sub(at).min(seg);
-                let frame_len = seg_len.saturating_sub(prefix);
-                // Only a datagram of the right size is looked into; its frame must lie in one piece.
-                let frame_piece = if frame_len == slot && at + seg_len <= m.len {
-                    region
-                        .piece(i, prefix, slot, at + prefix, slot)
-                        .filter(|_| prefix == 0 || region.piece(i, prefix, slot, at, 8).is_some())
-                } else {
-                    None
+                let d = Datagram {
+                    msg: i,
+                    at,
+                    seg_len: m.wire_len.saturating_sub(at).min(seg),
+                    received: m.len,
                 };
-                let frame: &[u8] = match frame_piece {
-                    Some(Piece::Area(o)) => &area[o..o + slot],
-                    Some(Piece::Overflow(o)) => &got.overflow[o..o + slot],
-                    _ => &[],
-                };
-                let verdict = if frame_len == slot && frame.is_empty() {
-                    Verdict::Rejected(if at + seg_len > m.len {
-                        "datagram truncated"
-                    } else {
-                        "GRO segment size differs from the frame size"
-                    })
-                } else {
-                    classify(self.spec.kind, slot, frame, frame_len)
-                };
-                // A configured frame rate is a fact about the stream, never silently overridden: a frame
-                // numbered at or beyond it has no valid time at that rate and is rejected.
-                let verdict = match (verdict, self.spec.frame_rate) {
-                    (Verdict::Frame { time, m5b_index, .. }, Some(rate))
-                        if time.is_some_and(|t| t.frame >= rate)
-                            || m5b_index.is_some_and(|(_, f)| f >= rate) =>
-                    {
-                        Verdict::Rejected("frame number at or beyond the configured frame-rate")
-                    }
-                    (v, _) => v,
-                };
-                let (thread, time, invalid, m5b_index) = match verdict {
-                    Verdict::Frame {
-                        thread,
-                        time,
-                        invalid,
-                        m5b_index,
-                    } => (thread, time, invalid, m5b_index),
-                    Verdict::Rejected(reason) => {
-                        self.counters.rejected += 1;
-                        if !self.said_rejecting {
-                            self.said_rejecting = true;
-                            shared.event(RecorderEvent::Rejecting {
-                                stream: self.spec.label.clone(),
-                                datagram_len: seg_len,
-                                expected: wire,
-                                reason: reason.to_owned(),
-                            });
-                        }
-                        continue;
-                    }
-                };
-                // The PSN in front of the frame (read before anything moves).
-                let psn = if prefix == 0 {
-                    0
-                } else {
-                    let bytes: [u8; 8] = match region.piece(i, prefix, slot, at, 8) {
-                        Some(Piece::Head(h)) => got.psn[h],
-                        Some(Piece::Area(o)) => area[o..o + 8].try_into().unwrap_or_default(),
-                        Some(Piece::Overflow(o)) => got.overflow[o..o + 8].try_into().unwrap_or_default(),
-                        None => [0; 8],
-                    };
-                    psn::read(&bytes)
-                };
-                if let Some(w) = &self.wanted {
-                    if !w[usize::from(thread)] {
-                        self.counters.filtered += 1;
-                        if let Some(p) = &mut self.psn {
-                            p.observe(psn);
-                        }
-                        continue;
-                    }
-                }
-                let index = got.kept.len();
-                if store && index >= cap + spill_room && !spill_starved {
-                    // This block is full: continue in a fresh one (sealed after the batch, in order).
-                    match self.take_free_block(shared) {
-                        Some(b) => {
-                            self.spill.push(b);
-                            spill_room += self.frames_per_block;
-                        }
-                        None => spill_starved = true,
-                    }
-                }
-                if !store || index >= cap + spill_room {
-                    // Its number is known: the trackers see it (so the sequence goes on) and it is counted
-                    // lost at once, not only when a later frame is stored (at the end there may be none).
-                    self.counters.dropped_no_buffer += 1;
-                    if self.tap.is_some() {
-                        let mut h = [0u8; crate::tap::TAP_HEADER_LEN];
-                        let n = frame.len().min(h.len());
-                        h[..n].copy_from_slice(&frame[..n]);
-                        self.tap_unstored.push(((prefix != 0).then_some(psn), h));
-                    }
-                    self.unstored(shared, psn, thread, time, m5b_index);
-                    continue;
-                }
-                got.kept.push(match frame_piece {
-                    Some(Piece::Overflow(o)) => Src::Overflow(o),
-                    Some(Piece::Area(o)) => Src::Area(o),
-                    _ => unreachable!("a classified frame has a piece"),
-                });
-                if self.tap.is_some() {
-                    self.tap_psns.push(psn);
-                }
-                if let Some(p) = &mut self.psn {
-                    if p.next_expected().is_none() {
-                        let s = &shared.streams[self.index];
-                        s.first_psn.store(psn, Relaxed);
-                        s.has_first_psn.store(true, Relaxed);
-                    }
-                    p.observe(psn);
-                }
-                self.account(shared, thread, time, invalid, m5b_index);
-                if time.is_some() {
-                    first_time = first_time.or(time);
-                    last_time = time;
-                }
+                self.datagram(shared, got, area, &mut batch, d);
             }
         }
-        if layout.gro && !got.msgs.is_empty() {
-            // Room for as many datagrams per message as the last batch brought at most (bounded by what a
-            // super-datagram can hold): steady GSO/GRO traffic then lands without a hole between messages.
-            // With a PSN, each of them gets its own pair of iovecs, so at most `MAX_SPLIT`. Messages of
-            // varying counts are received one per call for a while, with room for the most seen.
-            let most = (OVERFLOW / wire).max(1);
-            let most = if prefix == 0 { most } else { most.min(MAX_SPLIT) };
-            if self.one_by_one > 0 {
-                self.one_by_one -= 1;
-                self.most_seen = self.most_seen.max(most_segments);
-                self.span = self.most_seen.clamp(1, most);
-            } else {
-                self.span = most_segments.clamp(1, most);
-                if varied {
-                    self.one_by_one = SINGLES_AFTER_VARIED;
-                    self.most_seen = most_segments;
-                }
-            }
+        if layout.gro && !msgs.is_empty() {
+            self.adapt_span(layout.prefix, &shape);
         }
         let kept = got.kept.len();
-        self.place(got, area, cap);
-        if let Some(tap) = self.tap.as_mut() {
-            // The frames now sit in consecutive slots: the area first, then the spill blocks.
-            let psns = (prefix != 0).then_some(&self.tap_psns[..]);
-            let here = kept.min(cap);
-            if here > 0 {
-                tap.stored(&area[..here * slot], psns.map(|p| &p[..here]));
-            }
-            let mut done = here;
-            for b in self.spill.iter_mut() {
-                if done == kept {
-                    break;
-                }
-                let k = (kept - done).min(self.frames_per_block);
-                tap.stored(&b.frame_area_mut()[..k * slot], psns.map(|p| &p[done..done + k]));
-                done += k;
-            }
-            for (psn, header) in &self.tap_unstored {
-                tap.unstored(*psn, header);
-            }
-            self.tap_psns.clear();
-            self.tap_unstored.clear();
+        self.place(got, area, batch.cap);
+        if self.tap.is_some() {
+            self.tap_batch(area, batch.cap, kept, layout.prefix);
         }
+        self.publish_batch(shared, kept, batch.first_time.zip(batch.last_time));
+        kept
+    }
+
+    /// Classifies one datagram of a batch where it landed, then keeps it (its place goes to `got.kept`),
+    /// drops it for want of a buffer, filters it out or rejects it, accounting for it either way.
+    #[inline]
+    fn datagram(&mut self, shared: &Shared, got: &mut Received, area: &[u8], batch: &mut Batch, d: Datagram) {
+        let slot = self.spec.frame_size as usize;
+        let prefix = batch.layout.prefix;
+        let Datagram {
+            msg: i,
+            at,
+            seg_len,
+            received,
+        } = d;
+        let region = got.regions[i];
+        let overflow = got.overflow;
+        let frame_len = seg_len.saturating_sub(prefix);
+        // Only a datagram of the right size is looked into; its frame must lie in one piece.
+        let frame_piece = if frame_len == slot && at + seg_len <= received {
+            region
+                .piece(i, prefix, slot, at + prefix, slot)
+                .filter(|_| prefix == 0 || region.piece(i, prefix, slot, at, 8).is_some())
+        } else {
+            None
+        };
+        let frame: &[u8] = match frame_piece {
+            Some(Piece::Area(o)) => &area[o..o + slot],
+            Some(Piece::Overflow(o)) => &overflow[o..o + slot],
+            _ => &[],
+        };
+        let verdict = if frame_len == slot && frame.is_empty() {
+            Verdict::Rejected(if at + seg_len > received {
+                "datagram truncated"
+            } else {
+                "GRO segment size differs from the frame size"
+            })
+        } else {
+            classify(self.spec.kind, slot, frame, frame_len)
+        };
+        // A configured frame rate is a fact about the stream, never silently overridden: a frame
+        // numbered at or beyond it has no valid time at that rate and is rejected.
+        let verdict = match (verdict, self.spec.frame_rate) {
+            (Verdict::Frame { time, m5b_index, .. }, Some(rate))
+                if time.is_some_and(|t| t.frame >= rate) || m5b_index.is_some_and(|(_, f)| f >= rate) =>
+            {
+                Verdict::Rejected("frame number at or beyond the configured frame-rate")
+            }
+            (v, _) => v,
+        };
+        let (thread, time, invalid, m5b_index) = match verdict {
+            Verdict::Frame {
+                thread,
+                time,
+                invalid,
+                m5b_index,
+            } => (thread, time, invalid, m5b_index),
+            Verdict::Rejected(reason) => {
+                self.reject(shared, seg_len, slot + prefix, reason);
+                return;
+            }
+        };
+        // The PSN in front of the frame (read before anything moves).
+        let psn = if prefix == 0 {
+            0
+        } else {
+            let bytes: [u8; 8] = match region.piece(i, prefix, slot, at, 8) {
+                Some(Piece::Head(h)) => got.psn[h],
+                Some(Piece::Area(o)) => area[o..o + 8].try_into().unwrap_or_default(),
+                Some(Piece::Overflow(o)) => overflow[o..o + 8].try_into().unwrap_or_default(),
+                None => [0; 8],
+            };
+            psn::read(&bytes)
+        };
+        if let Some(w) = &self.wanted {
+            if !w[usize::from(thread)] {
+                self.counters.filtered += 1;
+                if let Some(p) = &mut self.psn {
+                    p.observe(psn);
+                }
+                return;
+            }
+        }
+        let index = got.kept.len();
+        if batch.store && index >= batch.cap + batch.spill_room && !batch.spill_starved {
+            // This block is full: continue in a fresh one (sealed after the batch, in order).
+            match self.take_free_block(shared) {
+                Some(b) => {
+                    self.spill.push(b);
+                    batch.spill_room += self.frames_per_block;
+                }
+                None => batch.spill_starved = true,
+            }
+        }
+        if !batch.store || index >= batch.cap + batch.spill_room {
+            // Its number is known: the trackers see it (so the sequence goes on) and it is counted
+            // lost at once, not only when a later frame is stored (at the end there may be none).
+            self.counters.dropped_no_buffer += 1;
+            if self.tap.is_some() {
+                let mut h = [0u8; crate::tap::TAP_HEADER_LEN];
+                let n = frame.len().min(h.len());
+                h[..n].copy_from_slice(&frame[..n]);
+                self.tap_unstored.push(((prefix != 0).then_some(psn), h));
+            }
+            self.unstored(shared, psn, thread, time, m5b_index);
+            return;
+        }
+        got.kept.push(match frame_piece {
+            Some(Piece::Overflow(o)) => Src::Overflow(o),
+            Some(Piece::Area(o)) => Src::Area(o),
+            _ => unreachable!("a classified frame has a piece"),
+        });
+        if self.tap.is_some() {
+            self.tap_psns.push(psn);
+        }
+        if let Some(p) = &mut self.psn {
+            if p.next_expected().is_none() {
+                let s = &shared.streams[self.index];
+                s.first_psn.store(psn, Relaxed);
+                s.has_first_psn.store(true, Relaxed);
+            }
+            p.observe(psn);
+        }
+        self.account(shared, thread, time, invalid, m5b_index);
+        if time.is_some() {
+            batch.first_time = batch.first_time.or(time);
+            batch.last_time = time;
+        }
+    }
+
+    /// Counts a rejected datagram; the first one of the stream is reported.
+    #[inline]
+    fn reject(&mut self, shared: &Shared, datagram_len: usize, expected: usize, reason: &str) {
+        self.counters.rejected += 1;
+        if !self.said_rejecting {
+            self.said_rejecting = true;
+            shared.event(RecorderEvent::Rejecting {
+                stream: self.spec.label.clone(),
+                datagram_len,
+                expected,
+                reason: reason.to_owned(),
+            });
+        }
+    }
+
+    /// After a batch of a GRO socket: room for as many datagrams per message as the batch brought at most
+    /// (bounded by what a super-datagram can hold), so steady GSO/GRO traffic lands without a hole between
+    /// messages. With a PSN, each of them gets its own pair of iovecs, so at most `MAX_SPLIT`. Messages of
+    /// varying counts are received one per call for a while, with room for the most seen.
+    fn adapt_span(&mut self, prefix: usize, shape: &Shape) {
+        let wire = self.spec.frame_size as usize + prefix;
+        let most = (OVERFLOW / wire).max(1);
+        let most = if prefix == 0 { most } else { most.min(MAX_SPLIT) };
+        if self.one_by_one > 0 {
+            self.one_by_one -= 1;
+            self.most_seen = self.most_seen.max(shape.most);
+            self.span = self.most_seen.clamp(1, most);
+        } else {
+            self.span = shape.most.clamp(1, most);
+            if shape.varied {
+                self.one_by_one = SINGLES_AFTER_VARIED;
+                self.most_seen = shape.most;
+            }
+        }
+    }
+
+    /// Shows the tap a batch's `kept` stored frames, now in consecutive slots (the area, `cap` of them at
+    /// most, then the spill blocks), and the frames it dropped for want of a buffer.
+    fn tap_batch(&mut self, area: &[u8], cap: usize, kept: usize, prefix: usize) {
+        let slot = self.spec.frame_size as usize;
+        let Some(tap) = self.tap.as_mut() else { return };
+        let psns = (prefix != 0).then_some(&self.tap_psns[..]);
+        let here = kept.min(cap);
+        if here > 0 {
+            tap.stored(&area[..here * slot], psns.map(|p| &p[..here]));
+        }
+        let mut done = here;
+        for b in self.spill.iter_mut() {
+            if done == kept {
+                break;
+            }
+            let k = (kept - done).min(self.frames_per_block);
+            tap.stored(&b.frame_area_mut()[..k * slot], psns.map(|p| &p[done..done + k]));
+            done += k;
+        }
+        for (psn, header) in &self.tap_unstored {
+            tap.unstored(*psn, header);
+        }
+        self.tap_psns.clear();
+        self.tap_unstored.clear();
+    }
+
+    /// Publishes when a batch that stored `kept` frames arrived, and the time stamps of its first and last
+    /// frame with a time.
+    fn publish_batch(&mut self, shared: &Shared, kept: usize, times: Option<(VdifTime, VdifTime)>) {
+        let s = &shared.streams[self.index];
         if kept > 0 {
-            let s = &shared.streams[self.index];
             let now = (shared.start.elapsed().as_nanos() as u64).max(1);
             if s.first_ns.load(Relaxed) == 0 {
                 s.first_ns.store(now, Relaxed);
             }
             s.last_ns.store(now, Relaxed);
         }
-        if let (Some(first), Some(last)) = (first_time, last_time) {
-            let s = &shared.streams[self.index];
+        if let Some((first, last)) = times {
             if self.first_time {
                 // The scan starts at the first frame of the first batch, not the last: a burst can fill a
                 // whole batch before the recorder looks.
@@ -603,7 +701,6 @@ impl StreamCapture {
             }
             s.last_time.store(pack_time(last), Relaxed);
         }
-        kept
     }
 
     /// Moves the kept frames of a batch to consecutive slots (see [`place_frames`]).

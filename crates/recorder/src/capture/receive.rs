@@ -196,7 +196,7 @@ pub(crate) struct Receiver {
 
 impl Receiver {
     pub fn new(capacity: usize, gro: bool) -> Self {
-        let rx = BatchReceiver::new(capacity.clamp(1, 1024));
+        let rx = BatchReceiver::with_parts(capacity.clamp(1, 1024), MAX_RECV_PARTS);
         let psn = vec![[0u8; 8]; rx.capacity() * MAX_SPLIT].into_boxed_slice();
         let overflow = if gro {
             vec![0u8; rx.capacity() * OVERFLOW]

@@ -11,6 +11,7 @@
 mod data;
 mod feedback;
 mod hash;
+mod map;
 mod outcome;
 mod output;
 mod read_ahead;
