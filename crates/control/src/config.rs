@@ -65,6 +65,10 @@ pub struct ConfigFile {
     /// Streams committed at start-up, in `vlbiflow record --stream` form.
     #[serde(default)]
     pub streams: Vec<String>,
+    /// Source addresses (`ADDR[/PREFIX]`) that streams added with `input_stream=add` accept; datagrams
+    /// from others are dropped and counted as wrong_source. Empty: any source.
+    #[serde(default)]
+    pub from: Vec<String>,
     /// Default experiment and station names for `record=on` without them.
     pub experiment: Option<String>,
     pub station: Option<String>,
@@ -180,6 +184,8 @@ pub struct DaemonConfig {
     pub open_group: Option<String>,
     pub groups: BTreeMap<String, Vec<String>>,
     pub streams: Vec<StreamSpec>,
+    /// Sources that streams added with `input_stream=add` accept (`from` in the file); empty: any.
+    pub from: vlbiflow_guard::net::AllowList,
     pub experiment: Option<String>,
     pub station: Option<String>,
     /// Engine settings; streams, disks and scan are filled in per recording.
@@ -281,6 +287,11 @@ impl DaemonConfig {
                 return Err(invalid("open_group", format!("{g:?} is not in [groups]")));
             }
         }
+        let mut from = vlbiflow_guard::net::AllowList::default();
+        for s in &f.from {
+            from.0
+                .push(s.parse().map_err(|e| invalid("from", format!("{s:?}: {e}")))?);
+        }
         let mut streams = Vec::new();
         for s in &f.streams {
             streams.push(StreamSpec::parse(s).map_err(|e| invalid("streams", e.to_string()))?);
@@ -371,6 +382,7 @@ impl DaemonConfig {
             open_group: f.open_group,
             groups: f.groups,
             streams,
+            from,
             experiment: f.experiment,
             station: f.station,
             recorder: rc,

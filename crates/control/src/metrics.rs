@@ -61,7 +61,7 @@ impl Collector for Snapshot {
 
 fn streams(f: &mut Families<'_>, r: &StatusReport, c: &Cumulative) -> fmt::Result {
     type Get = fn(&StreamTotals) -> u64;
-    let counters: [(&str, &str, Get); 6] = [
+    let counters: [(&str, &str, Get); 7] = [
         (
             "vlbiflow_stream_packets_total",
             "Datagrams (frames) stored, per stream, since the daemon started.",
@@ -86,6 +86,11 @@ fn streams(f: &mut Families<'_>, r: &StatusReport, c: &Cumulative) -> fmt::Resul
             "vlbiflow_stream_rejected_packets_total",
             "Datagrams that were not frames of the stream's size or format, per stream.",
             |t| t.rejected,
+        ),
+        (
+            "vlbiflow_stream_wrong_source_packets_total",
+            "Datagrams from sources the stream does not accept (from=), dropped, per stream.",
+            |t| t.wrong_source,
         ),
         (
             "vlbiflow_stream_dropped_packets_total",

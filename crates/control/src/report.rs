@@ -70,6 +70,9 @@ pub struct StreamReport {
     pub filtered: u64,
     pub dropped_no_buffer: u64,
     pub kernel_drops: u64,
+    /// Datagrams from sources the stream does not accept (`from`): dropped.
+    #[serde(default)]
+    pub wrong_source: u64,
     pub loss_fraction: f64,
     /// Received rate over the last second, bits/s.
     pub rate_bps: f64,
@@ -201,6 +204,9 @@ pub struct StreamTotals {
     pub rejected: u64,
     /// Dropped for want of a block buffer plus dropped by the kernel.
     pub dropped: u64,
+    /// From sources the stream does not accept (`from`).
+    #[serde(default)]
+    pub wrong_source: u64,
 }
 
 impl StreamTotals {
@@ -212,6 +218,7 @@ impl StreamTotals {
         self.out_of_order += other.out_of_order;
         self.rejected += other.rejected;
         self.dropped += other.dropped;
+        self.wrong_source += other.wrong_source;
     }
 }
 

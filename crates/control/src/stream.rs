@@ -30,6 +30,9 @@ pub struct InputStream {
     pub threads: Vec<u16>,
     /// Frame rate from the configuration, if any.
     pub frame_rate: Option<u32>,
+    /// Sources accepted (the stream's `from=`, or the daemon's `from` for `input_stream=add`); empty:
+    /// any.
+    pub from: vlbiflow_guard::net::AllowList,
 }
 
 impl InputStream {
@@ -43,6 +46,7 @@ impl InputStream {
             psn: self.payload_offset == UDP_HEADER_OFFSET + 8,
             frame_size: self.payload_size,
             frame_rate: self.frame_rate,
+            from: self.from.clone(),
         }
     }
 
@@ -59,6 +63,7 @@ impl InputStream {
             slot: String::new(),
             threads: s.threads.clone(),
             frame_rate: s.frame_rate,
+            from: s.from.clone(),
         }
     }
 
@@ -162,6 +167,7 @@ pub fn parse_input_stream(a: &[String]) -> std::result::Result<InputStream, Stri
         slot,
         threads: t,
         frame_rate: None,
+        from: Default::default(),
     };
     s.spec().validate().map_err(|e| e.to_string())?;
     Ok(s)

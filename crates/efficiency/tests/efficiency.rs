@@ -129,6 +129,7 @@ fn bad_setups_are_refused_with_the_field_and_the_session_goes_on() {
     conn.send(&Request::Hello {
         version: PROTOCOL_VERSION,
         software: "test".into(),
+        token: None,
     })
     .unwrap();
     let hello: Reply = conn.recv(Duration::from_secs(5), "hello", "reply").unwrap();

@@ -106,6 +106,9 @@ pub struct ReceiveConfig {
     pub fill_log: Option<PathBuf>,
     /// Memory between the receiving thread and the output's thread.
     pub output_buffer: usize,
+    /// Sources to accept (`--from`); datagrams from others are dropped and counted as
+    /// `wrong_source` before they reach the reorder window. Empty: any source.
+    pub from: vlbiflow_guard::net::AllowList,
 }
 
 impl ReceiveConfig {
@@ -133,6 +136,7 @@ impl ReceiveConfig {
             output_wait: Duration::from_secs(30),
             fill_log: None,
             output_buffer: 256 << 20,
+            from: Default::default(),
         }
     }
 
@@ -195,6 +199,8 @@ pub struct ReceiveStatus {
     pub bytes: u64,
     /// Datagrams of the right size that are not frames (no VDIF header, wrong length field, no Mark5B sync).
     pub rejected: u64,
+    /// Datagrams from sources outside `--from`: dropped.
+    pub wrong_source: u64,
     /// The reorderer's counters: received, delivered, filled, late, duplicate, out_of_order, stray,
     /// restarts, malformed, unknown_thread.
     pub reorder: ReorderCounters,
@@ -272,7 +278,7 @@ pub fn run_receive(
     };
     // One byte more than a good datagram, so a longer one shows as wrong-sized even when cut.
     let slot = prefix + config.frame_len + 1;
-    let mut rx = BatchReceiver::new(64);
+    let mut rx = BatchReceiver::new(64).with_source(!config.from.is_empty());
     let mut bufs = vec![0u8; rx.capacity() * slot];
     let mut st = ReceiveStatus {
         listen: listen.to_string(),
@@ -343,6 +349,10 @@ pub fn run_receive(
         for (i, m) in metas.iter().enumerate() {
             st.datagrams += 1;
             st.bytes += m.wire_len as u64;
+            if !config.from.is_empty() && !m.source.is_some_and(|a| config.from.allows(a.ip())) {
+                st.wrong_source += 1;
+                continue;
+            }
             let d = &bufs[i * slot..i * slot + m.len];
             let frame = d.get(prefix..).unwrap_or(&[]);
             if m.wire_len == prefix + config.frame_len && !is_frame(config.kind, frame) {

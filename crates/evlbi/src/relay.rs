@@ -48,6 +48,9 @@ pub struct RelayConfig {
     pub duration: Option<Duration>,
     pub idle: Option<Duration>,
     pub recv_buffer: usize,
+    /// Sources to accept (`--from`); datagrams from others are dropped and counted as
+    /// `wrong_source`. Empty: any source.
+    pub from: vlbiflow_guard::net::AllowList,
 }
 
 impl RelayConfig {
@@ -62,6 +65,7 @@ impl RelayConfig {
             duration: None,
             idle: None,
             recv_buffer: 256 << 20,
+            from: Default::default(),
         }
     }
 }
@@ -88,6 +92,8 @@ pub struct RelayStatus {
     pub bytes: u64,
     /// Datagrams that are not frames of the stream (wrong size, no header).
     pub rejected: u64,
+    /// Datagrams from sources outside `--from`: dropped.
+    pub wrong_source: u64,
     /// Frames forwarded (offered to the destinations), fill included when it is sent.
     pub frames: u64,
     pub kernel_drops: u64,
@@ -163,7 +169,7 @@ pub fn run_relay(
         InputProtocol::Vdif => 0,
     };
     let slot = prefix + config.frame_len + 1;
-    let mut rx = BatchReceiver::new(64);
+    let mut rx = BatchReceiver::new(64).with_source(!config.from.is_empty());
     let mut bufs = vec![0u8; rx.capacity() * slot];
     let mut st = RelayStatus {
         listen: listen.to_string(),
@@ -207,6 +213,10 @@ pub fn run_relay(
         for (i, m) in metas.iter().enumerate() {
             st.datagrams += 1;
             st.bytes += m.wire_len as u64;
+            if !config.from.is_empty() && !m.source.is_some_and(|a| config.from.allows(a.ip())) {
+                st.wrong_source += 1;
+                continue;
+            }
             let d = &bufs[i * slot..i * slot + m.len];
             let frame = d.get(prefix..).unwrap_or(&[]);
             if m.wire_len != prefix + config.frame_len || !is_frame(config.kind, frame) {

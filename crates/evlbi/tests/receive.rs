@@ -252,3 +252,33 @@ fn plain_vdif_of_two_threads_is_ordered_by_time_with_stamped_fill() {
         }
     }
 }
+
+#[test]
+fn datagrams_from_outside_from_never_reach_the_reorder_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.vdif");
+    let mut c = base_config(OutputSpec::File(out.clone()));
+    c.from = vlbiflow_guard::net::AllowList(vec!["127.0.0.1/32".parse().unwrap()]);
+    let (addr, t) = start(c);
+    // A spoofer on 127.0.0.2 sends the first 500 positions with other content first: unfiltered, they
+    // would be delivered in place of the real frames (which would then count as duplicates).
+    let spoof = UdpSocket::bind("127.0.0.2:0").unwrap();
+    for k in 0..500u64 {
+        spoof.send_to(&udps(k, &frame(1, k)), addr).unwrap();
+        if k % 50 == 49 {
+            std::thread::sleep(Duration::from_micros(300));
+        }
+    }
+    let real: Vec<Vec<u8>> = (0..N).map(|k| udps(k, &frame(0, k))).collect();
+    send_all(addr, &real);
+    let st = t.join().unwrap();
+    assert_eq!(st.kernel_drops, 0, "the test needs every datagram delivered");
+    assert_eq!(st.wrong_source, 500);
+    assert_eq!(st.datagrams, N + 500);
+    let r = st.reorder;
+    assert_eq!((r.delivered, r.filled, r.duplicate), (N, 0, 0));
+    let bytes = std::fs::read(&out).unwrap();
+    for (k, f) in bytes.chunks_exact(LEN).enumerate() {
+        assert_eq!(f, &frame(0, k as u64)[..], "output {k}");
+    }
+}

@@ -14,6 +14,10 @@ use crate::tcpinfo::TcpSockInfo;
 
 /// Version of the control protocol and of the result structures carried by it.
 pub const PROTOCOL_VERSION: u32 = 1;
+/// What a bw client adds to its sending time for [`BwSetup::max_duration_ms`]: the time the
+/// responder waits for the last packets and the finish. A responder's cap on test duration is on what
+/// is left.
+pub const BW_FINISH_SLACK: std::time::Duration = std::time::Duration::from_secs(30);
 /// Longest accepted line (results with histograms and loss intervals stay well below it).
 pub const MAX_LINE: usize = 8 << 20;
 
@@ -27,6 +31,9 @@ pub enum Request {
         version: u32,
         /// Free text, e.g. "vlbiflow 0.1.0".
         software: String,
+        /// The responder's access token, when it asks for one (`net responder --token-file`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        token: Option<String>,
     },
     /// Prepares a UDP throughput test.
     BwStart(BwSetup),

@@ -173,7 +173,7 @@ fn flat_out_gso_and_per_datagram_sends_deliver_the_same_numbered_datagrams() {
 #[test]
 fn version_mismatch_is_a_clear_error_both_ways() {
     let r = start_responder();
-    let e = Client::connect_with_version(r.addr, T, PROTOCOL_VERSION + 7)
+    let e = Client::connect_with_version(r.addr, T, PROTOCOL_VERSION + 7, None)
         .err()
         .unwrap();
     let msg = e.to_string();
@@ -218,6 +218,7 @@ fn garbage_on_both_ports_is_counted_and_ignored() {
     c.send(&Request::Hello {
         version: PROTOCOL_VERSION,
         software: "test".into(),
+        token: None,
     })
     .unwrap();
     assert!(matches!(
@@ -426,6 +427,7 @@ fn send_paced_stream(
     c.send(&Request::Hello {
         version: PROTOCOL_VERSION,
         software: "test".into(),
+        token: None,
     })
     .unwrap();
     assert!(matches!(
@@ -571,6 +573,7 @@ fn raw_session(addr: SocketAddr) -> ControlConn {
     c.send(&Request::Hello {
         version: PROTOCOL_VERSION,
         software: "test".into(),
+        token: None,
     })
     .unwrap();
     assert!(matches!(
@@ -711,6 +714,51 @@ fn sessions_beyond_the_limit_are_told_the_responder_is_busy() {
         }
     };
     let res = second
+        .bw(&BwParams::new(200, 20, 0.0), &AtomicBool::new(false))
+        .unwrap();
+    assert_eq!(res.received + res.lost, 20);
+}
+
+#[test]
+fn a_responder_with_a_token_serves_only_clients_that_send_it() {
+    let r = start_responder_with(|c| c.token = Some("s3cret-token-value".into()));
+    // Anonymous and wrong tokens: refused at the hello, no test set up, no memory reserved.
+    let e = Client::connect(r.addr, T).err().unwrap().to_string();
+    assert!(
+        e.contains("unauthorized (no token)") && e.contains("--token-file"),
+        "{e}"
+    );
+    let e = Client::connect_with_token(r.addr, T, Some("guess"))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("unauthorized (wrong token)"), "{e}");
+    // A raw client that skips to a test after a tokenless hello gets nothing either.
+    let mut c = ControlConn::connect(r.addr, T).unwrap();
+    c.send(&Request::Hello {
+        version: PROTOCOL_VERSION,
+        software: "test".into(),
+        token: None,
+    })
+    .unwrap();
+    c.send(&Request::BwStart(BwSetup {
+        test_id: 1,
+        count: 8_000_000,
+        size: 1472,
+        recv_buffer: None,
+        max_duration_ms: 5000,
+        timeline: false,
+    }))
+    .unwrap();
+    assert!(matches!(
+        c.recv(T, "hello", "reply").unwrap(),
+        Reply::Error { .. }
+    ));
+    assert_eq!(r.counters.unauthorized.load(Ordering::Relaxed), 3);
+    assert_eq!(r.counters.reserved_bytes.load(Ordering::Relaxed), 0);
+    // With the token: tests run.
+    let mut client = Client::connect_with_token(r.addr, T, Some("s3cret-token-value")).unwrap();
+    let res = client
         .bw(&BwParams::new(200, 20, 0.0), &AtomicBool::new(false))
         .unwrap();
     assert_eq!(res.received + res.lost, 20);

@@ -33,7 +33,7 @@ pub enum ConfigError {
     Invalid { field: &'static str, reason: String },
 }
 
-/// One input stream: `LABEL=vdif@ADDR:PORT[,threads=0,1][,psn][,frame-size=8224][,frame-rate=N]`.
+/// One input stream: `LABEL=vdif@ADDR:PORT[,threads=0,1][,psn][,frame-size=8224][,frame-rate=N][,from=ADDR/PREFIX]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamSpec {
     /// Name of the stream in status, summary and metadata.
@@ -49,6 +49,9 @@ pub struct StreamSpec {
     pub frame_size: u32,
     /// Frames per second per thread; learned from the data when `None`.
     pub frame_rate: Option<u32>,
+    /// Source addresses to accept (`from=ADDR[/PREFIX]`, repeatable); datagrams from others are
+    /// dropped and counted as `wrong_source`. Empty: any source.
+    pub from: vlbiflow_guard::net::AllowList,
 }
 
 impl StreamSpec {
@@ -84,6 +87,7 @@ impl StreamSpec {
                 FrameKind::M5b => MARK5B_FRAME_SIZE,
             },
             frame_rate: None,
+            from: Default::default(),
         };
         for option in parsed.options {
             let (key, value) = match option.map_err(|r| err("threads", r))? {
@@ -103,6 +107,10 @@ impl StreamSpec {
                         .parse()
                         .map_err(|_| err("frame-size", format!("{v:?} is not a byte count")))?;
                 }
+                ("from", Some(v)) => s
+                    .from
+                    .0
+                    .push(v.parse().map_err(|e| err("from", format!("{v:?}: {e}")))?),
                 ("frame-rate", Some(v)) => {
                     let r: u32 = v
                         .parse()
@@ -115,7 +123,9 @@ impl StreamSpec {
                 (k, _) => {
                     return Err(err(
                         "option",
-                        format!("unknown option {k:?} (known: threads=, psn, frame-size=, frame-rate=)"),
+                        format!(
+                            "unknown option {k:?} (known: threads=, psn, frame-size=, frame-rate=, from=)"
+                        ),
                     ))
                 }
             }

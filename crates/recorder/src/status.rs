@@ -223,6 +223,7 @@ pub(crate) fn add_counters(t: &mut StreamCounters, c: &StreamCounters) {
     t.filtered += c.filtered;
     t.dropped_no_buffer += c.dropped_no_buffer;
     t.kernel_drops += c.kernel_drops;
+    t.wrong_source += c.wrong_source;
 }
 
 /// Packs a VDIF time stamp into 60 bits (0 = none).
@@ -259,6 +260,7 @@ pub(crate) struct StreamShared {
     pub filtered: AtomicU64,
     pub dropped_no_buffer: AtomicU64,
     pub kernel_drops: AtomicU64,
+    pub wrong_source: AtomicU64,
     pub restarts: AtomicU64,
     pub first_time: AtomicU64,
     pub last_time: AtomicU64,
@@ -289,6 +291,7 @@ impl StreamShared {
         self.filtered.store(c.filtered, Relaxed);
         self.dropped_no_buffer.store(c.dropped_no_buffer, Relaxed);
         self.kernel_drops.store(c.kernel_drops, Relaxed);
+        self.wrong_source.store(c.wrong_source, Relaxed);
         self.restarts.store(restarts, Relaxed);
     }
 
@@ -304,6 +307,7 @@ impl StreamShared {
             filtered: self.filtered.load(Relaxed),
             dropped_no_buffer: self.dropped_no_buffer.load(Relaxed),
             kernel_drops: self.kernel_drops.load(Relaxed),
+            wrong_source: self.wrong_source.load(Relaxed),
         }
     }
 }

@@ -798,3 +798,61 @@ fn events_nobody_reads_are_bounded_and_counted() {
         n - 1
     );
 }
+
+#[test]
+fn frames_from_a_source_outside_from_are_dropped_and_counted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let disks = disks(tmp.path(), 2);
+    let (h, addrs) = start(config(
+        vec![spec("a", ",psn,from=127.0.0.1/32")],
+        disks.clone(),
+        "from_filter",
+    ));
+    let dest = addrs[0];
+    // A spoofer on 127.0.0.2 sends well-formed frames whose PSNs follow the real stream's: without the
+    // filter they would be recorded.
+    let (good, spoofed) = (3_000u64, 1_000u64);
+    let spoofer = std::thread::spawn(move || {
+        let sock = std::net::UdpSocket::bind("127.0.0.2:0").unwrap();
+        let mut dgram = vec![0u8; FRAME + 8];
+        for seq in good..good + spoofed {
+            dgram[..8].copy_from_slice(&seq.to_ne_bytes());
+            vdif_frame(&mut dgram[8..], seq, 0);
+            send_all(&sock, &dgram, dest);
+            if seq % 256 == 0 {
+                std::thread::yield_now();
+            }
+        }
+    });
+    send_stream(dest, good, FRAME, 1, Some(0), |_| false);
+    spoofer.join().unwrap();
+    wait_until(&h, WAIT, "all datagrams", |s| {
+        let c = s.streams[0].counters;
+        c.packets + c.wrong_source == good + spoofed
+    });
+    h.stop();
+    let sum = h.wait().unwrap();
+    let c = sum.status.streams[0].counters;
+    assert_eq!(
+        (c.packets, c.wrong_source, c.lost, c.rejected, c.duplicates),
+        (good, spoofed, 0, 0, 0)
+    );
+    let frames = frames_of(
+        gather_mark6(&disks, "from_filter").into_iter().map(|b| b.data),
+        FRAME,
+    );
+    assert!(frames == (0..good).map(|s| (s, 0)).collect::<Vec<_>>());
+    // The scan's metadata carries the count.
+    assert_eq!(sum.metadata.streams[0].counters.wrong_source, spoofed);
+}
+
+#[test]
+fn from_is_a_stream_option() {
+    let s = spec("a", ",from=10.0.0.0/8,from=192.0.2.7");
+    assert!(s.from.allows("10.1.2.3".parse().unwrap()));
+    assert!(s.from.allows("192.0.2.7".parse().unwrap()));
+    assert!(!s.from.allows("192.0.2.8".parse().unwrap()));
+    assert!(spec("a", "").from.is_empty());
+    let e = StreamSpec::parse("a=vdif@127.0.0.1:0,from=nonsense").unwrap_err();
+    assert!(e.to_string().contains("from"), "{e}");
+}

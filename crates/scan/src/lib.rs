@@ -60,6 +60,10 @@ pub struct StreamCounters {
     pub dropped_no_buffer: u64,
     /// Datagrams the kernel dropped on the socket (SO_RXQ_OVFL).
     pub kernel_drops: u64,
+    /// Datagrams from a source outside the stream's `from=` blocks: dropped. Absent in older
+    /// metadata: 0.
+    #[serde(default)]
+    pub wrong_source: u64,
 }
 
 impl StreamCounters {
@@ -322,6 +326,7 @@ impl ScanMetadata {
             t.filtered += c.filtered;
             t.dropped_no_buffer += c.dropped_no_buffer;
             t.kernel_drops += c.kernel_drops;
+            t.wrong_source += c.wrong_source;
         }
         t
     }

@@ -34,6 +34,47 @@ pub struct Root {
     pub name: String,
     /// Canonical path.
     pub path: PathBuf,
+    /// What clients may do under it (`--root NAME=DIR:ro` or `:wo`; default both).
+    pub access: Access,
+}
+
+/// What clients may do under a root.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Access {
+    /// Push to it and pull (or copy) from it.
+    #[default]
+    ReadWrite,
+    /// Pull and copy from it only (`:ro`): recordings served to others.
+    ReadOnly,
+    /// Push to it only (`:wo`): an inbox whose files no client can read back.
+    WriteOnly,
+}
+
+/// What a request does under a root.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Use {
+    /// Reads files (pull, the sending end of a copy, listing).
+    Read,
+    /// Writes files (push, the receiving end of a copy).
+    Write,
+}
+
+impl Access {
+    /// Whether `u` is allowed.
+    pub fn allows(self, u: Use) -> bool {
+        !matches!(
+            (self, u),
+            (Access::ReadOnly, Use::Write) | (Access::WriteOnly, Use::Read)
+        )
+    }
+
+    fn suffix(self) -> &'static str {
+        match self {
+            Access::ReadWrite => "",
+            Access::ReadOnly => ":ro",
+            Access::WriteOnly => ":wo",
+        }
+    }
 }
 
 /// The roots of a daemon.
@@ -41,14 +82,23 @@ pub struct Root {
 pub struct Roots(pub Vec<Root>);
 
 impl Roots {
-    /// Parses `--root` arguments: `NAME=DIR` or `DIR` (named after its last component).
+    /// Parses `--root` arguments: `NAME=DIR` or `DIR` (named after its last component), each optionally
+    /// followed by `:ro` (read-only: clients may pull, not push) or `:wo` (write-only: clients may push,
+    /// not pull); `:rw` (the default) allows both.
     pub fn parse(specs: &[String]) -> Result<Roots, XferError> {
         let mut out: Vec<Root> = Vec::new();
         for s in specs {
-            let (name, dir) = match s.split_once('=') {
+            let (spec, access) = if let Some(d) = s.strip_suffix(":ro") {
+                (d, Access::ReadOnly)
+            } else if let Some(d) = s.strip_suffix(":wo") {
+                (d, Access::WriteOnly)
+            } else {
+                (s.strip_suffix(":rw").unwrap_or(s), Access::ReadWrite)
+            };
+            let (name, dir) = match spec.split_once('=') {
                 Some((n, d)) => (n.to_string(), PathBuf::from(d)),
                 None => {
-                    let p = PathBuf::from(s);
+                    let p = PathBuf::from(spec);
                     let n = p
                         .canonicalize()
                         .ok()
@@ -76,7 +126,7 @@ impl Roots {
                     "--root {s:?}: two roots named {name:?}"
                 )));
             }
-            out.push(Root { name, path });
+            out.push(Root { name, path, access });
         }
         Ok(Roots(out))
     }
@@ -88,6 +138,58 @@ impl Roots {
             .map(|r| r.name.as_str())
             .collect::<Vec<_>>()
             .join(", ")
+    }
+
+    /// Names of the roots with their access (`data:ro, inbox:wo, scratch`), for logs.
+    pub fn describe(&self) -> String {
+        self.0
+            .iter()
+            .map(|r| format!("{}{}", r.name, r.access.suffix()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// Whether a client may `u` under `root`: the root's access allows it, and `scope` (the roots of
+    /// the client's key; None: every root) names it. The refusal says which rule and what is allowed.
+    pub fn permit(root: &Root, u: Use, scope: Option<&[String]>) -> Result<(), String> {
+        if let Some(scope) = scope {
+            if !scope.iter().any(|n| *n == root.name) {
+                return Err(format!(
+                    "this key may not use root {:?} on this daemon (its roots: {})",
+                    root.name,
+                    if scope.is_empty() {
+                        "none".to_string()
+                    } else {
+                        scope.join(", ")
+                    }
+                ));
+            }
+        }
+        if !root.access.allows(u) {
+            return Err(match u {
+                Use::Write => format!(
+                    "root {:?} is read-only on this daemon: files may be pulled from it, not pushed to it",
+                    root.name
+                ),
+                Use::Read => format!(
+                    "root {:?} is write-only on this daemon: files may be pushed to it, not read from it",
+                    root.name
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// [`resolve`](Self::resolve), then [`permit`](Self::permit).
+    pub fn resolve_for(
+        &self,
+        spec: &str,
+        u: Use,
+        scope: Option<&[String]>,
+    ) -> Result<(&Root, Vec<String>), String> {
+        let (root, comps) = self.resolve(spec)?;
+        Roots::permit(root, u, scope)?;
+        Ok((root, comps))
     }
 
     /// Splits `ROOT/rel/path` into the root and the checked components below it.

@@ -227,19 +227,24 @@ pub fn refuse_blocked(mut stream: TcpStream) {
 
 /// Answers as the responder: reads the first message (which only a holder of the key can make), answers.
 pub fn server_handshake(
-    mut stream: TcpStream,
+    stream: TcpStream,
     psk: &[u8; 32],
     timeout: Duration,
 ) -> Result<SecureConn, AuthError> {
+    server_handshake_any(stream, &[psk], timeout).map(|(c, _)| c)
+}
+
+/// Like [`server_handshake`] for a daemon with several keys: the first message is tried with each of
+/// `psks` in turn (it decrypts with the client's key only); the connection and the index of that key.
+pub fn server_handshake_any(
+    mut stream: TcpStream,
+    psks: &[&[u8; 32]],
+    timeout: Duration,
+) -> Result<(SecureConn, usize), AuthError> {
     let peer = stream.peer_addr()?;
     let deadline = Instant::now() + timeout;
     stream.set_read_timeout(Some(Duration::from_millis(200)))?;
     stream.set_write_timeout(Some(timeout))?;
-    let mut hs = snow::Builder::new(params())
-        .psk(0, psk)
-        .prologue(PROLOGUE)
-        .build_responder()
-        .map_err(|e| io::Error::other(format!("noise: {e}")))?;
     let mut frame = Vec::new();
     match read_frame(&mut stream, Some(deadline), timeout, None, &mut frame) {
         Ok(()) => {}
@@ -254,12 +259,24 @@ pub fn server_handshake(
         Err(e) => return Err(e.into()),
     }
     let mut payload = vec![0u8; MAX_FRAME];
-    if hs.read_message(&frame, &mut payload).is_err() {
+    let mut found = None;
+    for (i, psk) in psks.iter().enumerate() {
+        let mut hs = snow::Builder::new(params())
+            .psk(0, &psk[..])
+            .prologue(PROLOGUE)
+            .build_responder()
+            .map_err(|e| io::Error::other(format!("noise: {e}")))?;
+        if hs.read_message(&frame, &mut payload).is_ok() {
+            found = Some((hs, i));
+            break;
+        }
+    }
+    let Some((mut hs, index)) = found else {
         let _ = write_frame(&mut stream, NOTICE_BAD_KEY);
         return Err(AuthError::BadKey(format!(
             "{peer}: first handshake message does not decrypt with our key"
         )));
-    }
+    };
     let mut buf = vec![0u8; MAX_FRAME];
     let n = hs
         .write_message(&[], &mut buf)
@@ -269,7 +286,7 @@ pub fn server_handshake(
     let t = hs
         .into_stateless_transport_mode()
         .map_err(|e| io::Error::other(format!("noise: {e}")))?;
-    Ok(finish(stream, t, &hash, peer)?)
+    Ok((finish(stream, t, &hash, peer)?, index))
 }
 
 /// The reading half: decrypts frames and hands out lines.

@@ -61,6 +61,9 @@ pub struct Args {
     /// Responder host or HOST:PORT (default port 14233); not needed with --from
     #[arg(required_unless_present = "from")]
     host: Option<String>,
+    // the responder's token, for a responder run with --token-file
+    #[command(flatten)]
+    token: crate::cmd::token::TokenArgs,
     /// Transports to measure, comma separated (default: all)
     #[arg(long, value_name = "LIST")]
     transports: Option<String>,
@@ -232,7 +235,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         };
         let addr = resolve_responder(host).map_err(anyhow::Error::msg)?;
         let stop = crate::stop::on_interrupt(crate::stop::Second::Wait)?;
-        let mut client = Client::connect(addr, timeout)?;
+        let token = a.token.resolve()?;
+        let mut client = Client::connect_with_token(addr, timeout, token.as_deref())?;
         let quiet = a.quiet;
         let total = list.len() as u32 * a.repeats;
         let mut done = 0u32;

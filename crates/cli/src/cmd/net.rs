@@ -101,6 +101,21 @@ struct ResponderArgs {
     /// Receive buffer for UDP test sockets unless the client asks for one
     #[arg(long, default_value = "8MiB", value_name = "BYTES")]
     recv_buffer: String,
+    /// Most memory a test of one stream may reserve (statistics, buffers, kernel socket buffers)
+    #[arg(long, default_value = "256MiB", value_name = "BYTES")]
+    test_memory: String,
+    /// What each further stream of a test (TCP, efficiency) adds to --test-memory
+    #[arg(long, default_value = "32MiB", value_name = "BYTES")]
+    stream_memory: String,
+    /// Most memory all running tests together may reserve
+    #[arg(long, default_value = "1GiB", value_name = "BYTES")]
+    memory_budget: String,
+    /// Longest a test may send for (bw, efficiency); latency and TCP tests end at --idle-timeout
+    #[arg(long, default_value = "60", value_name = "SECONDS")]
+    max_test_duration: String,
+    // clients must send this token (`net bw/lat/tcp --token-file`); recommended with --allow
+    #[command(flatten)]
+    token: crate::cmd::token::TokenArgs,
 }
 
 #[derive(clap::Args)]
@@ -110,6 +125,9 @@ struct Common {
     /// Longest wait for any control answer
     #[arg(long, default_value = "5", value_name = "SECONDS")]
     timeout: String,
+    // the responder's token, for a responder run with --token-file
+    #[command(flatten)]
+    token: crate::cmd::token::TokenArgs,
     /// Print CSV instead of the table
     #[arg(long, conflicts_with = "json")]
     csv: bool,
@@ -350,7 +368,9 @@ fn run_series(c: &Common, series: Series) -> anyhow::Result<ExitCode> {
     };
     let timeout = seconds(&c.timeout, "--timeout")?;
     let addr = resolve_responder(&c.host).map_err(|e| anyhow!(e))?;
-    let mut client = Client::connect(addr, timeout).with_context(|| format!("responder {addr}"))?;
+    let token = c.token.resolve()?;
+    let mut client = Client::connect_with_token(addr, timeout, token.as_deref())
+        .with_context(|| format!("responder {addr}"))?;
     let store = match c.no_archive {
         true => None,
         false => Some(ArchiveStore::open(c.archive.as_deref(), addr)?),
@@ -404,18 +424,25 @@ fn run_responder(a: ResponderArgs) -> anyhow::Result<ExitCode> {
     cfg.idle_timeout = seconds(&a.idle_timeout, "--idle-timeout")?;
     cfg.default_recv_buffer = bytes(&a.recv_buffer, "--recv-buffer")?;
     cfg.allow_blocks = vlbiflow_guard::net::AllowList(a.allow);
+    cfg.max_test_memory = bytes(&a.test_memory, "--test-memory")? as u64;
+    cfg.stream_memory = bytes(&a.stream_memory, "--stream-memory")? as u64;
+    cfg.memory_budget = bytes(&a.memory_budget, "--memory-budget")? as u64;
+    cfg.max_test_duration = seconds(&a.max_test_duration, "--max-test-duration")?;
+    cfg.token = a.token.resolve()?;
+    let authenticated = cfg.token.is_some();
     let r = Responder::bind(cfg)?;
     eprintln!(
-        "vlbiflow net responder: listening on {} (Ctrl-C to stop)",
-        r.local_addr()
+        "vlbiflow net responder: listening on {}{} (Ctrl-C to stop)",
+        r.local_addr(),
+        if authenticated { ", token required" } else { "" }
     );
     let log = |m: &str| tracing::info!(target: "vlbiflow::net", "{m}");
     r.run(crate::stop::on_interrupt(crate::stop::Second::Wait)?, &log)?;
     let c = r.counters();
     let n = |x: &std::sync::atomic::AtomicU64| x.load(Ordering::Relaxed);
     eprintln!(
-        "vlbiflow net responder: stopped; {} sessions, {} tests, {} aborted, {} bad requests, {} foreign datagrams",
-        n(&c.sessions), n(&c.tests), n(&c.aborted), n(&c.bad_requests), n(&c.foreign_datagrams)
+        "vlbiflow net responder: stopped; {} sessions, {} tests, {} aborted, {} bad requests, {} foreign datagrams, {} unauthorized",
+        n(&c.sessions), n(&c.tests), n(&c.aborted), n(&c.bad_requests), n(&c.foreign_datagrams), n(&c.unauthorized)
     );
     Ok(ExitCode::SUCCESS)
 }

@@ -115,6 +115,10 @@ pub struct Args {
     /// Socket receive buffer (forced past net.core.rmem_max when privileged)
     #[arg(long, value_name = "SIZE", default_value = "256MiB")]
     recv_buffer: String,
+    /// Accept datagrams from this source only (repeat); others are dropped and counted as wrong
+    /// source. Recommended where others can reach the port
+    #[arg(long, value_name = "ADDR[/PREFIX]")]
+    from: Vec<vlbiflow_guard::net::Prefix>,
     /// Print the final counters as JSON on standard output
     #[arg(long)]
     json: bool,
@@ -252,6 +256,7 @@ fn build(a: &Args) -> anyhow::Result<ReceiveConfig> {
         Ok(b) => b as usize,
         Err(e) => usage!("--recv-buffer: {e}"),
     };
+    c.from = vlbiflow_guard::net::AllowList(a.from.clone());
     Ok(c)
 }
 
@@ -362,7 +367,7 @@ fn print_summary(s: &ReceiveStatus) {
     }
     eprintln!(
         "  datagrams {}: received {}, late {}, duplicate {}, out of order {} (delivered), stray {}, restarts {}, \
-         malformed {}, unknown thread {}, not frames {}; kernel drops {}",
+         malformed {}, unknown thread {}, not frames {}, from other sources {}; kernel drops {}",
         s.datagrams,
         r.received,
         r.late,
@@ -373,6 +378,7 @@ fn print_summary(s: &ReceiveStatus) {
         r.malformed,
         r.unknown_thread,
         s.rejected,
+        s.wrong_source,
         s.kernel_drops
     );
     let l = &s.latency;

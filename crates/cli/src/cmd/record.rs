@@ -34,6 +34,8 @@ Examples:
 
 Stream options (comma separated after the address):
   threads=0,1     record only these VDIF threads (others are counted as filtered)
+  from=ADDR[/PREFIX]  accept datagrams from this source only (repeat; others are counted as wrong
+                  source); recommended on networks others can send to
   psn             datagrams start with an 8-byte packet sequence number (Mark6 / jive5ab udps)
   frame-size=N    bytes per frame, header included (default 8224 for VDIF, 10016 for Mark5B)
   frame-rate=N    frames per second per thread (default: learned from the time stamps)
@@ -69,6 +71,10 @@ pub struct Args {
     /// (or LABEL=m5b@HOST:PORT); repeat for several streams
     #[arg(long = "stream", value_name = "SPEC", required = true)]
     streams: Vec<String>,
+    /// Accept datagrams from this source only, on every stream without its own from= (repeat);
+    /// others are dropped and counted as wrong source. Recommended where others can reach the ports
+    #[arg(long, value_name = "ADDR[/PREFIX]")]
+    from: Vec<vlbiflow_guard::net::Prefix>,
     /// Directory (mount point) to record to; repeat, or use a glob such as '/mnt/disks/*/*/data'
     #[arg(long = "disk", value_name = "DIR", required_unless_present = "discard")]
     disks: Vec<String>,
@@ -140,7 +146,12 @@ fn build_config(args: &Args) -> anyhow::Result<RecorderConfig> {
     let mut streams = Vec::new();
     for s in &args.streams {
         match StreamSpec::parse(s) {
-            Ok(spec) => streams.push(spec),
+            Ok(mut spec) => {
+                if spec.from.is_empty() {
+                    spec.from.0.clone_from(&args.from);
+                }
+                streams.push(spec)
+            }
             Err(e) => usage!("--stream: {e}"),
         }
     }
@@ -611,6 +622,7 @@ pub(crate) fn print_summary(
             ("invalid frames", c.invalid_frames),
             ("rejected", c.rejected),
             ("filtered", c.filtered),
+            ("wrong source", c.wrong_source),
             ("dropped (no buffer)", c.dropped_no_buffer),
             ("restarts", s.restarts),
         ]

@@ -80,6 +80,10 @@ pub struct Args {
     /// Socket receive buffer
     #[arg(long, value_name = "SIZE", default_value = "256MiB")]
     recv_buffer: String,
+    /// Accept datagrams from this source only (repeat); others are dropped and counted as wrong
+    /// source. Recommended where others can reach the port
+    #[arg(long, value_name = "ADDR[/PREFIX]")]
+    from: Vec<vlbiflow_guard::net::Prefix>,
     /// Print the final counters as JSON on standard output
     #[arg(long)]
     json: bool,
@@ -140,6 +144,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         Ok(b) => b as usize,
         Err(e) => usage!("--recv-buffer: {e}"),
     };
+    c.from = vlbiflow_guard::net::AllowList(a.from.clone());
     let stop = crate::stop::on_interrupt(crate::stop::Second::Wait)?;
     // Said once the socket is bound and the destinations are open (an error is one line, nothing before).
     let settings = format!(
@@ -246,12 +251,13 @@ pub(crate) fn print_dests(d: &[DestStatus]) {
 
 fn print_summary(s: &RelayStatus) {
     eprintln!(
-        "relay: {} ({:.1} s): {} datagrams in, {} frames forwarded, {} rejected, kernel drops {}",
+        "relay: {} ({:.1} s): {} datagrams in, {} frames forwarded, {} rejected, {} from other sources, kernel drops {}",
         s.stopped.as_deref().unwrap_or("stopped"),
         s.elapsed_s,
         s.datagrams,
         s.frames,
         s.rejected,
+        s.wrong_source,
         s.kernel_drops
     );
     if let Some(r) = &s.reorder {

@@ -524,6 +524,7 @@ fn add_scan_counters(c: &mut Cumulative, st: &RecorderStatus) {
             out_of_order: k.out_of_order,
             rejected: k.rejected,
             dropped: k.dropped_no_buffer + k.kernel_drops,
+            wrong_source: k.wrong_source,
         };
         match c.streams.iter_mut().find(|(l, _)| *l == s.label) {
             Some((_, v)) => v.add(&add),

@@ -61,6 +61,7 @@ impl Controller {
                     r.filtered = c.filtered;
                     r.dropped_no_buffer = c.dropped_no_buffer;
                     r.kernel_drops = c.kernel_drops;
+                    r.wrong_source = c.wrong_source;
                     r.loss_fraction = c.loss_fraction();
                     // A configured rate stands; the one learned from the data only fills in.
                     r.frame_rate = s.frame_rate.or(ls.frame_rate);

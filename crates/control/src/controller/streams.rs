@@ -11,7 +11,8 @@ impl Controller {
         let bad = |reason: String| Reply::reason(st, Rc::Parameter, reason);
         match st.arg(0).to_ascii_lowercase().as_str() {
             "add" => {
-                let s = parse_input_stream(&st.args[1..]).map_err(bad)?;
+                let mut s = parse_input_stream(&st.args[1..]).map_err(bad)?;
+                s.from = self.cfg.from.clone();
                 if self.staged.iter().any(|x| x.label == s.label) {
                     return Err(Reply::reason(
                         st,

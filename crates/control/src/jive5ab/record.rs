@@ -415,6 +415,7 @@ fn streams_for(r: &Runtime) -> Result<Vec<InputStream>, String> {
             slot: String::new(),
             threads: Vec::new(),
             frame_rate: None,
+            from: Default::default(),
         })
         .collect())
 }

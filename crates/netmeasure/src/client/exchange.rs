@@ -319,6 +319,8 @@ mod tests {
             default_recv_buffer: 1 << 20,
             efficiency: false,
             peer: "client".into(),
+            token: None,
+            max_test_duration: Duration::from_secs(60),
         };
         Session::new(config, t0)
     }
@@ -327,6 +329,7 @@ mod tests {
         Request::Hello {
             version: PROTOCOL_VERSION,
             software: "sim client".into(),
+            token: None,
         }
     }
 

@@ -11,7 +11,7 @@ use vlbiflow_udp::{open_udp, UdpConfig};
 
 use crate::control::{ControlConn, LineRead, STOP_POLL};
 use crate::host::{HostSnapshot, ProcessCpu};
-use crate::proto::{BwSetup, ProtoError, Request, PROTOCOL_VERSION};
+use crate::proto::{BwSetup, ProtoError, Request, BW_FINISH_SLACK, PROTOCOL_VERSION};
 use crate::tcpinfo::TcpSockInfo;
 use crate::wire::{realtime_ns, HEADER_LEN};
 use send::{round_trip, send_paced, tcp_send};
@@ -64,14 +64,26 @@ impl Client {
     /// Connects and shakes hands; `timeout` bounds connecting and every control-message wait
     /// outside the tests themselves.
     pub fn connect(server: SocketAddr, timeout: Duration) -> Result<Self, NetError> {
-        Client::connect_with_version(server, timeout, PROTOCOL_VERSION)
+        Client::connect_with_version(server, timeout, PROTOCOL_VERSION, None)
     }
 
-    /// Like [`connect`](Self::connect) but announcing `version` (to test version handling).
+    /// Like [`connect`](Self::connect), with the responder's access token in the hello (for a
+    /// responder run with `--token-file`).
+    pub fn connect_with_token(
+        server: SocketAddr,
+        timeout: Duration,
+        token: Option<&str>,
+    ) -> Result<Self, NetError> {
+        Client::connect_with_version(server, timeout, PROTOCOL_VERSION, token)
+    }
+
+    /// Like [`connect_with_token`](Self::connect_with_token) but announcing `version` (to test
+    /// version handling).
     pub fn connect_with_version(
         server: SocketAddr,
         timeout: Duration,
         version: u32,
+        token: Option<&str>,
     ) -> Result<Self, NetError> {
         let conn = ControlConn::connect(server, timeout)?;
         let exchange = Exchange::new(conn.peer().to_string(), timeout);
@@ -85,6 +97,7 @@ impl Client {
         let hello = Request::Hello {
             version,
             software: format!("vlbiflow-net {}", env!("CARGO_PKG_VERSION")),
+            token: token.map(str::to_owned),
         };
         match client.ask(hello)? {
             Answer::Hello(software) => client.remote_software = software,
@@ -190,7 +203,7 @@ impl Client {
         p.validate().map_err(NetError::Invalid)?;
         let test_id = self.test_id();
         let send_estimate = Duration::from_secs_f64(p.count as f64 * p.wait_us * 1e-6);
-        let max_duration = send_estimate + Duration::from_secs(30);
+        let max_duration = send_estimate + BW_FINISH_SLACK;
         let (port, remote_buffer) = self.start(Request::BwStart(BwSetup {
             test_id,
             count: p.count,

@@ -21,10 +21,15 @@ pub struct ResponderConfig {
     /// Most control sessions served at once; a client beyond them gets an error reply to its hello
     /// saying the responder is busy.
     pub max_sessions: usize,
-    /// Most memory one test may reserve, bytes: packet statistics ([`BYTES_PER_PACKET`](crate::stats::BYTES_PER_PACKET) per
-    /// announced packet), receive buffers and the kernel socket buffers it asks for. A larger request
-    /// is refused with an error naming what it needs and the most it may ask for.
+    /// Most memory a test of one stream may reserve, bytes: packet statistics
+    /// ([`BYTES_PER_PACKET`](crate::stats::BYTES_PER_PACKET) per announced packet), receive buffers and
+    /// the kernel socket buffers it asks for. A test of several streams (TCP, efficiency) may reserve
+    /// [`stream_memory`](Self::stream_memory) more per further stream ([`Self::test_memory_limit`]).
+    /// A larger request is refused with an error naming what it needs and the most it may ask for.
     pub max_test_memory: u64,
+    /// What each stream of a test beyond its first adds to [`max_test_memory`](Self::max_test_memory),
+    /// bytes.
+    pub stream_memory: u64,
     /// Most memory all running tests together may reserve, bytes. A test that does not fit in what
     /// the others leave is refused (try again later).
     pub memory_budget: u64,
@@ -34,14 +39,22 @@ pub struct ResponderConfig {
     /// Address blocks control connections may come from (`net responder --allow ADDR/PREFIX`); with
     /// [`allow`](Self::allow), an address in either passes. Empty (and `allow` None): anyone.
     pub allow_blocks: vlbiflow_guard::net::AllowList,
+    /// When set, a client's hello must carry this token (`net responder --token-file`, or
+    /// `$VLBIFLOW_TOKEN`); a session without it is refused before any test.
+    pub token: Option<String>,
+    /// Longest a test may send for: a bw test's announced duration beyond the client's
+    /// [`BW_FINISH_SLACK`](crate::proto::BW_FINISH_SLACK), an efficiency test's duration. Latency and
+    /// TCP tests are bounded by [`idle_timeout`](Self::idle_timeout).
+    pub max_test_duration: Duration,
     /// The receiving end of transport-efficiency tests ([`crate::eff`]); None: the probe lists every
     /// transport as unavailable and a setup is refused.
     pub efficiency: Option<Arc<dyn EffService>>,
 }
 
 impl ResponderConfig {
-    /// Defaults for `listen`: 60 s idle timeout, 8 MiB receive buffers, 16 sessions, 2 GiB per test
-    /// (about 38 million packets) and 4 GiB for all tests together.
+    /// Defaults for `listen`: 60 s idle timeout, 8 MiB receive buffers, 16 sessions, 256 MiB per test
+    /// of one stream (about 4.5 million packets with an 8 MiB buffer) plus 32 MiB per further stream,
+    /// 1 GiB for all tests together, tests of at most 60 s, no token.
     pub fn new(listen: SocketAddr) -> Self {
         ResponderConfig {
             listen,
@@ -49,12 +62,44 @@ impl ResponderConfig {
             default_recv_buffer: 8 << 20,
             software: format!("vlbiflow-net {}", env!("CARGO_PKG_VERSION")),
             max_sessions: 16,
-            max_test_memory: 2 << 30,
-            memory_budget: 4 << 30,
+            max_test_memory: 256 << 20,
+            stream_memory: 32 << 20,
+            memory_budget: 1 << 30,
+            token: None,
+            max_test_duration: Duration::from_secs(60),
             allow: None,
             allow_blocks: vlbiflow_guard::net::AllowList::default(),
             efficiency: None,
         }
+    }
+}
+
+impl ResponderConfig {
+    /// Most memory a test of `streams` streams may reserve: [`max_test_memory`](Self::max_test_memory)
+    /// plus [`stream_memory`](Self::stream_memory) per stream beyond the first, never more than
+    /// [`memory_budget`](Self::memory_budget).
+    pub fn test_memory_limit(&self, streams: u32) -> u64 {
+        let more = u64::from(streams.saturating_sub(1)).saturating_mul(self.stream_memory);
+        self.max_test_memory
+            .saturating_add(more)
+            .min(self.memory_budget.max(self.max_test_memory))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_memory_of_a_test_grows_with_its_streams_and_is_bounded_in_all() {
+        let c = ResponderConfig::new("127.0.0.1:0".parse().unwrap());
+        assert_eq!(c.test_memory_limit(0), 256 << 20);
+        assert_eq!(c.test_memory_limit(1), 256 << 20);
+        assert_eq!(c.test_memory_limit(4), (256 + 3 * 32) << 20);
+        // 50 UDP flows with 8 MiB buffers ask for 50 x 16 MiB + 64 MiB (crate::eff): they fit.
+        assert!(c.test_memory_limit(50) >= (50 * 16 + 64) << 20);
+        assert_eq!(c.test_memory_limit(1000), 1 << 30);
+        assert_eq!(c.test_memory_limit(u32::MAX), 1 << 30);
     }
 }
 
@@ -73,6 +118,8 @@ pub struct ResponderCounters {
     pub foreign_datagrams: AtomicU64,
     /// Control connections turned away because [`ResponderConfig::max_sessions`] were running.
     pub refused_sessions: AtomicU64,
+    /// Sessions refused because their hello did not carry the responder's token.
+    pub unauthorized: AtomicU64,
     /// Tests refused because they would reserve more memory than allowed.
     pub refused_tests: AtomicU64,
     /// Sessions being served now.

@@ -40,8 +40,7 @@ impl Drop for Reservation<'_> {
 
 /// Reserves `bytes` of the budget for one test, or says why not (the message goes to the client).
 fn reserve<'a>(
-    what: &str,
-    bytes: u64,
+    plan: &Plan,
     config: &ResponderConfig,
     counters: &'a ResponderCounters,
 ) -> Result<Reservation<'a>, String> {
@@ -49,11 +48,13 @@ fn reserve<'a>(
         counters.refused_tests.fetch_add(1, Ordering::Relaxed);
         Err(message)
     };
-    if bytes > config.max_test_memory {
+    let (what, bytes) = (&plan.what, plan.memory);
+    let limit = config.test_memory_limit(plan.streams);
+    if bytes > limit {
         return refused(format!(
             "{what} needs {} of memory, more than the {} this responder allows one test",
             human_bytes(bytes),
-            human_bytes(config.max_test_memory)
+            human_bytes(limit)
         ));
     }
     let pool = &counters.reserved_bytes;
@@ -96,6 +97,8 @@ pub(super) fn serve(stream: TcpStream, ctx: &Ctx, busy: Option<usize>) -> Result
         default_recv_buffer: ctx.config.default_recv_buffer,
         efficiency: ctx.config.efficiency.is_some(),
         peer: conn.peer().to_string(),
+        token: ctx.config.token.clone(),
+        max_test_duration: ctx.config.max_test_duration,
     };
     let now = Instant::now();
     let mut session = match busy {
@@ -141,6 +144,7 @@ pub(super) fn serve(stream: TcpStream, ctx: &Ctx, busy: Option<usize>) -> Result
                         Counter::Tests => &ctx.counters.tests,
                         Counter::Aborted => &ctx.counters.aborted,
                         Counter::BadRequests => &ctx.counters.bad_requests,
+                        Counter::Unauthorized => &ctx.counters.unauthorized,
                     };
                     counter.fetch_add(1, Ordering::Relaxed);
                 }
@@ -214,7 +218,7 @@ fn test_socket_bind(conn: &ControlConn) -> SocketAddr {
 
 /// Sets a test up: its memory, sockets and receiving thread; the ready reply, or why not.
 fn start<'a>(plan: &Plan, conn: &ControlConn, ctx: &Ctx<'a>) -> Result<(Running<'a>, Reply), String> {
-    let reservation = reserve(&plan.what, plan.memory, ctx.config, ctx.counters)?;
+    let reservation = reserve(plan, ctx.config, ctx.counters)?;
     let bind = test_socket_bind(conn);
     match &plan.test {
         Test::Bw(setup) => {

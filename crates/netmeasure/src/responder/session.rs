@@ -9,16 +9,15 @@
 //! why, the memory a test asks for, every deadline) is tested here in simulated time.
 //!
 //! The session is a handshake followed by tests: `Handshake` (the client's hello, answered with
-//! [`answer_hello`]) -> `Idle` -> per test `Running` -> `Idle`. Admission belongs to the handshake: a
-//! check of a token carried in the hello (authentication) would go in [`Session::on_hello`] and refuse
-//! the session there, before any test can be asked for.
+//! [`answer_hello`]) -> `Idle` -> per test `Running` -> `Idle`. Admission belongs to the handshake: when
+//! the responder has a token, a hello without it is refused there, before any test can be asked for.
 
 use std::collections::VecDeque;
 use std::io;
 use std::time::{Duration, Instant};
 
 use crate::eff::{EffSetup, NOT_SERVED};
-use crate::proto::{answer_hello, decode, short, BwSetup, ProtoError, Reply, Request};
+use crate::proto::{answer_hello, decode, short, BwSetup, ProtoError, Reply, Request, BW_FINISH_SLACK};
 use crate::stats::{ArrivalStats, BYTES_PER_PACKET};
 use crate::wire::HEADER_LEN;
 
@@ -53,6 +52,10 @@ pub struct SessionConfig {
     pub efficiency: bool,
     /// The client's address as text, for errors.
     pub peer: String,
+    /// The token a hello must carry; None: anyone is served.
+    pub token: Option<String>,
+    /// Longest a test may send for ([`super::ResponderConfig::max_test_duration`]).
+    pub max_test_duration: Duration,
 }
 
 /// A test the client asked for, as checked by the session.
@@ -97,6 +100,9 @@ pub struct Plan {
     pub test: Test,
     /// Bytes to reserve: statistics, receive buffers and the kernel socket buffers asked for.
     pub memory: u64,
+    /// Streams of the test (1 for bw and lat): the responder allows more memory for more streams
+    /// ([`super::ResponderConfig::test_memory_limit`]).
+    pub streams: u32,
     /// The test described for a refusal ("bw test of 1000 packets ...").
     pub what: String,
 }
@@ -110,6 +116,8 @@ pub enum Counter {
     Aborted,
     /// An invalid or unexpected request.
     BadRequests,
+    /// A hello without the responder's token.
+    Unauthorized,
 }
 
 /// Why a session ended early.
@@ -281,7 +289,11 @@ impl Session {
     pub fn handle_request(&mut self, now: Instant, req: Request) {
         match std::mem::replace(&mut self.state, State::Closed) {
             State::Handshake => match req {
-                Request::Hello { version, software } => self.on_hello(now, version, &software),
+                Request::Hello {
+                    version,
+                    software,
+                    token,
+                } => self.on_hello(now, version, &software, token.as_deref()),
                 other => {
                     self.emit(Output::Count(Counter::BadRequests));
                     self.reply(Reply::Error {
@@ -311,9 +323,32 @@ impl Session {
         }
     }
 
-    /// The client's hello: the place of admission. Only the protocol version is checked today; a
-    /// token check (authentication) would refuse here, with an error reply, before any test.
-    fn on_hello(&mut self, now: Instant, version: u32, _software: &str) {
+    /// The client's hello: the place of admission. The protocol version is checked, and the token
+    /// when the responder has one; a refusal is an error reply and the close, before any test.
+    fn on_hello(&mut self, now: Instant, version: u32, _software: &str, token: Option<&str>) {
+        if let Some(want) = &self.config.token {
+            if !token.is_some_and(|t| constant_time_eq(t.as_bytes(), want.as_bytes())) {
+                let why = if token.is_some() {
+                    "wrong token"
+                } else {
+                    "no token"
+                };
+                self.emit(Output::Count(Counter::Unauthorized));
+                self.emit(Output::Log(format!("refused: {why}")));
+                self.emit(Output::Reply {
+                    reply: Reply::Error {
+                        message: format!(
+                            "unauthorized ({why}): this responder needs its token; give the client \
+                             --token-file PATH or set {}",
+                            vlbiflow_guard::secret::TOKEN_ENV
+                        ),
+                    },
+                    critical: false,
+                });
+                self.close(Err(SessionError::Other(format!("refused: {why}"))));
+                return;
+            }
+        }
         let hello = answer_hello(version, &self.config.software);
         let accepted = matches!(hello, Reply::Hello { .. });
         self.reply(hello);
@@ -370,7 +405,7 @@ impl Session {
 
     /// Checks a test's numbers and works out its memory.
     fn plan(&self, test: Test) -> Result<Plan, String> {
-        let (memory, what) = match &test {
+        let (memory, streams, what) = match &test {
             Test::Bw(setup) => {
                 if setup.count == 0 || setup.count > MAX_TEST_PACKETS {
                     return Err(format!(
@@ -384,6 +419,16 @@ impl Session {
                         setup.size
                     ));
                 }
+                let cap = self.config.max_test_duration + BW_FINISH_SLACK;
+                if setup.max_duration_ms > cap.as_millis() as u64 {
+                    return Err(format!(
+                        "bw: a test of up to {:.0} s, more than the {:.0} s this responder allows \
+                         (sending time plus {} s)",
+                        setup.max_duration_ms as f64 / 1e3,
+                        cap.as_secs_f64(),
+                        BW_FINISH_SLACK.as_secs()
+                    ));
+                }
                 let recv_buffer = setup.recv_buffer.unwrap_or(self.config.default_recv_buffer);
                 // Statistics, the receive thread's buffers and the kernel socket buffer (which the
                 // kernel sizes at twice the request).
@@ -395,7 +440,7 @@ impl Session {
                     setup.count,
                     human_bytes(recv_buffer as u64)
                 );
-                (memory, what)
+                (memory, 1, what)
             }
             &Test::Lat { max_size, .. } => {
                 if !(HEADER_LEN..=MAX_DATAGRAM).contains(&max_size) {
@@ -404,7 +449,7 @@ impl Session {
                     ));
                 }
                 let memory = (LAT_BATCH * (max_size + 1) + 2 * LAT_RECV_BUFFER) as u64;
-                (memory, "lat test".to_string())
+                (memory, 1, "lat test".to_string())
             }
             &Test::Tcp { streams, recv_buffer } => {
                 if !(1..=64).contains(&streams) {
@@ -417,13 +462,20 @@ impl Session {
                     "tcp test of {streams} streams with {} receive buffers",
                     human_bytes(recv_buffer.unwrap_or(0) as u64)
                 );
-                (per_stream.saturating_mul(streams.into()), what)
+                (per_stream.saturating_mul(streams.into()), streams, what)
             }
             Test::Eff(setup) => {
                 if !self.config.efficiency {
                     return Err(format!("efficiency: {NOT_SERVED}"));
                 }
                 setup.validate().map_err(|e| format!("efficiency: {e}"))?;
+                if setup.duration_ms > self.config.max_test_duration.as_millis() as u64 {
+                    return Err(format!(
+                        "efficiency: a test of {:.0} s, more than the {:.0} s this responder allows",
+                        setup.duration_ms as f64 / 1e3,
+                        self.config.max_test_duration.as_secs_f64()
+                    ));
+                }
                 let recv_buffer = setup.recv_buffer.unwrap_or(self.config.default_recv_buffer);
                 // Kernel socket buffers (twice the request) per UDP flow, plus the receive path's own
                 // buffers.
@@ -436,10 +488,15 @@ impl Session {
                     "efficiency test over {} with {} flow(s)",
                     setup.transport, setup.streams
                 );
-                (memory, what)
+                (memory, setup.streams, what)
             }
         };
-        Ok(Plan { test, memory, what })
+        Ok(Plan {
+            test,
+            memory,
+            streams,
+            what,
+        })
     }
 
     /// The I/O layer's answer to [`Output::Start`]: the ready reply (`Ready` or `EffReady`), or why the
@@ -610,6 +667,11 @@ impl Session {
     }
 }
 
+/// Compares two byte strings in time that depends on their lengths only, not on where they differ.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
 /// Bytes in binary units, e.g. "1.5 GiB".
 pub fn human_bytes(b: u64) -> String {
     const UNITS: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
@@ -638,6 +700,8 @@ mod tests {
             default_recv_buffer: 8 << 20,
             efficiency: false,
             peer: "192.0.2.1:5000".into(),
+            token: None,
+            max_test_duration: Duration::from_secs(60),
         }
     }
 
@@ -653,6 +717,7 @@ mod tests {
         Request::Hello {
             version: PROTOCOL_VERSION,
             software: "client".into(),
+            token: None,
         }
     }
 
@@ -944,6 +1009,7 @@ mod tests {
             &line(&Request::Hello {
                 version: PROTOCOL_VERSION + 1,
                 software: "new".into(),
+                token: None,
             }),
         );
         let out = drain(&mut s);
@@ -1023,5 +1089,134 @@ mod tests {
         assert!(matches!(out[0], Output::Abort));
         assert_eq!(counts(&out), [Counter::Aborted]);
         let _ = BwRemote::default();
+    }
+
+    fn hello_with(token: Option<&str>) -> Request {
+        Request::Hello {
+            version: PROTOCOL_VERSION,
+            software: "client".into(),
+            token: token.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn a_responder_with_a_token_refuses_a_hello_without_it_before_any_test() {
+        let t0 = Instant::now();
+        let with_token = || SessionConfig {
+            token: Some("s3cret-token-value".into()),
+            ..config()
+        };
+        for (token, why) in [(None, "no token"), (Some("guess"), "wrong token")] {
+            let mut s = Session::new(with_token(), t0);
+            s.handle_line(t0, &line(&hello_with(token)));
+            // A test asked for right after the hello is never looked at.
+            s.handle_line(t0, &line(&Request::BwStart(bw_setup(8_000_000))));
+            let out = drain(&mut s);
+            assert_eq!(counts(&out), [Counter::Unauthorized], "{out:?}");
+            assert!(
+                out.iter().any(|o| matches!(o, Output::Reply {
+                    reply: Reply::Error { message },
+                    critical: false,
+                } if message.starts_with(&format!("unauthorized ({why})")) && message.contains("--token-file"))),
+                "{out:?}"
+            );
+            assert!(!out.iter().any(|o| matches!(o, Output::Start(_))), "{out:?}");
+            assert!(matches!(out.last(), Some(Output::Close(Err(_)))), "{out:?}");
+            assert!(s.is_closed());
+        }
+        // The right token opens the session.
+        let mut s = Session::new(with_token(), t0);
+        s.handle_line(t0, &line(&hello_with(Some("s3cret-token-value"))));
+        let out = drain(&mut s);
+        assert!(
+            matches!(
+                &out[..],
+                [Output::Reply {
+                    reply: Reply::Hello { .. },
+                    ..
+                }]
+            ),
+            "{out:?}"
+        );
+        // A responder without a token takes a hello with one.
+        let mut s = Session::new(config(), t0);
+        s.handle_line(t0, &line(&hello_with(Some("anything"))));
+        assert!(matches!(
+            &drain(&mut s)[..],
+            [Output::Reply {
+                reply: Reply::Hello { .. },
+                ..
+            }]
+        ));
+    }
+
+    #[test]
+    fn tests_longer_than_the_cap_are_refused_and_the_plan_counts_streams() {
+        let t0 = Instant::now();
+        let mut s = open(t0);
+        // 60 s cap: a bw test may announce 60 s of sending plus the 30 s finish slack.
+        s.handle_line(
+            t0,
+            &line(&Request::BwStart(BwSetup {
+                max_duration_ms: 90_001,
+                ..bw_setup(10)
+            })),
+        );
+        let out = drain(&mut s);
+        assert!(
+            matches!(&out[0], Output::Reply { reply: Reply::Error { message }, .. }
+                if message.starts_with("bw: a test of up to 90 s, more than the 90 s")),
+            "{out:?}"
+        );
+        s.handle_line(
+            t0,
+            &line(&Request::BwStart(BwSetup {
+                max_duration_ms: 90_000,
+                ..bw_setup(10)
+            })),
+        );
+        let out = drain(&mut s);
+        let [Output::Start(plan)] = &out[..] else {
+            panic!("{out:?}")
+        };
+        assert_eq!(plan.streams, 1);
+        s.started(t0, Err("no".into()));
+        drain(&mut s);
+        // Efficiency tests: the duration itself.
+        let mut s = Session::new(
+            SessionConfig {
+                efficiency: true,
+                ..config()
+            },
+            t0,
+        );
+        s.handle_line(t0, &line(&hello()));
+        drain(&mut s);
+        let eff = |duration_ms| {
+            Request::EffStart(EffSetup {
+                transport: vlbiflow_rx::Transport::Udp,
+                streams: 50,
+                size: 1472,
+                duration_ms,
+                recv_buffer: None,
+            })
+        };
+        s.handle_line(t0, &line(&eff(61_000)));
+        let out = drain(&mut s);
+        assert!(
+            matches!(&out[0], Output::Reply { reply: Reply::Error { message }, .. }
+                if message.starts_with("efficiency: a test of 61 s, more than the 60 s")),
+            "{out:?}"
+        );
+        s.handle_line(t0, &line(&eff(60_000)));
+        let out = drain(&mut s);
+        let [Output::Start(plan)] = &out[..] else {
+            panic!("{out:?}")
+        };
+        // 50 flows: the responder allows it more memory than a test of one stream.
+        assert_eq!(plan.streams, 50);
+        let limits = super::super::ResponderConfig::new("127.0.0.1:0".parse().unwrap());
+        assert!(plan.memory > limits.max_test_memory);
+        assert!(plan.memory <= limits.test_memory_limit(plan.streams));
     }
 }

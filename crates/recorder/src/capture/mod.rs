@@ -459,6 +459,14 @@ impl StreamCapture {
         let last = msgs.len().saturating_sub(1);
         got.kept.clear();
         for (i, m) in msgs.iter().enumerate() {
+            // A source filter: datagrams from elsewhere are counted and left where they landed (the
+            // kept frames are moved over them).
+            let from = &self.spec.from;
+            if !from.is_empty() && !m.source.is_some_and(|a| from.allows(a.ip())) {
+                let seg = m.gro_segment.map_or(m.wire_len, usize::from).max(1);
+                self.counters.wrong_source += m.wire_len.div_ceil(seg).max(1) as u64;
+                continue;
+            }
             // The real datagram length (MSG_TRUNC), so an oversized datagram is recognised and rejected.
             let seg = match m.gro_segment {
                 Some(g) => usize::from(g),
@@ -841,7 +849,8 @@ pub(crate) fn run_capture(shared: Arc<Shared>, mut streams: Vec<StreamCapture>) 
 
 fn capture_loop(shared: &Shared, streams: &mut [StreamCapture]) -> io::Result<()> {
     let mut epoll = Epoll::new(streams.iter().map(|s| s.socket.as_fd()))?;
-    let mut rx = Receiver::new(shared.config.batch, streams.iter().any(|s| s.gro));
+    let mut rx = Receiver::new(shared.config.batch, streams.iter().any(|s| s.gro))
+        .with_source(streams.iter().any(|s| !s.spec.from.is_empty()));
     let max_slot = streams
         .iter()
         .map(|s| s.spec.frame_size as usize)

@@ -216,6 +216,12 @@ impl Receiver {
         self.rx.capacity()
     }
 
+    /// Also read each message's source address (for streams with a source filter).
+    pub fn with_source(mut self, want: bool) -> Self {
+        self.rx = self.rx.with_source(want);
+        self
+    }
+
     /// Plans one receive into `area_len` bytes: as many messages as fit with room for `span` datagrams
     /// each (the last one maybe fewer), at least one. Returns the number of messages.
     /// `one`: a single message (GRO messages of varying segment counts, see `StreamCapture::one_by_one`).

@@ -42,7 +42,7 @@ mod relay;
 mod shared;
 
 use shared::{refuse_unreadable, Conn, Shared};
-pub use shared::{Active, Counters, ServeConfig};
+pub use shared::{Active, ClientKey, Counters, ServeConfig};
 
 /// A running daemon.
 pub struct Daemon {
@@ -59,6 +59,7 @@ impl Daemon {
         if cfg.realtime {
             crate::check_realtime()?;
         }
+        cfg.check_client_keys().map_err(XferError::Usage)?;
         let l = TcpListener::bind(cfg.listen)
             .map_err(|e| XferError::Io(format!("listening on {}: {e}", cfg.listen)))?;
         l.set_nonblocking(true)
@@ -220,7 +221,7 @@ fn authenticate(
     peer: SocketAddr,
     delay: Duration,
     sh: &Shared,
-) -> Option<(Link, [u8; 32], Session)> {
+) -> Option<(Link, [u8; 32], Session, Option<usize>)> {
     if !delay.is_zero() {
         sh.counters.tarpitted.fetch_add(1, Relaxed);
         // hold the connection unread; a stop ends the wait early
@@ -238,8 +239,12 @@ fn authenticate(
         }
     }
     let deadline = Instant::now() + sh.cfg.handshake_timeout;
-    let conn = match secure::server_handshake(s, &sh.cfg.key.0, sh.cfg.handshake_timeout) {
-        Ok(c) => c,
+    let psks: Vec<&[u8; 32]> = std::iter::once(&sh.cfg.key.0)
+        .chain(sh.cfg.client_keys.iter().map(|k| &k.key.0))
+        .collect();
+    // which client key it was (index into client_keys), None for the daemon's own key
+    let (conn, scope) = match secure::server_handshake_any(s, &psks, sh.cfg.handshake_timeout) {
+        Ok((c, i)) => (c, i.checked_sub(1)),
         Err(AuthError::BadKey(why)) => {
             sh.counters.auth_failures.fetch_add(1, Relaxed);
             gate(sh).struck(peer.ip(), Instant::now());
@@ -258,7 +263,7 @@ fn authenticate(
     gate(sh).passed(peer.ip());
     let left = deadline.saturating_duration_since(Instant::now());
     match link.rx.recv_timeout(left.max(Duration::from_millis(100))) {
-        Ok(Inbound::Sess(req)) => Some((link, secret, req)),
+        Ok(Inbound::Sess(req)) => Some((link, secret, req, scope)),
         Ok(Inbound::Refused(why)) => {
             refuse_unreadable(sh, &link, peer, &why);
             None
@@ -272,14 +277,19 @@ fn authenticate(
 }
 
 fn session(s: TcpStream, peer: SocketAddr, delay: Duration, sh: Arc<Shared>) {
-    let Some((link, secret, req)) = authenticate(s, peer, delay, &sh) else {
+    let Some((link, secret, req, scope)) = authenticate(s, peer, delay, &sh) else {
         return;
     };
+    let scope = scope.and_then(|i| sh.cfg.client_keys.get(i));
+    if let Some(k) = scope {
+        log!(sh, "{peer}: key {} (roots {})", k.name, k.roots.join(", "));
+    }
     let c = Conn {
         sh: &sh,
         link: &link,
         peer,
         secret,
+        scope: scope.map(|k| k.roots.as_slice()),
     };
     match req {
         Session::Push { dest, files, options } => {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::shared::{refuse_unreadable, Active, Conn};
-use crate::dest::Roots;
+use crate::dest::{Roots, Use};
 use crate::link::Inbound;
 use crate::progress::Progress;
 use crate::session::{Options, ScanRequest, Session};
@@ -14,10 +14,14 @@ use crate::utc_now;
 
 /// Resolves `ROOT/rel` sources to real paths under the roots (canonicalised: a symbolic link may not lead
 /// out of its root).
-fn resolve_sources(roots: &Roots, sources: &[String]) -> Result<Vec<std::path::PathBuf>, String> {
+fn resolve_sources(
+    roots: &Roots,
+    sources: &[String],
+    scope: Option<&[String]>,
+) -> Result<Vec<std::path::PathBuf>, String> {
     let mut out = Vec::new();
     for s in sources {
-        let (root, comps) = roots.resolve(s)?;
+        let (root, comps) = roots.resolve_for(s, Use::Read, scope)?;
         let mut p = root.path.clone();
         for c in &comps {
             p.push(c);
@@ -36,13 +40,15 @@ fn resolve_sources(roots: &Roots, sources: &[String]) -> Result<Vec<std::path::P
 
 /// What a pull or a relay sends: `sources` (files and directories under the roots) or a scan on disks under
 /// the roots. A scan's name and disk patterns are confined like paths, and every file the scan is read
-/// from must lie inside a root after symbolic links are resolved.
+/// from must lie inside a root after symbolic links are resolved. Every root read from must be readable
+/// and, when the client's key has a `scope`, one of its roots.
 pub(super) fn source_set(
     roots: &Roots,
     sources: &[String],
     scan: Option<&ScanRequest>,
+    scope: Option<&[String]>,
 ) -> Result<crate::source::SourceSet, String> {
-    source_set_at(roots, sources, scan, false)
+    source_set_at(roots, sources, scan, false, scope)
 }
 
 /// [`source_set`]; with `growing` (a partial round of `pull --follow`) a scan in the gather layout is read
@@ -52,9 +58,10 @@ fn source_set_at(
     sources: &[String],
     scan: Option<&ScanRequest>,
     growing: bool,
+    scope: Option<&[String]>,
 ) -> Result<crate::source::SourceSet, String> {
     let Some(sc) = scan else {
-        let paths = resolve_sources(roots, sources)?;
+        let paths = resolve_sources(roots, sources, scope)?;
         return crate::source::collect_paths(&paths)
             .map(|(set, _)| set)
             .map_err(|e| e.to_string());
@@ -68,7 +75,7 @@ fn source_set_at(
     }
     let mut disks = Vec::new();
     for d in &sc.disks {
-        let (root, comps) = roots.resolve(d)?;
+        let (root, comps) = roots.resolve_for(d, Use::Read, scope)?;
         let mut p = root.path.clone();
         for c in &comps {
             p.push(c);
@@ -83,7 +90,13 @@ fn source_set_at(
     let (set, _) = found.map_err(|e| e.to_string())?;
     for p in &set.paths {
         let canon = p.canonicalize().map_err(|e| format!("{}: {e}", p.display()))?;
-        if !roots.0.iter().any(|r| canon.starts_with(&r.path)) {
+        let readable = |r: &&crate::dest::Root| Roots::permit(r, Use::Read, scope).is_ok();
+        if !roots
+            .0
+            .iter()
+            .filter(readable)
+            .any(|r| canon.starts_with(&r.path))
+        {
             return Err(format!(
                 "scan {}: {} leads outside the roots (through a symbolic link)",
                 sc.name,
@@ -103,7 +116,7 @@ pub(super) fn pull_session(
     scan: Option<ScanRequest>,
 ) {
     let (sh, link, peer, secret) = (c.sh, c.link, c.peer, c.secret);
-    let set = match source_set_at(&sh.cfg.roots, &sources, scan.as_ref(), options.partial) {
+    let set = match source_set_at(&sh.cfg.roots, &sources, scan.as_ref(), options.partial, c.scope) {
         Ok(set) => set,
         Err(e) => return c.refuse(e),
     };

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use vlbiflow_udp::{open_udp, UdpConfig};
 
 use super::shared::{Active, Conn};
+use crate::dest::Use;
 use crate::progress::Progress;
 use crate::recv::{self, RecvParams};
 use crate::session::{FileSpec, Options, Session};
@@ -17,7 +18,7 @@ use crate::utc_now;
 pub(super) fn push_session(c: &Conn<'_>, dest: String, files: Vec<FileSpec>, mut options: Options) {
     let (sh, link, peer) = (c.sh, c.link, c.peer);
     options.verify_written |= sh.cfg.verify_written;
-    let (root, comps) = match sh.cfg.roots.resolve(&dest) {
+    let (root, comps) = match sh.cfg.roots.resolve_for(&dest, Use::Write, c.scope) {
         Ok(x) => x,
         Err(e) => return c.refuse(e),
     };

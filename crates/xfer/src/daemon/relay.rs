@@ -33,7 +33,7 @@ pub(super) fn relay_session(c: &Conn<'_>, r: Relay) {
         retries,
     } = r;
     let (sh, link, client) = (c.sh, c.link, c.peer);
-    let set = match source_set(&sh.cfg.roots, &sources, scan.as_ref()) {
+    let set = match source_set(&sh.cfg.roots, &sources, scan.as_ref(), c.scope) {
         Ok(set) => set,
         Err(e) => return c.refuse(e),
     };

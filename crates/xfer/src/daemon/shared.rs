@@ -26,8 +26,11 @@ pub struct ServeConfig {
     pub listen: SocketAddr,
     /// Where files may be written and read.
     pub roots: Roots,
-    /// The pre-shared key.
+    /// The pre-shared key: every root (as the roots' access allows).
     pub key: Key,
+    /// Further keys, each for some roots only (`--client-key PATH=ROOT,...`, `[[keys]]`): give each
+    /// client its own, naming only the roots it needs.
+    pub client_keys: Vec<ClientKey>,
     /// Dead-peer timeout of transfers.
     pub dead_timeout: Duration,
     /// Time allowed for the handshake and the request (after any back-off delay of the address).
@@ -71,6 +74,7 @@ impl ServeConfig {
             listen,
             roots,
             key,
+            client_keys: Vec::new(),
             dead_timeout: Duration::from_secs(10),
             handshake_timeout: Duration::from_secs(2),
             gate: GateConfig::default(),
@@ -86,6 +90,37 @@ impl ServeConfig {
             realtime: false,
             relay_to: AllowList::default(),
         }
+    }
+}
+
+/// A key that may use some roots only.
+#[derive(Debug, Clone)]
+pub struct ClientKey {
+    /// What the log calls it (its file).
+    pub name: String,
+    /// The key.
+    pub key: Key,
+    /// Names of the roots it may use (each still as the root's access allows).
+    pub roots: Vec<String>,
+}
+
+impl ServeConfig {
+    /// Checks that every client key names roots this daemon serves.
+    pub fn check_client_keys(&self) -> Result<(), String> {
+        for k in &self.client_keys {
+            if let Some(r) = k
+                .roots
+                .iter()
+                .find(|r| !self.roots.0.iter().any(|x| x.name == **r))
+            {
+                return Err(format!(
+                    "key {}: unknown root {r:?}; this daemon serves {}",
+                    k.name,
+                    self.roots.names()
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -315,6 +350,8 @@ pub(super) struct Conn<'a> {
     pub(super) peer: SocketAddr,
     /// The session secret of the control connection (the datagram keys are derived from it).
     pub(super) secret: [u8; 32],
+    /// The roots the client's key may use; None: every root.
+    pub(super) scope: Option<&'a [String]>,
 }
 
 impl Conn<'_> {

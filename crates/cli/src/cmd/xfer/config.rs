@@ -25,11 +25,15 @@ pub const DEFAULT_DEAD_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct File {
     /// Control address (TCP), `HOST:PORT`.
     pub listen: Option<SocketAddr>,
-    /// Roots clients may write to: `name = "/dir"`.
+    /// Roots clients may write to and read from: `name = "/dir"`, `"/dir:ro"` (pull only) or
+    /// `"/dir:wo"` (push only).
     #[serde(default)]
     pub roots: BTreeMap<String, String>,
-    /// Key file (created when missing).
+    /// Key file (created when missing); this key may use every root.
     pub key: Option<PathBuf>,
+    /// Further keys, each for the roots it names only: `[[keys]]` with `file` and `roots`.
+    #[serde(default)]
+    pub keys: Vec<KeyEntry>,
     /// Transfers at once.
     pub max_transfers: Option<usize>,
     /// A peer silent this long is dead (`10s`).
@@ -53,12 +57,24 @@ pub struct File {
     pub realtime: Option<bool>,
 }
 
+/// A key for some roots only.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyEntry {
+    /// Key file (made with `vlbiflow xfer key --create`).
+    pub file: PathBuf,
+    /// Names of the roots it may use.
+    pub roots: Vec<String>,
+}
+
 /// Settings after file and flags are merged and defaults applied.
 #[derive(Debug)]
 pub struct Settings {
     pub listen: SocketAddr,
     pub roots: Vec<String>,
     pub key: PathBuf,
+    /// Key files for some roots only, with those roots.
+    pub client_keys: Vec<(PathBuf, Vec<String>)>,
     pub max_transfers: usize,
     pub dead_timeout: Duration,
     pub archive: PathBuf,
@@ -77,6 +93,8 @@ pub struct Flags {
     pub listen: Option<SocketAddr>,
     pub roots: Vec<String>,
     pub key: Option<PathBuf>,
+    /// `--client-key FILE=ROOT,...` as given.
+    pub client_keys: Vec<String>,
     pub max_transfers: Option<usize>,
     pub dead_timeout: Option<Duration>,
     pub archive: Option<PathBuf>,
@@ -124,6 +142,29 @@ pub fn settings(path: Option<&Path>, flags: Flags) -> Result<Settings, String> {
             (None, None) => Ok(None),
         }
     };
+    // keys given on the command line replace the file's
+    let client_keys = if flags.client_keys.is_empty() {
+        let mut out = Vec::new();
+        for k in &file.keys {
+            if k.roots.is_empty() {
+                return Err(at(format!("keys: {} names no root", k.file.display())));
+            }
+            out.push((k.file.clone(), k.roots.clone()));
+        }
+        out
+    } else {
+        let mut out = Vec::new();
+        for spec in &flags.client_keys {
+            match spec.rsplit_once('=') {
+                Some((f, r)) if !f.is_empty() && !r.is_empty() => out.push((
+                    PathBuf::from(f),
+                    r.split(',').map(|x| x.trim().to_string()).collect(),
+                )),
+                _ => return Err(format!("--client-key {spec:?}: give FILE=ROOT[,ROOT...]")),
+            }
+        }
+        out
+    };
     let state = service::state_dir("xfer");
     Ok(Settings {
         listen: flags
@@ -132,6 +173,7 @@ pub fn settings(path: Option<&Path>, flags: Flags) -> Result<Settings, String> {
             .unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("default address")),
         roots,
         key: flags.key.or(file.key).unwrap_or_else(|| state.join("xfer.key")),
+        client_keys,
         max_transfers: flags
             .max_transfers
             .or(file.max_transfers)

@@ -115,13 +115,17 @@ struct ServeArgs {
     /// Control address (TCP) [default: 127.0.0.1:46230]
     #[arg(long)]
     listen: Option<std::net::SocketAddr>,
-    /// A directory clients may write to: NAME=DIR, or DIR (named after its last component); repeat
-    /// (required here or as [roots] in the configuration)
-    #[arg(long, value_name = "NAME=DIR")]
+    /// A directory clients may write to and read from: NAME=DIR, or DIR (named after its last
+    /// component), with :ro (pull only) or :wo (push only) after it; repeat (required here or as
+    /// [roots] in the configuration)
+    #[arg(long, value_name = "NAME=DIR[:ro|:wo]")]
     root: Vec<String>,
-    /// Key file (created when missing)
+    /// Key file (created when missing); this key may use every root
     #[arg(long, value_name = "FILE")]
     key: Option<PathBuf>,
+    /// A further key that may use the roots named only: FILE=ROOT[,ROOT...]; repeat, one per client
+    #[arg(long, value_name = "FILE=ROOTS")]
+    client_key: Vec<String>,
     /// Transfers at once (more are refused with "busy") [default: 16]
     #[arg(long)]
     max_transfers: Option<usize>,
@@ -502,6 +506,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
         listen: a.listen,
         roots: a.root,
         key: a.key,
+        client_keys: a.client_key,
         max_transfers: a.max_transfers,
         dead_timeout: a.dead_timeout,
         archive: a.archive,
@@ -549,6 +554,16 @@ fn serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
             Ok(k) => Some(k),
             Err(e) => return xerr(e),
         };
+    }
+    for (file, roots) in &s.client_keys {
+        match Key::load(file) {
+            Ok(key) => cfg.client_keys.push(vlbiflow_xfer::daemon::ClientKey {
+                name: file.display().to_string(),
+                key,
+                roots: roots.clone(),
+            }),
+            Err(e) => return xerr(e),
+        }
     }
     cfg.total_rate_bps = s.total_rate;
     cfg.verify_written = s.verify_written;
