@@ -434,6 +434,18 @@ impl Config {
         Config::check(raw, text)
     }
 
+    /// The configuration the hub sends to agents: this one without the webhook (its URL is often a
+    /// secret itself) and without the hub's and agents' own sections (an archive URL may hold a
+    /// password). Its hash is what agents running it report.
+    pub fn for_agents(&self) -> Result<Config, ConfigError> {
+        let mut t: toml::Table = toml::from_str(&self.text).map_err(|e| bad(e.to_string()))?;
+        for k in ["webhook", "hub", "agent"] {
+            t.remove(k);
+        }
+        let text = toml::to_string(&t).map_err(|e| bad(e.to_string()))?;
+        Config::parse(&text)
+    }
+
     /// Reads and parses a file.
     pub fn load(path: &std::path::Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError {

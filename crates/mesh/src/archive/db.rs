@@ -349,9 +349,35 @@ pub fn redact(url: &str) -> String {
     }
 }
 
+/// A URL whose path and query may themselves be the secret (a webhook's, as chat services issue
+/// them) reduced to its scheme and host, `https://hooks.example.org/***`, with [`redact`] applied to
+/// any password; for logs.
+pub fn redact_path(url: &str) -> String {
+    let url = redact(url);
+    let Some(scheme_end) = url.find("://") else {
+        return "***".into();
+    };
+    let rest = &url[scheme_end + 3..];
+    match rest.find(['/', '?', '#']) {
+        Some(end) => format!("{}/***", &url[..scheme_end + 3 + end]),
+        None => url,
+    }
+}
+
 #[cfg(test)]
 mod redact_tests {
-    use super::redact;
+    use super::{redact, redact_path};
+
+    #[test]
+    fn webhook_paths_are_redacted() {
+        assert_eq!(
+            redact_path("https://hooks.example.org/services/T0/B0/secret?x=1"),
+            "https://hooks.example.org/***"
+        );
+        assert_eq!(redact_path("http://u:pw@h:9/a"), "http://u:***@h:9/***");
+        assert_eq!(redact_path("http://h:9"), "http://h:9");
+        assert_eq!(redact_path("not a url"), "***");
+    }
 
     #[test]
     fn passwords_are_redacted_and_nothing_else() {
