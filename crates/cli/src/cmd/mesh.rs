@@ -246,9 +246,9 @@ Examples:
   # Loopback only, SQLite archive in the state directory (~/.local/state/vlbiflow/hub/mesh.sqlite)
   vlbiflow net hub --config mesh.toml
 
-  # For the network: token required; PostgreSQL archive
-  vlbiflow net hub --config mesh.toml --listen 0.0.0.0:8090 --token-file /etc/vlbiflow/mesh.token \\
-      --archive postgresql://vlbiflow@db.example.org/mesh
+  # For the network: keys required (per-host keys, the shared token for readers); PostgreSQL archive
+  vlbiflow net hub --config mesh.toml --listen 0.0.0.0:8090 --keys-file /etc/vlbiflow/mesh.keys \\
+      --token-file /etc/vlbiflow/mesh.token --archive postgresql://vlbiflow@db.example.org/mesh
 
 Pages: / (matrix, alerts, run log), /pair?src=A&dst=B (time series and latest sweep), /metrics
 (Prometheus), /api/v1/{status,runs,results,alerts,matrix} (JSON).";

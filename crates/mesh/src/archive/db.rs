@@ -306,7 +306,15 @@ fn sqlite_pragmas(c: &rusqlite::Connection, limit: std::time::Duration) -> rusql
 /// created, WAL switched on).
 pub(super) fn connect(target: &str) -> Result<Box<dyn Backend>, ArchiveError> {
     let db: Box<dyn Backend> = if target.starts_with("postgres://") || target.starts_with("postgresql://") {
-        let client = postgres::Client::connect(target, postgres::NoTls).map_err(|e| {
+        let mut cfg: postgres::Config = target
+            .parse()
+            .map_err(|e| err(&format!("PostgreSQL URL {}", redact(target)), e))?;
+        if cfg.get_password().is_none() {
+            if let Some(p) = super::pgpass::password_for(&cfg) {
+                cfg.password(p);
+            }
+        }
+        let client = cfg.connect(postgres::NoTls).map_err(|e| {
             err(
                 &format!("connect to PostgreSQL {}", redact(target)),
                 pg_detail(&e),

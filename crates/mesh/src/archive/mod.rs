@@ -10,6 +10,7 @@
 
 mod alerts;
 mod db;
+mod pgpass;
 mod rows;
 mod runs;
 mod schema;
