@@ -894,6 +894,27 @@ pub fn vlbiflow_net_rate(s: &str) -> Result<f64, String> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn agents_get_the_configuration_without_webhook_and_daemon_sections() {
+        let text = format!(
+            "{EXAMPLE}\n[webhook]\nurl = \"https://hooks.example.org/s/secret\"\n\
+             [hub]\narchive = \"postgresql://u:pw@db/m\"\n[agent]\nname = \"A\"\n"
+        );
+        let full = Config::parse(&text).unwrap();
+        let agents = full.for_agents().unwrap();
+        assert!(
+            !agents.text.contains("secret") && !agents.text.contains("pw@"),
+            "{}",
+            agents.text
+        );
+        assert_eq!(agents.webhook, None);
+        assert_ne!(agents.hash, full.hash);
+        // The same plan otherwise.
+        assert_eq!(agents.hosts, full.hosts);
+        assert_eq!(agents.tests, full.tests);
+        assert_eq!(agents.seed, full.seed);
+    }
+
     pub(crate) const EXAMPLE: &str = r#"
 [mesh]
 name = "test"
