@@ -3,13 +3,14 @@
 # target/release/vlbiflow, and prints one line per row: HELD (the limit holds), BROKEN (the attack still
 # works) or SKIPPED. Bounded: every step has a timeout; the whole script takes well under 10 minutes.
 # Attackers use the source address 127.0.0.2 (another host, as far as the services can tell).
-# Needs python3 (for raw sockets with a chosen source address). Run from the repository root:
+# Needs python3 (for raw sockets with a chosen source address) and curl. Run from the repository root:
 #   cargo build --release -p vlbiflow && bench/attack.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-target/release/vlbiflow}
 [ -x "$BIN" ] || { echo "build first: cargo build --release -p vlbiflow" >&2; exit 2; }
 command -v python3 >/dev/null || { echo "python3 is needed" >&2; exit 2; }
+command -v curl >/dev/null || { echo "curl is needed" >&2; exit 2; }
 T=$(mktemp -d)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; rm -rf "$T"; }
@@ -71,8 +72,146 @@ elif grep -q -- --token-file "$T/tok.err" && ! grep -rqs 'sesame' /proc/$$/cmdli
 else
     row 10 BROKEN "serve: --token refused without naming --token-file"
 fi
-row 4 SKIPPED "(not covered by this script yet)"
-row 5 SKIPPED "(not covered by this script yet)"
+mesh_rows() {
+# --- net hub and agents (rows 4, 5, 7, 8, 11) ---
+# A mesh of two hosts on loopback ports; the webhook's URL carries a secret path and points at a closed
+# port, and a 1 s no-data alert makes the hub try (and log) its delivery at once.
+AP=$(free_port); BP=$(free_port); HP=$(free_port); NP=$(free_port); PP=$(free_port)
+cat > "$T/mesh.toml" <<EOF
+[mesh]
+name = "attack"
+[[host]]
+name = "A"
+address = "127.0.0.1"
+port = $AP
+[[host]]
+name = "B"
+address = "127.0.0.1"
+port = $BP
+[[test]]
+name = "lat"
+kind = "latency"
+interval = "1h"
+[[alert]]
+name = "quiet"
+metric = "rtt_ms"
+above = 1000
+no_data = "1s"
+[webhook]
+url = "http://127.0.0.1:9/services/T0/B0/webhook-secret-path"
+EOF
+printf 'mesh-shared-token-0123456789\n' > "$T/mesh.token"
+printf 'host-a-key-0123456789abcdef\n' > "$T/a.key"
+printf 'A host-a-key-0123456789abcdef\nB host-b-key-0123456789abcdef\n' > "$T/keys"
+chmod 600 "$T/mesh.token" "$T/a.key" "$T/keys"
+"$BIN" net hub --config "$T/mesh.toml" --listen "127.0.0.1:$HP" --archive "$T/hub.sqlite" \
+    --token-file "$T/mesh.token" --keys-file "$T/keys" >/dev/null 2>"$T/hub.log" &
+PIDS+=($!)
+"$BIN" net hub --config "$T/mesh.toml" --listen "127.0.0.1:$NP" --archive "$T/open.sqlite" \
+    >/dev/null 2>"$T/open.log" &
+PIDS+=($!)
+wait_http() { for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$1/" && return 0; sleep 0.1; done; return 1; }
+wait_http "$HP"; wait_http "$NP"
+code() { curl -s -o /dev/null -w '%{http_code}' --max-time 10 "$@"; }
+c_root=$(code "http://127.0.0.1:$HP/"); c_api=$(code "http://127.0.0.1:$HP/api/v1/status")
+c_tok=$(code -H "Authorization: Bearer mesh-shared-token-0123456789" "http://127.0.0.1:$HP/api/v1/status")
+c_dns=$(code -H "Host: attacker.example.org" "http://127.0.0.1:$NP/api/v1/status")
+if [ "$c_root$c_api" = 401401 ] && [ "$c_tok" = 200 ] && [ "$c_dns" = 401 ]; then
+    row 4 HELD "net hub: with a token, / and /api/v1/* answer 401 on loopback too (200 with it); without one, a foreign Host gets 401"
+else
+    row 4 BROKEN "net hub: loopback reads without the token: / $c_root, /api/v1/status $c_api (with it $c_tok); foreign Host $c_dns"
+fi
+sync_body='{"host":"A","software":"x","config_hash":"","reports":[],"counters":[]}'
+c_plain=$(code -X POST -H 'Content-Type: text/plain' --data "$sync_body" "http://127.0.0.1:$NP/api/v1/agent/sync")
+c_origin=$(code -X POST -H 'Content-Type: application/json' -H 'Origin: http://attacker.example.org' \
+    --data "$sync_body" "http://127.0.0.1:$NP/api/v1/agent/sync")
+c_json=$(code -X POST -H 'Content-Type: application/json' --data "$sync_body" "http://127.0.0.1:$NP/api/v1/agent/sync")
+if [ "$c_plain" != 200 ] && [ "$c_origin" != 200 ] && [ "$c_json" = 200 ]; then
+    row 5 HELD "net hub without a token: text/plain ($c_plain) and Origin-carrying ($c_origin) POSTs to the agent exchange refused; an agent's JSON answered"
+else
+    row 5 BROKEN "net hub without a token: text/plain POST $c_plain, with Origin $c_origin, JSON $c_json"
+fi
+# Row 7: agent A talks to the hub through a proxy that records every exchange; the recorded request
+# is replayed to the hub, and the recorded answer is replayed to the agent (a fake hub answering only that).
+python3 - "$PP" "$HP" "$T" <<'PY' &
+import http.server, http.client, sys, os
+pp, hp, d = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+class H(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("content-length", 0)))
+        c = http.client.HTTPConnection("127.0.0.1", hp, timeout=10)
+        hdrs = {k: v for k, v in self.headers.items() if k.lower().startswith("x-vlbiflow") or k.lower() == "content-type"}
+        c.request("POST", self.path, body, hdrs)
+        r = c.getresponse(); rb = r.read()
+        rh = {k: v for k, v in r.getheaders() if k.lower().startswith("x-vlbiflow") or k.lower() == "content-type"}
+        if not os.path.exists(d + "/rec.req"):
+            with open(d + "/rec.req", "w") as f: f.write(repr((hdrs, body, rh, rb, r.status)))
+        self.send_response(r.status)
+        for k, v in rh.items(): self.send_header(k, v)
+        self.send_header("content-length", str(len(rb))); self.end_headers(); self.wfile.write(rb)
+    def log_message(self, *a): pass
+http.server.HTTPServer(("127.0.0.1", pp), H).serve_forever()
+PY
+PIDS+=($!)
+sleep 0.5
+timeout 20 "$BIN" net agent --name A --hub "http://127.0.0.1:$PP" --token-file "$T/a.key" \
+    --state-dir "$T/agent-a" --sync-every 0.2 >/dev/null 2>"$T/agent-a.log" &
+AG=$!
+for _ in $(seq 100); do [ -s "$T/rec.req" ] && break; sleep 0.1; done
+sleep 0.5; kill "$AG" 2>/dev/null; wait "$AG" 2>/dev/null
+replay=$(timeout 20 python3 - "$HP" "$T" <<'PY'
+import http.client, sys, ast, socket, threading
+hp, d = int(sys.argv[1]), sys.argv[2]
+hdrs, body, rh, rb, status = ast.literal_eval(open(d + "/rec.req").read())
+c = http.client.HTTPConnection("127.0.0.1", hp, timeout=10)
+c.request("POST", "/api/v1/agent/sync", body, hdrs)
+r = c.getresponse(); r.read()
+print("recorded=%d replayed=%d webhook_in_answer=%s" % (status, r.status, b"webhook-secret" in rb))
+PY
+)
+# The fake hub: every request gets the recorded answer.
+FP=$(free_port)
+python3 - "$FP" "$T" <<'PY' &
+import http.server, sys, ast
+fp, d = int(sys.argv[1]), sys.argv[2]
+hdrs, body, rh, rb, status = ast.literal_eval(open(d + "/rec.req").read())
+class H(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        self.send_response(status)
+        for k, v in rh.items(): self.send_header(k, v)
+        self.send_header("content-length", str(len(rb))); self.end_headers(); self.wfile.write(rb)
+    def log_message(self, *a): pass
+http.server.HTTPServer(("127.0.0.1", fp), H).serve_forever()
+PY
+PIDS+=($!)
+sleep 0.5
+timeout 5 "$BIN" net agent --name A --hub "http://127.0.0.1:$FP" --token-file "$T/a.key" \
+    --state-dir "$T/agent-a" --sync-every 0.2 >/dev/null 2>"$T/agent-fake.log"
+if [ "$replay" = "recorded=200 replayed=401 webhook_in_answer=False" ] && grep -q "answer refused" "$T/agent-fake.log"; then
+    row 7 HELD "mesh auth: a recorded agent request replayed to the hub gets 401; its recorded answer replayed to the agent is refused; no webhook URL in answers"
+else
+    row 7 BROKEN "mesh auth: $replay; agent on a replayed answer: $(grep -c 'answer refused' "$T/agent-fake.log") refusals"
+fi
+# Row 8: host A's key used to report as B.
+timeout 5 "$BIN" net agent --name B --hub "http://127.0.0.1:$HP" --token-file "$T/a.key" \
+    --state-dir "$T/agent-b" --sync-every 0.2 >/dev/null 2>"$T/agent-b.log"
+seen_b=$(python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("SELECT COUNT(*) FROM agents WHERE name = ?", ("B",)).fetchone()[0])' "$T/hub.sqlite" 2>/dev/null || echo "unknown: no archive")
+if grep -q "answered 401" "$T/agent-b.log" && [ "$seen_b" = 0 ]; then
+    row 8 HELD "mesh auth: per-host keys (--keys-file): host A's key cannot report as B (401, B never seen)"
+else
+    row 8 BROKEN "mesh auth: A's key reported as B (agents rows for B: $seen_b)"
+fi
+for _ in $(seq 50); do grep -q "webhook" "$T/hub.log" && break; sleep 0.1; done
+if ! grep -q "webhook" "$T/hub.log"; then
+    row 11 BROKEN "net hub: no webhook delivery attempt logged (the check needs one)"
+elif grep -q "webhook-secret-path" "$T/hub.log" "$T/open.log"; then
+    row 11 BROKEN "net hub: the webhook URL's secret path is in the log"
+else
+    row 11 HELD "net hub: failed webhook deliveries logged as $(grep -o 'webhook http[^ ]*' "$T/hub.log" | head -1 | cut -d' ' -f2 | sed 's/:$//')"
+fi
+}
+mesh_rows
 
 # --- net responder (rows 6, 9) ---
 rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
@@ -124,10 +263,7 @@ row6() {
     fi
 }
 row6
-row 7 SKIPPED "(not covered by this script yet)"
-row 8 SKIPPED "(not covered by this script yet)"
 row 9 SKIPPED "latency echo only to the control peer: checked by crates/netmeasure responder tests, no replay here yet"
-row 11 SKIPPED "(not covered by this script yet)"
 row 12 SKIPPED "(not covered by this script yet)"
 
 # --- xfer serve (rows 1, 14, 13) ---

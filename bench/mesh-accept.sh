@@ -232,10 +232,11 @@ start_agent() {   # start_agent MESH HOST
         --sync-every 2 2>>"$OUT/$m/agent-$h.log" >/dev/null &
     PIDS[$m-agent-$h]=$!
 }
+# --public-read: Chromium reads the dashboard over loopback without credentials.
 start_hub() {   # start_hub MESH
     local m=$1
     ip netns exec "$(ns "$m" S)" "$BIN" net hub --config "$OUT/$m/mesh.toml" --listen 0.0.0.0:8090 \
-        --archive "${ARCH[$m]}" --token-file "$OUT/token" 2>>"$OUT/$m/hub.log" >/dev/null &
+        --archive "${ARCH[$m]}" --token-file "$OUT/token" --public-read 2>>"$OUT/$m/hub.log" >/dev/null &
     PIDS[$m-hub]=$!
 }
 kill9() {   # kill9 NAME

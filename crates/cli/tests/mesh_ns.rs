@@ -416,6 +416,8 @@ fn scenario(tag: &str, subnet: u8, archive_target: &str, dir: &Path) -> Outcome 
             archive_target.into(),
             "--token-file".into(),
             token.display().to_string(),
+            // Chromium and `net mesh` read the pages without credentials.
+            "--public-read".into(),
         ]
     };
     let start_agent = |h: &str| -> Proc {

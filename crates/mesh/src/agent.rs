@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::auth::{Key, MAC_HEADER, TIME_HEADER};
+use crate::auth::{Key, Request, HOST_HEADER, MAC_HEADER, NONCE_HEADER, TIME_HEADER};
 use crate::config::Config;
 use crate::counters::{self, Sampler};
 use crate::report::{CounterSample, RunReport};
@@ -217,10 +217,23 @@ impl HubClient {
             .http
             .post(format!("{}{SYNC_PATH}", self.base))
             .header("content-type", "application/json");
+        let mut request_mac = None;
         if let Some(k) = &self.key {
+            let nonce = crate::auth::nonce();
+            let mac = k.sign_request(&Request {
+                method: "POST",
+                path: SYNC_PATH,
+                host: &req.host,
+                time: now,
+                nonce: &nonce,
+                body: &body,
+            });
             r = r
+                .header(HOST_HEADER, req.host.as_str())
                 .header(TIME_HEADER, now.to_string())
-                .header(MAC_HEADER, k.mac("POST", SYNC_PATH, now, &body));
+                .header(NONCE_HEADER, nonce.as_str())
+                .header(MAC_HEADER, mac.to_hex().as_str());
+            request_mac = Some(mac);
         }
         let mut resp = r.send(&body[..]).map_err(|e| format!("hub {}: {e}", self.base))?;
         let status = resp.status().as_u16();
@@ -247,10 +260,12 @@ impl HubClient {
                     .collect::<String>()
             ));
         }
-        if let Some(k) = &self.key {
-            k.verify(
-                "RESPONSE",
+        if let (Some(k), Some(request_mac)) = (&self.key, &request_mac) {
+            // Only the answer to this request: a recorded one replayed is refused, and the
+            // results stay in the outbox.
+            k.verify_response(
                 SYNC_PATH,
+                request_mac,
                 t.as_deref(),
                 mac.as_deref(),
                 &text,

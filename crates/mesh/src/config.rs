@@ -434,6 +434,18 @@ impl Config {
         Config::check(raw, text)
     }
 
+    /// The configuration the hub sends to agents: this one without the webhook (its URL is often a
+    /// secret itself) and without the hub's and agents' own sections (an archive URL may hold a
+    /// password). Its hash is what agents running it report.
+    pub fn for_agents(&self) -> Result<Config, ConfigError> {
+        let mut t: toml::Table = toml::from_str(&self.text).map_err(|e| bad(e.to_string()))?;
+        for k in ["webhook", "hub", "agent"] {
+            t.remove(k);
+        }
+        let text = toml::to_string(&t).map_err(|e| bad(e.to_string()))?;
+        Config::parse(&text)
+    }
+
     /// Reads and parses a file.
     pub fn load(path: &std::path::Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
@@ -881,6 +893,27 @@ pub fn vlbiflow_net_rate(s: &str) -> Result<f64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn agents_get_the_configuration_without_webhook_and_daemon_sections() {
+        let text = format!(
+            "{EXAMPLE}\n[webhook]\nurl = \"https://hooks.example.org/s/secret\"\n\
+             [hub]\narchive = \"postgresql://u:pw@db/m\"\n[agent]\nname = \"A\"\n"
+        );
+        let full = Config::parse(&text).unwrap();
+        let agents = full.for_agents().unwrap();
+        assert!(
+            !agents.text.contains("secret") && !agents.text.contains("pw@"),
+            "{}",
+            agents.text
+        );
+        assert_eq!(agents.webhook, None);
+        assert_ne!(agents.hash, full.hash);
+        // The same plan otherwise.
+        assert_eq!(agents.hosts, full.hosts);
+        assert_eq!(agents.tests, full.tests);
+        assert_eq!(agents.seed, full.seed);
+    }
 
     pub(crate) const EXAMPLE: &str = r#"
 [mesh]

@@ -39,6 +39,7 @@ struct HubSection {
     listen: Option<SocketAddr>,
     archive: Option<String>,
     public_read: Option<bool>,
+    keys_file: Option<PathBuf>,
 }
 
 /// The daemon sections of a file; the rest is the mesh configuration, checked by `vlbiflow_mesh`.
@@ -147,7 +148,8 @@ pub struct AgentArgs {
     /// The hub's URL, e.g. http://hub:8090
     #[arg(long, value_name = "URL")]
     hub: Option<String>,
-    /// File with the shared token (or VLBIFLOW_MESH_TOKEN); required for a hub not on loopback
+    /// File with this host's key (its line in the hub's --keys-file) or the mesh's shared token (or
+    /// VLBIFLOW_MESH_TOKEN); required for a hub not on loopback
     #[arg(long, value_name = "FILE")]
     token_file: Option<PathBuf>,
     /// State directory: outbox, cached configuration, schedule cursor (default: $STATE_DIRECTORY under
@@ -244,9 +246,9 @@ Examples:
   # Loopback only, SQLite archive in the state directory (~/.local/state/vlbiflow/hub/mesh.sqlite)
   vlbiflow net hub --config mesh.toml
 
-  # For the network: token required; PostgreSQL archive
-  vlbiflow net hub --config mesh.toml --listen 0.0.0.0:8090 --token-file /etc/vlbiflow/mesh.token \\
-      --archive postgresql://vlbiflow@db.example.org/mesh
+  # For the network: keys required (per-host keys, the shared token for readers); PostgreSQL archive
+  vlbiflow net hub --config mesh.toml --listen 0.0.0.0:8090 --keys-file /etc/vlbiflow/mesh.keys \\
+      --token-file /etc/vlbiflow/mesh.token --archive postgresql://vlbiflow@db.example.org/mesh
 
 Pages: / (matrix, alerts, run log), /pair?src=A&dst=B (time series and latest sweep), /metrics
 (Prometheus), /api/v1/{status,runs,results,alerts,matrix} (JSON).";
@@ -269,9 +271,20 @@ pub struct HubArgs {
     /// systemd, else in ~/.local/state/vlbiflow/hub)
     #[arg(long, value_name = "PATH|URL")]
     archive: Option<String>,
-    /// File with the shared token (or VLBIFLOW_MESH_TOKEN); required beyond loopback
+    /// File with the mesh's shared token (or VLBIFLOW_MESH_TOKEN): authenticates readers, and agents
+    /// without a key in --keys-file (any holder can report as any of those: give each host its key)
     #[arg(long, value_name = "FILE")]
     token_file: Option<PathBuf>,
+    /// File of per-host keys, one `HOST KEY` a line: each authenticates only its host's agent
+    /// (keys_file in [hub])
+    #[arg(long, value_name = "FILE")]
+    keys_file: Option<PathBuf>,
+    /// File with a token for readers of pages and the API only (Authorization: Bearer TOKEN)
+    #[arg(long, value_name = "FILE")]
+    read_token_file: Option<PathBuf>,
+    /// Refuse to start without keys (--keys-file or --token-file), so that loopback needs them too
+    #[arg(long)]
+    require_token: bool,
     /// Serve pages and the read API without authentication
     #[arg(long)]
     public_read: bool,
@@ -343,11 +356,37 @@ pub fn run_hub(a: HubArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let token = read_token(a.token_file.as_deref())?;
-    if token.is_none() && !listen.ip().is_loopback() {
-        usage!(
-            "--listen {} is not loopback: give a token (--token-file) so agents and readers authenticate",
-            listen
-        );
+    let host_keys = match a.keys_file.or(sect.keys_file) {
+        Some(f) => {
+            let text = std::fs::read_to_string(&f).with_context(|| format!("--keys-file {}", f.display()))?;
+            match vlbiflow_mesh::auth::Keyring::parse_keys_file(&text) {
+                Ok(k) => k,
+                Err(e) => usage!("--keys-file {}: {e}", f.display()),
+            }
+        }
+        None => Vec::new(),
+    };
+    let read_token = match &a.read_token_file {
+        Some(f) => {
+            let text =
+                std::fs::read_to_string(f).with_context(|| format!("--read-token-file {}", f.display()))?;
+            match check_token(&text) {
+                Ok(t) => Some(t.to_string()),
+                Err(e) => usage!("--read-token-file {}: {e}", f.display()),
+            }
+        }
+        None => None,
+    };
+    if token.is_none() && host_keys.is_empty() {
+        if a.require_token {
+            usage!("--require-token: give --keys-file or --token-file (or VLBIFLOW_MESH_TOKEN)");
+        }
+        if !listen.ip().is_loopback() {
+            usage!(
+                "--listen {} is not loopback: give keys (--keys-file, --token-file) so agents and readers authenticate",
+                listen
+            );
+        }
     }
     let stop = crate::stop::on_interrupt(crate::stop::Second::Wait)?;
     let log: Arc<dyn Fn(&str) + Send + Sync> = Arc::new(log_line);
@@ -357,6 +396,8 @@ pub fn run_hub(a: HubArgs) -> anyhow::Result<ExitCode> {
             listen,
             archive,
             token,
+            host_keys,
+            read_token,
             public_read,
             metrics_token: match crate::cmd::read_metrics_token(a.metrics_token_file.as_deref()) {
                 Ok(t) => t,

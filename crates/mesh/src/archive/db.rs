@@ -306,7 +306,15 @@ fn sqlite_pragmas(c: &rusqlite::Connection, limit: std::time::Duration) -> rusql
 /// created, WAL switched on).
 pub(super) fn connect(target: &str) -> Result<Box<dyn Backend>, ArchiveError> {
     let db: Box<dyn Backend> = if target.starts_with("postgres://") || target.starts_with("postgresql://") {
-        let client = postgres::Client::connect(target, postgres::NoTls).map_err(|e| {
+        let mut cfg: postgres::Config = target
+            .parse()
+            .map_err(|e| err(&format!("PostgreSQL URL {}", redact(target)), e))?;
+        if cfg.get_password().is_none() {
+            if let Some(p) = super::pgpass::password_for(&cfg) {
+                cfg.password(p);
+            }
+        }
+        let client = cfg.connect(postgres::NoTls).map_err(|e| {
             err(
                 &format!("connect to PostgreSQL {}", redact(target)),
                 pg_detail(&e),
@@ -349,9 +357,35 @@ pub fn redact(url: &str) -> String {
     }
 }
 
+/// A URL whose path and query may themselves be the secret (a webhook's, as chat services issue
+/// them) reduced to its scheme and host, `https://hooks.example.org/***`, with [`redact`] applied to
+/// any password; for logs.
+pub fn redact_path(url: &str) -> String {
+    let url = redact(url);
+    let Some(scheme_end) = url.find("://") else {
+        return "***".into();
+    };
+    let rest = &url[scheme_end + 3..];
+    match rest.find(['/', '?', '#']) {
+        Some(end) => format!("{}/***", &url[..scheme_end + 3 + end]),
+        None => url,
+    }
+}
+
 #[cfg(test)]
 mod redact_tests {
-    use super::redact;
+    use super::{redact, redact_path};
+
+    #[test]
+    fn webhook_paths_are_redacted() {
+        assert_eq!(
+            redact_path("https://hooks.example.org/services/T0/B0/secret?x=1"),
+            "https://hooks.example.org/***"
+        );
+        assert_eq!(redact_path("http://u:pw@h:9/a"), "http://u:***@h:9/***");
+        assert_eq!(redact_path("http://h:9"), "http://h:9");
+        assert_eq!(redact_path("not a url"), "***");
+    }
 
     #[test]
     fn passwords_are_redacted_and_nothing_else() {

@@ -10,6 +10,7 @@
 
 mod alerts;
 mod db;
+mod pgpass;
 mod rows;
 mod runs;
 mod schema;
@@ -17,7 +18,7 @@ mod schema;
 use crate::timespec::Ms;
 use db::{err, Backend};
 
-pub use db::{redact, ArchiveError, Val};
+pub use db::{redact, redact_path, ArchiveError, Val};
 pub use rows::{AlertEvent, RunFilter, RunRow};
 pub use schema::MIGRATIONS;
 

@@ -2,10 +2,13 @@
 //! evaluates alerts ([`Alerts`]) and delivers their changes to the log and a webhook, and serves the
 //! dashboard, the JSON API the `vlbiflow net mesh` commands use, and `/metrics` for Prometheus.
 //!
-//! Authentication: with a token, every agent exchange carries a MAC both ways ([`crate::auth`]), and
-//! pages and API answer only loopback clients or requests with `Authorization: Bearer TOKEN` (or
-//! HTTP basic authentication with the token as password), unless `public_read` is set. Without a
-//! token the hub listens on loopback only.
+//! Authentication: with keys (per-host keys, or the mesh's shared token for hosts without one), every
+//! agent exchange carries a MAC both ways, once only, the answer bound to its request
+//! ([`crate::auth`]); the host an exchange reports for is the one its key authenticates. Pages and API
+//! answer only requests with `Authorization: Bearer TOKEN` (the shared or the read token; or HTTP basic
+//! authentication with it as password), from loopback too, unless `public_read` is set. Without any
+//! key the hub listens on loopback only and answers requests that name it by a loopback address
+//! ([`access`]).
 //!
 //! Files by concern: `state` what the handlers share; `routes` the HTTP routes; `sync` the agents'
 //! exchange; `webhook` alert delivery; `access` who may read; `http` replies; `matrix` the newest figure
@@ -30,7 +33,7 @@ use std::time::Duration;
 
 use crate::alerts::Alerts;
 use crate::archive::Archive;
-use crate::auth::Key;
+use crate::auth::{Key, Keyring, Verifier};
 use crate::config::Config;
 use crate::report::Outcome;
 use crate::schedule::{Ledger, LedgerAction};
@@ -54,8 +57,13 @@ pub struct HubOptions {
     pub listen: SocketAddr,
     /// Archive: a SQLite path or a postgresql:// URL.
     pub archive: String,
-    /// The shared token (None: loopback only).
+    /// The mesh's shared token: authenticates agents without a key of their own (any holder can speak
+    /// for any such host) and readers. None with no `host_keys`: loopback only.
     pub token: Option<String>,
+    /// Per-host keys: each authenticates its host's agent only ([`Keyring::parse_keys_file`]).
+    pub host_keys: Vec<(String, Key)>,
+    /// A token for readers of pages and the API only (`Authorization: Bearer ...`).
+    pub read_token: Option<String>,
     /// Serve pages and the read API to anyone.
     pub public_read: bool,
     /// Read-only token for `GET /metrics` (`Authorization: Bearer ...`); grants nothing else.
@@ -108,12 +116,26 @@ pub struct HubError(pub String);
 
 /// Starts a hub on its own thread; `stop` ends it.
 pub fn spawn(opts: HubOptions, stop: Arc<AtomicBool>, log: Log) -> Result<HubHandle, HubError> {
-    if opts.token.is_none() && !opts.listen.ip().is_loopback() {
+    let mut keys = Keyring::new(opts.token.as_deref().map(Key::from_token));
+    for (host, key) in &opts.host_keys {
+        if opts.config.host_index(host).is_none() {
+            return Err(HubError(format!(
+                "keys: host {host} is not in the mesh configuration"
+            )));
+        }
+        keys.insert(host, key.clone());
+    }
+    if keys.is_empty() && !opts.listen.ip().is_loopback() {
         return Err(HubError(format!(
-            "{} is not a loopback address: give a token (--token-file) so agents and readers authenticate",
+            "{} is not a loopback address: give keys (--keys-file, --token-file) so agents and readers authenticate",
             opts.listen
         )));
     }
+    let agent_cfg = Arc::new(
+        opts.config
+            .for_agents()
+            .map_err(|e| HubError(format!("the configuration for agents: {e}")))?,
+    );
     let mut archive = Archive::open(&opts.archive).map_err(|e| HubError(e.to_string()))?;
     let now = now_ms();
     let planned_through = archive
@@ -140,11 +162,34 @@ pub fn spawn(opts: HubOptions, stop: Arc<AtomicBool>, log: Log) -> Result<HubHan
         archive.location(),
         rfc3339(planned_through)
     ));
+    if keys.has_shared() {
+        let own: Vec<&str> = keys.hosts().collect();
+        let shared: Vec<&str> = opts
+            .config
+            .hosts
+            .iter()
+            .map(|h| h.name.as_str())
+            .filter(|h| !own.contains(h))
+            .collect();
+        if !shared.is_empty() {
+            log(&format!(
+                "warning: hosts {} authenticate with the shared token, and any holder of it can report as \
+                 them: give each its own key (--keys-file; see docs/mesh.md)",
+                shared.join(", ")
+            ));
+        }
+    }
+    let read_tokens = [opts.token.as_deref(), opts.read_token.as_deref()]
+        .into_iter()
+        .flatten()
+        .map(|t| blake3::hash(t.trim().as_bytes()))
+        .collect();
     let shared = Arc::new(Shared {
         cfg: opts.config.clone(),
-        key: opts.token.as_deref().map(Key::from_token),
-        token: opts.token.clone(),
+        verifier: (!keys.is_empty()).then(|| Mutex::new(Verifier::new(keys))),
+        read_tokens,
         public_read: opts.public_read,
+        agent_cfg,
         archive: Mutex::new(archive),
         ledger: Mutex::new(ledger),
         alerts: Mutex::new(alerts),

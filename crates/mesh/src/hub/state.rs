@@ -4,7 +4,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::alerts::Alerts;
 use crate::archive::{AlertEvent, Archive};
-use crate::auth::Key;
+use crate::auth::Verifier;
 use crate::config::Config;
 use crate::schedule::Ledger;
 use crate::timespec::Ms;
@@ -15,9 +15,13 @@ pub(super) type Log = Arc<dyn Fn(&str) + Send + Sync>;
 /// The state the HTTP handlers, the ticker and the webhook thread share.
 pub(super) struct Shared {
     pub(super) cfg: Arc<Config>,
-    pub(super) key: Option<Key>,
-    pub(super) token: Option<String>,
+    /// The agents' request authentication (None: no key configured, loopback only).
+    pub(super) verifier: Option<Mutex<Verifier>>,
+    /// Hashes of the tokens readers may present (the shared token, the read token).
+    pub(super) read_tokens: Vec<blake3::Hash>,
     pub(super) public_read: bool,
+    /// The configuration sent to agents ([`Config::for_agents`]).
+    pub(super) agent_cfg: Arc<Config>,
     pub(super) archive: Mutex<Archive>,
     pub(super) ledger: Mutex<Ledger>,
     pub(super) alerts: Mutex<Alerts>,

@@ -9,10 +9,11 @@ use axum::extract::{ConnectInfo, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 
+use super::access::{host_is_loopback, write_refusal};
 use super::http::{blocking, text};
 use super::state::{lock, store_alerts, Shared};
 use crate::agent::{SyncRequest, SyncResponse, SYNC_PATH};
-use crate::auth::{MAC_HEADER, TIME_HEADER};
+use crate::auth::{Headers, HOST_HEADER, MAC_HEADER, NONCE_HEADER, TIME_HEADER};
 use crate::report::{Outcome, RunReport};
 use crate::timespec::{now_ms, Ms};
 
@@ -23,33 +24,56 @@ pub(super) async fn sync(
     body: Bytes,
 ) -> Response {
     let now = now_ms();
-    let h = |n: &str| headers.get(n).and_then(|v| v.to_str().ok()).map(str::to_string);
-    match &s.key {
-        Some(k) => {
-            if let Err(e) = k.verify(
-                "POST",
-                SYNC_PATH,
-                h(TIME_HEADER).as_deref(),
-                h(MAC_HEADER).as_deref(),
-                &body,
-                now,
-            ) {
-                (s.log)(&format!("agent exchange from {peer} refused: {e}"));
-                return text(StatusCode::UNAUTHORIZED, e.to_string());
+    if let Some(why) = write_refusal(&headers) {
+        return text(StatusCode::UNSUPPORTED_MEDIA_TYPE, why.into());
+    }
+    let h = |n: &str| headers.get(n).and_then(|v| v.to_str().ok());
+    let verified = match &s.verifier {
+        Some(v) => {
+            let auth = Headers {
+                host: h(HOST_HEADER),
+                time: h(TIME_HEADER),
+                nonce: h(NONCE_HEADER),
+                mac: h(MAC_HEADER),
+            };
+            match lock(v).verify("POST", SYNC_PATH, &auth, &body, now) {
+                Ok(v) => Some(v),
+                Err(e) => {
+                    (s.log)(&format!("agent exchange from {peer} refused: {e}"));
+                    return text(StatusCode::UNAUTHORIZED, e.to_string());
+                }
             }
         }
-        None if !peer.ip().is_loopback() => {
+        None if !peer.ip().is_loopback() || !host_is_loopback(&headers) => {
             return text(
                 StatusCode::UNAUTHORIZED,
                 "this hub has no token and serves loopback only".into(),
             );
         }
-        None => {}
-    }
+        None => None,
+    };
     let req: SyncRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => return text(StatusCode::BAD_REQUEST, format!("invalid exchange: {e}")),
     };
+    // The host a request speaks for is the one its key authenticated, never the body's claim.
+    if let Some(v) = &verified {
+        if v.identity.host() != req.host {
+            (s.log)(&format!(
+                "agent exchange from {peer} refused: signed as {} but names {:?}",
+                v.identity.host(),
+                req.host
+            ));
+            return text(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "the request is signed as host {} but names {:?}",
+                    v.identity.host(),
+                    req.host
+                ),
+            );
+        }
+    }
     if s.cfg.host_index(&req.host).is_none() {
         return text(
             StatusCode::FORBIDDEN,
@@ -70,21 +94,29 @@ pub(super) async fn sync(
         body.clone(),
     )
         .into_response();
-    if let Some(k) = &s.key {
+    if let (Some(v), Some(verified)) = (&s.verifier, &verified) {
         let t = now_ms();
-        let mac = k.mac("RESPONSE", SYNC_PATH, t, &body);
-        if let (Ok(tv), Ok(mv)) = (t.to_string().parse(), mac.parse()) {
-            out.headers_mut().insert(TIME_HEADER, tv);
-            out.headers_mut().insert(MAC_HEADER, mv);
+        let mac = lock(v)
+            .keys
+            .key_for(verified.identity.host())
+            .map(|(k, _)| k.sign_response(SYNC_PATH, &verified.mac, t, &body));
+        if let Some(mac) = mac {
+            if let (Ok(tv), Ok(mv)) = (t.to_string().parse(), mac.to_hex().as_str().parse()) {
+                out.headers_mut().insert(TIME_HEADER, tv);
+                out.headers_mut().insert(MAC_HEADER, mv);
+            }
         }
     }
     out
 }
 
 fn accept(s: &Shared, mut req: SyncRequest, now: Ms) -> Result<SyncResponse, String> {
-    // Only outcomes of runs the agent sources.
-    req.reports
-        .retain(|r| r.run.src == req.host || r.reported_by == "hub");
+    // Only outcomes of runs the agent sources, reported as that agent's (never as the hub's or
+    // another host's).
+    req.reports.retain(|r| r.run.src == req.host);
+    for r in &mut req.reports {
+        r.reported_by.clone_from(&req.host);
+    }
     req.counters.retain(|c| c.host == req.host);
     {
         let mut a = lock(&s.archive);
@@ -122,7 +154,7 @@ fn accept(s: &Shared, mut req: SyncRequest, now: Ms) -> Result<SyncResponse, Str
     store_alerts(s, &mut lock(&s.archive), &events);
     Ok(SyncResponse {
         accepted: true,
-        config: (req.config_hash != s.cfg.hash).then(|| s.cfg.text.clone()),
+        config: (req.config_hash != s.agent_cfg.hash).then(|| s.agent_cfg.text.clone()),
         hub_time: now,
     })
 }

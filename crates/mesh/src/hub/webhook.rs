@@ -4,7 +4,22 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use super::state::{lock, Shared};
+use crate::archive::redact_path;
 use crate::timespec::rfc3339;
+
+/// An error message with every occurrence of the webhook's URL (and its path) redacted.
+fn redact_error(msg: &str, url: &str) -> String {
+    let mut m = msg.replace(url, &redact_path(url));
+    if let Some(path) = url
+        .find("://")
+        .and_then(|i| url[i + 3..].find('/').map(|j| &url[i + 3 + j..]))
+    {
+        if path.len() > 1 {
+            m = m.replace(path, "/***");
+        }
+    }
+    m
+}
 
 /// Delivers alert changes to the webhook, each once (retried until the receiver answers 2xx).
 pub(super) fn webhook_loop(s: &Shared, stop: &AtomicBool) {
@@ -44,12 +59,18 @@ pub(super) fn webhook_loop(s: &Shared, stop: &AtomicBool) {
                     let _ = lock(&s.archive).alert_delivered(&e.id);
                 }
                 Ok(r) => {
-                    (s.log)(&format!("webhook {}: answered {}; will retry", w.url, r.status()));
+                    (s.log)(&format!(
+                        "webhook {}: answered {}; will retry",
+                        redact_path(&w.url),
+                        r.status()
+                    ));
                     failed = true;
                     break;
                 }
                 Err(err) => {
-                    (s.log)(&format!("webhook {}: {err}; will retry", w.url));
+                    // ureq's errors may quote the URL: only its kind is logged.
+                    let err = redact_error(&err.to_string(), &w.url);
+                    (s.log)(&format!("webhook {}: {err}; will retry", redact_path(&w.url)));
                     failed = true;
                     break;
                 }
