@@ -228,6 +228,11 @@ pub fn run_agent(a: AgentArgs) -> anyhow::Result<ExitCode> {
         // agents answer efficiency tests as `net responder` does
         responder_setup: Some(vlbiflow_efficiency::with_service),
         on_ready: Some(|| crate::service::notify_ready("responder listening")),
+        // WATCHDOG=1 from the schedule loop
+        on_pass: Some(|| {
+            static WATCHDOG: std::sync::OnceLock<crate::service::Watchdog> = std::sync::OnceLock::new();
+            WATCHDOG.get_or_init(crate::service::Watchdog::from_env).alive();
+        }),
     };
     vlbiflow_mesh::agent::run(
         &opts,
@@ -368,8 +373,16 @@ pub fn run_hub(a: HubArgs) -> anyhow::Result<ExitCode> {
     )
     .map_err(|e| anyhow!(e))?;
     crate::service::notify_ready(&format!("serving on http://{}/", h.addr));
+    // WATCHDOG=1 only when the hub's tick has moved since the last look
+    let watchdog = crate::service::Watchdog::from_env();
+    let mut ticks = h.ticks();
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(200));
+        let now = h.ticks();
+        if now != ticks {
+            watchdog.alive();
+        }
+        ticks = now;
     }
     crate::service::notify_stopping();
     h.stop();

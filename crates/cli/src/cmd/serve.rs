@@ -117,9 +117,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .unwrap_or_default()
         ),
     };
-    vlbiflow_control::serve_notifying(cfg, Box::new(RecorderEngine), |c, h| {
-        crate::service::notify_ready(&format!("commands on {c}, HTTP on {h}"));
-    })?;
+    // WATCHDOG=1 from the controller loop (the one that ticks recordings and carries out commands)
+    let watchdog = std::sync::Arc::new(crate::service::Watchdog::from_env());
+    vlbiflow_control::serve_watched(
+        cfg,
+        Box::new(RecorderEngine),
+        |c, h| crate::service::notify_ready(&format!("commands on {c}, HTTP on {h}")),
+        std::sync::Arc::new(move || watchdog.alive()),
+    )?;
     crate::service::notify_stopping();
     Ok(ExitCode::SUCCESS)
 }

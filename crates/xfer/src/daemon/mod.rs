@@ -91,6 +91,7 @@ impl Daemon {
             claims: Mutex::new(HashMap::new()),
             gate: Mutex::new(vlbiflow_guard::gate::Gate::new(cfg_gate)),
             stop: AtomicBool::new(false),
+            accept_passes: std::sync::atomic::AtomicU64::new(0),
         });
         let sh = shared.clone();
         let thread = std::thread::Builder::new()
@@ -140,6 +141,12 @@ impl Daemon {
         &self.shared.counters
     }
 
+    /// How many passes the accept loop has made: it advances at least every 50 ms while the loop runs,
+    /// so a service manager's watchdog can be told only when it moved.
+    pub fn accept_passes(&self) -> u64 {
+        self.shared.accept_passes.load(Relaxed)
+    }
+
     /// Transfers running now.
     pub fn active(&self) -> Vec<Arc<Active>> {
         self.shared.active.lock().map(|a| a.clone()).unwrap_or_default()
@@ -170,6 +177,7 @@ impl Drop for Daemon {
 fn accept_loop(l: TcpListener, sh: Arc<Shared>) {
     let mut sessions: Vec<JoinHandle<()>> = Vec::new();
     while !sh.stop.load(Relaxed) {
+        sh.accept_passes.fetch_add(1, Relaxed);
         match l.accept() {
             Ok((s, peer)) => {
                 sh.counters.connections.fetch_add(1, Relaxed);

@@ -295,6 +295,8 @@ pub(super) struct Shared {
     /// Admission of connections that have not authenticated yet.
     pub(super) gate: Mutex<Gate>,
     pub(super) stop: AtomicBool,
+    /// Passes of the accept loop (each after accepting, refusing or finding nobody waiting).
+    pub(super) accept_passes: std::sync::atomic::AtomicU64,
 }
 
 /// An authenticated client sent a session message this daemon cannot read (another release, most

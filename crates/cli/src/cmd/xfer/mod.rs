@@ -565,8 +565,16 @@ fn serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
         tracing::info!(target: "vlbiflow::xfer", "metrics at http://{m}/metrics");
     }
     crate::service::notify_ready(&format!("serving on {}", d.local_addr()));
+    // WATCHDOG=1 only when the accept loop has moved since the last look
+    let watchdog = crate::service::Watchdog::from_env();
+    let mut passes = d.accept_passes();
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(200));
+        let now = d.accept_passes();
+        if now != passes {
+            watchdog.alive();
+        }
+        passes = now;
     }
     crate::service::notify_stopping();
     tracing::info!(target: "vlbiflow::xfer", "stopping");
