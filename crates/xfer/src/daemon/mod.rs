@@ -26,12 +26,19 @@ use crate::session::Session;
 
 /// A daemon event as a `tracing` event (target `vlbiflow::xfer`), when the configuration asks for a log.
 /// Strings a peer chose are formatted with `{:?}` at the call sites, so they arrive escaped.
+/// A log event of the daemon (when it logs): tracing fields first (`peer = %peer, transfer_id = ...`),
+/// then the message. Strings a peer chose (paths, reasons) are written with `?` (escaped).
 macro_rules! log {
     ($sh:expr, $($t:tt)*) => {
         if $sh.cfg.log {
-            tracing::info!(target: "vlbiflow::xfer", "{}", format_args!($($t)*));
+            tracing::info!(target: "vlbiflow::xfer", $($t)*);
         }
     };
+}
+
+/// A transfer id as the logs write it (eight hex digits).
+fn tid(id: u32) -> String {
+    format!("{id:08x}")
 }
 
 mod metrics;
@@ -250,7 +257,7 @@ fn authenticate(
         Err(AuthError::BadKey(why)) => {
             sh.counters.auth_failures.fetch_add(1, Relaxed);
             gate(sh).struck(peer.ip(), Instant::now());
-            log!(sh, "{peer}: failed login: {why}");
+            log!(sh, peer = %peer, reason = ?why, "{peer}: failed login: {why:?}");
             return None;
         }
         Err(_) => {
@@ -271,7 +278,7 @@ fn authenticate(
             None
         }
         Ok(other) => {
-            log!(sh, "{peer}: expected a request, got {other:?}");
+            log!(sh, peer = %peer, "{peer}: expected a request, got {other:?}");
             None
         }
         Err(_) => None,
