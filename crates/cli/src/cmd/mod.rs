@@ -50,7 +50,7 @@ pub mod exit {
         (USAGE, "usage: bad arguments or configuration, or a scan, file, directory or glob pattern named on the command line that does not exist or matches nothing on this host"),
         (REFUSED, "refused: the peer or daemon said no (key or token, unknown root or scan there, path outside its roots, existing file)"),
         (BUSY, "busy: the daemon is at its limit or the file is being written by another transfer; retry later"),
-        (IO, "I/O error: a file or disk could not be read or written, a port could not be bound, a peer or daemon could not be reached (nothing listening, no route)"),
+        (IO, "I/O error: a file or disk could not be read or written (for `check`, a file of the scan that could not be read, whatever else it found), a port could not be bound, a peer or daemon could not be reached (nothing listening, no route)"),
         (INTERRUPTED, "interrupted: a command with a finite job (`gen`, `play`, `check`, `gather`, `ls`, `status`, `ctl`, `demo`, `xfer push`/`pull`/`copy`, the `net` measurements) stopped by Ctrl-C (SIGINT) or SIGTERM before its end. Commands that run until stopped (`record`, `sink`, `receive`, `relay`, `serve`, `xfer serve`, `net responder`/`hub`/`agent`) end normally on Ctrl-C or SIGTERM: 0, after their summary"),
     ];
 }
