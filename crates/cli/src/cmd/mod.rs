@@ -162,6 +162,22 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
     exit::PROBLEMS
 }
 
+/// A UDP destination as the senders take it: `HOST:PORT`, or in the grammar of streams and forwarding
+/// destinations `PROTO@HOST:PORT` with `udps` (each datagram an 8-byte PSN and a frame) or `vdif` (the
+/// frame alone). Returns whether a PSN is asked for (`None`: not said) and the `HOST:PORT`.
+pub fn udp_dest<'a>(flag: &str, dest: &'a str) -> anyhow::Result<(Option<bool>, &'a str)> {
+    match dest.split_once('@') {
+        None => Ok((None, dest)),
+        Some((p, rest)) => match p.trim() {
+            "udps" => Ok((Some(true), rest.trim())),
+            "vdif" => Ok((Some(false), rest.trim())),
+            other => crate::usage!(
+                "{flag} {dest:?}: unknown protocol {other:?} (udps@HOST:PORT or vdif@HOST:PORT)"
+            ),
+        },
+    }
+}
+
 /// Returns early with a [`UsageError`].
 #[macro_export]
 macro_rules! usage {
