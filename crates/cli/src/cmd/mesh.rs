@@ -165,7 +165,7 @@ pub struct AgentArgs {
     #[arg(long, value_name = "FILE", exclusive = true)]
     check_config: Option<PathBuf>,
     /// Time between exchanges with the hub (2s, 500ms) [default: 2s]
-    #[arg(long, value_parser = vlbiflow_units::parse_duration)]
+    #[arg(long, value_name = "TIME", value_parser = crate::renamed::duration_with_unit)]
     sync_every: Option<Duration>,
 }
 
@@ -680,8 +680,8 @@ pub struct CapacityArgs {
     /// Most packets per GSO super-datagram (0: as many as fit in 64 kB)
     #[arg(long, default_value_t = 0, value_name = "N")]
     gso_segments: usize,
-    /// Longest wait for any control answer
-    #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
+    /// Longest wait for any control answer (5s, 500ms)
+    #[arg(long, default_value = "5s", value_name = "TIME", value_parser = crate::renamed::seconds_with_unit)]
     timeout: f64,
     /// Print JSON (estimate, every pair and every train's fit; with --hops the hop list)
     #[arg(long)]

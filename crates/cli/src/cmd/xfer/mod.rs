@@ -301,7 +301,12 @@ struct Common {
     #[arg(long, default_value = "32MiB", value_parser = parse_bytes)]
     chunk_size: u64,
     /// Payload bytes per datagram (8192 fits a 9000-byte MTU; use 1400 on a 1500-byte path)
-    #[arg(long, default_value_t = 8192)]
+    #[arg(
+        long = "payload",
+        alias = "block-size",
+        value_name = "BYTES",
+        default_value_t = 8192
+    )]
     block_size: u32,
     /// Replace files that exist at the destination with different content
     #[arg(long)]
@@ -589,7 +594,7 @@ fn options(c: &Common) -> anyhow::Result<Options> {
     }
     if c.block_size == 0 || c.block_size as usize > vlbiflow_xfer_proto::wire::MAX_PAYLOAD {
         usage!(
-            "--block-size {}: 1..={} bytes",
+            "--payload {}: 1..={} bytes",
             c.block_size,
             vlbiflow_xfer_proto::wire::MAX_PAYLOAD
         );
