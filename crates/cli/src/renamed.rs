@@ -14,10 +14,11 @@ pub const FLAGS: &[(&str, &str, &str)] = &[
     // time without data after which a receiver ends normally
     ("receive", "--idle", "--idle-timeout"),
     ("relay", "--idle", "--idle-timeout"),
-    // the datagram payload of the transfer protocol, not a Mark6 block (record --block-size)
-    ("xfer push", "--block-size", "--payload"),
-    ("xfer pull", "--block-size", "--payload"),
-    ("xfer copy", "--block-size", "--payload"),
+    // bytes of payload per datagram of the transfer protocol, not a Mark6 block (record --block-size);
+    // gen --payload is what the frames hold
+    ("xfer push", "--block-size", "--payload-size"),
+    ("xfer pull", "--block-size", "--payload-size"),
+    ("xfer copy", "--block-size", "--payload-size"),
     // a list of sizes is --sizes (net lat has it); one size is --size
     ("net bw", "--size", "--sizes"),
 ];

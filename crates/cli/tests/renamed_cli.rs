@@ -76,10 +76,10 @@ fn old_flag_spellings_work_and_warn() {
     assert!(warns(&err, "relay --threads", "--thread-ids"), "{err}");
     assert!(warns(&err, "relay --idle", "--idle-timeout"), "{err}");
     assert!(err.contains("--idle-timeout: "), "{err}");
-    // xfer: the datagram payload is --payload (record's --block-size is the Mark6 block)
+    // xfer: the datagram payload is --payload-size (record's --block-size is the Mark6 block)
     let err = expect(&["xfer", "push", "--block-size", "0", file, "127.0.0.1:9/r/d"], 2);
-    assert!(warns(&err, "xfer push --block-size", "--payload"), "{err}");
-    assert!(err.contains("--payload 0"), "{err}");
+    assert!(warns(&err, "xfer push --block-size", "--payload-size"), "{err}");
+    assert!(err.contains("--payload-size 0"), "{err}");
     // net bw: a list of sizes is --sizes
     let err = expect(
         &["net", "bw", "127.0.0.1:9", "--no-archive", "--size", "70000"],
@@ -88,7 +88,7 @@ fn old_flag_spellings_work_and_warn() {
     assert!(warns(&err, "net bw --size", "--sizes"), "{err}");
     assert!(err.contains("--sizes: 70000"), "{err}");
     // the new spellings do not warn
-    let err = expect(&["xfer", "push", "--payload", "0", file, "127.0.0.1:9/r/d"], 2);
+    let err = expect(&["xfer", "push", "--payload-size", "0", file, "127.0.0.1:9/r/d"], 2);
     assert!(!err.contains("WARN"), "{err}");
 }
 
@@ -98,7 +98,7 @@ fn help_shows_only_the_new_spellings() {
         (&["receive"][..], "--threads", "--thread-ids"),
         (&["receive"][..], "--idle ", "--idle-timeout"),
         (&["relay"][..], "--threads", "--thread-ids"),
-        (&["xfer", "push"][..], "--block-size", "--payload"),
+        (&["xfer", "push"][..], "--block-size", "--payload-size"),
         (&["net", "bw"][..], "--size ", "--sizes"),
     ] {
         let mut args = cmd.to_vec();

@@ -302,7 +302,7 @@ struct Common {
     chunk_size: u64,
     /// Payload bytes per datagram (8192 fits a 9000-byte MTU; use 1400 on a 1500-byte path)
     #[arg(
-        long = "payload",
+        long = "payload-size",
         alias = "block-size",
         value_name = "BYTES",
         default_value_t = 8192
@@ -594,7 +594,7 @@ fn options(c: &Common) -> anyhow::Result<Options> {
     }
     if c.block_size == 0 || c.block_size as usize > vlbiflow_xfer_proto::wire::MAX_PAYLOAD {
         usage!(
-            "--payload {}: 1..={} bytes",
+            "--payload-size {}: 1..={} bytes",
             c.block_size,
             vlbiflow_xfer_proto::wire::MAX_PAYLOAD
         );
