@@ -88,7 +88,10 @@ fn old_flag_spellings_work_and_warn() {
     assert!(warns(&err, "net bw --size", "--sizes"), "{err}");
     assert!(err.contains("--sizes: 70000"), "{err}");
     // the new spellings do not warn
-    let err = expect(&["xfer", "push", "--payload-size", "0", file, "127.0.0.1:9/r/d"], 2);
+    let err = expect(
+        &["xfer", "push", "--payload-size", "0", file, "127.0.0.1:9/r/d"],
+        2,
+    );
     assert!(!err.contains("WARN"), "{err}");
 }
 
