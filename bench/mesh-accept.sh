@@ -229,7 +229,7 @@ start_agent() {   # start_agent MESH HOST
     local m=$1 h=$2
     ip netns exec "$(ns "$m" "$h")" "$BIN" net agent --name "$h" --hub "http://$(hub_ip "$m"):8090" \
         --token-file "$OUT/token" --config "$OUT/$m/mesh.toml" --state-dir "$OUT/$m/agent-$h" \
-        --sync-every 2 2>>"$OUT/$m/agent-$h.log" >/dev/null &
+        --sync-every 2s 2>>"$OUT/$m/agent-$h.log" >/dev/null &
     PIDS[$m-agent-$h]=$!
 }
 # --public-read: Chromium reads the dashboard over loopback without credentials.

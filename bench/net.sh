@@ -88,7 +88,7 @@ class Search:
 
 def vlbi_trial(size, rate_bps, count=None):
     """One `net bw` test; rate 0 = flat out. Returns (lost, send bps, receive bps, CPU s/GB, buffer)."""
-    args = [BIN, "net", "bw", f"127.0.0.1:{VPORT}", "--size", str(size),
+    args = [BIN, "net", "bw", f"127.0.0.1:{VPORT}", "--sizes", str(size),
             "--send-buffer", str(BUF), "--recv-buffer", str(BUF), "--json", "-q", "--no-archive"]
     if rate_bps > 0:
         count = max(100, math.ceil(rate_bps * TRIAL / (8 * size)))

@@ -47,11 +47,11 @@ net_through '### net lat, --rtt 20ms' --rtt 20ms -- \
   lat 10.77.0.2 --no-archive --quiet --sizes 64,1472,8192 --count 200
 
 net_through '### net bw, --loss 1%, 20000 frames of 8192 bytes at 1 Gb/s' --delay 1ms --loss 1% -- \
-  bw 10.77.0.2 --no-archive --quiet --size 8192 --rate 1Gbps --count 20000
+  bw 10.77.0.2 --no-archive --quiet --sizes 8192 --rate 1Gbps --count 20000
 echo "emulator a-b: in $(field "d['a_to_b']['in_packets']"), dropped $(field "d['a_to_b']['dropped_random']")"
 
 net_through '### net bw, --rate 200Mbps --queue 2MB, offered 400 Mb/s, 20000 frames of 8192 bytes' \
-  --rate 200Mbps --queue 2MB --delay 5ms -- bw 10.77.0.2 --no-archive --quiet --size 8192 --rate 400Mbps --count 20000
+  --rate 200Mbps --queue 2MB --delay 5ms -- bw 10.77.0.2 --no-archive --quiet --sizes 8192 --rate 400Mbps --count 20000
 echo "emulator a-b: queue drops $(field "d['a_to_b']['dropped_queue']"), max queue $(field "d['a_to_b']['queue_max_bytes']") B"
 
 echo

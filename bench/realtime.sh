@@ -108,7 +108,7 @@ forward_bench() {
             rm -rf "$RUN/$tag"; mkdir -p "$RUN/$tag"
             local fwd=() recvpid=
             if [ "$mode" = forward ]; then
-                "$VLBIFLOW" receive --listen 127.0.0.1:$fport --output null --first-psn 0 --idle 4s --json \
+                "$VLBIFLOW" receive --listen 127.0.0.1:$fport --output null --first-psn 0 --idle-timeout 4s --json \
                     >"$RUN/$tag/recv.json" 2>"$RUN/$tag/recv.err" &
                 recvpid=$!
                 PIDS+=($recvpid)
@@ -211,7 +211,7 @@ accept_run() { # NAME PATHEMU-ARGS FORWARD-OPTIONS RATE
     local frames
     frames=$(python3 -c "import sys; r=float(sys.argv[1].rstrip('Gbps'))*1e9; print(int(r/8/8224/2)*2*int(sys.argv[2]))" "$rate" "$secs")
     ip netns exec "$ns_b" "$VLBIFLOW" receive --listen "$net.2:$port" --first-psn 0 --count "$frames" --output "$out/corr.vdif" \
-        --fill-log "$out/fills.txt" --deadline 200ms --idle 5s --json >"$out/recv.json" 2>"$out/recv.err" &
+        --fill-log "$out/fills.txt" --deadline 200ms --idle-timeout 5s --json >"$out/recv.json" 2>"$out/recv.err" &
     local recv=$!
     PIDS+=($recv)
     need_line "$out/recv.err" "receive: ready"
@@ -309,7 +309,7 @@ position_bench() {
     local frames
     frames=$(python3 -c "import sys; r=float(sys.argv[1].rstrip('Gbps'))*1e9; print(int(r/8/8224/2)*2*int(sys.argv[2]))" "$rate" "$secs")
     ip netns exec "$ns_c" "$VLBIFLOW" receive --listen "$net_out.2:$port" --first-psn 0 --count "$frames" \
-        --output "$out/corr.vdif" --fill-log "$out/fills.txt" --deadline 200ms --idle 5s --json >"$out/recv.json" 2>"$out/recv.err" &
+        --output "$out/corr.vdif" --fill-log "$out/fills.txt" --deadline 200ms --idle-timeout 5s --json >"$out/recv.json" 2>"$out/recv.err" &
     local recv=$!
     PIDS+=($recv)
     need_line "$out/recv.err" "receive: ready"
@@ -407,14 +407,14 @@ relay_bench() {
             [ "$who" = jive5ab ] && [ -z "${JIVE5AB:-}" ] && continue
             local tag="relay-r$rate-$who" in=$((47300 + rate * 10)) out=$((47301 + rate * 10)) ctl=$((47302 + rate * 10))
             mkdir -p "$RUN/$tag"
-            "$VLBIFLOW" receive --listen 127.0.0.1:$out --output null --idle 4s --duration $((secs + 30)) --json \
+            "$VLBIFLOW" receive --listen 127.0.0.1:$out --output null --idle-timeout 4s --duration $((secs + 30)) --json \
                 >"$RUN/$tag/recv.json" 2>"$RUN/$tag/recv.err" &
             local recv=$!
             PIDS+=($recv)
             need_line "$RUN/$tag/recv.err" "receive: ready"
             if [ "$who" = vlbiflow ]; then
                 /usr/bin/time -o "$RUN/$tag/time" -f '%U %S %e' "$VLBIFLOW" relay --listen 127.0.0.1:$in \
-                    --to "udps@127.0.0.1:$out" --idle 4s --json >"$RUN/$tag/relay.json" 2>"$RUN/$tag/relay.err" &
+                    --to "udps@127.0.0.1:$out" --idle-timeout 4s --json >"$RUN/$tag/relay.json" 2>"$RUN/$tag/relay.err" &
                 local rel=$!
                 PIDS+=($rel)
                 need_line "$RUN/$tag/relay.err" "relay: ready"

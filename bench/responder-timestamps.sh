@@ -23,10 +23,10 @@ for r in $(seq 1 "$repeats"); do
     port=$(( port + 1 ))
     "$bin" net responder --listen 127.0.0.1:$port >/dev/null 2>&1 &
     rpid=$!
-    for _ in $(seq 50); do "$bin" net bw 127.0.0.1:$port --size 64 --count 1 --no-archive -q --json >/dev/null 2>&1 && break; sleep 0.1; done
+    for _ in $(seq 50); do "$bin" net bw 127.0.0.1:$port --sizes 64 --count 1 --no-archive -q --json >/dev/null 2>&1 && break; sleep 0.1; done
     for spacing in 20 200; do
       count=$(( spacing == 20 ? 20000 : 2000 ))
-      "$bin" net bw 127.0.0.1:$port --size 1472 --wait "$spacing" --count "$count" --no-gso --batch 1 --json --no-archive -q \
+      "$bin" net bw 127.0.0.1:$port --sizes 1472 --wait "$spacing" --count "$count" --no-gso --batch 1 --json --no-archive -q \
         | python3 -c '
 import json, sys
 d = json.load(sys.stdin)["results"][0]

@@ -12,6 +12,7 @@ mod cmd;
 mod logging;
 mod progress;
 mod reference;
+mod renamed;
 mod service;
 mod stop;
 
@@ -110,6 +111,9 @@ fn main() -> ExitCode {
         eprintln!("vlbiflow: error: {e}");
         return ExitCode::from(cmd::exit::USAGE);
     }
+    for w in renamed::warnings(&renamed::path(&matches), &std::env::args_os().collect::<Vec<_>>()) {
+        tracing::warn!("{w}");
+    }
     // Commands without a Ctrl-C handler of their own end at once on Ctrl-C or SIGTERM, with 130 like
     // those that stop cleanly (the others install theirs; only one handler per process).
     if matches!(
@@ -141,12 +145,12 @@ fn main() -> ExitCode {
         }
         Command::Man(a) => reference::man(command, a).map(|pages| {
             for p in pages {
-                println!("{}", p.display());
+                outln!("{}", p.display());
             }
             ExitCode::SUCCESS
         }),
         Command::CliReference => {
-            print!("{}", reference::markdown(command));
+            out!("{}", reference::markdown(command));
             Ok(ExitCode::SUCCESS)
         }
     };

@@ -44,6 +44,28 @@ pub fn failed(e: &io::Error) -> ! {
     std::process::exit(crate::cmd::exit::IO.into())
 }
 
+/// Standard output as an [`io::Write`] for code that takes a writer and panics or fails on a write error
+/// (clap_complete, clap_mangen, long reports): a failed write ends the process as [`failed`] says, so a
+/// closed pipe (`vlbiflow completions fish | head -1`) ends it quietly.
+pub struct Stdout;
+
+impl Write for Stdout {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match io::stdout().lock().write(buf) {
+            Ok(n) => Ok(n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Err(e),
+            Err(e) => failed(&e),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match io::stdout().lock().flush() {
+            Ok(()) => Ok(()),
+            Err(e) => failed(&e),
+        }
+    }
+}
+
 /// Set once a command has written its own JSON object for a failure (xfer's transfer verbs), so the
 /// generic one of `--json` is not written twice.
 pub static JSON_ERROR_WRITTEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);

@@ -2,7 +2,6 @@
 //! (clap_complete), man pages (clap_mangen) and docs/cli.md (a test fails when that file drifts).
 
 use std::fmt::Write as _;
-use std::io;
 use std::path::{Path, PathBuf};
 
 use clap::{Arg, ArgAction, Command};
@@ -40,14 +39,14 @@ pub struct ManArgs {
 
 /// Writes the completion script for `shell` to standard output.
 pub fn completions(mut cli: Command, a: CompletionsArgs) {
-    clap_complete::generate(a.shell, &mut cli, "vlbiflow", &mut io::stdout());
+    clap_complete::generate(a.shell, &mut cli, "vlbiflow", &mut crate::out::Stdout);
 }
 
 /// Writes the top man page to standard output, or every page into `--out`; returns the pages written.
 pub fn man(cli: Command, a: ManArgs) -> anyhow::Result<Vec<PathBuf>> {
     match a.out {
         None => {
-            clap_mangen::Man::new(cli).render(&mut io::stdout())?;
+            clap_mangen::Man::new(cli).render(&mut crate::out::Stdout)?;
             Ok(Vec::new())
         }
         Some(dir) => {

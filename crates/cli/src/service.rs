@@ -85,6 +85,51 @@ pub fn notify_ready(status: &str) {
     }
 }
 
+/// The systemd watchdog (`WatchdogSec=` in the unit): [`Watchdog::alive`] sends `WATCHDOG=1`, at most
+/// every quarter of the watchdog interval, so the daemon's work loop may call it on every pass. Without
+/// a watchdog (outside systemd, or no `WatchdogSec=`) it does nothing.
+#[derive(Debug)]
+pub struct Watchdog {
+    /// A quarter of the interval systemd asked for, in microseconds (sd_watchdog_enabled(3) advises
+    /// notifying within half of it); `None`: no watchdog.
+    every_us: Option<u64>,
+    /// Microseconds since `start` of the last notification.
+    last_us: std::sync::atomic::AtomicU64,
+    start: std::time::Instant,
+}
+
+impl Watchdog {
+    /// Reads `WATCHDOG_USEC`/`WATCHDOG_PID` from the environment (as systemd sets them).
+    pub fn from_env() -> Self {
+        let mut usec = 0;
+        let every_us = sd_notify::watchdog_enabled(false, &mut usec).then_some((usec / 4).max(1));
+        Watchdog {
+            every_us,
+            last_us: std::sync::atomic::AtomicU64::new(0),
+            start: std::time::Instant::now(),
+        }
+    }
+
+    /// The work loop made progress: notifies systemd unless it was done less than a quarter of the
+    /// interval ago. Call it from the loop whose liveness it proves, or when that loop is seen to have
+    /// moved; never from a timer alone.
+    pub fn alive(&self) {
+        use std::sync::atomic::Ordering;
+        let Some(every) = self.every_us else { return };
+        let now = self.start.elapsed().as_micros() as u64 + every;
+        let last = self.last_us.load(Ordering::Relaxed);
+        if now.saturating_sub(last) < every
+            || self
+                .last_us
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Watchdog]);
+    }
+}
+
 /// Tells systemd the daemon is stopping.
 pub fn notify_stopping() {
     let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]);

@@ -428,7 +428,7 @@ fn readme_net(d: &Docs) {
     let f = "README.md";
     let mut resp = env.bg("responder", &d.take(f, "vlbiflow net responder"));
     wait_port(&mut resp, env.port("14233"), false);
-    let bw = d.take(f, "vlbiflow net bw far.example.org --size 64,1472,8192");
+    let bw = d.take(f, "vlbiflow net bw far.example.org --sizes 64,1472,8192");
     env.run(&format!(
         "{} --count 200",
         scale(&bw, &[("--wait 0:40:1", "--wait 0:40:20")])
@@ -436,7 +436,7 @@ fn readme_net(d: &Docs) {
     env.made("sweep.png");
     let zero = d.take(
         f,
-        "vlbiflow net bw far.example.org --size 1472,8192 --find-zero-loss",
+        "vlbiflow net bw far.example.org --sizes 1472,8192 --find-zero-loss",
     );
     env.run(&format!(
         "{zero} --trial-duration 0.2 --resolution 0.25 --max-rate 200Mbps"
@@ -706,7 +706,7 @@ fn readme_recorder_daemon(d: &Docs) {
     ));
     env.run(&d.take(f, "vlbiflow status"));
     env.run(&d.take(f, "echo 'record=off;' | vlbiflow ctl"));
-    env.run(&d.take(f, "vlbiflow ctl --wait-busy 30"));
+    env.run(&d.take(f, "vlbiflow ctl --wait-busy 30s"));
     assert_eq!(serve.interrupt(), Some(0), "serve");
     env.made("tmp/vlbiflow-disks/0/exp_st_scan1.vdif");
 }

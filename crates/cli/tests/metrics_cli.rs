@@ -250,3 +250,40 @@ fn every_metric_the_dashboards_and_rules_use_is_in_docs_metrics_md() {
     }
     assert!(used > 20, "only {used} metric names found");
 }
+
+/// `serve --metrics-token-file`: the file's token reads `/metrics` (as the configuration's
+/// `metrics_token` does), another token does not.
+#[test]
+fn serve_metrics_token_file_reads_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("vlbiflow.toml");
+    std::fs::write(&cfg, "control = \"127.0.0.1:0\"\nhttp = \"127.0.0.1:0\"\n").unwrap();
+    let token = dir.path().join("metrics.token");
+    std::fs::write(&token, "serve-metrics-token-0123\n").unwrap();
+    let mut cmd = Command::new(BIN);
+    cmd.args(["serve", "--require-token", "--token-file"])
+        .arg(write_token(dir.path()))
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--metrics-token-file")
+        .arg(&token);
+    let mut p = Proc::spawn("serve", cmd);
+    let line = p.wait_line("listening control=");
+    let http = line.rsplit("http=").next().unwrap().trim().to_string();
+    let (status, body) = scrape(&http, Some("serve-metrics-token-0123"));
+    assert!(status.contains(" 200 "), "{status}");
+    assert!(body.contains("# TYPE vlbiflow_build_info gauge"), "{body}");
+    let (status, _) = scrape(&http, Some("another-token-0123456"));
+    assert!(!status.contains(" 200 "), "{status}");
+    let (status, _) = scrape(&http, None);
+    assert!(!status.contains(" 200 "), "{status}");
+}
+
+/// An access token file (mode 0600) in `dir`.
+fn write_token(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let p = dir.join("access.token");
+    std::fs::write(&p, "serve-access-token-0123456\n").unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+    p
+}

@@ -365,7 +365,7 @@ fn start_receive(ns: &str, addr: &str, dir: &Path, count: u64) -> Proc {
                 &out,
                 "--fill-log",
                 &fills,
-                "--idle",
+                "--idle-timeout",
                 "5s",
                 "--deadline",
                 "200ms",

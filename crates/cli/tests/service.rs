@@ -114,6 +114,7 @@ fn systemd_units_verify_without_warnings() {
         "vlbiflow-xfer.service",
         "vlbiflow-agent.service",
         "vlbiflow-hub.service",
+        "vlbiflow-record@.service",
     ] {
         assert!(names.iter().any(|n| n == want), "{want} missing: {names:?}");
     }

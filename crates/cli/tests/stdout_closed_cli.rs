@@ -79,6 +79,12 @@ fn every_kind_of_output_to_a_closed_pipe_ends_quietly() {
         &["ls", dir],
         &["check", vdif],
         &["check", vdif, "--json"],
+        // generated references: a completion script, the man page, the pages written, docs/cli.md
+        &["completions", "fish"],
+        &["completions", "bash"],
+        &["man"],
+        &["man", "--out", dir],
+        &["cli-reference"],
         &[
             "gen",
             "--pps",

@@ -200,7 +200,7 @@ pub fn spawn(cfg: DaemonConfig, engine: Box<dyn Engine>) -> Result<DaemonHandle,
     let thread = std::thread::Builder::new()
         .name("vf-daemon".into())
         .spawn(move || {
-            rt.block_on(run(cfg, engine, control, http, stop_rx, false));
+            rt.block_on(run(cfg, engine, control, http, stop_rx, None));
         })
         .map_err(DaemonError::Runtime)?;
     Ok(DaemonHandle {
@@ -217,12 +217,27 @@ pub fn serve(cfg: DaemonConfig, engine: Box<dyn Engine>) -> Result<(), DaemonErr
     serve_notifying(cfg, engine, |_, _| {})
 }
 
+/// Called by the daemon's controller loop after each pass that ticked the controller and carried out its
+/// actions: proof that the loop doing the work is alive (a service manager's watchdog).
+pub type Alive = Arc<dyn Fn() + Send + Sync>;
+
 /// [`serve`], calling `ready` with the bound command and HTTP addresses once both listen (where a service
 /// manager is told that the daemon is up).
 pub fn serve_notifying(
     cfg: DaemonConfig,
     engine: Box<dyn Engine>,
     ready: impl FnOnce(SocketAddr, SocketAddr),
+) -> Result<(), DaemonError> {
+    serve_watched(cfg, engine, ready, Arc::new(|| {}))
+}
+
+/// [`serve_notifying`], calling `alive` from the controller loop after each pass (every 200 ms, finer
+/// while a start time is pending), so a stuck controller stops the calls.
+pub fn serve_watched(
+    cfg: DaemonConfig,
+    engine: Box<dyn Engine>,
+    ready: impl FnOnce(SocketAddr, SocketAddr),
+    alive: Alive,
 ) -> Result<(), DaemonError> {
     cfg.check_token()?;
     let rt = runtime()?;
@@ -253,7 +268,7 @@ pub fn serve_notifying(
             tracing::info!(target: "vlbiflow::serve", "stopping (any recording is stopped and flushed)");
             let _ = stop_tx.send(true);
         });
-        run(cfg, engine, control, http, stop_rx, true).await;
+        run(cfg, engine, control, http, stop_rx, Some(alive)).await;
         Ok(())
     })
 }
@@ -264,8 +279,10 @@ async fn run(
     control: TcpListener,
     http: TcpListener,
     mut stop: watch::Receiver<bool>,
-    log: bool,
+    // the foreground daemon (events logged, liveness reported); `None` for one spawned in a process
+    alive: Option<Alive>,
 ) {
+    let log = alive.is_some();
     let control_token = (cfg.require_token || !cfg.control.ip().is_loopback())
         .then(|| cfg.token.clone())
         .flatten();
@@ -299,7 +316,7 @@ async fn run(
         engine: Mutex::new(engine),
     });
     let _ = &sh.token;
-    let ticker = tokio::spawn(tick_loop(sh.clone(), stop.clone(), log));
+    let ticker = tokio::spawn(tick_loop(sh.clone(), stop.clone(), log, alive));
     let app = Router::new()
         .route("/", get(dashboard))
         .route("/status", get(status))
@@ -389,7 +406,7 @@ pub(crate) async fn run_until_idle(sh: &Arc<Shared>, limit: Duration) {
     }
 }
 
-async fn tick_loop(sh: Arc<Shared>, mut stop: watch::Receiver<bool>, log: bool) {
+async fn tick_loop(sh: Arc<Shared>, mut stop: watch::Receiver<bool>, log: bool, alive: Option<Alive>) {
     let mut seen = 0;
     loop {
         let (pending, lines, new_seen, actions) = with_ctl(&sh, move |c| {
@@ -399,6 +416,9 @@ async fn tick_loop(sh: Arc<Shared>, mut stop: watch::Receiver<bool>, log: bool) 
         })
         .await;
         perform(&sh, actions).await;
+        if let Some(a) = &alive {
+            a();
+        }
         seen = new_seen;
         if log {
             for l in lines {

@@ -299,6 +299,9 @@ pub struct AgentOptions {
     pub responder_setup: Option<fn(vlbiflow_net::ResponderConfig) -> vlbiflow_net::ResponderConfig>,
     /// Called once the responder listens (the CLI tells systemd that the agent is ready).
     pub on_ready: Option<fn()>,
+    /// Called after each pass of the schedule loop (at least every 250 ms while it runs; the CLI tells
+    /// systemd's watchdog that the agent is alive).
+    pub on_pass: Option<fn()>,
 }
 
 /// Runs the agent until `stop`; `log` gets one line per event.
@@ -520,6 +523,9 @@ fn schedule_loop(
                     }
                 }
             }
+        }
+        if let Some(pass) = opts.on_pass {
+            pass();
         }
         // Wait for a finished run or the next thing to do.
         let wake = machine

@@ -65,13 +65,23 @@ impl StreamSpec {
         let parsed = Spec::parse_labelled(spec).map_err(|e| match e {
             SpecSyntax::NoLabel => err("label", "expected LABEL=vdif@HOST:PORT[,options]".into()),
             SpecSyntax::Label(r) => err("label", r),
-            SpecSyntax::NoProtocol => err("format", "expected vdif@HOST:PORT or m5b@HOST:PORT".into()),
+            SpecSyntax::NoProtocol => err(
+                "format",
+                "expected vdif@HOST:PORT, udps@HOST:PORT or m5b@HOST:PORT".into(),
+            ),
         })?;
         let label = parsed.label.unwrap_or_default();
-        let kind: FrameKind = parsed
-            .proto
-            .parse()
-            .map_err(|e: vlbiflow_formats::UnknownFrameKind| err("format", e.to_string()))?;
+        // `udps@` (VDIF with a packet sequence number, as the senders and forwarders write it) is
+        // `vdif@...,psn`
+        let udps = parsed.proto == "udps";
+        let kind: FrameKind = if udps {
+            FrameKind::Vdif
+        } else {
+            parsed
+                .proto
+                .parse()
+                .map_err(|e: vlbiflow_formats::UnknownFrameKind| err("format", e.to_string()))?
+        };
         let addr = parsed.addr;
         let address: SocketAddr = addr
             .parse()
@@ -81,7 +91,7 @@ impl StreamSpec {
             kind,
             address,
             threads: Vec::new(),
-            psn: false,
+            psn: udps,
             frame_size: match kind {
                 FrameKind::Vdif => DEFAULT_VDIF_FRAME_SIZE,
                 FrameKind::M5b => MARK5B_FRAME_SIZE,
@@ -442,6 +452,18 @@ mod tests {
         assert_eq!((s.frame_size, s.psn, s.threads.len()), (8224, false, 0));
         let m = StreamSpec::parse("m=m5b@127.0.0.1:5001,psn").unwrap();
         assert_eq!((m.kind, m.frame_size), (FrameKind::M5b, 10016));
+    }
+
+    #[test]
+    fn udps_is_vdif_with_psn() {
+        let u = StreamSpec::parse("a=udps@127.0.0.1:4001,threads=0,1").unwrap();
+        let v = StreamSpec::parse("a=vdif@127.0.0.1:4001,threads=0,1,psn").unwrap();
+        assert_eq!(
+            (u.kind, u.psn, u.threads, u.frame_size),
+            (v.kind, v.psn, v.threads, v.frame_size)
+        );
+        assert_eq!(u.kind, FrameKind::Vdif);
+        assert!(u.psn);
     }
 
     #[test]

@@ -100,9 +100,22 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         out!("{}", report.human());
     }
-    Ok(if report.has_errors() {
-        ExitCode::from(1)
+    Ok(ExitCode::from(status(&report)))
+}
+
+/// The exit status of a check: 5 (I/O) when a file could not be opened or read, whatever else was found
+/// (the data could not all be looked at), else 1 for data problems, else 0.
+fn status(report: &vlbiflow_checker::Report) -> u8 {
+    use vlbiflow_reader::finding::{FindingKind, Severity};
+    let unreadable = report
+        .findings
+        .iter()
+        .any(|f| f.kind == FindingKind::Io && f.severity == Severity::Error);
+    if unreadable {
+        super::exit::IO
+    } else if report.has_errors() {
+        super::exit::PROBLEMS
     } else {
-        ExitCode::SUCCESS
-    })
+        super::exit::OK
+    }
 }

@@ -39,6 +39,22 @@ pub struct Args {
     /// Record into this directory (created; four disk directories inside) and keep it
     #[arg(long, value_name = "DIR")]
     keep: Option<PathBuf>,
+    /// Print the outcome as JSON on standard output (the frames sent, the recording's metadata, the
+    /// check's report); the running commentary then goes to standard error
+    #[arg(long)]
+    json: bool,
+}
+
+/// A line of the demo's commentary: standard output, or standard error with `--json` (whose object
+/// standard output carries).
+macro_rules! say {
+    ($json:expr, $($t:tt)*) => {
+        if $json {
+            eprintln!($($t)*)
+        } else {
+            outln!($($t)*)
+        }
+    };
 }
 
 const SCAN: &str = "demo_xx_001";
@@ -122,8 +138,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
     }
 
-    outln!("vlbiflow demo: simulated backend -> recorder -> check, over loopback");
-    outln!(
+    say!(
+        a.json,
+        "vlbiflow demo: simulated backend -> recorder -> check, over loopback"
+    );
+    say!(
+        a.json,
         "  disks: {}/disk0..3 ({})",
         root.display(),
         if a.keep.is_some() {
@@ -132,7 +152,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             "removed at the end"
         }
     );
-    outln!(
+    say!(a.json,
         "  backend: {THREADS} VDIF threads, {} frames/s each of {FRAME_BYTES} bytes, 2-bit noise with a {} tone, {} for {seconds} s",
         plan.frame_rate,
         if tone >= 1e6 {
@@ -153,7 +173,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         .context("starting the recorder")?;
     let dest = recorder.local_addrs()[0];
     let events = recorder.events();
-    outln!("  recorder: scan {SCAN}, Mark6 scatter-gather, listening on {dest}");
+    say!(
+        a.json,
+        "  recorder: scan {SCAN}, Mark6 scatter-gather, listening on {dest}"
+    );
 
     // 2. The backend, on its own thread, paced on the wall clock.
     let stop = crate::stop::on_interrupt(crate::stop::Second::Wait)?;
@@ -173,7 +196,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     };
 
     // 3. Progress until the backend is done: what the recorder has, once a second.
-    let display = Progress::stdout(true);
+    let display = if a.json {
+        Progress::stderr(true)
+    } else {
+        Progress::stdout(true)
+    };
     let status = display.line();
     let began = Instant::now();
     while !sender.is_finished() {
@@ -202,21 +229,22 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     recorder.stop();
     let summary = recorder.wait().context("the recorder ended without a summary")?;
     for e in events.try_iter() {
-        outln!("  recorder: {e}");
+        say!(a.json, "  recorder: {e}");
     }
-    outln!(
+    say!(
+        a.json,
         "  gen: sent {} frames at {} (worst 1 s window {:+.3}%)",
         gen.frames,
         fmt_bit_rate(gen.achieved_bps),
         gen.worst_window_error * 100.0
     );
     let received = recorder.receive_counts();
-    super::record::print_summary(
-        &mut std::io::stdout(),
-        &summary,
-        &received,
-        summary.status.elapsed,
-    );
+    let mut commentary: Box<dyn std::io::Write> = if a.json {
+        Box::new(std::io::stderr())
+    } else {
+        Box::new(std::io::stdout())
+    };
+    super::record::print_summary(&mut commentary, &summary, &received, summary.status.elapsed);
 
     // 4. Check the scan as a station would after a recording.
     let recording = locate_scan(SCAN, &disks).context("finding the scan on the disks")?;
@@ -228,12 +256,17 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         },
         |_| {},
     );
-    outln!("\nvlbiflow check {SCAN}:");
-    out!("{}", report.human());
+    say!(a.json, "\nvlbiflow check {SCAN}:");
+    if a.json {
+        eprint!("{}", report.human());
+    } else {
+        out!("{}", report.human());
+    }
 
     let stored = summary.metadata.totals().packets;
     let ok = !report.has_errors() && stored == gen.frames && summary.error.is_none();
-    outln!(
+    say!(
+        a.json,
         "\ndemo: {} of {} frames sent were recorded and checked: {}",
         stored,
         gen.frames,
@@ -243,6 +276,20 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             "SOMETHING WAS LOST (see above)"
         }
     );
+    if a.json {
+        let v = serde_json::json!({
+            "ok": ok,
+            "interrupted": stop.load(Ordering::SeqCst),
+            "scan": SCAN,
+            "directory": a.keep.as_ref().map(|_| root.display().to_string()),
+            "sent_frames": gen.frames,
+            "sent_bps": gen.achieved_bps,
+            "recorded_frames": stored,
+            "recording": summary.metadata,
+            "check": report,
+        });
+        outln!("{}", serde_json::to_string_pretty(&v)?);
+    }
     Ok(if stop.load(Ordering::SeqCst) {
         ExitCode::from(crate::cmd::exit::INTERRUPTED)
     } else if ok {

@@ -51,6 +51,10 @@ pub struct Args {
     /// No progress or findings on standard error
     #[arg(long, short)]
     quiet: bool,
+    /// Print the summary as JSON on standard output: per output file its stream, frames, fill frames,
+    /// bytes written and read, and the findings (not with -o -)
+    #[arg(long)]
+    json: bool,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -101,7 +105,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             usage!("{out} exists; use --force to overwrite");
         }
     }
+    if args.json && jobs.iter().any(|(_, o)| o == "-") {
+        usage!("--json writes to standard output: give -o a file");
+    }
     let mut errors = false;
+    let mut outputs = Vec::new();
     for (stream, out) in jobs {
         let summary = if out == "-" {
             let stdout = std::io::stdout();
@@ -120,6 +128,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             s
         };
         display.clear();
+        if args.json {
+            outputs.push(serde_json::json!({
+                "output": out,
+                "stream": stream.map(|i| labels[i].clone()),
+                "frames": summary.frames,
+                "fill_frames": summary.fill,
+                "bytes_written": summary.bytes_written,
+                "bytes_read": summary.bytes_read,
+                "findings": summary.findings,
+            }));
+        }
         for f in &summary.findings {
             errors |= f.severity == Severity::Error;
             if !args.quiet && f.severity >= Severity::Warn {
@@ -144,6 +163,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 }
             );
         }
+    }
+    if args.json {
+        let v = serde_json::json!({ "ok": !errors, "outputs": outputs });
+        outln!("{}", serde_json::to_string_pretty(&v)?);
     }
     Ok(if errors {
         ExitCode::from(1)

@@ -36,8 +36,9 @@ datagrams per stream back to back; see docs/gen.md.";
 #[derive(clap::Args)]
 #[command(after_help = EXAMPLES)]
 pub struct Args {
-    /// UDP destination HOST:PORT (repeat for several streams, each with all threads)
-    #[arg(long, value_name = "HOST:PORT", required_unless_present = "output")]
+    /// UDP destination HOST:PORT (repeat for several streams, each with all threads); udps@HOST:PORT
+    /// sends with a PSN as --psn does, vdif@HOST:PORT without
+    #[arg(long, value_name = "[PROTO@]HOST:PORT", required_unless_present = "output")]
     dest: Vec<String>,
     /// Write the frames to this file (`-`: standard output) instead of sending them (no PSN; as fast as
     /// the file takes them)
@@ -129,9 +130,25 @@ pub struct Args {
 }
 
 /// Resolves HOST:PORT strings; any failure is a usage error naming the destination.
+/// Whether the destinations ask for a PSN (`udps@`); `udps@` and `vdif@` in one run is a usage error (the
+/// frames are the same for every destination).
+fn dest_psn(dests: &[String]) -> anyhow::Result<bool> {
+    let mut said = None;
+    for d in dests {
+        if let (Some(p), _) = super::udp_dest("--dest", d)? {
+            if said.is_some_and(|s| s != p) {
+                usage!("--dest: udps@ and vdif@ in one run; every destination gets the same datagrams");
+            }
+            said = Some(p);
+        }
+    }
+    Ok(said == Some(true))
+}
+
 fn resolve(dests: &[String]) -> anyhow::Result<Vec<SocketAddr>> {
     let mut out = Vec::with_capacity(dests.len());
     for d in dests {
+        let d = super::udp_dest("--dest", d)?.1;
         let Some((host, port)) = d.rsplit_once(':') else {
             usage!("--dest {d:?}: expected HOST:PORT, e.g. 127.0.0.1:4001");
         };
@@ -232,7 +249,7 @@ fn plan(a: &Args) -> anyhow::Result<GenPlan> {
         edv: a.edv,
         version: a.vdif_version,
         start: parse_start(&a.start)?,
-        psn: a.psn,
+        psn: a.psn || dest_psn(&a.dest)?,
         payload: parse_payload(&a.payload)?,
         batch: a.batch,
         gso_segments: a.gso,

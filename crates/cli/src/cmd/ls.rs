@@ -26,17 +26,20 @@ pub struct Args {
     /// Disk directories or glob patterns (default: the current directory)
     #[arg(value_name = "DISKS")]
     disks: Vec<String>,
+    /// Disk directory or glob pattern, as the other commands take it (repeatable; with DISKS, both)
+    #[arg(short = 'd', long = "disk", value_name = "DIR")]
+    disk: Vec<String>,
     /// Print the list as JSON
     #[arg(long)]
     json: bool,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let patterns = if args.disks.is_empty() {
-        vec![".".to_string()]
-    } else {
-        args.disks
-    };
+    let mut patterns = args.disks;
+    patterns.extend(args.disk);
+    if patterns.is_empty() {
+        patterns.push(".".to_string());
+    }
     let disks: Vec<PathBuf> = match expand_disks(&patterns) {
         Ok(d) => d,
         Err(e) => crate::usage!("{e}"),

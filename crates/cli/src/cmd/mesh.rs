@@ -167,7 +167,7 @@ pub struct AgentArgs {
     #[arg(long, value_name = "FILE", exclusive = true)]
     check_config: Option<PathBuf>,
     /// Time between exchanges with the hub (2s, 500ms) [default: 2s]
-    #[arg(long, value_parser = vlbiflow_units::parse_duration)]
+    #[arg(long, value_name = "TIME", value_parser = crate::renamed::duration_with_unit)]
     sync_every: Option<Duration>,
 }
 
@@ -230,6 +230,11 @@ pub fn run_agent(a: AgentArgs) -> anyhow::Result<ExitCode> {
         // agents answer efficiency tests as `net responder` does
         responder_setup: Some(vlbiflow_efficiency::with_service),
         on_ready: Some(|| crate::service::notify_ready("responder listening")),
+        // WATCHDOG=1 from the schedule loop
+        on_pass: Some(|| {
+            static WATCHDOG: std::sync::OnceLock<crate::service::Watchdog> = std::sync::OnceLock::new();
+            WATCHDOG.get_or_init(crate::service::Watchdog::from_env).alive();
+        }),
     };
     vlbiflow_mesh::agent::run(
         &opts,
@@ -409,8 +414,16 @@ pub fn run_hub(a: HubArgs) -> anyhow::Result<ExitCode> {
     )
     .map_err(|e| anyhow!(e))?;
     crate::service::notify_ready(&format!("serving on http://{}/", h.addr));
+    // WATCHDOG=1 only when the hub's tick has moved since the last look
+    let watchdog = crate::service::Watchdog::from_env();
+    let mut ticks = h.ticks();
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(200));
+        let now = h.ticks();
+        if now != ticks {
+            watchdog.alive();
+        }
+        ticks = now;
     }
     crate::service::notify_stopping();
     h.stop();
@@ -708,8 +721,8 @@ pub struct CapacityArgs {
     /// Most packets per GSO super-datagram (0: as many as fit in 64 kB)
     #[arg(long, default_value_t = 0, value_name = "N")]
     gso_segments: usize,
-    /// Longest wait for any control answer
-    #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
+    /// Longest wait for any control answer (5s, 500ms)
+    #[arg(long, default_value = "5s", value_name = "TIME", value_parser = crate::renamed::seconds_with_unit)]
     timeout: f64,
     /// Print JSON (estimate, every pair and every train's fit; with --hops the hop list)
     #[arg(long)]

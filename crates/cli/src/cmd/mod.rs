@@ -50,7 +50,7 @@ pub mod exit {
         (USAGE, "usage: bad arguments or configuration, or a scan, file, directory or glob pattern named on the command line that does not exist or matches nothing on this host"),
         (REFUSED, "refused: the peer or daemon said no (key or token, unknown root or scan there, path outside its roots, existing file)"),
         (BUSY, "busy: the daemon is at its limit or the file is being written by another transfer; retry later"),
-        (IO, "I/O error: a file or disk could not be read or written, a port could not be bound, a peer or daemon could not be reached (nothing listening, no route)"),
+        (IO, "I/O error: a file or disk could not be read or written (for `check`, a file of the scan that could not be read, whatever else it found), a port could not be bound, a peer or daemon could not be reached (nothing listening, no route)"),
         (INTERRUPTED, "interrupted: a command with a finite job (`gen`, `play`, `check`, `gather`, `ls`, `status`, `ctl`, `demo`, `xfer push`/`pull`/`copy`, the `net` measurements) stopped by Ctrl-C (SIGINT) or SIGTERM before its end. Commands that run until stopped (`record`, `sink`, `receive`, `relay`, `serve`, `xfer serve`, `net responder`/`hub`/`agent`) end normally on Ctrl-C or SIGTERM: 0, after their summary"),
     ];
 }
@@ -160,6 +160,22 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
         }
     }
     exit::PROBLEMS
+}
+
+/// A UDP destination as the senders take it: `HOST:PORT`, or in the grammar of streams and forwarding
+/// destinations `PROTO@HOST:PORT` with `udps` (each datagram an 8-byte PSN and a frame) or `vdif` (the
+/// frame alone). Returns whether a PSN is asked for (`None`: not said) and the `HOST:PORT`.
+pub fn udp_dest<'a>(flag: &str, dest: &'a str) -> anyhow::Result<(Option<bool>, &'a str)> {
+    match dest.split_once('@') {
+        None => Ok((None, dest)),
+        Some((p, rest)) => match p.trim() {
+            "udps" => Ok((Some(true), rest.trim())),
+            "vdif" => Ok((Some(false), rest.trim())),
+            other => crate::usage!(
+                "{flag} {dest:?}: unknown protocol {other:?} (udps@HOST:PORT or vdif@HOST:PORT)"
+            ),
+        },
+    }
 }
 
 /// Returns early with a [`UsageError`].

@@ -25,10 +25,10 @@ Examples:
   vlbiflow net responder --listen 0.0.0.0:14233
 
   # UDPmon's standard sweep: 3 sizes, spacing 0..40 µs, 10000 frames each, with a plot
-  vlbiflow net bw far.example.org --size 64,1472,8192 --wait 0:40:1 --plot sweep.png
+  vlbiflow net bw far.example.org --sizes 64,1472,8192 --wait 0:40:1 --plot sweep.png
 
   # Highest loss-free rate (RFC 2544 search) for 1472- and 8192-byte frames
-  vlbiflow net bw far.example.org --size 1472,8192 --find-zero-loss
+  vlbiflow net bw far.example.org --sizes 1472,8192 --find-zero-loss
 
   # Latency against message size, TCP with 1, 2 and 4 streams
   vlbiflow net lat far.example.org --plot lat.svg
@@ -159,10 +159,10 @@ struct Common {
 
 const BW_EXAMPLES: &str = "\
 Examples:
-  vlbiflow net bw 10.0.0.2 --size 1472 --wait 10 --count 10000
-  vlbiflow net bw 10.0.0.2 --size 64,1472,8192 --wait 0:40:1 --plot sweep.png --csv > sweep.csv
-  vlbiflow net bw 10.0.0.2 --size 8192 --rate 2Gbps --count 100000
-  vlbiflow net bw 10.0.0.2 --size 1472 --find-zero-loss --trial-duration 2s
+  vlbiflow net bw 10.0.0.2 --sizes 1472 --wait 10 --count 10000
+  vlbiflow net bw 10.0.0.2 --sizes 64,1472,8192 --wait 0:40:1 --plot sweep.png --csv > sweep.csv
+  vlbiflow net bw 10.0.0.2 --sizes 8192 --rate 2Gbps --count 100000
+  vlbiflow net bw 10.0.0.2 --sizes 1472 --find-zero-loss --trial-duration 2s
 
 Columns: load (the competitor's nice level, - without one), size, frames sent, wait (µs), send user
 rate, received, lost, ooo (out of order: arrived after a later frame), % lost, lost in network
@@ -177,7 +177,7 @@ struct BwArgs {
     #[command(flatten)]
     common: Common,
     /// Frame sizes (UDP payload bytes): list and/or FROM:TO[:STEP] ranges
-    #[arg(long, default_value = "1472", value_name = "LIST")]
+    #[arg(long = "sizes", alias = "size", default_value = "1472", value_name = "LIST")]
     size: String,
     /// Spacing between frames in µs: list and/or FROM:TO[:STEP] ranges (0 = as fast as possible)
     #[arg(long, value_name = "LIST", conflicts_with = "rate")]
@@ -448,9 +448,9 @@ fn run_responder(a: ResponderArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn run_bw(a: BwArgs) -> anyhow::Result<ExitCode> {
-    let sizes = arg(parse_whole_list(&a.size), "--size")?;
+    let sizes = arg(parse_whole_list(&a.size), "--sizes")?;
     if let Some(&bad) = sizes.iter().find(|&&s| !(HEADER_LEN..=65_507).contains(&s)) {
-        usage!("--size: {bad} outside {HEADER_LEN}..=65507 bytes");
+        usage!("--sizes: {bad} outside {HEADER_LEN}..=65507 bytes");
     }
     let waits = arg(a.wait.as_deref().map(parse_list).transpose(), "--wait")?;
     let rate = bit_rate(a.rate.as_deref(), "--rate")?;

@@ -40,8 +40,8 @@ pub struct Args {
     /// Directory holding the scan's files; repeat, or use a glob pattern
     #[arg(long, short, value_name = "DIR")]
     disk: Vec<String>,
-    /// Where to send
-    #[arg(long, value_name = "HOST:PORT")]
+    /// Where to send: HOST:PORT, or udps@HOST:PORT / vdif@HOST:PORT (the protocol then as --protocol)
+    #[arg(long, value_name = "[PROTO@]HOST:PORT")]
     dest: String,
     /// udps (8-byte PSN + frame) or vdif (the frame alone)
     #[arg(long, value_enum, default_value = "udps")]
@@ -96,12 +96,13 @@ fn parse_time(s: &str) -> Option<f64> {
 }
 
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
-    let dest = parse_addr("--dest", &a.dest)?;
+    let (psn, addr) = super::udp_dest("--dest", &a.dest)?;
+    let dest = parse_addr("--dest", addr)?;
     if dest.port() == 0 {
         usage!("--dest: port 0 is not a destination");
     }
     let mut config = PlayConfig::new(dest);
-    config.psn = matches!(a.protocol, ProtocolArg::Udps);
+    config.psn = psn.unwrap_or(matches!(a.protocol, ProtocolArg::Udps));
     config.first_psn = a.first_psn;
     if let Some(r) = &a.rate {
         config.rate = match parse_bit_rate(r) {

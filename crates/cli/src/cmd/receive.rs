@@ -24,7 +24,7 @@ Examples:
   # Plain VDIF, two threads at 15625 frames/s each, ordered by time stamp, to a software
   # correlator reading a FIFO (fill frames carry the missing frame's time and thread):
   mkfifo /tmp/ef.fifo
-  vlbiflow receive --listen 0.0.0.0:4001 --protocol vdif --key vdif-time --threads 0,1 \\
+  vlbiflow receive --listen 0.0.0.0:4001 --protocol vdif --key vdif-time --thread-ids 0,1 \\
       --frame-rate 15625 --fill stamped --output /tmp/ef.fifo
 
   # A transfer of known length (PSN 0 .. 99999): lost first and last frames are filled too,
@@ -68,7 +68,13 @@ pub struct Args {
     #[arg(long, value_enum)]
     key: Option<KeyArg>,
     /// With --key vdif-time: the threads of the stream, in output order
-    #[arg(long, value_name = "LIST", default_value = "0", value_delimiter = ',')]
+    #[arg(
+        long = "thread-ids",
+        alias = "threads",
+        value_name = "LIST",
+        default_value = "0",
+        value_delimiter = ','
+    )]
     threads: Vec<u16>,
     /// Frames per second per thread (needed by --key vdif-time; otherwise learned for the latency)
     #[arg(long, value_name = "N")]
@@ -92,7 +98,12 @@ pub struct Args {
     #[arg(long, value_name = "TIME")]
     duration: Option<String>,
     /// End of stream after this long without a datagram, once it started (0 = never)
-    #[arg(long, value_name = "TIME", default_value = "0")]
+    #[arg(
+        long = "idle-timeout",
+        alias = "idle",
+        value_name = "TIME",
+        default_value = "0"
+    )]
     idle: String,
     /// Where the continuous stream goes (see below)
     #[arg(long, short, value_name = "OUTPUT")]
@@ -236,7 +247,7 @@ fn build(a: &Args) -> anyhow::Result<ReceiveConfig> {
     c.idle = match parse_duration(&a.idle) {
         Ok(d) if d.is_zero() => None,
         Ok(d) => Some(d),
-        Err(e) => usage!("--idle: {e}"),
+        Err(e) => usage!("--idle-timeout: {e}"),
     };
     c.output_wait = match parse_duration(&a.output_wait) {
         Ok(d) => d,

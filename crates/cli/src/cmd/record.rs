@@ -76,7 +76,12 @@ pub struct Args {
     #[arg(long, value_name = "ADDR[/PREFIX]")]
     from: Vec<vlbiflow_guard::net::Prefix>,
     /// Directory (mount point) to record to; repeat, or use a glob such as '/mnt/disks/*/*/data'
-    #[arg(long = "disk", value_name = "DIR", required_unless_present = "discard")]
+    #[arg(
+        short = 'd',
+        long = "disk",
+        value_name = "DIR",
+        required_unless_present = "discard"
+    )]
     disks: Vec<String>,
     /// Scan name, e.g. EXP_STN_SCAN (file stem on every disk)
     #[arg(long, value_name = "NAME", required_unless_present = "discard")]

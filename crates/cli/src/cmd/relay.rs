@@ -57,7 +57,13 @@ pub struct Args {
     #[arg(long, value_enum, requires = "reorder")]
     key: Option<KeyArg>,
     /// With --key vdif-time: the stream's threads in order
-    #[arg(long, value_name = "LIST", default_value = "0", value_delimiter = ',')]
+    #[arg(
+        long = "thread-ids",
+        alias = "threads",
+        value_name = "LIST",
+        default_value = "0",
+        value_delimiter = ','
+    )]
     threads: Vec<u16>,
     /// Frames per second per thread (for --key vdif-time)
     #[arg(long, value_name = "N")]
@@ -75,7 +81,12 @@ pub struct Args {
     #[arg(long, value_name = "TIME")]
     duration: Option<String>,
     /// Stop after this long without a datagram, once the stream started (0 = never)
-    #[arg(long, value_name = "TIME", default_value = "0")]
+    #[arg(
+        long = "idle-timeout",
+        alias = "idle",
+        value_name = "TIME",
+        default_value = "0"
+    )]
     idle: String,
     /// Socket receive buffer
     #[arg(long, value_name = "SIZE", default_value = "256MiB")]
@@ -138,7 +149,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     c.idle = match parse_duration(&a.idle) {
         Ok(d) if d.is_zero() => None,
         Ok(d) => Some(d),
-        Err(e) => usage!("--idle: {e}"),
+        Err(e) => usage!("--idle-timeout: {e}"),
     };
     c.recv_buffer = match parse_bytes(&a.recv_buffer) {
         Ok(b) => b as usize,

@@ -22,6 +22,10 @@ Examples:
   # The token on loopback too (other users of this host may not command the recorder)
   vlbiflow serve --config /etc/vlbiflow.toml --token-file /etc/vlbiflow/token --require-token
 
+  # Prometheus scrapes GET /metrics with a read-only token of its own
+  vlbiflow serve --config /etc/vlbiflow.toml --token-file /etc/vlbiflow/token \\
+      --metrics-token-file /etc/vlbiflow/metrics.token
+
 Then, from another terminal:
   vlbiflow ctl 'input_stream=add:RDBE1:vdif:8224:50:42:lo:127.0.0.1:4001:0:0; input_stream=commit;'
   vlbiflow ctl 'record=on:30:scan1:exp:st;'
@@ -55,6 +59,10 @@ pub struct Args {
     /// Require the token on loopback addresses too (by default only beyond loopback)
     #[arg(long)]
     require_token: bool,
+    /// Read-only token that GET /metrics accepts (Authorization: Bearer TOKEN; the file's content, 16
+    /// characters at least), overriding the configuration's metrics_token; grants nothing else
+    #[arg(long, value_name = "FILE")]
+    metrics_token_file: Option<PathBuf>,
     /// Command dialect, overriding the configuration: mark6 (default) or jive5ab (jive5ab's FlexBuff
     /// dialect as the Field System sends it; the command port then defaults to 127.0.0.1:2620; see
     /// docs/jive5ab-dialect.md)
@@ -107,6 +115,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.require_token {
         file.require_token = Some(true);
     }
+    match crate::cmd::read_metrics_token(args.metrics_token_file.as_deref()) {
+        Ok(Some(t)) => file.metrics_token = Some(t),
+        Ok(None) => {}
+        Err(e) => usage!("{e}"),
+    }
     let cfg = match DaemonConfig::from_file(file) {
         Ok(c) => c,
         Err(e) => usage!(
@@ -117,9 +130,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .unwrap_or_default()
         ),
     };
-    vlbiflow_control::serve_notifying(cfg, Box::new(RecorderEngine), |c, h| {
-        crate::service::notify_ready(&format!("commands on {c}, HTTP on {h}"));
-    })?;
+    // WATCHDOG=1 from the controller loop (the one that ticks recordings and carries out commands)
+    let watchdog = std::sync::Arc::new(crate::service::Watchdog::from_env());
+    vlbiflow_control::serve_watched(
+        cfg,
+        Box::new(RecorderEngine),
+        |c, h| crate::service::notify_ready(&format!("commands on {c}, HTTP on {h}")),
+        std::sync::Arc::new(move || watchdog.alive()),
+    )?;
     crate::service::notify_stopping();
     Ok(ExitCode::SUCCESS)
 }

@@ -74,12 +74,21 @@ pub struct HubOptions {
 pub struct HubHandle {
     /// The bound HTTP address.
     pub addr: SocketAddr,
+    /// Passes of the hub's tick (schedule, alerts, retention), every 500 ms.
+    ticks: Arc<std::sync::atomic::AtomicU64>,
     stop: Arc<AtomicBool>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl HubHandle {
+    /// How many ticks (schedule, alerts, retention; each with the archive's and ledger's locks) have
+    /// completed: it advances every 500 ms while the hub works, so a service manager's watchdog can be
+    /// told only when it moved.
+    pub fn ticks(&self) -> u64 {
+        self.ticks.load(Ordering::Relaxed)
+    }
+
     /// Stops the hub and waits for it.
     pub fn stop(mut self) {
         self.stop_inner();
@@ -199,6 +208,8 @@ pub fn spawn(opts: HubOptions, stop: Arc<AtomicBool>, log: Log) -> Result<HubHan
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let metrics_token = opts.metrics_token.clone();
     let thread_stop = stop.clone();
+    let ticks = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let tick_count = ticks.clone();
     let thread = std::thread::Builder::new()
         .name("hub".into())
         .spawn(move || {
@@ -229,6 +240,7 @@ pub fn spawn(opts: HubOptions, stop: Arc<AtomicBool>, log: Log) -> Result<HubHan
                 };
                 let ticker = {
                     let (s, stop) = (shared.clone(), thread_stop.clone());
+                    let ticks = tick_count;
                     tokio::spawn(async move {
                         let mut iv = tokio::time::interval(Duration::from_millis(500));
                         let mut next_retention = 0;
@@ -240,6 +252,7 @@ pub fn spawn(opts: HubOptions, stop: Arc<AtomicBool>, log: Log) -> Result<HubHan
                                 next_retention = now_ms() + 3_600_000;
                             }
                             let _ = tokio::task::spawn_blocking(move || tick(&s, due)).await;
+                            ticks.fetch_add(1, Ordering::Relaxed);
                         }
                     })
                 };
@@ -256,6 +269,7 @@ pub fn spawn(opts: HubOptions, stop: Arc<AtomicBool>, log: Log) -> Result<HubHan
         .map_err(|e| HubError(e.to_string()))?;
     Ok(HubHandle {
         addr,
+        ticks,
         stop,
         shutdown: Some(tx),
         thread: Some(thread),

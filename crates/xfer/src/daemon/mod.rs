@@ -26,15 +26,22 @@ use crate::session::Session;
 
 /// A daemon event as a `tracing` event (target `vlbiflow::xfer`), when the configuration asks for a log.
 /// Strings a peer chose are formatted with `{:?}` at the call sites, so they arrive escaped.
+/// A log event of the daemon (when it logs): tracing fields first (`peer = %peer, transfer_id = ...`),
+/// then the message. Strings a peer chose (paths, reasons) are written with `?` (escaped).
 macro_rules! log {
     ($sh:expr, $($t:tt)*) => {
         if $sh.cfg.log {
-            tracing::info!(target: "vlbiflow::xfer", "{}", format_args!($($t)*));
+            tracing::info!(target: "vlbiflow::xfer", $($t)*);
         }
     };
 }
 
 mod ls;
+/// A transfer id as the logs write it (eight hex digits).
+fn tid(id: u32) -> String {
+    format!("{id:08x}")
+}
+
 mod metrics;
 mod pull;
 mod push;
@@ -93,6 +100,7 @@ impl Daemon {
             claims: Mutex::new(HashMap::new()),
             gate: Mutex::new(vlbiflow_guard::gate::Gate::new(cfg_gate)),
             stop: AtomicBool::new(false),
+            accept_passes: std::sync::atomic::AtomicU64::new(0),
         });
         let sh = shared.clone();
         let thread = std::thread::Builder::new()
@@ -142,6 +150,12 @@ impl Daemon {
         &self.shared.counters
     }
 
+    /// How many passes the accept loop has made: it advances at least every 50 ms while the loop runs,
+    /// so a service manager's watchdog can be told only when it moved.
+    pub fn accept_passes(&self) -> u64 {
+        self.shared.accept_passes.load(Relaxed)
+    }
+
     /// Transfers running now.
     pub fn active(&self) -> Vec<Arc<Active>> {
         self.shared.active.lock().map(|a| a.clone()).unwrap_or_default()
@@ -172,6 +186,7 @@ impl Drop for Daemon {
 fn accept_loop(l: TcpListener, sh: Arc<Shared>) {
     let mut sessions: Vec<JoinHandle<()>> = Vec::new();
     while !sh.stop.load(Relaxed) {
+        sh.accept_passes.fetch_add(1, Relaxed);
         match l.accept() {
             Ok((s, peer)) => {
                 sh.counters.connections.fetch_add(1, Relaxed);
@@ -248,7 +263,7 @@ fn authenticate(
         Err(AuthError::BadKey(why)) => {
             sh.counters.auth_failures.fetch_add(1, Relaxed);
             gate(sh).struck(peer.ip(), Instant::now());
-            log!(sh, "{peer}: failed login: {why}");
+            log!(sh, peer = %peer, reason = ?why, "{peer}: failed login: {why:?}");
             return None;
         }
         Err(_) => {
@@ -269,7 +284,7 @@ fn authenticate(
             None
         }
         Ok(other) => {
-            log!(sh, "{peer}: expected a request, got {other:?}");
+            log!(sh, peer = %peer, "{peer}: expected a request, got {other:?}");
             None
         }
         Err(_) => None,

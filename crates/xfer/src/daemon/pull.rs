@@ -153,16 +153,21 @@ pub(super) fn pull_session(
         Ok(Inbound::Sess(Session::Ready { have })) => have,
         Ok(Inbound::Refused(why)) => return refuse_unreadable(sh, link, peer, &why),
         Ok(other) => {
-            log!(sh, "{peer}: pull: expected ready, got {other:?}");
+            log!(sh, peer = %peer, "{peer}: pull: expected ready, got {other:?}");
             return;
         }
         Err(_) => return,
     };
+    let from = sources.join(" ");
     log!(
         sh,
-        "{peer}: transfer {transfer_id:08x}: sending {} files, {total} bytes from {}",
-        files.len(),
-        sources.join(" ")
+        peer = %peer,
+        transfer_id = %super::tid(transfer_id),
+        files = files.len(),
+        bytes = total,
+        source = ?from,
+        "{peer}: transfer {transfer_id:08x}: sending {} files, {total} bytes from {from:?}",
+        files.len()
     );
     let started = utc_now();
     // the daemon's ceiling (its share of --total-rate changes as others start and end) is applied by
@@ -190,13 +195,18 @@ pub(super) fn pull_session(
             sh.counters.transfers_ok.fetch_add(1, Relaxed);
             log!(
                 sh,
+                peer = %peer,
+                transfer_id = %super::tid(transfer_id),
+                bytes = total,
+                seconds = o.seconds,
+                rate_bps = if o.seconds > 0.0 { total as f64 * 8.0 / o.seconds } else { 0.0 },
                 "{peer}: transfer {transfer_id:08x}: sent, verified and committed at the client in {:.1} s",
                 o.seconds
             );
         }
         Err(e) => {
             sh.counters.transfers_failed.fetch_add(1, Relaxed);
-            log!(sh, "{peer}: transfer {transfer_id:08x} failed: {e}");
+            log!(sh, peer = %peer, transfer_id = %super::tid(transfer_id), error = %e, "{peer}: transfer {transfer_id:08x} failed: {e}");
         }
     }
     if let Some(a) = &sh.archive {

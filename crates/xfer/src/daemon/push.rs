@@ -59,7 +59,13 @@ pub(super) fn push_session(c: &Conn<'_>, dest: String, files: Vec<FileSpec>, mut
     let total: u64 = files.iter().map(|f| f.size).sum();
     log!(
         sh,
-        "{peer}: transfer {transfer_id:08x}: receiving {} files, {total} bytes into {dest} (data port {data_port})",
+        peer = %peer,
+        transfer_id = %super::tid(transfer_id),
+        files = files.len(),
+        bytes = total,
+        dest = ?dest,
+        data_port,
+        "{peer}: transfer {transfer_id:08x}: receiving {} files, {total} bytes into {dest:?} (data port {data_port})",
         files.len()
     );
     let params = RecvParams {
@@ -115,6 +121,12 @@ pub(super) fn push_session(c: &Conn<'_>, dest: String, files: Vec<FileSpec>, mut
             sh.counters.transfers_ok.fetch_add(1, Relaxed);
             log!(
                 sh,
+                peer = %peer,
+                transfer_id = %super::tid(transfer_id),
+                files = o.committed.len(),
+                bytes = total,
+                seconds = o.seconds,
+                rate_bps = if o.seconds > 0.0 { total as f64 * 8.0 / o.seconds } else { 0.0 },
                 "{peer}: transfer {transfer_id:08x}: verified and committed {} files ({} bytes already here, {} written with O_DIRECT, {} read back) in {:.1} s; datagrams: {} accepted, {} duplicate, {} reported lost, {} bad tag, {} malformed, {} of another transfer or before its hello, {} for files not yet announced",
                 o.committed.len(),
                 o.bytes_resumed,
@@ -132,7 +144,7 @@ pub(super) fn push_session(c: &Conn<'_>, dest: String, files: Vec<FileSpec>, mut
         }
         Err(e) => {
             sh.counters.transfers_failed.fetch_add(1, Relaxed);
-            log!(sh, "{peer}: transfer {transfer_id:08x} failed: {e}");
+            log!(sh, peer = %peer, transfer_id = %super::tid(transfer_id), error = %e, "{peer}: transfer {transfer_id:08x} failed: {e}");
         }
     }
 }

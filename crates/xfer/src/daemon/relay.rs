@@ -76,11 +76,17 @@ pub(super) fn relay_session(c: &Conn<'_>, r: Relay) {
         None => vlbiflow_xfer_proto::RateConfig::auto(100e6),
     };
     let total = set.total_bytes();
+    let from = sources.join(" ");
     log!(
         sh,
-        "{client}: relay of {} files, {total} bytes from {} to {to}/{dest}",
-        set.files.len(),
-        sources.join(" ")
+        peer = %client,
+        files = set.files.len(),
+        bytes = total,
+        source = ?from,
+        to = %to,
+        dest = ?dest,
+        "{client}: relay of {} files, {total} bytes from {from:?} to {to}/{dest:?}",
+        set.files.len()
     );
     let started = utc_now();
     let t0 = Instant::now();
@@ -107,6 +113,10 @@ pub(super) fn relay_session(c: &Conn<'_>, r: Relay) {
                 let wait = Duration::from_secs(1 << (attempt - 1).min(6));
                 log!(
                     sh,
+                    peer = %client,
+                    to = %to,
+                    attempt,
+                    error = %e,
                     "{client}: relay to {to}: attempt {attempt} failed ({e}); retrying in {wait:?}"
                 );
                 link.send_session(&Session::Retrying {
@@ -130,6 +140,10 @@ pub(super) fn relay_session(c: &Conn<'_>, r: Relay) {
     let code = result.as_ref().err().map(XferError::exit_code);
     log!(
         sh,
+        peer = %client,
+        to = %to,
+        ok,
+        bytes = moved,
         "{client}: relay to {to}: {}",
         if ok {
             "verified and committed there".to_string()

@@ -330,13 +330,15 @@ pub(super) struct Shared {
     /// Admission of connections that have not authenticated yet.
     pub(super) gate: Mutex<Gate>,
     pub(super) stop: AtomicBool,
+    /// Passes of the accept loop (each after accepting, refusing or finding nobody waiting).
+    pub(super) accept_passes: std::sync::atomic::AtomicU64,
 }
 
 /// An authenticated client sent a session message this daemon cannot read (another release, most
 /// likely): counted and logged as a refusal, and the client hears why.
 pub(super) fn refuse_unreadable(sh: &Shared, link: &Link, peer: SocketAddr, why: &str) {
     sh.counters.refused.fetch_add(1, Relaxed);
-    log!(sh, "{peer}: refused: {why}");
+    log!(sh, peer = %peer, reason = ?why, "{peer}: refused: {why:?}");
     link.send_session(&Session::Refuse {
         error: format!("{why} (the daemon runs vlbiflow {})", env!("CARGO_PKG_VERSION")),
         busy: false,
@@ -359,7 +361,7 @@ impl Conn<'_> {
     pub(super) fn refuse(&self, why: String) {
         let (sh, peer) = (self.sh, self.peer);
         sh.counters.refused.fetch_add(1, Relaxed);
-        log!(sh, "{peer}: refused: {why}");
+        log!(sh, peer = %peer, reason = ?why, "{peer}: refused: {why:?}");
         self.link.send_session(&Session::Refuse {
             error: why,
             busy: false,
@@ -370,7 +372,7 @@ impl Conn<'_> {
     pub(super) fn busy(&self, why: String) {
         let (sh, peer) = (self.sh, self.peer);
         sh.counters.refused_busy.fetch_add(1, Relaxed);
-        log!(sh, "{peer}: busy: {why}");
+        log!(sh, peer = %peer, reason = ?why, "{peer}: busy: {why:?}");
         self.link.send_session(&Session::Refuse {
             error: why,
             busy: true,

@@ -315,7 +315,12 @@ struct Common {
     #[arg(long, default_value = "32MiB", value_parser = parse_bytes)]
     chunk_size: u64,
     /// Payload bytes per datagram (8192 fits a 9000-byte MTU; use 1400 on a 1500-byte path)
-    #[arg(long, default_value_t = 8192)]
+    #[arg(
+        long = "payload-size",
+        alias = "block-size",
+        value_name = "BYTES",
+        default_value_t = 8192
+    )]
     block_size: u32,
     /// Replace files that exist at the destination with different content
     #[arg(long)]
@@ -592,8 +597,16 @@ fn serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
         tracing::info!(target: "vlbiflow::xfer", "metrics at http://{m}/metrics");
     }
     crate::service::notify_ready(&format!("serving on {}", d.local_addr()));
+    // WATCHDOG=1 only when the accept loop has moved since the last look
+    let watchdog = crate::service::Watchdog::from_env();
+    let mut passes = d.accept_passes();
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(200));
+        let now = d.accept_passes();
+        if now != passes {
+            watchdog.alive();
+        }
+        passes = now;
     }
     crate::service::notify_stopping();
     tracing::info!(target: "vlbiflow::xfer", "stopping");
@@ -608,7 +621,7 @@ fn options(c: &Common) -> anyhow::Result<Options> {
     }
     if c.block_size == 0 || c.block_size as usize > vlbiflow_xfer_proto::wire::MAX_PAYLOAD {
         usage!(
-            "--block-size {}: 1..={} bytes",
+            "--payload-size {}: 1..={} bytes",
             c.block_size,
             vlbiflow_xfer_proto::wire::MAX_PAYLOAD
         );
