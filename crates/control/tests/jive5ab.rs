@@ -428,3 +428,128 @@ fn transient_runtimes_go_with_their_connection() {
     b.expect("runtime = tmp : exists", "!runtime= 6 : 'tmp' doesn't exist ;");
     d.stop();
 }
+
+impl J5 {
+    /// Polls `net2file?` until it says `reply`.
+    fn wait_net2file(&mut self, reply: &str) {
+        until(&format!("net2file? to say {reply}"), || {
+            (self.raw("net2file?") == reply).then_some(())
+        });
+    }
+}
+
+#[test]
+fn net2file_receives_a_disk2net_of_another_daemon_over_tcp_and_udps() {
+    let (disks_a, disks_b) = (Disks::new(2), Disks::new(1));
+    let a = spawn(config(&disks_a), Box::new(RecorderEngine)).unwrap();
+    let b = spawn(config(&disks_b), Box::new(RecorderEngine)).unwrap();
+    let (mut sender, mut receiver) = (J5::connect(a.control_addr), J5::connect(b.control_addr));
+    record_scan(&mut sender, free_udp_port(), "n2f_st_no0001", 250);
+    let whole_file = disks_a.dir.path().join("whole.vdif");
+    sender.expect("scan_set = n2f_st_no0001", "!scan_set= 0 ;");
+    sender.expect(
+        &format!("disk2file = {} : : : w", whole_file.display()),
+        "!disk2file= 1 ;",
+    );
+    sender.wait_disk2file_inactive(&whole_file);
+    let whole = std::fs::read(&whole_file).unwrap();
+    assert_eq!(whole.len(), 250 * FRAME);
+
+    // Refusals, as jive5ab words them.
+    receiver.expect("net2file?", "!net2file? 0 : inactive : 0 ;");
+    receiver.expect("net2file = close", "!net2file= 6 : Not doing net2file yet ;");
+    receiver.expect("net2file = stop", "!net2file= 6 : Not doing net2file yet ;");
+    receiver.expect(
+        "net2file = ",
+        "!net2file= 8 : command w/o actual commands and/or arguments... ;",
+    );
+    receiver.expect(
+        "net2file = flush",
+        "!net2file= 2 : flush does not apply to net2file ;",
+    );
+    let out = disks_b.dir.path().join("n2f.vdif");
+    receiver.expect(
+        &format!("net2file = open : {}", out.display()),
+        "!net2file= 4 : add ',<mode>' to the filename (w,a,n) ;",
+    );
+    receiver.expect("net_port = 2630 : 2631", "!net_port= 0 ;");
+    receiver.expect(
+        &format!("net2file = open : {},w", out.display()),
+        "!net2file= 6 : This code does not support reading from multiple (=2) ports ;",
+    );
+
+    // TCP: open (0 : file size), the sender's disk2net connects and sends, the stream's end ends it.
+    let tcp_port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    for j5 in [&mut sender, &mut receiver] {
+        j5.expect("net_protocol = tcp", "!net_protocol= 0 ;");
+        j5.expect(&format!("net_port = {tcp_port}"), "!net_port= 0 ;");
+    }
+    receiver.expect(
+        &format!("net2file = open : {},w", out.display()),
+        "!net2file= 0 : 0 ;",
+    );
+    receiver.expect("net2file?", "!net2file? 0 : active : 0 ;");
+    receiver.expect(
+        &format!("net2file = open : {},w", out.display()),
+        "!net2file= 6 : Already doing net2file ;",
+    );
+    receiver.expect(
+        "record = on : x",
+        "!record= 6 : not whilst net2file is in progress ;",
+    );
+    sender.expect("disk2net = connect : 127.0.0.1", "!disk2net= 1 ;");
+    sender.wait_disk2net("connected");
+    sender.expect("disk2net = on", "!disk2net= 0 ;");
+    sender.wait_disk2net("inactive");
+    receiver.wait_net2file("!net2file? 0 : inactive : 0 ;");
+    assert!(std::fs::read(&out).unwrap() == whole, "the TCP copy differs");
+    // `n` refuses an existing file; `a` appends to it and reports its size.
+    receiver.rc(&format!("net2file = open : {},n", out.display()), 4);
+    let size = whole.len().to_string();
+    receiver.expect(
+        &format!("net2file = open : {},a", out.display()),
+        &format!("!net2file= 0 : {size} ;"),
+    );
+    receiver.expect("net2file = close", "!net2file= 0 ;");
+    receiver.wait_net2file("!net2file? 0 : inactive : 0 ;");
+    assert_eq!(std::fs::read(&out).unwrap().len(), whole.len());
+
+    // udps: each datagram's payload behind its sequence number, until closed; a byte range of the scan.
+    let udp_port = free_udp_port();
+    for j5 in [&mut sender, &mut receiver] {
+        j5.expect("net_protocol = udps", "!net_protocol= 0 ;");
+        j5.expect(&format!("net_port = {udp_port}"), "!net_port= 0 ;");
+    }
+    let out_udp = disks_b.dir.path().join("n2f-udp.vdif");
+    receiver.expect(
+        &format!("net2file = open : {},n", out_udp.display()),
+        "!net2file= 0 : 0 ;",
+    );
+    sender.expect("disk2net = connect : 127.0.0.1", "!disk2net= 1 ;");
+    sender.wait_disk2net("connected");
+    let (from, len) = (10 * FRAME, 100 * FRAME);
+    sender.expect(&format!("disk2net = on : {from} : +{len}"), "!disk2net= 0 ;");
+    sender.wait_disk2net("inactive");
+    receiver.wait_net2file(&format!("!net2file? 0 : active : {len} ;"));
+    receiver.expect("net2file = stop", "!net2file= 0 ;");
+    receiver.wait_net2file("!net2file? 0 : inactive : 0 ;");
+    assert!(
+        std::fs::read(&out_udp).unwrap() == whole[from..from + len],
+        "the udps copy differs"
+    );
+
+    // A destination that stays empty is removed, as jive5ab does.
+    let empty = disks_b.dir.path().join("empty.vdif");
+    receiver.expect(
+        &format!("net2file = open : {},w", empty.display()),
+        "!net2file= 0 : 0 ;",
+    );
+    receiver.expect("net2file = close", "!net2file= 0 ;");
+    receiver.wait_net2file("!net2file? 0 : inactive : 0 ;");
+    assert!(!empty.exists());
+    a.stop();
+    b.stop();
+}

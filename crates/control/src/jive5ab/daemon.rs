@@ -147,6 +147,25 @@ async fn execute(sh: &Arc<Shared>, conn: &mut Conn, st: Statement) -> J5Reply {
             });
             r
         }
+        Step::Net2File(job) => {
+            let opened = tokio::task::spawn_blocking(move || super::net2file::open_net2file(job))
+                .await
+                .unwrap_or_else(|_| Err("net2file: opening panicked".into()));
+            match opened {
+                Ok((o, size)) => {
+                    let sh2 = sh.clone();
+                    tokio::task::spawn_blocking(move || {
+                        if let Err(e) = super::net2file::run_net2file(o) {
+                            if let Some(j) = &sh2.j5 {
+                                lock(j).push_error(-1, format!("net2file: {e}"), UtcTime::now());
+                            }
+                        }
+                    });
+                    J5Reply::new("net2file", false, ReturnCode::Done, vec![size.to_string()])
+                }
+                Err(e) => J5Reply::msg("net2file", false, ReturnCode::Error, e),
+            }
+        }
         Step::Disk2File(job, r) => {
             let sh2 = sh.clone();
             tokio::task::spawn_blocking(move || {

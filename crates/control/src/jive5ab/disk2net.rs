@@ -195,6 +195,9 @@ impl Jive5ab {
                 if r.disk2file.as_ref().is_some_and(|d| d.active()) {
                     return msg(ReturnCode::Conflict, "Already doing disk2file");
                 }
+                if r.net2file.as_ref().is_some_and(|n| n.active()) {
+                    return msg(ReturnCode::Conflict, "Already doing net2file");
+                }
                 if let Some(reply) = in_progress(st, ctl) {
                     return Step::Now(reply);
                 }

@@ -12,6 +12,7 @@ pub mod daemon;
 pub mod disk2net;
 mod info;
 pub mod mode;
+pub mod net2file;
 pub mod parse;
 mod record;
 pub mod reply;
@@ -56,6 +57,10 @@ pub enum Step {
     /// A `disk2net = connect`: run the transfer in the background ([`disk2net::run_disk2net`]) and send
     /// the reply.
     Disk2Net(disk2net::Disk2NetJob, J5Reply),
+    /// A `net2file = open`: open the file and the data port ([`net2file::open_net2file`]), reply
+    /// `0 : <file size>` (or the error), then run the transfer in the background
+    /// ([`net2file::run_net2file`]).
+    Net2File(net2file::Net2FileJob),
 }
 
 /// A `record=on` waiting for its start's outcome.
@@ -123,6 +128,8 @@ pub struct Runtime {
     pub disk2file: Option<transfer::Disk2File>,
     /// The last `disk2net` of this runtime.
     pub disk2net: Option<disk2net::Disk2Net>,
+    /// The last `net2file` of this runtime.
+    pub net2file: Option<net2file::Net2File>,
     /// The host `disk2net = connect` last sent to.
     pub host: String,
 }
@@ -148,6 +155,7 @@ impl Default for Runtime {
             session: Vec::new(),
             disk2file: None,
             disk2net: None,
+            net2file: None,
             host: String::new(),
         }
     }
@@ -222,7 +230,6 @@ const NOT_IMPLEMENTED: &[&str] = &[
     "mem2vbs",
     "memstat",
     "net2check",
-    "net2file",
     "net2mem",
     "net2sfxc",
     "net2sfxcfork",
@@ -324,7 +331,14 @@ impl Jive5ab {
                 ReturnCode::Conflict,
                 "not whilst disk2net is in progress",
             ),
+            "record" if !st.query && st.arg(0) == "on" && self.net2file_running() => J5Reply::msg(
+                kw,
+                false,
+                ReturnCode::Conflict,
+                "not whilst net2file is in progress",
+            ),
             "record" => return self.record(&rt, st, ctl, now),
+            "net2file" => return self.net2file(&rt, st, ctl),
             "disk2net" => return self.disk2net(&rt, st, ctl),
             "disk2file" => return self.disk2file(&rt, st, ctl),
             "runtime" => self.runtime_cmd(conn, st),
@@ -370,6 +384,9 @@ impl Jive5ab {
                 }
                 if let Some(d) = r.disk2file.filter(transfer::Disk2File::active) {
                     d.progress.abort.store(true, std::sync::atomic::Ordering::Release);
+                }
+                if let Some(n) = r.net2file.filter(net2file::Net2File::active) {
+                    n.stop();
                 }
             }
         }
