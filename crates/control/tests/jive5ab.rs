@@ -553,3 +553,59 @@ fn net2file_receives_a_disk2net_of_another_daemon_over_tcp_and_udps() {
     a.stop();
     b.stop();
 }
+
+#[test]
+fn udp_disk2net_is_paced_by_ipd_or_the_modes_rate() {
+    let disks = Disks::new(1);
+    let d = spawn(config(&disks), Box::new(RecorderEngine)).unwrap();
+    let mut fs = J5::connect(d.control_addr);
+    fs.expect("ipd?", "!ipd? 0 : 0 ;");
+    fs.expect("ipd = ", "!ipd= 8 : Command must have argument ;");
+    fs.expect(
+        "ipd = 5x",
+        "!ipd= 6 : ipd '5x' NaN/out of range (range [-1.0,2147483us]) ;",
+    );
+    fs.expect(
+        "ipd = -2",
+        "!ipd= 6 : ipd '-2' NaN/out of range (range [-1.0,2147483us]) ;",
+    );
+    fs.expect("ipd = 1.5", "!ipd= 0 ;");
+    fs.expect("ipd?", "!ipd? 0 : 1.500000 ;");
+    fs.expect("ipd = 500n", "!ipd= 0 ;");
+    fs.expect("ipd?", "!ipd? 0 : 0.500000 ;");
+    fs.expect("ipd = 40us", "!ipd= 0 ;");
+    fs.expect("ipd?", "!ipd? 0 : 40 ;");
+    fs.expect("ipd = -1", "!ipd= 0 ;");
+    fs.expect("ipd?", "!ipd? 0 : -1 : 0 ;");
+    record_scan(&mut fs, free_udp_port(), "ipd_st_no0001", 100);
+    fs.expect("scan_set = ipd_st_no0001", "!scan_set= 0 ;");
+
+    // `ipd = -1`: from the mode (VDIF_1000-0.8-1-2, 1032-byte frames: 0.8 Mb/s / 8256 bits x 1.1 =
+    // 106.59 datagrams/s, 9381818 ns apart), computed when the transfer connects.
+    let (udp, udp_addr) = vlbiflow_testkit::net::udp_listener(PATIENCE);
+    fs.expect(&format!("net_port = {}", udp_addr.port()), "!net_port= 0 ;");
+    fs.expect("disk2net = connect : 127.0.0.1", "!disk2net= 1 ;");
+    fs.wait_disk2net("connected");
+    fs.expect("ipd?", "!ipd? 0 : -1 : 9381.818359 ;");
+    fs.expect("disk2net = disconnect", "!disk2net= 1 ;");
+    fs.wait_disk2net("inactive");
+
+    // Two seconds apart: the first datagram goes at once, the second not before `disconnect` stops
+    // the transfer (unpaced, all 100 would be there).
+    fs.expect("ipd = 2000000", "!ipd= 0 ;");
+    fs.expect("disk2net = connect", "!disk2net= 1 ;");
+    fs.wait_disk2net("connected");
+    fs.expect("disk2net = on", "!disk2net= 0 ;");
+    let mut buf = vec![0u8; 9000];
+    let n = udp.recv(&mut buf).unwrap();
+    assert_eq!(
+        (n, u64::from_le_bytes(buf[..8].try_into().unwrap())),
+        (8 + FRAME, 0)
+    );
+    fs.expect("disk2net = disconnect", "!disk2net= 1 ;");
+    fs.wait_disk2net("inactive");
+    udp.set_nonblocking(true).unwrap();
+    let more = std::iter::from_fn(|| udp.recv(&mut buf).ok()).count();
+    assert!(more <= 1, "{more} more datagrams arrived after the first");
+    d.stop();
+}

@@ -128,6 +128,10 @@ pub struct Runtime {
     pub disk2file: Option<transfer::Disk2File>,
     /// The last `disk2net` of this runtime.
     pub disk2net: Option<disk2net::Disk2Net>,
+    /// `ipd`: nanoseconds between the datagrams of a UDP `disk2net`; -1: from the mode; 0: unpaced.
+    pub ipd_ns: i64,
+    /// The delay `ipd = -1` gave the last UDP `disk2net` (`ipd?` shows it).
+    pub theoretical_ipd_ns: i64,
     /// The last `net2file` of this runtime.
     pub net2file: Option<net2file::Net2File>,
     /// The host `disk2net = connect` last sent to.
@@ -156,6 +160,8 @@ impl Default for Runtime {
             disk2file: None,
             disk2net: None,
             net2file: None,
+            ipd_ns: 0,
+            theoretical_ipd_ns: 0,
             host: String::new(),
         }
     }
@@ -221,7 +227,6 @@ const NOT_IMPLEMENTED: &[&str] = &[
     "fill2net",
     "fill2vbs",
     "group_def",
-    "ipd",
     "itcp_id",
     "mem2file",
     "mem2net",
@@ -347,6 +352,7 @@ impl Jive5ab {
             "net_protocol" => self.net_protocol(&rt, st, ctl),
             "net_port" => self.net_port(&rt, st, ctl),
             "mtu" => self.mtu(&rt, st, ctl),
+            "ipd" => self.ipd(&rt, st),
             "set_disks" => self.set_disks(&rt, st, ctl),
             "scan_set" => self.scan_set(&rt, st, ctl),
             "scan_check" => self.scan_check(&rt, st, ctl),
