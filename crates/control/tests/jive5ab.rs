@@ -609,3 +609,76 @@ fn udp_disk2net_is_paced_by_ipd_or_the_modes_rate() {
     assert!(more <= 1, "{more} more datagrams arrived after the first");
     d.stop();
 }
+
+/// A TCP connection from `from` (another loopback address: another host as far as the daemon can tell).
+fn connect_from(from: &str, to: SocketAddr) -> TcpStream {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    let a: SocketAddr = format!("{from}:0").parse().unwrap();
+    s.bind(&a.into()).unwrap();
+    s.connect(&to.into()).unwrap();
+    s.into()
+}
+
+/// Reads until the daemon closes the connection; returns what it said.
+fn read_to_close(s: &mut TcpStream) -> String {
+    s.set_read_timeout(Some(PATIENCE)).unwrap();
+    let mut out = Vec::new();
+    let _ = std::io::Read::read_to_end(s, &mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[test]
+fn the_gate_screens_connections_and_the_allow_list_admits_the_field_system() {
+    let disks = Disks::new(1);
+    let cfg = disks.config(
+        "dialect = \"jive5ab\"\ntoken = \"sesame-0123\"\nrequire_token = true\nallow = [\"127.0.0.3\"]",
+    );
+    let d = spawn(cfg, Box::new(RecorderEngine)).unwrap();
+    let c = d.control_addr;
+    // Not on the allow-list: the token first.
+    let mut op = J5::connect(c);
+    op.expect(
+        "version?",
+        "!version? 6 : authentication required  send auth=<token>  first ;",
+    );
+    op.expect("auth = nope", "!auth= 8 : wrong token ;");
+    op.expect("auth = sesame-0123", "!auth= 0 ;");
+    op.rc("version?", 0);
+    // Silent: closed at the deadline.
+    let mut silent = TcpStream::connect(c).unwrap();
+    assert_eq!(
+        read_to_close(&mut silent),
+        "!auth= 4 : no auth=<token> in time, closing ;\n"
+    );
+    // An HTTP request whose body is commands: the request line closes the connection, nothing runs.
+    let mut h = TcpStream::connect(c).unwrap();
+    h.write_all(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 36\r\n\r\nauth=sesame-0123;record=on:x;\n")
+        .unwrap();
+    assert_eq!(
+        read_to_close(&mut h),
+        "!syntax= 7 : this is the jive5ab command port, not HTTP  closing ;\r\n"
+    );
+    // Garbage before the token: one reply, then closed.
+    let mut g = TcpStream::connect(c).unwrap();
+    g.write_all(b"Host: x\nauth=sesame-0123;record?;\n").unwrap();
+    assert_eq!(read_to_close(&mut g), "!syntax= 7 : Not a command or query ;\n");
+    // The Field System's address (allow-listed) needs no token.
+    let fs_stream = connect_from("127.0.0.3", c);
+    fs_stream.set_read_timeout(Some(PATIENCE)).unwrap();
+    let mut fs = J5 {
+        r: BufReader::new(fs_stream.try_clone().unwrap()),
+        w: fs_stream,
+    };
+    fs.rc("version?", 0);
+    fs.expect("net_protocol = udpsnor", "!net_protocol= 0 ;");
+    // HTTP from an authenticated peer is refused too.
+    let mut h = connect_from("127.0.0.3", c);
+    h.write_all(b"GET / HTTP/1.0\n").unwrap();
+    assert!(read_to_close(&mut h).contains("not HTTP"));
+    d.stop();
+    let bad = disks.config_text("allow = [\"10.0.0.0/33\"]");
+    let e = vlbiflow_control::DaemonConfig::from_toml(&bad)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("allow"), "{e}");
+}

@@ -55,6 +55,10 @@ pub struct Args {
     /// Require the token on loopback addresses too (by default only beyond loopback)
     #[arg(long)]
     require_token: bool,
+    /// Command connections from this address block need no token (repeatable; added to the
+    /// configuration's `allow`): for clients that cannot send one, such as the Field System
+    #[arg(long, value_name = "ADDR[/PREFIX]")]
+    allow: Vec<vlbiflow_guard::net::Prefix>,
     /// Command dialect, overriding the configuration: mark6 (default) or jive5ab (jive5ab's FlexBuff
     /// dialect as the Field System sends it; the command port then defaults to 127.0.0.1:2620; see
     /// docs/jive5ab-dialect.md)
@@ -107,6 +111,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.require_token {
         file.require_token = Some(true);
     }
+    file.allow.extend(args.allow.iter().map(ToString::to_string));
     let cfg = match DaemonConfig::from_file(file) {
         Ok(c) => c,
         Err(e) => usage!(

@@ -16,6 +16,7 @@ pub mod net2file;
 pub mod parse;
 mod record;
 pub mod reply;
+pub mod session;
 mod setup;
 pub mod transfer;
 
