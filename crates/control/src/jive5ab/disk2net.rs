@@ -236,16 +236,6 @@ impl Jive5ab {
                     }
                 };
                 let port = r.ports.first().map(|p| p.port).unwrap_or(DEFAULT_DATA_PORT);
-                // As jive5ab: `ipd = -1` takes the delay from the mode's data rate, computed at connect.
-                let ipd_ns = match udp_psn {
-                    Some(_) if r.ipd_ns < 0 => {
-                        let frame = r.mode.as_ref().map_or(0, |m| m.frame_size());
-                        r.theoretical_ipd_ns = theoretical_ipd_ns(r.mode.as_ref(), frame);
-                        r.theoretical_ipd_ns
-                    }
-                    Some(_) => r.ipd_ns,
-                    None => 0,
-                };
                 let shared = Arc::new(Shared {
                     state: Mutex::new(State {
                         phase: Phase::Connecting,
@@ -267,7 +257,10 @@ impl Jive5ab {
                         dest: format!("{host}:{port}"),
                         udp_psn,
                         disks: ctl.open_disks().0,
-                        ipd: Duration::from_nanos(u64::try_from(ipd_ns).unwrap_or(0)),
+                        ipd: match udp_psn {
+                            Some(_) => datagram_delay(r),
+                            None => Duration::ZERO,
+                        },
                         shared,
                     },
                     J5Reply::new(kw, false, ReturnCode::Initiated, vec![]),
@@ -331,6 +324,19 @@ impl Jive5ab {
             .values()
             .any(|r| r.disk2net.as_ref().is_some_and(Disk2Net::active))
     }
+}
+
+/// The delay between a UDP transfer's datagrams: `ipd`, or with `ipd = -1` (as jive5ab) the one from
+/// the mode's data rate, computed now for `ipd?` to show.
+fn datagram_delay(r: &mut super::Runtime) -> Duration {
+    let ns = if r.ipd_ns < 0 {
+        let frame = r.mode.as_ref().map_or(0, |m| m.frame_size());
+        r.theoretical_ipd_ns = theoretical_ipd_ns(r.mode.as_ref(), frame);
+        r.theoretical_ipd_ns
+    } else {
+        r.ipd_ns
+    };
+    Duration::from_nanos(u64::try_from(ns).unwrap_or(0))
 }
 
 /// Cuts a byte stream of frames into one datagram per frame (the frame length from the first VDIF

@@ -163,10 +163,6 @@ impl Jive5ab {
             return Step::Now(reply);
         }
         match st.arg(0) {
-            "" => msg(
-                ReturnCode::Parameter,
-                "command w/o actual commands and/or arguments...".into(),
-            ),
             "open" => {
                 if current.is_some() {
                     return msg(ReturnCode::Conflict, "Already doing net2file".into());

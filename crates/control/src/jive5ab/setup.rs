@@ -145,12 +145,9 @@ fn parse_size(s: &str) -> Option<u64> {
 /// An `ipd` value in nanoseconds: a number (`strtod`), then `u` (or nothing) for microseconds or `n` for
 /// nanoseconds; -1 .. `INT_MAX` ns (`INT_MAX / 1000` us) as jive5ab accepts.
 fn parse_ipd(a: &str) -> Option<i64> {
-    let end = a
-        .char_indices()
-        .find(|&(i, c)| !(c.is_ascii_digit() || c == '.' || ((c == '-' || c == '+') && i == 0)))
-        .map_or(a.len(), |(i, _)| i);
-    let v: f64 = a[..end].parse().ok()?;
-    let ns_unit = match a[end..].chars().next() {
+    let (n, rest) = split_number(a);
+    let v: f64 = n.parse().ok()?;
+    let ns_unit = match rest.chars().next() {
         None | Some('u') => false,
         Some('n') => true,
         Some(_) => return None,
@@ -164,6 +161,15 @@ fn parse_ipd(a: &str) -> Option<i64> {
         return None;
     }
     Some(if ns_unit { v as i64 } else { (v * 1000.0) as i64 })
+}
+
+/// The leading number of `a` (sign, digits, '.') and the rest.
+fn split_number(a: &str) -> (&str, &str) {
+    let end = a
+        .char_indices()
+        .find(|&(i, c)| !(c.is_ascii_digit() || c == '.' || ((c == '-' || c == '+') && i == 0)))
+        .map_or(a.len(), |(i, _)| i);
+    a.split_at(end)
 }
 
 /// Nanoseconds as `ipd?` shows microseconds: whole, or `%f`.
@@ -402,7 +408,10 @@ impl Jive5ab {
                 J5Reply::new(kw, false, ReturnCode::Done, vec![])
             }
             None => {
-                let unit = if st.arg(0).contains('n') { "ns" } else { "us" };
+                // jive5ab names microseconds only when a number was read and `u` or nothing follows
+                let (n, rest) = split_number(st.arg(0));
+                let us = !n.is_empty() && matches!(rest.chars().next(), None | Some('u'));
+                let unit = if us { "us" } else { "ns" };
                 let max = if unit == "ns" { i32::MAX } else { i32::MAX / 1000 };
                 J5Reply::msg(
                     kw,
