@@ -161,6 +161,10 @@ mod tests {
             assert_eq!(replies(&mut s, b"GET /a;").len(), 1);
             assert!(s.should_close());
             assert!(replies(&mut s, b"record=off;\n").is_empty());
+            // a statement's syntax too: still HTTP
+            let mut s = J5Session::new(None);
+            assert_eq!(replies(&mut s, b"HEAD = HTTP/1.1\r\n").len(), 1);
+            assert!(s.should_close());
         }
         // a method later on a line is not HTTP
         let mut s = J5Session::new(None);
