@@ -4,8 +4,9 @@
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use vlbiflow_control::jive5ab::{
-    parse_j5_reply, parse_request, Conn, Identity, Item, Jive5ab, RequestFramer, Step,
+    parse_j5_reply, parse_request, Conn, Identity, Item, J5Reply, Jive5ab, RequestFramer, Step,
 };
+use vlbiflow_control::proto::ReturnCode;
 use vlbiflow_control::{Controller, DaemonConfig, MemDisks};
 use vlbiflow_formats::time::UtcTime;
 
@@ -30,6 +31,7 @@ fuzz_target!(|data: &[u8]| {
                 Item::Error(r) => r,
                 Item::Statement(st) => match j5.handle(&mut conn, &st, &mut ctl, now) {
                     Step::Now(r) | Step::WhenIdle(r) | Step::Disk2File(_, r) | Step::Disk2Net(_, r) => r,
+                    Step::Net2File(_) => J5Reply::new("net2file", false, ReturnCode::Done, vec!["0".into()]),
                     Step::Start(p) => {
                         let _ = ctl.take_actions();
                         let r = ctl.started(p.ticket, Err("refused by the fuzzer".into()), now);

@@ -57,6 +57,10 @@ pub struct ConfigFile {
     pub auth_timeout: Option<Seconds>,
     /// Require the token on loopback addresses too (default false: only beyond loopback).
     pub require_token: Option<bool>,
+    /// Address blocks (`ADDR[/PREFIX]`) whose command connections need no token: peers that cannot
+    /// send one, such as the NASA Field System on the jive5ab dialect. Others still need it.
+    #[serde(default)]
+    pub allow: Vec<String>,
     /// Group opened at start-up.
     pub open_group: Option<String>,
     /// Disk groups: name -> directories or globs, e.g. `mod1 = ["/mnt/disks/1/*/data"]`.
@@ -181,6 +185,8 @@ pub struct DaemonConfig {
     pub auth_timeout: Duration,
     /// The token is required on loopback addresses too.
     pub require_token: bool,
+    /// Command connections from these address blocks need no token ([`ConfigFile::allow`]).
+    pub allow: vlbiflow_guard::net::AllowList,
     pub open_group: Option<String>,
     pub groups: BTreeMap<String, Vec<String>>,
     pub streams: Vec<StreamSpec>,
@@ -368,7 +374,16 @@ impl DaemonConfig {
             None => Dialect::Mark6,
             Some(d) => d.parse().map_err(|e: String| invalid("dialect", e))?,
         };
+        let allow = f
+            .allow
+            .iter()
+            .map(|a| {
+                a.parse()
+                    .map_err(|e: vlbiflow_guard::net::PrefixError| invalid("allow", e.to_string()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let cfg = DaemonConfig {
+            allow: vlbiflow_guard::net::AllowList(allow),
             dialect,
             name: f.name.unwrap_or_else(host_name),
             control,

@@ -66,9 +66,11 @@ pub(crate) struct Shared {
     http_token: Option<String>,
     pub(crate) idle: Duration,
     /// Time to send the token when one is required.
-    auth_timeout: Duration,
+    pub(crate) auth_timeout: Duration,
     /// Admission of connections that have not given the token yet (when one is required).
     gate: Option<Mutex<Gate>>,
+    /// Peers that need no token (`allow`).
+    allow: vlbiflow_guard::net::AllowList,
     /// The jive5ab dialect's state when the command port speaks it (`dialect = "jive5ab"`).
     pub(crate) j5: Option<crate::jive5ab::daemon::SharedJive5ab>,
 }
@@ -307,6 +309,7 @@ async fn run(
     let sh = Arc::new(Shared {
         j5,
         gate,
+        allow: cfg.allow.clone(),
         auth_timeout: cfg.auth_timeout,
         token: cfg.token.clone(),
         control_token,
@@ -342,7 +345,10 @@ async fn run(
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 };
-                let delay = match sh.gate.as_ref().map(|g| lock(g).arrive(peer.ip(), Instant::now())) {
+                // a peer of the allow-list needs no token: the gate does not see it
+                let trusted = sh.allow.allows(peer.ip());
+                let gate = sh.gate.as_ref().filter(|_| !trusted);
+                let delay = match gate.map(|g| lock(g).arrive(peer.ip(), Instant::now())) {
                     None => Duration::ZERO,
                     Some(Verdict::Admit { delay }) => delay,
                     Some(Verdict::AddressBusy | Verdict::Full) => {
@@ -355,13 +361,14 @@ async fn run(
                     Ok(permit) => {
                         sh.lock().count_connection(false);
                         let sh = sh.clone();
+                        let admitted = Admitted { ip: peer.ip(), delay, trusted };
                         tokio::spawn(async move {
-                            connection(stream, peer.ip(), delay, sh).await;
+                            connection(stream, admitted, sh).await;
                             drop(permit);
                         });
                     }
                     Err(_) => {
-                        if let Some(g) = &sh.gate {
+                        if let Some(g) = gate {
                             lock(g).left(peer.ip());
                         }
                         sh.lock().count_connection(true);
@@ -454,15 +461,34 @@ async fn refuse_unauthenticated(mut stream: TcpStream) {
     let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(msg.as_bytes())).await;
 }
 
+/// How a command connection was let in.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Admitted {
+    pub(crate) ip: IpAddr,
+    /// The gate's tarpit for an address with failed or silent attempts.
+    pub(crate) delay: Duration,
+    /// From the allow-list: needs no token, not seen by the gate.
+    pub(crate) trusted: bool,
+}
+
 /// A connection admitted by the gate that has not given the token yet: when dropped still pending (the
 /// peer left, stayed silent, sent garbage or wrong tokens), its address gets a strike.
-struct Pending<'a> {
+pub(crate) struct Pending<'a> {
     gate: Option<&'a Mutex<Gate>>,
     ip: IpAddr,
 }
 
-impl Pending<'_> {
-    fn passed(&mut self) {
+impl<'a> Pending<'a> {
+    /// The gate's hold on an admitted connection (none for a trusted one, or without a gate).
+    pub(crate) fn new(sh: &'a Shared, a: Admitted) -> Self {
+        Pending {
+            gate: sh.gate.as_ref().filter(|_| !a.trusted),
+            ip: a.ip,
+        }
+    }
+
+    /// The connection gave the token: no strike when it goes.
+    pub(crate) fn passed(&mut self) {
         if let Some(g) = self.gate.take() {
             lock(g).passed(self.ip);
         }
@@ -477,24 +503,17 @@ impl Drop for Pending<'_> {
     }
 }
 
-async fn connection(mut stream: TcpStream, ip: IpAddr, delay: Duration, sh: Arc<Shared>) {
+async fn connection(mut stream: TcpStream, a: Admitted, sh: Arc<Shared>) {
     if sh.j5.is_some() {
-        // the jive5ab dialect screens its own input
-        if let Some(g) = &sh.gate {
-            lock(g).left(ip);
-        }
-        return crate::jive5ab::daemon::connection(stream, sh).await;
+        return crate::jive5ab::daemon::connection(stream, a, sh).await;
     }
-    let mut pending = Pending {
-        gate: sh.gate.as_ref(),
-        ip,
-    };
-    if !delay.is_zero() {
+    let mut pending = Pending::new(&sh, a);
+    if !a.delay.is_zero() {
         // an address with failed or silent attempts waits before it is read (a tarpit)
-        tokio::time::sleep(delay).await;
+        tokio::time::sleep(a.delay).await;
     }
     let _ = stream.set_nodelay(true);
-    let mut session = Mark6Session::new(sh.control_token.clone());
+    let mut session = Mark6Session::new(sh.control_token.clone().filter(|_| !a.trusted));
     let auth_deadline = tokio::time::Instant::now() + sh.auth_timeout;
     let mut buf = vec![0u8; 4096];
     loop {

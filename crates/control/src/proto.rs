@@ -236,8 +236,8 @@ const HTTP_METHODS: [&[u8]; 10] = [
 
 /// True when `line` (the start of a line) looks like an HTTP request line, `<METHOD> <target> HTTP/1.x`
 /// (RFC 9112 section 3): a method, one space, then a target. The version is not required: the first
-/// statement of the line may have been cut at a ';' in the target, and no VSI-S statement starts with an
-/// upper-case method and a space (a keyword is followed by '=' or '?').
+/// statement of the line may have been cut at a ';' in the target. No VSI-S keyword is a method name, so
+/// such a line is taken as HTTP even when it would parse as a statement (`HEAD = HTTP/1.1`).
 pub fn looks_like_http(line: &[u8]) -> bool {
     HTTP_METHODS.iter().any(|m| {
         line.len() > m.len() + 1 && line.starts_with(m) && line[m.len()] == b' ' && line[m.len() + 1] != b' '
@@ -302,12 +302,16 @@ impl Framer {
         if raw.iter().all(|b| b.is_ascii_whitespace()) {
             return;
         }
-        out.push(match parse_statement(&raw) {
-            Ok(st) => Input::Statement(st),
-            Err(_) if at_line_start && looks_like_http(&raw) => Input::Foreign(Reply::protocol_error(
+        // HTTP first: `HEAD = HTTP/1.1` also parses as a statement.
+        out.push(if at_line_start && looks_like_http(&raw) {
+            Input::Foreign(Reply::protocol_error(
                 "this is the VSI-S command port, not HTTP: closing",
-            )),
-            Err(e) => Input::Error(Reply::protocol_error(e.to_string())),
+            ))
+        } else {
+            match parse_statement(&raw) {
+                Ok(st) => Input::Statement(st),
+                Err(e) => Input::Error(Reply::protocol_error(e.to_string())),
+            }
         });
         self.statement = raw;
         self.statement.clear();
@@ -400,6 +404,9 @@ mod tests {
             b"PUT /a;record=off HTTP/1.1\n",
             b"OPTIONS * HTTP/1.1\n",
             b"PRI * HTTP/2.0\r\n",
+            // also a statement's syntax (found by the control_http fuzz target)
+            b"HEAD = HTTP/1.1\r\n",
+            b"GET =x HTTP/1.1\n",
         ] {
             assert!(
                 matches!(&frame(line)[0], Input::Foreign(_)),

@@ -428,3 +428,254 @@ fn transient_runtimes_go_with_their_connection() {
     b.expect("runtime = tmp : exists", "!runtime= 6 : 'tmp' doesn't exist ;");
     d.stop();
 }
+
+impl J5 {
+    /// Polls `net2file?` until it says `reply`.
+    fn wait_net2file(&mut self, reply: &str) {
+        until(&format!("net2file? to say {reply}"), || {
+            (self.raw("net2file?") == reply).then_some(())
+        });
+    }
+}
+
+#[test]
+fn net2file_receives_a_disk2net_of_another_daemon_over_tcp_and_udps() {
+    let (disks_a, disks_b) = (Disks::new(2), Disks::new(1));
+    let a = spawn(config(&disks_a), Box::new(RecorderEngine)).unwrap();
+    let b = spawn(config(&disks_b), Box::new(RecorderEngine)).unwrap();
+    let (mut sender, mut receiver) = (J5::connect(a.control_addr), J5::connect(b.control_addr));
+    record_scan(&mut sender, free_udp_port(), "n2f_st_no0001", 250);
+    let whole_file = disks_a.dir.path().join("whole.vdif");
+    sender.expect("scan_set = n2f_st_no0001", "!scan_set= 0 ;");
+    sender.expect(
+        &format!("disk2file = {} : : : w", whole_file.display()),
+        "!disk2file= 1 ;",
+    );
+    sender.wait_disk2file_inactive(&whole_file);
+    let whole = std::fs::read(&whole_file).unwrap();
+    assert_eq!(whole.len(), 250 * FRAME);
+
+    // Refusals, as jive5ab words them.
+    receiver.expect("net2file?", "!net2file? 0 : inactive : 0 ;");
+    receiver.expect("net2file = close", "!net2file= 6 : Not doing net2file yet ;");
+    receiver.expect("net2file = stop", "!net2file= 6 : Not doing net2file yet ;");
+    receiver.expect("net2file = ", "!net2file= 2 :  does not apply to net2file ;");
+    receiver.expect(
+        "net2file = flush",
+        "!net2file= 2 : flush does not apply to net2file ;",
+    );
+    let out = disks_b.dir.path().join("n2f.vdif");
+    receiver.expect(
+        &format!("net2file = open : {}", out.display()),
+        "!net2file= 4 : add ',<mode>' to the filename (w,a,n) ;",
+    );
+    receiver.expect("net_port = 2630 : 2631", "!net_port= 0 ;");
+    receiver.expect(
+        &format!("net2file = open : {},w", out.display()),
+        "!net2file= 6 : This code does not support reading from multiple (=2) ports ;",
+    );
+
+    // TCP: open (0 : file size), the sender's disk2net connects and sends, the stream's end ends it.
+    let tcp_port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    for j5 in [&mut sender, &mut receiver] {
+        j5.expect("net_protocol = tcp", "!net_protocol= 0 ;");
+        j5.expect(&format!("net_port = {tcp_port}"), "!net_port= 0 ;");
+    }
+    receiver.expect(
+        &format!("net2file = open : {},w", out.display()),
+        "!net2file= 0 : 0 ;",
+    );
+    receiver.expect("net2file?", "!net2file? 0 : active : 0 ;");
+    receiver.expect(
+        &format!("net2file = open : {},w", out.display()),
+        "!net2file= 6 : Already doing net2file ;",
+    );
+    receiver.expect(
+        "record = on : x",
+        "!record= 6 : not whilst net2file is in progress ;",
+    );
+    sender.expect("disk2net = connect : 127.0.0.1", "!disk2net= 1 ;");
+    sender.wait_disk2net("connected");
+    sender.expect("disk2net = on", "!disk2net= 0 ;");
+    sender.wait_disk2net("inactive");
+    receiver.wait_net2file("!net2file? 0 : inactive : 0 ;");
+    assert!(std::fs::read(&out).unwrap() == whole, "the TCP copy differs");
+    // `n` refuses an existing file; `a` appends to it and reports its size.
+    receiver.rc(&format!("net2file = open : {},n", out.display()), 4);
+    let size = whole.len().to_string();
+    receiver.expect(
+        &format!("net2file = open : {},a", out.display()),
+        &format!("!net2file= 0 : {size} ;"),
+    );
+    receiver.expect("net2file = close", "!net2file= 0 ;");
+    receiver.wait_net2file("!net2file? 0 : inactive : 0 ;");
+    assert_eq!(std::fs::read(&out).unwrap().len(), whole.len());
+
+    // udps: each datagram's payload behind its sequence number, until closed; a byte range of the scan.
+    let udp_port = free_udp_port();
+    for j5 in [&mut sender, &mut receiver] {
+        j5.expect("net_protocol = udps", "!net_protocol= 0 ;");
+        j5.expect(&format!("net_port = {udp_port}"), "!net_port= 0 ;");
+    }
+    let out_udp = disks_b.dir.path().join("n2f-udp.vdif");
+    receiver.expect(
+        &format!("net2file = open : {},n", out_udp.display()),
+        "!net2file= 0 : 0 ;",
+    );
+    sender.expect("disk2net = connect : 127.0.0.1", "!disk2net= 1 ;");
+    sender.wait_disk2net("connected");
+    let (from, len) = (10 * FRAME, 100 * FRAME);
+    sender.expect(&format!("disk2net = on : {from} : +{len}"), "!disk2net= 0 ;");
+    sender.wait_disk2net("inactive");
+    receiver.wait_net2file(&format!("!net2file? 0 : active : {len} ;"));
+    receiver.expect("net2file = stop", "!net2file= 0 ;");
+    receiver.wait_net2file("!net2file? 0 : inactive : 0 ;");
+    assert!(
+        std::fs::read(&out_udp).unwrap() == whole[from..from + len],
+        "the udps copy differs"
+    );
+
+    // A destination that stays empty is removed, as jive5ab does.
+    let empty = disks_b.dir.path().join("empty.vdif");
+    receiver.expect(
+        &format!("net2file = open : {},w", empty.display()),
+        "!net2file= 0 : 0 ;",
+    );
+    receiver.expect("net2file = close", "!net2file= 0 ;");
+    receiver.wait_net2file("!net2file? 0 : inactive : 0 ;");
+    assert!(!empty.exists());
+    a.stop();
+    b.stop();
+}
+
+#[test]
+fn udp_disk2net_is_paced_by_ipd_or_the_modes_rate() {
+    let disks = Disks::new(1);
+    let d = spawn(config(&disks), Box::new(RecorderEngine)).unwrap();
+    let mut fs = J5::connect(d.control_addr);
+    fs.expect("ipd?", "!ipd? 0 : 0 ;");
+    fs.expect("ipd = ", "!ipd= 8 : Command must have argument ;");
+    fs.expect(
+        "ipd = 5x",
+        "!ipd= 6 : ipd '5x' NaN/out of range (range [-1.0,2147483647ns]) ;",
+    );
+    fs.expect(
+        "ipd = -2",
+        "!ipd= 6 : ipd '-2' NaN/out of range (range [-1.0,2147483us]) ;",
+    );
+    fs.expect("ipd = 1.5", "!ipd= 0 ;");
+    fs.expect("ipd?", "!ipd? 0 : 1.500000 ;");
+    fs.expect("ipd = 500n", "!ipd= 0 ;");
+    fs.expect("ipd?", "!ipd? 0 : 0.500000 ;");
+    fs.expect("ipd = 40us", "!ipd= 0 ;");
+    fs.expect("ipd?", "!ipd? 0 : 40 ;");
+    fs.expect("ipd = -1", "!ipd= 0 ;");
+    fs.expect("ipd?", "!ipd? 0 : -1 : 0 ;");
+    record_scan(&mut fs, free_udp_port(), "ipd_st_no0001", 100);
+    fs.expect("scan_set = ipd_st_no0001", "!scan_set= 0 ;");
+
+    // `ipd = -1`: from the mode (VDIF_1000-0.8-1-2, 1032-byte frames: 0.8 Mb/s / 8256 bits x 1.1 =
+    // 106.59 datagrams/s, 9381818 ns apart), computed when the transfer connects.
+    let (udp, udp_addr) = vlbiflow_testkit::net::udp_listener(PATIENCE);
+    fs.expect(&format!("net_port = {}", udp_addr.port()), "!net_port= 0 ;");
+    fs.expect("disk2net = connect : 127.0.0.1", "!disk2net= 1 ;");
+    fs.wait_disk2net("connected");
+    fs.expect("ipd?", "!ipd? 0 : -1 : 9381.818359 ;");
+    fs.expect("disk2net = disconnect", "!disk2net= 1 ;");
+    fs.wait_disk2net("inactive");
+
+    // Two seconds apart: the first datagram goes at once, the second not before `disconnect` stops
+    // the transfer (unpaced, all 100 would be there).
+    fs.expect("ipd = 2000000", "!ipd= 0 ;");
+    fs.expect("disk2net = connect", "!disk2net= 1 ;");
+    fs.wait_disk2net("connected");
+    fs.expect("disk2net = on", "!disk2net= 0 ;");
+    let mut buf = vec![0u8; 9000];
+    let n = udp.recv(&mut buf).unwrap();
+    assert_eq!(
+        (n, u64::from_le_bytes(buf[..8].try_into().unwrap())),
+        (8 + FRAME, 0)
+    );
+    fs.expect("disk2net = disconnect", "!disk2net= 1 ;");
+    fs.wait_disk2net("inactive");
+    udp.set_nonblocking(true).unwrap();
+    let more = std::iter::from_fn(|| udp.recv(&mut buf).ok()).count();
+    assert!(more <= 1, "{more} more datagrams arrived after the first");
+    d.stop();
+}
+
+/// A TCP connection from `from` (another loopback address: another host as far as the daemon can tell).
+fn connect_from(from: &str, to: SocketAddr) -> TcpStream {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    let a: SocketAddr = format!("{from}:0").parse().unwrap();
+    s.bind(&a.into()).unwrap();
+    s.connect(&to.into()).unwrap();
+    s.into()
+}
+
+/// Reads until the daemon closes the connection; returns what it said.
+fn read_to_close(s: &mut TcpStream) -> String {
+    s.set_read_timeout(Some(PATIENCE)).unwrap();
+    let mut out = Vec::new();
+    let _ = std::io::Read::read_to_end(s, &mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[test]
+fn the_gate_screens_connections_and_the_allow_list_admits_the_field_system() {
+    let disks = Disks::new(1);
+    let cfg = disks.config(
+        "dialect = \"jive5ab\"\ntoken = \"sesame-0123\"\nrequire_token = true\nallow = [\"127.0.0.3\"]",
+    );
+    let d = spawn(cfg, Box::new(RecorderEngine)).unwrap();
+    let c = d.control_addr;
+    // Not on the allow-list: the token first.
+    let mut op = J5::connect(c);
+    op.expect(
+        "version?",
+        "!version? 6 : authentication required  send auth=<token>  first ;",
+    );
+    op.expect("auth = nope", "!auth= 8 : wrong token ;");
+    op.expect("auth = sesame-0123", "!auth= 0 ;");
+    op.rc("version?", 0);
+    // Silent: closed at the deadline.
+    let mut silent = TcpStream::connect(c).unwrap();
+    assert_eq!(
+        read_to_close(&mut silent),
+        "!auth= 4 : no auth=<token> in time, closing ;\n"
+    );
+    // An HTTP request whose body is commands: the request line closes the connection, nothing runs.
+    let mut h = TcpStream::connect(c).unwrap();
+    h.write_all(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 36\r\n\r\nauth=sesame-0123;record=on:x;\n")
+        .unwrap();
+    assert_eq!(
+        read_to_close(&mut h),
+        "!syntax= 7 : this is the jive5ab command port, not HTTP  closing ;\r\n"
+    );
+    // Garbage before the token: one reply, then closed.
+    let mut g = TcpStream::connect(c).unwrap();
+    g.write_all(b"Host: x\nauth=sesame-0123;record?;\n").unwrap();
+    assert_eq!(read_to_close(&mut g), "!syntax= 7 : Not a command or query ;\n");
+    // The Field System's address (allow-listed) needs no token.
+    let fs_stream = connect_from("127.0.0.3", c);
+    fs_stream.set_read_timeout(Some(PATIENCE)).unwrap();
+    let mut fs = J5 {
+        r: BufReader::new(fs_stream.try_clone().unwrap()),
+        w: fs_stream,
+    };
+    fs.rc("version?", 0);
+    fs.expect("net_protocol = udpsnor", "!net_protocol= 0 ;");
+    // HTTP from an authenticated peer is refused too.
+    let mut h = connect_from("127.0.0.3", c);
+    h.write_all(b"GET / HTTP/1.0\n").unwrap();
+    assert!(read_to_close(&mut h).contains("not HTTP"));
+    d.stop();
+    let bad = disks.config_text("allow = [\"10.0.0.0/33\"]");
+    let e = vlbiflow_control::DaemonConfig::from_toml(&bad)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("allow"), "{e}");
+}

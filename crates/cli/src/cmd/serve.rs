@@ -59,6 +59,10 @@ pub struct Args {
     /// Require the token on loopback addresses too (by default only beyond loopback)
     #[arg(long)]
     require_token: bool,
+    /// Command connections from this address block need no token (repeatable; added to the
+    /// configuration's `allow`): for clients that cannot send one, such as the Field System
+    #[arg(long, value_name = "ADDR[/PREFIX]")]
+    allow: Vec<vlbiflow_guard::net::Prefix>,
     /// Read-only token that GET /metrics accepts (Authorization: Bearer TOKEN; the file's content, 16
     /// characters at least), overriding the configuration's metrics_token; grants nothing else
     #[arg(long, value_name = "FILE")]
@@ -115,6 +119,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.require_token {
         file.require_token = Some(true);
     }
+    file.allow.extend(args.allow.iter().map(ToString::to_string));
     match crate::cmd::read_metrics_token(args.metrics_token_file.as_deref()) {
         Ok(Some(t)) => file.metrics_token = Some(t),
         Ok(None) => {}

@@ -9,11 +9,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use vlbiflow_formats::time::UtcTime;
 
-use crate::daemon::{perform, run_until_idle, with_ctl, Shared, WRITE_TIMEOUT};
+use crate::daemon::{perform, run_until_idle, with_ctl, Admitted, Pending, Shared, WRITE_TIMEOUT};
 use crate::proto::{ReturnCode, Statement};
-use crate::session::{constant_time_eq, MAX_AUTH_FAILURES};
 
-use super::{parse_request, Conn, Item, J5Reply, Jive5ab, RequestFramer, Step};
+use super::session::{J5Session, Screened};
+use super::{Conn, J5Reply, Jive5ab, Step};
 
 /// How long a `record=off` waits for the recording to flush before answering anyway.
 const FLUSH_WAIT: Duration = Duration::from_secs(60);
@@ -37,9 +37,9 @@ pub fn identity(host: &str) -> super::Identity {
 
 /// Serves one command connection in the jive5ab dialect; when it closes, the runtimes it made
 /// `transient` go.
-pub(crate) async fn connection(stream: TcpStream, sh: Arc<Shared>) {
+pub(crate) async fn connection(stream: TcpStream, a: Admitted, sh: Arc<Shared>) {
     let mut conn = Conn::default();
-    serve(stream, &sh, &mut conn).await;
+    serve(stream, a, &sh, &mut conn).await;
     if !conn.transient.is_empty() {
         let sh2 = sh.clone();
         with_ctl(&sh, move |_| {
@@ -51,55 +51,58 @@ pub(crate) async fn connection(stream: TcpStream, sh: Arc<Shared>) {
     }
 }
 
-async fn serve(mut stream: TcpStream, sh: &Arc<Shared>, conn: &mut Conn) {
+/// Reads requests and answers them, as the Mark6 side does: through the gate when a token is required
+/// (tarpit delay, the token within `auth_timeout`, a strike for a connection that leaves without it),
+/// screened by [`J5Session`].
+async fn serve(mut stream: TcpStream, a: Admitted, sh: &Arc<Shared>, conn: &mut Conn) {
+    let mut pending = Pending::new(sh, a);
+    if !a.delay.is_zero() {
+        // an address with failed or silent attempts waits before it is read (a tarpit)
+        tokio::time::sleep(a.delay).await;
+    }
     let _ = stream.set_nodelay(true);
-    let mut framer = RequestFramer::new();
-    let mut authenticated = sh.control_token.is_none();
-    let mut failures = 0;
+    let mut session = J5Session::new(sh.control_token.clone().filter(|_| !a.trusted));
+    let auth_deadline = tokio::time::Instant::now() + sh.auth_timeout;
     let mut buf = vec![0u8; 4096];
     loop {
-        let n = match tokio::time::timeout(sh.idle, stream.read(&mut buf)).await {
-            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return,
-            Ok(Ok(n)) => n,
+        let authenticated = session.authenticated();
+        let read = if authenticated {
+            tokio::time::timeout(sh.idle, stream.read(&mut buf)).await
+        } else {
+            tokio::time::timeout_at(auth_deadline, stream.read(&mut buf)).await
         };
-        for raw in framer.feed(&buf[..n]) {
-            let req = parse_request(&raw);
-            if req.items.is_empty() {
+        let n = match read {
+            Ok(Ok(0)) | Ok(Err(_)) => return,
+            Ok(Ok(n)) => n,
+            Err(_) if authenticated => return,
+            Err(_) => {
+                let msg = b"!auth= 4 : no auth=<token> in time, closing ;\n";
+                let _ = tokio::time::timeout(WRITE_TIMEOUT, stream.write_all(msg)).await;
+                return;
+            }
+        };
+        for raw in session.frame(&buf[..n]) {
+            let screened = session.screen(&raw);
+            if screened.items.is_empty() {
                 continue;
             }
             let mut out = String::new();
-            for item in req.items {
+            for item in screened.items {
                 let reply = match item {
-                    Item::Error(r) => r,
-                    Item::Statement(st) if st.keyword == "auth" && !st.query => {
-                        let ok = sh
-                            .control_token
-                            .as_ref()
-                            .is_none_or(|t| constant_time_eq(st.arg(0).as_bytes(), t.as_bytes()));
-                        if ok {
-                            authenticated = true;
-                            J5Reply::new("auth", false, ReturnCode::Done, vec![])
-                        } else {
-                            failures += 1;
-                            J5Reply::msg("auth", false, ReturnCode::Parameter, "wrong token")
-                        }
-                    }
-                    Item::Statement(st) if !authenticated => J5Reply::msg(
-                        &st.keyword,
-                        st.query,
-                        ReturnCode::Conflict,
-                        "authentication required: send auth=<token>; first",
-                    ),
-                    Item::Statement(st) => execute(sh, conn, st).await,
+                    Screened::Reply(r) => r,
+                    Screened::Execute(st) => execute(sh, conn, st).await,
                 };
                 reply.write_to(&mut out);
             }
-            out.push_str(if req.crlf { "\r\n" } else { "\n" });
+            out.push_str(if screened.crlf { "\r\n" } else { "\n" });
+            if session.authenticated() {
+                pending.passed();
+            }
             match tokio::time::timeout(WRITE_TIMEOUT, stream.write_all(out.as_bytes())).await {
                 Ok(Ok(())) => {}
                 _ => return,
             }
-            if failures >= MAX_AUTH_FAILURES {
+            if session.should_close() {
                 return;
             }
         }
@@ -146,6 +149,25 @@ async fn execute(sh: &Arc<Shared>, conn: &mut Conn, st: Statement) -> J5Reply {
                 }
             });
             r
+        }
+        Step::Net2File(job) => {
+            let opened = tokio::task::spawn_blocking(move || super::net2file::open_net2file(job))
+                .await
+                .unwrap_or_else(|_| Err("net2file: opening panicked".into()));
+            match opened {
+                Ok((o, size)) => {
+                    let sh2 = sh.clone();
+                    tokio::task::spawn_blocking(move || {
+                        if let Err(e) = super::net2file::run_net2file(o) {
+                            if let Some(j) = &sh2.j5 {
+                                lock(j).push_error(-1, format!("net2file: {e}"), UtcTime::now());
+                            }
+                        }
+                    });
+                    J5Reply::new("net2file", false, ReturnCode::Done, vec![size.to_string()])
+                }
+                Err(e) => J5Reply::msg("net2file", false, ReturnCode::Error, e),
+            }
         }
         Step::Disk2File(job, r) => {
             let sh2 = sh.clone();

@@ -20,17 +20,18 @@ use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use vlbiflow_evlbi::output::{Output, OutputSpec};
 use vlbiflow_formats::vdif::VdifHeader;
 use vlbiflow_formats::FrameKind;
+use vlbiflow_udp::pace::{Pacer, Wait};
 
 use crate::controller::Controller;
 use crate::proto::{ReturnCode, Statement};
 
 use super::reply::J5Reply;
-use super::setup::{in_progress, Protocol, DEFAULT_DATA_PORT};
+use super::setup::{in_progress, theoretical_ipd_ns, Protocol, DEFAULT_DATA_PORT};
 use super::transfer::{Progress, RangeWriter, ABORTED, STOP};
 use super::{Jive5ab, Step};
 
@@ -127,6 +128,8 @@ pub struct Disk2NetJob {
     pub udp_psn: Option<bool>,
     /// Where the recording's files are.
     pub disks: Vec<PathBuf>,
+    /// UDP only: the time between datagrams (`ipd`); zero: as fast as they go.
+    pub ipd: Duration,
     pub shared: Arc<Shared>,
 }
 
@@ -195,6 +198,9 @@ impl Jive5ab {
                 if r.disk2file.as_ref().is_some_and(|d| d.active()) {
                     return msg(ReturnCode::Conflict, "Already doing disk2file");
                 }
+                if r.net2file.as_ref().is_some_and(|n| n.active()) {
+                    return msg(ReturnCode::Conflict, "Already doing net2file");
+                }
                 if let Some(reply) = in_progress(st, ctl) {
                     return Step::Now(reply);
                 }
@@ -251,6 +257,10 @@ impl Jive5ab {
                         dest: format!("{host}:{port}"),
                         udp_psn,
                         disks: ctl.open_disks().0,
+                        ipd: match udp_psn {
+                            Some(_) => datagram_delay(r),
+                            None => Duration::ZERO,
+                        },
                         shared,
                     },
                     J5Reply::new(kw, false, ReturnCode::Initiated, vec![]),
@@ -316,8 +326,23 @@ impl Jive5ab {
     }
 }
 
+/// The delay between a UDP transfer's datagrams: `ipd`, or with `ipd = -1` (as jive5ab) the one from
+/// the mode's data rate, computed now for `ipd?` to show.
+fn datagram_delay(r: &mut super::Runtime) -> Duration {
+    let ns = if r.ipd_ns < 0 {
+        let frame = r.mode.as_ref().map_or(0, |m| m.frame_size());
+        r.theoretical_ipd_ns = theoretical_ipd_ns(r.mode.as_ref(), frame);
+        r.theoretical_ipd_ns
+    } else {
+        r.ipd_ns
+    };
+    Duration::from_nanos(u64::try_from(ns).unwrap_or(0))
+}
+
 /// Cuts a byte stream of frames into one datagram per frame (the frame length from the first VDIF
-/// header, or Mark5B's); a last partial frame (a range that ends inside a frame) is not sent.
+/// header, or Mark5B's); a last partial frame (a range that ends inside a frame) is not sent. With an
+/// inter-packet delay, datagram `k` goes at `k x ipd` after the first on `vlbiflow-udp`'s absolute
+/// schedule ([`Pacer`]: the long-run rate is exact however late one send is), one per send.
 struct Datagrams {
     kind: FrameKind,
     out: Option<Output>,
@@ -325,6 +350,10 @@ struct Datagrams {
     psn: bool,
     frame: Vec<u8>,
     frame_len: usize,
+    ipd: Duration,
+    pacer: Option<Pacer>,
+    sent: u64,
+    progress: Arc<Progress>,
 }
 
 impl Datagrams {
@@ -335,10 +364,23 @@ impl Datagrams {
                 psn: self.psn,
             };
             self.out = Some(Output::open(&spec, self.frame_len, Duration::ZERO, false)?);
+            if !self.ipd.is_zero() {
+                let per_s = 1.0 / self.ipd.as_secs_f64();
+                self.pacer = Some(Pacer::new(per_s, Instant::now()).map_err(io::Error::other)?);
+            }
+        }
+        if let Some(p) = &mut self.pacer {
+            if p.wait_until_due_or_stop(self.sent, &self.progress.abort) == Wait::Stopped {
+                return Err(io::Error::other(ABORTED));
+            }
         }
         if let Some(o) = &mut self.out {
             o.write_frame(&self.frame)?;
+            if self.pacer.is_some() {
+                o.flush()?;
+            }
         }
+        self.sent += 1;
         self.frame.clear();
         Ok(())
     }
@@ -445,6 +487,10 @@ fn transfer(job: &Disk2NetJob) -> Result<(), String> {
                 psn: psn.unwrap_or(true),
                 frame: Vec::new(),
                 frame_len: 0,
+                ipd: job.ipd,
+                pacer: None,
+                sent: 0,
+                progress: sh.progress.clone(),
             };
             gather(&mut d)?;
             d.finish().map_err(|e| format!("{dest}: {e}"))

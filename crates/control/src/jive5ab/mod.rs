@@ -12,9 +12,11 @@ pub mod daemon;
 pub mod disk2net;
 mod info;
 pub mod mode;
+pub mod net2file;
 pub mod parse;
 mod record;
 pub mod reply;
+pub mod session;
 mod setup;
 pub mod transfer;
 
@@ -56,6 +58,10 @@ pub enum Step {
     /// A `disk2net = connect`: run the transfer in the background ([`disk2net::run_disk2net`]) and send
     /// the reply.
     Disk2Net(disk2net::Disk2NetJob, J5Reply),
+    /// A `net2file = open`: open the file and the data port ([`net2file::open_net2file`]), reply
+    /// `0 : <file size>` (or the error), then run the transfer in the background
+    /// ([`net2file::run_net2file`]).
+    Net2File(net2file::Net2FileJob),
 }
 
 /// A `record=on` waiting for its start's outcome.
@@ -123,6 +129,12 @@ pub struct Runtime {
     pub disk2file: Option<transfer::Disk2File>,
     /// The last `disk2net` of this runtime.
     pub disk2net: Option<disk2net::Disk2Net>,
+    /// `ipd`: nanoseconds between the datagrams of a UDP `disk2net`; -1: from the mode; 0: unpaced.
+    pub ipd_ns: i64,
+    /// The delay `ipd = -1` gave the last UDP `disk2net` (`ipd?` shows it).
+    pub theoretical_ipd_ns: i64,
+    /// The last `net2file` of this runtime.
+    pub net2file: Option<net2file::Net2File>,
     /// The host `disk2net = connect` last sent to.
     pub host: String,
 }
@@ -148,6 +160,9 @@ impl Default for Runtime {
             session: Vec::new(),
             disk2file: None,
             disk2net: None,
+            net2file: None,
+            ipd_ns: 0,
+            theoretical_ipd_ns: 0,
             host: String::new(),
         }
     }
@@ -213,7 +228,6 @@ const NOT_IMPLEMENTED: &[&str] = &[
     "fill2net",
     "fill2vbs",
     "group_def",
-    "ipd",
     "itcp_id",
     "mem2file",
     "mem2net",
@@ -222,7 +236,6 @@ const NOT_IMPLEMENTED: &[&str] = &[
     "mem2vbs",
     "memstat",
     "net2check",
-    "net2file",
     "net2mem",
     "net2sfxc",
     "net2sfxcfork",
@@ -324,7 +337,14 @@ impl Jive5ab {
                 ReturnCode::Conflict,
                 "not whilst disk2net is in progress",
             ),
+            "record" if !st.query && st.arg(0) == "on" && self.net2file_running() => J5Reply::msg(
+                kw,
+                false,
+                ReturnCode::Conflict,
+                "not whilst net2file is in progress",
+            ),
             "record" => return self.record(&rt, st, ctl, now),
+            "net2file" => return self.net2file(&rt, st, ctl),
             "disk2net" => return self.disk2net(&rt, st, ctl),
             "disk2file" => return self.disk2file(&rt, st, ctl),
             "runtime" => self.runtime_cmd(conn, st),
@@ -333,6 +353,7 @@ impl Jive5ab {
             "net_protocol" => self.net_protocol(&rt, st, ctl),
             "net_port" => self.net_port(&rt, st, ctl),
             "mtu" => self.mtu(&rt, st, ctl),
+            "ipd" => self.ipd(&rt, st),
             "set_disks" => self.set_disks(&rt, st, ctl),
             "scan_set" => self.scan_set(&rt, st, ctl),
             "scan_check" => self.scan_check(&rt, st, ctl),
@@ -370,6 +391,9 @@ impl Jive5ab {
                 }
                 if let Some(d) = r.disk2file.filter(transfer::Disk2File::active) {
                     d.progress.abort.store(true, std::sync::atomic::Ordering::Release);
+                }
+                if let Some(n) = r.net2file.filter(net2file::Net2File::active) {
+                    n.stop();
                 }
             }
         }

@@ -142,6 +142,58 @@ fn parse_size(s: &str) -> Option<u64> {
     num.parse::<u64>().ok()?.checked_mul(mult)
 }
 
+/// An `ipd` value in nanoseconds: a number (`strtod`), then `u` (or nothing) for microseconds or `n` for
+/// nanoseconds; -1 .. `INT_MAX` ns (`INT_MAX / 1000` us) as jive5ab accepts.
+fn parse_ipd(a: &str) -> Option<i64> {
+    let (n, rest) = split_number(a);
+    let v: f64 = n.parse().ok()?;
+    let ns_unit = match rest.chars().next() {
+        None | Some('u') => false,
+        Some('n') => true,
+        Some(_) => return None,
+    };
+    let max = if ns_unit {
+        f64::from(i32::MAX)
+    } else {
+        f64::from(i32::MAX / 1000)
+    };
+    if !(-1.0..max).contains(&v) {
+        return None;
+    }
+    Some(if ns_unit { v as i64 } else { (v * 1000.0) as i64 })
+}
+
+/// The leading number of `a` (sign, digits, '.') and the rest.
+fn split_number(a: &str) -> (&str, &str) {
+    let end = a
+        .char_indices()
+        .find(|&(i, c)| !(c.is_ascii_digit() || c == '.' || ((c == '-' || c == '+') && i == 0)))
+        .map_or(a.len(), |(i, _)| i);
+    a.split_at(end)
+}
+
+/// Nanoseconds as `ipd?` shows microseconds: whole, or `%f`.
+fn micros(ns: i64) -> String {
+    if ns % 1000 == 0 {
+        (ns / 1000).to_string()
+    } else {
+        format!("{:.6}", ns as f32 / 1000.0)
+    }
+}
+
+/// jive5ab's `compute_theoretical_ipd` (`src/mk5command/mk5.cc`): datagrams of `datagram` bytes at the
+/// mode's data rate, 10% faster to make up for overhead, the delay floored to whole nanoseconds; 0
+/// without a rate.
+pub(super) fn theoretical_ipd_ns(mode: Option<&super::Mode>, datagram: u32) -> i64 {
+    let Some(m) = mode else { return 0 };
+    let per_s = m.mbps * 1e6 / (f64::from(datagram.max(1)) * 8.0) * 1.1;
+    if per_s > 0.0 && per_s.is_finite() {
+        (1e9 / per_s).floor() as i64
+    } else {
+        0
+    }
+}
+
 /// The 6 jive5ab gives a setter while a transfer runs.
 pub(super) fn in_progress(st: &Statement, ctl: &Controller) -> Option<J5Reply> {
     (ctl.state_name() != "off").then(|| {
@@ -330,6 +382,44 @@ impl Jive5ab {
                     format!("MTU '{a}' is not 64..9000"),
                 ),
             },
+        }
+    }
+
+    /// `ipd = <delay>[u|n] ;`, `ipd? ;` (jive5ab `src/mk5command/interpacketdelay.cc`): the delay between
+    /// the datagrams of a UDP `disk2net`, microseconds unless `n` (nanoseconds) follows; `-1`: from the
+    /// mode's data rate ([`theoretical_ipd_ns`], shown after the set value); `0`: unpaced (the
+    /// default). Allowed at any time; a running transfer keeps the delay it started with.
+    pub(super) fn ipd(&mut self, rt: &str, st: &Statement) -> J5Reply {
+        let kw = &st.keyword;
+        let r = self.rt_mut(rt);
+        if st.query {
+            let mut f = vec![micros(r.ipd_ns)];
+            if r.ipd_ns < 0 {
+                f.push(micros(r.theoretical_ipd_ns));
+            }
+            return J5Reply::new(kw, true, ReturnCode::Done, f);
+        }
+        if st.arg(0).is_empty() {
+            return J5Reply::msg(kw, false, ReturnCode::Parameter, "Command must have argument");
+        }
+        match parse_ipd(st.arg(0)) {
+            Some(ns) => {
+                r.ipd_ns = ns;
+                J5Reply::new(kw, false, ReturnCode::Done, vec![])
+            }
+            None => {
+                // jive5ab names microseconds only when a number was read and `u` or nothing follows
+                let (n, rest) = split_number(st.arg(0));
+                let us = !n.is_empty() && matches!(rest.chars().next(), None | Some('u'));
+                let unit = if us { "us" } else { "ns" };
+                let max = if unit == "ns" { i32::MAX } else { i32::MAX / 1000 };
+                J5Reply::msg(
+                    kw,
+                    false,
+                    ReturnCode::Conflict,
+                    format!("ipd '{}' NaN/out of range (range [-1.0,{max}{unit}])", st.arg(0)),
+                )
+            }
         }
     }
 

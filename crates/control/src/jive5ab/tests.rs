@@ -37,6 +37,7 @@ fn send(j: &mut Jive5ab, conn: &mut Conn, ctl: &mut Controller, line: &str) -> S
             Item::Error(r) => r,
             Item::Statement(st) => match j.handle(conn, &st, ctl, now()) {
                 Step::Now(r) | Step::WhenIdle(r) | Step::Disk2File(_, r) | Step::Disk2Net(_, r) => r,
+                Step::Net2File(_) => J5Reply::new("net2file", false, ReturnCode::Done, vec!["0".into()]),
                 Step::Start(p) => panic!("start {p:?}"),
             },
         };
@@ -220,6 +221,7 @@ proptest! {
                     Item::Error(r) => r,
                     Item::Statement(st) => match j.handle(&mut c, &st, &mut ctl, now()) {
                         Step::Now(r) | Step::WhenIdle(r) | Step::Disk2File(_, r) | Step::Disk2Net(_, r) => r,
+                    Step::Net2File(_) => J5Reply::new("net2file", false, ReturnCode::Done, vec!["0".into()]),
                         Step::Start(p) => {
                             let _ = ctl.take_actions();
                             let r = ctl.started(p.ticket, Err("refused by the test".into()), now());
@@ -251,6 +253,7 @@ proptest! {
                 if let Item::Statement(st) = item {
                     match j.handle(&mut c, &st, &mut ctl, now()) {
                         Step::Now(r) | Step::WhenIdle(r) | Step::Disk2File(_, r) | Step::Disk2Net(_, r) => prop_assert!(parse_j5_reply(&r.format()).is_some()),
+                        Step::Net2File(_) => {}
                         Step::Start(p) => {
                             let _ = ctl.take_actions();
                             let r = ctl.started(p.ticket, Err("refused by the test".into()), now());

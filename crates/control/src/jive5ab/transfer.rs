@@ -87,6 +87,9 @@ impl Jive5ab {
         if r.disk2net.as_ref().is_some_and(|d| d.active()) {
             return err(ReturnCode::Conflict, "Already doing disk2net".into());
         }
+        if r.net2file.as_ref().is_some_and(|n| n.active()) {
+            return err(ReturnCode::Conflict, "Already doing net2file".into());
+        }
         if let Some(reply) = in_progress(st, ctl) {
             return Step::Now(reply);
         }
