@@ -97,66 +97,126 @@ impl Status {
         serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", path.display()))
     }
 
-    /// An HTML page: stations by scans, each cell coloured by the scan's state.
+    /// An HTML page: stations by scans, each cell coloured by the scan's state. A scan named
+    /// `<experiment>_<station>_<id>` goes to the column `<id>`, so that every station's scan of the same
+    /// schedule entry lines up (other names get their own column).
     pub fn html(&self) -> String {
-        let esc = |s: &str| s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
-        let colour = |state: &str| match state {
-            "verified" => "#8d8",
-            "pulling" | "following" => "#8cf",
-            "failed" => "#f88",
-            "retrying" | "recording" => "#fd8",
-            _ => "#ddd",
+        let esc = |s: &str| {
+            s.replace('&', "&amp;")
+                .replace('<', "&lt;")
+                .replace('>', "&gt;")
+                .replace('"', "&quot;")
         };
-        let mut names: Vec<&str> = Vec::new();
+        const STATES: [(&str, &str, &str); 6] = [
+            ("verified", "#8d8", "verified here"),
+            ("pulling", "#8cf", "moving"),
+            ("following", "#8cf", "moving while recorded"),
+            ("recording", "#fd8", "still recorded"),
+            ("retrying", "#fb6", "failed, will retry"),
+            ("failed", "#f88", "failed"),
+        ];
+        let colour = |state: &str| STATES.iter().find(|s| s.0 == state).map_or("#eee", |s| s.1);
+        let key = |station: &str, scan: &str| -> String {
+            let prefix = format!("{}_{}_", self.experiment, station).to_lowercase();
+            let lower = scan.to_lowercase();
+            match lower.strip_prefix(&prefix) {
+                Some(_) => scan[prefix.len()..].to_string(),
+                None => scan.to_string(),
+            }
+        };
+        let mut cols: Vec<String> = Vec::new();
         for st in &self.stations {
             for sc in &st.scans {
-                if !names.contains(&sc.name.as_str()) {
-                    names.push(&sc.name);
+                let k = key(&st.name, &sc.name);
+                if !cols.contains(&k) {
+                    cols.push(k);
                 }
             }
         }
+        cols.sort();
+        let mbps = |bps: f64| format!("{:.0}", (bps / 1e6).max(0.0));
         let mut h = String::new();
         let _ = write!(
             h,
-            "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><meta http-equiv=\"refresh\" content=\"2\"><title>collect {e}</title></head><body><h1>collect {e}</h1><p>{v} of {x} scans verified, {b:.3} GB; updated {u}</p><table border=\"1\" cellspacing=\"0\" cellpadding=\"3\"><tr><th>station</th><th>state</th><th>rate</th>",
+            "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><meta http-equiv=\"refresh\" content=\"2\">\
+             <title>collect {e}</title><style>body{{font-family:sans-serif;margin:1em}}\
+             table{{border-collapse:collapse}}td,th{{border:1px solid #999;padding:3px 6px;font-size:13px}}\
+             td.n{{text-align:right}}span.k{{display:inline-block;padding:2px 6px;margin-right:6px}}</style></head>\
+             <body><h1>collect {e}</h1><p>{state}: {v} of {x} scans verified, {b:.2} GB; link {link} Mb/s; \
+             started {s}, updated {u}</p><p>",
             e = esc(&self.experiment),
+            state = if self.complete {
+                "complete"
+            } else if self.ended {
+                "ended, incomplete"
+            } else {
+                "running"
+            },
             v = self.scans_verified,
             x = self.scans_expected,
             b = self.bytes_verified as f64 / 1e9,
+            link = mbps(self.total_rate_bps),
+            s = esc(&self.started),
             u = esc(&self.updated)
         );
-        for n in &names {
-            let _ = write!(h, "<th>{}</th>", esc(n));
+        for (_, c, what) in STATES {
+            let _ = write!(h, "<span class=\"k\" style=\"background:{c}\">{what}</span>");
         }
-        h.push_str("</tr>");
+        h.push_str(
+            "</p><table><tr><th>station</th><th>state</th><th>share Mb/s</th><th>rate Mb/s</th>\
+             <th>verified GB</th><th>failures</th>",
+        );
+        for c in &cols {
+            let _ = write!(h, "<th>{}</th>", esc(c));
+        }
+        h.push_str("<th>last error</th></tr>");
         for st in &self.stations {
+            let verified: u64 = st.scans.iter().map(|s| s.bytes_verified).sum();
+            let total: u64 = st.scans.iter().map(|s| s.bytes).sum();
             let _ = write!(
                 h,
-                "<tr><td>{}</td><td>{}</td><td>{:.0} Mb/s</td>",
+                "<tr><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
+                 <td class=\"n\">{:.2} / {:.2}</td><td class=\"n\">{}</td>",
                 esc(&st.name),
                 esc(&st.state),
-                st.rate_bps / 1e6
+                mbps(st.share_bps),
+                mbps(st.rate_bps),
+                verified as f64 / 1e9,
+                total as f64 / 1e9,
+                st.failures
             );
-            for n in &names {
-                match st.scans.iter().find(|s| s.name == *n) {
+            for c in &cols {
+                match st.scans.iter().find(|s| key(&st.name, &s.name) == *c) {
                     Some(s) => {
+                        let pct = if s.bytes == 0 {
+                            0.0
+                        } else {
+                            100.0 * s.bytes_verified as f64 / s.bytes as f64
+                        };
+                        let eta = s.eta_s.map_or(String::new(), |t| format!(", {t:.0} s left"));
                         let _ = write!(
                             h,
-                            "<td style=\"background:{}\" title=\"{}\">{} {:.0}%</td>",
+                            "<td style=\"background:{}\" title=\"{}: {} of {} bytes verified, {} Mb/s{}, {} retransmitted{}\">{} {:.0}%</td>",
                             colour(&s.state),
-                            esc(&s.errors.last().map_or(String::new(), |e| e.error.clone())),
+                            esc(&s.name),
+                            s.bytes_verified,
+                            s.bytes,
+                            mbps(s.rate_bps),
+                            eta,
+                            s.retransmits,
+                            s.errors.last().map_or(String::new(), |e| format!("; {}: {}", esc(&e.time), esc(&e.error))),
                             esc(&s.state),
-                            if s.bytes == 0 {
-                                0.0
-                            } else {
-                                100.0 * s.bytes_verified as f64 / s.bytes as f64
-                            }
+                            pct
                         );
                     }
                     None => h.push_str("<td></td>"),
                 }
             }
-            h.push_str("</tr>");
+            let err = st
+                .error
+                .as_ref()
+                .map_or(String::new(), |e| format!("{}: {}", e.time, e.error));
+            let _ = write!(h, "<td>{}</td></tr>", esc(&err));
         }
         h.push_str("</table></body></html>\n");
         h
@@ -273,4 +333,73 @@ pub fn serve(l: TcpListener, status: Arc<Mutex<Status>>, stop: Arc<AtomicBool>) 
         .await;
     });
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scan(name: &str, state: &str, bytes: u64, verified: u64) -> ScanStatus {
+        ScanStatus {
+            name: name.into(),
+            state: state.into(),
+            bytes,
+            bytes_verified: verified,
+            verified: state == "verified",
+            rate_bps: -0.0,
+            eta_s: None,
+            retransmits: 0,
+            errors: Vec::new(),
+        }
+    }
+
+    fn station(name: &str, scans: Vec<ScanStatus>) -> StationStatus {
+        StationStatus {
+            name: name.into(),
+            daemon: "127.0.0.1:46230".into(),
+            state: "active".into(),
+            share_bps: 5e8,
+            rate_bps: -0.0,
+            failures: 0,
+            error: Some(TimedError {
+                time: "2026-11-29T08:00:00Z".into(),
+                error: "<script>".into(),
+            }),
+            scans,
+        }
+    }
+
+    #[test]
+    fn the_page_lines_up_each_stations_scan_of_one_schedule_entry() {
+        let st = Status {
+            experiment: "ev1".into(),
+            started: "s".into(),
+            updated: "u".into(),
+            total_rate_bps: 1e9,
+            complete: false,
+            ended: false,
+            scans_expected: 3,
+            scans_verified: 1,
+            bytes_verified: 10,
+            stations: vec![
+                station(
+                    "ef",
+                    vec![
+                        scan("ev1_ef_no0001", "verified", 10, 10),
+                        scan("ev1_ef_no0002", "pulling", 10, 5),
+                    ],
+                ),
+                station("wb", vec![scan("EV1_WB_no0002", "failed", 10, 0)]),
+            ],
+        };
+        let h = st.html();
+        // two columns, no0001 and no0002, not one per station's scan
+        assert_eq!(h.matches("<th>no000").count(), 2, "{h}");
+        assert!(!h.contains("<th>ev1_"), "{h}");
+        assert!(h.contains("pulling 50%"), "{h}");
+        assert!(h.contains("failed 0%"), "{h}");
+        // peer-chosen text is escaped, and no negative zero
+        assert!(h.contains("&lt;script&gt;") && !h.contains("<script>"), "{h}");
+        assert!(!h.contains("-0"), "{h}");
+    }
 }

@@ -222,26 +222,6 @@ impl SourceSet {
         Ok(())
     }
 
-    /// When `len` bytes of virtual file `file` at `offset` lie in one extent: the real file (opened), the
-    /// index of its path and the offset in it.
-    pub(crate) fn one_extent<'a>(
-        &self,
-        fds: &'a mut FdCache,
-        file: usize,
-        offset: u64,
-        len: u64,
-    ) -> Option<(&'a File, usize, u64)> {
-        let f = &self.files[file];
-        let i = f.starts.partition_point(|&s| s <= offset).saturating_sub(1);
-        let e = f.extents.get(i)?;
-        let within = offset.checked_sub(f.starts[i])?;
-        if within + len > e.len {
-            return None;
-        }
-        let fd = fds.get(self, e.path).ok()?;
-        Some((fd, e.path, e.offset + within))
-    }
-
     /// Whether `len` bytes of virtual file `file` at `offset` should be read with `O_DIRECT`: they are one
     /// extent at a 4 KiB-aligned place of its file (plain files and FlexBuff chunks; the extents of a Mark6
     /// scan are not aligned) and the page cache holds less than half of them (a recording read long after

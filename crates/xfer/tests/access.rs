@@ -142,3 +142,16 @@ fn a_key_for_a_root_the_daemon_does_not_serve_stops_the_start() {
     let err = Daemon::start(cfg).err().unwrap().to_string();
     assert!(err.contains("key k: unknown root \"inbox\""), "{err}");
 }
+
+#[test]
+fn listing_scans_is_reading_under_the_same_rules() {
+    let e = env();
+    let ls = |key: &Key, disks: &str| {
+        let cfg = ClientConfig::new(e.daemon.local_addr().to_string(), key.clone());
+        client::ls(&cfg, &[disks.to_string()], None).map(|_| ())
+    };
+    ls(&MAIN, "rec").unwrap();
+    refused(ls(&MAIN, "inbox"), "root \"inbox\" is write-only");
+    refused(ls(&INBOX_ONLY, "rec"), "(its roots: inbox)");
+    refused(ls(&INBOX_ONLY, "inbox"), "root \"inbox\" is write-only");
+}

@@ -6,13 +6,13 @@
 use std::path::PathBuf;
 
 use super::shared::Conn;
-use crate::dest::Roots;
+use crate::dest::{Roots, Use};
 use crate::scan::{scan_source, scan_source_growing, Layout};
 use crate::session::{FileSpec, ScanEntry, Session};
 
 /// Answers an `ls` request on `c`.
 pub(super) fn ls_session(c: &Conn<'_>, disks: &[String], pattern: Option<&str>) {
-    match list(&c.sh.cfg.roots, disks, pattern) {
+    match list(&c.sh.cfg.roots, disks, pattern, c.scope) {
         Ok(scans) => {
             log!(
                 c.sh,
@@ -27,8 +27,15 @@ pub(super) fn ls_session(c: &Conn<'_>, disks: &[String], pattern: Option<&str>) 
     }
 }
 
-/// The scans matching `pattern` on `disks` (`ROOT/relative/dir` patterns), sorted by name.
-pub(crate) fn list(roots: &Roots, disks: &[String], pattern: Option<&str>) -> Result<Vec<ScanEntry>, String> {
+/// The scans matching `pattern` on `disks` (`ROOT/relative/dir` patterns), sorted by name. Listing is
+/// reading: every root named must be readable and, when the client's key has a `scope`, one of its roots;
+/// a scan file must lie inside such a root.
+pub(crate) fn list(
+    roots: &Roots,
+    disks: &[String],
+    pattern: Option<&str>,
+    scope: Option<&[String]>,
+) -> Result<Vec<ScanEntry>, String> {
     if disks.is_empty() {
         return Err("ls needs the disks (ROOT/relative/dir, globs allowed)".into());
     }
@@ -39,7 +46,7 @@ pub(crate) fn list(roots: &Roots, disks: &[String], pattern: Option<&str>) -> Re
     }
     let mut patterns = Vec::new();
     for d in disks {
-        let (root, comps) = roots.resolve(d)?;
+        let (root, comps) = roots.resolve_for(d, Use::Read, scope)?;
         let mut p = root.path.clone();
         for c in &comps {
             p.push(c);
@@ -50,7 +57,7 @@ pub(crate) fn list(roots: &Roots, disks: &[String], pattern: Option<&str>) -> Re
     let mut dirs: Vec<PathBuf> = Vec::new();
     for d in found {
         let canon = d.canonicalize().map_err(|e| format!("{}: {e}", d.display()))?;
-        if !roots.0.iter().any(|r| canon.starts_with(&r.path)) {
+        if !readable(roots, scope, &canon) {
             return Err(format!(
                 "{} leads outside the roots (through a symbolic link)",
                 d.display()
@@ -73,15 +80,30 @@ pub(crate) fn list(roots: &Roots, disks: &[String], pattern: Option<&str>) -> Re
         if pattern.is_some_and(|p| !wildcard_match(p, name)) {
             continue;
         }
-        out.push(entry(roots, name, &disk_strings, s.complete));
+        out.push(entry(roots, scope, name, &disk_strings, s.complete));
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(out)
 }
 
+/// Whether `canon` (a resolved path) lies inside a root this client may read.
+fn readable(roots: &Roots, scope: Option<&[String]>, canon: &std::path::Path) -> bool {
+    roots
+        .0
+        .iter()
+        .filter(|r| Roots::permit(r, Use::Read, scope).is_ok())
+        .any(|r| canon.starts_with(&r.path))
+}
+
 /// One scan as a gather pull would fetch it now: strictly when complete (or of another recorder), the
 /// complete-block prefix while it is recorded.
-fn entry(roots: &Roots, name: &str, disks: &[String], complete: Option<bool>) -> ScanEntry {
+fn entry(
+    roots: &Roots,
+    scope: Option<&[String]>,
+    name: &str,
+    disks: &[String],
+    complete: Option<bool>,
+) -> ScanEntry {
     let laid_out = if complete == Some(false) {
         scan_source_growing(name, disks)
     } else {
@@ -90,7 +112,7 @@ fn entry(roots: &Roots, name: &str, disks: &[String], complete: Option<bool>) ->
     let confined = laid_out.map_err(|e| e.to_string()).and_then(|(set, info)| {
         for p in &set.paths {
             let canon = p.canonicalize().map_err(|e| format!("{}: {e}", p.display()))?;
-            if !roots.0.iter().any(|r| canon.starts_with(&r.path)) {
+            if !readable(roots, scope, &canon) {
                 return Err(format!(
                     "{} leads outside the roots (through a symbolic link)",
                     p.display()

@@ -11,7 +11,6 @@
 mod data;
 mod feedback;
 mod hash;
-mod map;
 mod outcome;
 mod output;
 mod read_ahead;

@@ -82,8 +82,6 @@ pub struct Output {
     aead_key: Option<[u8; 32]>,
     /// `sendmmsg` calls that failed (the datagrams count as lost; the receiver reports them).
     pub send_errors: u64,
-    /// `send_errors` when the windows were last checked.
-    send_errors_seen: u64,
     /// Bytes read with `O_DIRECT`, by both threads.
     direct: Arc<AtomicU64>,
     /// Windows read.
@@ -136,7 +134,6 @@ impl Output {
             direct,
             aead_key,
             send_errors: 0,
-            send_errors_seen: 0,
             windows: 0,
             windows_ahead: 0,
             read_wait: Duration::ZERO,
@@ -268,10 +265,7 @@ impl Output {
             if found.is_none() && !h.retransmit {
                 // new data beyond the window: what is queued refers to the window, so it goes first
                 sent += self.flush(sock);
-                if let Err(e) = self
-                    .check_windows(set)
-                    .and_then(|()| self.refill(set, file, h.offset))
-                {
+                if let Err(e) = self.refill(set, file, h.offset) {
                     return Round {
                         datagrams: sent,
                         read_error: Some(e.to_string()),
@@ -324,18 +318,8 @@ impl Output {
         sent += self.flush(sock);
         Round {
             datagrams: sent,
-            read_error: self.check_windows(set).err().map(|e| e.to_string()),
+            read_error: None,
         }
-    }
-
-    /// An error naming the file when a window mapped from it (the current one or a kept one) was found
-    /// truncated (see [`super::map`]); after a failed `sendmmsg` the files' sizes are looked at too.
-    fn check_windows(&mut self, set: &SourceSet) -> std::io::Result<()> {
-        let stat = self.send_errors > self.send_errors_seen;
-        self.send_errors_seen = self.send_errors;
-        std::iter::once(&self.win)
-            .chain(self.kept.iter())
-            .try_for_each(|w| w.check(set, stat))
     }
 
     /// Sends what is queued: runs of datagrams of one length become GSO messages.
@@ -437,41 +421,6 @@ pub(super) mod tests {
             .is_ok();
         let first = std::fs::File::open(&set.paths[0]).unwrap();
         (direct, crate::source::cached_pages(&first, 0, 1).is_some())
-    }
-
-    /// A file truncated under the sender (the case `mmap` of the source has to handle: an access past the
-    /// new end raises SIGBUS): the windows mapped from it give an error naming the file, found by the
-    /// data thread's next access (its seal, without block digests), by the size after a failed
-    /// `sendmmsg`, or by the hash of a window read after the truncation; the process lives on.
-    #[test]
-    fn a_file_truncated_under_the_sender_is_an_error_naming_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let set = Arc::new(files(dir.path(), &[3 * WINDOW as u64]));
-        let path = set.paths[0].display().to_string();
-        let named = |e: std::io::Error| {
-            let e = e.to_string();
-            assert!(e.contains(&path) && e.contains("truncated"), "{e}");
-        };
-        let mut plain = Output::new(set.clone(), 8192, None, None, Held::default(), false);
-        let mut hashed = Output::new(set.clone(), 8192, None, Some(8192), Held::default(), false);
-        plain.refill(&set, 0, 0).unwrap();
-        hashed.refill(&set, 0, 0).unwrap();
-        assert!(plain.win.mapped() && hashed.win.mapped());
-        plain.check_windows(&set).unwrap();
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(&set.paths[0])
-            .unwrap()
-            .set_len(WINDOW as u64 / 2)
-            .unwrap();
-        let sum: u64 = plain.win.bytes().iter().map(|&b| u64::from(b)).sum();
-        let before: u64 = (0..WINDOW as u64 / 2).map(|o| u64::from(byte(0, o))).sum();
-        assert_eq!(sum, before, "zeros past the new end");
-        named(plain.check_windows(&set).unwrap_err());
-        hashed.send_errors += 1;
-        named(hashed.check_windows(&set).unwrap_err());
-        let mut late = Output::new(set.clone(), 8192, None, Some(8192), Held::default(), false);
-        named(late.refill(&set, 0, 0).unwrap_err());
     }
 
     /// Files of odd sizes (some far smaller than a window, one spanning several, one empty), read through

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use vlbiflow_xfer_proto::hash::block_digest;
 
-use super::map::{truncated_error, Mapping};
 use crate::source::{AlignedBuf, FdCache, SourceSet, DIRECT_ALIGN};
 
 /// Bytes read at once for new data.
@@ -47,9 +46,6 @@ pub(super) struct Win {
     /// The window, page-aligned for direct reads, followed by the slack a direct read of a file's
     /// unaligned tail needs.
     pub(super) mem: AlignedBuf,
-    /// Instead of `mem`: the window's one range, mapped from its file, the file's path index and where
-    /// the range ends in it.
-    map: Option<(Mapping, usize, u64)>,
     pub(super) segs: Vec<Seg>,
     pub(super) digests: Vec<[u8; 32]>,
 }
@@ -58,7 +54,6 @@ impl Win {
     pub(super) fn new() -> Win {
         Win {
             mem: AlignedBuf::new(WINDOW, DIRECT_ALIGN),
-            map: None,
             segs: Vec::new(),
             // at most one per KiB (the smallest subtree block) and one per file's short last block
             digests: Vec::with_capacity(WINDOW / 1024 + 256),
@@ -67,30 +62,7 @@ impl Win {
 
     /// The window's bytes.
     pub(super) fn bytes(&self) -> &[u8] {
-        match &self.map {
-            Some((m, ..)) => m.bytes(),
-            None => self.mem.bytes(),
-        }
-    }
-
-    /// Whether the window's bytes are mapped from the file.
-    #[cfg(test)]
-    pub(super) fn mapped(&self) -> bool {
-        self.map.is_some()
-    }
-
-    /// An error naming the file if the window is mapped and its file was found shorter than the mapping:
-    /// by an access to it (SIGBUS, see [`super::map`]) or, with `stat` (after `sendmmsg` failed, which
-    /// would be `EFAULT` for a truncated mapping), by the file's size now.
-    pub(super) fn check(&self, set: &SourceSet, stat: bool) -> std::io::Result<()> {
-        let Some((m, path, end)) = &self.map else {
-            return Ok(());
-        };
-        let path = &set.paths[*path];
-        if m.truncated() || stat && std::fs::metadata(path).is_ok_and(|md| md.len() < *end) {
-            return Err(truncated_error(path));
-        }
-        Ok(())
+        self.mem.bytes()
     }
 }
 
@@ -208,10 +180,6 @@ pub(super) fn fill(
     let mut read_direct = 0u64;
     win.segs.clear();
     win.digests.clear();
-    win.map = None;
-    if let Some(r) = fill_mapped(set, held, fds, win, (file, offset), sub) {
-        return r.map(|()| 0);
-    }
     let window = win.mem.with_slack();
     let mut at = 0usize;
     let mut deferring = false;
@@ -273,47 +241,6 @@ pub(super) fn fill(
     Ok(read_direct)
 }
 
-/// Maps the window's first range instead of reading it (see [`super::map`]) when it is one range of one
-/// real file, longer than half a window (a window read by [`fill`] then holds that range only, too: the
-/// windows are the same either way) and not to be read with `O_DIRECT`. With `sub` its blocks are hashed from the mapping. `None` when it is not mapped: [`fill`]
-/// reads as before.
-fn fill_mapped(
-    set: &SourceSet,
-    held: &Held,
-    fds: &mut FdCache,
-    win: &mut Win,
-    (file, offset): (usize, u64),
-    sub: Option<u64>,
-) -> Option<std::io::Result<()>> {
-    let size = set.files.get(file)?.size;
-    let end = held.run_end(file, offset, size);
-    let n = ((end - offset.min(end)) as usize).min(WINDOW);
-    if n * 2 <= WINDOW || set.wants_direct(fds, file, offset, n as u64) {
-        return None;
-    }
-    let (fd, path, at) = set.one_extent(fds, file, offset, n as u64)?;
-    let m = Mapping::new(fd, at, n)?;
-    let dig_from = sub.map_or(u64::MAX, |b| offset.next_multiple_of(b));
-    let mut next = dig_from;
-    push_digests(sub, m.bytes(), offset, size, &mut next, &mut win.digests);
-    win.segs.push(Seg {
-        file,
-        offset,
-        len: n,
-        at: 0,
-        size,
-        dig_from,
-        dig: 0,
-        dig_n: win.digests.len(),
-        pending: false,
-    });
-    if offset + (n as u64) < end {
-        set.advise(fds, file, offset + n as u64, WINDOW as u64);
-    }
-    win.map = Some((m, path, at + n as u64));
-    Some(win.check(set, false))
-}
-
 /// Appends the digests of the blocks from `*next` on that end within `range` (the bytes of a file from
 /// `o` on, of size `size`), and moves `*next` past them.
 fn push_digests(
@@ -342,22 +269,13 @@ fn push_digests(
 
 /// Computes the digests [`fill`] left to the hashing thread.
 pub(super) fn finish_digests(win: &mut Win, sub: Option<u64>) {
-    let Win {
-        mem,
-        map,
-        segs,
-        digests,
-    } = win;
-    let bytes = match map {
-        Some((m, ..)) => m.bytes(),
-        None => mem.bytes(),
-    };
+    let Win { mem, segs, digests } = win;
     for seg in segs.iter_mut().filter(|s| s.pending) {
         seg.dig = digests.len();
         let mut next = seg.dig_from;
         push_digests(
             sub,
-            &bytes[seg.at..seg.at + seg.len],
+            &mem.bytes()[seg.at..seg.at + seg.len],
             seg.offset,
             seg.size,
             &mut next,
