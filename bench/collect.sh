@@ -15,7 +15,7 @@
 #               among the stations with data, none above its own path's rate), within 20% of the median
 #               of that ratio over the stations: its part of what the link carried
 #   page        the collect's page rendered by headless Chromium (PNG written, looked at by a person)
-# FAULTS=1 adds: two station daemons killed -9 and restarted mid-transfer, the collect killed and
+# FAULTS=1 adds (times below): two station daemons killed -9 and restarted mid-transfer, the collect killed and
 # restarted once, one station's path down for DOWN seconds (default 60); checks that every scan still
 # arrives identical, that the bytes sent beyond the scans' total are at most 5% of it, and that the
 # per-station report names each fault.
@@ -112,11 +112,17 @@ echo "# $(ls "$OUT/ref" | wc -l) scans recorded, $((total / 1000000)) MB gathere
 (cd "$OUT/ref" && b3sum -- *.vdif | sort -k2 >"$OUT/ref.b3")
 
 # --- the station daemons: one key for all (a correlator would hold one per station)
-for k in $(seq "$STATIONS"); do
-  s=$TAG-$(st_name "$k")
-  ip netns exec "$s" "$BIN" xfer serve --listen "$(st_addr "$k"):46230" --root data="$SCRATCH/$(st_name "$k")" \
-    --key "$SCRATCH/xfer.key" --archive "$OUT/daemon-$k.sqlite" 2>"$OUT/daemon-$k.err" &
+declare -A DPID
+start_daemon() {
+  local k=$1
+  ip netns exec "$TAG-$(st_name "$k")" "$BIN" xfer serve --listen "$(st_addr "$k"):46230" \
+    --root data="$SCRATCH/$(st_name "$k")" --key "$SCRATCH/xfer.key" --archive "$OUT/daemon-$k.sqlite" \
+    2>>"$OUT/daemon-$k.err" &
+  DPID[$k]=$!
   DAEMONS="$DAEMONS $!"
+}
+for k in $(seq "$STATIONS"); do
+  start_daemon "$k"
   need_line "$OUT/daemon-$k.err" 'serving on' 100
 done
 echo "# $STATIONS station daemons serving"
@@ -157,10 +163,36 @@ try: st = json.load(open(sys.argv[3]))
 except (OSError, ValueError): st = None
 print(json.dumps({"t": float(sys.argv[1]), "rx": int(sys.argv[2]), "status": st}))' "$t" "$(rx_bytes)" "$STATUS" >>"$OUT/samples.jsonl"
 }
+# FAULTS=1: at 25 s the collect is killed -9 and started again; at 35 s station daemons 3 and 7 are
+# killed -9, and started again 5 s later; at 45 s station 5's path goes down (its device at the edge),
+# for DOWN seconds
+fault() { echo "# fault at $(($(date +%s) - T0)) s: $*" | tee -a "$OUT/faults.log"; }
+dev_of() { ip -n "$E" -o addr show | awk -v a="10.201.$1.2" '$4 ~ "^" a "/" {print $2; exit}'; }
+F1= F2= F2R= F3= F3R=
+inject() {
+  local t=$(($(date +%s) - T0))
+  if [ -z "$F1" ] && [ $t -ge 25 ]; then
+    F1=1; kill -9 "$COLLECT"; wait "$COLLECT" 2>/dev/null || true
+    fault "collect killed -9, started again"; start_collect
+  fi
+  if [ -z "$F2" ] && [ $t -ge 35 ]; then
+    F2=$t; kill -9 "${DPID[3]}" "${DPID[7]}"; fault "station daemons s03 and s07 killed -9"
+  fi
+  if [ -n "$F2" ] && [ -z "$F2R" ] && [ $t -ge $((F2 + 5)) ]; then
+    F2R=1; start_daemon 3; start_daemon 7; fault "station daemons s03 and s07 started again"
+  fi
+  if [ -z "$F3" ] && [ $t -ge 45 ]; then
+    F3=$t; ip -n "$E" link set "$(dev_of 5)" down; fault "path of s05 down"
+  fi
+  if [ -n "$F3" ] && [ -z "$F3R" ] && [ $t -ge $((F3 + DOWN)) ]; then
+    F3R=1; ip -n "$E" link set "$(dev_of 5)" up; fault "path of s05 up again"
+  fi
+}
 T0=$(date +%s)
 start_collect
 while kill -0 "$COLLECT" 2>/dev/null; do
   sample
+  if [ "$FAULTS" = 1 ]; then inject; fi
   if [ -z "${SHOT:-}" ] && [ $(($(date +%s) - T0)) -ge "${SHOT_AT:-20}" ]; then
     # the page while the collect runs, as an operator sees it
     ip netns exec "$C" chromium --headless --no-sandbox --disable-gpu --window-size=1400,900 \
@@ -174,6 +206,9 @@ sample
 wait "$REC" 2>/dev/null || true
 REC=
 echo "# collect exited $CRC after $(($(date +%s) - T0)) s"
+tc -n "$E" -s -j qdisc show dev e0 >"$OUT/tbf.json"
+for p in $EMUS; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+EMUS=
 "$BIN" gather "$LIVE" --disk "$SCRATCH/$(st_name 1)/disk*" -o "$OUT/ref/$LIVE.vdif" --quiet
 (cd "$OUT/ref" && b3sum -- *.vdif | sort -k2 >"$OUT/ref.b3")
 : >"$OUT/got.b3"
@@ -182,9 +217,9 @@ for k in $(seq "$STATIONS"); do
 done
 sort -k2 -o "$OUT/got.b3" "$OUT/got.b3"
 
-python3 - "$OUT" "$LINK" "$STATIONS" "${SHOT:-0}" <<'PY'
-import json, re, sys
-out, link, n, shot = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+python3 - "$OUT" "$LINK" "$STATIONS" "${SHOT:-0}" "$FAULTS" "$EXP" <<'PY'
+import json, os, re, sys
+out, link, n, shot, faults, exp = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5] == "1", sys.argv[6]
 link_bps = float(re.match(r"([0-9.]+)Mbps", link).group(1)) * 1e6
 ref = dict(l.split()[::-1] for l in open(f"{out}/ref.b3"))
 got = dict(l.split()[::-1] for l in open(f"{out}/got.b3"))
@@ -235,5 +270,24 @@ worst = max((abs(r / mid - 1) for r in ratios.values()), default=1)
 print(f"fair       {'PASS' if worst <= 0.2 else 'FAIL'}  each station's goodput / its share while active, over the median ({mid:.2f}): "
       + ", ".join(f"{s} {r / mid:.2f}" for s, r in ratios.items()))
 print(f"page       {'PASS' if shot == '1' else 'FAIL'}  {out}/collect-page.png")
+# bytes through the correlator's link beyond the scans, their datagram headers (64 + 28 bytes per 8192)
+# and the re-sending of what the paths and the link dropped: what faults and resumes cost
+total = sum(os.path.getsize(f"{out}/ref/{f}") for f in os.listdir(f"{out}/ref"))
+lost = 0
+for k in range(1, n + 1):
+    try:
+        lost += json.load(open(f"{out}/emu-{k}.json"))["report"]["a_to_b"]["dropped_bytes"]
+    except (OSError, ValueError, KeyError):
+        pass
+tbf = json.load(open(f"{out}/tbf.json"))[0].get("drops", 0) * (8192 + 64 + 28)
+carried = rows[-1]["rx"] - rows[0]["rx"]
+beyond = carried - total * (1 + 92 / 8192) - lost - tbf
+print(f"resent     {'PASS' if beyond <= 0.05 * total else 'FAIL'}  {100 * beyond / total:.2f}% of {total / 1e9:.2f} GB carried beyond the scans, headers and re-sent drops ({lost / 1e6:.1f} MB dropped on the paths, {tbf / 1e6:.1f} MB at the link)")
+if faults:
+    report = open(f"{out}/collect.err").read()
+    named = {s: bool(re.search(rf"collect {exp}: {s}: \d+ errors?", report)) for s in ("s03", "s07", "s05")}
+    resumed = "verified before, not pulled again" in report
+    ok = all(named.values()) and resumed
+    print(f"faults     {'PASS' if ok else 'FAIL'}  report names {', '.join(s for s, v in named.items() if v) or 'none'} of s03, s07, s05; restarted collect resumed: {resumed}")
 PY
 cp "$OUT/collect-page.png" "${PAGE_OUT:-/tmp/collect-page.png}" 2>/dev/null || true

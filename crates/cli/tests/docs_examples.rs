@@ -803,6 +803,21 @@ fn every_shell_example_in_the_docs_runs() {
         "installs the package and manages systemd services (root, systemd as PID 1); the \
          --check-config of every deploy/config example runs in service.rs",
     );
+    let collect = "station daemons on other hosts with recorded scans and an experiment file naming them: \
+         crates/cli/tests/collect_cli.rs runs xfer ls, xfer collect --follow (which pulls recording scans \
+         with pull --follow), --status and a rerun against two real daemons, bench/collect.sh twelve behind emulated paths";
+    d.skip("README.md", "vlbiflow xfer ls 'ef.example.org", collect);
+    d.skip(
+        "README.md",
+        "vlbiflow xfer collect --config r41c.toml --follow",
+        collect,
+    );
+    d.skip(
+        "README.md",
+        "vlbiflow xfer collect --config r41c.toml --status",
+        collect,
+    );
+    d.skip_rest("docs/collect.md", collect);
     d.skip_rest(
         "docs/pathemu.md",
         "needs root for network namespaces and TUN devices (pathemu_cli.rs runs it as root)",

@@ -801,7 +801,7 @@ impl Collect<'_> {
                 daemon: st.cfg.server.clone(),
                 state: state.into(),
                 share_bps: self.sched.share(st.id),
-                rate_bps: st.jobs.iter().map(|j| j.rate_bps).sum(),
+                rate_bps: st.jobs.iter().map(|j| j.rate_bps).sum::<f64>().max(0.0),
                 failures: self.sched.failures(st.id),
                 error: st.stopped.as_ref().map(|s| timed(s)).or_else(|| st.error.clone()),
                 scans,
@@ -855,6 +855,41 @@ fn timed(e: &str) -> TimedError {
         time: utc_now(),
         error: e.to_string(),
     }
+}
+
+/// What went wrong on the way, per station, whether or not its scans arrived in the end: the number of
+/// failed attempts with the first and the last error (for the end of the run: a station daemon that
+/// restarted, a path that went down, a disk that filled up are named here even when every scan arrived).
+pub fn faults(st: &Status) -> Vec<String> {
+    let mut out = Vec::new();
+    for s in &st.stations {
+        let mut errs: Vec<&TimedError> = s.scans.iter().flat_map(|c| c.errors.iter()).collect();
+        errs.extend(s.error.iter());
+        if errs.is_empty() {
+            continue;
+        }
+        errs.sort_by(|a, b| a.time.cmp(&b.time));
+        errs.dedup_by(|a, b| a.time == b.time && a.error == b.error);
+        let (first, last) = (errs[0], errs[errs.len() - 1]);
+        let outcome = if s.scans.iter().all(|c| c.verified) {
+            "every scan verified after all"
+        } else {
+            "not every scan verified"
+        };
+        let mut line = format!(
+            "{}: {} error{} ({outcome}); first {} {}",
+            s.name,
+            errs.len(),
+            if errs.len() == 1 { "" } else { "s" },
+            first.time,
+            first.error
+        );
+        if errs.len() > 1 {
+            line.push_str(&format!("; last {} {}", last.time, last.error));
+        }
+        out.push(line);
+    }
+    out
 }
 
 /// What did not arrive, per station and scan, one line each (for the exit message).

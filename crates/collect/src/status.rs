@@ -402,4 +402,35 @@ mod tests {
         assert!(h.contains("&lt;script&gt;") && !h.contains("<script>"), "{h}");
         assert!(!h.contains("-0"), "{h}");
     }
+    #[test]
+    fn faults_name_each_station_that_failed_on_the_way() {
+        let mut ok = scan("ev1_ef_no0001", "verified", 10, 10);
+        ok.errors.push(TimedError {
+            time: "2026-11-29T08:00:01Z".into(),
+            error: "connection refused".into(),
+        });
+        ok.errors.push(TimedError {
+            time: "2026-11-29T08:00:05Z".into(),
+            error: "daemon closed the connection".into(),
+        });
+        let mut ef = station("ef", vec![ok]);
+        ef.error = None;
+        let mut wb = station("wb", vec![scan("ev1_wb_no0001", "verified", 10, 10)]);
+        wb.error = None;
+        let st = Status {
+            experiment: "ev1".into(),
+            started: "s".into(),
+            updated: "u".into(),
+            total_rate_bps: 1e9,
+            complete: true,
+            ended: true,
+            scans_expected: 2,
+            scans_verified: 2,
+            bytes_verified: 20,
+            stations: vec![ef, wb],
+        };
+        let f = crate::run::faults(&st);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert!(f[0].starts_with("ef: 2 errors (every scan verified after all); first 2026-11-29T08:00:01Z connection refused; last"), "{f:?}");
+    }
 }

@@ -153,7 +153,7 @@ impl Roots {
     /// the client's key; None: every root) names it. The refusal says which rule and what is allowed.
     pub fn permit(root: &Root, u: Use, scope: Option<&[String]>) -> Result<(), String> {
         if let Some(scope) = scope {
-            if !scope.iter().any(|n| *n == root.name) {
+            if !scope.contains(&root.name) {
                 return Err(format!(
                     "this key may not use root {:?} on this daemon (its roots: {})",
                     root.name,

@@ -232,6 +232,9 @@ pub(super) fn collect(a: CollectArgs) -> anyhow::Result<ExitCode> {
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&st)?);
     }
+    for line in vlbiflow_collect::run::faults(&st) {
+        eprintln!("collect {}: {line}", st.experiment);
+    }
     if st.complete {
         eprintln!(
             "collect {}: every expected scan verified: {} scans, {}",
