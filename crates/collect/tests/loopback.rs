@@ -161,6 +161,13 @@ fn two_stations_two_scans_each_arrive_equal_to_their_gather_and_a_rerun_moves_no
     assert!(on_disk.complete && on_disk.ended);
     // a rerun pulls nothing already verified
     let pulls = |d: &Daemon| d.counters().transfers_ok.load(Relaxed);
+    // a daemon counts a pull when its side of the session has ended, which may be just after the client
+    // has verified the last chunk and returned: wait for the count (bounded)
+    let t0 = std::time::Instant::now();
+    while (pulls(&a.daemon), pulls(&b.daemon)) != (2, 2) && t0.elapsed() < std::time::Duration::from_secs(10)
+    {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     let before = (pulls(&a.daemon), pulls(&b.daemon));
     assert_eq!(before, (2, 2));
     let log2 = Arc::new(Mutex::new(Vec::new()));
