@@ -9,6 +9,14 @@
 //! among the others in the same way; a station with nothing to send, stalled or unreachable takes nothing.
 //! The division is made again whenever one of these changes.
 //!
+//! The division conserves work: a station that uses less than its share (a scan followed while it is
+//! recorded more slowly than the share, a path slower than its configured limit, a station between two
+//! pulls) for [`SchedConfig::demand_grace`] is given what it uses plus a quarter (at least
+//! [`SchedConfig::demand_floor`] of the link) and the rest goes to the others; while it uses at least 90%
+//! of what it is given, that doubles at each measurement until it is back at its fair share. A pull that
+//! starts has its station's fair share from the start. The driver reports each station's rate with
+//! [`Scheduler::measured`].
+//!
 //! A pull that makes no progress for [`SchedConfig::stall_after`] is stopped (its share goes to the
 //! others) and retried after a back-off; a pull that fails (the station cannot be reached, the daemon
 //! died) is retried after a back-off that doubles from [`SchedConfig::backoff_min`] up to
@@ -32,6 +40,11 @@ pub struct SchedConfig {
     pub backoff_min: Duration,
     /// Back-offs double up to this.
     pub backoff_max: Duration,
+    /// A station that uses less than 90% of its share for this long is given what it uses (plus a
+    /// quarter) and the rest goes to the others.
+    pub demand_grace: Duration,
+    /// The least share, as a fraction of the link, that a station using less is cut down to.
+    pub demand_floor: f64,
 }
 
 impl SchedConfig {
@@ -42,6 +55,8 @@ impl SchedConfig {
             stall_after: Duration::from_secs(60),
             backoff_min: Duration::from_secs(1),
             backoff_max: Duration::from_secs(60),
+            demand_grace: Duration::from_secs(2),
+            demand_floor: 0.01,
         }
     }
 }
@@ -118,6 +133,10 @@ struct Station {
     share: f64,
     /// Pulls the driver could start now (what it has ready; unlimited unless it says).
     startable: usize,
+    /// What it is seen to use (plus headroom) when that is below its share; `None`: its fair share.
+    demand: Option<f64>,
+    /// Since when it has used less than 90% of its share.
+    under_since: Option<Instant>,
 }
 
 impl Station {
@@ -166,6 +185,8 @@ impl Scheduler {
             last_progress: now,
             share: 0.0,
             startable: usize::MAX,
+            demand: None,
+            under_since: None,
         });
         StationId(self.stations.len() - 1)
     }
@@ -253,7 +274,37 @@ impl Scheduler {
         }
         s.running += 1;
         s.startable = s.startable.saturating_sub(1);
+        // a new pull starts on the station's fair share; what it then uses is measured again
+        s.under_since = None;
+        if s.demand.take().is_some() {
+            self.divide(now);
+        }
         Some(StationId(pick))
+    }
+
+    /// The station's measured rate (bits/s, over the last measurement interval; 0 when nothing runs).
+    /// Below 90% of its share for [`SchedConfig::demand_grace`], its share is cut to what it uses plus
+    /// a quarter; at 90% or more of a cut share, the cut doubles until it no longer binds.
+    pub fn measured(&mut self, id: StationId, bps: f64, now: Instant) {
+        let (grace, floor) = (self.cfg.demand_grace, self.cfg.demand_floor * self.cfg.total_bps);
+        let total = self.cfg.total_bps;
+        let s = &mut self.stations[id.0];
+        if s.share <= 0.0 || !bps.is_finite() {
+            return;
+        }
+        let before = s.demand;
+        if bps >= 0.9 * s.share {
+            s.under_since = None;
+            s.demand = s.demand.map(|d| d * 2.0).filter(|&d| d < total);
+        } else {
+            let since = *s.under_since.get_or_insert(now);
+            if now.saturating_duration_since(since) >= grace {
+                s.demand = Some((bps.max(0.0) * 1.25).max(floor));
+            }
+        }
+        if s.demand != before {
+            self.divide(now);
+        }
     }
 
     /// Bytes arrived from the station (any amount, at `now`).
@@ -352,8 +403,10 @@ impl Scheduler {
         let shares = water_fill(
             self.cfg.total_bps,
             self.stations.iter().map(|s| {
-                s.eligible(now)
-                    .then(|| (s.spec.weight, s.spec.limit_bps.unwrap_or(f64::INFINITY)))
+                s.eligible(now).then(|| {
+                    let limit = s.spec.limit_bps.unwrap_or(f64::INFINITY);
+                    (s.spec.weight, s.demand.map_or(limit, |d| d.min(limit)))
+                })
             }),
         );
         for (i, (s, new)) in self.stations.iter_mut().zip(shares).enumerate() {

@@ -286,7 +286,7 @@ proptest! {
     fn the_scheduler_never_gives_more_than_the_link_nor_a_station_more_than_its_limit(
         total in 1e6f64..1e11,
         stations in proptest::collection::vec((0.1f64..10.0, proptest::option::of(1e6f64..2e10)), 1..12),
-        steps in proptest::collection::vec((0usize..12, 0u8..5, 0u64..120), 0..60),
+        steps in proptest::collection::vec((0usize..12, 0u8..6, 0u64..120), 0..60),
     ) {
         let t0 = Instant::now();
         let mut s = Scheduler::new(SchedConfig::new(total));
@@ -301,7 +301,9 @@ proptest! {
                 1 => { let _ = s.poll_start(t); }
                 2 => if s.running(id) > 0 { s.pull_ended(id, PullEnd::Failed, t) },
                 3 => s.progress(id, t),
-                _ => s.handle_timeout(t),
+                4 => s.handle_timeout(t),
+                // a rate of none, half or all of its share
+                _ => { let used = s.share(id) * (secs % 3) as f64 / 2.0; s.measured(id, used, t) }
             }
             let sum: f64 = ids.iter().map(|&i| s.share(i)).sum();
             prop_assert!(sum <= total * (1.0 + 1e-9));
@@ -310,4 +312,86 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn a_station_using_less_than_its_share_gives_the_rest_away_and_gets_it_back_when_it_uses_it() {
+    let t0 = Instant::now();
+    let sec = Duration::from_secs(1);
+    let mut s = Scheduler::new(SchedConfig::new(1.0 * G));
+    let a = s.add_station(station("a", 1.0, None), t0);
+    let b = s.add_station(station("b", 1.0, None), t0);
+    s.set_need(a, 1 << 40, t0);
+    s.set_need(b, 1 << 40, t0);
+    assert_eq!(s.poll_start(t0), Some(a));
+    assert_eq!(s.poll_start(t0), Some(b));
+    assert!(close(s.share(a), 0.5 * G) && close(s.share(b), 0.5 * G));
+    // a (a scan followed while it is recorded at 100 Mb/s) uses a fifth of its share; b uses all of its own
+    for k in 1..=2 {
+        s.measured(a, 0.1 * G, t0 + sec * k);
+        s.measured(b, 0.5 * G, t0 + sec * k);
+    }
+    // not within the grace: the share is kept while a pull may still be ramping up
+    assert!(close(s.share(a), 0.5 * G), "{:?}", shares(&s));
+    s.measured(a, 0.1 * G, t0 + sec * 3);
+    assert!(close(s.share(a), 0.125 * G), "{:?}", shares(&s));
+    assert!(close(s.share(b), 0.875 * G), "the rest goes to b: {:?}", shares(&s));
+    assert!(close(s.share(a) + s.share(b), 1.0 * G), "the link stays full");
+    // b's share grew; its pull follows it
+    s.measured(b, 0.85 * G, t0 + sec * 4);
+    // a's recorder speeds up: a uses what it has, and its cut doubles until it no longer binds
+    s.measured(a, 0.125 * G, t0 + sec * 4);
+    assert!(close(s.share(a), 0.25 * G), "{:?}", shares(&s));
+    s.measured(a, 0.25 * G, t0 + sec * 5);
+    assert!(close(s.share(a), 0.5 * G), "back at its fair share: {:?}", shares(&s));
+    assert!(close(s.share(b), 0.5 * G));
+}
+
+#[test]
+fn a_station_between_pulls_gives_its_share_away_and_a_new_pull_starts_on_the_fair_share() {
+    let t0 = Instant::now();
+    let sec = Duration::from_secs(1);
+    let mut cfg = SchedConfig::new(1.0 * G);
+    cfg.demand_floor = 0.02;
+    let mut s = Scheduler::new(cfg);
+    let a = s.add_station(station("a", 1.0, None), t0);
+    let b = s.add_station(station("b", 1.0, None), t0);
+    s.set_need(a, 1 << 40, t0);
+    s.set_need(b, 1 << 40, t0);
+    s.set_startable(a, 0); // a waits for its next scan to appear
+    assert_eq!(s.poll_start(t0), Some(b));
+    assert_eq!(s.poll_start(t0), None);
+    for k in 1..=3 {
+        s.measured(a, 0.0, t0 + sec * k);
+    }
+    assert!(close(s.share(a), 0.02 * G), "cut to the floor: {:?}", shares(&s));
+    assert!(close(s.share(b), 0.98 * G));
+    s.set_startable(a, 1);
+    assert_eq!(s.poll_start(t0 + sec * 4), Some(a));
+    assert!(close(s.share(a), 0.5 * G), "a new pull has the fair share: {:?}", shares(&s));
+    assert!(close(s.share(b), 0.5 * G));
+    let ev = drain(&mut s);
+    assert!(ev.contains(&Event::Share { station: b, bps: 0.5 * G }), "{ev:?}");
+}
+
+#[test]
+fn a_cut_never_goes_below_the_floor_nor_above_the_limit() {
+    let t0 = Instant::now();
+    let sec = Duration::from_secs(1);
+    let mut s = Scheduler::new(SchedConfig::new(1.0 * G));
+    let a = s.add_station(station("a", 1.0, Some(0.3 * G)), t0);
+    s.set_need(a, 1 << 40, t0);
+    assert_eq!(s.poll_start(t0), Some(a));
+    assert!(close(s.share(a), 0.3 * G));
+    for k in 1..=3 {
+        s.measured(a, 0.0, t0 + sec * k);
+    }
+    assert!(close(s.share(a), 0.01 * G), "{:?}", shares(&s));
+    // doubling stops at the limit and the cut is dropped once it reaches the link
+    for k in 4..=20 {
+        let share = s.share(a);
+        s.measured(a, share, t0 + sec * k);
+        assert!(s.share(a) <= 0.3 * G * (1.0 + 1e-9));
+    }
+    assert!(close(s.share(a), 0.3 * G));
 }
