@@ -330,8 +330,14 @@ for n in range(1, SCANS + 2):
           f"jive5ab on both recordings: {'same' if parse(a) == pb else 'differ'}")
 sizes = [os.path.getsize(f"{SCRATCH}/{n}.out") if os.path.exists(f"{SCRATCH}/{n}.out") else -1 for n in ("j5", "vf")]
 print(f"# disk2file of {pick}: jive5ab {sizes[0]} bytes, vlbiflow {sizes[1]} bytes")
+rejected = "?"
+for meta in glob.glob(f"{SCRATCH}/vf/disk*/{gname}.vlbiflow.json"):
+    with open(meta) as mf:
+        rejected = sum(st["counters"]["rejected"] for st in json.load(mf)["streams"])
+    break
 print(f"# garbage run: jive5ab's record? byte count {j5_before} before the garbage, {j5_after} after gen "
-      f"ended; vlbiflow stored {checks[-1][2].get('frames')} of the {sent[gname]} frames gen sent")
+      f"ended; vlbiflow stored {checks[-1][2].get('frames')} of the {sent[gname]} frames gen sent, "
+      f"{checks[-1][2].get('missing')} missing, {rejected} datagrams rejected (its metadata)")
 log = open(f"{SCRATCH}/jive5ab.log", errors="replace").read().splitlines()
 for line in log:
     if "error" in line.lower() or "fails" in line:

@@ -490,7 +490,9 @@ fn scan_check_fields(entry: &ScanEntry, r: &Runtime) -> Result<Vec<String>, (Ret
             format!("{}s", fmt_g(b - a)),
             format!("{}Mbps", fmt_g(md.track_rate() / 1e6)),
         ),
-        (Some(a), Some(b), None) if b >= a => (format!("{}.****s", (b.floor() - a.floor()) as i64), "?".into()),
+        (Some(a), Some(b), None) if b >= a => {
+            (format!("{}.****s", (b.floor() - a.floor()) as i64), "?".into())
+        }
         _ => ("0.****s".into(), "?".into()),
     };
     let missing = (s.counters.lost * u64::from(s.frame_size)).to_string();
