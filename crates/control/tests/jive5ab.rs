@@ -160,6 +160,9 @@ fn field_system_session_of_several_scans() {
         let secs: f64 = c.fields[5].strip_suffix('s').unwrap().parse().unwrap();
         let frames = if i == 2 { 500.0 } else { 250.0 };
         assert!((secs - frames / f64::from(RATE)).abs() < 0.02, "{c:?}");
+        // jive5ab's duration: the last frame's time stamp minus the first's.
+        let want = if i == 2 { "4.99s" } else { "2.49s" };
+        assert_eq!(c.fields[5], want, "{c:?}");
         assert_eq!(&c.fields[6..], ["0.4Mbps", "0", "1032"], "{c:?}");
         fs.expect("status?", "!status? 0 : 0x00000001 ;");
         fs.expect(

@@ -483,13 +483,16 @@ fn scan_check_fields(entry: &ScanEntry, r: &Runtime) -> Result<Vec<String>, (Ret
     let first = s.first_frame_utc.as_deref().and_then(UtcTime::parse_iso8601);
     let last = s.last_frame_utc.as_deref().and_then(UtcTime::parse_iso8601);
     let start = first.map_or("?".to_owned(), vex4);
-    let period = s.frame_rate.map_or(0.0, |r| 1.0 / f64::from(r));
+    // The duration is jive5ab's: the last frame's time stamp minus the first's (`src/scan_check.cc`,
+    // `end_time - start_time`; without the rate, whole seconds and `.****`).
     let (duration, rate) = match (first, last, mode) {
         (Some(a), Some(b), Some(md)) if b >= a => (
-            format!("{}s", fmt_g(b - a + period)),
+            format!("{}s", fmt_g(b - a)),
             format!("{}Mbps", fmt_g(md.track_rate() / 1e6)),
         ),
-        (Some(a), Some(b), None) if b >= a => (format!("{}.****s", (b - a + period) as i64), "?".into()),
+        (Some(a), Some(b), None) if b >= a => {
+            (format!("{}.****s", (b.floor() - a.floor()) as i64), "?".into())
+        }
         _ => ("0.****s".into(), "?".into()),
     };
     let missing = (s.counters.lost * u64::from(s.frame_size)).to_string();
