@@ -253,6 +253,101 @@ fn collect_follows_two_stations_under_one_rate_and_a_rerun_pulls_nothing_again()
     assert!(!err.contains(": pulling "), "{err}");
 }
 
+/// Bytes in the files under `dir`.
+fn du(dir: &Path) -> u64 {
+    let mut n = 0;
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let m = e.metadata().unwrap();
+        n += if m.is_dir() { du(&e.path()) } else { m.len() };
+    }
+    n
+}
+
+/// A scan whose recorder dies mid-scan is never marked complete: the collect follows it until it stops
+/// growing for `follow_timeout`, says so, pulls the whole blocks it has from the start, and ends with
+/// them equal to the start of the station's own gather.
+#[test]
+fn a_scan_the_station_never_completes_is_pulled_as_it_is_and_named() {
+    let d = tempfile::tempdir().unwrap();
+    let state = d.path().join("state");
+    let root = d.path().join("cc");
+    let disks = root.join("disks");
+    let (mut rec, port) = record(&disks, "t2_cc_no0001");
+    let mut g = gen(port, "60");
+    let daemon = xfer_serve(&state, &root, "127.0.0.1:0", &[]);
+    let dest = d.path().join("corr");
+    let toml = format!(
+        "experiment = \"t2\"\ndest = \"{}\"\ntotal_rate = \"300Mbps\"\nchunk_size = \"1MiB\"\nfollow_min_new = \"1MiB\"\nfollow_timeout = \"3s\"\n[[station]]\nname = \"cc\"\ndaemon = \"{}/data/disks/*\"\n",
+        dest.display(),
+        daemon.addr
+    );
+    let exp = d.path().join("t2.toml");
+    std::fs::write(&exp, toml).unwrap();
+    let mut c = Command::new(BIN)
+        .args(["xfer", "collect", "--config"])
+        .arg(&exp)
+        .args(["--follow", "--json"])
+        .env("XDG_STATE_HOME", &state)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let err = c.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for l in BufReader::new(err).lines().map_while(Result::ok) {
+            eprintln!("{l}");
+            let _ = tx.send(l);
+        }
+    });
+    let t0 = Instant::now();
+    loop {
+        assert!(t0.elapsed() < Duration::from_secs(120), "collect never followed the scan");
+        if rx
+            .recv_timeout(Duration::from_secs(1))
+            .is_ok_and(|l| l.contains("following t2_cc_no0001"))
+        {
+            break;
+        }
+    }
+    // once some blocks are on the disks, the recorder dies: the scan is never marked complete
+    let t0 = Instant::now();
+    while du(&disks) < 4 << 20 {
+        assert!(t0.elapsed() < Duration::from_secs(60), "the recorder wrote nothing");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = g.kill();
+    let _ = g.wait();
+    rec.kill().unwrap();
+    let _ = rec.wait();
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(st) = c.try_wait().unwrap() {
+            break st;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(120), "collect did not finish");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut json = String::new();
+    std::io::Read::read_to_string(&mut c.stdout.take().unwrap(), &mut json).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert!(status.success(), "collect: {v}");
+    assert_eq!(v["scans_verified"], 1, "{v}");
+    let errors = v["stations"][0]["scans"][0]["errors"].to_string();
+    assert!(errors.contains("never completed at the station"), "{v}");
+    let want = gathered(&disks, "t2_cc_no0001", &d.path().join("gathered.vdif"));
+    let got = std::fs::read(dest.join("t2/cc/t2_cc_no0001.vdif")).unwrap();
+    // what arrives is the run of whole blocks from the start (as `--follow` reads a scan being recorded);
+    // gather also takes whole blocks written after the one the recorder was cut off in
+    assert!(got.len() > 1 << 20, "{} bytes received", got.len());
+    assert!(
+        got.len() <= want.len() && got[..] == want[..got.len()],
+        "received {} bytes, not a prefix of gather's {}",
+        got.len(),
+        want.len()
+    );
+}
+
 #[test]
 fn help_has_examples() {
     for verb in ["ls", "collect"] {

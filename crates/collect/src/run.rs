@@ -71,6 +71,12 @@ struct Scan {
     /// Why it failed for good.
     failed: Option<String>,
     errors: Vec<TimedError>,
+    /// The station listed it as still being recorded: pulled by following it (a retry too), never as
+    /// it happens to be on disk.
+    recording: bool,
+    /// Followed until it stopped growing without being marked complete (its recorder died): pulled as it
+    /// is on disk, once.
+    unfinished: bool,
 }
 
 impl Scan {
@@ -84,6 +90,8 @@ impl Scan {
             rate_bps: 0.0,
             failed: None,
             errors: Vec::new(),
+            recording: false,
+            unfinished: false,
         }
     }
 
@@ -168,6 +176,32 @@ impl Station {
                     && self.last_listed.is_none_or(|t| now >= t + Duration::from_secs(2))));
         ready + usize::from(again)
     }
+}
+
+/// Pulls a scan whose recorder never marked it complete as it is on the station's disks: the complete
+/// blocks the station's daemon lists (a recording cut off mid-block ends in a block that is not whole),
+/// verified chunk by chunk as any pull and kept here under the scan's name.
+fn pull_as_it_is(
+    client: &ClientConfig,
+    req: &ScanRequest,
+    dir: &std::path::Path,
+    mut opts: Options,
+    progress: &Arc<Progress>,
+    stop: &Arc<AtomicBool>,
+) -> Result<(Vec<Committed>, u64), XferError> {
+    // a partial pull reads the complete-block prefix and leaves the files as `.part`
+    opts.partial = true;
+    let o = client::pull(client, &[], Some(req), dir, opts, progress, stop)?;
+    for c in &o.committed {
+        let part = dir.join(format!("{}{}", c.name, vlbiflow_xfer::dest::PART_SUFFIX));
+        let done = dir.join(&c.name);
+        // never over a file already here
+        std::fs::hard_link(&part, &done)
+            .and_then(|()| std::fs::remove_file(&part))
+            .and_then(|()| std::fs::File::open(dir)?.sync_all())
+            .map_err(|e| XferError::Io(format!("{}: keeping {}: {e}", dir.display(), c.name)))?;
+    }
+    Ok((o.committed, o.stats.duplicates))
 }
 
 /// The collect's state between loop turns.
@@ -386,7 +420,10 @@ impl Collect<'_> {
             let k = next.expect("a scan to pull");
             let stn = &mut self.stations[i];
             let s = &mut stn.scans[k];
-            let recording = s.state == "recording";
+            // a scan listed as being recorded is followed, on a retry too (its recorder marks it
+            // complete, or it is found unfinished and then pulled as it is)
+            let recording = (s.state == "recording" || s.recording) && !s.unfinished;
+            let unfinished = s.unfinished;
             s.state = if recording { "following" } else { "pulling" };
             let _ = self.state.set(&stn.cfg.name, &s.name, s.state, s.bytes(), None);
             (self.log)(&format!(
@@ -422,6 +459,8 @@ impl Collect<'_> {
                     let r = if recording {
                         follow::pull_follow(&client, &req, &dir, opts, &fcfg, (&progress, &stop), &|_, _| {})
                             .map(|run| (run.last.committed, run.retransmits))
+                    } else if unfinished {
+                        pull_as_it_is(&client, &req, &dir, opts, &progress, &stop)
                     } else {
                         client::pull(&client, &[], Some(&req), &dir, opts, &progress, &stop)
                             .map(|o| (o.committed, o.stats.duplicates))
@@ -564,8 +603,9 @@ impl Collect<'_> {
                     "{}: {} verified before, not pulled again",
                     st.cfg.name, e.name
                 ));
-            } else if e.complete == Some(false) {
+            } else if e.complete == Some(false) && !s.unfinished {
                 s.state = "recording";
+                s.recording = true;
                 if !follow {
                     s.failed =
                         Some("still being recorded (run with --follow, or when it is complete)".into());
@@ -636,6 +676,15 @@ impl Collect<'_> {
             Err(_) if stopping => {
                 st.scans[k].state = "retrying";
                 PullEnd::Stopped
+            }
+            Err(XferError::Unfinished(msg)) => {
+                let s = &mut st.scans[k];
+                s.unfinished = true;
+                s.state = "pending";
+                let why = format!("never completed at the station ({msg}): pulled as it is");
+                (self.log)(&format!("{name}: {}: {why}", s.name));
+                s.errors.push(timed(&why));
+                PullEnd::Done
             }
             Err(e) if job.stalled => {
                 let s = &mut st.scans[k];
@@ -725,6 +774,9 @@ impl Collect<'_> {
                     }
                 }
             }
+            // what the station uses of its share: the scheduler gives the rest to the others
+            let rate: f64 = st.jobs.iter().map(|j| j.rate_bps).sum();
+            self.sched.measured(st.id, rate.max(0.0), now);
         }
     }
 

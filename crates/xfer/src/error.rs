@@ -12,6 +12,10 @@ pub enum XferError {
     /// The transfer started but did not complete verified (network, peer died, disk): exit code 1.
     #[error("{0}")]
     Failed(String),
+    /// A scan followed while it was recorded stopped growing and its recorder never marked it complete
+    /// (the recorder died or was stopped uncleanly): what arrived is kept as `.part`; exit code 1.
+    #[error("{0}")]
+    Unfinished(String),
     /// Not now: the daemon runs as many transfers as it may, or another transfer is writing one of the
     /// files; nothing was written, retry later: exit code 4.
     #[error("{0}")]
@@ -27,7 +31,7 @@ impl XferError {
         match self {
             XferError::Usage(_) => 2,
             XferError::Refused(_) => 3,
-            XferError::Failed(_) => 1,
+            XferError::Failed(_) | XferError::Unfinished(_) => 1,
             XferError::Busy(_) => 4,
             XferError::Io(_) => 5,
         }

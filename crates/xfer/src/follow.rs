@@ -188,7 +188,7 @@ pub fn follow_rounds<F: Follower>(
         if g.bytes != last_growth.1 {
             last_growth = (Instant::now(), g.bytes);
         } else if last_growth.0.elapsed() > follow.stall_timeout {
-            return Err(XferError::Failed(format!(
+            return Err(XferError::Unfinished(format!(
                 "scan {scan} has not grown for {:.0} s and its recorder has not marked it complete (did the recorder die?); what was sent is kept as .part at the destination, rerun without --follow to send it as it is",
                 follow.stall_timeout.as_secs_f64()
             )));
