@@ -228,6 +228,17 @@ fn field_system_session_of_several_scans() {
     // Mark5 hardware commands the FS may still send answer as on a FlexBuff.
     fs.expect("bank_set?", "!bank_set? 7 : ENOSYS - not implemented ;");
     fs.expect("data_check?", "!data_check? 7 : ENOSYS - not implemented ;");
+    // scan_set and scan_check? see the disks set_disks selected, read now: not a scan of other disks.
+    let other = disks.dir.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    fs.expect(&format!("set_disks = {}", other.display()), "!set_disks= 0 : 1 ;");
+    fs.expect(
+        "scan_set = exp_st_no0001",
+        "!scan_set= 4 : no recording 'exp_st_no0001a' on the selected disks ;",
+    );
+    fs.expect("set_disks = main", "!set_disks= 0 : 2 ;");
+    fs.expect("scan_set = exp_st_no0001", "!scan_set= 0 ;");
+    fs.rc("scan_check?", 0);
     d.stop();
 
     // The recordings: FlexBuff chunks on the disks, every frame stored, the garbage counted and dropped.

@@ -41,6 +41,15 @@ impl Controller {
         Ok(found)
     }
 
+    /// The scans on the disks `set_disks` selected, read from those disks now (as jive5ab's `scan_set`
+    /// and `scan_check?` see the selected mount points); the daemon's own list while none is selected.
+    pub(crate) fn scans_on_open_disks(&self) -> Vec<super::ScanEntry> {
+        if self.open_group.is_none() {
+            return self.scans().to_vec();
+        }
+        super::scan_list::scan_list(self.disks.as_ref(), &self.open_disks().0)
+    }
+
     /// The open group's existing directories, and its free and total bytes.
     pub(crate) fn open_disks(&self) -> (Vec<PathBuf>, u64, u64) {
         let Some(g) = &self.open_group else {

@@ -288,7 +288,8 @@ impl Jive5ab {
                 }
             }
         };
-        let Some(entry) = ctl.scans().iter().find(|s| s.name == name) else {
+        let on_disks = ctl.scans_on_open_disks();
+        let Some(entry) = on_disks.iter().find(|s| s.name == name) else {
             return err(
                 ReturnCode::Error,
                 format!("no recording '{name}' on the selected disks"),
@@ -352,7 +353,8 @@ impl Jive5ab {
                 format!("not whilst {} is being recorded", sel.name),
             );
         }
-        let Some(entry) = ctl.scans().iter().find(|s| s.name == sel.name) else {
+        let on_disks = ctl.scans_on_open_disks();
+        let Some(entry) = on_disks.iter().find(|s| s.name == sel.name) else {
             return err(
                 ReturnCode::Error,
                 format!("no recording '{}' on the selected disks", sel.name),
