@@ -413,10 +413,9 @@ impl Checker {
 
     /// The frame rate known when the highest frame number seen is `global_max`.
     fn rate_hint_at(&self, global_max: u32) -> Option<u32> {
-        self.config.frame_rate.or(self
-            .config
-            .metadata_frame_rate
-            .map(|r| r.max(global_max + 1)))
+        self.config
+            .frame_rate
+            .or(self.config.metadata_frame_rate.map(|r| r.max(global_max + 1)))
     }
 
     /// One VDIF frame (header checked by the framer).

@@ -194,8 +194,7 @@ fn feed<L: Log>(
     log: &mut L,
     read: &AtomicU64,
 ) -> (u64, bool) {
-    let size = std::env::var("VF_READ").ok().and_then(|v| v.parse().ok()).unwrap_or(READ_SIZE);
-    let mut pipe = ReadPipeline::start_ranges(plan.files.clone(), ranges.to_vec(), size, plan.frame_len);
+    let mut pipe = ReadPipeline::start_ranges(plan.files.clone(), ranges.to_vec(), READ_SIZE, plan.frame_len);
     let (mut bytes, mut failed) = (0u64, false);
     while let Some(ev) = pipe.next_event() {
         match ev {
@@ -280,13 +279,10 @@ pub(crate) fn run(
     let mut framer: Option<Framer> = None;
     let (mut total, mut reread) = (0u64, 0usize);
     for (k, run) in runs.into_iter().enumerate() {
-        let start = plan.ranges[k]
-            .iter()
-            .find(|r| r.len > 0)
-            .map(|r| Position {
-                file: r.file,
-                offset: r.offset,
-            });
+        let start = plan.ranges[k].iter().find(|r| r.len > 0).map(|r| Position {
+            file: r.file,
+            offset: r.offset,
+        });
         let failed = match framer.as_mut() {
             None => {
                 framer = Some(run.framer);
@@ -547,7 +543,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let files = write_stream(&items, dir.path(), 2);
         let rec = vlbiflow_reader::locate(&files, &[]).expect("locate");
-        let at: Vec<u64> = [1000, 2000, 2001, 3333].iter().map(|f| (f * LEN) as u64).collect();
+        let at: Vec<u64> = [1000, 2000, 2001, 3333]
+            .iter()
+            .map(|f| (f * LEN) as u64)
+            .collect();
         let plan = plan(&rec, &CheckConfig::default(), &Split::At(at.clone())).expect("split");
         assert_eq!(plan.ranges.len(), 5);
         let mut log = FindingLog::default();
