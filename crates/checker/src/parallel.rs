@@ -380,7 +380,7 @@ mod tests {
 
     /// A stream from the ops: items are frames (`Ok`) or garbage (`Err`) the engine-level test skips.
     fn build(threads: u16, ops: &[(u16, Op)]) -> Vec<Result<Vec<u8>, Vec<u8>>> {
-        let mut next = vec![0u64; 3];
+        let mut next = [0u64; 3];
         let mut alt = [false; 3];
         let mut out = Vec::new();
         for (t, o) in ops {
