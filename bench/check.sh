@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Benchmark of `vlbiflow check` and `gather` against `cat` reading the same files, from the page cache and
 # from disk, on a Mark6 scan across four disk directories (recorded by `vlbiflow demo --keep`) and on one
-# plain VDIF file of the same frames.
+# plain VDIF file of the same frames. The plain file is checked as `check` does by default (one validation
+# thread per core, each reading its own range of the file) and in one pass (`--threads 1`).
 #
 #   bench/check.sh [SECONDS] [OUT.md]      (defaults: 8 s of data at 4 Gb/s = 4 GB; docs/bench/check.md)
 #
@@ -43,15 +44,16 @@ cat_all() { cat "${FILES[@]}" >/dev/null; }
 catp() { cat "$DIR/plain.vdif" >/dev/null; }
 check_scan() { "$BIN" check demo_xx_001 --disk "$DIR/disk*" --quiet; }
 check_plain() { "$BIN" check "$DIR/plain.vdif" --quiet; }
+check_plain1() { "$BIN" check "$DIR/plain.vdif" --quiet --threads 1; }
 gather_null() { "$BIN" gather demo_xx_001 --disk "$DIR/disk*" -o - > /dev/null; }
 
 cat_all; check_scan; catp  # warm the cache
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 alt3 cat_all check_scan; C_CAT=$A; C_CHK=$B; alt3 cat_all gather_null; C_GAT=$B
-alt3 catp check_plain; C_CATP=$A; C_CHKP=$B
+alt3 catp check_plain; C_CATP=$A; C_CHKP=$B; alt3 catp check_plain1; C_CATP1=$A; C_CHKP1=$B
 COLD=1
 alt3 cat_all check_scan; D_CAT=$A; D_CHK=$B; alt3 cat_all gather_null; D_GAT=$B
-alt3 catp check_plain; D_CATP=$A; D_CHKP=$B
+alt3 catp check_plain; D_CATP=$A; D_CHKP=$B; alt3 catp check_plain1; D_CATP1=$A; D_CHKP1=$B
 LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
 
 python3 - "$OUT" "$BYTES" "$SECS" "$LOAD0" "$LOAD1" <<EOF
@@ -60,7 +62,9 @@ out, n, secs, load0, load1 = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.arg
 rows = [("Mark6 scan, 4 files", "page cache", $C_CAT, $C_CHK, $C_GAT),
         ("Mark6 scan, 4 files", "disk", $D_CAT, $D_CHK, $D_GAT),
         ("plain VDIF, 1 file", "page cache", $C_CATP, $C_CHKP, None),
-        ("plain VDIF, 1 file", "disk", $D_CATP, $D_CHKP, None)]
+        ("plain VDIF, 1 file", "disk", $D_CATP, $D_CHKP, None),
+        ("plain VDIF, 1 file, --threads 1", "page cache", $C_CATP1, $C_CHKP1, None),
+        ("plain VDIF, 1 file, --threads 1", "disk", $D_CATP1, $D_CHKP1, None)]
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 L = ["# \`vlbiflow check\` and \`gather\` against \`cat\`", "",
      f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",

@@ -8,6 +8,8 @@
 //! from the metadata, from EDV 1/3 sample rates, or learned as the highest frame number + 1):
 //! frames missing over a jump (s1,f1) -> (s2,f2), s2 > s1, = R (s2 - s1) - (f1 + 1) + f2.
 
+mod merge;
+
 use crate::stats::{SampleStats, StatsConfig};
 use serde::Serialize;
 use std::sync::Arc;
@@ -35,6 +37,8 @@ pub struct CheckConfig {
     pub metadata_frame_rate: Option<u32>,
     /// Sample statistics and spectra, if wanted.
     pub stats: Option<StatsConfig>,
+    /// Validation threads for a plain file read from start to end (`--threads`); None: one per core.
+    pub threads: Option<usize>,
 }
 
 /// A time stamp as (POSIX second, frame number): comparable across VDIF epochs.
@@ -45,6 +49,9 @@ struct RawJump {
     from: Stamp,
     to: Stamp,
     pos: Position,
+    /// A range engine's second crossing (s, f) -> (s + 1, 0): whether it is a wrap depends on the highest
+    /// frame number of the recording so far, of which the range knows only its own share (this). None: a jump.
+    candidate: Option<u32>,
 }
 
 /// Header fields that must stay constant within a thread: the first 20 bytes of its header (words 0-4;
@@ -112,6 +119,19 @@ struct ThreadState {
     recent_at: usize,
     max_frame: u32,
     sample_rate_hz: Option<u64>,
+    /// Jumps listed (candidates apart).
+    listed: usize,
+    /// Stamps remembered so far.
+    remembered: u64,
+    /// A frame went backwards while fewer than [`RECENT`] stamps were remembered: a range engine then
+    /// decided with a window that lacks the frames before its range.
+    early_backward: bool,
+    /// Header of the first frame.
+    first_sig: Signature,
+    /// The engine's highest frame number before this thread's first frame.
+    entry_max: u32,
+    /// Range engine: second crossings are listed as candidates, decided when the ranges are joined.
+    range: bool,
 }
 
 impl ThreadState {
@@ -140,6 +160,12 @@ impl ThreadState {
             recent_at: 0,
             max_frame: 0,
             sample_rate_hz: None,
+            listed: 0,
+            remembered: 0,
+            early_backward: false,
+            first_sig: sig,
+            entry_max: 0,
+            range: false,
         }
     }
 
@@ -156,26 +182,33 @@ impl ThreadState {
                 from: self.last,
                 to: stamp,
                 pos,
+                candidate: None,
             });
         } else if s2 > s1 {
             self.cross_seconds += s2 - s1;
             self.cross_f1p1 += u64::from(f1) + 1;
             self.cross_f2 += u64::from(f2);
-            let wrapped = s2 == s1 + 1
-                && f2 == 0
-                && match rate_hint {
-                    Some(r) => f1 + 1 == r,
-                    None => f1 >= global_max,
-                };
-            if !wrapped {
+            let crossing = s2 == s1 + 1 && f2 == 0;
+            if crossing && self.range {
+                self.candidate(RawJump {
+                    from: self.last,
+                    to: stamp,
+                    pos,
+                    candidate: Some(global_max),
+                });
+            } else if !(crossing && wraps(f1, rate_hint, global_max)) {
                 self.jump(RawJump {
                     from: self.last,
                     to: stamp,
                     pos,
+                    candidate: None,
                 });
             }
         } else {
             // Backwards: a repeat of a recent frame, or a late one filling a hole counted before.
+            if self.remembered < RECENT as u64 {
+                self.early_backward = true;
+            }
             if stamp == self.last || self.recent.contains(&stamp) {
                 self.duplicates += 1;
                 return false;
@@ -193,13 +226,22 @@ impl ThreadState {
     fn remember(&mut self, stamp: Stamp) {
         self.recent[self.recent_at] = stamp;
         self.recent_at = (self.recent_at + 1) % RECENT;
+        self.remembered += 1;
     }
 
     fn jump(&mut self, j: RawJump) {
         self.jumps_total += 1;
-        if self.jumps.len() < MAX_JUMPS_LISTED {
+        if self.listed < MAX_JUMPS_LISTED {
+            self.listed += 1;
             self.jumps.push(j);
         }
+    }
+
+    /// A range engine's second crossing, decided when the ranges are joined (every one is kept: there is
+    /// one per second and thread at most).
+    #[cold]
+    fn candidate(&mut self, j: RawJump) {
+        self.jumps.push(j);
     }
 
     /// Frames missing at frame rate `r`, with late frames filling holes.
@@ -209,6 +251,16 @@ impl ThreadState {
             + self.cross_f2 as i128
             - self.late as i128;
         m.max(0) as u64
+    }
+}
+
+/// Whether a step from frame `f1` of a second to frame 0 of the next is the stream's normal wrap: at the
+/// frame rate known (`rate_hint`), or else at the highest frame number seen so far.
+#[inline]
+fn wraps(f1: u32, rate_hint: Option<u32>, global_max: u32) -> bool {
+    match rate_hint {
+        Some(r) => f1 + 1 == r,
+        None => f1 >= global_max,
     }
 }
 
@@ -320,6 +372,11 @@ pub struct Checker {
     files: Arc<FileTable>,
     stats: Option<SampleStats>,
     mark5b_ref_mjd: i64,
+    /// Range engine (see [`merge`]): second crossings become candidates.
+    range: bool,
+    /// Fill attributed to a frame marked frame numbers (a range engine's view of "one thread" may differ
+    /// from the whole recording's).
+    fill_marked: bool,
 }
 
 impl Checker {
@@ -345,14 +402,20 @@ impl Checker {
             files,
             stats,
             mark5b_ref_mjd: UtcTime::now().mjd().0,
+            range: false,
+            fill_marked: false,
         }
     }
 
     fn rate_hint(&self) -> Option<u32> {
-        self.config.frame_rate.or(self
-            .config
-            .metadata_frame_rate
-            .map(|r| r.max(self.global_max + 1)))
+        self.rate_hint_at(self.global_max)
+    }
+
+    /// The frame rate known when the highest frame number seen is `global_max`.
+    fn rate_hint_at(&self, global_max: u32) -> Option<u32> {
+        self.config
+            .frame_rate
+            .or(self.config.metadata_frame_rate.map(|r| r.max(global_max + 1)))
     }
 
     /// One VDIF frame (header checked by the framer).
@@ -414,6 +477,8 @@ impl Checker {
         }
         let mut t = ThreadState::new(thread, sig, stamp, pos);
         t.sample_rate_hz = rate();
+        t.entry_max = self.global_max;
+        t.range = self.range;
         self.threads.push(t);
         self.slot[thread as usize] = (self.threads.len() - 1) as u16;
         self.threads.len() - 1
@@ -512,6 +577,7 @@ impl Checker {
     /// least `before.frame + pending + 1` frames: a frame rate learned from frame numbers must not be lower.
     fn fill_marks_frame_numbers(&mut self, before: Stamp, after: Stamp, pending: u64) {
         if after.0 == before.0 + 1 && after.1 == 0 {
+            self.fill_marked = true;
             let highest = u64::from(before.1) + pending;
             if let Ok(h) = u32::try_from(highest) {
                 self.global_max = self.global_max.max(h);

@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 pub mod engine;
+mod parallel;
 pub mod plot;
 pub mod report;
 pub mod stats;

@@ -83,7 +83,17 @@ impl FrameSink for Sink<'_> {
 
 /// Checks a recording: reads it in block order, frames it and runs the engine. `progress` is called with
 /// the bytes read so far every few hundred MB.
-pub fn check(rec: &Recording, mut config: CheckConfig, mut progress: impl FnMut(u64)) -> Report {
+pub fn check(rec: &Recording, config: CheckConfig, progress: impl FnMut(u64)) -> Report {
+    check_split(rec, config, progress, crate::parallel::Split::Cores)
+}
+
+/// [`check`] with the frame stream of a plain recording split as `split` says.
+pub(crate) fn check_split(
+    rec: &Recording,
+    mut config: CheckConfig,
+    mut progress: impl FnMut(u64),
+    split: crate::parallel::Split,
+) -> Report {
     let started = Instant::now();
     let mut log = FindingLog::default();
     for f in &rec.findings {
@@ -93,6 +103,19 @@ pub fn check(rec: &Recording, mut config: CheckConfig, mut progress: impl FnMut(
         config.metadata_frame_rate = rec.frame_rate_hint();
     }
     let plot_path = config.stats.as_ref().and_then(|s| s.plot.clone());
+    if let Some(plan) = crate::parallel::plan(rec, &config, &split) {
+        let run = crate::parallel::run(&plan, config, &mut log, &mut progress);
+        let outcome = Outcome {
+            files: plan.files.clone(),
+            log,
+            engine: run.checker.finish(),
+            streams: Vec::new(),
+            blocks: None,
+            garbage_bytes: run.garbage_bytes,
+            read: run.read,
+        };
+        return conclude(rec, outcome, plot_path, started);
+    }
     let mut pipe = ReadPipeline::start(rec);
     let files = pipe.files();
     // A scan of several streams whose metadata says which block holds which stream's frames is checked
@@ -183,11 +206,50 @@ pub fn check(rec: &Recording, mut config: CheckConfig, mut progress: impl FnMut(
             parts.push((String::new(), e));
         }
     }
-    let mut engine = if routes.is_some() {
+    let engine = if routes.is_some() {
         EngineReport::merge(parts).expect("at least one stream")
     } else {
         parts.pop().expect("one lane").1
     };
+    let outcome = Outcome {
+        files,
+        log,
+        engine,
+        streams,
+        blocks,
+        garbage_bytes,
+        read,
+    };
+    conclude(rec, outcome, plot_path, started)
+}
+
+/// What reading and the engine found, for [`conclude`].
+struct Outcome {
+    files: std::sync::Arc<vlbiflow_reader::finding::FileTable>,
+    log: FindingLog,
+    engine: EngineReport,
+    streams: Vec<StreamCheck>,
+    blocks: Option<BlockStats>,
+    garbage_bytes: u64,
+    read: u64,
+}
+
+/// The verdict and report from what a check found.
+fn conclude(
+    rec: &Recording,
+    outcome: Outcome,
+    plot_path: Option<std::path::PathBuf>,
+    started: Instant,
+) -> Report {
+    let Outcome {
+        files,
+        mut log,
+        mut engine,
+        streams,
+        blocks,
+        garbage_bytes,
+        read,
+    } = outcome;
     for f in std::mem::take(&mut engine.findings) {
         log.push(f);
     }

@@ -51,6 +51,8 @@ pub struct Framer {
     files: Arc<FileTable>,
     /// Bytes skipped as garbage.
     pub garbage_bytes: u64,
+    /// Where the frame shape was learned.
+    learned_at: Option<Position>,
 }
 
 impl Framer {
@@ -70,7 +72,29 @@ impl Framer {
             garbage: None,
             files,
             garbage_bytes: 0,
+            learned_at: None,
         }
+    }
+
+    /// Whether a framer fed the bytes that follow, from `at` on, with a new framer (`next`) behaved as
+    /// `self` would have: `self` holds no partial frame and is not skipping garbage, and `next` learned the
+    /// same frame shape from a frame at `at` (so skipped nothing before it).
+    pub fn continues_into(&self, next: &Framer, at: Position) -> bool {
+        self.carry.is_empty()
+            && self.garbage.is_none()
+            && self.shape.is_some()
+            && self.shape == next.shape
+            && self.hint == next.hint
+            && self.format == next.format
+            && next.learned_at == Some(at)
+    }
+
+    /// Takes on the state of `next`, a framer fed the bytes that follow (where
+    /// [`continues_into`](Self::continues_into) holds): `self` becomes the framer fed both.
+    pub fn join(&mut self, next: Framer) {
+        let garbage = self.garbage_bytes;
+        *self = next;
+        self.garbage_bytes += garbage;
     }
 
     /// Frame length in use (learned or given), once known.
@@ -202,6 +226,7 @@ impl Framer {
                     match self.learn(&region[p..]) {
                         Some(s) => {
                             self.shape = Some(s);
+                            self.learned_at = Some(Self::pos(base, p));
                             continue;
                         }
                         None => {

@@ -125,6 +125,9 @@ struct Span {
     len: u64,
     align: usize,
     block: Option<u32>,
+    /// The span starts (ends) a segment: a block, chunk or file. A part of a plain file need not.
+    opens: bool,
+    closes: bool,
 }
 
 impl Span {
@@ -135,8 +138,21 @@ impl Span {
             len,
             align: 1,
             block,
+            opens: true,
+            closes: true,
         }
     }
+}
+
+/// A byte range of a plain frame file, for [`ReadPipeline::start_ranges`].
+#[derive(Debug, Clone)]
+pub struct FileRange {
+    pub path: PathBuf,
+    pub file: FileId,
+    pub offset: u64,
+    pub len: u64,
+    /// Length of the whole file: the range's last piece ends the file's segment when it reaches it.
+    pub file_len: u64,
 }
 
 /// Context shared by a reader thread.
@@ -174,6 +190,8 @@ impl ReaderCtx {
             len,
             align,
             block,
+            opens,
+            closes,
         } = span;
         let step = (self.pool.size / align.max(1)).max(1) * align.max(1);
         let step = step.min(self.pool.size);
@@ -184,8 +202,8 @@ impl ReaderCtx {
                 buf: Vec::new(),
                 len: 0,
                 block,
-                segment_start: true,
-                segment_end: true,
+                segment_start: opens,
+                segment_end: closes,
                 pool: None,
             }));
         }
@@ -212,8 +230,8 @@ impl ReaderCtx {
                 buf,
                 len: n,
                 block,
-                segment_start: done == 0,
-                segment_end: done + n as u64 == len,
+                segment_start: done == 0 && opens,
+                segment_end: done + n as u64 == len && closes,
                 pool: Some(self.pool.tx.clone()),
             };
             done += n as u64;
@@ -449,6 +467,8 @@ fn mark6_reader(mut ctx: ReaderCtx, path: PathBuf, id: FileId, header: Mark6File
                     len: payload,
                     align: header.packet_size as usize,
                     block: Some(number),
+                    opens: true,
+                    closes: true,
                 };
                 if !ctx.send_range(&file, &path, id, span) {
                     return;
@@ -543,6 +563,36 @@ fn plain_reader(mut ctx: ReaderCtx, files: Vec<(PathBuf, FileId)>) {
             }
         };
         if !ctx.send_range(&file.0, &path, id, Span::whole(file.1, None)) {
+            return;
+        }
+    }
+}
+
+fn ranges_reader(mut ctx: ReaderCtx, ranges: Vec<FileRange>, align: usize) {
+    for r in ranges {
+        let file = match open_sequential(&r.path) {
+            Ok(f) => f,
+            Err(e) => {
+                if !ctx.finding(Finding::in_file(
+                    Severity::Error,
+                    FindingKind::Io,
+                    &r.path,
+                    format!("cannot open: {e}"),
+                )) {
+                    return;
+                }
+                continue;
+            }
+        };
+        let span = Span {
+            offset: r.offset,
+            len: r.len,
+            align,
+            block: None,
+            opens: r.offset == 0,
+            closes: r.offset + r.len == r.file_len,
+        };
+        if !ctx.send_range(&file, &r.path, r.file, span) {
             return;
         }
     }
@@ -668,6 +718,51 @@ impl ReadPipeline {
                 .stream
                 .filter(|_| !rec.stream_labels().is_empty())
                 .and_then(|i| Some((rec.metadata.clone()?, i))),
+        }
+    }
+
+    /// Reads byte ranges of plain frame files (whose positions `files` names), one after the other, on one
+    /// reader thread: a part of a recording read by one of several validation threads. A piece ends a
+    /// segment only where its range reaches the end of the file, and starts one only at the file's start.
+    ///
+    /// Reads are of `read_size` bytes, rounded down to whole `frame_len` units: pieces small enough to be
+    /// still in the processor's cache when the framer looks at them (a copy out of the page cache into a
+    /// buffer larger than the cache costs more than the check of the frames in it).
+    pub fn start_ranges(
+        files: Arc<FileTable>,
+        ranges: Vec<FileRange>,
+        read_size: usize,
+        frame_len: usize,
+    ) -> ReadPipeline {
+        let cancel = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = bounded(QUEUE_DEPTH);
+        let align = frame_len.clamp(1, read_size.max(1));
+        let size = (read_size / align).max(1) * align;
+        let ctx = ReaderCtx {
+            tx,
+            pool: BufferPool::new(size, QUEUE_DEPTH + 2),
+            cancel: cancel.clone(),
+        };
+        let handle = std::thread::Builder::new()
+            .name("read range".into())
+            .spawn(move || ranges_reader(ctx, ranges, align))
+            .expect("spawn reader thread");
+        ReadPipeline {
+            heads: vec![Head {
+                rx,
+                head: None,
+                done: false,
+            }],
+            current: None,
+            files,
+            cancel,
+            threads: vec![handle],
+            numbered: false,
+            high: None,
+            stats: BlockStats::default(),
+            unit: "file",
+            pending: Default::default(),
+            only: None,
         }
     }
 

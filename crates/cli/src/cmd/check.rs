@@ -55,6 +55,10 @@ pub struct Args {
     /// Frames per second of each thread used for statistics
     #[arg(long, value_name = "N", default_value_t = 8)]
     stats_frames: u32,
+    /// Validation threads for plain files (default: one per core); 1 checks in one pass. Mark6 and
+    /// FlexBuff scans and --stats are checked in one pass
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
     /// No progress on standard error
     #[arg(long, short)]
     quiet: bool,
@@ -63,6 +67,9 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.frame_rate == Some(0) {
         usage!("--frame-rate must be positive");
+    }
+    if args.threads == Some(0) {
+        usage!("--threads must be positive");
     }
     let rec = match locate(&args.scan, &args.disk) {
         Ok(r) => r,
@@ -77,6 +84,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let config = CheckConfig {
         frame_rate: args.frame_rate,
         stats,
+        threads: args.threads,
         ..Default::default()
     };
     let total = rec.total_bytes();
