@@ -482,7 +482,7 @@ pub(super) mod tests {
         let mut seen = vec![false; blocks];
         let mut buf = vec![0u8; 65536];
         let mut now = std::time::Instant::now();
-        // one round at a time, each drained before the next (the receiving socket's buffer is small)
+        // one round at a time, each drained before the next (the receiving socket holds a round)
         let mut got = 0;
         while got < blocks {
             let r = out.round(&mut s, &set, sock, now, |_| {});
