@@ -18,6 +18,7 @@ mod trace;
 mod window;
 
 pub use outcome::{SendOutcome, SendParams, SendSummary};
+pub use output::GSO_ENV;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;

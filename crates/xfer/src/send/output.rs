@@ -37,6 +37,9 @@ const GSO_MSGS: usize = 64;
 const GSO_MAX_BYTES: usize = 65_507;
 /// Most datagrams in one GSO message (the kernel's UDP_MAX_SEGMENTS is 64 on older kernels).
 const GSO_MAX_SEGMENTS: usize = 64;
+/// Set to `0` or `off`, the sender sends one datagram per message instead of GSO messages (for comparing
+/// the two; GSO is on otherwise, and turns itself off when the kernel refuses it).
+pub const GSO_ENV: &str = "VLBIFLOW_XFER_GSO";
 
 /// Window `k` of a transfer: 0 the current one, then the kept ones, newest first.
 fn window_of<'a>(win: &'a Win, kept: &'a std::collections::VecDeque<Win>, k: usize) -> &'a Win {
@@ -82,6 +85,11 @@ pub struct Output {
     aead_key: Option<[u8; 32]>,
     /// `sendmmsg` calls that failed (the datagrams count as lost; the receiver reports them).
     pub send_errors: u64,
+    /// Runs of equal-size datagrams are sent as GSO messages: on unless [`GSO_ENV`] turns it off, or
+    /// the kernel refused a GSO send.
+    gso: bool,
+    /// The kernel refused a GSO send of this transfer (datagrams go out one per message since).
+    pub gso_refused: bool,
     /// Bytes read with `O_DIRECT`, by both threads.
     direct: Arc<AtomicU64>,
     /// Windows read.
@@ -134,6 +142,8 @@ impl Output {
             direct,
             aead_key,
             send_errors: 0,
+            gso: gso_from_env(),
+            gso_refused: false,
             windows: 0,
             windows_ahead: 0,
             read_wait: Duration::ZERO,
@@ -322,7 +332,11 @@ impl Output {
         }
     }
 
-    /// Sends what is queued: runs of datagrams of one length become GSO messages.
+    /// Sends what is queued: runs of datagrams of one length become GSO messages (one datagram per
+    /// message once GSO is off). A GSO message the kernel refuses (EIO: the device cannot checksum UDP or
+    /// the route is IPsec; EINVAL: a segment with its headers exceeds the path MTU, or UDP checksums are
+    /// off on the socket) turns GSO off for the rest of the transfer, and that message and the rest of its
+    /// batch go out again one datagram each.
     fn flush(&mut self, sock: &UdpSocket) -> usize {
         let total = self.descs.len();
         if total == 0 {
@@ -330,7 +344,6 @@ impl Output {
         }
         let slot = self.slot_len();
         let dgram_max = GSO_MAX_BYTES;
-        let segs_max = self.tx.parts() / 2;
         let (win, kept, arena, hdrs, descs) = (&self.win, &self.kept, &self.arena, &self.hdrs, &self.descs);
         let payload = |i: usize| -> &[u8] {
             let d = descs[i];
@@ -339,11 +352,15 @@ impl Output {
                 Src::Arena(a) => &arena[a * slot..a * slot + d.len],
             }
         };
-        let mut parts: Vec<&[u8]> = Vec::with_capacity(2 * segs_max);
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(self.tx.parts());
+        // the first datagram of each message of the batch being sent
+        let mut starts = [0usize; GSO_MSGS];
         let mut i = 0;
         while i < total {
+            let segs_max = if self.gso { self.tx.parts() / 2 } else { 1 };
             let mut batch = self.tx.batch();
             while i < total && !batch.is_full() {
+                starts[batch.len()] = i;
                 // a run of equal lengths (only the last datagram of a GSO message may be shorter)
                 let seg = HEADER_LEN + descs[i].len;
                 let mut j = i;
@@ -368,14 +385,30 @@ impl Output {
                 debug_assert!(ok, "room checked");
                 i = j;
             }
-            if batch.flush(sock).is_err() {
+            match batch.flush(sock) {
+                Ok(_) => {}
+                Err(e) if self.gso && gso_refused(&e) => {
+                    self.gso = false;
+                    self.gso_refused = true;
+                    i = starts[e.sent.messages];
+                }
                 // lost datagrams are reported by the receiver and sent again
-                self.send_errors += 1;
+                Err(_) => self.send_errors += 1,
             }
         }
         self.descs.clear();
         total
     }
+}
+
+/// Whether GSO sends are on: unless [`GSO_ENV`] is `0` or `off` (for comparing the two).
+fn gso_from_env() -> bool {
+    !matches!(std::env::var(GSO_ENV).as_deref(), Ok("0" | "off"))
+}
+
+/// Whether a failed send is the kernel refusing UDP GSO (the same datagrams may go out one by one).
+fn gso_refused(e: &vlbiflow_udp::SendError) -> bool {
+    e.gso_segment.is_some() && matches!(e.source.raw_os_error(), Some(libc::EIO | libc::EINVAL))
 }
 
 #[cfg(test)]
@@ -421,6 +454,92 @@ pub(super) mod tests {
             .is_ok();
         let first = std::fs::File::open(&set.paths[0]).unwrap();
         (direct, crate::source::cached_pages(&first, 0, 1).is_some())
+    }
+
+    /// Sends a file of `size` bytes in 1 KiB blocks through `Output` over loopback from `sock`, checks
+    /// every datagram a plain receiving socket (no GRO: each datagram on its own) gets against the file
+    /// (each payload is the file's bytes where its header says, every block comes once), and returns
+    /// the output's GSO state (on, refused) and the send counters.
+    fn send_over_loopback(sock: &UdpSocket, size: u64) -> (bool, bool, vlbiflow_udp::SendStats) {
+        use vlbiflow_xfer_proto::wire::DataPacket;
+        use vlbiflow_xfer_proto::{RateConfig, SenderConfig};
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        // room for a round of single datagrams (each takes a few KB of the buffer); capped by rmem_max
+        socket2::SockRef::from(&rx).set_recv_buffer_size(4 << 20).unwrap();
+        sock.connect(rx.local_addr().unwrap()).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let set = Arc::new(files(dir.path(), &[size]));
+        let mut sc = SenderConfig::new(7, RateConfig::fixed(1e9));
+        sc.block_size = 1024;
+        sc.chunk_size = 8192;
+        sc.max_burst = 64;
+        let mut s = Sender::new(sc);
+        s.add_file("f0", size, None).unwrap();
+        s.close();
+        let mut out = Output::new(set.clone(), 1024, None, s.subtree_block(), Held::default(), false);
+        let blocks = size.div_ceil(1024) as usize;
+        let mut seen = vec![false; blocks];
+        let mut buf = vec![0u8; 65536];
+        let mut now = std::time::Instant::now();
+        // one round at a time, each drained before the next (the receiving socket holds a round)
+        let mut got = 0;
+        while got < blocks {
+            let r = out.round(&mut s, &set, sock, now, |_| {});
+            assert!(r.read_error.is_none());
+            for _ in 0..r.datagrams {
+                let n = rx.recv(&mut buf).unwrap();
+                let p = DataPacket::new_checked(&buf[..n]).unwrap();
+                assert_eq!(p.flags() & vlbiflow_xfer_proto::wire::FLAG_RETRANSMIT, 0);
+                let (o, len) = (p.offset(), p.payload_len() as usize);
+                let want: Vec<u8> = (0..len as u64).map(|k| byte(0, o + k)).collect();
+                assert!(p.payload() == &want[..], "payload at {o}");
+                assert!(
+                    !std::mem::replace(&mut seen[(o / 1024) as usize], true),
+                    "{o} twice"
+                );
+                got += 1;
+            }
+            now += Duration::from_millis(1);
+        }
+        assert!(seen.iter().all(|&b| b));
+        (out.gso, out.gso_refused, out.tx.stats())
+    }
+
+    /// Runs of equal-size datagrams leave as GSO messages (fewer messages than datagrams), and each
+    /// datagram arrives on its own with the file's bytes; the short last one ends its message.
+    #[test]
+    fn runs_of_datagrams_leave_as_gso_messages() {
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let (gso, refused, st) = send_over_loopback(&sock, 200 * 1024 - 100);
+        assert!(gso && !refused);
+        assert_eq!(st.datagrams, 200);
+        assert!(st.messages < 20, "{st:?}");
+    }
+
+    /// A socket with UDP checksums off (`SO_NO_CHECK`), on which the kernel refuses every GSO send with
+    /// EINVAL: the refused message and the rest go out one datagram per message, GSO stays off, and no
+    /// datagram is lost.
+    #[test]
+    #[allow(unsafe_code)]
+    fn a_refused_gso_send_falls_back_to_one_datagram_per_message() {
+        use std::os::fd::AsRawFd;
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let one: libc::c_int = 1;
+        // SAFETY: a valid socket and a c_int option value of the size given.
+        let rc = unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_NO_CHECK,
+                &one as *const libc::c_int as *const libc::c_void,
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+        let (gso, refused, st) = send_over_loopback(&sock, 200 * 1024 - 100);
+        assert!(!gso && refused);
+        assert_eq!((st.datagrams, st.messages), (200, 200), "{st:?}");
     }
 
     /// Files of odd sizes (some far smaller than a window, one spanning several, one empty), read through
