@@ -166,7 +166,11 @@ fn main() -> ExitCode {
             if json {
                 out::json_error(&e, code);
             }
-            eprintln!("vlbiflow: error: {}", out::error_line(&e));
+            eprintln!(
+                "{}vlbiflow: error: {}",
+                logging::error_prefix(),
+                out::error_line(&e)
+            );
             ExitCode::from(code)
         }
     }
