@@ -87,6 +87,16 @@ fn stderr_is_journal() -> bool {
     }
 }
 
+/// What precedes the process's last words on standard error (`vlbiflow: error: ...`, written without the
+/// log): the journal's error priority `<3>` when standard error is the journal, else nothing.
+pub fn error_prefix() -> &'static str {
+    if stderr_is_journal() {
+        "<3>"
+    } else {
+        ""
+    }
+}
+
 /// Sets up the process's log once: format, level filter, journal detection. A filter that does not parse
 /// is a usage error.
 pub fn init(format: LogFormat, level: Option<&str>) -> Result<(), String> {

@@ -155,7 +155,8 @@ fn main() -> ExitCode {
         }
     };
     match result {
-        Ok(code) => code,
+        // a command that runs until stopped ends with 0 on SIGTERM, 130 on Ctrl-C (stop::exit_status)
+        Ok(code) => stop::exit_status(code),
         // the reader of standard output has gone (frames or a summary written to a closed pipe)
         Err(e) if out::is_closed_stdout(&e) => ExitCode::from(out::CLOSED),
         Err(e) => {
@@ -165,7 +166,11 @@ fn main() -> ExitCode {
             if json {
                 out::json_error(&e, code);
             }
-            eprintln!("vlbiflow: error: {}", out::error_line(&e));
+            eprintln!(
+                "{}vlbiflow: error: {}",
+                logging::error_prefix(),
+                out::error_line(&e)
+            );
             ExitCode::from(code)
         }
     }

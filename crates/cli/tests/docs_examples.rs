@@ -479,7 +479,7 @@ fn readme_net(d: &Docs) {
         "vlbiflow net capacity far.example.org --hops",
         "needs routers between the hosts that answer TTL-limited trains; loopback has none",
     );
-    assert_eq!(resp.interrupt(), Some(0), "net responder");
+    assert_eq!(resp.interrupt(), Some(130), "net responder");
     for p in [
         "vlbiflow net hub",
         "vlbiflow net agent",
@@ -530,8 +530,8 @@ fn readme_realtime(d: &Docs) {
     let mut relay = env.bg("relay", &relay);
     wait_port(&mut relay, env.port("edge"), true);
     env.run(&d.take(f, "vlbiflow play ek051_ef_no0001"));
-    assert_eq!(relay.interrupt(), Some(0), "relay");
-    assert_eq!(recv.interrupt(), Some(0), "receive");
+    assert_eq!(relay.interrupt(), Some(130), "relay");
+    assert_eq!(recv.interrupt(), Some(130), "receive");
     env.made("data/ek051_ef_no0001.vdif");
     assert!(env.path("fills.txt").exists(), "no fill log");
 }
@@ -551,7 +551,7 @@ fn realtime_md(d: &Docs) {
     wait_port(&mut rec, env.port("4001"), true);
     feed(&env, "4001", 2000);
     assert_eq!(rec.finish(), Some(0), "record");
-    assert_eq!(recv.interrupt(), Some(0), "receive");
+    assert_eq!(recv.interrupt(), Some(130), "receive");
     env.made("data/ek051_ef_no0001.vdif");
     // a FIFO output needs its reader
     let fifo = env.path("tmp/ef.fifo");
@@ -569,21 +569,21 @@ fn realtime_md(d: &Docs) {
     );
     wait_port(&mut recv2, env.port("4001"), true);
     feed(&env, "4001", 500);
-    assert_eq!(recv2.interrupt(), Some(0), "receive to a FIFO");
+    assert_eq!(recv2.interrupt(), Some(130), "receive to a FIFO");
     for (name, prefix) in [
         ("relay", "vlbiflow relay --listen 0.0.0.0:46227 --to"),
         ("relay reorder", "vlbiflow relay --listen 0.0.0.0:46227 --reorder"),
     ] {
         let mut r = env.bg(name, &d.take(f, prefix));
         wait_port(&mut r, env.port("46227"), true);
-        assert_eq!(r.interrupt(), Some(0), "{name}");
+        assert_eq!(r.interrupt(), Some(130), "{name}");
     }
     // the replay of a recorded scan, from the recording above (under /mnt/disk* here), to a sink
     let mut sink = env.bg("sink", "vlbiflow sink --listen 10.0.0.2:46227");
     wait_port(&mut sink, env.port("10.0.0.2:46227"), true);
     let play = d.take(f, "vlbiflow play ek051_ef_no0001");
     env.run(&play.replace("'/mnt/disks/1/*/data'", "'/mnt/disk*'"));
-    assert_eq!(sink.interrupt(), Some(0), "sink");
+    assert_eq!(sink.interrupt(), Some(130), "sink");
     // a frame file covering 12:30:00-12:30:12 (small frames), replayed from 12:30:10
     env.run(
         "vlbiflow gen --output /data/scan.vdif --threads 2 --pps 100 --frame-size 1056 --count 2400 \
@@ -592,7 +592,7 @@ fn realtime_md(d: &Docs) {
     let mut sink = env.bg("sink", "vlbiflow sink --listen 127.0.0.1:4001");
     wait_port(&mut sink, env.port("4001"), true);
     env.run(&d.take(f, "vlbiflow play /data/scan.vdif"));
-    assert_eq!(sink.interrupt(), Some(0), "sink");
+    assert_eq!(sink.interrupt(), Some(130), "sink");
 }
 
 fn xfer_examples(d: &Docs) {
@@ -657,7 +657,7 @@ fn xfer_examples(d: &Docs) {
     env.made("mnt/raid/exp1/exp1_st_no0002.vdif");
     env.run(&d.take(f, "vlbiflow xfer pull --scan exp1_st_no0001"));
     env.run(&d.take(f, "vlbiflow xfer history"));
-    assert_eq!(serve.interrupt(), Some(0), "xfer serve");
+    assert_eq!(serve.interrupt(), Some(130), "xfer serve");
 
     // docs/xfer.md, against its own daemon with two roots
     let f = "docs/xfer.md";
@@ -675,8 +675,8 @@ fn xfer_examples(d: &Docs) {
         f,
         "vlbiflow xfer push --scan exp1_st_no0001 --disk '/mnt/disks/*/*/data' --follow",
     ));
-    assert_eq!(serve.interrupt(), Some(0), "xfer serve");
-    assert_eq!(station.interrupt(), Some(0), "station's xfer serve");
+    assert_eq!(serve.interrupt(), Some(130), "xfer serve");
+    assert_eq!(station.interrupt(), Some(130), "station's xfer serve");
 }
 
 fn readme_recorder_daemon(d: &Docs) {
@@ -707,7 +707,7 @@ fn readme_recorder_daemon(d: &Docs) {
     env.run(&d.take(f, "vlbiflow status"));
     env.run(&d.take(f, "echo 'record=off;' | vlbiflow ctl"));
     env.run(&d.take(f, "vlbiflow ctl --wait-busy 30s"));
-    assert_eq!(serve.interrupt(), Some(0), "serve");
+    assert_eq!(serve.interrupt(), Some(130), "serve");
     env.made("tmp/vlbiflow-disks/0/exp_st_scan1.vdif");
 }
 
@@ -724,7 +724,7 @@ fn jive5ab_and_python_md(d: &Docs) {
     wait_port(&mut sink, env.port("46227"), true);
     let gen = d.take(f, "vlbiflow gen --dest 127.0.0.1:46227");
     env.run(&scale(&gen, &[("--count 156250", "--count 1562")]));
-    assert_eq!(sink.interrupt(), Some(0), "sink");
+    assert_eq!(sink.interrupt(), Some(130), "sink");
 
     let f = "docs/python.md";
     let pip = "installs the Python package from the network (scripts/test installs it with this line into a \

@@ -109,7 +109,8 @@ fn record_discard_needs_no_disk_and_counts_loss() {
     }
     sh(&["kill", "-INT", &pid]);
     let out = output_within(rec, Duration::from_secs(20));
-    assert!(out.status.success(), "record --discard failed");
+    // Ctrl-C: the summary, then 130
+    assert_eq!(out.status.code(), Some(130), "record --discard failed");
     let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let c = &meta["streams"][0]["counters"];
     // 30 frames left out; the last (frame 2999) ends the stream, so no later frame reveals it: 29 lost.

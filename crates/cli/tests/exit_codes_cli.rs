@@ -335,8 +335,80 @@ fn a_port_in_use_is_an_io_error() {
     );
 }
 
+/// How a command that runs until stopped shows it is ready: a bound port (UDP or TCP) or a line.
+enum Ready<'a> {
+    Udp(u16),
+    Tcp(u16),
+    Line(&'a str),
+}
+
+/// A command that runs until stopped, started, waited for until it is ready, then sent `sig`: it
+/// prints its summary (a line containing `summary`); returns its exit status.
+fn stopped_by(home: &Path, args: &[&str], ready: Ready, sig: libc::c_int, summary: &str) -> Option<i32> {
+    let mut p = Proc::spawn(&args.join(" "), vf(home, args));
+    match ready {
+        Ready::Udp(port) => wait_port(&mut p, port, true),
+        Ready::Tcp(port) => wait_port(&mut p, port, false),
+        Ready::Line(l) => {
+            p.wait_line(l);
+        }
+    }
+    p.signal(sig);
+    p.wait_line(summary);
+    p.finish()
+}
+
+/// Ctrl-C (SIGINT) on a command that runs until stopped: its summary, then 130 (interrupted); SIGTERM
+/// (`systemctl stop`, `kill`): a clean stop, its summary, then 0.
+#[test]
+fn ctrl_c_ends_daemons_with_130_and_sigterm_with_0() {
+    let t = tempfile::tempdir().unwrap();
+    let home = t.path();
+    let key = home.join("k.key").display().to_string();
+    expect(home, &["xfer", "key", "--create", "--key", &key], 0);
+    let root = format!("data={}", home.display());
+    for (sig, want) in [(libc::SIGINT, 130), (libc::SIGTERM, 0)] {
+        let port = free_port();
+        let listen = format!("127.0.0.1:{port}");
+        let code = stopped_by(
+            home,
+            &["sink", "--listen", &listen],
+            Ready::Udp(port),
+            sig,
+            "sink: ",
+        );
+        assert_eq!(code, Some(want), "sink, signal {sig}");
+
+        let disk = home.join(format!("disk{sig}"));
+        std::fs::create_dir(&disk).unwrap();
+        let (disk, stream) = (
+            disk.display().to_string(),
+            format!("a=vdif@127.0.0.1:{}", free_port()),
+        );
+        let args = [
+            "record",
+            "--stream",
+            &stream,
+            "--disk",
+            &disk,
+            "--scan",
+            "sig_st_0001",
+        ];
+        let code = stopped_by(home, &args, Ready::Line("ready: receiving"), sig, "recorded for");
+        assert_eq!(code, Some(want), "record, signal {sig}");
+
+        let port = free_port();
+        let listen = format!("127.0.0.1:{port}");
+        let args = [
+            "xfer", "serve", "--listen", &listen, "--root", &root, "--key", &key,
+        ];
+        let code = stopped_by(home, &args, Ready::Tcp(port), sig, "stopping");
+        assert_eq!(code, Some(want), "xfer serve, signal {sig}");
+    }
+}
+
 /// Ctrl-C: a finite job stopped before its end exits 130; a command that runs until stopped ends
-/// normally (0) on it.
+/// with 130 too, after its summary.
 #[test]
 fn ctrl_c_interrupts_finite_jobs_with_130() {
     let t = tempfile::tempdir().unwrap();
@@ -366,7 +438,7 @@ fn ctrl_c_interrupts_finite_jobs_with_130() {
     // its first line comes after its Ctrl-C handler is in place (any wording)
     gen.wait_line("");
     assert_eq!(gen.interrupt(), Some(130), "gen");
-    assert_eq!(sink.interrupt(), Some(0), "sink");
+    assert_eq!(sink.interrupt(), Some(130), "sink");
 
     // status --watch against no daemon: retries until stopped
     let none = format!("127.0.0.1:{}", free_port());

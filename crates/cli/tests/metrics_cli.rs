@@ -196,6 +196,8 @@ fn alert_rules_pass_promtool_check_and_their_unit_tests() {
     }
     promtool(&["check", "rules", "deploy/prometheus/alerts.yml"], "");
     promtool(&["test", "rules", "deploy/prometheus/alerts_test.yml"], "");
+    // the scrape configuration, with alerts.yml as its rules
+    promtool(&["check", "config", "deploy/prometheus/prometheus.yml"], "");
 }
 
 /// Names that look like metrics (`vlbiflow_...`, `process_...`) in `text`.

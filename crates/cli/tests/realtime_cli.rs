@@ -105,6 +105,16 @@ impl Drop for Proc {
 
 fn json(name: &str, out: &Output) -> serde_json::Value {
     assert!(out.status.success(), "{name} failed: {}", out.status);
+    parse(name, out)
+}
+
+/// The JSON summary of a command stopped by Ctrl-C, which ends it with 130 after the summary.
+fn json_interrupted(name: &str, out: &Output) -> serde_json::Value {
+    assert_eq!(out.status.code(), Some(130), "{name}: {}", out.status);
+    parse(name, out)
+}
+
+fn parse(name: &str, out: &Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
             "{name}: JSON on stdout: {e}: {}",
@@ -305,7 +315,7 @@ impl Station {
         wait_recorded(&self.disks[0], scan, frames);
         self.record.signal(libc::SIGINT);
         let out = self.record.finish();
-        let v = json("record", &out);
+        let v = json_interrupted("record", &out);
         let c = &v["streams"][0]["counters"];
         assert_eq!(c["packets"], frames, "{v}");
         assert_eq!(c["lost"], 0, "{v}");
@@ -668,7 +678,7 @@ fn capture_loss_before_the_station_is_fill_at_its_own_place() {
     let corr = json("receive", &recv.finish());
     let socket_drops = udp_socket_drops(&ns_st, 4001);
     station.record.signal(libc::SIGINT);
-    let rec = json("record", &station.record.finish());
+    let rec = json_interrupted("record", &station.record.finish());
     for emu in [emu_in, emu_out] {
         emu.signal(libc::SIGTERM);
         emu.finish();
@@ -825,7 +835,7 @@ fn a_replayed_scan_is_recorded_again_identically() {
     let frames = |v: &serde_json::Value| v["streams"][0]["counters"]["packets"].as_u64();
     wait_recorded(&disks1[0], "rt_orig", n);
     rec1.signal(libc::SIGINT);
-    let m1 = json("record", &rec1.finish());
+    let m1 = json_interrupted("record", &rec1.finish());
     assert_eq!(frames(&m1), Some(n));
     // Replayed at its original rate, recorded again.
     let (rec2, disks2) = record("rt_replay", "r");
@@ -844,7 +854,7 @@ fn a_replayed_scan_is_recorded_again_identically() {
     assert_eq!(pj["threads"], 2);
     wait_recorded(&disks2[0], "rt_replay", n);
     rec2.signal(libc::SIGINT);
-    let m2 = json("record", &rec2.finish());
+    let m2 = json_interrupted("record", &rec2.finish());
     assert_eq!(frames(&m2), Some(n));
     // Both scans check OK and hold the same frames, frame for frame.
     let gather = |scan: &str, disks: &[PathBuf]| -> Vec<u8> {

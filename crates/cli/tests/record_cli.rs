@@ -199,7 +199,9 @@ fn lost_is_sent_minus_stored(ending: Ending) {
     }
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{ending:?}: {stderr}");
+    // Ctrl-C: the summary, then 130 (interrupted); SIGTERM or the duration: 0
+    let want = if matches!(ending, Ending::Sigint) { 130 } else { 0 };
+    assert_eq!(out.status.code(), Some(want), "{ending:?}: {stderr}");
     let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let c = &summary["streams"][0]["counters"];
     let (packets, lost) = (c["packets"].as_u64().unwrap(), c["lost"].as_u64().unwrap());
@@ -461,8 +463,19 @@ fn sink_and_record_report_the_same_loss_for_the_same_stream() {
     }
     let rec = rec.wait_with_output().unwrap();
     let sink = sink.wait_with_output().unwrap();
-    assert!(rec.status.success(), "{}", String::from_utf8_lossy(&rec.stderr));
-    assert!(sink.status.success(), "{}", String::from_utf8_lossy(&sink.stderr));
+    // Ctrl-C: the summary, then 130
+    assert_eq!(
+        rec.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&rec.stderr)
+    );
+    assert_eq!(
+        sink.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&sink.stderr)
+    );
     let r: serde_json::Value = serde_json::from_slice(&rec.stdout).unwrap();
     let rc = &r["streams"][0]["counters"];
     let summary = String::from_utf8_lossy(&sink.stdout)

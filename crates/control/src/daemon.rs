@@ -241,6 +241,50 @@ pub fn serve_watched(
     ready: impl FnOnce(SocketAddr, SocketAddr),
     alive: Alive,
 ) -> Result<(), DaemonError> {
+    serve_foreground(cfg, engine, ready, alive, None)
+}
+
+/// Asks a daemon run by [`serve_until`] to stop; callable from any thread (a process's signal thread).
+#[derive(Clone)]
+pub struct StopHandle(Arc<watch::Sender<bool>>);
+
+impl StopHandle {
+    /// Starts the daemon's stop (any recording is stopped and flushed), once; later calls do nothing.
+    pub fn stop(&self) {
+        self.0.send_replace(true);
+    }
+}
+
+/// The daemon's end of a [`stop_channel`], given to [`serve_until`].
+pub struct StopRequest(watch::Receiver<bool>);
+
+/// A channel to stop a [`serve_until`] daemon from outside, for a process that handles its signals
+/// itself (and so tells SIGINT from SIGTERM).
+pub fn stop_channel() -> (StopHandle, StopRequest) {
+    let (tx, rx) = watch::channel(false);
+    (StopHandle(Arc::new(tx)), StopRequest(rx))
+}
+
+/// [`serve_watched`] that stops when `stop` is asked to ([`StopHandle::stop`]) instead of on SIGINT or
+/// SIGTERM, which the daemon leaves to its caller.
+pub fn serve_until(
+    cfg: DaemonConfig,
+    engine: Box<dyn Engine>,
+    ready: impl FnOnce(SocketAddr, SocketAddr),
+    alive: Alive,
+    stop: StopRequest,
+) -> Result<(), DaemonError> {
+    serve_foreground(cfg, engine, ready, alive, Some(stop))
+}
+
+/// The foreground daemon, stopped by `stop` or, without one, by SIGINT or SIGTERM.
+fn serve_foreground(
+    cfg: DaemonConfig,
+    engine: Box<dyn Engine>,
+    ready: impl FnOnce(SocketAddr, SocketAddr),
+    alive: Alive,
+    stop: Option<StopRequest>,
+) -> Result<(), DaemonError> {
     cfg.check_token()?;
     let rt = runtime()?;
     rt.block_on(async move {
@@ -262,10 +306,21 @@ pub fn serve_watched(
         ready(c, h);
         let (stop_tx, stop_rx) = watch::channel(false);
         tokio::spawn(async move {
-            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+            match stop {
+                Some(StopRequest(mut rx)) => {
+                    // the handle dropped unused: never asked to stop
+                    if rx.wait_for(|s| *s).await.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                }
+                None => {
+                    let mut term =
+                        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+                    tokio::select! {
+                        _ = tokio::signal::ctrl_c() => {}
+                        _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+                    }
+                }
             }
             tracing::info!(target: "vlbiflow::serve", "stopping (any recording is stopped and flushed)");
             let _ = stop_tx.send(true);

@@ -33,7 +33,10 @@ pub mod stream;
 
 pub use config::DaemonConfig;
 pub use controller::{Action, Answer, Controller};
-pub use daemon::{serve, serve_notifying, serve_watched, spawn, Alive, DaemonHandle};
+pub use daemon::{
+    serve, serve_notifying, serve_until, serve_watched, spawn, stop_channel, Alive, DaemonHandle, StopHandle,
+    StopRequest,
+};
 pub use disks::{DiskProbe, MemDisks, SystemDisks};
 pub use engine::{Engine, RecorderEngine, Recording};
 pub use proto::{Reply, ReturnCode, Statement};

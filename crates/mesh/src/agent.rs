@@ -304,12 +304,8 @@ pub struct AgentOptions {
     pub on_pass: Option<fn()>,
 }
 
-/// Runs the agent until `stop`; `log` gets one line per event.
-pub fn run(
-    opts: &AgentOptions,
-    stop: Arc<AtomicBool>,
-    log: &(dyn Fn(&str) + Sync),
-) -> Result<(), AgentError> {
+/// Runs the agent until `stop`. Its events are `tracing` events (target `vlbiflow::mesh`).
+pub fn run(opts: &AgentOptions, stop: Arc<AtomicBool>) -> Result<(), AgentError> {
     let outbox = Outbox::open(&opts.state_dir)?;
     let hub = opts.hub.as_deref().map(|h| HubClient::new(h, opts.key.clone()));
     let software = format!("vlbiflow {}", env!("CARGO_PKG_VERSION"));
@@ -331,10 +327,14 @@ pub fn run(
                     outbox.set("config", &text)?;
                     cfg = Some(Arc::new(c));
                 }
-                Err(e) => log(&format!("the hub's configuration is invalid: {e}")),
+                Err(e) => {
+                    tracing::warn!(target: "vlbiflow::mesh", error = %e, "the hub's configuration is invalid: {e}")
+                }
             },
             Ok(_) => {}
-            Err(e) => log(&format!("{e}; using the cached configuration")),
+            Err(e) => {
+                tracing::warn!(target: "vlbiflow::mesh", error = %e, "{e}; using the cached configuration")
+            }
         }
     }
     if cfg.is_none() {
@@ -379,23 +379,32 @@ pub fn run(
         rc = setup(rc);
     }
     let responder = vlbiflow_net::Responder::bind(rc).map_err(|e| AgentError(e.to_string()))?;
-    log(&format!(
+    let hub_url = opts.hub.as_deref().map(crate::archive::redact);
+    tracing::info!(
+        target: "vlbiflow::mesh",
+        host = %opts.name,
+        mesh = %cfg.name,
+        listen = %responder.local_addr(),
+        url = hub_url.as_deref().unwrap_or(""),
         "agent {} of mesh {}: responder on {}, {} tests, hub {}",
         opts.name,
         cfg.name,
         responder.local_addr(),
         cfg.tests.len(),
-        opts.hub.as_deref().unwrap_or("none (standalone)")
-    ));
+        hub_url.as_deref().unwrap_or("none (standalone)")
+    );
     if let Some(ready) = opts.on_ready {
         ready();
     }
     std::thread::scope(|scope| -> Result<(), AgentError> {
         let rstop = stop.clone();
         scope.spawn(move || {
-            let _ = responder.run(rstop, &|m| log(&format!("responder: {m}")));
+            let _ = responder.run(
+                rstop,
+                &|m| tracing::info!(target: "vlbiflow::mesh", "responder: {m}"),
+            );
         });
-        let result = schedule_loop(opts, &outbox, hub.as_ref(), cfg, &software, &stop, log);
+        let result = schedule_loop(opts, &outbox, hub.as_ref(), cfg, &software, &stop);
         stop.store(true, Ordering::SeqCst);
         result
     })
@@ -408,7 +417,6 @@ fn schedule_loop(
     mut cfg: Arc<Config>,
     software: &str,
     stop: &AtomicBool,
-    log: &(dyn Fn(&str) + Sync),
 ) -> Result<(), AgentError> {
     let now = now_ms();
     let cursor = outbox
@@ -417,18 +425,22 @@ fn schedule_loop(
         .filter(|&c: &Ms| c <= now)
         .unwrap_or(now);
     if cursor < now {
-        log(&format!(
+        tracing::info!(
+            target: "vlbiflow::mesh",
             "resuming the schedule from {} (the agent was down since)",
             rfc3339(cursor)
-        ));
+        );
     }
     // Runs that were in progress when the agent last stopped: they have no outcome but this.
     for (key, body) in outbox.with_prefix("running:")? {
         if let Ok(run) = serde_json::from_str::<crate::plan::PlannedRun>(&body) {
-            log(&format!(
+            tracing::info!(
+                target: "vlbiflow::mesh",
+                run_id = %run.id,
+                test = %run.test,
                 "run {}: the agent stopped while it was in progress",
                 run.id
-            ));
+            );
             outbox.push_report(&RunReport::failed(
                 &run,
                 &opts.name,
@@ -450,8 +462,8 @@ fn schedule_loop(
         for a in machine.poll(now) {
             match a {
                 AgentAction::Report(r) => {
-                    if let crate::report::Outcome::Failed { reason, detail } = &r.outcome {
-                        log(&format!("run {}: {}: {detail}", r.run.id, reason.as_str()));
+                    if let crate::report::Outcome::Failed { .. } = &r.outcome {
+                        log_outcome(&r);
                     }
                     outbox.push_report(&r)?;
                 }
@@ -491,7 +503,7 @@ fn schedule_loop(
                     match h.sync(&req) {
                         Ok(resp) => {
                             if !hub_ok {
-                                log("hub reachable again; delivering the buffered results");
+                                tracing::info!(target: "vlbiflow::mesh", "hub reachable again; delivering the buffered results");
                                 hub_ok = true;
                             }
                             if resp.accepted && n > 0 {
@@ -500,13 +512,17 @@ fn schedule_loop(
                             if let Some(text) = resp.config {
                                 match Config::parse(&text) {
                                     Ok(c) if c.host_index(&opts.name).is_some() => {
-                                        log(&format!("new configuration from the hub ({})", c.hash));
+                                        tracing::info!(target: "vlbiflow::mesh", config = %c.hash, "new configuration from the hub ({})", c.hash);
                                         outbox.set("config", &text)?;
                                         cfg = Arc::new(c);
                                         machine.set_config(cfg.clone());
                                     }
-                                    Ok(_) => log("the hub's new configuration does not name this host; keeping the old one"),
-                                    Err(e) => log(&format!("the hub's new configuration is invalid, keeping the old one: {e}")),
+                                    Ok(_) => {
+                                        tracing::warn!(target: "vlbiflow::mesh", host = %opts.name, "the hub's new configuration does not name this host; keeping the old one")
+                                    }
+                                    Err(e) => {
+                                        tracing::warn!(target: "vlbiflow::mesh", error = %e, "the hub's new configuration is invalid, keeping the old one: {e}")
+                                    }
                                 }
                             }
                             if n < BATCH || !resp.accepted {
@@ -515,7 +531,7 @@ fn schedule_loop(
                         }
                         Err(e) => {
                             if hub_ok {
-                                log(&format!("{e}; buffering results ({} waiting)", outbox.len()));
+                                tracing::warn!(target: "vlbiflow::mesh", error = %e, waiting = outbox.len(), "{e}; buffering results ({} waiting)", outbox.len());
                                 hub_ok = false;
                             }
                             break;
@@ -539,7 +555,7 @@ fn schedule_loop(
             done.extend(rx.try_iter());
             for r in done {
                 machine.finished(&r.run.id);
-                log_outcome(log, &r);
+                log_outcome(&r);
                 outbox.push_report(&r)?;
                 outbox.del(&format!("running:{}", r.run.id))?;
             }
@@ -551,7 +567,7 @@ fn schedule_loop(
         let _ = h.join();
     }
     while let Ok(r) = rx.try_recv() {
-        log_outcome(log, &r);
+        log_outcome(&r);
         outbox.push_report(&r)?;
         outbox.del(&format!("running:{}", r.run.id))?;
     }
@@ -560,11 +576,21 @@ fn schedule_loop(
 
 /// One line per finished run, `run ID: ok` or `run ID: REASON: detail`: the agent's own account of
 /// its outcomes, to hold against the archive (bench/mesh-accept.sh does).
-fn log_outcome(log: &(dyn Fn(&str) + Sync), r: &RunReport) {
+fn log_outcome(r: &RunReport) {
+    let (id, test, target) = (&r.run.id, &r.run.test, &r.run.dst);
     match &r.outcome {
-        crate::report::Outcome::Failed { reason, detail } => {
-            log(&format!("run {}: {}: {detail}", r.run.id, reason.as_str()))
+        crate::report::Outcome::Failed { reason, detail } => tracing::info!(
+            target: "vlbiflow::mesh",
+            run_id = %id,
+            test = %test,
+            target = %target,
+            reason = reason.as_str(),
+            error = %detail,
+            "run {id}: {}: {detail}",
+            reason.as_str()
+        ),
+        _ => {
+            tracing::info!(target: "vlbiflow::mesh", run_id = %id, test = %test, target = %target, "run {id}: ok")
         }
-        _ => log(&format!("run {}: ok", r.run.id)),
     }
 }

@@ -6,7 +6,7 @@
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use vlbiflow_mesh::agent::{HubClient, SyncRequest, SyncResponse, SYNC_PATH};
 use vlbiflow_mesh::auth::{Key, Request, HOST_HEADER, MAC_HEADER, NONCE_HEADER, TIME_HEADER};
@@ -27,7 +27,35 @@ fn config() -> Arc<Config> {
     Arc::new(Config::parse(&t).unwrap())
 }
 
-fn hub(dir: &std::path::Path, log: Arc<Mutex<Vec<String>>>) -> HubHandle {
+/// The hub's log: its `tracing` events, formatted as the CLI's text log, gathered from every thread
+/// (the process-wide subscriber, installed once).
+fn log() -> &'static Arc<Mutex<Vec<u8>>> {
+    static LOG: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    LOG.get_or_init(|| {
+        let buf = Arc::new(Mutex::new(Vec::new()));
+        let w = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || Capture(w.clone()))
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).unwrap();
+        buf
+    })
+}
+
+struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Capture {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn hub(dir: &std::path::Path) -> HubHandle {
     let opts = HubOptions {
         config: config(),
         listen: "127.0.0.1:0".parse().unwrap(),
@@ -38,12 +66,7 @@ fn hub(dir: &std::path::Path, log: Arc<Mutex<Vec<String>>>) -> HubHandle {
         public_read: false,
         metrics_token: None,
     };
-    spawn(
-        opts,
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(move |m: &str| log.lock().unwrap().push(m.to_string())),
-    )
-    .unwrap()
+    spawn(opts, Arc::new(AtomicBool::new(false))).unwrap()
 }
 
 fn http() -> ureq::Agent {
@@ -109,8 +132,8 @@ fn post(base: &str, key: &Key, signer: &str, req: &SyncRequest, nonce: &str, tim
 #[test]
 fn exchanges_are_accepted_once_and_only_for_their_host() {
     let dir = tempfile::tempdir().unwrap();
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let h = hub(dir.path(), log.clone());
+    log();
+    let h = hub(dir.path());
     let base = format!("http://{}", h.addr);
     let ka = Key::from_token(KEY_A);
     let nonce = "00112233445566778899aabbccddeeff";
@@ -237,7 +260,7 @@ fn exchanges_are_accepted_once_and_only_for_their_host() {
     assert!(client.sync(&request("A")).unwrap().accepted);
 
     h.stop();
-    let log = log.lock().unwrap().join("\n");
+    let log = String::from_utf8_lossy(&log().lock().unwrap()).into_owned();
     assert!(
         log.contains("refused: unauthenticated: replayed request"),
         "{log}"

@@ -17,10 +17,6 @@ use vlbiflow_mesh::hub::{AlertsView, Status};
 use vlbiflow_mesh::timespec::{now_ms, rfc3339};
 
 /// The mesh library's event lines as `tracing` events (target `vlbiflow::mesh`).
-fn log_line(m: &str) {
-    tracing::info!(target: "vlbiflow::mesh", "{m}");
-}
-
 /// `[agent]` of the agent's configuration file: its own settings, overridden by flags.
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -236,12 +232,8 @@ pub fn run_agent(a: AgentArgs) -> anyhow::Result<ExitCode> {
             WATCHDOG.get_or_init(crate::service::Watchdog::from_env).alive();
         }),
     };
-    vlbiflow_mesh::agent::run(
-        &opts,
-        crate::stop::on_interrupt(crate::stop::Second::Wait)?,
-        &log_line,
-    )
-    .map_err(|e| anyhow!(e))?;
+    vlbiflow_mesh::agent::run(&opts, crate::stop::on_interrupt(crate::stop::Second::Wait)?)
+        .map_err(|e| anyhow!(e))?;
     crate::service::notify_stopping();
     Ok(ExitCode::SUCCESS)
 }
@@ -394,7 +386,6 @@ pub fn run_hub(a: HubArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let stop = crate::stop::on_interrupt(crate::stop::Second::Wait)?;
-    let log: Arc<dyn Fn(&str) + Send + Sync> = Arc::new(log_line);
     let h = vlbiflow_mesh::hub::spawn(
         vlbiflow_mesh::hub::HubOptions {
             config: cfg,
@@ -410,7 +401,6 @@ pub fn run_hub(a: HubArgs) -> anyhow::Result<ExitCode> {
             },
         },
         stop.clone(),
-        log,
     )
     .map_err(|e| anyhow!(e))?;
     crate::service::notify_ready(&format!("serving on http://{}/", h.addr));

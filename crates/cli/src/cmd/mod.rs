@@ -39,8 +39,9 @@ pub mod exit {
     pub const BUSY: u8 = 4;
     /// Reading, writing, binding or reaching a peer failed.
     pub const IO: u8 = 5;
-    /// A command with a finite job stopped by Ctrl-C (SIGINT) or SIGTERM before its end. Those that run
-    /// until stopped (record, sink, receive, relay and the daemons) end normally on it: 0.
+    /// A command with a finite job stopped by a signal (SIGINT, SIGTERM, SIGHUP) before its end, or one
+    /// that runs until stopped (record, sink, receive, relay and the daemons) stopped by Ctrl-C (SIGINT)
+    /// or SIGHUP, after its summary. SIGTERM is the requested stop of the latter: 0 (`crate::stop`).
     pub const INTERRUPTED: u8 = 130;
 
     /// The table as users read it (README.md "Exit codes" and docs/cli.md, both checked against it).
@@ -51,7 +52,7 @@ pub mod exit {
         (REFUSED, "refused: the peer or daemon said no (key or token, unknown root or scan there, path outside its roots, existing file)"),
         (BUSY, "busy: the daemon is at its limit or the file is being written by another transfer; retry later"),
         (IO, "I/O error: a file or disk could not be read or written (for `check`, a file of the scan that could not be read, whatever else it found), a port could not be bound, a peer or daemon could not be reached (nothing listening, no route)"),
-        (INTERRUPTED, "interrupted: a command with a finite job (`gen`, `play`, `check`, `gather`, `ls`, `status`, `ctl`, `demo`, `xfer push`/`pull`/`copy`, the `net` measurements) stopped by Ctrl-C (SIGINT) or SIGTERM before its end. Commands that run until stopped (`record`, `sink`, `receive`, `relay`, `serve`, `xfer serve`, `net responder`/`hub`/`agent`) end normally on Ctrl-C or SIGTERM: 0, after their summary"),
+        (INTERRUPTED, "interrupted: a command with a finite job (`gen`, `play`, `check`, `gather`, `ls`, `status`, `ctl`, `demo`, `xfer push`/`pull`/`copy`, the `net` measurements) stopped by Ctrl-C (SIGINT), SIGTERM or SIGHUP before its end; a command that runs until stopped (`record`, `sink`, `receive`, `relay`, `pathemu`, `serve`, `xfer serve`, `net responder`/`hub`/`agent`) stopped by Ctrl-C or SIGHUP, after its summary. SIGTERM (`systemctl stop`, `kill`) is the requested stop of the latter: a clean stop, the summary, then 0"),
     ];
 }
 

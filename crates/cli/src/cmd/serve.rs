@@ -137,11 +137,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     // WATCHDOG=1 from the controller loop (the one that ticks recordings and carries out commands)
     let watchdog = std::sync::Arc::new(crate::service::Watchdog::from_env());
-    vlbiflow_control::serve_watched(
+    // the process's one signal handler stops the daemon (and tells SIGINT from SIGTERM: exit 130 or 0)
+    let (stopper, stop) = vlbiflow_control::stop_channel();
+    crate::stop::on_interrupt(crate::stop::Second::Wait)?;
+    crate::stop::on_stop(move || stopper.stop());
+    vlbiflow_control::serve_until(
         cfg,
         Box::new(RecorderEngine),
         |c, h| crate::service::notify_ready(&format!("commands on {c}, HTTP on {h}")),
         std::sync::Arc::new(move || watchdog.alive()),
+        stop,
     )?;
     crate::service::notify_stopping();
     Ok(ExitCode::SUCCESS)

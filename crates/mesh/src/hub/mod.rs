@@ -42,7 +42,7 @@ use crate::timespec::{now_ms, rfc3339, Ms};
 pub use api::{AgentStatus, AlertsView, RunsQuery, Status};
 pub use http::PairQuery;
 pub use matrix::{Cell, CellValue, Matrix};
-use state::{lock, store_alerts, Log, Shared};
+use state::{lock, store_alerts, Shared};
 use webhook::webhook_loop;
 
 /// How far ahead the hub archives planned runs, ms.
@@ -123,8 +123,9 @@ impl Drop for HubHandle {
 #[error("hub: {0}")]
 pub struct HubError(pub String);
 
-/// Starts a hub on its own thread; `stop` ends it.
-pub fn spawn(opts: HubOptions, stop: Arc<AtomicBool>, log: Log) -> Result<HubHandle, HubError> {
+/// Starts a hub on its own thread; `stop` ends it. Its events are `tracing` events (target
+/// `vlbiflow::mesh`).
+pub fn spawn(opts: HubOptions, stop: Arc<AtomicBool>) -> Result<HubHandle, HubError> {
     let mut keys = Keyring::new(opts.token.as_deref().map(Key::from_token));
     for (host, key) in &opts.host_keys {
         if opts.config.host_index(host).is_none() {
@@ -162,7 +163,10 @@ pub fn spawn(opts: HubOptions, stop: Arc<AtomicBool>, log: Log) -> Result<HubHan
         .set_nonblocking(true)
         .map_err(|e| HubError(e.to_string()))?;
     let addr = listener.local_addr().map_err(|e| HubError(e.to_string()))?;
-    log(&format!(
+    tracing::info!(
+        target: "vlbiflow::mesh",
+        mesh = %opts.config.name,
+        listen = %addr,
         "hub of mesh {} on http://{addr}/ ({} hosts, {} tests, archive {} {}, planning from {})",
         opts.config.name,
         opts.config.hosts.len(),
@@ -170,7 +174,7 @@ pub fn spawn(opts: HubOptions, stop: Arc<AtomicBool>, log: Log) -> Result<HubHan
         archive.kind(),
         archive.location(),
         rfc3339(planned_through)
-    ));
+    );
     if keys.has_shared() {
         let own: Vec<&str> = keys.hosts().collect();
         let shared: Vec<&str> = opts
@@ -181,11 +185,13 @@ pub fn spawn(opts: HubOptions, stop: Arc<AtomicBool>, log: Log) -> Result<HubHan
             .filter(|h| !own.contains(h))
             .collect();
         if !shared.is_empty() {
-            log(&format!(
-                "warning: hosts {} authenticate with the shared token, and any holder of it can report as \
-                 them: give each its own key (--keys-file; see docs/mesh.md)",
+            tracing::warn!(
+                target: "vlbiflow::mesh",
+                hosts = %shared.join(","),
+                "hosts {} authenticate with the shared token, and any holder of it can report as them: \
+                 give each its own key (--keys-file; see docs/mesh.md)",
                 shared.join(", ")
-            ));
+            );
         }
     }
     let read_tokens = [opts.token.as_deref(), opts.read_token.as_deref()]
@@ -202,7 +208,6 @@ pub fn spawn(opts: HubOptions, stop: Arc<AtomicBool>, log: Log) -> Result<HubHan
         archive: Mutex::new(archive),
         ledger: Mutex::new(ledger),
         alerts: Mutex::new(alerts),
-        log,
         started: now,
     });
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -220,7 +225,7 @@ pub fn spawn(opts: HubOptions, stop: Arc<AtomicBool>, log: Log) -> Result<HubHan
             {
                 Ok(rt) => rt,
                 Err(e) => {
-                    (shared.log)(&format!("cannot start the runtime: {e}"));
+                    tracing::error!(target: "vlbiflow::mesh", error = %e, "cannot start the runtime: {e}");
                     return;
                 }
             };
@@ -234,7 +239,7 @@ pub fn spawn(opts: HubOptions, stop: Arc<AtomicBool>, log: Log) -> Result<HubHan
                 let listener = match tokio::net::TcpListener::from_std(listener) {
                     Ok(l) => l,
                     Err(e) => {
-                        (shared.log)(&format!("listener: {e}"));
+                        tracing::error!(target: "vlbiflow::mesh", error = %e, "listener: {e}");
                         return;
                     }
                 };
@@ -291,29 +296,43 @@ fn tick(s: &Shared, retention: bool) {
     let mut a = lock(&s.archive);
     if !plans.is_empty() {
         if let Err(e) = a.plan(&plans, now) {
-            (s.log)(&format!("archive: {e}"));
+            tracing::warn!(target: "vlbiflow::mesh", error = %e, "archive: {e}");
             return;
         }
     }
     for r in &records {
         if let Outcome::Failed { reason, detail } = &r.outcome {
-            (s.log)(&format!("run {}: {}: {detail}", r.run.id, reason.as_str()));
+            tracing::info!(
+                target: "vlbiflow::mesh",
+                run_id = %r.run.id,
+                test = %r.run.test,
+                host = %r.run.src,
+                target = %r.run.dst,
+                reason = reason.as_str(),
+                error = ?detail,
+                // the detail is the agent's text
+                "run {}: {}: {detail:?}",
+                r.run.id,
+                reason.as_str()
+            );
         }
     }
     if let Err(e) = a.record(&records, now) {
-        (s.log)(&format!("archive: {e}"));
+        tracing::warn!(target: "vlbiflow::mesh", error = %e, "archive: {e}");
     }
     let _ = a.set_meta("planned_through", &through.to_string());
     let events = lock(&s.alerts).tick(now);
-    store_alerts(s, &mut a, &events);
+    store_alerts(&mut a, &events);
     if retention {
         match a.retain(now - s.cfg.retention) {
-            Ok(n) if n > 0 => (s.log)(&format!(
+            Ok(n) if n > 0 => tracing::info!(
+                target: "vlbiflow::mesh",
+                rows = n,
                 "retention: {n} rows older than {} deleted",
                 rfc3339(now - s.cfg.retention)
-            )),
+            ),
             Ok(_) => {}
-            Err(e) => (s.log)(&format!("retention: {e}")),
+            Err(e) => tracing::warn!(target: "vlbiflow::mesh", error = %e, "retention: {e}"),
         }
     }
 }

@@ -9,9 +9,6 @@ use crate::config::Config;
 use crate::schedule::Ledger;
 use crate::timespec::Ms;
 
-/// Where the hub writes its log lines.
-pub(super) type Log = Arc<dyn Fn(&str) + Send + Sync>;
-
 /// The state the HTTP handlers, the ticker and the webhook thread share.
 pub(super) struct Shared {
     pub(super) cfg: Arc<Config>,
@@ -25,7 +22,6 @@ pub(super) struct Shared {
     pub(super) archive: Mutex<Archive>,
     pub(super) ledger: Mutex<Ledger>,
     pub(super) alerts: Mutex<Alerts>,
-    pub(super) log: Log,
     pub(super) started: Ms,
 }
 
@@ -35,11 +31,11 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Logs and archives alert changes.
-pub(super) fn store_alerts(s: &Shared, a: &mut Archive, events: &[AlertEvent]) {
+pub(super) fn store_alerts(a: &mut Archive, events: &[AlertEvent]) {
     for e in events {
-        (s.log)(&format!("alert {}: {}", e.state, e.message));
+        tracing::info!(target: "vlbiflow::mesh", alert = %e.state, "alert {}: {}", e.state, e.message);
         if let Err(err) = a.alert_event(e) {
-            (s.log)(&format!("archive: {err}"));
+            tracing::warn!(target: "vlbiflow::mesh", error = %err, "archive: {err}");
         }
     }
 }

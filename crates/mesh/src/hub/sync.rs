@@ -39,7 +39,7 @@ pub(super) async fn sync(
             match lock(v).verify("POST", SYNC_PATH, &auth, &body, now) {
                 Ok(v) => Some(v),
                 Err(e) => {
-                    (s.log)(&format!("agent exchange from {peer} refused: {e}"));
+                    tracing::warn!(target: "vlbiflow::mesh", peer = %peer, error = %e, "agent exchange from {peer} refused: {e}");
                     return text(StatusCode::UNAUTHORIZED, e.to_string());
                 }
             }
@@ -59,11 +59,15 @@ pub(super) async fn sync(
     // The host a request speaks for is the one its key authenticated, never the body's claim.
     if let Some(v) = &verified {
         if v.identity.host() != req.host {
-            (s.log)(&format!(
+            tracing::warn!(
+                target: "vlbiflow::mesh",
+                peer = %peer,
+                host = %v.identity.host(),
+                named = ?req.host,
                 "agent exchange from {peer} refused: signed as {} but names {:?}",
                 v.identity.host(),
                 req.host
-            ));
+            );
             return text(
                 StatusCode::FORBIDDEN,
                 format!(
@@ -151,7 +155,7 @@ fn accept(s: &Shared, mut req: SyncRequest, now: Ms) -> Result<SyncResponse, Str
             }
         }
     }
-    store_alerts(s, &mut lock(&s.archive), &events);
+    store_alerts(&mut lock(&s.archive), &events);
     Ok(SyncResponse {
         accepted: true,
         config: (req.config_hash != s.agent_cfg.hash).then(|| s.agent_cfg.text.clone()),

@@ -59,18 +59,22 @@ pub(super) fn webhook_loop(s: &Shared, stop: &AtomicBool) {
                     let _ = lock(&s.archive).alert_delivered(&e.id);
                 }
                 Ok(r) => {
-                    (s.log)(&format!(
-                        "webhook {}: answered {}; will retry",
-                        redact_path(&w.url),
-                        r.status()
-                    ));
+                    let url = redact_path(&w.url);
+                    let status = r.status();
+                    tracing::warn!(
+                        target: "vlbiflow::mesh",
+                        url = %url,
+                        status = %status,
+                        "webhook {url}: answered {status}; will retry"
+                    );
                     failed = true;
                     break;
                 }
                 Err(err) => {
                     // ureq's errors may quote the URL: only its kind is logged.
                     let err = redact_error(&err.to_string(), &w.url);
-                    (s.log)(&format!("webhook {}: {err}; will retry", redact_path(&w.url)));
+                    let url = redact_path(&w.url);
+                    tracing::warn!(target: "vlbiflow::mesh", url = %url, error = %err, "webhook {url}: {err}; will retry");
                     failed = true;
                     break;
                 }
