@@ -37,6 +37,7 @@ fn hub(dir: &std::path::Path, log: Arc<Mutex<Vec<String>>>) -> HubHandle {
         read_token: Some(READ.into()),
         public_read: false,
         metrics_token: None,
+        tls: None,
     };
     spawn(
         opts,
