@@ -201,7 +201,11 @@ impl HubClient {
     }
 
     /// For the hub at `base`; on https, `ca` are the only roots trusted (else Mozilla's).
-    pub fn with_ca(base: &str, key: Option<Key>, ca: Option<&[ureq::tls::Certificate<'static>]>) -> HubClient {
+    pub fn with_ca(
+        base: &str,
+        key: Option<Key>,
+        ca: Option<&[ureq::tls::Certificate<'static>]>,
+    ) -> HubClient {
         let http = crate::tls::http_agent(Duration::from_secs(10), ca);
         HubClient {
             base: base.trim_end_matches('/').to_string(),
@@ -237,10 +241,7 @@ impl HubClient {
             request_mac = Some(mac);
         }
         let mut resp = r.send(&body[..]).map_err(|e| match crate::tls::tls_failure(&e) {
-            Some(t) => format!(
-                "hub {}: TLS: {t} (is the hub's CA in --ca-file?)",
-                self.base
-            ),
+            Some(t) => format!("hub {}: TLS: {t} (is the hub's CA in --ca-file?)", self.base),
             None => format!("hub {}: {e}", self.base),
         })?;
         let status = resp.status().as_u16();

@@ -119,9 +119,11 @@ fn an_agent_syncs_over_tls_with_the_ca_and_is_refused_without_it() {
         .unwrap_err();
     assert!(e.contains("TLS") && e.contains("--ca-file"), "{e}");
     // A plain-HTTP client on the TLS port gets no answer from the agent API.
-    assert!(HubClient::new(&format!("http://{}", h.addr), Some(Key::from_token(KEY_A)))
-        .sync(&request("A"))
-        .is_err());
+    assert!(
+        HubClient::new(&format!("http://{}", h.addr), Some(Key::from_token(KEY_A)))
+            .sync(&request("A"))
+            .is_err()
+    );
 }
 
 /// An https receiver of webhook POSTs on loopback: the bodies it got.

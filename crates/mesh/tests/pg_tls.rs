@@ -38,7 +38,11 @@ fn sslmode_is_honoured_against_a_tls_server() {
     let with = |q: &str| format!("{}?{q}", pg.url);
 
     assert_eq!(session_ssl(&with("sslmode=require")), "on");
-    assert_eq!(session_ssl(&pg.url), "on", "the default, prefer, takes TLS when offered");
+    assert_eq!(
+        session_ssl(&pg.url),
+        "on",
+        "the default, prefer, takes TLS when offered"
+    );
     assert_eq!(session_ssl(&with("sslmode=disable")), "off");
     assert_eq!(
         session_ssl(&with(&format!("sslmode=verify-ca&sslrootcert={ca_path}"))),

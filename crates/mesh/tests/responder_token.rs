@@ -120,6 +120,15 @@ fn agents_whose_responders_require_the_token_complete_a_bw_test() {
     }
     hub.stop();
     let log = log.lock().unwrap();
-    assert_eq!(ok, ["A->B", "B->A"], "runs ok within {BOUND:?}; log:\n{}", log.join("\n"));
-    assert!(!log.iter().any(|l| l.contains("unauthorized")), "{}", log.join("\n"));
+    assert_eq!(
+        ok,
+        ["A->B", "B->A"],
+        "runs ok within {BOUND:?}; log:\n{}",
+        log.join("\n")
+    );
+    assert!(
+        !log.iter().any(|l| l.contains("unauthorized")),
+        "{}",
+        log.join("\n")
+    );
 }

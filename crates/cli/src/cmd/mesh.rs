@@ -106,9 +106,16 @@ fn check_service_file(path: &Path, hub: bool) -> Result<String, String> {
     if let Some(t) = &a.responder_token_file {
         read_responder_token(t).map_err(|e| format!("{}: agent.{e}", path.display()))?;
     }
-    hub_tls(h.tls_cert.as_deref(), h.tls_key.as_deref()).map_err(|e| format!("{}: hub: {e}", path.display()))?;
-    if let Some(c) = f.mesh.as_ref().and_then(|m| m.webhook.as_ref()).and_then(|w| w.ca_file.as_ref()) {
-        vlbiflow_mesh::tls::read_ca_file(c).map_err(|e| format!("{}: webhook.ca_file: {e}", path.display()))?;
+    hub_tls(h.tls_cert.as_deref(), h.tls_key.as_deref())
+        .map_err(|e| format!("{}: hub: {e}", path.display()))?;
+    if let Some(c) = f
+        .mesh
+        .as_ref()
+        .and_then(|m| m.webhook.as_ref())
+        .and_then(|w| w.ca_file.as_ref())
+    {
+        vlbiflow_mesh::tls::read_ca_file(c)
+            .map_err(|e| format!("{}: webhook.ca_file: {e}", path.display()))?;
     }
     match (&f.mesh, hub) {
         (None, true) => Err(format!(
@@ -140,8 +147,8 @@ fn check_service_file(path: &Path, hub: bool) -> Result<String, String> {
 
 /// The mesh's responder token from its file (at least 16 characters, no white space).
 fn read_responder_token(file: &Path) -> Result<String, String> {
-    let text = std::fs::read_to_string(file)
-        .map_err(|e| format!("responder_token_file {}: {e}", file.display()))?;
+    let text =
+        std::fs::read_to_string(file).map_err(|e| format!("responder_token_file {}: {e}", file.display()))?;
     check_token(&text)
         .map(str::to_string)
         .map_err(|e| format!("responder_token_file {}: {e}", file.display()))
@@ -255,9 +262,7 @@ pub fn run_agent(a: AgentArgs) -> anyhow::Result<ExitCode> {
         let Some(rest) = h.strip_prefix("http://").or_else(|| h.strip_prefix("https://")) else {
             usage!("--hub {h:?}: expected an http:// or https:// URL");
         };
-        let loopback = ["127.", "localhost", "[::1]"]
-            .iter()
-            .any(|p| rest.starts_with(p));
+        let loopback = ["127.", "localhost", "[::1]"].iter().any(|p| rest.starts_with(p));
         if token.is_none() && !loopback {
             usage!("--hub {h} is not on loopback: give the shared token (--token-file)");
         }

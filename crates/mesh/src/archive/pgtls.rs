@@ -72,7 +72,11 @@ fn percent_decode(v: &str) -> String {
     let mut i = 0;
     while i < b.len() {
         let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
-        match (b[i], b.get(i + 1).copied().and_then(hex), b.get(i + 2).copied().and_then(hex)) {
+        match (
+            b[i],
+            b.get(i + 1).copied().and_then(hex),
+            b.get(i + 2).copied().and_then(hex),
+        ) {
             (b'%', Some(h), Some(l)) => {
                 out.push(h * 16 + l);
                 i += 3;
@@ -136,8 +140,7 @@ impl PgTls {
             match &self.root_cert {
                 Some(p) => {
                     use rustls::pki_types::pem::PemObject;
-                    let text =
-                        std::fs::read(p).map_err(|e| format!("sslrootcert {}: {e}", p.display()))?;
+                    let text = std::fs::read(p).map_err(|e| format!("sslrootcert {}: {e}", p.display()))?;
                     for c in CertificateDer::pem_slice_iter(&text) {
                         let c = c.map_err(|e| format!("sslrootcert {}: {e}", p.display()))?;
                         roots
@@ -153,11 +156,7 @@ impl PgTls {
             let inner = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
                 .build()
                 .map_err(|e| e.to_string())?;
-            Ok(if full {
-                inner
-            } else {
-                Arc::new(ChainOnly(inner))
-            })
+            Ok(if full { inner } else { Arc::new(ChainOnly(inner)) })
         };
         let verifier: Arc<dyn ServerCertVerifier> = match self.mode {
             SslMode::Disable => return Ok(None),
@@ -272,7 +271,10 @@ mod tests {
 
     #[test]
     fn sslmode_and_sslrootcert_are_taken_out_of_the_url() {
-        let (u, t) = split_url("postgresql://u@h/db?sslmode=verify-full&sslrootcert=%2Fetc%2Fca.pem&application_name=x").unwrap();
+        let (u, t) = split_url(
+            "postgresql://u@h/db?sslmode=verify-full&sslrootcert=%2Fetc%2Fca.pem&application_name=x",
+        )
+        .unwrap();
         assert_eq!(u, "postgresql://u@h/db?application_name=x");
         assert_eq!(t.mode, SslMode::VerifyFull);
         assert_eq!(t.root_cert, Some(PathBuf::from("/etc/ca.pem")));
