@@ -263,8 +263,126 @@ row6() {
     fi
 }
 row6
-row 9 SKIPPED "latency echo only to the control peer: checked by crates/netmeasure responder tests, no replay here yet"
-row 12 SKIPPED "(not covered by this script yet)"
+# Row 9: a control session from 127.0.0.1 (the control peer) starts a latency test; probes to its echo
+# port from 127.0.0.3 get no echo, a probe from the control peer does (sent after them on the same socket).
+# Then the probes from 127.0.0.3 go on as a flood while net bw with the token runs against the responder.
+row9() {
+    local port r bw_ok=0
+    port=$(free_port)
+    "$BIN" net responder --listen "127.0.0.1:$port" --token-file "$T/net.token" 2>/dev/null &
+    PIDS+=($!)
+    timeout 90 python3 - "$port" "$T/row9.done" > "$T/row9.out" <<'PY' &
+import json, os, socket, struct, sys, time
+port, done = int(sys.argv[1]), sys.argv[2]
+for _ in range(100):
+    try:
+        c = socket.create_connection(("127.0.0.1", port), timeout=10); break
+    except OSError:
+        time.sleep(0.1)
+f = c.makefile()
+def ask(m):
+    c.sendall((json.dumps(m) + "\n").encode()); return json.loads(f.readline())
+ask({"type": "hello", "version": 1, "software": "attack", "token": "responder-token-0123"})
+ready = ask({"type": "lat_start", "test_id": 77, "max_size": 64})
+def probe(seq):
+    return (b"VFNT" + bytes([1, 2, 0, 0]) + struct.pack(">I", 77) + bytes(4)
+            + struct.pack(">QQ", seq, time.time_ns()) + bytes(32))
+to = ("127.0.0.1", ready["port"])
+other = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); other.bind(("127.0.0.3", 0))
+for seq in range(10):
+    other.sendto(probe(seq), to)
+peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); peer.bind(("127.0.0.1", 0)); peer.settimeout(10)
+peer.sendto(probe(99), to)
+got_peer = len(peer.recv(2048)) > 0
+other.setblocking(False)
+def drain():
+    n = 0
+    while True:
+        try: other.recv(2048); n += 1
+        except BlockingIOError: return n
+got_other = drain()
+print("peer_echo=%d other_echoes=%d" % (got_peer, got_other), flush=True)
+# the flood, until the legitimate test is done
+seq, until = 100, time.time() + 60
+while not os.path.exists(done) and time.time() < until:
+    for _ in range(200):
+        other.sendto(probe(seq), to); seq += 1
+    time.sleep(0.001)
+got_other += drain()
+res = ask({"type": "lat_finish"})
+print("flood=%d other_echoes=%d foreign=%s" % (seq - 100, got_other, res.get("foreign")), flush=True)
+PY
+    local lpid=$!
+    for _ in $(seq 300); do [ -s "$T/row9.out" ] && break; sleep 0.1; done
+    r=$(sed -n 1p "$T/row9.out")
+    VLBIFLOW_TOKEN=responder-token-0123 timeout 30 "$BIN" net bw "127.0.0.1:$port" --count 2000 --no-archive \
+        >/dev/null 2>&1 && bw_ok=1
+    touch "$T/row9.done"
+    wait "$lpid"
+    local flood
+    flood=$(sed -n 2p "$T/row9.out")
+    local n="${flood#flood=}"; n="${n%% *}"
+    if [ "$r" = "peer_echo=1 other_echoes=0" ] && grep -q "other_echoes=0 foreign=$((n + 10))\$" <<<"$flood" \
+        && [ $bw_ok = 1 ]; then
+        row 9 HELD "responder: latency probes from 127.0.0.3 to a test the control peer 127.0.0.1 started: none of 10, then of a flood of $n, echoed (all counted foreign); the peer's probe echoed; net bw with the token ran during the flood"
+    else
+        row 9 BROKEN "responder: latency echo to another source: ${r:-no answer}; ${flood:-no flood result}; net bw during the flood $bw_ok"
+    fi
+}
+row9
+
+# Row 12: 30 half-sent HTTP requests (headers never finished) from 127.0.0.2 to the hub and to serve's HTTP
+# port: each is closed by the server (header-read timeout 5 s; waited for up to 60 s) while a legitimate
+# GET is served by each and an agent syncs with the hub.
+# half_open PORT: opens 30 half-sent requests, prints "open" once they are sent, then how many the server
+# closed before the deadline
+half_open() {
+    python3 - "$1" <<'PY'
+import socket, sys, time
+port = int(sys.argv[1])
+socks = []
+for _ in range(30):
+    s = socket.socket(); s.bind(("127.0.0.2", 0)); s.connect(("127.0.0.1", port))
+    s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: "); socks.append(s)
+print("open", flush=True)
+closed, deadline = 0, time.time() + 60
+for s in socks:
+    s.settimeout(max(0.1, deadline - time.time()))
+    try:
+        while s.recv(4096): pass
+        closed += 1
+    except ConnectionResetError: closed += 1
+    except OSError: pass
+print(closed, flush=True)
+PY
+}
+row12() {
+    local shttp hub_closed serve_closed c_hub c_serve agent_ok=0
+    shttp=$(sed -n 's/.*http=\([^ ]*\).*/\1/p' "$T/serve.out")
+    half_open "$HP" > "$T/hub.half" &
+    local hpid=$!
+    for _ in $(seq 100); do grep -q open "$T/hub.half" && break; sleep 0.1; done
+    c_hub=$(code -H "Authorization: Bearer mesh-shared-token-0123456789" "http://127.0.0.1:$HP/api/v1/status")
+    # an agent (fresh state, no configuration of its own) runs only if its first sync succeeds
+    timeout 4 "$BIN" net agent --name A --hub "http://127.0.0.1:$HP" --token-file "$T/a.key" \
+        --state-dir "$T/agent-a12" --sync-every 0.2 >/dev/null 2>"$T/agent-a12.log"
+    [ $? = 124 ] && ! grep -q "no configuration\|buffering" "$T/agent-a12.log" && agent_ok=1
+    wait "$hpid"
+    hub_closed=$(sed -n 2p "$T/hub.half")
+    half_open "${shttp##*:}" > "$T/serve.half" &
+    local spid=$!
+    for _ in $(seq 100); do grep -q open "$T/serve.half" && break; sleep 0.1; done
+    c_serve=$(code -H "Authorization: Bearer sesame-0123-attack" "http://$shttp/status")
+    wait "$spid"
+    serve_closed=$(sed -n 2p "$T/serve.half")
+    if [ "$hub_closed" = 30 ] && [ "$serve_closed" = 30 ] && [ "$c_hub" = 200 ] && [ "$c_serve" = 200 ] \
+        && [ $agent_ok = 1 ]; then
+        row 12 HELD "net hub and serve: 30 half-sent requests from another address each closed by the header timeout, while a GET got 200 from each and an agent synced with the hub"
+    else
+        row 12 BROKEN "half-sent closed: hub ${hub_closed:-?}/30, serve ${serve_closed:-?}/30; GET hub $c_hub, serve $c_serve; agent sync $agent_ok"
+    fi
+}
+row12
 
 # --- xfer serve (rows 1, 14, 13) ---
 mkdir -p "$T/root" "$T/src"

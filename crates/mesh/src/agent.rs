@@ -195,13 +195,18 @@ pub struct HubClient {
 }
 
 impl HubClient {
-    /// For the hub at `base` (http://host:port).
+    /// For the hub at `base` (http://host:port or https://host:port; https with Mozilla's roots).
     pub fn new(base: &str, key: Option<Key>) -> HubClient {
-        let http: ureq::Agent = ureq::Agent::config_builder()
-            .timeout_global(Some(Duration::from_secs(10)))
-            .http_status_as_error(false)
-            .build()
-            .into();
+        HubClient::with_ca(base, key, None)
+    }
+
+    /// For the hub at `base`; on https, `ca` are the only roots trusted (else Mozilla's).
+    pub fn with_ca(
+        base: &str,
+        key: Option<Key>,
+        ca: Option<&[ureq::tls::Certificate<'static>]>,
+    ) -> HubClient {
+        let http = crate::tls::http_agent(Duration::from_secs(10), ca);
         HubClient {
             base: base.trim_end_matches('/').to_string(),
             key,
@@ -235,7 +240,10 @@ impl HubClient {
                 .header(MAC_HEADER, mac.to_hex().as_str());
             request_mac = Some(mac);
         }
-        let mut resp = r.send(&body[..]).map_err(|e| format!("hub {}: {e}", self.base))?;
+        let mut resp = r.send(&body[..]).map_err(|e| match crate::tls::tls_failure(&e) {
+            Some(t) => format!("hub {}: TLS: {t} (is the hub's CA in --ca-file?)", self.base),
+            None => format!("hub {}: {e}", self.base),
+        })?;
         let status = resp.status().as_u16();
         let header = |n: &str| {
             resp.headers()
@@ -286,6 +294,11 @@ pub struct AgentOptions {
     pub hub: Option<String>,
     /// The shared token's key.
     pub key: Option<Key>,
+    /// The CA certificates (PEM file) trusted for an https:// hub instead of Mozilla's roots.
+    pub ca_file: Option<PathBuf>,
+    /// The mesh's responder token: this agent's responder requires it in every hello, and its runs
+    /// send it to the other agents' responders.
+    pub responder_token: Option<String>,
     /// State directory (outbox, cached configuration, cursor).
     pub state_dir: PathBuf,
     /// Responder address (default: the configured address and port).
@@ -307,7 +320,14 @@ pub struct AgentOptions {
 /// Runs the agent until `stop`. Its events are `tracing` events (target `vlbiflow::mesh`).
 pub fn run(opts: &AgentOptions, stop: Arc<AtomicBool>) -> Result<(), AgentError> {
     let outbox = Outbox::open(&opts.state_dir)?;
-    let hub = opts.hub.as_deref().map(|h| HubClient::new(h, opts.key.clone()));
+    let ca = match &opts.ca_file {
+        Some(p) => Some(crate::tls::read_ca_file(p).map_err(AgentError)?),
+        None => None,
+    };
+    let hub = opts
+        .hub
+        .as_deref()
+        .map(|h| HubClient::with_ca(h, opts.key.clone(), ca.as_deref()));
     let software = format!("vlbiflow {}", env!("CARGO_PKG_VERSION"));
     // The configuration: the hub's, else the cached one, else the file.
     let mut cfg: Option<Arc<Config>> = None;
@@ -375,6 +395,7 @@ pub fn run(opts: &AgentOptions, stop: Arc<AtomicBool>) -> Result<(), AgentError>
         .collect();
     allow.push(std::net::Ipv4Addr::LOCALHOST.into());
     rc.allow = Some(allow);
+    rc.token = opts.responder_token.clone();
     if let Some(setup) = opts.responder_setup {
         rc = setup(rc);
     }
@@ -473,8 +494,9 @@ fn schedule_loop(
                         &serde_json::to_string(&run).unwrap_or_default(),
                     )?;
                     let (tx, cfg, me) = (tx.clone(), cfg.clone(), opts.name.clone());
+                    let token = opts.responder_token.clone();
                     running.push(std::thread::spawn(move || {
-                        let _ = tx.send(crate::runner::run(&cfg, &run, &me));
+                        let _ = tx.send(crate::runner::run_with_token(&cfg, &run, &me, token.as_deref()));
                     }));
                 }
             }

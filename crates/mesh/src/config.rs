@@ -385,8 +385,11 @@ struct RawPassive {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Webhook {
-    /// http:// URL.
+    /// http:// or https:// URL.
     pub url: String,
+    /// PEM file of the CA certificates trusted for an https:// URL instead of Mozilla's roots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 /// A checked configuration.

@@ -7,7 +7,8 @@
 //! [`auth`] (MACs between agents and hub), [`dispersion`] (capacity from packet pairs and trains)
 //! and the parsers of [`counters`]. The I/O: [`agent`], [`hub`] (with its pages, [`plots`] and
 //! `/metrics`), [`archive`] (SQLite or PostgreSQL), [`runner`] (one run's measurement),
-//! [`capacity`] (the probes), [`hops`] (TTL-limited trains, hop by hop) and [`api`] (the read API's client). See docs/mesh.md.
+//! [`capacity`] (the probes), [`hops`] (TTL-limited trains, hop by hop), [`api`] (the read API's client)
+//! and [`tls`] (the HTTP clients' TLS; the archive's is in [`archive`]). See docs/mesh.md.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
@@ -29,3 +30,4 @@ pub mod report;
 pub mod runner;
 pub mod schedule;
 pub mod timespec;
+pub mod tls;

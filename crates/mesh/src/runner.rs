@@ -64,6 +64,12 @@ pub fn responder_addr(cfg: &Config, host: &str) -> Result<SocketAddr, String> {
 
 /// Runs `run` now (as agent `me`) and reports.
 pub fn run(cfg: &Config, run: &PlannedRun, me: &str) -> RunReport {
+    run_with_token(cfg, run, me, None)
+}
+
+/// [`run`], sending `token` in the hello to the destination's responder (the mesh's responder
+/// token, for responders that require one).
+pub fn run_with_token(cfg: &Config, run: &PlannedRun, me: &str, token: Option<&str>) -> RunReport {
     let started = now_ms();
     // An exclusive run that could not start in the first quarter of its slot (a loaded host) is not
     // started at all: one measurement point cannot be interrupted, and it would run into the next
@@ -94,7 +100,7 @@ pub fn run(cfg: &Config, run: &PlannedRun, me: &str) -> RunReport {
         });
         (tx, h)
     };
-    let outcome = measure(cfg, run, &stop, run.end);
+    let outcome = measure(cfg, run, &stop, run.end, token);
     let _ = watchdog.0.send(());
     let _ = watchdog.1.join();
     RunReport {
@@ -113,14 +119,14 @@ fn failed(reason: Reason, detail: impl Into<String>) -> Outcome {
     }
 }
 
-fn measure(cfg: &Config, run: &PlannedRun, stop: &AtomicBool, end: Ms) -> Outcome {
+fn measure(cfg: &Config, run: &PlannedRun, stop: &AtomicBool, end: Ms, token: Option<&str>) -> Outcome {
     let addr = match responder_addr(cfg, &run.dst) {
         Ok(a) => a,
         Err(e) => return failed(Reason::Unreachable, e),
     };
     let left = Duration::from_millis((end - now_ms()).max(100) as u64);
     let timeout = left.min(Duration::from_secs(5));
-    let mut client = match Client::connect(addr, timeout) {
+    let mut client = match Client::connect_with_token(addr, timeout, token) {
         Ok(c) => c,
         Err(e) => return failed(classify(&e, false), format!("responder {addr}: {e}")),
     };

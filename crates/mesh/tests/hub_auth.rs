@@ -3,10 +3,14 @@
 //! results); agents get the configuration without the webhook; pages need the token on loopback too;
 //! a `text/plain` POST is refused.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
+
+use common::log::log;
 
 use vlbiflow_mesh::agent::{HubClient, SyncRequest, SyncResponse, SYNC_PATH};
 use vlbiflow_mesh::auth::{Key, Request, HOST_HEADER, MAC_HEADER, NONCE_HEADER, TIME_HEADER};
@@ -27,34 +31,6 @@ fn config() -> Arc<Config> {
     Arc::new(Config::parse(&t).unwrap())
 }
 
-/// The hub's log: its `tracing` events, formatted as the CLI's text log, gathered from every thread
-/// (the process-wide subscriber, installed once).
-fn log() -> &'static Arc<Mutex<Vec<u8>>> {
-    static LOG: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    LOG.get_or_init(|| {
-        let buf = Arc::new(Mutex::new(Vec::new()));
-        let w = buf.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_ansi(false)
-            .with_writer(move || Capture(w.clone()))
-            .finish();
-        tracing::subscriber::set_global_default(subscriber).unwrap();
-        buf
-    })
-}
-
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Capture {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 fn hub(dir: &std::path::Path) -> HubHandle {
     let opts = HubOptions {
         config: config(),
@@ -65,6 +41,7 @@ fn hub(dir: &std::path::Path) -> HubHandle {
         read_token: Some(READ.into()),
         public_read: false,
         metrics_token: None,
+        tls: None,
     };
     spawn(opts, Arc::new(AtomicBool::new(false))).unwrap()
 }

@@ -26,6 +26,8 @@ struct AgentSection {
     listen: Option<SocketAddr>,
     state_dir: Option<PathBuf>,
     sync_every: Option<String>,
+    ca_file: Option<PathBuf>,
+    responder_token_file: Option<PathBuf>,
 }
 
 /// `[hub]` of the mesh configuration: the hub's own settings, overridden by flags.
@@ -36,6 +38,20 @@ struct HubSection {
     archive: Option<String>,
     public_read: Option<bool>,
     keys_file: Option<PathBuf>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+}
+
+/// The hub's TLS from `--tls-cert`/`--tls-key` (or `tls_cert`/`tls_key` in [hub]): both or neither.
+fn hub_tls(cert: Option<&Path>, key: Option<&Path>) -> Result<Option<vlbiflow_mesh::tls::Tls>, String> {
+    match (cert, key) {
+        (None, None) => Ok(None),
+        (Some(c), Some(k)) => vlbiflow_mesh::tls::Tls::from_pem_files(c, k)
+            .map(Some)
+            .map_err(|e| e.to_string()),
+        (Some(_), None) => Err("--tls-cert without --tls-key (tls_key in [hub])".into()),
+        (None, Some(_)) => Err("--tls-key without --tls-cert (tls_cert in [hub])".into()),
+    }
 }
 
 /// The daemon sections of a file; the rest is the mesh configuration, checked by `vlbiflow_mesh`.
@@ -79,6 +95,24 @@ fn check_service_file(path: &Path, hub: bool) -> Result<String, String> {
     if let Some(s) = &f.sections.agent.sync_every {
         crate::service::duration("agent.sync_every", s).map_err(|e| format!("{}: {e}", path.display()))?;
     }
+    let (a, h) = (&f.sections.agent, &f.sections.hub);
+    if let Some(c) = &a.ca_file {
+        vlbiflow_mesh::tls::read_ca_file(c).map_err(|e| format!("{}: agent.ca_file: {e}", path.display()))?;
+    }
+    if let Some(t) = &a.responder_token_file {
+        read_responder_token(t).map_err(|e| format!("{}: agent.{e}", path.display()))?;
+    }
+    hub_tls(h.tls_cert.as_deref(), h.tls_key.as_deref())
+        .map_err(|e| format!("{}: hub: {e}", path.display()))?;
+    if let Some(c) = f
+        .mesh
+        .as_ref()
+        .and_then(|m| m.webhook.as_ref())
+        .and_then(|w| w.ca_file.as_ref())
+    {
+        vlbiflow_mesh::tls::read_ca_file(c)
+            .map_err(|e| format!("{}: webhook.ca_file: {e}", path.display()))?;
+    }
     match (&f.mesh, hub) {
         (None, true) => Err(format!(
             "{}: no mesh configuration (hosts, tests) for the hub",
@@ -107,6 +141,15 @@ fn check_service_file(path: &Path, hub: bool) -> Result<String, String> {
     }
 }
 
+/// The mesh's responder token from its file (at least 16 characters, no white space).
+fn read_responder_token(file: &Path) -> Result<String, String> {
+    let text =
+        std::fs::read_to_string(file).map_err(|e| format!("responder_token_file {}: {e}", file.display()))?;
+    check_token(&text)
+        .map(str::to_string)
+        .map_err(|e| format!("responder_token_file {}: {e}", file.display()))
+}
+
 fn read_token(file: Option<&Path>) -> anyhow::Result<Option<String>> {
     let text = match (file, std::env::var("VLBIFLOW_MESH_TOKEN").ok()) {
         (Some(f), _) => {
@@ -127,6 +170,10 @@ Examples:
   vlbiflow net agent --name Ef --hub http://hub.example.org:8090 \\
       --token-file /etc/vlbiflow/mesh.token
 
+  # A hub on TLS with a private CA; responders require the mesh's responder token
+  vlbiflow net agent --name Ef --hub https://hub.example.org:8090 --ca-file /etc/vlbiflow/mesh-ca.pem \\
+      --token-file /etc/vlbiflow/mesh.token --responder-token-file /etc/vlbiflow/responder.token
+
   # Without a hub, on a configuration file (results stay in the outbox until a hub takes them)
   vlbiflow net agent --name Ef --config mesh.toml --state-dir /var/lib/vlbiflow/agent
 
@@ -141,9 +188,18 @@ pub struct AgentArgs {
     /// This host's name in the mesh configuration (or `name` in the file's [agent])
     #[arg(long)]
     name: Option<String>,
-    /// The hub's URL, e.g. http://hub:8090
+    /// The hub's URL, e.g. http://hub:8090 or https://hub.example.org:8090
     #[arg(long, value_name = "URL")]
     hub: Option<String>,
+    /// PEM file of the CA certificates trusted for an https:// hub, instead of Mozilla's roots
+    /// (ca_file in [agent])
+    #[arg(long, value_name = "FILE")]
+    ca_file: Option<PathBuf>,
+    /// File with the mesh's responder token: this agent's responder requires it from every client,
+    /// and its runs send it to the other agents' responders; give every agent the same file
+    /// (responder_token_file in [agent])
+    #[arg(long, value_name = "FILE")]
+    responder_token_file: Option<PathBuf>,
     /// File with this host's key (its line in the hub's --keys-file) or the mesh's shared token (or
     /// VLBIFLOW_MESH_TOKEN); required for a hub not on loopback
     #[arg(long, value_name = "FILE")]
@@ -199,12 +255,10 @@ pub fn run_agent(a: AgentArgs) -> anyhow::Result<ExitCode> {
     };
     let token = read_token(a.token_file.as_deref())?;
     if let Some(h) = &hub {
-        if !h.starts_with("http://") {
-            usage!("--hub {h:?}: expected an http:// URL");
-        }
-        let loopback = ["http://127.", "http://localhost", "http://[::1]"]
-            .iter()
-            .any(|p| h.starts_with(p));
+        let Some(rest) = h.strip_prefix("http://").or_else(|| h.strip_prefix("https://")) else {
+            usage!("--hub {h:?}: expected an http:// or https:// URL");
+        };
+        let loopback = ["127.", "localhost", "[::1]"].iter().any(|p| rest.starts_with(p));
         if token.is_none() && !loopback {
             usage!("--hub {h} is not on loopback: give the shared token (--token-file)");
         }
@@ -212,10 +266,19 @@ pub fn run_agent(a: AgentArgs) -> anyhow::Result<ExitCode> {
     if !(0.1..=3600.0).contains(&sync_every.as_secs_f64()) {
         usage!("--sync-every {sync_every:?} outside 0.1..=3600 seconds");
     }
+    let responder_token = match a.responder_token_file.or(sect.responder_token_file) {
+        Some(f) => match read_responder_token(&f) {
+            Ok(t) => Some(t),
+            Err(e) => usage!("{e}"),
+        },
+        None => None,
+    };
     let opts = vlbiflow_mesh::agent::AgentOptions {
         name,
         hub,
         key: token.as_deref().map(Key::from_token),
+        ca_file: a.ca_file.or(sect.ca_file),
+        responder_token,
         state_dir: a
             .state_dir
             .or(sect.state_dir)
@@ -247,6 +310,11 @@ Examples:
   vlbiflow net hub --config mesh.toml --listen 0.0.0.0:8090 --keys-file /etc/vlbiflow/mesh.keys \\
       --token-file /etc/vlbiflow/mesh.token --archive postgresql://vlbiflow@db.example.org/mesh
 
+  # On TLS (certificate and key in PEM), the archive over TLS verified against a private CA
+  vlbiflow net hub --config mesh.toml --listen 0.0.0.0:8090 --keys-file /etc/vlbiflow/mesh.keys \\
+      --token-file /etc/vlbiflow/mesh.token --tls-cert /etc/vlbiflow/hub.pem --tls-key /etc/vlbiflow/hub.key \\
+      --archive 'postgresql://vlbiflow@db.example.org/mesh?sslmode=verify-full&sslrootcert=/etc/vlbiflow/db-ca.pem'
+
 Pages: / (matrix, alerts, run log), /pair?src=A&dst=B (time series and latest sweep), /metrics
 (Prometheus), /api/v1/{status,runs,results,alerts,matrix} (JSON).";
 
@@ -264,6 +332,12 @@ pub struct HubArgs {
     /// HTTP address for agents, pages and the API [default: 127.0.0.1:8090]
     #[arg(long, value_name = "HOST:PORT")]
     listen: Option<SocketAddr>,
+    /// Serve HTTPS with this certificate (PEM: the hub's, then intermediates; tls_cert in [hub])
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM; tls_key in [hub])
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// Archive: a SQLite file or a postgresql:// URL (default: mesh.sqlite in $STATE_DIRECTORY under
     /// systemd, else in ~/.local/state/vlbiflow/hub)
     #[arg(long, value_name = "PATH|URL")]
@@ -385,6 +459,14 @@ pub fn run_hub(a: HubArgs) -> anyhow::Result<ExitCode> {
             );
         }
     }
+    let tls = match hub_tls(
+        a.tls_cert.as_deref().or(sect.tls_cert.as_deref()),
+        a.tls_key.as_deref().or(sect.tls_key.as_deref()),
+    ) {
+        Ok(t) => t,
+        Err(e) => usage!("{e}"),
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let stop = crate::stop::on_interrupt(crate::stop::Second::Wait)?;
     let h = vlbiflow_mesh::hub::spawn(
         vlbiflow_mesh::hub::HubOptions {
@@ -399,11 +481,12 @@ pub fn run_hub(a: HubArgs) -> anyhow::Result<ExitCode> {
                 Ok(t) => t,
                 Err(e) => usage!("{e}"),
             },
+            tls,
         },
         stop.clone(),
     )
     .map_err(|e| anyhow!(e))?;
-    crate::service::notify_ready(&format!("serving on http://{}/", h.addr));
+    crate::service::notify_ready(&format!("serving on {scheme}://{}/", h.addr));
     // WATCHDOG=1 only when the hub's tick has moved since the last look
     let watchdog = crate::service::Watchdog::from_env();
     let mut ticks = h.ticks();

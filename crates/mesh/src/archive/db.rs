@@ -204,7 +204,16 @@ impl Pg {
 fn pg_detail(e: &postgres::Error) -> String {
     match e.as_db_error() {
         Some(d) => format!("{}: {}", d.code().code(), d.message()),
-        None => e.to_string(),
+        None => {
+            // The cause (a refused certificate, a refused connection) is in the source chain.
+            let mut m = e.to_string();
+            let mut src = std::error::Error::source(e);
+            while let Some(c) = src {
+                m = format!("{m}: {c}");
+                src = c.source();
+            }
+            m
+        }
     }
 }
 
@@ -306,7 +315,9 @@ fn sqlite_pragmas(c: &rusqlite::Connection, limit: std::time::Duration) -> rusql
 /// created, WAL switched on).
 pub(super) fn connect(target: &str) -> Result<Box<dyn Backend>, ArchiveError> {
     let db: Box<dyn Backend> = if target.starts_with("postgres://") || target.starts_with("postgresql://") {
-        let mut cfg: postgres::Config = target
+        let (url, tls) = super::pgtls::split_url(target)
+            .map_err(|e| err(&format!("PostgreSQL URL {}", redact(target)), e))?;
+        let mut cfg: postgres::Config = url
             .parse()
             .map_err(|e| err(&format!("PostgreSQL URL {}", redact(target)), e))?;
         if cfg.get_password().is_none() {
@@ -314,7 +325,15 @@ pub(super) fn connect(target: &str) -> Result<Box<dyn Backend>, ArchiveError> {
                 cfg.password(p);
             }
         }
-        let client = cfg.connect(postgres::NoTls).map_err(|e| {
+        cfg.ssl_mode(tls.postgres_mode());
+        let connector = tls
+            .connector()
+            .map_err(|e| err(&format!("PostgreSQL TLS for {}", redact(target)), e))?;
+        let client = match connector {
+            Some(c) => cfg.connect(c),
+            None => cfg.connect(postgres::NoTls),
+        };
+        let client = client.map_err(|e| {
             err(
                 &format!("connect to PostgreSQL {}", redact(target)),
                 pg_detail(&e),

@@ -11,6 +11,7 @@
 mod alerts;
 mod db;
 mod pgpass;
+pub mod pgtls;
 mod rows;
 mod runs;
 mod schema;

@@ -68,6 +68,8 @@ pub struct HubOptions {
     pub public_read: bool,
     /// Read-only token for `GET /metrics` (`Authorization: Bearer ...`); grants nothing else.
     pub metrics_token: Option<String>,
+    /// Serve on TLS with this certificate and key (else plain HTTP).
+    pub tls: Option<vlbiflow_http::Tls>,
 }
 
 /// A running hub.
@@ -167,8 +169,9 @@ pub fn spawn(opts: HubOptions, stop: Arc<AtomicBool>) -> Result<HubHandle, HubEr
         target: "vlbiflow::mesh",
         mesh = %opts.config.name,
         listen = %addr,
-        "hub of mesh {} on http://{addr}/ ({} hosts, {} tests, archive {} {}, planning from {})",
+        "hub of mesh {} on {}://{addr}/ ({} hosts, {} tests, archive {} {}, planning from {})",
         opts.config.name,
+        if opts.tls.is_some() { "https" } else { "http" },
         opts.config.hosts.len(),
         opts.config.tests.len(),
         archive.kind(),
@@ -212,6 +215,7 @@ pub fn spawn(opts: HubOptions, stop: Arc<AtomicBool>) -> Result<HubHandle, HubEr
     });
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let metrics_token = opts.metrics_token.clone();
+    let tls = opts.tls.clone();
     let thread_stop = stop.clone();
     let ticks = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let tick_count = ticks.clone();
@@ -262,7 +266,8 @@ pub fn spawn(opts: HubOptions, stop: Arc<AtomicBool>) -> Result<HubHandle, HubEr
                     })
                 };
                 let app = routes::router(shared.clone(), metrics_token);
-                vlbiflow_http::serve(listener, app, vlbiflow_http::Limits::DEFAULT, async move {
+                let limits = vlbiflow_http::Limits::DEFAULT;
+                vlbiflow_http::serve_with_tls(listener, app, limits, tls, async move {
                     let _ = rx.await;
                 })
                 .await;

@@ -21,13 +21,21 @@ fn redact_error(msg: &str, url: &str) -> String {
     m
 }
 
-/// Delivers alert changes to the webhook, each once (retried until the receiver answers 2xx).
+/// Delivers alert changes to the webhook, each once (retried until the receiver answers 2xx). A TLS
+/// failure (the receiver's certificate refused, its CA file unreadable) ends delivery until the
+/// hub restarts: trying again would not help, and the alerts stay in the archive and on the pages.
 pub(super) fn webhook_loop(s: &Shared, stop: &AtomicBool) {
-    let http: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_global(Some(Duration::from_secs(5)))
-        .http_status_as_error(false)
-        .build()
-        .into();
+    let ca = match s.cfg.webhook.as_ref().and_then(|w| w.ca_file.as_ref()) {
+        Some(p) => match crate::tls::read_ca_file(p) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                tracing::error!(target: "vlbiflow::mesh", error = %e, "webhook: {e}; not delivering alerts to the webhook");
+                return;
+            }
+        },
+        None => None,
+    };
+    let http = crate::tls::http_agent(Duration::from_secs(5), ca.as_deref());
     let mut backoff = Duration::from_millis(500);
     while !stop.load(Ordering::Relaxed) {
         let pending = lock(&s.archive).undelivered_alerts().unwrap_or_default();
@@ -71,6 +79,19 @@ pub(super) fn webhook_loop(s: &Shared, stop: &AtomicBool) {
                     break;
                 }
                 Err(err) => {
+                    if let Some(t) = crate::tls::tls_failure(&err) {
+                        let url = redact_path(&w.url);
+                        let err = redact_error(&t, &w.url);
+                        tracing::error!(
+                            target: "vlbiflow::mesh",
+                            url = %url,
+                            error = %err,
+                            "webhook {url}: TLS: {err}; giving up on the webhook until the hub restarts \
+                             (alerts stay in the archive; check the receiver's certificate and \
+                             [webhook] ca_file)"
+                        );
+                        return;
+                    }
                     // ureq's errors may quote the URL: only its kind is logged.
                     let err = redact_error(&err.to_string(), &w.url);
                     let url = redact_path(&w.url);

@@ -28,8 +28,25 @@ fn pg_bin() -> PathBuf {
     })
 }
 
+/// A server with TLS on loopback TCP: its certificate chain and key (PEM).
+pub struct TlsFiles<'a> {
+    pub cert: &'a str,
+    pub key: &'a str,
+}
+
 impl PgServer {
     pub fn start() -> PgServer {
+        PgServer::start_with(None)
+    }
+
+    /// [`PgServer::start`], also listening on 127.0.0.1 (a free port) with `ssl=on` and this
+    /// certificate; `url` is then the TCP one, `postgresql://vlbiflow@127.0.0.1:PORT/postgres`.
+    #[allow(dead_code)]
+    pub fn start_tls(tls: TlsFiles<'_>) -> PgServer {
+        PgServer::start_with(Some(tls))
+    }
+
+    fn start_with(tls: Option<TlsFiles<'_>>) -> PgServer {
         let bin = pg_bin();
         let root = rustix::process::getuid().is_root();
         let dir = tempfile::Builder::new()
@@ -37,6 +54,13 @@ impl PgServer {
             .tempdir_in("/var/tmp")
             .unwrap();
         let as_user = root.then(|| "postgres".to_string());
+        if let Some(t) = &tls {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::write(dir.path().join("server.crt"), t.cert).unwrap();
+            let key = dir.path().join("server.key");
+            std::fs::write(&key, t.key).unwrap();
+            std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
         if root {
             let out = Command::new("chown")
                 .args(["-R", "postgres:postgres"])
@@ -70,7 +94,22 @@ impl PgServer {
             ],
         );
         let sock = s.dir.path().to_str().unwrap().to_string();
-        let opts = format!("-k {sock} -c listen_addresses='' -c fsync=off -p 5432");
+        // A free port for TCP: bound, read, released for the server.
+        let port = match &tls {
+            None => 5432,
+            Some(_) => std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port(),
+        };
+        let opts = match &tls {
+            None => format!("-k {sock} -c listen_addresses='' -c fsync=off -p 5432"),
+            Some(_) => format!(
+                "-k {sock} -c listen_addresses=127.0.0.1 -c fsync=off -p {port} -c ssl=on \
+                 -c ssl_cert_file={sock}/server.crt -c ssl_key_file={sock}/server.key"
+            ),
+        };
         let log = s.dir.path().join("log");
         s.run(
             "pg_ctl",
@@ -97,7 +136,10 @@ impl PgServer {
                 }
             })
             .collect();
-        s.url = format!("postgresql://vlbiflow@{host}:5432/postgres");
+        s.url = match &tls {
+            None => format!("postgresql://vlbiflow@{host}:5432/postgres"),
+            Some(_) => format!("postgresql://vlbiflow@127.0.0.1:{port}/postgres"),
+        };
         s
     }
 
