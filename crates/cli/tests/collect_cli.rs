@@ -303,7 +303,10 @@ fn a_scan_the_station_never_completes_is_pulled_as_it_is_and_named() {
     });
     let t0 = Instant::now();
     loop {
-        assert!(t0.elapsed() < Duration::from_secs(120), "collect never followed the scan");
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "collect never followed the scan"
+        );
         if rx
             .recv_timeout(Duration::from_secs(1))
             .is_ok_and(|l| l.contains("following t2_cc_no0001"))
@@ -314,7 +317,10 @@ fn a_scan_the_station_never_completes_is_pulled_as_it_is_and_named() {
     // once some blocks are on the disks, the recorder dies: the scan is never marked complete
     let t0 = Instant::now();
     while du(&disks) < 4 << 20 {
-        assert!(t0.elapsed() < Duration::from_secs(60), "the recorder wrote nothing");
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "the recorder wrote nothing"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     let _ = g.kill();

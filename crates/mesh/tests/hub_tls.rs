@@ -36,7 +36,6 @@ fn config(webhook: Option<(&str, &Path)>) -> Arc<Config> {
     Arc::new(Config::parse(&t).unwrap())
 }
 
-
 fn hub(dir: &Path, cfg: Arc<Config>, tls: Option<Tls>) -> HubHandle {
     common::log::log();
     let opts = HubOptions {
@@ -184,7 +183,9 @@ fn alerts_reach_an_https_webhook_and_a_refused_certificate_stops_delivery() {
     let bad = dir.path().join("bad");
     std::fs::create_dir(&bad).unwrap();
     let _h2 = hub(&bad, config(Some((&rx.url, &other))), None);
-    wait_for("the hub giving up on the webhook", || captured().contains("giving up"));
+    wait_for("the hub giving up on the webhook", || {
+        captured().contains("giving up")
+    });
     // (the other hubs of this process deliver or have no webhook: every webhook line is the bad one's)
     let text = captured();
     let webhook: Vec<&str> = text.lines().filter(|l| l.contains("webhook")).collect();

@@ -335,7 +335,11 @@ fn a_station_using_less_than_its_share_gives_the_rest_away_and_gets_it_back_when
     assert!(close(s.share(a), 0.5 * G), "{:?}", shares(&s));
     s.measured(a, 0.1 * G, t0 + sec * 3);
     assert!(close(s.share(a), 0.125 * G), "{:?}", shares(&s));
-    assert!(close(s.share(b), 0.875 * G), "the rest goes to b: {:?}", shares(&s));
+    assert!(
+        close(s.share(b), 0.875 * G),
+        "the rest goes to b: {:?}",
+        shares(&s)
+    );
     assert!(close(s.share(a) + s.share(b), 1.0 * G), "the link stays full");
     // b's share grew; its pull follows it
     s.measured(b, 0.85 * G, t0 + sec * 4);
@@ -343,7 +347,11 @@ fn a_station_using_less_than_its_share_gives_the_rest_away_and_gets_it_back_when
     s.measured(a, 0.125 * G, t0 + sec * 4);
     assert!(close(s.share(a), 0.25 * G), "{:?}", shares(&s));
     s.measured(a, 0.25 * G, t0 + sec * 5);
-    assert!(close(s.share(a), 0.5 * G), "back at its fair share: {:?}", shares(&s));
+    assert!(
+        close(s.share(a), 0.5 * G),
+        "back at its fair share: {:?}",
+        shares(&s)
+    );
     assert!(close(s.share(b), 0.5 * G));
 }
 
@@ -368,10 +376,20 @@ fn a_station_between_pulls_gives_its_share_away_and_a_new_pull_starts_on_the_fai
     assert!(close(s.share(b), 0.98 * G));
     s.set_startable(a, 1);
     assert_eq!(s.poll_start(t0 + sec * 4), Some(a));
-    assert!(close(s.share(a), 0.5 * G), "a new pull has the fair share: {:?}", shares(&s));
+    assert!(
+        close(s.share(a), 0.5 * G),
+        "a new pull has the fair share: {:?}",
+        shares(&s)
+    );
     assert!(close(s.share(b), 0.5 * G));
     let ev = drain(&mut s);
-    assert!(ev.contains(&Event::Share { station: b, bps: 0.5 * G }), "{ev:?}");
+    assert!(
+        ev.contains(&Event::Share {
+            station: b,
+            bps: 0.5 * G
+        }),
+        "{ev:?}"
+    );
 }
 
 #[test]
