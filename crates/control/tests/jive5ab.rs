@@ -237,8 +237,8 @@ fn field_system_session_of_several_scans() {
         "!scan_set= 4 : no recording 'exp_st_no0001a' on the selected disks ;",
     );
     fs.expect("set_disks = main", "!set_disks= 0 : 2 ;");
-    fs.expect("scan_set = exp_st_no0001", "!scan_set= 0 ;");
-    fs.rc("scan_check?", 0);
+    fs.expect("scan_set = 1", "!scan_set= 0 ;");
+    assert_eq!(fs.rc("scan_check?", 0).fields[1], "exp_st_no0001");
     d.stop();
 
     // The recordings: FlexBuff chunks on the disks, every frame stored, the garbage counted and dropped.

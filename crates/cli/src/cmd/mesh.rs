@@ -171,8 +171,9 @@ Examples:
       --token-file /etc/vlbiflow/mesh.token
 
   # A hub on TLS with a private CA; responders require the mesh's responder token
-  vlbiflow net agent --name Ef --hub https://hub.example.org:8090 --ca-file /etc/vlbiflow/mesh-ca.pem \\
-      --token-file /etc/vlbiflow/mesh.token --responder-token-file /etc/vlbiflow/responder.token
+  vlbiflow net agent --name Ef --hub https://hub.example.org:8090 \\
+      --ca-file /etc/vlbiflow/mesh-ca.pem --token-file /etc/vlbiflow/mesh.token \\
+      --responder-token-file /etc/vlbiflow/responder.token
 
   # Without a hub, on a configuration file (results stay in the outbox until a hub takes them)
   vlbiflow net agent --name Ef --config mesh.toml --state-dir /var/lib/vlbiflow/agent
@@ -312,8 +313,9 @@ Examples:
 
   # On TLS (certificate and key in PEM), the archive over TLS verified against a private CA
   vlbiflow net hub --config mesh.toml --listen 0.0.0.0:8090 --keys-file /etc/vlbiflow/mesh.keys \\
-      --token-file /etc/vlbiflow/mesh.token --tls-cert /etc/vlbiflow/hub.pem --tls-key /etc/vlbiflow/hub.key \\
-      --archive 'postgresql://vlbiflow@db.example.org/mesh?sslmode=verify-full&sslrootcert=/etc/vlbiflow/db-ca.pem'
+      --token-file /etc/vlbiflow/mesh.token \\
+      --tls-cert /etc/vlbiflow/hub.pem --tls-key /etc/vlbiflow/hub.key \\
+      --archive 'postgresql://db.example.org/mesh?sslmode=verify-full&sslrootcert=/etc/db-ca.pem'
 
 Pages: / (matrix, alerts, run log), /pair?src=A&dst=B (time series and latest sweep), /metrics
 (Prometheus), /api/v1/{status,runs,results,alerts,matrix} (JSON).";
