@@ -100,6 +100,44 @@ fn station(d: &Path, state: &Path, name: &str) -> Station {
     }
 }
 
+/// `vlbiflow xfer collect --config EXP --follow --json` started, its standard error echoed and sent
+/// line by line.
+fn collect_follow(exp: &Path, state: &Path) -> (Child, mpsc::Receiver<String>) {
+    let mut c = Command::new(BIN)
+        .args(["xfer", "collect", "--config"])
+        .arg(exp)
+        .args(["--follow", "--json"])
+        .env("XDG_STATE_HOME", state)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let err = c.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for l in BufReader::new(err).lines().map_while(Result::ok) {
+            eprintln!("{l}");
+            let _ = tx.send(l);
+        }
+    });
+    (c, rx)
+}
+
+/// Waits (bounded) for the collect to end: its exit status and standard output.
+fn finished(c: &mut Child) -> (std::process::ExitStatus, String) {
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(st) = c.try_wait().unwrap() {
+            break st;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(120), "collect did not finish");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut json = String::new();
+    std::io::Read::read_to_string(&mut c.stdout.take().unwrap(), &mut json).unwrap();
+    (status, json)
+}
+
 fn gathered(disks: &Path, scan: &str, out: &Path) -> Vec<u8> {
     let glob = format!("{}/*", disks.display());
     let st = Command::new(BIN)
@@ -154,23 +192,7 @@ fn collect_follows_two_stations_under_one_rate_and_a_rerun_pulls_nothing_again()
     }
     let exp = d.path().join("t1.toml");
     std::fs::write(&exp, toml).unwrap();
-    let mut c = Command::new(BIN)
-        .args(["xfer", "collect", "--config"])
-        .arg(&exp)
-        .args(["--follow", "--json"])
-        .env("XDG_STATE_HOME", &state)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (tx, rx) = mpsc::channel();
-    let err = c.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for l in BufReader::new(err).lines().map_while(Result::ok) {
-            eprintln!("{l}");
-            let _ = tx.send(l);
-        }
-    });
+    let (mut c, rx) = collect_follow(&exp, &state);
     // both complete scans verified and both recordings followed, then the recordings end
     let mut seen = Vec::new();
     let t0 = Instant::now();
@@ -200,16 +222,7 @@ fn collect_follows_two_stations_under_one_rate_and_a_rerun_pulls_nothing_again()
         let _ = g.wait();
         interrupt(rec);
     }
-    let t0 = Instant::now();
-    let status = loop {
-        if let Some(st) = c.try_wait().unwrap() {
-            break st;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(120), "collect did not finish");
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let mut json = String::new();
-    std::io::Read::read_to_string(&mut c.stdout.take().unwrap(), &mut json).unwrap();
+    let (status, json) = finished(&mut c);
     assert!(status.success(), "collect: {json}");
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(v["complete"], true, "{v}");
@@ -284,23 +297,7 @@ fn a_scan_the_station_never_completes_is_pulled_as_it_is_and_named() {
     );
     let exp = d.path().join("t2.toml");
     std::fs::write(&exp, toml).unwrap();
-    let mut c = Command::new(BIN)
-        .args(["xfer", "collect", "--config"])
-        .arg(&exp)
-        .args(["--follow", "--json"])
-        .env("XDG_STATE_HOME", &state)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (tx, rx) = mpsc::channel();
-    let err = c.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for l in BufReader::new(err).lines().map_while(Result::ok) {
-            eprintln!("{l}");
-            let _ = tx.send(l);
-        }
-    });
+    let (mut c, rx) = collect_follow(&exp, &state);
     let t0 = Instant::now();
     loop {
         assert!(
@@ -327,16 +324,7 @@ fn a_scan_the_station_never_completes_is_pulled_as_it_is_and_named() {
     let _ = g.wait();
     rec.kill().unwrap();
     let _ = rec.wait();
-    let t0 = Instant::now();
-    let status = loop {
-        if let Some(st) = c.try_wait().unwrap() {
-            break st;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(120), "collect did not finish");
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let mut json = String::new();
-    std::io::Read::read_to_string(&mut c.stdout.take().unwrap(), &mut json).unwrap();
+    let (status, json) = finished(&mut c);
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert!(status.success(), "collect: {v}");
     assert_eq!(v["scans_verified"], 1, "{v}");
