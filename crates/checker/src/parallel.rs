@@ -151,13 +151,13 @@ fn locate(files: &[(std::path::PathBuf, u32, u64)], b: u64) -> (usize, u64) {
     (files.len(), 0)
 }
 
-/// Frames to an engine, findings to a list.
-struct Sink<'a, L> {
-    checker: &'a mut Checker,
-    log: &'a mut L,
+/// Frames to an engine, findings to a list (the one-pass check uses it too).
+pub(crate) struct Sink<'a, L> {
+    pub(crate) checker: &'a mut Checker,
+    pub(crate) log: &'a mut L,
 }
 
-trait Log {
+pub(crate) trait Log {
     fn add(&mut self, f: Finding);
 }
 impl Log for Vec<Finding> {

@@ -1,11 +1,12 @@
 //! Running a whole check (readers, framer, engine) and its report: a short human verdict and JSON.
 
 use crate::engine::{CheckConfig, Checker, EngineReport};
+use crate::parallel::Sink;
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::time::Instant;
-use vlbiflow_reader::finding::{Finding, FindingKind, FindingLog, Position, Severity};
-use vlbiflow_reader::framer::{FrameSink, Framer};
+use vlbiflow_reader::finding::{Finding, FindingKind, FindingLog, Severity};
+use vlbiflow_reader::framer::Framer;
 use vlbiflow_reader::read::{BlockStats, ReadEvent, ReadPipeline};
 use vlbiflow_reader::source::{Recording, Sources};
 use vlbiflow_units::fmt_fraction;
@@ -60,24 +61,6 @@ impl Report {
     /// Whether the check found data problems (exit status 1).
     pub fn has_errors(&self) -> bool {
         self.verdict == "error"
-    }
-}
-
-struct Sink<'a> {
-    checker: &'a mut Checker,
-    log: &'a mut FindingLog,
-}
-
-impl FrameSink for Sink<'_> {
-    #[inline]
-    fn frame(&mut self, frame: &[u8], pos: Position) {
-        self.checker.frame(frame, pos)
-    }
-    fn fill(&mut self, frame: &[u8], pos: Position) {
-        self.checker.fill(frame, pos)
-    }
-    fn finding(&mut self, finding: Finding) {
-        self.log.push(finding)
     }
 }
 
