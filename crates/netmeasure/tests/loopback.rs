@@ -763,3 +763,85 @@ fn a_responder_with_a_token_serves_only_clients_that_send_it() {
         .unwrap();
     assert_eq!(res.received + res.lost, 20);
 }
+
+/// A TCP connection from `from` (another loopback address: another host as far as the responder can
+/// tell).
+fn connect_from(from: &str, to: SocketAddr) -> TcpStream {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    let a: SocketAddr = format!("{from}:0").parse().unwrap();
+    s.bind(&a.into()).unwrap();
+    s.connect(&to.into()).unwrap();
+    s.into()
+}
+
+/// Waits (at most 60 s) for the responder to close `s`; what it said before closing.
+fn read_to_close(s: &mut TcpStream) -> String {
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 256];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => panic!("not closed: {e}"),
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[test]
+fn idle_connections_beyond_the_per_address_limit_are_closed_and_hold_no_session() {
+    // A hello deadline far beyond the test, so the idle connections stay pending throughout.
+    let r = start_responder_with(|c| {
+        c.max_sessions = 2;
+        c.hello_timeout = Duration::from_secs(600);
+    });
+    let limit = ResponderConfig::new(r.addr).gate.per_address;
+    assert_eq!(limit, 8);
+    // From another host: as many idle connections as its address may have waiting for their hello
+    // (more than the responder's sessions), then four more.
+    let mut idle: Vec<TcpStream> = (0..limit + 4)
+        .map(|_| connect_from("127.0.0.2", r.addr))
+        .collect();
+    // The four beyond the limit are closed unanswered (the kernel queues connections in order).
+    for s in &mut idle[limit..] {
+        assert_eq!(read_to_close(s), "");
+    }
+    assert_eq!(r.counters.gate_refused.load(Ordering::Relaxed), 4);
+    // Clients from elsewhere take both sessions while the idle connections wait, and test.
+    let stop = AtomicBool::new(false);
+    let mut a = Client::connect(r.addr, T).unwrap();
+    let mut b = Client::connect(r.addr, T).unwrap();
+    for c in [&mut a, &mut b] {
+        let res = c.bw(&BwParams::new(200, 20, 0.0), &stop).unwrap();
+        assert_eq!(res.received + res.lost, 20);
+    }
+    assert_eq!(r.counters.sessions.load(Ordering::Relaxed), 2);
+    assert_eq!(r.counters.hello_timeouts.load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn a_connection_that_never_says_hello_is_closed_at_the_deadline() {
+    let r = start_responder();
+    // Silent, and a hello that never ends its line.
+    let mut silent = connect_from("127.0.0.2", r.addr);
+    let mut partial = connect_from("127.0.0.2", r.addr);
+    partial.write_all(b"{\"hello\":").unwrap();
+    for s in [&mut silent, &mut partial] {
+        let said = read_to_close(s);
+        assert!(
+            said.contains("no answer within 2.0 s while waiting for hello"),
+            "{said}"
+        );
+    }
+    assert_eq!(r.counters.hello_timeouts.load(Ordering::Relaxed), 2);
+    assert_eq!(r.counters.sessions.load(Ordering::Relaxed), 0);
+    // A client that says hello is served.
+    let mut c = Client::connect(r.addr, T).unwrap();
+    let res = c
+        .bw(&BwParams::new(200, 20, 0.0), &AtomicBool::new(false))
+        .unwrap();
+    assert_eq!(res.received + res.lost, 20);
+}

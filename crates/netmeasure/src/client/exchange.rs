@@ -316,6 +316,7 @@ mod tests {
         let config = SessionConfig {
             software: "sim responder".into(),
             idle_timeout: Duration::from_secs(60),
+            hello_timeout: crate::responder::HELLO_TIMEOUT,
             default_recv_buffer: 1 << 20,
             efficiency: false,
             peer: "client".into(),

@@ -5,6 +5,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::Arc;
 use std::time::Duration;
 
+use vlbiflow_guard::gate::GateConfig;
+
 use crate::eff::EffService;
 
 /// How to run a responder.
@@ -14,13 +16,22 @@ pub struct ResponderConfig {
     pub listen: SocketAddr,
     /// How long a session may stay silent between requests before it is closed.
     pub idle_timeout: Duration,
+    /// How long a connection may take to say hello (with the token, when there is one) before it is
+    /// closed: [`HELLO_TIMEOUT`](super::session::HELLO_TIMEOUT) unless set.
+    pub hello_timeout: Duration,
     /// Receive buffer for UDP test sockets unless the client asks for one, bytes.
     pub default_recv_buffer: usize,
     /// Free text sent in the hello, e.g. "vlbiflow 0.1.0".
     pub software: String,
     /// Most control sessions served at once; a client beyond them gets an error reply to its hello
-    /// saying the responder is busy.
+    /// saying the responder is busy. A connection takes its slot only once its hello passed.
     pub max_sessions: usize,
+    /// Admission of control connections before their hello passed (the version, and the token when
+    /// there is one): at most so many per address (IPv6: per /64) and in all, each closed when it has not
+    /// said hello within [`hello_timeout`](Self::hello_timeout); a failed or silent hello is
+    /// a strike against its address, and past a few strikes its new connections are held back before
+    /// they are read ([`vlbiflow_guard::gate`]). Connections beyond the limits are closed at once.
+    pub gate: GateConfig,
     /// Most memory a test of one stream may reserve, bytes: packet statistics
     /// ([`BYTES_PER_PACKET`](crate::stats::BYTES_PER_PACKET) per announced packet), receive buffers and
     /// the kernel socket buffers it asks for. A test of several streams (TCP, efficiency) may reserve
@@ -52,16 +63,19 @@ pub struct ResponderConfig {
 }
 
 impl ResponderConfig {
-    /// Defaults for `listen`: 60 s idle timeout, 8 MiB receive buffers, 16 sessions, 256 MiB per test
-    /// of one stream (about 4.5 million packets with an 8 MiB buffer) plus 32 MiB per further stream,
-    /// 1 GiB for all tests together, tests of at most 60 s, no token.
+    /// Defaults for `listen`: 60 s idle timeout, 2 s for the hello, 8 MiB receive buffers, 16 sessions,
+    /// 256 MiB per test of one stream (about 4.5 million packets with an 8 MiB buffer) plus 32 MiB per
+    /// further stream, 1 GiB for all tests together, tests of at most 60 s, no token, the
+    /// [`GateConfig`] defaults (8 connections before their hello per address, 32 in all).
     pub fn new(listen: SocketAddr) -> Self {
         ResponderConfig {
             listen,
             idle_timeout: Duration::from_secs(60),
+            hello_timeout: super::session::HELLO_TIMEOUT,
             default_recv_buffer: 8 << 20,
             software: format!("vlbiflow-net {}", env!("CARGO_PKG_VERSION")),
             max_sessions: 16,
+            gate: GateConfig::default(),
             max_test_memory: 256 << 20,
             stream_memory: 32 << 20,
             memory_budget: 1 << 30,
@@ -106,7 +120,7 @@ mod tests {
 /// What the responder has seen, for logs and tests.
 #[derive(Debug, Default)]
 pub struct ResponderCounters {
-    /// Control connections accepted.
+    /// Control sessions served: connections whose hello passed and that got a session slot.
     pub sessions: AtomicU64,
     /// Tests completed with a result sent.
     pub tests: AtomicU64,
@@ -116,8 +130,17 @@ pub struct ResponderCounters {
     pub bad_requests: AtomicU64,
     /// Datagrams on test ports that were not packets of the running test.
     pub foreign_datagrams: AtomicU64,
-    /// Control connections turned away because [`ResponderConfig::max_sessions`] were running.
+    /// Control connections turned away: from an address not allowed, or told the responder is busy
+    /// because [`ResponderConfig::max_sessions`] were running.
     pub refused_sessions: AtomicU64,
+    /// Control connections closed at once by the [gate](ResponderConfig::gate): their address, or all
+    /// addresses together, had the most connections that had not said hello yet.
+    pub gate_refused: AtomicU64,
+    /// Control connections held back before being read, their address having strikes.
+    pub tarpitted: AtomicU64,
+    /// Control connections closed because no hello came within
+    /// [`hello_timeout`](ResponderConfig::hello_timeout).
+    pub hello_timeouts: AtomicU64,
     /// Sessions refused because their hello did not carry the responder's token.
     pub unauthorized: AtomicU64,
     /// Tests refused because they would reserve more memory than allowed.

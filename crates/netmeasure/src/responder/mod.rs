@@ -10,14 +10,22 @@
 //! tested in simulated time); [`receive`] holds the bw counter and the latency echo, also without I/O,
 //! and the threads that drive them; `serve` is the I/O layer between a session and its sockets; this
 //! module accepts connections and runs one session per thread.
+//!
+//! Admission: a connection passes the address filter (`allow`), then the
+//! [gate](vlbiflow_guard::gate::Gate) of connections that have not said hello (a limit per address
+//! and in all; a back-off for addresses whose handshakes failed or stayed silent), then has
+//! [`hello_timeout`](ResponderConfig::hello_timeout) (2 s) for its hello. Only a hello that passed
+//! takes one of the [`max_sessions`](ResponderConfig::max_sessions) slots, so idle connections from
+//! some addresses can neither hold the sessions nor keep a client from another address out.
 
 use std::io;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use vlbiflow_guard::gate::{Gate, Verdict};
 use vlbiflow_udp::TimestampKeeper;
 
 mod config;
@@ -26,15 +34,12 @@ mod serve;
 pub mod session;
 
 pub use config::{ResponderConfig, ResponderCounters};
-pub use session::{SessionError, MAX_DATAGRAM, MAX_TEST_PACKETS};
+pub use session::{SessionError, HELLO_TIMEOUT, MAX_DATAGRAM, MAX_TEST_PACKETS};
 
 use receive::poll_in;
 
-/// Most connections at a time that are being told the responder is busy; more are closed unanswered.
-const MAX_REFUSING: usize = 4;
-
 /// Decrements a counter when dropped (also when a session thread unwinds).
-struct CountGuard<'a>(&'a AtomicUsize);
+pub(super) struct CountGuard<'a>(&'a AtomicUsize);
 
 impl Drop for CountGuard<'_> {
     fn drop(&mut self) {
@@ -43,7 +48,7 @@ impl Drop for CountGuard<'_> {
 }
 
 /// Takes a slot of `counter` when fewer than `limit` are taken.
-fn take_slot(counter: &AtomicUsize, limit: usize) -> Option<CountGuard<'_>> {
+pub(super) fn take_slot(counter: &AtomicUsize, limit: usize) -> Option<CountGuard<'_>> {
     counter
         .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
             (n < limit).then_some(n + 1)
@@ -102,7 +107,7 @@ impl Responder {
                  delay of fast streams will be too coarse"
             ));
         }
-        let refusing = AtomicUsize::new(0);
+        let gate = Mutex::new(Gate::new(self.config.gate));
         thread::scope(|scope| -> io::Result<()> {
             let mut handles = Vec::new();
             while !stop.load(Ordering::Relaxed) {
@@ -119,34 +124,25 @@ impl Responder {
                             }
                         }
                         handles.retain(|h: &thread::ScopedJoinHandle<()>| !h.is_finished());
-                        let counters = &*self.counters;
-                        let config = &self.config;
-                        let stop = &*stop;
-                        let Some(slot) = take_slot(&counters.active_sessions, config.max_sessions) else {
-                            counters.refused_sessions.fetch_add(1, Ordering::Relaxed);
-                            let limit = config.max_sessions;
-                            log(&format!("session from {peer} refused: {limit} sessions running"));
-                            // Answered on a thread of its own (a slow client must not hold up
-                            // accepting), a few at a time; beyond them the connection just closes.
-                            if let Some(refusing) = take_slot(&refusing, MAX_REFUSING) {
-                                handles.push(scope.spawn(move || {
-                                    let _refusing = refusing;
-                                    let quiet = |_: &str| {};
-                                    let ctx = serve::Ctx {
-                                        config,
-                                        counters,
-                                        stop,
-                                        log: &quiet,
-                                    };
-                                    let _ = serve::serve(stream, &ctx, Some(config.max_sessions));
-                                }));
+                        // Threads are bounded: at most `gate.pending` connections before their hello,
+                        // and `max_sessions` after it.
+                        let delay = match serve::lock(&gate).arrive(peer.ip(), Instant::now()) {
+                            Verdict::Admit { delay } => delay,
+                            v @ (Verdict::AddressBusy | Verdict::Full) => {
+                                self.counters.gate_refused.fetch_add(1, Ordering::Relaxed);
+                                let why = if v == Verdict::Full {
+                                    "too many connections without a hello"
+                                } else {
+                                    "too many connections without a hello from its address"
+                                };
+                                log(&format!("connection from {peer} closed: {why}"));
+                                drop(stream);
+                                continue;
                             }
-                            continue;
                         };
-                        counters.sessions.fetch_add(1, Ordering::Relaxed);
-                        log(&format!("session from {peer}"));
+                        let ctx_parts = (&self.config, &*self.counters, &*stop, &gate);
                         handles.push(scope.spawn(move || {
-                            let _slot = slot;
+                            let (config, counters, stop, gate) = ctx_parts;
                             let session_log = |m: &str| log(&format!("session {peer}: {m}"));
                             let ctx = serve::Ctx {
                                 config,
@@ -154,7 +150,8 @@ impl Responder {
                                 stop,
                                 log: &session_log,
                             };
-                            if let Err(e) = serve::serve(stream, &ctx, None) {
+                            let admission = serve::Admission { gate, peer, delay };
+                            if let Err(e) = serve::serve(stream, &ctx, admission) {
                                 log(&format!("session {peer}: {e}"));
                             } else {
                                 log(&format!("session {peer}: closed"));

@@ -4,10 +4,11 @@
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use vlbiflow_guard::gate::Gate;
 use vlbiflow_udp::{open_udp, UdpConfig};
 
 use super::config::{ResponderConfig, ResponderCounters};
@@ -79,32 +80,91 @@ pub(super) struct Ctx<'a> {
     pub log: &'a dyn Fn(&str),
 }
 
-/// Serves one control connection until its session closes; `busy`: the client is only told that
-/// the responder is busy (at most that many sessions run).
-pub(super) fn serve(stream: TcpStream, ctx: &Ctx, busy: Option<usize>) -> Result<(), SessionError> {
+/// The gate's lock (a panic elsewhere does not stop admission).
+pub(super) fn lock(gate: &Mutex<Gate>) -> MutexGuard<'_, Gate> {
+    gate.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A connection the gate admitted: pending until its hello passed.
+pub(super) struct Admission<'a> {
+    pub gate: &'a Mutex<Gate>,
+    pub peer: SocketAddr,
+    /// How long to hold the connection unread first (its address has strikes).
+    pub delay: Duration,
+}
+
+/// Reports a pending connection's outcome to the gate exactly once: passed, struck (a failed or
+/// silent hello), or left (the responder stopping, a failure of this side) when dropped unreported.
+struct Pending<'a> {
+    admission: Admission<'a>,
+    open: bool,
+}
+
+impl Pending<'_> {
+    fn passed(&mut self) {
+        if std::mem::take(&mut self.open) {
+            lock(self.admission.gate).passed(self.admission.peer.ip());
+        }
+    }
+
+    fn struck(&mut self) {
+        if std::mem::take(&mut self.open) {
+            lock(self.admission.gate).struck(self.admission.peer.ip(), Instant::now());
+        }
+    }
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if self.open {
+            lock(self.admission.gate).left(self.admission.peer.ip());
+        }
+    }
+}
+
+/// Holds a connection unread for `delay`, or until the responder stops; false when it stopped.
+fn tarpit(delay: Duration, stop: &AtomicBool) -> bool {
+    let until = Instant::now() + delay;
+    while !stop.load(Ordering::Relaxed) {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return true;
+        }
+        thread::sleep(left.min(STOP_SLICE));
+    }
+    false
+}
+
+/// Serves one control connection the gate admitted until its session closes: its hello within
+/// [`ResponderConfig::hello_timeout`] (after the gate's delay), then a session slot,
+/// then its tests.
+pub(super) fn serve(stream: TcpStream, ctx: &Ctx, admission: Admission) -> Result<(), SessionError> {
+    let mut pending = Pending {
+        admission,
+        open: true,
+    };
+    if !pending.admission.delay.is_zero() {
+        ctx.counters.tarpitted.fetch_add(1, Ordering::Relaxed);
+        if !tarpit(pending.admission.delay, ctx.stop) {
+            return Err(SessionError::Stopped);
+        }
+    }
     stream
         .set_nonblocking(false)
         .map_err(|e| SessionError::Other(format!("set blocking: {e}")))?;
-    let write_timeout = if busy.is_some() {
-        super::session::BUSY_TIMEOUT
-    } else {
-        WRITE_TIMEOUT
-    };
-    let mut conn = ControlConn::from_stream(stream, write_timeout)?;
+    let mut conn = ControlConn::from_stream(stream, WRITE_TIMEOUT)?;
     let config = SessionConfig {
         software: ctx.config.software.clone(),
         idle_timeout: ctx.config.idle_timeout,
+        hello_timeout: ctx.config.hello_timeout,
         default_recv_buffer: ctx.config.default_recv_buffer,
         efficiency: ctx.config.efficiency.is_some(),
         peer: conn.peer().to_string(),
         token: ctx.config.token.clone(),
         max_test_duration: ctx.config.max_test_duration,
     };
-    let now = Instant::now();
-    let mut session = match busy {
-        Some(max) => Session::busy(config, max, now),
-        None => Session::new(config, now),
-    };
+    let mut session = Session::gated(config, Instant::now());
+    let mut slot = None;
     let mut test: Option<Running> = None;
     loop {
         while let Some(o) = session.poll_output() {
@@ -133,6 +193,20 @@ pub(super) fn serve(stream: TcpStream, ctx: &Ctx, busy: Option<usize>) -> Result
                         t.abort(ctx.counters);
                     }
                 }
+                Output::Admit => {
+                    pending.passed();
+                    slot = super::take_slot(&ctx.counters.active_sessions, ctx.config.max_sessions);
+                    let max = ctx.config.max_sessions;
+                    if slot.is_some() {
+                        ctx.counters.sessions.fetch_add(1, Ordering::Relaxed);
+                        (ctx.log)("session admitted");
+                        session.admitted(Instant::now(), Ok(()));
+                    } else {
+                        ctx.counters.refused_sessions.fetch_add(1, Ordering::Relaxed);
+                        (ctx.log)(&format!("refused: {max} sessions running"));
+                        session.admitted(Instant::now(), Err(max));
+                    }
+                }
                 Output::Probe => session.probed(
                     ctx.config
                         .efficiency
@@ -153,6 +227,11 @@ pub(super) fn serve(stream: TcpStream, ctx: &Ctx, busy: Option<usize>) -> Result
                     if let Some(t) = test.take() {
                         t.abort(ctx.counters);
                     }
+                    // Still in the handshake: a failed or silent hello (a stop is neither).
+                    if !matches!(r, Err(SessionError::Stopped)) {
+                        pending.struck();
+                    }
+                    drop(slot);
                     return r;
                 }
             }
@@ -164,6 +243,9 @@ pub(super) fn serve(stream: TcpStream, ctx: &Ctx, busy: Option<usize>) -> Result
         }
         let wait = match session.poll_timeout() {
             Some(at) if at <= now => {
+                if session.in_handshake() {
+                    ctx.counters.hello_timeouts.fetch_add(1, Ordering::Relaxed);
+                }
                 session.handle_timeout(now);
                 continue;
             }

@@ -11,6 +11,10 @@
 //! The session is a handshake followed by tests: `Handshake` (the client's hello, answered with
 //! [`answer_hello`]) -> `Idle` -> per test `Running` -> `Idle`. Admission belongs to the handshake: when
 //! the responder has a token, a hello without it is refused there, before any test can be asked for.
+//! The hello is due within [`SessionConfig::hello_timeout`] of the accept. A session made with
+//! [`Session::gated`] asks the I/O layer for a session slot ([`Output::Admit`]) once its hello passed,
+//! so a connection holds a slot only after its handshake, and a client that finds every slot taken is
+//! told so.
 
 use std::collections::VecDeque;
 use std::io;
@@ -34,8 +38,9 @@ pub const LAT_RECV_BUFFER: usize = 1 << 20;
 /// Bytes per TCP read: iperf3's default length; a larger buffer than the socket usually holds
 /// only costs cache.
 pub const TCP_READ_SIZE: usize = 128 << 10;
-/// How long a client may take to say hello.
-pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a client may take to say hello by default (the handshake deadline of the other daemons,
+/// e.g. `xfer serve`'s): a connection that stays silent is closed after it.
+pub const HELLO_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a client turned away as busy may take to say hello.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -46,6 +51,8 @@ pub struct SessionConfig {
     pub software: String,
     /// How long the client may stay silent between tests (and during latency and TCP tests).
     pub idle_timeout: Duration,
+    /// How long the client may take to say hello ([`HELLO_TIMEOUT`] by default).
+    pub hello_timeout: Duration,
     /// Receive buffer for UDP test sockets unless the client asks for one, bytes.
     pub default_recv_buffer: usize,
     /// Whether efficiency tests are served.
@@ -158,6 +165,9 @@ pub enum Output {
     Abort,
     /// Answer the efficiency probe: call [`Session::probed`] with what this host offers.
     Probe,
+    /// The hello passed (version and token): the handshake is over. Take a session slot and call
+    /// [`Session::admitted`] (sessions made with [`Session::gated`] only).
+    Admit,
     /// Add one to a counter.
     Count(Counter),
     /// A line for the log.
@@ -170,6 +180,11 @@ pub enum Output {
 enum State {
     /// Waiting for the client's hello.
     Handshake,
+    /// The hello passed; waiting for the I/O layer's [`Session::admitted`], then send `hello`.
+    Admitting {
+        /// The hello reply to send once admitted.
+        hello: Reply,
+    },
     /// Waiting for a test.
     Idle,
     /// A test being set up by the I/O layer.
@@ -197,6 +212,8 @@ pub struct Session {
     out: VecDeque<Output>,
     /// A test was asked for and its answer (result or refusal) is not yet sent.
     test_open: bool,
+    /// A passed hello waits for [`Output::Admit`]'s answer ([`Session::gated`]).
+    gated: bool,
 }
 
 impl Session {
@@ -208,9 +225,24 @@ impl Session {
             deadline: None,
             out: VecDeque::new(),
             test_open: false,
+            gated: false,
         };
-        s.wait(now, HELLO_TIMEOUT, "waiting for hello");
+        s.wait(now, s.config.hello_timeout, "waiting for hello");
         s
+    }
+
+    /// A session accepted at `now` that holds no session slot yet: once its hello passed, it asks for
+    /// one ([`Output::Admit`]) before answering it.
+    pub fn gated(config: SessionConfig, now: Instant) -> Self {
+        let mut s = Session::new(config, now);
+        s.gated = true;
+        s
+    }
+
+    /// True while the handshake is not over: the hello has not passed yet (the session counts against
+    /// the responder's limit of connections that have not authenticated).
+    pub fn in_handshake(&self) -> bool {
+        matches!(self.state, State::Handshake | State::Admitting { .. })
     }
 
     /// A client that arrived while `max_sessions` sessions were running: its hello is answered with an
@@ -309,17 +341,14 @@ impl Session {
             State::Running(test) => self.on_finish_request(test, req),
             State::Busy { max_sessions } => {
                 self.emit(Output::Reply {
-                    reply: Reply::Error {
-                        message: format!(
-                            "busy: this responder serves at most {max_sessions} sessions at a time and all \
-                             are in use; try again later"
-                        ),
-                    },
+                    reply: busy_reply(max_sessions),
                     critical: false,
                 });
                 self.close(Ok(()));
             }
-            s @ (State::Starting(_) | State::Finishing | State::Closed) => self.state = s,
+            s @ (State::Admitting { .. } | State::Starting(_) | State::Finishing | State::Closed) => {
+                self.state = s
+            }
         }
     }
 
@@ -351,12 +380,41 @@ impl Session {
         }
         let hello = answer_hello(version, &self.config.software);
         let accepted = matches!(hello, Reply::Hello { .. });
+        if accepted && self.gated {
+            self.state = State::Admitting { hello };
+            self.deadline = None;
+            self.emit(Output::Admit);
+            return;
+        }
         self.reply(hello);
         if accepted {
             self.state = State::Idle;
             self.wait(now, self.config.idle_timeout, "waiting for a test");
         } else {
             self.close(Err(SessionError::Other("refused: version mismatch".into())));
+        }
+    }
+
+    /// The I/O layer's answer to [`Output::Admit`]: Ok when the session got its slot (the hello is
+    /// answered and tests may follow), Err(`max_sessions`) when all were taken (the client is told the
+    /// responder is busy and the connection closed).
+    pub fn admitted(&mut self, now: Instant, slot: Result<(), usize>) {
+        let State::Admitting { hello } = std::mem::replace(&mut self.state, State::Closed) else {
+            return;
+        };
+        match slot {
+            Ok(()) => {
+                self.reply(hello);
+                self.state = State::Idle;
+                self.wait(now, self.config.idle_timeout, "waiting for a test");
+            }
+            Err(max_sessions) => {
+                self.emit(Output::Reply {
+                    reply: busy_reply(max_sessions),
+                    critical: false,
+                });
+                self.close(Ok(()));
+            }
         }
     }
 
@@ -610,7 +668,9 @@ impl Session {
             }
             State::Running(_) => self.abort_test(e.into()),
             State::Busy { .. } => self.close(Ok(())),
-            s @ (State::Starting(_) | State::Finishing | State::Closed) => self.state = s,
+            s @ (State::Admitting { .. } | State::Starting(_) | State::Finishing | State::Closed) => {
+                self.state = s
+            }
         }
     }
 
@@ -621,7 +681,9 @@ impl Session {
                 "client closed the connection mid-test".into(),
             )),
             State::Handshake | State::Idle | State::Busy { .. } => self.close(Ok(())),
-            s @ (State::Starting(_) | State::Finishing | State::Closed) => self.state = s,
+            s @ (State::Admitting { .. } | State::Starting(_) | State::Finishing | State::Closed) => {
+                self.state = s
+            }
         }
     }
 
@@ -667,6 +729,16 @@ impl Session {
     }
 }
 
+/// The answer to a hello when every session slot is taken.
+fn busy_reply(max_sessions: usize) -> Reply {
+    Reply::Error {
+        message: format!(
+            "busy: this responder serves at most {max_sessions} sessions at a time and all are in use; \
+             try again later"
+        ),
+    }
+}
+
 /// Compares two byte strings in time that depends on their lengths only, not on where they differ.
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
@@ -697,6 +769,7 @@ mod tests {
         SessionConfig {
             software: "test".into(),
             idle_timeout: Duration::from_secs(60),
+            hello_timeout: HELLO_TIMEOUT,
             default_recv_buffer: 8 << 20,
             efficiency: false,
             peer: "192.0.2.1:5000".into(),
@@ -906,9 +979,9 @@ mod tests {
     #[test]
     fn deadlines_pass_in_simulated_time() {
         let t0 = Instant::now();
-        // A silent client: at 10 s, not before.
+        // A silent client: at 2 s, not before.
         let mut s = Session::new(config(), t0);
-        s.handle_timeout(t0 + Duration::from_millis(9_999));
+        s.handle_timeout(t0 + HELLO_TIMEOUT - Duration::from_millis(1));
         assert!(drain(&mut s).is_empty());
         s.handle_timeout(t0 + HELLO_TIMEOUT);
         let out = drain(&mut s);
@@ -918,7 +991,7 @@ mod tests {
         };
         assert!(
             e.to_string()
-                .contains("no answer within 10.0 s while waiting for hello"),
+                .contains("no answer within 2.0 s while waiting for hello"),
             "{e}"
         );
         assert!(s.is_closed());
@@ -1218,5 +1291,61 @@ mod tests {
         let limits = super::super::ResponderConfig::new("127.0.0.1:0".parse().unwrap());
         assert!(plan.memory > limits.max_test_memory);
         assert!(plan.memory <= limits.test_memory_limit(plan.streams));
+    }
+
+    #[test]
+    fn a_gated_session_takes_its_slot_after_the_hello_and_is_told_when_none_is_free() {
+        let t0 = Instant::now();
+        // Silent: closed at the hello deadline, never asking for a slot.
+        let mut s = Session::gated(config(), t0);
+        assert!(s.in_handshake());
+        assert_eq!(s.poll_timeout(), Some(t0 + HELLO_TIMEOUT));
+        s.handle_timeout(t0 + HELLO_TIMEOUT);
+        let out = drain(&mut s);
+        assert!(!out.iter().any(|o| matches!(o, Output::Admit)), "{out:?}");
+        assert!(matches!(out.last(), Some(Output::Close(Err(_)))), "{out:?}");
+
+        // A hello that passes asks for a slot, with no deadline meanwhile, and is answered once it got one.
+        let mut s = Session::gated(config(), t0);
+        s.handle_line(t0, &line(&hello()));
+        assert!(matches!(drain(&mut s)[..], [Output::Admit]));
+        assert!(s.in_handshake());
+        assert_eq!(s.poll_timeout(), None);
+        s.admitted(t0, Ok(()));
+        assert!(matches!(
+            drain(&mut s)[..],
+            [Output::Reply {
+                reply: Reply::Hello { .. },
+                critical: true
+            }]
+        ));
+        assert!(!s.in_handshake());
+        assert_eq!(s.poll_timeout(), Some(t0 + Duration::from_secs(60)));
+
+        // No slot: "busy", and the close.
+        let mut s = Session::gated(config(), t0);
+        s.handle_line(t0, &line(&hello()));
+        drain(&mut s);
+        s.admitted(t0, Err(3));
+        let out = drain(&mut s);
+        assert!(
+            matches!(&out[0], Output::Reply { reply: Reply::Error { message }, critical: false }
+                if message.contains("busy") && message.contains("at most 3 sessions")),
+            "{out:?}"
+        );
+        assert!(matches!(out[1], Output::Close(Ok(()))));
+
+        // A wrong token never gets as far as a slot.
+        let mut s = Session::gated(
+            SessionConfig {
+                token: Some("s3cret-token-value".into()),
+                ..config()
+            },
+            t0,
+        );
+        s.handle_line(t0, &line(&hello()));
+        let out = drain(&mut s);
+        assert!(!out.iter().any(|o| matches!(o, Output::Admit)), "{out:?}");
+        assert!(s.is_closed());
     }
 }
