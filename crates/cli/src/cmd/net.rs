@@ -84,7 +84,12 @@ enum NetCmd {
 const RESPONDER_EXAMPLES: &str = "\
 Examples:
   vlbiflow net responder                          # 127.0.0.1:14233, for loopback tests
-  vlbiflow net responder --listen 0.0.0.0:14233   # all interfaces";
+  vlbiflow net responder --listen 0.0.0.0:14233   # all interfaces
+
+Limits: 16 sessions at once (one more is told the responder is busy). A connection has 2 s for its
+hello (with the token, when --token-file is given) and takes a session only once its hello passed;
+at most 8 connections without a hello per address (IPv6: per /64) and 32 in all, more are closed at
+once. Beyond loopback, give --token-file and --allow (docs/security.md).";
 
 #[derive(clap::Args)]
 #[command(after_help = RESPONDER_EXAMPLES)]
