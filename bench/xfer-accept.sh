@@ -114,8 +114,8 @@ start_daemon
 attack() { # during the running push: random datagrams at its data port and a full connect scan
   for _ in $(seq 300); do DPORT=$(data_port); [ -n "$DPORT" ] && break; sleep 0.1; done
   echo "attack: data port $DPORT; counters before: probes $(metric vlbiflow_xfer_probes_total)," \
-    "bad tags $(metric vlbiflow_xfer_transfer_datagrams_bad_tag), malformed $(metric vlbiflow_xfer_transfer_datagrams_malformed)"
-  TID=$(ip netns exec $B curl -s --max-time 2 http://127.0.0.1:9477/metrics | sed -n 's/.*transfer_bytes_total{id="\([0-9a-f]*\)".*/\1/p' | head -1)
+    "bad tags $(metric vlbiflow_xfer_transfer_bad_tag_datagrams_total), malformed $(metric vlbiflow_xfer_transfer_malformed_datagrams_total)"
+  TID=$(ip netns exec $B curl -s --max-time 2 http://127.0.0.1:9477/metrics | sed -n 's/.*transfer_moved_bytes_total{id="\([0-9a-f]*\)".*/\1/p' | head -1)
   # the port scan runs in the background while the datagrams go out
   t0=$(date +%s)
   (ip netns exec $A nmap -sT -p- -n -Pn -T5 --min-rate 2000 --max-retries 1 $IB -oG - 2>&1 | grep -E "Ports:|done" | cut -c1-300
@@ -141,7 +141,7 @@ for i in range(100_000):
         pass
 print(f"sent {sent} random datagrams in {time.time() - t0:.1f} s (a third with a valid header of transfer {tid:08x})")
 PY
-  echo "during the push: bad tags $(metric vlbiflow_xfer_transfer_datagrams_bad_tag), malformed $(metric vlbiflow_xfer_transfer_datagrams_malformed)"
+  echo "during the push: bad tags $(metric vlbiflow_xfer_transfer_bad_tag_datagrams_total), malformed $(metric vlbiflow_xfer_transfer_malformed_datagrams_total)"
 }
 push_checked() { # NAME ATTACK: one push of the scan, measured, compared with the gather, checked
   local name=$1 with_attack=$2 rc=0
@@ -188,7 +188,7 @@ echo "## 4. kill -9 of the daemon at half way, restart, rerun; load $(load)"
 push "$DIR/push2.json" &
 PUSH=$!
 while :; do
-  v=$(metric vlbiflow_xfer_transfer_bytes_verified); t=$(metric vlbiflow_xfer_transfer_bytes_total)
+  v=$(metric vlbiflow_xfer_transfer_verified_bytes); t=$(metric vlbiflow_xfer_transfer_size_bytes)
   [ -n "$v" ] && [ -n "$t" ] && [ "$t" -gt 0 ] && [ $((v * 2)) -ge "$t" ] && break
   kill -0 $PUSH 2>/dev/null || break
   sleep 0.2
