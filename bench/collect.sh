@@ -14,7 +14,9 @@
 #               add up to LINK or more)
 #   fair        each station's goodput while it had data, against its share (the link divided by weight
 #               among the stations with data, none above its own path's rate), within 20% of the median
-#               of that ratio over the stations: its part of what the link carried
+#               of that ratio over the stations: its part of what the link carried. A station has data
+#               while it pulls a scan, or follows one being recorded with more than a second of its share
+#               still to verify (a follow that caught up waits for the recorder, not for the link)
 #   page        the collect's page rendered by headless Chromium (PNG written, looked at by a person)
 # FAULTS=1 adds (times below): two station daemons killed -9 and restarted mid-transfer, the collect killed and
 # restarted once, one station's path down for DOWN seconds (default 60); checks that every scan still
@@ -248,6 +250,18 @@ def waterfill(active):
             break
         for s in capped: share[s] = spec[s][1]; left -= spec[s][1]; todo.remove(s)
     return share
+def has_data(st):
+    # a station has data to move in a sample when it pulls a whole scan, or follows a scan being recorded
+    # with more than a second of its share not yet verified: a follow that has caught up with the recorder
+    # moves what the recorder writes, not what the link would give it
+    if st["state"] != "active":
+        return False
+    for c in st["scans"]:
+        if c["state"] in ("pulling", "retrying"):
+            return True
+        if c["state"] == "following" and (c["bytes"] - c["bytes_verified"]) * 8 > st["share_bps"]:
+            return True
+    return False
 def verified(r):
     return {s["name"]: sum(c["bytes_verified"] for c in s["scans"]) for s in r["status"]["stations"]}
 util_num = util_den = 0.0
@@ -255,7 +269,7 @@ got_b = {s: 0.0 for s in spec}; want_b = {s: 0.0 for s in spec}
 for a, b in zip(rows, rows[1:]):
     dt = b["t"] - a["t"]
     if dt <= 0: continue
-    active = [s["name"] for s in a["status"]["stations"] if s["state"] == "active"]
+    active = [s["name"] for s in a["status"]["stations"] if has_data(s)]
     # enough work: the stations with data could fill the link at their paths' rates
     if sum(spec[s][1] for s in active) >= link_bps:
         util_num += (b["rx"] - a["rx"]) * 8; util_den += link_bps * dt
