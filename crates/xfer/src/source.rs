@@ -220,9 +220,10 @@ pub(crate) fn cached_pages(f: &File, offset: u64, len: u64) -> Option<u64> {
 /// Whether `f` lives in memory (tmpfs, ramfs): its page cache is its storage, and `O_DIRECT` (which
 /// Linux 6.6 and later accept there) reads through that cache all the same.
 pub(crate) fn in_memory(f: &File) -> bool {
-    const TMPFS_MAGIC: i64 = 0x0102_1994;
-    const RAMFS_MAGIC: i64 = 0x8584_58f6;
-    rustix::fs::fstatfs(f).is_ok_and(|s| matches!(s.f_type as i64, TMPFS_MAGIC | RAMFS_MAGIC))
+    // the file systems' magic numbers (linux/magic.h), 32 bits on every architecture
+    const TMPFS_MAGIC: u32 = 0x0102_1994;
+    const RAMFS_MAGIC: u32 = 0x8584_58f6;
+    rustix::fs::fstatfs(f).is_ok_and(|s| matches!(s.f_type as u32, TMPFS_MAGIC | RAMFS_MAGIC))
 }
 
 impl SourceSet {

@@ -83,14 +83,14 @@ pub fn push_files(parent: &Path, sizes: &[usize]) -> SendOutcome {
 #[allow(dead_code)] // not every test binary that includes this file asks
 pub fn direct_possible(dir: &Path) -> bool {
     use std::os::unix::fs::OpenOptionsExt;
-    let p = dir.join(format!("vf-direct-probe-{}", std::process::id()));
-    std::fs::write(&p, [0u8; 4096]).unwrap();
+    // a file of its own (tests run side by side), removed when dropped
+    let probe = tempfile::NamedTempFile::new_in(dir).unwrap();
     let direct = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_DIRECT)
-        .open(&p)
+        .open(probe.path())
         .is_ok();
-    let fs = rustix::fs::statfs(&p).unwrap();
-    std::fs::remove_file(&p).unwrap();
-    direct && !matches!(fs.f_type as i64, 0x0102_1994 | 0x8584_58f6)
+    let fs = rustix::fs::fstatfs(probe.as_file()).unwrap();
+    // not tmpfs or ramfs (linux/magic.h)
+    direct && !matches!(fs.f_type as u32, 0x0102_1994 | 0x8584_58f6)
 }
