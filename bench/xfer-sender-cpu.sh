@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The sender's CPU per byte of `vlbiflow xfer` (docs/bench/xfer.md, "Sender CPU"): pushes of one file on
-# disk (the page cache keeps it after the first round) to a daemon on loopback at a fixed 2 Gb/s, and per
+# disk (read through the page cache before each push, which then holds it unless --cold; the share it
+# holds at the push's start is the "cached" column) to a daemon on loopback at a fixed 2 Gb/s, and per
 # push the sender's CPU seconds per GB (user + system time of the client, its rusage as /usr/bin/time
 # reports it), the receiver's (the daemon's, from /proc/PID/stat) and the goodput; with two builds, rounds alternate before, after,
 # after, before, ... in one run and the medians per build follow. Each sender thread's CPU (from
@@ -9,12 +10,14 @@
 # hash (xfer-hash: chunk hashes for a resume), feedback (xfer-feedback), other (control, main).
 #
 #   bench/xfer-sender-cpu.sh [--before BIN] [--after BIN] [--size MB (default 3000)] [--rounds N (default 3)]
-#                            [--rate RATE (default 2Gbps)] [--dir DIR (default /var/tmp, on disk)]
+#                            [--rate RATE (default 2Gbps)] [--dir DIR (default /var/tmp, on disk)] [--cold]
+#
+# --cold: the file is dropped from the page cache before each push (posix_fadvise DONTNEED) instead.
 #
 # Without --after the release build of this checkout (bench_build); without --before only that build runs.
 set -euo pipefail
 . "$(dirname "$(realpath "$0")")/lib.sh"
-BEFORE= AFTER= SIZE_MB=3000 ROUNDS=3 RATE=2Gbps DIR=/var/tmp
+BEFORE= AFTER= SIZE_MB=3000 ROUNDS=3 RATE=2Gbps DIR=/var/tmp COLD=
 while [ $# -gt 0 ]; do
   case $1 in
     --before) BEFORE=$(realpath "$2"); shift 2 ;;
@@ -23,6 +26,7 @@ while [ $# -gt 0 ]; do
     --rounds) ROUNDS=$2; shift 2 ;;
     --rate) RATE=$2; shift 2 ;;
     --dir) DIR=$2; shift 2 ;;
+    --cold) COLD=1; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -38,8 +42,8 @@ echo "# before = ${BEFORE:-none}"
 echo "# after  = $AFTER"
 echo "# ${SIZE_MB} MB file on $(df --output=source "$SCRATCH" | tail -1), rate $RATE, $ROUNDS rounds per build"
 echo
-echo "| round | build | goodput Gb/s | sender CPU s/GB | receiver CPU s/GB | sender threads s/GB: data, read, hash, feedback, other | load |"
-echo "| --: | --- | --: | --: | --: | --- | --: |"
+echo "| round | build | goodput Gb/s | sender CPU s/GB | receiver CPU s/GB | sender threads s/GB: data, read, hash, feedback, other | cached | load |"
+echo "| --: | --- | --: | --: | --: | --- | --: | --: |"
 : >"$SCRATCH/results"
 # threads PID OUT: until PID ends, every 0.1 s each of its threads' "name cpu-ticks" into OUT (one line a
 # thread, the last sample of each kept); then the client's own total on the last line
@@ -78,6 +82,19 @@ run() { # run ROUND NAME BIN
   local bin=$3
   rm -rf "$SCRATCH/dst"/*
   settle
+  # the source in the page cache (or not), and the share of it that is
+  python3 - "$SCRATCH/src/data.bin" "$COLD" <<'PY'
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+if sys.argv[2]:
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+else:
+    while os.read(fd, 8 << 20):
+        pass
+PY
+  local cached
+  cached=$(fincore --bytes --noheadings --output RES "$SCRATCH/src/data.bin" 2>/dev/null |
+    awk -v s="$(stat -c %s "$SCRATCH/src/data.bin")" '{printf "%.0f%%", 100 * $1 / s}')
   "$bin" xfer serve --listen 127.0.0.1:$PORT --root data="$SCRATCH/dst" 2>"$SCRATCH/serve.err" &
   SRV=$!
   wait_line "$SCRATCH/serve.err" 'serving on' 100 || true
@@ -97,13 +114,13 @@ run() { # run ROUND NAME BIN
   c1=$(cpu_of $SRV)
   kill $SRV; wait $SRV 2>/dev/null || true; SRV=
   python3 - "$SCRATCH/xfer.json" "$SCRATCH/time" "$c0" "$c1" "$1" "$2" "$(cut -d' ' -f1 /proc/loadavg)" \
-    "$SCRATCH/results" "$SCRATCH/threads" "$(getconf CLK_TCK)" <<'PY'
+    "$SCRATCH/results" "$SCRATCH/threads" "$(getconf CLK_TCK)" "${cached:-?}" <<'PY'
 import json, sys
-js, tf, c0, c1, rnd, name, load, res, th, hz = sys.argv[1:]
+js, tf, c0, c1, rnd, name, load, res, th, hz, cached = sys.argv[1:]
 try:
     d = json.load(open(js))
 except Exception:
-    print(f"| {rnd} | {name} | failed | | | | {load} |")
+    print(f"| {rnd} | {name} | failed | | | | {cached} | {load} |")
     sys.exit(0)
 u, s = map(float, open(tf).read().split()[-2:])
 gb = d["bytes_total"] / 1e9
@@ -120,7 +137,7 @@ try:
 except OSError:
     pass
 per = ", ".join(f"{v / gb:.2f}" for v in groups.values())
-print(f"| {rnd} | {name} | {gp:.3f} | {snd:.2f} | {rcv:.2f} | {per} | {load} |")
+print(f"| {rnd} | {name} | {gp:.3f} | {snd:.2f} | {rcv:.2f} | {per} | {cached} | {load} |")
 open(res, "a").write(f"{name} {gp} {snd} {rcv} " + " ".join(str(v / gb) for v in groups.values()) + "\n")
 PY
 }

@@ -66,6 +66,39 @@ pub struct SourceSet {
 /// Linux block devices and file systems accept for `O_DIRECT`, 512-byte devices included).
 pub const DIRECT_ALIGN: usize = 4096;
 
+/// Set to `0` or `off`, the sender reads everything through the page cache; set to `cold`, it reads with
+/// `O_DIRECT` only what the page cache holds less than half of (for comparing the three; see
+/// [`DirectReads`]).
+pub const DIRECT_ENV: &str = "VLBIFLOW_XFER_DIRECT";
+
+/// Which reads of the sender's windows go past the page cache with `O_DIRECT`. Either way only ranges of
+/// one extent at a 4 KiB-aligned place of its file, on a file system that takes `O_DIRECT`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DirectReads {
+    /// Every such range the page cache holds no dirty or writeback page of (the default): no copy out
+    /// of the cache and no LRU bookkeeping per page, whether the cache holds the bytes or not. A range
+    /// being written (a scan recorded through the cache, `--follow`) is read through the cache, since a
+    /// direct read would first wait for its writeback.
+    #[default]
+    On,
+    /// Only such ranges the page cache holds less than half of (a recording read long after it was made);
+    /// the rest through the cache.
+    Cold,
+    /// None: everything through the page cache.
+    Off,
+}
+
+impl DirectReads {
+    /// From [`DIRECT_ENV`]: `0` or `off`, `cold`, else [`DirectReads::On`].
+    pub fn from_env() -> DirectReads {
+        match std::env::var(DIRECT_ENV).as_deref() {
+            Ok("0" | "off") => DirectReads::Off,
+            Ok("cold") => DirectReads::Cold,
+            _ => DirectReads::On,
+        }
+    }
+}
+
 /// Memory for direct I/O: `len` bytes starting at a multiple of [`DIRECT_ALIGN`], followed by `slack`
 /// bytes a direct read of a file's unaligned tail may fill (glibc's large allocations are not aligned).
 /// Zeroed lazily by the kernel: pages are touched only when used.
@@ -135,7 +168,8 @@ impl FdCache {
                 .read(true)
                 .custom_flags(libc::O_DIRECT)
                 .open(&set.paths[path])
-                .ok();
+                .ok()
+                .filter(|f| !in_memory(f));
             self.direct.insert(path, f);
         }
         self.direct[&path].as_ref()
@@ -153,10 +187,10 @@ struct CacheStat {
     nr_recently_evicted: u64,
 }
 
-/// How many of the pages of `len` bytes of `f` at `offset` the page cache holds; `None` where the kernel
-/// cannot say (before Linux 6.5). It looks and reads nothing.
+/// What the page cache holds of `len` bytes of `f` at `offset`, in pages: all of it and the dirty or
+/// writeback part; `None` where the kernel cannot say (before Linux 6.5). It looks and reads nothing.
 #[allow(unsafe_code)]
-pub(crate) fn cached_pages(f: &File, offset: u64, len: u64) -> Option<u64> {
+pub(crate) fn cache_state(f: &File, offset: u64, len: u64) -> Option<(u64, u64)> {
     use std::os::fd::AsRawFd;
     /// The system call's number (the same on every architecture: it came after their tables were unified).
     const SYS_CACHESTAT: libc::c_long = 451;
@@ -173,7 +207,23 @@ pub(crate) fn cached_pages(f: &File, offset: u64, len: u64) -> Option<u64> {
             0u32,
         )
     };
-    (r == 0).then_some(stat.nr_cache)
+    (r == 0).then_some((stat.nr_cache, stat.nr_dirty + stat.nr_writeback))
+}
+
+/// How many of the pages of `len` bytes of `f` at `offset` the page cache holds; `None` where the kernel
+/// cannot say (before Linux 6.5).
+#[cfg(test)]
+pub(crate) fn cached_pages(f: &File, offset: u64, len: u64) -> Option<u64> {
+    cache_state(f, offset, len).map(|(cached, _)| cached)
+}
+
+/// Whether `f` lives in memory (tmpfs, ramfs): its page cache is its storage, and `O_DIRECT` (which
+/// Linux 6.6 and later accept there) reads through that cache all the same.
+pub(crate) fn in_memory(f: &File) -> bool {
+    // the file systems' magic numbers (linux/magic.h), 32 bits on every architecture
+    const TMPFS_MAGIC: u32 = 0x0102_1994;
+    const RAMFS_MAGIC: u32 = 0x8584_58f6;
+    rustix::fs::fstatfs(f).is_ok_and(|s| matches!(s.f_type as u32, TMPFS_MAGIC | RAMFS_MAGIC))
 }
 
 impl SourceSet {
@@ -222,59 +272,107 @@ impl SourceSet {
         Ok(())
     }
 
-    /// Whether `len` bytes of virtual file `file` at `offset` should be read with `O_DIRECT`: they are one
-    /// extent at a 4 KiB-aligned place of its file (plain files and FlexBuff chunks; the extents of a Mark6
-    /// scan are not aligned) and the page cache holds less than half of them (a recording read long after
-    /// it was made; a scan just recorded or being recorded is read from the cache). Reading a recording of
-    /// terabytes through the page cache costs a copy per byte and evicts everything else; the kernel
-    /// writes back any dirty pages of the range before a direct read, so both ways read the same bytes.
-    pub fn wants_direct(&self, fds: &mut FdCache, file: usize, offset: u64, len: u64) -> bool {
+    /// Where `offset` of virtual file `file` lies in its real file, modulo 4 KiB: a direct read of it goes
+    /// to a place in memory with the same remainder (0 for plain files and FlexBuff chunks at their
+    /// 4 KiB-aligned places; the payloads of a Mark6 scan, after each block's header, lie anywhere).
+    /// `None` past the end.
+    pub fn direct_phase(&self, file: usize, offset: u64) -> Option<usize> {
+        let f = &self.files[file];
+        let i = f.starts.partition_point(|&s| s <= offset).saturating_sub(1);
+        let e = f.extents.get(i)?;
+        let within = offset.checked_sub(f.starts[i]).filter(|&w| w < e.len)?;
+        Some(((e.offset + within) % DIRECT_ALIGN as u64) as usize)
+    }
+
+    /// Whether `len` bytes of virtual file `file` at `offset` should be read with `O_DIRECT`, as `policy`
+    /// has it (the bytes up to the end of the extent `offset` is in, which [`SourceSet::read_direct`]
+    /// reads directly): the page cache holds no dirty or writeback page of them ([`DirectReads::On`]) or
+    /// less than half of them ([`DirectReads::Cold`]: a recording read long after it was made; a scan
+    /// just recorded or being recorded is read from the cache). A read through the page cache costs a
+    /// copy per byte and the cache's bookkeeping per page, and a recording of terabytes read through it
+    /// evicts everything else; the kernel writes back any dirty pages of the range before a direct read,
+    /// so both ways read the same bytes. Where the kernel cannot say what the cache holds (before Linux
+    /// 6.5), [`DirectReads::On`] reads directly and [`DirectReads::Cold`] not.
+    pub fn wants_direct(
+        &self,
+        fds: &mut FdCache,
+        (file, offset, len): (usize, u64, u64),
+        policy: DirectReads,
+    ) -> bool {
+        if policy == DirectReads::Off || len == 0 {
+            return false;
+        }
         let f = &self.files[file];
         let i = f.starts.partition_point(|&s| s <= offset).saturating_sub(1);
         let Some(e) = f.extents.get(i) else { return false };
         let within = offset - f.starts[i];
-        if (e.offset + within) % DIRECT_ALIGN as u64 != 0 || within + len > e.len || len == 0 {
+        let Some(len) = e
+            .len
+            .checked_sub(within)
+            .map(|rest| rest.min(len))
+            .filter(|&l| l > 0)
+        else {
             return false;
-        }
+        };
         let Ok(fd) = fds.get(self, e.path) else {
             return false;
         };
-        match cached_pages(fd, e.offset + within, len) {
-            Some(pages) => pages * 2 * (DIRECT_ALIGN as u64) < len,
-            None => false,
+        match (cache_state(fd, e.offset + within, len), policy) {
+            (Some((_, dirty)), DirectReads::On) => dirty == 0,
+            (None, DirectReads::On) => true,
+            (Some((pages, _)), _) => pages * 2 * (DIRECT_ALIGN as u64) < len,
+            (None, _) => false,
         }
     }
 
-    /// Reads `len` bytes of virtual file `file` at `offset` into `buf[..len]` with `O_DIRECT` where it can:
-    /// the bytes lie in one extent, the file offset and `buf` are 4 KiB-aligned and `buf` has room for
-    /// `len` rounded up to 4 KiB (a file's unaligned tail is read into that slack). Otherwise, or where the
-    /// file system refuses, it reads through the page cache as [`SourceSet::read_at`] does. Returns the
-    /// bytes read directly.
+    /// Reads `len` bytes of virtual file `file` at `offset` into `mem[at..at + len]`, with `O_DIRECT` where
+    /// it can: from `offset` to the end of its extent when `mem`'s address at `at` has the same remainder
+    /// modulo 4 KiB as the place of `offset` in its file (see [`SourceSet::direct_phase`]) and `at` is at
+    /// least that remainder. A direct read starts that remainder before `at` (those bytes of `mem` are
+    /// overwritten with what precedes `offset` in the file) and ends at the 4 KiB boundary after `at +
+    /// len`, into the bytes after it (at least the slack of one 4 KiB block must be there), when the
+    /// range ends in the extent (a file's unaligned tail is the short last read at its end); else at the
+    /// extent's last 4 KiB boundary. The rest, and everything where the file system refuses `O_DIRECT`,
+    /// is read through the page cache as [`SourceSet::read_at`] reads. Returns the bytes read directly.
     pub fn read_direct(
         &self,
         fds: &mut FdCache,
-        file: usize,
-        offset: u64,
-        buf: &mut [u8],
+        (file, offset): (usize, u64),
+        mem: &mut [u8],
+        at: usize,
         len: usize,
     ) -> io::Result<usize> {
+        const A: usize = DIRECT_ALIGN;
         let f = &self.files[file];
         let i = f.starts.partition_point(|&s| s <= offset).saturating_sub(1);
         let mut got = 0usize;
         if let Some(&e) = f.extents.get(i) {
             let within = offset - f.starts[i];
-            let at = e.offset + within;
-            let room = len.next_multiple_of(DIRECT_ALIGN);
-            let aligned = at % DIRECT_ALIGN as u64 == 0 && (buf.as_ptr() as usize) % DIRECT_ALIGN == 0;
-            if aligned && within + len as u64 <= e.len && room <= buf.len() {
+            let pos = e.offset + within;
+            let r = (pos % A as u64) as usize;
+            let inside = within + len as u64 <= e.len;
+            // the bytes read directly, and the read's length from `pos - r`
+            let (want, room) = if inside {
+                (len, (r + len).next_multiple_of(A))
+            } else {
+                let end = (e.offset + e.len) / A as u64 * A as u64;
+                let n = end.saturating_sub(pos) as usize;
+                (n, r + n)
+            };
+            let start = at.wrapping_sub(r);
+            let aligned = at >= r && (mem.as_ptr() as usize + start) % A == 0 && room % A == 0;
+            if aligned && want > 0 && start + room <= mem.len() && within < e.len {
                 if let Some(fd) = fds.get_direct(self, e.path) {
+                    let buf = &mut mem[start..start + room];
+                    let from = pos - r as u64;
                     // whole aligned blocks, the last possibly short at the end of the file
-                    while got < len {
-                        match rustix::io::pread(fd, &mut buf[got..room], at + got as u64) {
+                    let mut done = 0usize;
+                    while done < room {
+                        match rustix::io::pread(fd, &mut buf[done..], from + done as u64) {
                             Ok(0) => break,
                             Ok(n) => {
-                                got += n;
-                                if got % DIRECT_ALIGN != 0 {
+                                done += n;
+                                if done % A != 0 {
                                     break;
                                 }
                             }
@@ -282,6 +380,7 @@ impl SourceSet {
                             Err(rustix::io::Errno::INVAL) => {
                                 // the file system has stricter rules: this file is read buffered
                                 fds.direct.insert(e.path, None);
+                                done = 0;
                                 break;
                             }
                             Err(err) => {
@@ -290,18 +389,18 @@ impl SourceSet {
                                     format!(
                                         "{} at offset {}: {err}",
                                         self.paths[e.path].display(),
-                                        at + got as u64
+                                        from + done as u64
                                     ),
                                 ))
                             }
                         }
                     }
-                    got = got.min(len);
+                    got = done.saturating_sub(r).min(want);
                 }
             }
         }
         if got < len {
-            self.read_at(fds, file, offset + got as u64, &mut buf[got..len])?;
+            self.read_at(fds, file, offset + got as u64, &mut mem[at + got..at + len])?;
         }
         Ok(got)
     }

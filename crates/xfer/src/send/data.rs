@@ -158,6 +158,7 @@ impl<'a> DataThread<'a> {
             s.subtree_block(),
             held.clone(),
             p.realtime,
+            crate::source::DirectReads::from_env(),
         );
         if nfiles > 0 {
             progress.set_phase(if cmp.have_done {

@@ -23,7 +23,7 @@ use vlbiflow_xfer_proto::{Sender, Transmit};
 
 use super::read_ahead::ReadAhead;
 use super::window::{fill, next_start, FillMode, Held, Seg, Win};
-use crate::source::{FdCache, SourceSet};
+use crate::source::{DirectReads, FdCache, SourceSet};
 
 /// Windows kept after they were sent, for retransmissions, which come about 1.1-1.3 RTT after the first
 /// send: 6 x 8 MiB hold the last 200 ms at 2 Gb/s (40 ms at 10 Gb/s). Older data is read again (from
@@ -92,6 +92,8 @@ pub struct Output {
     pub gso_refused: bool,
     /// Bytes read with `O_DIRECT`, by both threads.
     direct: Arc<AtomicU64>,
+    /// Which ranges are read with `O_DIRECT`.
+    reads: DirectReads,
     /// Windows read.
     pub windows: u64,
     /// Of those, windows the reading thread had read ahead.
@@ -115,7 +117,7 @@ impl Output {
     /// computed as windows are read. Windows pass over the chunks `held` names. With `realtime` the
     /// reading thread runs in the real-time class, as the data thread it feeds does (`--realtime`): in the
     /// ordinary class, behind the real-time threads of a busy host, it fell behind by up to 200 ms and the
-    /// data thread waited for its window.
+    /// data thread waited for its window. `reads` says which ranges are read past the page cache.
     pub fn new(
         set: Arc<SourceSet>,
         max_payload: usize,
@@ -123,10 +125,16 @@ impl Output {
         subtree_block: Option<u64>,
         held: Held,
         realtime: bool,
+        reads: DirectReads,
     ) -> Output {
         let dgram = HEADER_LEN + max_payload.min(MAX_PAYLOAD);
         let segs = (GSO_MAX_BYTES / dgram).clamp(1, GSO_MAX_SEGMENTS);
         let direct = Arc::new(AtomicU64::new(0));
+        let mode = FillMode {
+            sub: subtree_block,
+            defer: false,
+            direct: reads,
+        };
         Output {
             win: Win::new(),
             kept: std::collections::VecDeque::with_capacity(KEPT + 1),
@@ -137,9 +145,10 @@ impl Output {
             descs: Vec::with_capacity(MAX_ROUND),
             tx: BatchSender::with_parts(GSO_MSGS, 2 * segs),
             fds: FdCache::default(),
-            ahead: ReadAhead::new(set, subtree_block, held.clone(), direct.clone(), realtime),
+            ahead: ReadAhead::new(set, mode, held.clone(), direct.clone(), realtime),
             held,
             direct,
+            reads,
             aead_key,
             send_errors: 0,
             gso: gso_from_env(),
@@ -235,6 +244,7 @@ impl Output {
                 let mode = FillMode {
                     sub: self.sub,
                     defer: false,
+                    direct: self.reads,
                 };
                 let filled = fill(set, &self.held, &mut self.fds, &mut w, (file, offset), mode);
                 self.read_wait += t0.elapsed();
@@ -477,7 +487,15 @@ pub(super) mod tests {
         let mut s = Sender::new(sc);
         s.add_file("f0", size, None).unwrap();
         s.close();
-        let mut out = Output::new(set.clone(), 1024, None, s.subtree_block(), Held::default(), false);
+        let mut out = Output::new(
+            set.clone(),
+            1024,
+            None,
+            s.subtree_block(),
+            Held::default(),
+            false,
+            DirectReads::On,
+        );
         let blocks = size.div_ceil(1024) as usize;
         let mut seen = vec![false; blocks];
         let mut buf = vec![0u8; 65536];
@@ -559,7 +577,15 @@ pub(super) mod tests {
         ];
         let set = Arc::new(files(dir.path(), &sizes));
         let sub = Some(8192);
-        let mut out = Output::new(set.clone(), 8192, None, sub, Held::default(), false);
+        let mut out = Output::new(
+            set.clone(),
+            8192,
+            None,
+            sub,
+            Held::default(),
+            false,
+            DirectReads::On,
+        );
         let check = |out: &mut Output, f: usize, o: u64, len: usize| -> bool {
             if out.find(f, o, len).is_none() {
                 out.refill(&set, f, o).unwrap();
@@ -606,7 +632,15 @@ pub(super) mod tests {
         let dir = tempfile::tempdir().unwrap();
         let w = WINDOW as u64;
         let set = Arc::new(files(dir.path(), &[16 * w + 100]));
-        let mut out = Output::new(set.clone(), 8192, None, Some(8192), Held::default(), false);
+        let mut out = Output::new(
+            set.clone(),
+            8192,
+            None,
+            Some(8192),
+            Held::default(),
+            false,
+            DirectReads::On,
+        );
         let run = |out: &mut Output, from: u64, to: u64| {
             let (read, ahead) = (out.windows, out.windows_ahead);
             let mut o = from;
@@ -651,7 +685,15 @@ pub(super) mod tests {
         let held1: Vec<bool> = (0..9).map(|c| c == 0 || c == 4).collect();
         let held = Held::new(chunk);
         held.set(0, &held0);
-        let mut out = Output::new(set.clone(), 8192, None, Some(8192), held.clone(), false);
+        let mut out = Output::new(
+            set.clone(),
+            8192,
+            None,
+            Some(8192),
+            held.clone(),
+            false,
+            DirectReads::On,
+        );
         // sends file `f` but its held chunks `h`; with `strict`, no window holds a held chunk of it
         let send = |out: &mut Output, f: usize, h: &[bool], strict: bool| {
             for c in (0..h.len()).filter(|&c| !h[c]) {
@@ -693,7 +735,15 @@ pub(super) mod tests {
         let size = (KEPT as u64 + 3) * WINDOW as u64 + 12_288;
         let set = Arc::new(files(dir.path(), &[size]));
         let sub = Some(8192);
-        let mut out = Output::new(set.clone(), 8192, None, sub, Held::default(), false);
+        let mut out = Output::new(
+            set.clone(),
+            8192,
+            None,
+            sub,
+            Held::default(),
+            false,
+            DirectReads::On,
+        );
         let len = |o: u64| 8192.min(size - o) as usize;
         for o in (0..size).step_by(8192) {
             if out.find(0, o, len(o)).is_none() {
@@ -715,10 +765,6 @@ pub(super) mod tests {
         }
     }
 
-    /// Files the page cache does not hold are read past it with `O_DIRECT` (on a file system that has it,
-    /// with a kernel that says what the cache holds), files it holds through it: either way the window
-    /// holds the right bytes and the right digests, down to a file's unaligned tail and the files after
-    /// it in the same window.
     /// Files the page cache does not hold, sent in order through the reading thread: their windows are
     /// read with `O_DIRECT` and hashed by the hashing thread, and every whole block comes with its
     /// digest, equal to the one the protocol would compute.
@@ -729,7 +775,15 @@ pub(super) mod tests {
         let set = Arc::new(files(dir.path(), &sizes));
         evict(&set);
         let sub = Some(8192);
-        let mut out = Output::new(set.clone(), 8192, None, sub, Held::default(), false);
+        let mut out = Output::new(
+            set.clone(),
+            8192,
+            None,
+            sub,
+            Held::default(),
+            false,
+            DirectReads::On,
+        );
         for (f, &size) in sizes.iter().enumerate() {
             let mut o = 0;
             while o < size {
@@ -765,6 +819,10 @@ pub(super) mod tests {
         }
     }
 
+    /// With [`DirectReads::Cold`], files the page cache does not hold are read past it with `O_DIRECT` (on a file system that has it,
+    /// with a kernel that says what the cache holds), files it holds through it: either way the window
+    /// holds the right bytes and the right digests, down to a file's unaligned tail and the files after
+    /// it in the same window.
     #[test]
     fn cold_files_are_read_directly_and_hot_ones_from_the_cache() {
         let dir = tempfile::tempdir().unwrap();
@@ -804,7 +862,11 @@ pub(super) mod tests {
                     &mut fds,
                     &mut win,
                     (f, o),
-                    FillMode { sub, defer },
+                    FillMode {
+                        sub,
+                        defer,
+                        direct: DirectReads::Cold,
+                    },
                 )
                 .unwrap();
                 let pending = win.segs.iter().filter(|s| s.pending).count();
@@ -854,6 +916,209 @@ pub(super) mod tests {
                     direct,
                     read - sizes[1] - sizes[2],
                     "bytes read directly of {read}"
+                );
+            }
+        }
+    }
+
+    /// Checks every byte and digest of `win` against the files [`files`] made; returns the bytes it holds.
+    fn check_window(win: &Win, sub: Option<u64>) -> u64 {
+        let mut digests = win.digests.iter();
+        let mut read = 0;
+        for s in &win.segs {
+            let bytes: Vec<u8> = (0..s.len as u64).map(|k| byte(s.file, s.offset + k)).collect();
+            assert!(
+                win.bytes()[s.at..s.at + s.len] == bytes[..],
+                "file {} at {}",
+                s.file,
+                s.offset
+            );
+            let mut b = s.dig_from;
+            while b < s.offset + s.len as u64 {
+                let end = (b + 8192).min(s.size);
+                let want = block_digest(sub, b, &bytes[(b - s.offset) as usize..(end - s.offset) as usize]);
+                assert_eq!(
+                    digests.next(),
+                    Some(&want),
+                    "digest of file {} block at {b}",
+                    s.file
+                );
+                b = end;
+            }
+            read += s.len as u64;
+        }
+        assert!(digests.next().is_none());
+        read
+    }
+
+    /// Fills windows of `set` from `starts` with `reads` (files written back and in the page cache before
+    /// each), checking each window's bytes and digests, the hashing thread's share computed as it would;
+    /// returns the bytes read and those read directly.
+    fn fill_hot(set: &SourceSet, starts: &[(usize, u64)], reads: DirectReads) -> (u64, u64) {
+        let sub = Some(8192);
+        let mut win = Win::new();
+        let mut fds = FdCache::default();
+        let (mut read, mut direct) = (0, 0);
+        for &start in starts {
+            for p in &set.paths {
+                std::fs::File::open(p).unwrap().sync_all().unwrap();
+                drop(std::fs::read(p).unwrap());
+            }
+            let mode = FillMode {
+                sub,
+                defer: true,
+                direct: reads,
+            };
+            direct += fill(set, &Held::default(), &mut fds, &mut win, start, mode).unwrap();
+            finish_digests(&mut win, sub);
+            read += check_window(&win, sub);
+        }
+        (read, direct)
+    }
+
+    /// Sizes and window starts of [`fill_hot`]'s runs: a file longer than a window whose length is not a
+    /// multiple of 4 KiB, a small file and one of 3 pieces less 7 bytes after it in its second window.
+    const HOT_SIZES: [u64; 4] = [
+        WINDOW as u64 + 3 * DIRECT_ALIGN as u64 + 1234,
+        5_000,
+        3 * PIECE as u64 - 7,
+        0,
+    ];
+    const HOT_STARTS: [(usize, u64); 5] = [
+        (0, 3 * 8192),
+        (0, 0),
+        (0, WINDOW as u64),
+        (2, 0),
+        (2, 2 * PIECE as u64),
+    ];
+
+    /// With [`DirectReads::On`] (the default), files on a disk are read past the page cache with
+    /// `O_DIRECT` although the cache holds them (written back: no dirty page), down to a file's unaligned
+    /// tail, and only ranges that start at an unaligned place in the window through the cache; with
+    /// [`DirectReads::Off`] nothing is read directly. The bytes and digests are the files' either way.
+    #[test]
+    fn hot_files_on_disk_are_read_directly_unless_turned_off() {
+        // on a disk, not tmpfs (the test's TMPDIR may be either)
+        let dir = tempfile::Builder::new()
+            .prefix("vf-direct")
+            .tempdir_in("/var/tmp")
+            .unwrap();
+        let set = files(dir.path(), &HOT_SIZES);
+        let (read, direct) = fill_hot(&set, &HOT_STARTS, DirectReads::On);
+        if direct_and_cache_known(&set).0 {
+            // all but the small file and the third one, at unaligned places after the first file's tail
+            assert_eq!(
+                direct,
+                read - HOT_SIZES[1] - HOT_SIZES[2],
+                "bytes read directly of {read}"
+            );
+        } else {
+            eprintln!("/var/tmp does not take O_DIRECT here: only the buffered reads were checked");
+        }
+        let (read_off, direct_off) = fill_hot(&set, &HOT_STARTS, DirectReads::Off);
+        assert_eq!((read_off, direct_off), (read, 0));
+    }
+
+    /// On tmpfs (where Linux 6.6 and later take `O_DIRECT` but read through the page cache all the same,
+    /// and older ones refuse it) everything is read through the cache, with the same bytes and digests.
+    #[test]
+    fn files_on_tmpfs_are_read_through_the_cache() {
+        let Ok(dir) = tempfile::Builder::new()
+            .prefix("vf-direct")
+            .tempdir_in("/dev/shm")
+        else {
+            eprintln!("no /dev/shm here: nothing to check");
+            return;
+        };
+        let set = files(dir.path(), &HOT_SIZES);
+        if !crate::source::in_memory(&std::fs::File::open(&set.paths[0]).unwrap()) {
+            eprintln!("/dev/shm is not tmpfs here: nothing to check");
+            return;
+        }
+        let (read, direct) = fill_hot(&set, &HOT_STARTS, DirectReads::On);
+        assert!(read > 0);
+        assert_eq!(direct, 0, "nothing read with O_DIRECT from tmpfs");
+    }
+
+    /// A virtual file gathered from the payloads of blocks in two files laid out as a Mark6 scan's (a
+    /// 20-byte file header, an 8-byte header before each block), every byte given by [`byte`] of file 0
+    /// at its place in the virtual file; the files are written back.
+    fn mark6_like(dir: &std::path::Path, payloads: &[u64]) -> SourceSet {
+        use crate::source::{Extent, VFile};
+        let mut set = SourceSet::default();
+        let mut disks: Vec<Vec<u8>> = vec![vec![0xee; 20], vec![0xee; 20]];
+        let mut extents = Vec::new();
+        let mut v = 0u64;
+        for (i, &len) in payloads.iter().enumerate() {
+            let d = &mut disks[i % 2];
+            d.extend_from_slice(&[0xdd; 8]);
+            let offset = d.len() as u64;
+            d.extend((v..v + len).map(|o| byte(0, o)));
+            extents.push(Extent {
+                path: i % 2,
+                offset,
+                len,
+            });
+            v += len;
+        }
+        for (i, d) in disks.iter().enumerate() {
+            let p = dir.join(format!("disk{i}.m6"));
+            std::fs::write(&p, d).unwrap();
+            std::fs::File::open(&p).unwrap().sync_all().unwrap();
+            set.paths.push(p);
+        }
+        set.files.push(VFile::new("scan.vdif".into(), extents));
+        set
+    }
+
+    /// The payloads of a scan gathered from Mark6-like files lie at unaligned places of their files: each
+    /// window holds them from a place with the same remainder modulo 4 KiB, so that with
+    /// [`DirectReads::On`] the part of each window in its first block is read with `O_DIRECT` (the rest
+    /// through the cache); the bytes and digests are the scan's either way, and nothing is read directly
+    /// with [`DirectReads::Off`].
+    #[test]
+    fn gathered_scans_are_read_directly_from_unaligned_places() {
+        let dir = tempfile::Builder::new()
+            .prefix("vf-direct")
+            .tempdir_in("/var/tmp")
+            .unwrap();
+        let mb = 1u64 << 20;
+        let set = mark6_like(
+            dir.path(),
+            &[3 * mb + 1000, 10 * mb + 3, 2 * mb + 77, 5 * mb + 5, mb],
+        );
+        let total = set.files[0].size;
+        let sub = Some(8192);
+        for reads in [DirectReads::On, DirectReads::Off] {
+            let mut win = Win::new();
+            let mut fds = FdCache::default();
+            let (mut read, mut direct, mut shifted) = (0, 0, 0);
+            let mut start = (0usize, 0u64);
+            while start.0 < set.files.len() {
+                set.paths.iter().for_each(|p| drop(std::fs::read(p).unwrap()));
+                let mode = FillMode {
+                    sub,
+                    defer: true,
+                    direct: reads,
+                };
+                direct += fill(&set, &Held::default(), &mut fds, &mut win, start, mode).unwrap();
+                finish_digests(&mut win, sub);
+                read += check_window(&win, sub);
+                shifted += win.segs.iter().filter(|s| s.at % DIRECT_ALIGN != 0).count();
+                let last = win.segs.last().unwrap();
+                start = next_start(&set, &Held::default(), last.file, last.offset + last.len as u64);
+            }
+            assert_eq!(read, total);
+            if reads == DirectReads::Off || !direct_and_cache_known(&set).0 {
+                assert_eq!((direct, shifted), (0, 0), "{reads:?}");
+            } else {
+                // every window starts in a block at an unaligned place; of the 21 MiB, the windows'
+                // parts in the blocks after their first (the first block's 3 MiB, and the 2 and 1 MiB
+                // ones) go through the cache
+                assert!(shifted > 0);
+                assert!(
+                    direct >= 10 * mb && direct < total,
+                    "{direct} of {total} read directly"
                 );
             }
         }

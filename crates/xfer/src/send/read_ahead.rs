@@ -148,11 +148,12 @@ pub(super) struct ReadAhead {
 impl ReadAhead {
     pub(super) fn new(
         set: Arc<SourceSet>,
-        sub: Option<u64>,
+        mode: FillMode,
         held: Held,
         direct: Arc<AtomicU64>,
         realtime: bool,
     ) -> ReadAhead {
+        let sub = mode.sub;
         let (tx, cmd_rx) = bounded::<Cmd>(2 * DEPTH + 2);
         let (done_tx, rx) = bounded::<Filled>(DEPTH + 1);
         // the hashing thread, between the reading thread and the data thread, when there are digests
@@ -182,8 +183,8 @@ impl ReadAhead {
         };
         let reader = Reader {
             mode: FillMode {
-                sub,
                 defer: hasher.is_some(),
+                ..mode
             },
             set,
             held,
@@ -330,6 +331,7 @@ impl Drop for ReadAhead {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::source::DirectReads;
     use vlbiflow_xfer_proto::timing::DEPTH_START;
 
     fn files(dir: &std::path::Path, sizes: &[u64]) -> SourceSet {
@@ -343,7 +345,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let set = Arc::new(files(dir.path(), &[100, 100]));
         let held = Held::default();
-        let mut a = ReadAhead::new(set.clone(), None, held.clone(), Arc::default(), false);
+        let mode = FillMode {
+            sub: None,
+            defer: false,
+            direct: DirectReads::On,
+        };
+        let mut a = ReadAhead::new(set.clone(), mode, held.clone(), Arc::default(), false);
         assert_eq!(a.depth.get(), DEPTH_START);
         a.took(true);
         assert_eq!(a.depth.get(), DEPTH_START, "the first window's wait");

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use vlbiflow_xfer_proto::hash::block_digest;
 
-use crate::source::{AlignedBuf, FdCache, SourceSet, DIRECT_ALIGN};
+use crate::source::{AlignedBuf, DirectReads, FdCache, SourceSet, DIRECT_ALIGN};
 
 /// Bytes read at once for new data.
 pub const WINDOW: usize = 8 << 20;
@@ -150,12 +150,14 @@ pub(super) fn next_start(set: &SourceSet, held: &Held, mut file: usize, mut offs
     (file, offset)
 }
 
-/// How [`fill`] hashes: `sub`, the block size when blocks are BLAKE3 subtrees (digests computed as the
-/// window is read); `defer`, digests of what is read with `O_DIRECT` left to the hashing thread.
+/// How [`fill`] reads and hashes: `sub`, the block size when blocks are BLAKE3 subtrees (digests computed
+/// as the window is read); `defer`, digests of what is read with `O_DIRECT` left to the hashing thread;
+/// `direct`, which ranges are read with `O_DIRECT`.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct FillMode {
     pub sub: Option<u64>,
     pub defer: bool,
+    pub direct: DirectReads,
 }
 
 /// Reads the window from `file` at `offset` on, continuing past held chunks (see [`Held`]) and into the
@@ -176,7 +178,7 @@ pub(super) fn fill(
     (file, offset): (usize, u64),
     mode: FillMode,
 ) -> std::io::Result<u64> {
-    let FillMode { sub, defer } = mode;
+    let FillMode { sub, defer, .. } = mode;
     let mut read_direct = 0u64;
     win.segs.clear();
     win.digests.clear();
@@ -187,14 +189,27 @@ pub(super) fn fill(
     while f < set.files.len() && at < WINDOW {
         let size = set.files[f].size;
         let end = held.run_end(f, o, size);
-        let n = ((end - o.min(end)) as usize).min(WINDOW - at);
+        let mut n = ((end - o.min(end)) as usize).min(WINDOW - at);
         if n > 0 {
+            // from the disk past the page cache, straight into the window (see `wants_direct`), from a
+            // place in it with the remainder modulo 4 KiB that `o` has in its file
+            let direct_at = direct_place(set, (f, o), at, end, n);
+            let direct = direct_at.is_some_and(|a| {
+                let len = ((end - o) as usize).min(WINDOW - a);
+                set.wants_direct(fds, (f, o, len as u64), mode.direct)
+            });
+            if let Some(a) = direct_at.filter(|_| direct && direct_at != Some(at)) {
+                // the window, shortened by the gap, still ends where a block does (where the data
+                // thread asks for the next window, which the reading thread reads on from)
+                at = a;
+                let to = (o + ((end - o) as usize).min(WINDOW - at) as u64).min(end);
+                let to = if to < end { to / BLOCK_END * BLOCK_END } else { to };
+                n = (to - o) as usize;
+            }
             let dig_from = sub.map_or(u64::MAX, |b| o.next_multiple_of(b));
             let dig = win.digests.len();
             let mut next = dig_from;
             let mut done = 0usize;
-            // from the disk past the page cache where it holds little of the range (see `wants_direct`)
-            let direct = at % DIRECT_ALIGN == 0 && set.wants_direct(fds, f, o, n as u64);
             // digests stay in order: once one range is left to the hashing thread, so are the rest
             deferring |= direct && defer && sub.is_some();
             while done < n {
@@ -204,8 +219,8 @@ pub(super) fn fill(
                     (false, false) => n - done,
                 };
                 if direct {
-                    read_direct +=
-                        set.read_direct(fds, f, o + done as u64, &mut window[at + done..], k)? as u64;
+                    let (from, into) = ((f, o + done as u64), at + done);
+                    read_direct += set.read_direct(fds, from, window, into, k)? as u64;
                 } else {
                     set.read_at(fds, f, o + done as u64, &mut window[at + done..at + done + k])?;
                 }
@@ -239,6 +254,26 @@ pub(super) fn fill(
         (f, o) = next_start(set, held, f, o + n as u64);
     }
     Ok(read_direct)
+}
+
+/// Ranges shorter than this that would start a direct read at another place in the window than where
+/// the window's last range ended are read through the page cache instead (the gap before them, under
+/// 8 KiB, then takes under 1% of the window; small files go several to a window, read with no gap).
+const DIRECT_SHIFT_MIN: usize = 1 << 20;
+
+/// A window shortened for a direct read ends at a multiple of this in its virtual file: a place where a
+/// block ends for blocks of any power of two up to it (datagrams are shorter), as a whole window does
+/// (see [`fill`]).
+const BLOCK_END: u64 = 64 << 10;
+
+/// Where in the window a direct read of `n` bytes of file `f` at `o` (of a run that ends at `end`) puts
+/// them, the window's last range ending at `at`: the first place from `at` on, rounded up to 4 KiB, with
+/// the remainder modulo 4 KiB that `o` has in its real file (see [`SourceSet::direct_phase`]), for a
+/// range long enough when that is not `at` itself; `None` otherwise.
+fn direct_place(set: &SourceSet, (f, o): (usize, u64), at: usize, end: u64, n: usize) -> Option<usize> {
+    let a = at.next_multiple_of(DIRECT_ALIGN) + set.direct_phase(f, o)?;
+    let long = ((end - o) as usize).min(WINDOW.saturating_sub(a)) >= DIRECT_SHIFT_MIN;
+    (a == at || (a < WINDOW && long && n >= DIRECT_SHIFT_MIN)).then_some(a)
 }
 
 /// Appends the digests of the blocks from `*next` on that end within `range` (the bytes of a file from
