@@ -755,12 +755,13 @@ impl Collect<'_> {
             for j in &mut st.jobs {
                 let b = Progress::get(&j.progress.bytes_verified).max(Progress::get(&j.progress.bytes_moved));
                 let dt = now.duration_since(j.seen.0).as_secs_f64();
+                let moved = grown(b, j.seen.1);
                 if dt > 0.0 {
-                    j.rate_bps = b.saturating_sub(j.seen.1) as f64 * 8.0 / dt;
+                    j.rate_bps = moved as f64 * 8.0 / dt;
                 }
                 // a followed scan waits between rounds for the recorder (its own follow_timeout ends that)
                 let following = j.scan.is_some_and(|k| st.scans[k].state == "following");
-                if b > j.seen.1 || following {
+                if moved > 0 || following {
                     self.sched.progress(st.id, now);
                 }
                 j.seen = (now, b);
@@ -961,4 +962,29 @@ pub fn not_arrived(st: &Status) -> Vec<String> {
         }
     }
     out
+}
+
+/// Bytes a pull's counter grew by since it read `before`. A followed scan is pulled in rounds, each a
+/// new transfer whose counters start again from zero: a count below the last one is a new round, and
+/// all of it is new. (Reading the drop as no progress held a follow's measured rate at 0, so the
+/// scheduler cut its share to the floor for the rest of the scan.)
+fn grown(now: u64, before: u64) -> u64 {
+    if now >= before {
+        now - before
+    } else {
+        now
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::grown;
+
+    #[test]
+    fn a_new_follow_round_counts_from_zero() {
+        assert_eq!(grown(300, 100), 200);
+        assert_eq!(grown(100, 100), 0);
+        // the next round's transfer has moved 5 MB: that is what moved, not nothing
+        assert_eq!(grown(5_000_000, 973_078_528), 5_000_000);
+    }
 }

@@ -40,7 +40,7 @@ pub struct File {
     pub dead_timeout: Option<String>,
     /// Archive of transfers (SQLite).
     pub archive: Option<PathBuf>,
-    /// Prometheus metrics address (loopback only).
+    /// Prometheus metrics address (loopback only, unless `--metrics-token-file` is given).
     pub metrics: Option<SocketAddr>,
     /// Rate ceiling of each transfer (`2Gbps`).
     pub max_rate: Option<String>,
