@@ -122,6 +122,9 @@ impl Jive5ab {
             return fail(ReturnCode::Conflict, "must provide a scan name".into());
         }
         let r = self.rt_mut(rt).clone();
+        if let Err(e) = super::datastream::record_check(&r) {
+            return fail(ReturnCode::Error, e);
+        }
         let streams = match streams_for(&r) {
             Ok(s) => s,
             Err(e) => return fail(ReturnCode::Conflict, e),
