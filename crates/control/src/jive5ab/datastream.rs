@@ -81,7 +81,8 @@ impl DataStreams {
         // The widest expansion a frame can give: a scan name of one character, thread 1023, station as
         // four hex digits. The name must then still be a valid recording name.
         let sample = format!("x{SUFFIX_SEP}{}", expand(name, 0xffff, MAX_THREAD));
-        if let Err(e) = vlbiflow_formats::names::validate_scan_name(&sample) {
+        // FlexBuff's rule (no '.'): the recordings datastreams make are FlexBuff recordings, as jive5ab's.
+        if let Err(e) = vlbiflow_formats::flexbuff::validate_flexbuff_scan_name(&sample) {
             let why = match e {
                 vlbiflow_formats::Error::Invalid { reason, .. } => reason.to_string(),
                 e => e.to_string(),
@@ -239,6 +240,8 @@ mod tests {
         );
         assert!(ds.add(&"n".repeat(60), &["*".into()]).is_ok());
         assert!(ds.add("{station}{station}", &["*".into()]).is_ok());
+        let e = ds.add("a.b", &["*".into()]).unwrap_err().1;
+        assert!(e.contains("must not contain '.'"), "{e}");
         assert_eq!(ds.len(), 4);
     }
 }
