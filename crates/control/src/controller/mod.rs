@@ -707,6 +707,7 @@ mod tests {
                 status,
                 metadata,
                 error: None,
+                recordings: Vec::new(),
             })
         }
         fn events(&self) -> Vec<String> {
