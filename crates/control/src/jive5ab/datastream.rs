@@ -138,9 +138,8 @@ impl DataStreams {
 }
 
 /// Whether `record=on` can start in runtime `r` given its datastreams: jive5ab's two conditions (VDIF
-/// only; not together with `net_port` suffixes), then vlbiflow's own: the recorder does not route frames
-/// by datastream yet, so a recording with datastreams defined is refused rather than made as one
-/// recording.
+/// only; not together with `net_port` suffixes), then vlbiflow's own: datastreams make FlexBuff
+/// recordings only (jive5ab can also make a Mark6 file per datastream).
 pub(super) fn record_check(r: &super::Runtime) -> Result<(), String> {
     if r.datastreams.is_empty() {
         return Ok(());
@@ -157,10 +156,12 @@ pub(super) fn record_check(r: &super::Runtime) -> Result<(), String> {
     {
         return Err("Mixing suffixes on datastreams and net_ports currently not supported".into());
     }
-    Err(
-        "recording datastreams is not implemented by vlbiflow yet (datastream = clear records one scan)"
-            .into(),
-    )
+    if r.mk6 {
+        return Err(
+            "vlbiflow records datastreams as FlexBuff recordings only, not Mark6 (record = mk6 = 0)".into(),
+        );
+    }
+    Ok(())
 }
 
 /// The `datastream` command and query against a runtime's datastreams. `busy`: the refusal when a

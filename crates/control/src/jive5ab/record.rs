@@ -136,14 +136,15 @@ impl Jive5ab {
             Ok(n) => n,
             Err(e) => return fail(ReturnCode::Conflict, e),
         };
-        if let Err(e) = ctl.set_streams(streams) {
-            return fail(ReturnCode::Conflict, e);
-        }
         ctl.set_format(if r.mk6 {
             ScanFormat::Mark6
         } else {
             ScanFormat::Flexbuff
         });
+        ctl.set_datastreams(r.datastreams.rules());
+        if let Err(e) = ctl.set_streams(streams) {
+            return fail(ReturnCode::Conflict, e);
+        }
         let mark6 = Statement {
             keyword: "record".into(),
             query: false,

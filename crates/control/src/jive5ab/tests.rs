@@ -222,7 +222,7 @@ fn datastreams_belong_to_their_runtime() {
 }
 
 #[test]
-fn record_on_with_datastreams_says_why_not() {
+fn record_on_with_datastreams_checks_jive5abs_conditions() {
     let (mut j, mut c, mut ctl) = fixture();
     for line in [
         "net_protocol = udpsnor",
@@ -243,9 +243,14 @@ fn record_on_with_datastreams_says_why_not() {
         "!record= 4 : Mixing suffixes on datastreams and net_ports currently not supported ;"
     );
     send(&mut j, &mut c, &mut ctl, "net_port = 2630");
-    assert!(send(&mut j, &mut c, &mut ctl, "record = on : s1")
-        .starts_with("!record= 4 : recording datastreams is not implemented by vlbiflow yet"));
+    send(&mut j, &mut c, &mut ctl, "record = mk6 : 1");
+    assert_eq!(
+        send(&mut j, &mut c, &mut ctl, "record = on : s1"),
+        "!record= 4 : vlbiflow records datastreams as FlexBuff recordings only, not Mark6 (record = mk6 = 0) ;"
+    );
     assert_eq!(send(&mut j, &mut c, &mut ctl, "record?"), "!record? 0 : off ;");
+    // With record = mk6 : 0 it starts: crates/control/tests/jive5ab.rs records datastreams through the
+    // daemon.
 }
 
 #[test]
