@@ -213,6 +213,20 @@ pub const MAX_RECORDINGS: usize = 64;
 const UNKNOWN: u8 = 254;
 /// [`Router`] table entry: the thread matches no datastream.
 const DROP: u8 = 255;
+/// Entries of [`Router`]'s cache for rules that match on the sender (a power of two).
+const SENDER_CACHE: usize = 1024;
+/// A cache key no frame has (bit 127 is never set by [`sender_key`]).
+const NO_KEY: u128 = u128::MAX;
+
+/// A frame's (sender, station, thread) as one number: 32 + 16 bits of sender, 16 of station, 10 of thread,
+/// and bit 74 set when the sender is known.
+#[inline]
+fn sender_key(station: u16, thread: u16, sender: Option<SocketAddrV4>) -> u128 {
+    let s = sender.map_or(0, |a| {
+        (1u128 << 48) | (u128::from(u32::from(*a.ip())) << 16) | u128::from(a.port())
+    });
+    (s << 26) | (u128::from(station) << 10) | u128::from(thread)
+}
 
 /// Routes frames to recording slots (0.., in the order they are first seen) by datastream rules.
 #[derive(Debug, Clone)]
@@ -224,8 +238,11 @@ pub struct Router {
     /// Slot by thread, for frames of station `station`.
     by_thread: Box<[u8; 1024]>,
     station: Option<u16>,
-    /// Some rule matches on the sender: no table (every frame takes the slow path).
+    /// Some rule matches on the sender: frames are looked up in `by_sender_cache` instead of the table.
     by_sender: bool,
+    /// With rules on the sender: the slots of recently seen (sender, station, thread) keys, direct-mapped
+    /// (a key that collides with another is resolved again; the rules decide, never the cache).
+    by_sender_cache: Box<[(u128, u8); SENDER_CACHE]>,
     scratch: String,
     overflow: u64,
 }
@@ -244,6 +261,7 @@ impl Router {
             by_thread: Box::new([UNKNOWN; 1024]),
             station: None,
             by_sender,
+            by_sender_cache: Box::new([(NO_KEY, UNKNOWN); SENDER_CACHE]),
             scratch: String::with_capacity(64),
             overflow: 0,
         }
@@ -253,7 +271,24 @@ impl Router {
     #[inline]
     pub fn slot(&mut self, station: u16, thread: u16, sender: Option<SocketAddrV4>) -> Option<u8> {
         let t = usize::from(thread & MAX_THREAD);
-        if !self.by_sender && self.station == Some(station) {
+        if self.by_sender {
+            let key = sender_key(station, thread & MAX_THREAD, sender);
+            let h = (key as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ ((key >> 64) as u64);
+            let i = (h.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 54) as usize % SENDER_CACHE;
+            match self.by_sender_cache[i] {
+                (k, DROP) if k == key => return None,
+                (k, s) if k == key => return Some(s),
+                _ => {}
+            }
+            let before = self.overflow;
+            let slot = self.resolve(station, thread & MAX_THREAD, sender);
+            // A frame dropped because it would open too many recordings is not cached: counted each time.
+            if self.overflow == before {
+                self.by_sender_cache[i] = (key, slot.unwrap_or(DROP));
+            }
+            return slot;
+        }
+        if self.station == Some(station) {
             match self.by_thread[t] {
                 UNKNOWN => {}
                 DROP => return None,
@@ -464,5 +499,24 @@ mod tests {
             (Some(0), Some(1))
         );
         assert_eq!(r.slot(0, 0, from(5000)), Some(0));
+        // Many senders, threads and stations, seen repeatedly: the cache always answers as the rules do.
+        for round in 0..3 {
+            for p in 4000..6000u16 {
+                let t = p % 7;
+                let want = if p == 5000 { Some(0) } else { Some(1) };
+                assert_eq!(r.slot(p % 3, t, from(p)), want, "round {round} port {p}");
+            }
+            assert_eq!(r.slot(0, 0, None), Some(1), "no sender: only rules without one");
+        }
+        let mut r = Router::new(vec![rule("{thread}", "10.0.0.1/*")]);
+        let from = |t: u16| Some(SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 1000 + t));
+        for _ in 0..2 {
+            for t in 0..=MAX_RECORDINGS as u16 {
+                let want = (usize::from(t) < MAX_RECORDINGS).then_some(t as u8);
+                assert_eq!(r.slot(0, t, from(t)), want);
+            }
+            assert_eq!(r.slot(0, 0, None), None, "the rule needs the sender");
+        }
+        assert_eq!(r.overflow(), 2, "an overflowing frame is counted every time");
     }
 }
