@@ -443,6 +443,189 @@ fn transient_runtimes_go_with_their_connection() {
     d.stop();
 }
 
+#[test]
+fn datastreams_are_kept_per_runtime_and_refused_while_recording() {
+    let disks = Disks::new(1);
+    let d = spawn(config(&disks), Box::new(RecorderEngine)).unwrap();
+    let mut fs = J5::connect(d.control_addr);
+    let mut other = J5::connect(d.control_addr);
+    let port = free_udp_port();
+    fs.expect("datastream = add : t{thread} : *.0 : 1", "!datastream= 0 ;");
+    fs.expect("datastream = add : rest : *", "!datastream= 0 ;");
+    fs.expect("datastream?", "!datastream? 0 : 2 : rest : t{thread} ;");
+    fs.expect("datastream? t{thread}", "!datastream? 0 : t{thread} : *.0 : 1 ;");
+    other.expect("runtime = r2 : new", "!runtime= 0 : r2 ;");
+    other.expect("datastream?", "!datastream? 0 : 0 ;");
+    // jive5ab's conditions for recording datastreams, and vlbiflow's (FlexBuff recordings only).
+    fs.expect("mode = MARK5B-512-16-2", "!mode= 0 ;");
+    fs.expect(
+        "record = on : ds1",
+        "!record= 4 : Datastreams can only be enabled for VDIF ;",
+    );
+    fs.expect("mode = VDIF_1000-0.8-1-2", "!mode= 0 ;");
+    fs.expect("mtu = 9000", "!mtu= 0 ;");
+    fs.expect("net_protocol = udps", "!net_protocol= 0 ;");
+    fs.expect(
+        &format!("net_port = {port}=a : {}=b", free_udp_port()),
+        "!net_port= 0 ;",
+    );
+    fs.expect(
+        "record = on : ds1",
+        "!record= 4 : Mixing suffixes on datastreams and net_ports currently not supported ;",
+    );
+    fs.expect(&format!("net_port = {port}"), "!net_port= 0 ;");
+    fs.expect("record = mk6 : 1", "!record= 0 ;");
+    fs.expect(
+        "record = on : ds1",
+        "!record= 4 : vlbiflow records datastreams as FlexBuff recordings only, not Mark6 (record = mk6 = 0) ;",
+    );
+    fs.expect("record = mk6 : 0", "!record= 0 ;");
+    fs.expect("record?", "!record? 0 : off ;");
+    // ... and, cleared, the scan records as one recording; datastream commands wait for it to end.
+    fs.expect("datastream = clear", "!datastream= 0 ;");
+    fs.expect("record = on : ds1", "!record= 0 ;");
+    fs.expect(
+        "datastream = add : x : *",
+        "!datastream= 6 : not whilst vbsrecord is in progress ;",
+    );
+    fs.expect("datastream?", "!datastream? 0 : 0 ;");
+    send_frames(SocketAddr::from(([127, 0, 0, 1], port)), 0, 5);
+    fs.wait_bytes(5 * FRAME as u64);
+    fs.expect("record = off", "!record= 1 ;");
+    fs.expect("datastream = add : x : *", "!datastream= 0 ;");
+    d.stop();
+}
+
+/// Sends frames `0..per_thread` of VDIF threads `0..threads` interleaved (frame `i` of every thread, then
+/// `i + 1`), PSN-prefixed (one sequence over the datagrams), [`RATE`] frames per second per thread
+/// from the current second, station `Xx`; each frame's payload stamped with `(i, thread)`.
+fn send_threads(dest: SocketAddr, per_thread: u64, threads: u16) {
+    use vlbiflow_testkit::vdif::{stamp, udps, Frame};
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let start = vlbiflow_formats::time::VdifTime::from_unix_second(
+        vlbiflow_formats::time::UtcTime::now().unix_seconds,
+    )
+    .unwrap();
+    let mut psn = 0u64;
+    for i in 0..per_thread {
+        for t in 0..threads {
+            let mut f = Frame::new(FRAME)
+                .seconds(start.seconds)
+                .epoch(start.epoch)
+                .at(i, RATE)
+                .thread(t)
+                .station(b"Xx")
+                .build();
+            stamp(&mut f, i, t);
+            sock.send_to(&udps(psn, &f), dest).unwrap();
+            psn += 1;
+            if psn % 64 == 0 {
+                // Keep well inside the socket buffer on a busy machine.
+                std::thread::sleep(Duration::from_micros(500));
+            }
+        }
+    }
+}
+
+/// The frames of recording `name` on `dirs` as vlbiflow's reader reads them: (stamp, header thread).
+fn read_recording(name: &str, dirs: &[PathBuf]) -> Vec<((u64, u16), u16)> {
+    let rec = vlbiflow_reader::source::locate_scan(name, dirs).unwrap();
+    let mut r = vlbiflow_reader::frames::FrameReader::open(&rec);
+    let mut out = Vec::new();
+    while let Some(b) = r.next_batch() {
+        for (e, f) in b.iter() {
+            assert!(!e.fill);
+            let thread = ((u32::from_le_bytes(f[12..16].try_into().unwrap()) >> 16) & 0x3ff) as u16;
+            out.push((vlbiflow_testkit::vdif::stamped_id(f), thread));
+        }
+    }
+    assert!(r.take_findings().is_empty(), "{name}: findings");
+    out
+}
+
+#[test]
+fn datastreams_record_each_thread_into_its_own_recording() {
+    let disks = Disks::new(2);
+    let d = spawn(config(&disks), Box::new(RecorderEngine)).unwrap();
+    let mut fs = J5::connect(d.control_addr);
+    let port = free_udp_port();
+    let dest = SocketAddr::from(([127, 0, 0, 1], port));
+    let per_thread = 300;
+    fs.expect("mode = VDIF_1000-0.8-1-2", "!mode= 0 ;");
+    fs.expect("mtu = 9000", "!mtu= 0 ;");
+    fs.expect("net_protocol = udps", "!net_protocol= 0 ;");
+    fs.expect(&format!("net_port = {port}"), "!net_port= 0 ;");
+    fs.expect("set_disks = main", "!set_disks= 0 : 2 ;");
+    // Scan 1: a datastream per thread. Scan 2: one `{thread}` pattern. Thread 2 matches neither.
+    let scans: [(&str, &[&str], [&str; 2]); 2] = [
+        (
+            "dsx_st_no0001",
+            &["datastream = add : a : 0", "datastream = add : b : *.1"],
+            ["dsx_st_no0001_dsa", "dsx_st_no0001_dsb"],
+        ),
+        (
+            "dsx_st_no0002",
+            &["datastream = clear", "datastream = add : t{thread} : Xx.0-1"],
+            ["dsx_st_no0002_dst0", "dsx_st_no0002_dst1"],
+        ),
+    ];
+    for (n, (scan, set_up, names)) in scans.into_iter().enumerate() {
+        for line in set_up {
+            fs.expect(line, "!datastream= 0 ;");
+        }
+        fs.expect(&format!("record = on : {scan}"), "!record= 0 ;");
+        send_threads(dest, per_thread, 3);
+        // Only the two threads' frames are stored: record? counts their bytes.
+        fs.wait_bytes(2 * per_thread * FRAME as u64);
+        fs.expect("record = off", "!record= 1 ;");
+        // As jive5ab: the session holds the scan name, which is no recording itself ...
+        fs.expect("scan_set?", &format!("!scan_set? 0 : {n} : {scan} : 0 : 0 ;"));
+        fs.expect(
+            "scan_check?",
+            &format!("!scan_check? 4 : no recording '{scan}' on the selected disks ;"),
+        );
+        // ... and the recordings are found by their names.
+        for name in names {
+            fs.expect(&format!("scan_set = {name}"), "!scan_set= 0 ;");
+            let c = fs.rc("scan_check?", 0);
+            assert_eq!(&c.fields[..4], ["?", name, "VDIF", "2"], "{c:?}");
+            assert_eq!(c.fields[5], "2.99s", "{c:?}");
+            assert_eq!(&c.fields[6..], ["0.4Mbps", "0", "1032"], "{c:?}");
+        }
+    }
+    d.stop();
+
+    // Read back: exactly four recordings on the disks, each holding exactly its thread's frames.
+    let dirs: Vec<PathBuf> = (0..2).map(|i| disks.disk(i)).collect();
+    let list = scan_list_from_disks(&dirs);
+    let mut found: Vec<&str> = list.iter().map(|s| s.name.as_str()).collect();
+    found.sort();
+    let all: Vec<&str> = scans.iter().flat_map(|s| s.2).collect();
+    assert_eq!(found, all);
+    for (t, name) in all.iter().enumerate() {
+        let t = (t % 2) as u16;
+        let frames = read_recording(name, &dirs);
+        let want: Vec<((u64, u16), u16)> = (0..per_thread).map(|i| ((i, t), t)).collect();
+        assert!(
+            frames == want,
+            "{name}: {} frames, not thread {t}'s {per_thread}",
+            frames.len()
+        );
+        let m = list
+            .iter()
+            .find(|s| s.name == *name)
+            .unwrap()
+            .meta
+            .clone()
+            .unwrap();
+        assert!(m.complete);
+        assert_eq!(m.streams.len(), 1);
+        let c = m.streams[0].counters;
+        assert_eq!((c.packets, c.lost), (per_thread, 0), "{name}: {c:?}");
+        assert_eq!(m.streams[0].threads, [t]);
+    }
+}
+
 impl J5 {
     /// Polls `net2file?` until it says `reply`.
     fn wait_net2file(&mut self, reply: &str) {

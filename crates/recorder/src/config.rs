@@ -225,6 +225,11 @@ pub struct RecorderConfig {
     /// disk is touched (disks given are ignored, said once with a warning) and no metadata is written; the
     /// summary and status are those of a recording. Measures capture capacity apart from storage.
     pub discard: bool,
+    /// jive5ab's datastreams: with rules, every VDIF frame goes to the FlexBuff recording
+    /// `<scan>_ds<expanded name>` of the first rule (by name) that matches it, each an ordinary FlexBuff
+    /// recording with its own chunk directory per disk, chunks numbered from 0 and its own metadata;
+    /// frames matching no rule are dropped and counted as `filtered`. Empty: one recording, `scan`.
+    pub datastreams: Vec<vlbiflow_scan::datastream::Rule>,
 }
 
 impl RecorderConfig {
@@ -248,6 +253,7 @@ impl RecorderConfig {
             direct_io: true,
             metadata_interval: Duration::from_secs(3),
             discard: false,
+            datastreams: Vec::new(),
         }
     }
 
@@ -327,6 +333,7 @@ impl RecorderConfig {
         if self.batch == 0 || self.batch > 1024 {
             return inv("batch", format!("{} is outside 1..=1024", self.batch));
         }
+        self.validate_datastreams()?;
         if let Some(n) = self.pool_blocks {
             if n < self.streams.len() + 2 {
                 return inv(
@@ -336,6 +343,48 @@ impl RecorderConfig {
                         self.streams.len()
                     ),
                 );
+            }
+        }
+        Ok(())
+    }
+
+    /// Datastreams need FlexBuff (one chunk directory per recording) and VDIF streams (the rules match VDIF
+    /// station and thread ids), at most [`MAX_RECORDINGS`](vlbiflow_scan::datastream::MAX_RECORDINGS)
+    /// rules with specifications, and names that make valid recording names however they expand.
+    fn validate_datastreams(&self) -> Result<(), ConfigError> {
+        use vlbiflow_scan::datastream::{expand, MAX_RECORDINGS, MAX_THREAD, SUFFIX_SEP};
+        let inv = |reason: String| {
+            Err(ConfigError::Invalid {
+                field: "datastreams",
+                reason,
+            })
+        };
+        if self.datastreams.is_empty() {
+            return Ok(());
+        }
+        if self.format != ScanFormat::Flexbuff {
+            return inv("datastreams are recorded as FlexBuff recordings only".into());
+        }
+        if let Some(s) = self.streams.iter().find(|s| s.kind != FrameKind::Vdif) {
+            return inv(format!(
+                "stream {} is not VDIF: datastreams route VDIF frames",
+                s.label
+            ));
+        }
+        if self.datastreams.len() > MAX_RECORDINGS {
+            return inv(format!("at most {MAX_RECORDINGS} datastreams"));
+        }
+        for r in &self.datastreams {
+            if r.specs.is_empty() {
+                return inv(format!("datastream {:?} has no match specification", r.name));
+            }
+            // The widest a name can expand to: thread 1023, the station as four hex digits.
+            let widest = format!("{}{SUFFIX_SEP}{}", self.scan, expand(&r.name, 0xffff, MAX_THREAD));
+            if let Err(e) = vlbiflow_formats::flexbuff::validate_flexbuff_scan_name(&widest) {
+                return inv(format!(
+                    "datastream {:?} makes recording names like {widest:?}: {e}",
+                    r.name
+                ));
             }
         }
         Ok(())

@@ -197,6 +197,8 @@ pub(crate) struct Shared {
     pub events_dropped: AtomicU64,
     /// Address each stream's socket is bound to (the real port when 0 was asked for).
     pub local_addrs: Vec<std::net::SocketAddr>,
+    /// With datastreams: the recordings opened so far.
+    pub recordings: crate::datastreams::Recordings,
 }
 
 impl Shared {

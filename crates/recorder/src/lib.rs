@@ -16,6 +16,7 @@
 
 pub mod capture;
 pub mod config;
+mod datastreams;
 mod engine;
 pub mod flow;
 /// Loss accounting: the workspace's one sequence tracker (re-exported from `vlbiflow-seq`).
@@ -49,6 +50,7 @@ pub use tap::FrameTap;
 #[doc(hidden)]
 pub use writer::bench_mark6_write;
 
+use datastreams::recordings_metadata;
 use engine::{Shared, PHASE_FINISHED, PHASE_FLUSHING, PHASE_RECORDING};
 use pool::Block;
 use status::{unpack_time, DiskShared, StreamShared};
@@ -79,6 +81,9 @@ pub struct ScanSummary {
     pub metadata: ScanMetadata,
     /// Set when the scan could not be completed (every disk failed, blocks lost).
     pub error: Option<String>,
+    /// With datastreams: the metadata of each recording they made (`<scan>_ds<name>`), as written on the
+    /// disks; `metadata` is then the whole scan's (every frame of every stream), written nowhere.
+    pub recordings: Vec<ScanMetadata>,
 }
 
 /// What one stream's socket delivered.
@@ -179,9 +184,22 @@ impl Recorder {
                     meta.display()
                 )));
             }
+            if !config.datastreams.is_empty() {
+                if let Some(name) = datastreams::existing(disk, &config.scan) {
+                    return Err(err(format!(
+                        "{name} exists: a datastream recording of scan {} could take its name",
+                        config.scan
+                    )));
+                }
+            }
         }
         let mut sinks = Vec::new();
         for disk in &config.disks {
+            if !config.datastreams.is_empty() {
+                // Each recording's chunk directory is made on its first chunk.
+                sinks.push(writer::lazy_flexbuff_sink(disk, config.direct_io));
+                continue;
+            }
             match writer::open_sink(
                 config.format,
                 disk,
@@ -324,11 +342,12 @@ impl Recorder {
             events: events_tx,
             events_dropped: AtomicU64::new(0),
             local_addrs,
+            recordings: datastreams::Recordings::new(config.streams.len(), config.disks.len()),
             config,
         });
 
         // Initial metadata (complete: false) on every disk before the first datagram is taken.
-        let initial = build_metadata(&shared, &snapshot(&shared), false);
+        let initial = all_metadata(&shared, &snapshot(&shared), false);
         write_metadata(&shared, &initial);
 
         let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
@@ -358,6 +377,7 @@ impl Recorder {
             let gro = report.gro == vlbiflow_udp::Feature::Enabled;
             let mut capture = capture::StreamCapture::new(i, spec.clone(), socket, fpb, data_offset, gro);
             capture.set_tap(taps.get_mut(i).and_then(Option::take));
+            capture.set_datastreams(&shared.config.datastreams);
             groups[i % capture_threads].push(capture);
         }
         // `start` returns once every capture thread runs, so a caller may say the recorder is receiving.
@@ -489,10 +509,12 @@ impl RecorderHandle {
             Err(_) => {
                 let status = snapshot(&self.shared);
                 let metadata = build_metadata(&self.shared, &status, false);
+                let recordings = recordings_metadata(&self.shared, &status, &metadata);
                 Some(ScanSummary {
                     status,
                     metadata,
                     error: Some("recorder supervisor panicked".into()),
+                    recordings,
                 })
             }
         }
@@ -725,16 +747,29 @@ fn build_metadata(shared: &Shared, status: &RecorderStatus, complete: bool) -> S
     }
 }
 
-/// Writes the metadata on every disk still in the scan (failed disks are tried quietly: it may still help).
-fn write_metadata(shared: &Shared, meta: &ScanMetadata) {
-    for (disk, d) in shared.config.disks.iter().zip(&shared.disks) {
-        let failed = d.failed.lock().unwrap_or_else(|e| e.into_inner()).is_some();
-        if let Err(e) = meta.write_atomic(&vlbiflow_scan::metadata_path(disk, &shared.config.scan)) {
-            if !failed {
-                shared.event(RecorderEvent::MetadataFailed {
-                    disk: disk.clone(),
-                    error: e.to_string(),
-                });
+/// The metadata files of the scan: the scan's own, or with datastreams one per recording they opened.
+fn all_metadata(shared: &Shared, status: &RecorderStatus, complete: bool) -> Vec<ScanMetadata> {
+    let meta = build_metadata(shared, status, complete);
+    if shared.config.datastreams.is_empty() {
+        vec![meta]
+    } else {
+        recordings_metadata(shared, status, &meta)
+    }
+}
+
+/// Writes each metadata file (named by its scan) on every disk still in the scan (failed disks are tried
+/// quietly: it may still help).
+fn write_metadata(shared: &Shared, metas: &[ScanMetadata]) {
+    for meta in metas {
+        for (disk, d) in shared.config.disks.iter().zip(&shared.disks) {
+            let failed = d.failed.lock().unwrap_or_else(|e| e.into_inner()).is_some();
+            if let Err(e) = meta.write_atomic(&vlbiflow_scan::metadata_path(disk, &meta.scan)) {
+                if !failed {
+                    shared.event(RecorderEvent::MetadataFailed {
+                        disk: disk.clone(),
+                        error: e.to_string(),
+                    });
+                }
             }
         }
     }
@@ -748,7 +783,7 @@ fn supervise(shared: Arc<Shared>, wake: Receiver<()>, workers: Vec<JoinHandle<()
     // Periodic metadata is written on a thread of its own: a metadata write (synced) waits behind the
     // data writes of a slow disk, and the supervisor must go on watching the flow and growing the pool
     // exactly then. A write not yet taken when the next is due is skipped.
-    let (meta_tx, meta_rx) = crossbeam_channel::bounded::<ScanMetadata>(1);
+    let (meta_tx, meta_rx) = crossbeam_channel::bounded::<Vec<ScanMetadata>>(1);
     let meta_writer = {
         let sh = shared.clone();
         std::thread::Builder::new()
@@ -772,7 +807,7 @@ fn supervise(shared: Arc<Shared>, wake: Receiver<()>, workers: Vec<JoinHandle<()
         }
         if now >= next_meta {
             next_meta = now + shared.config.metadata_interval;
-            let m = build_metadata(&shared, &snapshot(&shared), false);
+            let m = all_metadata(&shared, &snapshot(&shared), false);
             match &meta_writer {
                 Some(_) => {
                     let _ = meta_tx.try_send(m);
@@ -816,10 +851,16 @@ fn supervise(shared: Arc<Shared>, wake: Receiver<()>, workers: Vec<JoinHandle<()
         None
     };
     let metadata = build_metadata(&shared, &status, error.is_none());
-    write_metadata(&shared, &metadata);
+    let recordings = recordings_metadata(&shared, &status, &metadata);
+    if shared.config.datastreams.is_empty() {
+        write_metadata(&shared, std::slice::from_ref(&metadata));
+    } else {
+        write_metadata(&shared, &recordings);
+    }
     ScanSummary {
         status,
         metadata,
         error,
+        recordings,
     }
 }

@@ -86,8 +86,11 @@ pub struct Block {
     pub frames: u32,
     /// Stream (index in the configuration) whose frames these are.
     pub stream: usize,
-    /// Global block (chunk) number, assigned when the block is sealed.
+    /// Global block (chunk) number, assigned when the block is sealed; with datastreams, the chunk number
+    /// within its recording.
     pub number: u32,
+    /// With datastreams: the recording (index in the scan's list of recordings) the frames belong to.
+    pub recording: u8,
 }
 
 impl Block {
@@ -102,6 +105,7 @@ impl Block {
             frames: 0,
             stream: 0,
             number: 0,
+            recording: 0,
         }
     }
 
@@ -116,6 +120,7 @@ impl Block {
             frames: 0,
             stream: 0,
             number: 0,
+            recording: 0,
         })
     }
 

@@ -277,6 +277,8 @@ pub(crate) struct StreamShared {
     pub unwritten: AtomicU64,
     /// Numbers of the blocks (FlexBuff: chunks) holding this stream's frames, pushed as they are sealed.
     pub blocks: Mutex<vlbiflow_scan::BlockRanges>,
+    /// With datastreams: by thread seen, the recordings (bit per index) its frames went to.
+    pub thread_recordings: Mutex<Vec<(u16, u64)>>,
 }
 
 impl StreamShared {

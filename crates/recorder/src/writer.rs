@@ -254,6 +254,10 @@ struct Writer {
     pending_bytes: u64,
     max_pending: usize,
     said_fallback: bool,
+    /// With datastreams: the name of each recording (by index) whose chunk directory this disk has.
+    recordings: Vec<Option<String>>,
+    /// With datastreams: the chunk directories made on this disk.
+    recording_dirs: Vec<PathBuf>,
 }
 
 /// Unconfirmed bytes a disk may have in flight before the writer waits for the oldest block's writeback.
@@ -292,6 +296,8 @@ pub(crate) fn run_writer(shared: Arc<Shared>, index: usize, sink: DiskSink) {
         pending_bytes: 0,
         max_pending: 0,
         said_fallback: false,
+        recordings: Vec::new(),
+        recording_dirs: Vec::new(),
     };
     // Leave most of the pool to capture: each disk may hold a share of it unconfirmed.
     w.max_pending = (w.shared.pool_start / (4 * w.shared.config.disks.len())).max(1);
@@ -352,12 +358,46 @@ impl Writer {
                 m.trim()?;
                 m.file.sync_all()
             }
+            DiskSink::Flexbuff { .. } if !self.shared.config.datastreams.is_empty() => {
+                for (i, d) in self.recording_dirs.iter().enumerate() {
+                    let dir = File::open(d)?;
+                    if i == 0 {
+                        rustix::fs::syncfs(&dir)?;
+                    }
+                    dir.sync_all()?;
+                }
+                Ok(())
+            }
             DiskSink::Flexbuff { disk, scan, .. } => {
                 let dir = File::open(flexbuff::chunk_dir(disk, scan))?;
                 rustix::fs::syncfs(&dir)?;
                 dir.sync_all()
             }
         }
+    }
+
+    /// With datastreams: where `block`'s chunk goes in its recording, making the recording's chunk
+    /// directory on this disk with its first chunk here (the name is read once per recording).
+    fn datastream_chunk(&mut self, block: &Block) -> io::Result<PathBuf> {
+        let i = usize::from(block.recording);
+        if self.recordings.len() <= i {
+            self.recordings.resize(i + 1, None);
+        }
+        let disk = self.disk_path();
+        if self.recordings[i].is_none() {
+            let name = self
+                .shared
+                .recordings
+                .name(block.recording)
+                .ok_or_else(|| io::Error::other(format!("block of unknown recording {i}")))?;
+            let dir = flexbuff::chunk_dir(&disk, &name);
+            std::fs::create_dir(&dir)
+                .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
+            self.recording_dirs.push(dir);
+            self.recordings[i] = Some(name);
+        }
+        let name = self.recordings[i].as_deref().unwrap_or_default();
+        Ok(flexbuff::chunk_path(&disk, name, block.number))
     }
 
     /// Waits for every outstanding block's writeback.
@@ -428,6 +468,11 @@ impl Writer {
         let d = &self.shared.disks[self.index];
         d.bytes.fetch_add(bytes, Relaxed);
         d.blocks.fetch_add(1, Relaxed);
+        if !self.shared.config.datastreams.is_empty() {
+            self.shared
+                .recordings
+                .confirmed(block.recording, self.index, bytes);
+        }
         block.reset();
         self.shared.in_flight.fetch_sub(1, AcqRel);
         let _ = self.shared.free_tx.send(block);
@@ -435,6 +480,14 @@ impl Writer {
 
     /// Writes one block; on failure hands the block back for re-queueing.
     fn write(&mut self, mut block: Block) -> Result<(), (io::Error, Option<Block>)> {
+        let recording_path = if self.shared.config.datastreams.is_empty() {
+            None
+        } else {
+            match self.datastream_chunk(&block) {
+                Ok(p) => Some(p),
+                Err(e) => return Err((e, Some(block))),
+            }
+        };
         let t = Instant::now();
         let result = match &mut self.sink {
             DiskSink::Mark6(m) => {
@@ -507,7 +560,7 @@ impl Writer {
                 }
             }
             DiskSink::Flexbuff { disk, scan, direct } => {
-                let path = flexbuff::chunk_path(disk, scan, block.number);
+                let path = recording_path.unwrap_or_else(|| flexbuff::chunk_path(disk, scan, block.number));
                 match write_chunk(&path, &block, direct) {
                     Ok((file, fell_back)) => {
                         if let Some(reason) = fell_back {
@@ -675,6 +728,16 @@ fn set_direct(file: &File, on: bool) -> io::Result<()> {
     let mut flags = rustix::fs::fcntl_getfl(file)?;
     flags.set(rustix::fs::OFlags::DIRECT, on);
     Ok(rustix::fs::fcntl_setfl(file, flags)?)
+}
+
+/// A FlexBuff sink for `disk` that makes no chunk directory up front: with datastreams each recording's
+/// is made on its first chunk.
+pub(crate) fn lazy_flexbuff_sink(disk: &Path, direct: bool) -> DiskSink {
+    DiskSink::Flexbuff {
+        disk: disk.to_owned(),
+        scan: String::new(),
+        direct: direct && !memory_backed(disk),
+    }
 }
 
 /// The sink for `disk` in `format`, created (file header written / chunk directory made) up front so a

@@ -14,6 +14,7 @@
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 
+pub mod datastream;
 pub mod spec;
 use std::path::{Path, PathBuf};
 

@@ -64,6 +64,11 @@ impl Controller {
         (disks, free, total)
     }
 
+    /// Sets the datastream rules of later recordings (empty: one recording per scan).
+    pub(crate) fn set_datastreams(&mut self, rules: Vec<vlbiflow_scan::datastream::Rule>) {
+        self.cfg.recorder.datastreams = rules;
+    }
+
     /// Sets the recording layout (Mark6 scatter-gather files or FlexBuff chunks) of later recordings.
     pub(crate) fn set_format(&mut self, format: ScanFormat) {
         self.cfg.recorder.format = format;

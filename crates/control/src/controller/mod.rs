@@ -357,12 +357,24 @@ impl Controller {
                         .unwrap_or_default()
                 ));
                 self.last_error = summary.error.clone();
-                self.scans.retain(|s| s.name != plan.scan);
-                self.scans.push(ScanEntry {
-                    name: plan.scan,
-                    meta: Some(summary.metadata),
-                    error: summary.error,
-                });
+                if summary.recordings.is_empty() {
+                    self.scans.retain(|s| s.name != plan.scan);
+                    self.scans.push(ScanEntry {
+                        name: plan.scan,
+                        meta: Some(summary.metadata),
+                        error: summary.error,
+                    });
+                } else {
+                    // Datastreams: the scan is the recordings they made (`<scan>_ds<name>`), each listed.
+                    for m in summary.recordings {
+                        self.scans.retain(|s| s.name != m.scan);
+                        self.scans.push(ScanEntry {
+                            name: m.scan.clone(),
+                            meta: Some(m),
+                            error: summary.error.clone(),
+                        });
+                    }
+                }
             }
         }
         if now.unix_seconds != self.last_sample_second {
@@ -707,6 +719,7 @@ mod tests {
                 status,
                 metadata,
                 error: None,
+                recordings: Vec::new(),
             })
         }
         fn events(&self) -> Vec<String> {

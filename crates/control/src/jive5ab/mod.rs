@@ -9,6 +9,7 @@
 //! daemon to finish outside the controller's lock. `docs/jive5ab-dialect.md` lists every keyword.
 
 pub mod daemon;
+pub mod datastream;
 pub mod disk2net;
 mod info;
 pub mod mode;
@@ -137,6 +138,8 @@ pub struct Runtime {
     pub net2file: Option<net2file::Net2File>,
     /// The host `disk2net = connect` last sent to.
     pub host: String,
+    /// `datastream` definitions.
+    pub datastreams: datastream::DataStreams,
 }
 
 impl Default for Runtime {
@@ -164,6 +167,7 @@ impl Default for Runtime {
             ipd_ns: 0,
             theoretical_ipd_ns: 0,
             host: String::new(),
+            datastreams: datastream::DataStreams::default(),
         }
     }
 }
@@ -217,7 +221,6 @@ const NOT_IMPLEMENTED: &[&str] = &[
     "bufsize",
     "clock_set",
     "constraints",
-    "datastream",
     "dbglev",
     "disk2etransfer",
     "file2check",
@@ -354,6 +357,10 @@ impl Jive5ab {
             "net_port" => self.net_port(&rt, st, ctl),
             "mtu" => self.mtu(&rt, st, ctl),
             "ipd" => self.ipd(&rt, st),
+            "datastream" => {
+                let busy = setup::in_progress(st, ctl);
+                datastream::datastream(&mut self.rt_mut(&rt).datastreams, st, busy)
+            }
             "set_disks" => self.set_disks(&rt, st, ctl),
             "scan_set" => self.scan_set(&rt, st, ctl),
             "scan_check" => self.scan_check(&rt, st, ctl),

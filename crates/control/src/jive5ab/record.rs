@@ -122,6 +122,9 @@ impl Jive5ab {
             return fail(ReturnCode::Conflict, "must provide a scan name".into());
         }
         let r = self.rt_mut(rt).clone();
+        if let Err(e) = super::datastream::record_check(&r) {
+            return fail(ReturnCode::Error, e);
+        }
         let streams = match streams_for(&r) {
             Ok(s) => s,
             Err(e) => return fail(ReturnCode::Conflict, e),
@@ -133,14 +136,15 @@ impl Jive5ab {
             Ok(n) => n,
             Err(e) => return fail(ReturnCode::Conflict, e),
         };
-        if let Err(e) = ctl.set_streams(streams) {
-            return fail(ReturnCode::Conflict, e);
-        }
         ctl.set_format(if r.mk6 {
             ScanFormat::Mark6
         } else {
             ScanFormat::Flexbuff
         });
+        ctl.set_datastreams(r.datastreams.rules());
+        if let Err(e) = ctl.set_streams(streams) {
+            return fail(ReturnCode::Conflict, e);
+        }
         let mark6 = Statement {
             keyword: "record".into(),
             query: false,

@@ -150,6 +150,110 @@ fn refusals_carry_jive5abs_codes() {
 }
 
 #[test]
+fn datastream_definitions_as_jive5ab_answers() {
+    let (mut j, mut c, mut ctl) = fixture();
+    for (line, reply) in [
+        ("datastream?", "!datastream? 0 : 0 ;"),
+        ("datastream = add : {thread} : *", "!datastream= 0 ;"),
+        (
+            "datastream = add : rdbeA : 192.168.1.10/0-4,12-16 : : Hh.5",
+            "!datastream= 0 ;",
+        ),
+        ("datastream?", "!datastream? 0 : 2 : rdbeA : {thread} ;"),
+        (
+            "datastream? rdbeA",
+            "!datastream? 0 : rdbeA : 192.168.1.10/0-4,12-16 : Hh.5 ;",
+        ),
+        ("datastream? nope", "!datastream? 8 : The stream 'nope' is not defined ;"),
+        (
+            "datastream = add : rdbeA : *",
+            "!datastream= 4 : The data stream 'rdbeA' already has a definition ;",
+        ),
+        ("datastream = add : x", "!datastream= 8 : Missing data stream match specification(s) ;"),
+        ("datastream = add : x : : ", "!datastream= 8 : Missing data stream match specification(s) ;"),
+        ("datastream = add", "!datastream= 8 : Missing data stream name ;"),
+        ("datastream = remove", "!datastream= 8 : Missing data stream name ;"),
+        (
+            "datastream = add : x : 1024",
+            "!datastream= 4 : the vdif criterion '1024' has thread id 1024 out of range (0..1023) ;",
+        ),
+        (
+            "datastream = add : x : ABC.1",
+            "!datastream= 4 : the vdif criterion 'ABC.1' has a station that is not 1-2 letters, 0x and 1-4 hex digits, or '*' ;",
+        ),
+        (
+            "datastream = add : a/b : *",
+            "!datastream= 4 : data stream name 'a/b' makes an invalid recording name (must not contain '/') ;",
+        ),
+        (
+            "datastream = remove : nope",
+            "!datastream= 4 : The data stream 'nope' was not defined so cannot remove it ;",
+        ),
+        ("datastream = remove : rdbeA", "!datastream= 0 ;"),
+        ("datastream?", "!datastream? 0 : 1 : {thread} ;"),
+        ("datastream = reset", "!datastream= 0 ;"),
+        ("datastream?", "!datastream? 0 : 1 : {thread} ;"),
+        ("datastream = clear", "!datastream= 0 ;"),
+        ("datastream?", "!datastream? 0 : 0 ;"),
+        ("datastream =", "!datastream= 8 : subcommand (add, remove, clear, reset) is required ;"),
+        ("datastream = delete : x", "!datastream= 2 : delete does not apply to datastream ;"),
+    ] {
+        assert_eq!(send(&mut j, &mut c, &mut ctl, line), reply, "{line}");
+    }
+}
+
+#[test]
+fn datastreams_belong_to_their_runtime() {
+    let (mut j, mut c, mut ctl) = fixture();
+    send(&mut j, &mut c, &mut ctl, "datastream = add : L : *.1,3");
+    send(&mut j, &mut c, &mut ctl, "runtime = other");
+    assert_eq!(
+        send(&mut j, &mut c, &mut ctl, "datastream?"),
+        "!datastream? 0 : 0 ;"
+    );
+    send(&mut j, &mut c, &mut ctl, "runtime = 0");
+    assert_eq!(
+        send(&mut j, &mut c, &mut ctl, "datastream?"),
+        "!datastream? 0 : 1 : L ;"
+    );
+    let ds = &j.runtime(DEFAULT_RUNTIME).unwrap().datastreams;
+    assert_eq!(ds.route(0, 3, None), Some("L"));
+    assert_eq!(ds.route(0, 2, None), None);
+}
+
+#[test]
+fn record_on_with_datastreams_checks_jive5abs_conditions() {
+    let (mut j, mut c, mut ctl) = fixture();
+    for line in [
+        "net_protocol = udpsnor",
+        "mtu = 9000",
+        "mode = MARK5B-512-16-2",
+        "datastream = add : {thread} : *",
+    ] {
+        assert!(send(&mut j, &mut c, &mut ctl, line).contains(" 0 ;"), "{line}");
+    }
+    assert_eq!(
+        send(&mut j, &mut c, &mut ctl, "record = on : s1"),
+        "!record= 4 : Datastreams can only be enabled for VDIF ;"
+    );
+    send(&mut j, &mut c, &mut ctl, "mode = VDIF_8000-2048-16-2");
+    send(&mut j, &mut c, &mut ctl, "net_port = 2630=a : 2631=b");
+    assert_eq!(
+        send(&mut j, &mut c, &mut ctl, "record = on : s1"),
+        "!record= 4 : Mixing suffixes on datastreams and net_ports currently not supported ;"
+    );
+    send(&mut j, &mut c, &mut ctl, "net_port = 2630");
+    send(&mut j, &mut c, &mut ctl, "record = mk6 : 1");
+    assert_eq!(
+        send(&mut j, &mut c, &mut ctl, "record = on : s1"),
+        "!record= 4 : vlbiflow records datastreams as FlexBuff recordings only, not Mark6 (record = mk6 = 0) ;"
+    );
+    assert_eq!(send(&mut j, &mut c, &mut ctl, "record?"), "!record? 0 : off ;");
+    // With record = mk6 : 0 it starts: crates/control/tests/jive5ab.rs records datastreams through the
+    // daemon.
+}
+
+#[test]
 fn runtimes_keep_their_own_settings() {
     let (mut j, mut c, mut ctl) = fixture();
     send(&mut j, &mut c, &mut ctl, "mtu = 9000");
@@ -241,7 +345,7 @@ proptest! {
     fn statements_never_panic(
         kw in prop::sample::select(vec!["record", "mode", "net_protocol", "net_port", "mtu", "set_disks",
             "scan_set", "scan_check", "status", "error", "rtime", "evlbi", "runtime", "echo", "reset",
-            "dts_id", "version", "os_rev", "dir_info", "transfermode", "bank_set", "tstat"]),
+            "dts_id", "version", "os_rev", "dir_info", "transfermode", "bank_set", "tstat", "datastream"]),
         q in any::<bool>(),
         args in proptest::collection::vec("[a-zA-Z0-9_./@=+*-]{0,12}", 0..5),
     ) {

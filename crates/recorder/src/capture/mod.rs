@@ -27,9 +27,11 @@ use vlbiflow_udp::{DropCounter, Epoll};
 
 mod classify;
 mod receive;
+mod route;
 
 pub use classify::{classify, Verdict};
 use receive::{place_frames, Layout, Piece, Received, Receiver, Src, MAX_SPLIT, OVERFLOW};
+pub(crate) use route::Routing;
 
 use crate::config::StreamSpec;
 use crate::engine::{RecorderEvent, Shared};
@@ -53,6 +55,8 @@ struct ThreadState {
     tracker: SequenceTracker,
     /// Frames of this sequence that arrived but could not be stored (no free block); see [`Unstored`].
     unstored: u64,
+    /// With datastreams: the recordings (bit per index) its frames went to.
+    recordings: u64,
 }
 
 /// Whether a frame dropped for want of a buffer adds to `lost`: a frame the tracker took as part of the
@@ -164,6 +168,8 @@ pub(crate) struct StreamCapture {
     tap_psns: Vec<u64>,
     /// With a tap: frames of the current batch dropped for want of a buffer (PSN, header).
     tap_unstored: Vec<(Option<u64>, [u8; crate::tap::TAP_HEADER_LEN])>,
+    /// With datastreams: which recording each frame goes to.
+    route: Option<Routing>,
 }
 
 impl StreamCapture {
@@ -213,7 +219,13 @@ impl StreamCapture {
             tap: None,
             tap_psns: Vec::new(),
             tap_unstored: Vec::new(),
+            route: None,
         }
+    }
+
+    /// Routes the stream's frames by datastream `rules` (none: one recording).
+    pub(crate) fn set_datastreams(&mut self, rules: &[vlbiflow_scan::datastream::Rule]) {
+        self.route = (!rules.is_empty()).then(|| Routing::new(rules.to_vec()));
     }
 
     /// Installs a tap, with room for the PSNs and drop notes of the largest batch (allocated here, once).
@@ -299,10 +311,25 @@ impl StreamCapture {
             .threads
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = detail;
+        if self.route.is_some() {
+            let masks = self
+                .threads
+                .iter()
+                .flatten()
+                .map(|t| (t.status.thread, t.recordings))
+                .collect();
+            *shared.streams[self.index]
+                .thread_recordings
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = masks;
+        }
     }
 
     /// Seals the current block (if it holds frames) and queues it for the writers.
     fn seal(&mut self, shared: &Shared) {
+        if self.route.is_some() {
+            return self.seal_routed(shared);
+        }
         let Some(mut block) = self.current.take() else {
             return;
         };
@@ -580,6 +607,23 @@ impl StreamCapture {
                 return;
             }
         }
+        // Datastreams: a frame no datastream takes is filtered out as a frame of an unwanted thread.
+        let tag = match self.route.as_mut() {
+            None => 0,
+            Some(r) => {
+                let (station, _) = route::station_thread(frame);
+                match r.tag(shared, station, thread, got.msgs[i].source) {
+                    Some(t) => t,
+                    None => {
+                        self.counters.filtered += 1;
+                        if let Some(p) = &mut self.psn {
+                            p.observe(psn);
+                        }
+                        return;
+                    }
+                }
+            }
+        };
         let index = got.kept.len();
         if batch.store && index >= batch.cap + batch.spill_room && !batch.spill_starved {
             // This block is full: continue in a fresh one (sealed after the batch, in order).
@@ -612,6 +656,9 @@ impl StreamCapture {
         if self.tap.is_some() {
             self.tap_psns.push(psn);
         }
+        if let Some(r) = self.route.as_mut() {
+            r.tags.push_back(tag);
+        }
         if let Some(p) = &mut self.psn {
             if p.next_expected().is_none() {
                 let s = &shared.streams[self.index];
@@ -620,7 +667,7 @@ impl StreamCapture {
             }
             p.observe(psn);
         }
-        self.account(shared, thread, time, invalid, m5b_index);
+        self.account(shared, thread, time, invalid, m5b_index, tag);
         if time.is_some() {
             batch.first_time = batch.first_time.or(time);
             batch.last_time = time;
@@ -734,6 +781,7 @@ impl StreamCapture {
         time: Option<VdifTime>,
         invalid: bool,
         m5b_index: Option<(i64, u32)>,
+        recording: u8,
     ) {
         let slot = u64::from(self.spec.frame_size);
         self.counters.packets += 1;
@@ -744,6 +792,7 @@ impl StreamCapture {
         th.status.bytes += slot;
         th.status.invalid_frames += u64::from(invalid);
         th.status.last_time = time;
+        th.recordings |= 1u64 << (recording & 63);
         self.track_time(shared, thread, time, m5b_index);
     }
 
@@ -761,6 +810,7 @@ impl StreamCapture {
                 indexer: FrameIndexer::new(rate),
                 tracker: SequenceTracker::default(),
                 unstored: 0,
+                recordings: 0,
             })
         })
     }
@@ -840,7 +890,11 @@ pub(crate) fn run_capture(shared: Arc<Shared>, mut streams: Vec<StreamCapture>) 
         }
     }
     for s in &mut streams {
-        s.seal(&shared);
+        if s.route.is_some() {
+            s.flush_routed(&shared);
+        } else {
+            s.seal(&shared);
+        }
         s.publish(&shared);
         s.publish_detail(&shared);
     }
@@ -849,8 +903,11 @@ pub(crate) fn run_capture(shared: Arc<Shared>, mut streams: Vec<StreamCapture>) 
 
 fn capture_loop(shared: &Shared, streams: &mut [StreamCapture]) -> io::Result<()> {
     let mut epoll = Epoll::new(streams.iter().map(|s| s.socket.as_fd()))?;
-    let mut rx = Receiver::new(shared.config.batch, streams.iter().any(|s| s.gro))
-        .with_source(streams.iter().any(|s| !s.spec.from.is_empty()));
+    let mut rx = Receiver::new(shared.config.batch, streams.iter().any(|s| s.gro)).with_source(
+        streams
+            .iter()
+            .any(|s| !s.spec.from.is_empty() || s.route.as_ref().is_some_and(|r| r.by_sender)),
+    );
     let max_slot = streams
         .iter()
         .map(|s| s.spec.frame_size as usize)
