@@ -9,8 +9,11 @@ use vlbiflow_reader::frames::FrameReader;
 use vlbiflow_reader::read::READ_SIZE;
 use vlbiflow_reader::{locate, Recording};
 
-/// Frames (bytes, fill, file, offset) and findings (as JSON) of `rec` read in reads of `read_size`.
-fn read_back(rec: &Recording, read_size: usize) -> (Vec<(Vec<u8>, bool, String, u64)>, Vec<String>) {
+/// A frame read back: bytes, fill, file, offset.
+type Read = (Vec<u8>, bool, String, u64);
+
+/// Frames and findings (as JSON) of `rec` read in reads of `read_size`.
+fn read_back(rec: &Recording, read_size: usize) -> (Vec<Read>, Vec<String>) {
     let mut fr = FrameReader::open_with_read_size(rec, read_size);
     let paths: Vec<String> = fr
         .files()
