@@ -6,6 +6,10 @@
 #
 #   bench/check.sh [SECONDS] [OUT.md]      (defaults: 8 s of data at 4 Gb/s = 4 GB; docs/bench/check.md)
 #
+# BEFORE=path: also the `check` of the scan (page cache and disk) and the one-pass check of the plain file
+# (page cache) by that binary (a build from before a change), alternating with cat in the same run, as
+# rows marked "before".
+#
 # Everything lives under target/bench-check on the work tree's disk and is removed afterwards. "From disk"
 # drops the page cache first (root only: echo 3 > /proc/sys/vm/drop_caches).
 set -euo pipefail
@@ -45,15 +49,25 @@ catp() { cat "$DIR/plain.vdif" >/dev/null; }
 check_scan() { "$BIN" check demo_xx_001 --disk "$DIR/disk*" --quiet; }
 check_plain() { "$BIN" check "$DIR/plain.vdif" --quiet; }
 check_plain1() { "$BIN" check "$DIR/plain.vdif" --quiet --threads 1; }
+before_scan() { "$BEFORE" check demo_xx_001 --disk "$DIR/disk*" --quiet; }
+before_plain1() { "$BEFORE" check "$DIR/plain.vdif" --quiet --threads 1; }
 gather_null() { "$BIN" gather demo_xx_001 --disk "$DIR/disk*" -o - > /dev/null; }
 
 cat_all; check_scan; catp  # warm the cache
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 alt3 cat_all check_scan; C_CAT=$A; C_CHK=$B; alt3 cat_all gather_null; C_GAT=$B
 alt3 catp check_plain; C_CATP=$A; C_CHKP=$B; alt3 catp check_plain1; C_CATP1=$A; C_CHKP1=$B
+B_ROWS=""
+if [ -n "${BEFORE:-}" ]; then
+  alt3 cat_all before_scan; B_ROWS+="(\"Mark6 scan, 4 files, before\", \"page cache\", $A, $B, None),"
+  alt3 catp before_plain1; B_ROWS+="(\"plain VDIF, 1 file, --threads 1, before\", \"page cache\", $A, $B, None),"
+fi
 COLD=1
 alt3 cat_all check_scan; D_CAT=$A; D_CHK=$B; alt3 cat_all gather_null; D_GAT=$B
 alt3 catp check_plain; D_CATP=$A; D_CHKP=$B; alt3 catp check_plain1; D_CATP1=$A; D_CHKP1=$B
+if [ -n "${BEFORE:-}" ]; then
+  alt3 cat_all before_scan; B_ROWS+="(\"Mark6 scan, 4 files, before\", \"disk\", $A, $B, None),"
+fi
 LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
 
 python3 - "$OUT" "$BYTES" "$SECS" "$LOAD0" "$LOAD1" <<EOF
@@ -64,7 +78,7 @@ rows = [("Mark6 scan, 4 files", "page cache", $C_CAT, $C_CHK, $C_GAT),
         ("plain VDIF, 1 file", "page cache", $C_CATP, $C_CHKP, None),
         ("plain VDIF, 1 file", "disk", $D_CATP, $D_CHKP, None),
         ("plain VDIF, 1 file, --threads 1", "page cache", $C_CATP1, $C_CHKP1, None),
-        ("plain VDIF, 1 file, --threads 1", "disk", $D_CATP1, $D_CHKP1, None)]
+        ("plain VDIF, 1 file, --threads 1", "disk", $D_CATP1, $D_CHKP1, None), $B_ROWS]
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 L = ["# \`vlbiflow check\` and \`gather\` against \`cat\`", "",
      f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",

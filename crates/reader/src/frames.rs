@@ -99,7 +99,13 @@ pub struct FrameReader {
 impl FrameReader {
     /// Starts reading `rec` from its beginning. The findings made while locating it come first.
     pub fn open(rec: &Recording) -> FrameReader {
-        let pipe = ReadPipeline::start(rec);
+        Self::open_with_read_size(rec, crate::read::READ_SIZE)
+    }
+
+    /// As [`open`](Self::open), reading the files in reads of at most `read_size` bytes (see
+    /// [`ReadPipeline::start_with_read_size`]): the frames and findings are the same for every size.
+    pub fn open_with_read_size(rec: &Recording, read_size: usize) -> FrameReader {
+        let pipe = ReadPipeline::start_with_read_size(rec, read_size);
         let files = pipe.files();
         let kind = rec.frame_format();
         FrameReader {

@@ -1,5 +1,5 @@
-//! The streaming reader layer: one thread per file (Mark6) or per disk (FlexBuff) reads large pieces with
-//! positioned reads into recycled buffers and sends them down a bounded channel; a k-way merge hands the
+//! The streaming reader layer: one thread per file (Mark6) or per disk (FlexBuff) reads pieces of about 1 MiB
+//! with positioned reads into recycled buffers and sends them down a bounded channel; a k-way merge hands the
 //! pieces on in block-number order. Memory is bounded by the number of readers times a few buffers, whatever
 //! the scan's length. Structural problems (corrupted block headers, truncation, block gaps and duplicates)
 //! become [`Finding`]s with file and offset; the readers resynchronise and go on.
@@ -29,11 +29,14 @@ fn open_sequential(path: &Path) -> std::io::Result<File> {
     Ok(file)
 }
 
-/// Memory all readers together may hold in buffers.
-const BUFFER_BUDGET: usize = 256 << 20;
-/// Largest and smallest read.
-const MAX_READ: usize = 8 << 20;
-const MIN_READ: usize = 1 << 20;
+/// Bytes of one read of [`ReadPipeline::start`] (Mark6 blocks are read in whole frames up to this; FlexBuff
+/// chunks and plain files in pieces of this, frames continuing into the next piece). Small enough that a
+/// piece is still in the processor's cache when the framer and checker look at it: a copy out of the page
+/// cache into a buffer larger than the cache costs more than the check of the frames in it (measured by
+/// bench/check.sh, see docs/bench/check.md). A reader holds at most `QUEUE_DEPTH + 2` of them.
+pub const READ_SIZE: usize = 1 << 20;
+/// Window of the search for the next block header after a corrupted one.
+const RESYNC_WINDOW: usize = 8 << 20;
 /// Chunks queued per reader, plus one being filled and one being consumed.
 const QUEUE_DEPTH: usize = 2;
 /// How often a waiting reader looks whether the consumer went away.
@@ -342,7 +345,7 @@ fn check_block(
 }
 
 /// Searches `file` from `from` for the next offset holding a plausible block header; reads windows of
-/// `MAX_READ` bytes. Returns the offset, or None to the end of the file.
+/// `RESYNC_WINDOW` bytes. Returns the offset, or None to the end of the file.
 fn resync_block(
     file: &File,
     from: u64,
@@ -352,7 +355,7 @@ fn resync_block(
     cancel: &AtomicBool,
 ) -> Option<u64> {
     let peek_len = header.block_header_len() + 32;
-    let mut window = vec![0u8; MAX_READ + peek_len];
+    let mut window = vec![0u8; RESYNC_WINDOW + peek_len];
     let mut start = from;
     while start < file_len && !cancel.load(Ordering::Relaxed) {
         let n = ((file_len - start) as usize).min(window.len());
@@ -639,19 +642,20 @@ pub struct ReadPipeline {
 }
 
 impl ReadPipeline {
-    /// Starts reading a recording.
+    /// Starts reading a recording, in reads of [`READ_SIZE`].
     pub fn start(rec: &Recording) -> ReadPipeline {
+        Self::start_with_read_size(rec, READ_SIZE)
+    }
+
+    /// Starts reading a recording in reads of at most `read_size` bytes (Mark6: rounded down to whole
+    /// frames, at least one). The pieces differ with the size; the frames and findings framed from them do
+    /// not.
+    pub fn start_with_read_size(rec: &Recording, read_size: usize) -> ReadPipeline {
         let cancel = Arc::new(AtomicBool::new(false));
         let mut files = FileTable::default();
         let mut heads = Vec::new();
         let mut threads = Vec::new();
-        let readers = match &rec.sources {
-            Sources::Mark6(f) => f.iter().filter(|f| f.header.is_some()).count(),
-            Sources::Flexbuff(d) => d.len(),
-            Sources::Plain(..) => 1,
-        }
-        .max(1);
-        let size = (BUFFER_BUDGET / (readers * (QUEUE_DEPTH + 2))).clamp(MIN_READ, MAX_READ);
+        let size = read_size.max(1);
         let mut spawn = |name: String, body: Box<dyn FnOnce(ReaderCtx) + Send>| {
             let (tx, rx) = bounded(QUEUE_DEPTH);
             let ctx = ReaderCtx {
