@@ -55,7 +55,8 @@ struct Job {
     stop: Arc<AtomicBool>,
     /// Stopped on the scheduler's word (a stall).
     stalled: bool,
-    seen: (Instant, u64),
+    /// When the counters were read last, and what they said then: bytes verified, bytes moved.
+    seen: (Instant, u64, u64),
     rate_bps: f64,
 }
 
@@ -406,7 +407,7 @@ impl Collect<'_> {
             cap,
             stop: stop.clone(),
             stalled: false,
-            seen: (now, 0),
+            seen: (now, 0, 0),
             rate_bps: 0.0,
         };
         let spawned = if discover {
@@ -753,9 +754,14 @@ impl Collect<'_> {
     fn measure(&mut self, now: Instant) {
         for st in &mut self.stations {
             for j in &mut st.jobs {
-                let b = Progress::get(&j.progress.bytes_verified).max(Progress::get(&j.progress.bytes_moved));
+                let (verified, arrived) = (
+                    Progress::get(&j.progress.bytes_verified),
+                    Progress::get(&j.progress.bytes_moved),
+                );
                 let dt = now.duration_since(j.seen.0).as_secs_f64();
-                let moved = grown(b, j.seen.1);
+                // Each counter apart: a resumed round reports the prefix already verified while the bytes
+                // it moves count from zero below it, so the larger of the two would stand still.
+                let moved = grown(verified, j.seen.1).max(grown(arrived, j.seen.2));
                 if dt > 0.0 {
                     j.rate_bps = moved as f64 * 8.0 / dt;
                 }
@@ -764,7 +770,7 @@ impl Collect<'_> {
                 if moved > 0 || following {
                     self.sched.progress(st.id, now);
                 }
-                j.seen = (now, b);
+                j.seen = (now, verified, arrived);
                 if let Some(k) = j.scan {
                     let s = &mut st.scans[k];
                     s.bytes_verified = Progress::get(&j.progress.bytes_verified);
