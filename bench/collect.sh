@@ -198,13 +198,18 @@ while kill -0 "$COLLECT" 2>/dev/null; do
   sample
   if [ "$FAULTS" = 1 ]; then inject; fi
   if [ -z "${SHOT:-}" ] && [ $(($(date +%s) - T0)) -ge "${SHOT_AT:-20}" ]; then
-    # the page while the collect runs, as an operator sees it
-    ip netns exec "$C" chromium --headless --no-sandbox --disable-gpu --window-size=1400,900 \
-      --screenshot="$OUT/collect-page.png" "http://$METRICS/" >/dev/null 2>&1 && SHOT=1 || SHOT=0
+    # the page while the collect runs, as an operator sees it; in the background at the lowest priority, so
+    # that neither the sampling nor the transfers wait for the browser
+    SHOT=started
+    (nice -n 19 ip netns exec "$C" chromium --headless --no-sandbox --disable-gpu --window-size=1400,900 \
+      --screenshot="$OUT/collect-page.png" "http://$METRICS/" >/dev/null 2>&1 && touch "$OUT/shot.ok") &
+    SHOTPID=$!
   fi
   sleep 1
 done
 wait "$COLLECT" && CRC=0 || CRC=$?
+[ -n "${SHOTPID:-}" ] && { wait "$SHOTPID" 2>/dev/null || true; }
+[ -e "$OUT/shot.ok" ] && SHOT=1 || SHOT=0
 COLLECT=
 sample
 wait "$REC" 2>/dev/null || true
