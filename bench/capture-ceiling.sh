@@ -11,7 +11,11 @@
 # Environment: SECS (default 5) seconds per run, REPS (3), ROWS (a space-separated subset of the row
 # names below), LADDER_SENDMMSG (Gb/s, default "10 15 20"), LADDER_GSO ("15 20 25 30"), STREAMS50_LADDER
 # (total Gb/s over 50 streams, default "5 10 15"), BIN (the binary; default: this checkout's release
-# build), BIN_SINK (default BIN). Rows:
+# build), BIN_SINK (default BIN), PIN (default 1 on a machine of 2 or more CPUs: gen on CPU 0, the receiver on
+# CPU 1, so that a receiver that spends more CPU does not slow the sender it is measured against; 0: no pinning).
+# Each run also reads the receiver's CPU time (user + system, /proc/PID/stat) and prints it per GB received:
+# what the receiver would need of a core of its own, the figure that matters when the sender is another host.
+# Rows:
 #   sendmmsg       1 stream, gen sendmmsg (one datagram per call slot), GRO on in both receivers
 #   gso            1 stream, gen --gso 7, GRO on in both receivers
 #   gso-nogro      1 stream, gen --gso 7, GRO off in both receivers (sink without --gro, record --no-gro)
@@ -27,6 +31,10 @@ ROWS=${ROWS:-sendmmsg gso gso-nogro gso-50}
 LADDER_SENDMMSG=${LADDER_SENDMMSG:-10 15 20}
 LADDER_GSO=${LADDER_GSO:-15 20 25 30}
 STREAMS50_LADDER=${STREAMS50_LADDER:-5 10 15}
+PIN=${PIN:-$([ "$(nproc)" -ge 2 ] && echo 1 || echo 0)}
+PIN_GEN=() PIN_RX=()
+[ "$PIN" = 1 ] && PIN_GEN=(taskset -c 0) PIN_RX=(taskset -c 1)
+TICK=$(getconf CLK_TCK)
 bench_build
 BIN_SINK=${BIN_SINK:-$BIN}
 raise_socket_buffers
@@ -38,6 +46,15 @@ PORT=47100
 RESULTS=$SCRATCH/results.tsv
 : >"$RESULTS"
 echo "# $(machine_line)"
+
+# rx_ticks: the receivers' CPU time so far (utime + stime of every sink or the recorder, clock ticks)
+rx_ticks() {
+  local t=0 p
+  for p in $SINKS $REC; do
+    t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0)))
+  done
+  echo $t
+}
 
 # run_point ROW RECEIVER GBPS STREAMS GSO GRO: one run; appends "row rate receiver sent_gbps sent lost".
 run_point() {
@@ -53,22 +70,26 @@ run_point() {
   if [ "$who" = sink ]; then
     SINKS=
     for i in $(seq 0 $((n - 1))); do
-      "$BIN_SINK" sink --listen "127.0.0.1:$((PORT + i))" --psn "${sink_gro[@]}" --idle-timeout 0 \
+      "${PIN_RX[@]}" "$BIN_SINK" sink --listen "127.0.0.1:$((PORT + i))" --psn "${sink_gro[@]}" --idle-timeout 0 \
         --json >"$d/sink$i.json" 2>/dev/null &
       SINKS="$SINKS $!"
     done
     sleep 0.5
   else
-    "$BIN" record "${streams[@]}" --discard "${rec_gro[@]}" --json >"$d/record.json" 2>"$d/record.log" &
+    "${PIN_RX[@]}" "$BIN" record "${streams[@]}" --discard "${rec_gro[@]}" --json >"$d/record.json" 2>"$d/record.log" &
     REC=$!
     need_line "$d/record.log" 'ready: receiving' 200
   fi
   per=$(python3 -c "print(f'{$gbps / $n:.6f}Gbps')")
+  local ticks0
+  ticks0=$(rx_ticks)
   local g=()
   [ "$gso" = 0 ] || g=(--gso "$gso")
-  "$BIN" gen "${dests[@]}" --rate "$per" --duration "$SECS" --psn --frame-size 8224 "${g[@]}" --quiet \
+  "${PIN_GEN[@]}" "$BIN" gen "${dests[@]}" --rate "$per" --duration "$SECS" --psn --frame-size 8224 "${g[@]}" --quiet \
     --json >"$d/gen.json" 2>/dev/null || true
   sleep 0.5
+  # the receiver's CPU time while gen sent (its start-up, the block pool's first touch, is not in it)
+  local ticks=$(($(rx_ticks) - ticks0))
   if [ "$who" = sink ]; then
     for i in $SINKS; do kill -INT "$i" 2>/dev/null || true; wait "$i" 2>/dev/null || true; done
     SINKS=
@@ -77,9 +98,9 @@ run_point() {
     wait "$REC" 2>/dev/null || true
     REC=
   fi
-  python3 - "$d" "$who" "$row" "$gbps" >>"$RESULTS" <<'PY'
+  python3 - "$d" "$who" "$row" "$gbps" "$ticks" "$TICK" >>"$RESULTS" <<'PY'
 import glob, json, sys
-d, who, row, gbps = sys.argv[1:]
+d, who, row, gbps, ticks, tick = sys.argv[1:]
 gen = json.load(open(f"{d}/gen.json"))
 sent = gen["frames"]
 if who == "sink":
@@ -92,7 +113,8 @@ if who == "sink":
 else:
     rec = json.load(open(f"{d}/record.json"))
     got = sum(s["counters"]["packets"] for s in rec["streams"])
-print(row, gbps, who, f"{gen['achieved_bps'] / 1e9:.2f}", sent, max(sent - got, 0), sep="\t")
+cpu_per_gb = int(ticks) / int(tick) / (got * 8224 / 1e9) if got else 0
+print(row, gbps, who, f"{gen['achieved_bps'] / 1e9:.2f}", sent, max(sent - got, 0), f"{cpu_per_gb:.4f}", sep="\t")
 PY
 }
 
@@ -117,25 +139,27 @@ for row in $ROWS; do
   done
 done
 
-python3 - "$RESULTS" "$SECS" "$REPS" "$(machine_line)" "$OUT" <<'PY'
+python3 - "$RESULTS" "$SECS" "$REPS" "$(machine_line)" "$OUT" "$PIN" <<'PY'
 import statistics, sys
 from collections import defaultdict
-path, secs, reps, machine, out = sys.argv[1:]
+path, secs, reps, machine, out, pin = sys.argv[1:]
 runs = defaultdict(list)
 order = []
 for line in open(path):
-    row, gbps, who, sent_gbps, sent, lost = line.split("\t")
+    row, gbps, who, sent_gbps, sent, lost, cpu = line.split("\t")
     key = (row, float(gbps))
     if key not in order:
         order.append(key)
-    runs[key + (who,)].append((float(sent_gbps), int(sent), int(lost)))
+    runs[key + (who,)].append((float(sent_gbps), int(sent), int(lost), float(cpu)))
 med = statistics.median
 L = [f"- {machine} (at the end of the run)",
-     f"- `bench/capture-ceiling.sh`: {secs} s per run, median of {reps} runs per point, sink and record alternating",
+     f"- `bench/capture-ceiling.sh`: {secs} s per run, median of {reps} runs per point, sink and record alternating"
+     + (", gen pinned to CPU 0 and the receiver to CPU 1" if pin == "1" else ""),
      "",
-     "| row | rate asked Gb/s | sink: sent Gb/s | sink: lost | record: sent Gb/s | record: lost (%) |",
-     "|---|---|---|---|---|---|"]
+     "| row | rate asked Gb/s | sink: sent Gb/s | sink: lost | sink: CPU s/GB | record: sent Gb/s | record: lost (%) | record: CPU s/GB |",
+     "|---|---|---|---|---|---|---|---|"]
 best = defaultdict(float)
+cpu = defaultdict(list)
 for row, g in order:
     cells = []
     for who in ("sink", "record"):
@@ -143,18 +167,22 @@ for row, g in order:
         sent_gbps = med(x[0] for x in r)
         lost = med(x[2] for x in r)
         frac = med(x[2] / x[1] if x[1] else 0 for x in r)
-        cells.append((sent_gbps, lost, frac))
+        c = med(x[3] for x in r)
+        cells.append((sent_gbps, lost, frac, c))
+        cpu[(row, who)].append(c)
         if lost == 0:
             # The rate asked when gen reached it (sender noise is not the receiver's), else what gen sent.
             best[(row, who)] = max(best[(row, who)], g if sent_gbps >= 0.95 * g else sent_gbps)
-    (ss, sl, _), (rs, rl, rf) = cells
-    L.append(f"| {row} | {g:g} | {ss:.1f} | {sl:,.0f} | {rs:.1f} | {rl:,.0f} ({100 * rf:.1f}) |")
-L += ["", "| row | sink loss-free Gb/s | record loss-free Gb/s | record / sink |", "|---|---|---|---|"]
+    (ss, sl, _, sc), (rs, rl, rf, rc) = cells
+    L.append(f"| {row} | {g:g} | {ss:.1f} | {sl:,.0f} | {sc:.3f} | {rs:.1f} | {rl:,.0f} ({100 * rf:.1f}) | {rc:.3f} |")
+L += ["", "| row | sink loss-free Gb/s | record loss-free Gb/s | record / sink | CPU s/GB sink / record (median over the ladder) |",
+      "|---|---|---|---|---|"]
 for row in dict.fromkeys(r for r, _ in order):
     s, r = best[(row, "sink")], best[(row, "record")]
-    L.append(f"| {row} | {s:.1f} | {r:.1f} | {r / s if s else float('nan'):.2f} |")
+    cs, cr = med(cpu[(row, "sink")]), med(cpu[(row, "record")])
+    L.append(f"| {row} | {s:.1f} | {r:.1f} | {r / s if s else float('nan'):.2f} | {cs:.3f} / {cr:.3f} = {cs / cr if cr else float('nan'):.2f} |")
 L.append("")
-L.append("Loss-free: the highest point of the ladder whose median run lost no frame (0.0: none): its asked rate when gen reached 95% of it, else the median rate gen achieved there.")
+L.append("Loss-free: the highest point of the ladder whose median run lost no frame (0.0: none): its asked rate when gen reached 95% of it, else the median rate gen achieved there. CPU s/GB: the receiver process's user + system time per GB received (with 50 streams, the 50 sink processes together); the kernel's work on loopback delivery runs largely in the sender's context and is not in it.")
 text = "\n".join(L)
 print(text)
 if out:
