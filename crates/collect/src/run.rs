@@ -759,9 +759,14 @@ impl Collect<'_> {
                     Progress::get(&j.progress.bytes_moved),
                 );
                 let dt = now.duration_since(j.seen.0).as_secs_f64();
-                // Each counter apart: a resumed round reports the prefix already verified while the bytes
-                // it moves count from zero below it, so the larger of the two would stand still.
-                let moved = grown(verified, j.seen.1).max(grown(arrived, j.seen.2));
+                // What arrived, each counter apart: a resumed round reports the prefix already verified
+                // while the bytes it moves count from zero below it, so the larger of the two would stand
+                // still. Verified bytes grow a chunk at a time; they count only when nothing arrived (a
+                // round that re-verifies what is already here).
+                let moved = match grown(arrived, j.seen.2) {
+                    0 => grown(verified, j.seen.1),
+                    n => n,
+                };
                 if dt > 0.0 {
                     j.rate_bps = moved as f64 * 8.0 / dt;
                 }
