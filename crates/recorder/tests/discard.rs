@@ -29,8 +29,9 @@ fn config(disks: Vec<PathBuf>, scan: &str, discard: bool) -> RecorderConfig {
 }
 
 /// One stream with PSN (gaps, a swap, a duplicate, garbage) and one without (VDIF time loss on thread 0,
-/// thread 2 unwanted), sent once to `addrs`. Returns datagrams sent per stream.
-fn send_lossy(addrs: &[SocketAddr]) -> [u64; 2] {
+/// thread 2 unwanted), sent once to `addrs`; `between(n)` runs after the first stream's `n` datagrams are
+/// out and before the second stream's. Returns datagrams sent per stream.
+fn send_lossy(addrs: &[SocketAddr], between: impl Fn(u64)) -> [u64; 2] {
     let sock = sender();
     let mut order: Vec<u64> = (0..3000).filter(|s| s % 97 != 5).collect();
     let i = order.iter().position(|&s| s == 700).unwrap();
@@ -53,6 +54,7 @@ fn send_lossy(addrs: &[SocketAddr]) -> [u64; 2] {
             std::thread::yield_now();
         }
     }
+    between(sent[0]);
     let mut frame = vec![0u8; FRAME];
     for seq in 0..1500u64 {
         for thread in 0..3u16 {
@@ -73,7 +75,14 @@ fn send_lossy(addrs: &[SocketAddr]) -> [u64; 2] {
 fn run(disks: Vec<PathBuf>, scan: &str, discard: bool) -> (ScanSummary, Vec<RecorderEvent>) {
     let h = Recorder::start(config(disks, scan, discard)).unwrap();
     let events = h.events();
-    let sent = send_lossy(h.local_addrs());
+    // Blocks are numbered across streams as they are sealed: the second stream starts once the first is
+    // taken in, so that both runs seal in the same order however the machine schedules the two threads.
+    let sent = send_lossy(h.local_addrs(), |n| {
+        wait_until(&h, WAIT, "the first stream taken in", |s| {
+            let c = s.streams[0].counters;
+            c.packets + c.rejected + c.filtered + c.dropped_no_buffer + c.kernel_drops == n
+        })
+    });
     wait_until(&h, WAIT, "every datagram accounted", |s| {
         s.streams.iter().zip(sent).all(|(st, n)| {
             let c = st.counters;
