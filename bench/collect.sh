@@ -33,7 +33,9 @@ STATIONS=${STATIONS:-12}
 SCANS=${SCANS:-4}             # per station: 3-5 in the acceptance; station k holds 3 + k % 3
 SCALE=${SCALE:-0.25}          # rates times SCALE: this 2-core machine carries about 1 Gb/s through 12 emulators
 LINK_GBPS=${LINK_GBPS:-4}
-SCAN_MB=${SCAN_MB:-100}       # size of a recorded scan (MB)
+# size of a recorded scan (MB); with FAULTS=1 larger, so that every fault meets a station with work left and
+# a chunk (32 MiB) in flight at a kill is a small part of a scan, as it is of real scans of GBs
+SCAN_MB=${SCAN_MB:-$([ "${FAULTS:-0}" = 1 ] && echo 200 || echo 100)}
 FAULTS=${FAULTS:-0}
 DOWN=${DOWN:-60}
 CONC=${CONC:-2}               # pulls per station at once: the next scan starts while one ends
@@ -167,7 +169,7 @@ except (OSError, ValueError): st = None
 print(json.dumps({"t": float(sys.argv[1]), "rx": int(sys.argv[2]), "status": st}))' "$t" "$(rx_bytes)" "$STATUS" >>"$OUT/samples.jsonl"
 }
 # FAULTS=1: at 25 s the collect is killed -9 and started again; at 35 s station daemons 3 and 7 are
-# killed -9, and started again 5 s later; at 45 s station 5's path goes down (its device at the edge),
+# killed -9, and started again 5 s later; at 30 s station 5's path goes down (its device at the edge),
 # for DOWN seconds
 fault() { echo "# fault at $(($(date +%s) - T0)) s: $*" | tee -a "$OUT/faults.log"; }
 dev_of() { ip -n "$E" -o addr show | awk -v a="10.201.$1.2" '$4 == a || $4 == a "/32" {print $2; exit}'; }
@@ -184,7 +186,7 @@ inject() {
   if [ -n "$F2" ] && [ -z "$F2R" ] && [ $t -ge $((F2 + 5)) ]; then
     F2R=1; start_daemon 3; start_daemon 7; fault "station daemons s03 and s07 started again"
   fi
-  if [ -z "$F3" ] && [ $t -ge 45 ]; then
+  if [ -z "$F3" ] && [ $t -ge 30 ]; then
     F3=$t; DEV5=$(dev_of 5)
     if [ -n "$DEV5" ]; then ip -n "$E" link set "$DEV5" down; fault "path of s05 down"; else F3R=1; fault "no device for s05's path: not taken down"; fi
   fi
