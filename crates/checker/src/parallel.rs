@@ -9,8 +9,8 @@
 //! Split: plain VDIF and Mark5B files (one or several, read one after the other), without sample
 //! statistics, when more than one thread is allowed and each range gets at least [`MIN_RANGE`] bytes.
 //! Not split (one pass): Mark6 and FlexBuff scans (their reader already reads every file or disk on a
-//! thread of its own and merges blocks by number), `--stats`, a file that cannot be opened, a first
-//! file that does not start with a frame header.
+//! thread of its own and merges blocks by number), `--stats`, a file that cannot be opened, a file that
+//! does not start with a frame header.
 
 use crate::engine::{CheckConfig, Checker};
 use std::fs::File;
@@ -83,6 +83,15 @@ pub(crate) fn plan(rec: &Recording, config: &CheckConfig, split: &Split) -> Opti
         .iter()
         .find(|f| f.2 > 0)
         .and_then(|f| first_frame_len(&f.0, *kind));
+    // A file that does not start with a frame header (garbage, or a fill frame without one, at its start)
+    // is framed from the end of the file before it: one pass. (A range that began there was framed
+    // without that state and did not always join to the one-pass report.)
+    if files
+        .iter()
+        .any(|f| f.2 > 0 && first_frame_len(&f.0, *kind).is_none())
+    {
+        return None;
+    }
     // Cuts as (file index, offset), increasing, none at the very start.
     let cuts: Vec<(usize, u64)> = match split {
         Split::Cores => {
