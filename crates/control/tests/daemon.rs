@@ -6,6 +6,7 @@ mod common;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
+use vlbiflow_testkit::net::connect_from;
 
 use common::*;
 use vlbiflow_control::client::http_get;
@@ -299,15 +300,6 @@ fn beyond_loopback_a_token_is_required() {
     cfg.control = "0.0.0.0:0".parse().unwrap();
     let e = spawn(cfg, Box::new(RecorderEngine)).err().unwrap().to_string();
     assert!(e.contains("token"), "{e}");
-}
-
-/// A TCP connection from `from` (another loopback address: another host as far as the daemon can tell).
-fn connect_from(from: &str, to: SocketAddr) -> TcpStream {
-    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    let a: SocketAddr = format!("{from}:0").parse().unwrap();
-    s.bind(&a.into()).unwrap();
-    s.connect(&to.into()).unwrap();
-    s.into()
 }
 
 /// Reads until the daemon closes the connection; returns what it said.

@@ -9,6 +9,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::path::PathBuf;
 use std::time::Duration;
+use vlbiflow_testkit::net::connect_from;
 
 use common::*;
 use vlbiflow_control::controller::scan_list_from_disks;
@@ -802,15 +803,6 @@ fn udp_disk2net_is_paced_by_ipd_or_the_modes_rate() {
     let more = std::iter::from_fn(|| udp.recv(&mut buf).ok()).count();
     assert!(more <= 1, "{more} more datagrams arrived after the first");
     d.stop();
-}
-
-/// A TCP connection from `from` (another loopback address: another host as far as the daemon can tell).
-fn connect_from(from: &str, to: SocketAddr) -> TcpStream {
-    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    let a: SocketAddr = format!("{from}:0").parse().unwrap();
-    s.bind(&a.into()).unwrap();
-    s.connect(&to.into()).unwrap();
-    s.into()
 }
 
 /// Reads until the daemon closes the connection; returns what it said.

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
+use vlbiflow_testkit::net::connect_from;
 
 use vlbiflow_net::control::ControlConn;
 use vlbiflow_net::proto::{BwSetup, Reply, Request, PROTOCOL_VERSION};
@@ -762,16 +763,6 @@ fn a_responder_with_a_token_serves_only_clients_that_send_it() {
         .bw(&BwParams::new(200, 20, 0.0), &AtomicBool::new(false))
         .unwrap();
     assert_eq!(res.received + res.lost, 20);
-}
-
-/// A TCP connection from `from` (another loopback address: another host as far as the responder can
-/// tell).
-fn connect_from(from: &str, to: SocketAddr) -> TcpStream {
-    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    let a: SocketAddr = format!("{from}:0").parse().unwrap();
-    s.bind(&a.into()).unwrap();
-    s.connect(&to.into()).unwrap();
-    s.into()
 }
 
 /// Waits (at most 60 s) for the responder to close `s`; what it said before closing.

@@ -1,6 +1,6 @@
 //! Loopback ports and sockets for tests.
 
-use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::time::Duration;
 
 /// A loopback UDP address that was free a moment ago (bound, then released). Good enough on
@@ -46,4 +46,15 @@ pub fn free_port() -> u16 {
         }
     }
     panic!("no loopback port free for both TCP and UDP in 100 tries");
+}
+
+/// A TCP connection to `to` from the loopback address `from` (e.g. `127.0.0.2`: another host, as far as
+/// the service can tell), for tests of per-address limits.
+pub fn connect_from(from: &str, to: SocketAddr) -> TcpStream {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("a TCP socket");
+    let a: SocketAddr = format!("{from}:0").parse().expect("a source address");
+    s.bind(&a.into()).unwrap_or_else(|e| panic!("bind {a}: {e}"));
+    s.connect(&to.into())
+        .unwrap_or_else(|e| panic!("connect {a} -> {to}: {e}"));
+    s.into()
 }

@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
+use vlbiflow_testkit::net::connect_from;
 
 use vlbiflow_xfer::client::{self, ClientConfig};
 use vlbiflow_xfer::daemon::{Daemon, ServeConfig};
@@ -769,15 +770,6 @@ fn a_peer_of_another_protocol_version_is_told_why() {
         "{:?}",
         tree(&e.root)
     );
-}
-
-/// A TCP connection from `from` (another loopback address: another host as far as the daemon can tell).
-fn connect_from(from: &str, to: std::net::SocketAddr) -> std::net::TcpStream {
-    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    let a: std::net::SocketAddr = format!("{from}:0").parse().unwrap();
-    s.bind(&a.into()).unwrap();
-    s.connect(&to.into()).unwrap();
-    s.into()
 }
 
 #[test]
