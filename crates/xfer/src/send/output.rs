@@ -876,31 +876,7 @@ pub(super) mod tests {
                 );
                 deferred += pending;
                 finish_digests(&mut win, sub);
-                let mut digests = win.digests.iter();
-                for s in &win.segs {
-                    let bytes: Vec<u8> = (0..s.len as u64).map(|k| byte(s.file, s.offset + k)).collect();
-                    assert!(
-                        win.bytes()[s.at..s.at + s.len] == bytes[..],
-                        "file {} at {}",
-                        s.file,
-                        s.offset
-                    );
-                    let mut b = s.dig_from;
-                    while b < s.offset + s.len as u64 {
-                        let end = (b + 8192).min(s.size);
-                        let want =
-                            block_digest(sub, b, &bytes[(b - s.offset) as usize..(end - s.offset) as usize]);
-                        assert_eq!(
-                            digests.next(),
-                            Some(&want),
-                            "digest of file {} block at {b}",
-                            s.file
-                        );
-                        b = end;
-                    }
-                    read += s.len as u64;
-                }
-                assert!(digests.next().is_none());
+                read += check_window(&win, sub);
             }
             if !cold {
                 assert_eq!(direct, 0, "files in the page cache are read from it");
