@@ -9,7 +9,7 @@
 #   bench/capture-ceiling.sh [OUT.md]          (default: print only)
 #
 # Environment: SECS (default 5) seconds per run, REPS (3), ROWS (a space-separated subset of the row
-# names below), LADDER_SENDMMSG (Gb/s, default "10 15 20"), LADDER_GSO ("15 20 25 30"), STREAMS50_LADDER
+# names below), LADDER_SENDMMSG (Gb/s, default "10 15 20"), LADDER_GSO ("15 20 25 30 35 40"), STREAMS50_LADDER
 # (total Gb/s over 50 streams, default "5 10 15"), BIN (the binary; default: this checkout's release
 # build), BIN_SINK (default BIN), PIN (default 1 on a machine of 2 or more CPUs: gen on CPU 0, the receiver on
 # CPU 1, so that a receiver that spends more CPU does not slow the sender it is measured against; 0: no pinning).
@@ -29,7 +29,7 @@ SECS=${SECS:-5}
 REPS=${REPS:-3}
 ROWS=${ROWS:-sendmmsg gso gso-nogro gso-50}
 LADDER_SENDMMSG=${LADDER_SENDMMSG:-10 15 20}
-LADDER_GSO=${LADDER_GSO:-15 20 25 30}
+LADDER_GSO=${LADDER_GSO:-15 20 25 30 35 40}
 STREAMS50_LADDER=${STREAMS50_LADDER:-5 10 15}
 PIN=${PIN:-$([ "$(nproc)" -ge 2 ] && echo 1 || echo 0)}
 PIN_GEN=() PIN_RX=()
@@ -52,6 +52,18 @@ rx_ticks() {
   local t=0 p
   for p in $SINKS $REC; do
     t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0)))
+  done
+  echo $t
+}
+
+# capture_ticks: CPU time so far of the recorder's capture threads (vf-capture*), clock ticks; 0 for sinks
+capture_ticks() {
+  local t=0 task
+  [ -n "$REC" ] || { echo 0; return; }
+  for task in /proc/"$REC"/task/*; do
+    case $(cat "$task/comm" 2>/dev/null) in
+      vf-capture*) t=$((t + $(awk '{print $14 + $15}' "$task/stat" 2>/dev/null || echo 0))) ;;
+    esac
   done
   echo $t
 }
@@ -81,15 +93,16 @@ run_point() {
     need_line "$d/record.log" 'ready: receiving' 200
   fi
   per=$(python3 -c "print(f'{$gbps / $n:.6f}Gbps')")
-  local ticks0
+  local ticks0 cap0
   ticks0=$(rx_ticks)
+  cap0=$(capture_ticks)
   local g=()
   [ "$gso" = 0 ] || g=(--gso "$gso")
   "${PIN_GEN[@]}" "$BIN" gen "${dests[@]}" --rate "$per" --duration "$SECS" --psn --frame-size 8224 "${g[@]}" --quiet \
     --json >"$d/gen.json" 2>/dev/null || true
   sleep 0.5
   # the receiver's CPU time while gen sent (its start-up, the block pool's first touch, is not in it)
-  local ticks=$(($(rx_ticks) - ticks0))
+  local ticks=$(($(rx_ticks) - ticks0)) cap=$(($(capture_ticks) - cap0))
   if [ "$who" = sink ]; then
     for i in $SINKS; do kill -INT "$i" 2>/dev/null || true; wait "$i" 2>/dev/null || true; done
     SINKS=
@@ -98,9 +111,9 @@ run_point() {
     wait "$REC" 2>/dev/null || true
     REC=
   fi
-  python3 - "$d" "$who" "$row" "$gbps" "$ticks" "$TICK" >>"$RESULTS" <<'PY'
+  python3 - "$d" "$who" "$row" "$gbps" "$ticks" "$TICK" "$cap" >>"$RESULTS" <<'PY'
 import glob, json, sys
-d, who, row, gbps, ticks, tick = sys.argv[1:]
+d, who, row, gbps, ticks, tick, cap = sys.argv[1:]
 gen = json.load(open(f"{d}/gen.json"))
 sent = gen["frames"]
 if who == "sink":
@@ -113,8 +126,10 @@ if who == "sink":
 else:
     rec = json.load(open(f"{d}/record.json"))
     got = sum(s["counters"]["packets"] for s in rec["streams"])
-cpu_per_gb = int(ticks) / int(tick) / (got * 8224 / 1e9) if got else 0
-print(row, gbps, who, f"{gen['achieved_bps'] / 1e9:.2f}", sent, max(sent - got, 0), f"{cpu_per_gb:.4f}", sep="\t")
+gb = got * 8224 / 1e9
+cpu_per_gb = int(ticks) / int(tick) / gb if got else 0
+cap_per_gb = int(cap) / int(tick) / gb if got else 0
+print(row, gbps, who, f"{gen['achieved_bps'] / 1e9:.2f}", sent, max(sent - got, 0), f"{cpu_per_gb:.4f}", f"{cap_per_gb:.4f}", sep="\t")
 PY
 }
 
@@ -146,17 +161,17 @@ path, secs, reps, machine, out, pin = sys.argv[1:]
 runs = defaultdict(list)
 order = []
 for line in open(path):
-    row, gbps, who, sent_gbps, sent, lost, cpu = line.split("\t")
+    row, gbps, who, sent_gbps, sent, lost, cpu, cap = line.split("\t")
     key = (row, float(gbps))
     if key not in order:
         order.append(key)
-    runs[key + (who,)].append((float(sent_gbps), int(sent), int(lost), float(cpu)))
+    runs[key + (who,)].append((float(sent_gbps), int(sent), int(lost), float(cpu), float(cap)))
 med = statistics.median
 L = [f"- {machine} (at the end of the run)",
      f"- `bench/capture-ceiling.sh`: {secs} s per run, median of {reps} runs per point, sink and record alternating"
      + (", gen pinned to CPU 0 and the receiver to CPU 1" if pin == "1" else ""),
      "",
-     "| row | rate asked Gb/s | sink: sent Gb/s | sink: lost | sink: CPU s/GB | record: sent Gb/s | record: lost (%) | record: CPU s/GB |",
+     "| row | rate asked Gb/s | sink: sent Gb/s | sink: lost | sink: CPU s/GB | record: sent Gb/s | record: lost (%) | record: CPU s/GB (capture threads) |",
      "|---|---|---|---|---|---|---|---|"]
 best = defaultdict(float)
 cpu = defaultdict(list)
@@ -168,21 +183,24 @@ for row, g in order:
         lost = med(x[2] for x in r)
         frac = med(x[2] / x[1] if x[1] else 0 for x in r)
         c = med(x[3] for x in r)
-        cells.append((sent_gbps, lost, frac, c))
+        cc = med(x[4] for x in r)
+        cells.append((sent_gbps, lost, frac, c, cc))
         cpu[(row, who)].append(c)
+        cpu[(row, who + "-capture")].append(cc)
         if lost == 0:
             # The rate asked when gen reached it (sender noise is not the receiver's), else what gen sent.
             best[(row, who)] = max(best[(row, who)], g if sent_gbps >= 0.95 * g else sent_gbps)
-    (ss, sl, _, sc), (rs, rl, rf, rc) = cells
-    L.append(f"| {row} | {g:g} | {ss:.1f} | {sl:,.0f} | {sc:.3f} | {rs:.1f} | {rl:,.0f} ({100 * rf:.1f}) | {rc:.3f} |")
-L += ["", "| row | sink loss-free Gb/s | record loss-free Gb/s | record / sink | CPU s/GB sink / record (median over the ladder) |",
-      "|---|---|---|---|---|"]
+    (ss, sl, _, sc, _), (rs, rl, rf, rc, rcc) = cells
+    L.append(f"| {row} | {g:g} | {ss:.1f} | {sl:,.0f} | {sc:.3f} | {rs:.1f} | {rl:,.0f} ({100 * rf:.1f}) | {rc:.3f} ({rcc:.3f}) |")
+L += ["", "| row | sink loss-free Gb/s | record loss-free Gb/s | record / sink | CPU s/GB sink / record (median over the ladder) | record's capture threads s/GB |",
+      "|---|---|---|---|---|---|"]
 for row in dict.fromkeys(r for r, _ in order):
     s, r = best[(row, "sink")], best[(row, "record")]
     cs, cr = med(cpu[(row, "sink")]), med(cpu[(row, "record")])
-    L.append(f"| {row} | {s:.1f} | {r:.1f} | {r / s if s else float('nan'):.2f} | {cs:.3f} / {cr:.3f} = {cs / cr if cr else float('nan'):.2f} |")
+    cc = med(cpu[(row, "record-capture")])
+    L.append(f"| {row} | {s:.1f} | {r:.1f} | {r / s if s else float('nan'):.2f} | {cs:.3f} / {cr:.3f} = {cs / cr if cr else float('nan'):.2f} | {cc:.3f} |")
 L.append("")
-L.append("Loss-free: the highest point of the ladder whose median run lost no frame (0.0: none): its asked rate when gen reached 95% of it, else the median rate gen achieved there. CPU s/GB: the receiver process's user + system time per GB received (with 50 streams, the 50 sink processes together); the kernel's work on loopback delivery runs largely in the sender's context and is not in it.")
+L.append("Loss-free: the highest point of the ladder whose median run lost no frame (0.0: none): its asked rate when gen reached 95% of it, else the median rate gen achieved there. CPU s/GB: the receiver process's user + system time per GB received (with 50 streams, the 50 sink processes together); the kernel's work on loopback delivery runs largely in the sender's context and is not in it. In brackets and in the last column, the recorder's capture threads alone: the rest is its block pool growing at the start (at nice 19) and the thread that returns discarded blocks.")
 text = "\n".join(L)
 print(text)
 if out:

@@ -54,13 +54,7 @@ const MAX_SLEEP: Duration = Duration::from_millis(50);
 /// (counted) before the recording does.
 pub const SENDER_NICENESS: i32 = 3;
 
-/// Lowers the calling thread's scheduling priority by `by` nice steps (best effort).
-pub(crate) fn be_nicer(by: i32) {
-    let tid = rustix::thread::gettid();
-    if let Ok(now) = rustix::process::getpriority_process(Some(tid)) {
-        let _ = rustix::process::setpriority_process(Some(tid), (now + by).min(19));
-    }
-}
+pub(crate) use vlbiflow_recorder::be_nicer;
 
 /// Live counters of one destination (written by the producer and the sender thread, read by anyone).
 #[derive(Debug, Default)]

@@ -223,7 +223,8 @@ pub struct RecorderConfig {
     /// Capture only: receive, validate and account exactly as a recording (same sockets, capture threads,
     /// block pool and sealed blocks), but write nothing: sealed blocks go straight back to the pool. No
     /// disk is touched (disks given are ignored, said once with a warning) and no metadata is written; the
-    /// summary and status are those of a recording. Measures capture capacity apart from storage.
+    /// summary and status are those of a recording. The pool keeps its starting size (no disk can fall
+    /// behind, so it never grows). Measures capture capacity apart from storage.
     pub discard: bool,
     /// jive5ab's datastreams: with rules, every VDIF frame goes to the FlexBuff recording
     /// `<scan>_ds<expanded name>` of the first rule (by name) that matches it, each an ordinary FlexBuff

@@ -175,8 +175,8 @@ pub(crate) struct Shared {
     /// Capture only: frame bytes of the blocks returned to the pool unwritten (the flow monitor's "written").
     pub discarded_bytes: AtomicU64,
     pub next_block: AtomicU32,
-    pub free_tx: Sender<Block>,
-    pub free_rx: Receiver<Block>,
+    /// Empty blocks (see [`FreeList`](crate::pool::FreeList)).
+    pub free: crate::pool::FreeList,
     pub queue_tx: Sender<Block>,
     pub queue_rx: Receiver<Block>,
     /// Blocks allocated so far (the pool grows up to `pool_limit` while the disks are behind).

@@ -263,9 +263,9 @@ impl Recorder {
         let pool_total = config.effective_pool_blocks();
         let pool_limit =
             config.pool_limit_blocks(headroom + data_offset + block_bytes, pool::meminfo().map(|m| m.0));
-        let (free_tx, free_rx) = crossbeam_channel::bounded(pool_limit);
+        let free = pool::FreeList::with_capacity(pool_limit);
         for _ in 0..pool_total {
-            let _ = free_tx.send(Block::new(block_bytes, data_offset, headroom));
+            free.put(Block::new(block_bytes, data_offset, headroom));
         }
         let (queue_tx, queue_rx) = crossbeam_channel::unbounded();
 
@@ -325,8 +325,7 @@ impl Recorder {
             lost_blocks: AtomicU64::new(0),
             discarded_bytes: AtomicU64::new(0),
             next_block: AtomicU32::new(0),
-            free_tx,
-            free_rx,
+            free,
             queue_tx,
             queue_rx,
             pool_total: AtomicUsize::new(pool_total),
@@ -578,7 +577,7 @@ fn snapshot(shared: &Shared) -> RecorderStatus {
         disks,
         pool: PoolStatus {
             total: shared.pool_total.load(Relaxed),
-            free: shared.free_rx.len(),
+            free: shared.free.len(),
             queued: shared.queue_rx.len(),
             block_bytes: shared.block_bytes,
         },
@@ -588,8 +587,9 @@ fn snapshot(shared: &Shared) -> RecorderStatus {
     }
 }
 
-/// Estimates the flow (input against write rate) through a [`flow::FlowAlarm`] and grows the pool while
-/// the disks are behind. Runs on the supervisor a few times a second; nothing here touches the capture path.
+/// Estimates the flow (input against write rate) through a [`flow::FlowAlarm`] and how many blocks the
+/// pool thread should keep free. Runs on the supervisor a few times a second; nothing here touches the
+/// capture path.
 struct FlowMonitor {
     alarm: flow::FlowAlarm,
     /// Below this MemAvailable the pool stops growing (bytes).
@@ -631,7 +631,7 @@ impl FlowMonitor {
         let (input, written) = Self::totals(shared);
         let change = self.alarm.update(shared.start.elapsed(), input, written);
         let total = shared.pool_total.load(Relaxed);
-        let free = shared.free_rx.len();
+        let free = shared.free.len();
         let limit = shared.pool_limit;
         let in_use = total.saturating_sub(free);
         let room = (limit - in_use.min(limit)) as f64 * shared.block_bytes as f64;
@@ -660,35 +660,54 @@ impl FlowMonitor {
         };
     }
 
-    /// Allocates blocks while fewer are free than about a second of input needs (at least 16), up to the
-    /// pool's limit and never below the memory reserve. Returns true if it may want to grow again at once.
-    fn grow(&mut self, shared: &Shared) -> bool {
-        let total = shared.pool_total.load(Relaxed);
-        if total >= shared.pool_limit {
-            return false;
+    /// How many blocks should be free: about a second of input (at least 16). The pool thread allocates
+    /// towards it (see [`grow_pool`]).
+    fn want_free(&self, shared: &Shared) -> usize {
+        ((self.alarm.input_rate() / shared.block_bytes.max(1) as f64).ceil() as usize).max(16)
+    }
+}
+
+/// Niceness of the thread that grows the block pool: it runs on what the capture and writer threads leave.
+const POOL_NICENESS: i32 = 19;
+
+/// Lowers the calling thread's scheduling priority by `by` nice steps (best effort: a failure leaves it).
+/// Data-plane helpers use it so that the threads that take frames from the network win the CPU.
+pub fn be_nicer(by: i32) {
+    let tid = rustix::thread::gettid();
+    if let Ok(now) = rustix::process::getpriority_process(Some(tid)) {
+        let _ = rustix::process::setpriority_process(Some(tid), (now + by).min(19));
+    }
+}
+
+/// The pool thread: allocates blocks one at a time while fewer than the supervisor's latest target are
+/// free, up to the pool's limit and never below the memory `reserve`. Allocating (the kernel clears every
+/// page) costs about as much CPU per byte as receiving it, so it runs at [`POOL_NICENESS`], on what the
+/// capture threads leave: a recorder growing its pool at the start of a fast stream does not lose frames to
+/// it. Returns when the supervisor drops `targets`.
+fn grow_pool(shared: &Shared, targets: &Receiver<usize>, reserve: u64) {
+    be_nicer(POOL_NICENESS);
+    loop {
+        match targets.recv_timeout(Duration::from_millis(200)) {
+            Ok(want) => grow_to(shared, want, reserve),
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
         }
-        let want_free =
-            ((self.alarm.input_rate() / shared.block_bytes.max(1) as f64).ceil() as usize).max(16);
-        if shared.free_rx.len() >= want_free {
-            return false;
-        }
-        if pool::meminfo().is_some_and(|(avail, _)| avail < self.reserve) {
-            return false;
-        }
-        let (data_offset, headroom) = shared.block_layout;
-        let step = (shared.pool_limit - total).min(8);
-        for _ in 0..step {
-            match Block::try_new(shared.block_bytes, data_offset, headroom) {
-                Some(b) => {
-                    shared.pool_total.fetch_add(1, Relaxed);
-                    if shared.free_tx.send(b).is_err() {
-                        return false;
-                    }
-                }
-                None => return false,
-            }
-        }
-        true
+    }
+}
+
+/// Allocates blocks one at a time while fewer than `want` are free (see [`grow_pool`]).
+fn grow_to(shared: &Shared, want: usize, reserve: u64) {
+    let (data_offset, headroom) = shared.block_layout;
+    while !shared.stopping()
+        && shared.pool_total.load(Relaxed) < shared.pool_limit
+        && shared.free.len() < want
+        && !pool::meminfo().is_some_and(|(avail, _)| avail < reserve)
+    {
+        let Some(b) = Block::try_new(shared.block_bytes, data_offset, headroom) else {
+            break;
+        };
+        shared.pool_total.fetch_add(1, Relaxed);
+        shared.free.put(b);
     }
 }
 
@@ -795,9 +814,33 @@ fn supervise(shared: Arc<Shared>, wake: Receiver<()>, workers: Vec<JoinHandle<()
             })
             .ok()
     };
+    // The pool grows on a thread of its own at low priority (see `grow_pool`); the supervisor tells it how
+    // many blocks should be free after every flow update. Capture only (`discard`): never, since no disk can
+    // fall behind (blocks go straight back), and a second of input held free would be GBs for nothing.
+    let (grow_tx, grow_rx) = crossbeam_channel::bounded::<usize>(1);
+    let grows = !shared.config.discard;
+    let grower = if !grows {
+        None
+    } else {
+        let sh = shared.clone();
+        let reserve = flow.reserve;
+        std::thread::Builder::new()
+            .name("vf-pool".into())
+            .spawn(move || grow_pool(&sh, &grow_rx, reserve))
+            .ok()
+    };
     loop {
         flow.update(&shared);
-        let growing = !shared.stopping() && flow.grow(&shared);
+        if grows && !shared.stopping() && shared.pool_total.load(Relaxed) < shared.pool_limit {
+            let want = flow.want_free(&shared);
+            match &grower {
+                Some(_) => {
+                    let _ = grow_tx.try_send(want);
+                }
+                // No thread for it: grow here, as fast as the supervisor may.
+                None => grow_to(&shared, want, flow.reserve),
+            }
+        }
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
             shared.request_stop();
@@ -815,13 +858,17 @@ fn supervise(shared: Arc<Shared>, wake: Receiver<()>, workers: Vec<JoinHandle<()
                 None => write_metadata(&shared, &m),
             }
         }
-        let mut wait = Duration::from_millis(if growing { 0 } else { 50 });
+        let mut wait = Duration::from_millis(50);
         if let Some(d) = deadline {
             wait = wait.min(d.saturating_duration_since(now));
         }
         let _ = wake.recv_timeout(wait);
     }
     shared.phase.store(PHASE_FLUSHING, Relaxed);
+    drop(grow_tx);
+    if let Some(t) = grower {
+        let _ = t.join();
+    }
     for w in workers {
         let _ = w.join();
     }

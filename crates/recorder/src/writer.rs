@@ -274,7 +274,7 @@ pub(crate) fn run_discard(shared: Arc<Shared>) {
                 shared.discarded_bytes.fetch_add(block.len as u64, Relaxed);
                 block.reset();
                 shared.in_flight.fetch_sub(1, AcqRel);
-                let _ = shared.free_tx.send(block);
+                shared.free.put(block);
             }
             Err(_) => {
                 if shared.captures_running.load(Relaxed) == 0 && shared.in_flight.load(Relaxed) == 0 {
@@ -475,7 +475,7 @@ impl Writer {
         }
         block.reset();
         self.shared.in_flight.fetch_sub(1, AcqRel);
-        let _ = self.shared.free_tx.send(block);
+        self.shared.free.put(block);
     }
 
     /// Writes one block; on failure hands the block back for re-queueing.
@@ -648,7 +648,7 @@ impl Writer {
                     .fetch_add(u64::from(b.frames), Relaxed);
                 self.shared.in_flight.fetch_sub(1, AcqRel);
                 b.reset();
-                let _ = self.shared.free_tx.send(b);
+                self.shared.free.put(b);
             } else {
                 let _ = self.shared.queue_tx.send(b);
             }

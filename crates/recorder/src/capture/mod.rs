@@ -334,7 +334,7 @@ impl StreamCapture {
             return;
         };
         if block.frames == 0 {
-            let _ = shared.free_tx.send(block);
+            shared.free.put(block);
             return;
         }
         block.len = block.frames as usize * self.spec.frame_size as usize;
@@ -364,8 +364,8 @@ impl StreamCapture {
 
     /// An empty block from the pool, saying once when the pool runs dry and again when it recovers.
     fn take_free_block(&mut self, shared: &Shared) -> Option<Block> {
-        match shared.free_rx.try_recv() {
-            Ok(mut b) => {
+        match shared.free.take() {
+            Some(mut b) => {
                 b.reset();
                 b.data_offset = self.data_offset;
                 if let Some(since) = self.starving_since.take() {
@@ -376,7 +376,7 @@ impl StreamCapture {
                 }
                 Some(b)
             }
-            Err(_) => {
+            None => {
                 if self.starving_since.is_none() {
                     self.starving_since = Some(self.counters.dropped_no_buffer);
                     shared.event(RecorderEvent::NoFreeBlocks {

@@ -143,7 +143,7 @@ impl StreamCapture {
             }
             None => {
                 block.reset();
-                let _ = shared.free_tx.send(block);
+                shared.free.put(block);
             }
         }
     }
@@ -164,7 +164,7 @@ impl StreamCapture {
         let Some(mut block) = block else { return };
         if block.frames == 0 {
             block.reset();
-            let _ = shared.free_tx.send(block);
+            shared.free.put(block);
             return;
         }
         block.len = block.frames as usize * self.spec.frame_size as usize;
