@@ -27,7 +27,7 @@ raise_socket_buffers
 "$BIN" demo --rate 4Gbps --duration "$SECS" --keep "$DIR" >/dev/null
 FILES=("$DIR"/disk*/demo_xx_001.vdif)
 "$BIN" gather demo_xx_001 --disk "$DIR/disk*" -o "$DIR/plain.vdif" 2>/dev/null
-BYTES=$(stat -c %s "${FILES[@]}" | awk '{s+=$1} END {printf "%d", s}')
+BYTES=$(stat -c %s "${FILES[@]}" | awk '{s+=$1} END {printf "%.0f", s}')
 
 drop() { sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || echo "bench: cannot drop caches (not root)" >&2; }
 # Seconds of wall time of a command.

@@ -30,11 +30,10 @@ impl AlignedBuf {
 
     /// As [`new`](Self::new), but `None` when no memory is left.
     ///
-    /// An anonymous mapping of its own (zeroed by the kernel, page aligned), advised to use transparent
-    /// huge pages where the kernel offers them (THP `madvise` or `always`): a 10 MB block is then a few
-    /// 2 MiB pages, faulted in with a few page clears instead of 2,442 faults, and the capture's copies into
-    /// it miss the TLB less. Its pages are faulted in at once (MADV_POPULATE_WRITE, Linux 5.14; before
-    /// that, a write per page).
+    /// An anonymous mapping of its own (zeroed by the kernel once, page aligned), its pages faulted in at
+    /// once (MADV_POPULATE_WRITE, Linux 5.14; before that, a write per page). Transparent huge pages were
+    /// tried (`MADV_HUGEPAGE`): on a virtual machine whose memory the host backs lazily, clearing fresh
+    /// 2 MiB pages cost more than faulting in small ones (docs/bench/record.md), so they are not asked for.
     pub fn try_new(len: usize) -> Option<Self> {
         let len = len.max(1).div_ceil(ALIGN) * ALIGN;
         // SAFETY: an anonymous private mapping has no preconditions; the result is checked.
