@@ -701,7 +701,7 @@ fn grow_to(shared: &Shared, want: usize, reserve: u64) {
     while !shared.stopping()
         && shared.pool_total.load(Relaxed) < shared.pool_limit
         && shared.free.len() < want
-        && !pool::meminfo().is_some_and(|(avail, _)| avail < reserve)
+        && pool::meminfo().is_none_or(|(avail, _)| avail >= reserve)
     {
         let Some(b) = Block::try_new(shared.block_bytes, data_offset, headroom) else {
             break;
