@@ -247,37 +247,32 @@ impl Receiver {
         } = layout;
         let parts = self.regions.iter().map(|r| {
             let taken = std::mem::take(&mut rest);
-            let (mut main, tail) = taken.split_at_mut(r.main);
+            let (main, tail) = taken.split_at_mut(r.main);
             rest = tail;
             let mut head = heads.next().unwrap_or_default().iter_mut();
-            let mut parts: [&mut [u8]; MAX_RECV_PARTS] = Default::default();
-            let mut n = 0;
-            if prefix == 0 {
-                parts[0] = main;
-                n = 1;
+            // Without a PSN: the region whole. With one and no split: the PSN to its slot, then the region.
+            // Split in `k`: each datagram's PSN to its own slot, its frame to its own slot in the block.
+            // Chained options and pairs, not an array of MAX_RECV_PARTS filled per message.
+            let (first_head, whole, split): (Option<&mut [u8]>, Option<&mut [u8]>, &mut [u8]) = if prefix == 0
+            {
+                (None, Some(main), &mut [])
             } else if r.k == 0 {
-                if let Some(h) = head.next() {
-                    parts[0] = &mut h[..prefix];
-                }
-                parts[1] = main;
-                n = 2;
+                (head.next().map(|h| &mut h[..prefix]), Some(main), &mut [])
             } else {
-                // Each datagram's PSN to its own slot, its frame to its own slot in the block.
-                for _ in 0..r.k {
-                    let (frame, later) = std::mem::take(&mut main).split_at_mut(slot);
-                    main = later;
-                    if let Some(h) = head.next() {
-                        parts[n] = &mut h[..prefix];
-                    }
-                    parts[n + 1] = frame;
-                    n += 2;
-                }
-            }
-            if gro {
-                parts[n] = spare.next().unwrap_or_default();
-                n += 1;
-            }
-            parts.into_iter().take(n)
+                (None, None, main)
+            };
+            let k = if prefix == 0 { 0 } else { r.k };
+            let pairs = split
+                .chunks_exact_mut(slot)
+                .take(k)
+                .zip(head)
+                .flat_map(move |(frame, h)| [&mut h[..prefix], frame]);
+            let spare_part = if gro {
+                Some(spare.next().unwrap_or_default())
+            } else {
+                None
+            };
+            first_head.into_iter().chain(whole).chain(pairs).chain(spare_part)
         });
         let batch = self.rx.recv_vectored(sock, parts, Duration::ZERO)?;
         Ok(Received {
