@@ -453,10 +453,11 @@ impl RecorderConfig {
     /// while the disks fall behind, up to `pool_memory` bytes or, by default,
     /// [`DEFAULT_POOL_MEMORY_FRACTION`] of `mem_available` (MemAvailable from /proc/meminfo at the start)
     /// capped at [`DEFAULT_POOL_MEMORY_CAP`]; never below the starting size. `block_bytes` is one block
-    /// buffer's size.
+    /// buffer's size. Capture only ([`discard`](Self::discard)): the starting size, since no disk can fall
+    /// behind.
     pub fn pool_limit_blocks(&self, block_bytes: usize, mem_available: Option<u64>) -> usize {
         let start = self.effective_pool_blocks();
-        if self.pool_blocks.is_some() {
+        if self.pool_blocks.is_some() || self.discard {
             return start;
         }
         let memory = self.pool_memory.unwrap_or_else(|| {
@@ -586,6 +587,10 @@ mod tests {
         assert_eq!(c.pool_limit_blocks(bb, Some(1 << 40)), 200);
         c.pool_blocks = Some(9);
         assert_eq!(c.pool_limit_blocks(bb, Some(1 << 40)), 9);
+        // Capture only: never grows.
+        c.pool_blocks = None;
+        c.discard = true;
+        assert_eq!(c.pool_limit_blocks(bb, Some(1 << 40)), start);
     }
 
     #[test]

@@ -179,7 +179,7 @@ pub(crate) struct Shared {
     pub free: crate::pool::FreeList,
     pub queue_tx: Sender<Block>,
     pub queue_rx: Receiver<Block>,
-    /// Blocks allocated so far (the pool grows up to `pool_limit` while the disks are behind).
+    /// Blocks allocated so far (the pool grows up to `pool_limit` while less than a second of input is free).
     pub pool_total: AtomicUsize,
     /// Blocks the pool may grow to.
     pub pool_limit: usize,

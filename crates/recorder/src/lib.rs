@@ -815,10 +815,10 @@ fn supervise(shared: Arc<Shared>, wake: Receiver<()>, workers: Vec<JoinHandle<()
             .ok()
     };
     // The pool grows on a thread of its own at low priority (see `grow_pool`); the supervisor tells it how
-    // many blocks should be free after every flow update. Capture only (`discard`): never, since no disk can
-    // fall behind (blocks go straight back), and a second of input held free would be GBs for nothing.
+    // many blocks should be free after every flow update. Not at all where its limit is its start
+    // (`pool_blocks`, or capture only: no disk can fall behind).
     let (grow_tx, grow_rx) = crossbeam_channel::bounded::<usize>(1);
-    let grows = !shared.config.discard;
+    let grows = shared.pool_limit > shared.pool_start;
     let grower = if !grows {
         None
     } else {
@@ -831,7 +831,7 @@ fn supervise(shared: Arc<Shared>, wake: Receiver<()>, workers: Vec<JoinHandle<()
     };
     loop {
         flow.update(&shared);
-        if grows && !shared.stopping() && shared.pool_total.load(Relaxed) < shared.pool_limit {
+        if !shared.stopping() && shared.pool_total.load(Relaxed) < shared.pool_limit {
             let want = flow.want_free(&shared);
             match &grower {
                 Some(_) => {

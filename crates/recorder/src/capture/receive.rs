@@ -261,10 +261,9 @@ impl Receiver {
             } else {
                 (None, None, main)
             };
-            let k = if prefix == 0 { 0 } else { r.k };
             let pairs = split
                 .chunks_exact_mut(slot)
-                .take(k)
+                .take(r.k)
                 .zip(head)
                 .flat_map(move |(frame, h)| [&mut h[..prefix], frame]);
             let spare_part = if gro {
