@@ -7,6 +7,7 @@
 
 #![forbid(unsafe_code)]
 
+mod blocks;
 pub mod engine;
 mod parallel;
 pub mod plot;

@@ -8,9 +8,9 @@
 //!
 //! Split: plain VDIF and Mark5B files (one or several, read one after the other), without sample
 //! statistics, when more than one thread is allowed and each range gets at least [`MIN_RANGE`] bytes.
-//! Not split (one pass): Mark6 and FlexBuff scans (their reader already reads every file or disk on a
-//! thread of its own and merges blocks by number), `--stats`, a file that cannot be opened, a file that
-//! does not start with a frame header.
+//! Not split (one pass): Mark6 and FlexBuff scans (their readers, one per file or disk, validate the
+//! blocks they read: see `crate::blocks`), `--stats`, a file that cannot be opened, a file that does not
+//! start with a frame header.
 
 use crate::engine::{CheckConfig, Checker};
 use std::fs::File;

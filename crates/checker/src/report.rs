@@ -1,12 +1,16 @@
 //! Running a whole check (readers, framer, engine) and its report: a short human verdict and JSON.
 
+use crate::blocks::{BlockCheck, Lane, LaneOf};
 use crate::engine::{CheckConfig, Checker, EngineReport};
 use crate::parallel::Sink;
 use serde::Serialize;
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::time::Instant;
+use vlbiflow_reader::finding::FileTable;
 use vlbiflow_reader::finding::{Finding, FindingKind, FindingLog, Severity};
 use vlbiflow_reader::framer::Framer;
+use vlbiflow_reader::read::BlockWork;
 use vlbiflow_reader::read::{BlockStats, ReadEvent, ReadPipeline};
 use vlbiflow_reader::source::{Recording, Sources};
 use vlbiflow_units::fmt_fraction;
@@ -99,8 +103,6 @@ pub(crate) fn check_split(
         };
         return conclude(rec, outcome, plot_path, started);
     }
-    let mut pipe = ReadPipeline::start(rec);
-    let files = pipe.files();
     // A scan of several streams whose metadata says which block holds which stream's frames is checked
     // stream by stream (one framer and engine each), then reported per stream and in total.
     let routes = rec
@@ -108,53 +110,51 @@ pub(crate) fn check_split(
         .as_ref()
         .filter(|m| m.streams.len() > 1 && m.streams.iter().any(|s| !s.blocks.is_empty()));
     let lanes_n = routes.map_or(1, |m| m.streams.len());
-    let mut lanes: Vec<(Framer, Checker, u64)> = (0..lanes_n)
-        .map(|i| {
-            let mut cfg = config.clone();
-            if let Some(m) = routes {
-                cfg.metadata_frame_rate = m.streams[i].frame_rate.or(cfg.metadata_frame_rate);
-                if i > 0 {
-                    // Sample statistics and their plot for the first stream only.
-                    cfg.stats = None;
+    let make_lanes = |files: &Arc<FileTable>| -> Vec<Lane> {
+        (0..lanes_n)
+            .map(|i| {
+                let mut cfg = config.clone();
+                if let Some(m) = routes {
+                    cfg.metadata_frame_rate = m.streams[i].frame_rate.or(cfg.metadata_frame_rate);
+                    if i > 0 {
+                        // Sample statistics and their plot for the first stream only.
+                        cfg.stats = None;
+                    }
                 }
-            }
-            let framer = Framer::new(rec.frame_format(), rec.frame_len_hint(), files.clone());
-            (framer, Checker::new(rec.frame_format(), cfg, files.clone()), 0)
-        })
-        .collect();
-    let mut unassigned = 0u64;
-    let mut read = 0u64;
-    let mut next_progress = 256u64 << 20;
-    while let Some(ev) = pipe.next_event() {
-        match ev {
-            ReadEvent::Finding(f) => log.push(f),
-            ReadEvent::Piece(p) => {
-                read += p.data().len() as u64;
-                let lane = match (routes, p.block) {
-                    (Some(m), Some(b)) => m.stream_of_block(u64::from(b)),
-                    _ => Some(0),
-                };
-                let Some(lane) = lane else {
-                    unassigned += u64::from(p.segment_start);
-                    continue;
-                };
-                let (framer, checker, blocks) = &mut lanes[lane];
-                *blocks += u64::from(p.segment_start);
-                let mut sink = Sink {
-                    checker,
-                    log: &mut log,
-                };
-                framer.push(p.data(), p.pos, p.segment_start, p.segment_end, &mut sink);
-                if read >= next_progress {
-                    progress(read);
-                    next_progress = read + (256 << 20);
-                }
-            }
-        }
-    }
-    for (framer, checker, _) in &mut lanes {
-        framer.finish_segment(&mut Sink {
-            checker,
+                let framer = Framer::new(rec.frame_format(), rec.frame_len_hint(), files.clone());
+                Lane::new(framer, Checker::new(rec.frame_format(), cfg, files.clone()))
+            })
+            .collect()
+    };
+    let meta = routes.cloned().map(Arc::new);
+    let lane_of: LaneOf = Arc::new(move |block: Option<u32>| match (&meta, block) {
+        (Some(m), Some(b)) => m.stream_of_block(u64::from(b)),
+        _ => Some(0),
+    });
+    let threads = config
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let numbered = matches!(rec.sources, Sources::Mark6(_) | Sources::Flexbuff(_));
+    let on_readers = numbered && config.stats.is_none() && threads > 1;
+    let mut pipe = if on_readers {
+        // Every reader frames and checks the blocks it reads; the blocks are joined in order here.
+        let make = |files: &Arc<FileTable>| -> Box<dyn BlockWork> {
+            Box::new(BlockCheck::new(&make_lanes(files), lane_of.clone()))
+        };
+        ReadPipeline::start_with_work(rec, &make)
+    } else {
+        ReadPipeline::start(rec)
+    };
+    let files = pipe.files();
+    let mut lanes = make_lanes(&files);
+    let (unassigned, read) = if on_readers {
+        crate::blocks::run(&mut pipe, &mut lanes, &lane_of, &mut log, &mut progress)
+    } else {
+        one_pass(&mut pipe, &mut lanes, &*lane_of, &mut log, &mut progress)
+    };
+    for lane in &mut lanes {
+        lane.framer.finish_segment(&mut Sink {
+            checker: &mut lane.checker,
             log: &mut log,
         });
     }
@@ -165,13 +165,14 @@ pub(crate) fn check_split(
             format!("{unassigned} blocks belong to no stream of the scan metadata: not checked"),
         ));
     }
-    let garbage_bytes = lanes.iter().map(|l| l.0.garbage_bytes).sum();
+    let garbage_bytes = lanes.iter().map(|l| l.framer.garbage_bytes).sum();
     let blocks = pipe.numbered().then(|| pipe.block_stats());
     drop(pipe);
     let mut streams = Vec::new();
     let mut parts = Vec::new();
-    for (i, (_, checker, blocks)) in lanes.into_iter().enumerate() {
-        let e = checker.finish();
+    for (i, lane) in lanes.into_iter().enumerate() {
+        let blocks = lane.blocks;
+        let e = lane.checker.finish();
         if let Some(m) = routes {
             let label = m.streams[i].label.clone();
             streams.push(StreamCheck {
@@ -204,6 +205,44 @@ pub(crate) fn check_split(
         read,
     };
     conclude(rec, outcome, plot_path, started)
+}
+
+/// Reads `pipe` to its end, framing and checking every piece on this thread in the lane `lane_of` gives
+/// its block (None: skipped). Returns the blocks skipped and the bytes read.
+fn one_pass(
+    pipe: &mut ReadPipeline,
+    lanes: &mut [Lane],
+    lane_of: &dyn Fn(Option<u32>) -> Option<usize>,
+    log: &mut FindingLog,
+    progress: &mut dyn FnMut(u64),
+) -> (u64, u64) {
+    let (mut unassigned, mut read) = (0u64, 0u64);
+    let mut next_progress = 256u64 << 20;
+    while let Some(ev) = pipe.next_event() {
+        match ev {
+            ReadEvent::Finding(f) => log.push(f),
+            ReadEvent::Piece(p) => {
+                read += p.data().len() as u64;
+                let Some(lane) = lane_of(p.block) else {
+                    unassigned += u64::from(p.segment_start);
+                    continue;
+                };
+                let lane = &mut lanes[lane];
+                lane.blocks += u64::from(p.segment_start);
+                let mut sink = Sink {
+                    checker: &mut lane.checker,
+                    log: &mut *log,
+                };
+                lane.framer
+                    .push(p.data(), p.pos, p.segment_start, p.segment_end, &mut sink);
+                if read >= next_progress {
+                    progress(read);
+                    next_progress = read + (256 << 20);
+                }
+            }
+        }
+    }
+    (unassigned, read)
 }
 
 /// What reading and the engine found, for [`conclude`].

@@ -53,6 +53,9 @@ pub struct Framer {
     pub garbage_bytes: u64,
     /// Where the frame shape was learned.
     learned_at: Option<Position>,
+    /// Made by [`fork`](Self::fork) with the shape already known: it learned nothing, so it continues any
+    /// framer of that shape that holds no partial frame and skips no garbage.
+    forked: bool,
 }
 
 impl Framer {
@@ -73,12 +76,34 @@ impl Framer {
             files,
             garbage_bytes: 0,
             learned_at: None,
+            forked: false,
+        }
+    }
+
+    /// A framer for bytes that follow those `self` was fed, to be fed on its own and joined with
+    /// [`join`](Self::join): the state `self` would have there if it held no partial frame and skipped no
+    /// garbage. With the frame shape known it starts with that shape (and then continues `self` wherever
+    /// that holds); without, it learns the shape as [`new`](Self::new) does.
+    pub fn fork(&self) -> Framer {
+        Framer {
+            format: self.format,
+            shape: self.shape,
+            hint: self.hint,
+            carry: Vec::new(),
+            carry_pos: Position::default(),
+            scratch: Vec::new(),
+            garbage: None,
+            files: self.files.clone(),
+            garbage_bytes: 0,
+            learned_at: None,
+            forked: self.shape.is_some(),
         }
     }
 
     /// Whether a framer fed the bytes that follow, from `at` on, with a new framer (`next`) behaved as
-    /// `self` would have: `self` holds no partial frame and is not skipping garbage, and `next` learned the
-    /// same frame shape from a frame at `at` (so skipped nothing before it).
+    /// `self` would have: `self` holds no partial frame and is not skipping garbage, and `next` has the
+    /// same frame shape, either learned from a frame at `at` (so it skipped nothing before it) or given it
+    /// by [`fork`](Self::fork) (so it framed from `at` with that shape, as `self` would have).
     pub fn continues_into(&self, next: &Framer, at: Position) -> bool {
         self.carry.is_empty()
             && self.garbage.is_none()
@@ -86,7 +111,7 @@ impl Framer {
             && self.shape == next.shape
             && self.hint == next.hint
             && self.format == next.format
-            && next.learned_at == Some(at)
+            && (next.forked || next.learned_at == Some(at))
     }
 
     /// Takes on the state of `next`, a framer fed the bytes that follow (where

@@ -4,7 +4,8 @@
 //! - [`source`]: locates the files of a scan (by name on disks, or given) and classifies them.
 //! - [`read`]: one reader thread per file or disk, positioned reads of about 1 MiB into recycled buffers, a
 //!   k-way merge by block number; structural damage becomes findings with file and offset and the readers
-//!   resynchronise.
+//!   resynchronise. Readers may also work on the blocks they read themselves (`BlockWork`: the checker
+//!   validates there) and hand on only what they made of each block.
 //! - [`framer`]: cuts the byte stream into frames, carries frames across reads, skips garbage.
 //! - [`frames`]: a pull reader of whole frames over the two above; [`gather`] writes a scan out as one frame
 //!   stream; [`ls`] lists the scans on disks.

@@ -35,6 +35,10 @@ fn open_sequential(path: &Path) -> std::io::Result<File> {
 /// cache into a buffer larger than the cache costs more than the check of the frames in it (measured by
 /// bench/check.sh, see docs/bench/check.md). A reader holds at most `QUEUE_DEPTH + 2` of them.
 pub const READ_SIZE: usize = 1 << 20;
+/// Bytes of one read of a reader that works on what it reads ([`ReadPipeline::start_with_work`]): one
+/// buffer, reused, that stays in the processor's cache between the copy out of the page cache and the
+/// work on it.
+pub const WORK_READ_SIZE: usize = 256 << 10;
 /// Window of the search for the next block header after a corrupted one.
 const RESYNC_WINDOW: usize = 8 << 20;
 /// Chunks queued per reader, plus one being filled and one being consumed.
@@ -58,13 +62,54 @@ pub struct Piece {
     /// Last piece of a block, chunk or file.
     pub segment_end: bool,
     pool: Option<Sender<Vec<u8>>>,
+    /// A block its reader worked on itself (see [`ReadPipeline::start_with_work`]): no bytes, only where
+    /// they were and what the work made of them. `segment_end` false: the block was cut short by a read
+    /// error (reported next).
+    pub done: Option<Box<BlockDone>>,
 }
 
 impl Piece {
-    /// The bytes read.
+    /// The bytes read (none for a block its reader worked on).
     pub fn data(&self) -> &[u8] {
         &self.buf[..self.len]
     }
+
+    /// Bytes of the recording this piece stands for: its data, or the pieces of a block worked on.
+    pub fn payload_len(&self) -> u64 {
+        self.done.as_ref().map_or(self.len as u64, |d| d.bytes)
+    }
+}
+
+/// Work a reader thread does itself on the pieces it reads (see [`ReadPipeline::start_with_work`]):
+/// validation next to the read, while a piece is still in the processor's cache, and the readers of
+/// several files or disks at it at once. It sees every piece of a block (chunk), in order; what it makes
+/// of the block travels with the block through the merge.
+pub trait BlockWork: Send {
+    /// Block (chunk) `block` starts at `pos`.
+    fn open(&mut self, block: Option<u32>, pos: Position);
+    /// The next piece of the open block (as [`Piece`]'s fields say).
+    fn piece(&mut self, data: &[u8], pos: Position, segment_start: bool, segment_end: bool);
+    /// The open block is over (whole, or cut short by a read error): what was made of it.
+    fn close(&mut self) -> Box<dyn std::any::Any + Send + Sync>;
+}
+
+/// Makes a reader thread's [`BlockWork`], given the table of the files being read.
+pub type MakeWork<'a> = dyn Fn(&Arc<FileTable>) -> Box<dyn BlockWork> + 'a;
+
+/// Where one piece of a block was read (to read it again).
+#[derive(Debug, Clone, Copy)]
+pub struct PieceSpan {
+    pub pos: Position,
+    pub len: usize,
+    pub segment_start: bool,
+    pub segment_end: bool,
+}
+
+/// A block (chunk) a reader worked on: its pieces, their bytes, and what [`BlockWork`] made of it.
+pub struct BlockDone {
+    pub pieces: Vec<PieceSpan>,
+    pub bytes: u64,
+    pub work: Box<dyn std::any::Any + Send + Sync>,
 }
 
 impl Drop for Piece {
@@ -163,6 +208,8 @@ struct ReaderCtx {
     tx: Sender<ReadEvent>,
     pool: BufferPool,
     cancel: Arc<AtomicBool>,
+    /// Work on the pieces done here; then only a summary of each block is sent.
+    work: Option<Box<dyn BlockWork>>,
 }
 
 impl ReaderCtx {
@@ -196,6 +243,9 @@ impl ReaderCtx {
             opens,
             closes,
         } = span;
+        if self.work.is_some() {
+            return self.work_range(file, path, id, span);
+        }
         let step = (self.pool.size / align.max(1)).max(1) * align.max(1);
         let step = step.min(self.pool.size);
         let mut done = 0u64;
@@ -208,6 +258,7 @@ impl ReaderCtx {
                 segment_start: opens,
                 segment_end: closes,
                 pool: None,
+                done: None,
             }));
         }
         while done < len {
@@ -236,6 +287,7 @@ impl ReaderCtx {
                 segment_start: done == 0 && opens,
                 segment_end: done + n as u64 == len && closes,
                 pool: Some(self.pool.tx.clone()),
+                done: None,
             };
             done += n as u64;
             if !self.send(ReadEvent::Piece(piece)) {
@@ -243,6 +295,93 @@ impl ReaderCtx {
             }
         }
         true
+    }
+}
+
+impl ReaderCtx {
+    /// [`send_range`](Self::send_range) with the work done here: every piece goes to the work as it is
+    /// read (into one buffer, reused), then one piece standing for the span (the block) is sent with what
+    /// the work made of it. A read error ends the block there (the summary of what was read, then the
+    /// finding).
+    fn work_range(&mut self, file: &File, path: &std::path::Path, id: FileId, span: Span) -> bool {
+        let Span {
+            offset,
+            len,
+            align,
+            block,
+            opens,
+            closes,
+        } = span;
+        let Some(mut work) = self.work.take() else {
+            return false;
+        };
+        let size = self.pool.size;
+        let step = ((size / align.max(1)).max(1) * align.max(1)).min(size);
+        let mut buf = self.pool.get(&self.cancel).unwrap_or_default();
+        buf.resize(size, 0);
+        let start = Position { file: id, offset };
+        work.open(block, start);
+        let mut pieces = Vec::new();
+        let mut done = 0u64;
+        let mut failed = None;
+        loop {
+            let n = (len - done).min(step as u64) as usize;
+            if n > 0 {
+                if let Err(e) = file.read_exact_at(&mut buf[..n], offset + done) {
+                    failed = Some(Finding::at(
+                        Severity::Error,
+                        FindingKind::Io,
+                        path,
+                        offset + done,
+                        format!("read of {n} bytes failed: {e}"),
+                    ));
+                    break;
+                }
+            }
+            let piece = PieceSpan {
+                pos: Position {
+                    file: id,
+                    offset: offset + done,
+                },
+                len: n,
+                segment_start: done == 0 && opens,
+                segment_end: done + n as u64 == len && closes,
+            };
+            work.piece(&buf[..n], piece.pos, piece.segment_start, piece.segment_end);
+            pieces.push(piece);
+            done += n as u64;
+            if done >= len || self.cancel.load(Ordering::Relaxed) {
+                break;
+            }
+        }
+        let _ = self.pool.tx.try_send(buf);
+        let made = work.close();
+        self.work = Some(work);
+        let whole = failed.is_none() && done == len;
+        let mut ok = true;
+        if !pieces.is_empty() {
+            ok = self.send(ReadEvent::Piece(Piece {
+                pos: start,
+                buf: Vec::new(),
+                len: 0,
+                block,
+                segment_start: opens,
+                segment_end: whole && closes,
+                pool: None,
+                done: Some(Box::new(BlockDone {
+                    pieces,
+                    bytes: done,
+                    work: made,
+                })),
+            }));
+        }
+        match failed {
+            Some(f) => {
+                self.finding(f);
+                false
+            }
+            None => ok,
+        }
     }
 }
 
@@ -651,17 +790,73 @@ impl ReadPipeline {
     /// frames, at least one). The pieces differ with the size; the frames and findings framed from them do
     /// not.
     pub fn start_with_read_size(rec: &Recording, read_size: usize) -> ReadPipeline {
+        Self::start_inner(rec, read_size, None)
+    }
+
+    /// Starts reading a scan of numbered blocks (Mark6, FlexBuff) whose readers work on what they read
+    /// themselves: each reader thread gets a [`BlockWork`] from `make` (given the table of the files) and
+    /// hands on, in block order, one piece per block with what its work made of it ([`Piece::done`]), no
+    /// bytes. Block findings, reader findings and their order are those of [`start`](Self::start). Plain
+    /// files are read as by [`start`](Self::start).
+    pub fn start_with_work(rec: &Recording, make: &MakeWork<'_>) -> ReadPipeline {
+        Self::start_inner(rec, WORK_READ_SIZE, Some(make))
+    }
+
+    fn start_inner(rec: &Recording, read_size: usize, make: Option<&MakeWork>) -> ReadPipeline {
         let cancel = Arc::new(AtomicBool::new(false));
         let mut files = FileTable::default();
+        type Job = Box<dyn FnOnce(ReaderCtx) + Send>;
+        let mut jobs: Vec<(String, Job, bool)> = Vec::new();
+        let size = read_size.max(1);
+        let (numbered, unit) = match &rec.sources {
+            Sources::Mark6(list) => {
+                for src in list {
+                    if let Some(h) = src.header {
+                        let id = files.add(src.path.clone());
+                        let path = src.path.clone();
+                        jobs.push((
+                            format!("read {}", id),
+                            Box::new(move |ctx| mark6_reader(ctx, path, id, h)),
+                            true,
+                        ));
+                    }
+                }
+                (true, "block")
+            }
+            Sources::Flexbuff(disks) => {
+                for disk in disks {
+                    let chunks: Vec<_> = disk
+                        .iter()
+                        .map(|c| (c.number, c.path.clone(), files.add(c.path.clone())))
+                        .collect();
+                    jobs.push((
+                        "read chunks".into(),
+                        Box::new(move |ctx| chunk_reader(ctx, chunks)),
+                        true,
+                    ));
+                }
+                (true, "chunk")
+            }
+            Sources::Plain(list, _) => {
+                let list: Vec<_> = list.iter().map(|p| (p.clone(), files.add(p.clone()))).collect();
+                jobs.push((
+                    "read files".into(),
+                    Box::new(move |ctx| plain_reader(ctx, list)),
+                    false,
+                ));
+                (false, "file")
+            }
+        };
+        let files = Arc::new(files);
         let mut heads = Vec::new();
         let mut threads = Vec::new();
-        let size = read_size.max(1);
-        let mut spawn = |name: String, body: Box<dyn FnOnce(ReaderCtx) + Send>| {
+        for (name, body, numbered) in jobs {
             let (tx, rx) = bounded(QUEUE_DEPTH);
             let ctx = ReaderCtx {
                 tx,
                 pool: BufferPool::new(size, QUEUE_DEPTH + 2),
                 cancel: cancel.clone(),
+                work: make.filter(|_| numbered).map(|m| m(&files)),
             };
             let handle = std::thread::Builder::new()
                 .name(name)
@@ -673,44 +868,11 @@ impl ReadPipeline {
                 head: None,
                 done: false,
             });
-        };
-        let (numbered, unit) = match &rec.sources {
-            Sources::Mark6(list) => {
-                for src in list {
-                    if let Some(h) = src.header {
-                        let id = files.add(src.path.clone());
-                        let path = src.path.clone();
-                        spawn(
-                            format!("read {}", id),
-                            Box::new(move |ctx| mark6_reader(ctx, path, id, h)),
-                        );
-                    }
-                }
-                (true, "block")
-            }
-            Sources::Flexbuff(disks) => {
-                for disk in disks {
-                    let chunks: Vec<_> = disk
-                        .iter()
-                        .map(|c| (c.number, c.path.clone(), files.add(c.path.clone())))
-                        .collect();
-                    spawn(
-                        "read chunks".into(),
-                        Box::new(move |ctx| chunk_reader(ctx, chunks)),
-                    );
-                }
-                (true, "chunk")
-            }
-            Sources::Plain(list, _) => {
-                let list: Vec<_> = list.iter().map(|p| (p.clone(), files.add(p.clone()))).collect();
-                spawn("read files".into(), Box::new(move |ctx| plain_reader(ctx, list)));
-                (false, "file")
-            }
-        };
+        }
         ReadPipeline {
             heads,
             current: None,
-            files: Arc::new(files),
+            files,
             cancel,
             threads,
             numbered,
@@ -746,6 +908,7 @@ impl ReadPipeline {
             tx,
             pool: BufferPool::new(size, QUEUE_DEPTH + 2),
             cancel: cancel.clone(),
+            work: None,
         };
         let handle = std::thread::Builder::new()
             .name("read range".into())
@@ -806,7 +969,7 @@ impl ReadPipeline {
                         if p.segment_end {
                             self.current = None;
                         }
-                        self.stats.payload_bytes += p.len as u64;
+                        self.stats.payload_bytes += p.payload_len();
                         if !self.wanted(&p) {
                             continue;
                         }
@@ -840,7 +1003,7 @@ impl ReadPipeline {
             if !piece.segment_end {
                 self.current = Some(i);
             }
-            self.stats.payload_bytes += piece.len as u64;
+            self.stats.payload_bytes += piece.payload_len();
             let wanted = self.wanted(&piece);
             if let (true, Some(b), true) = (self.numbered, piece.block, piece.segment_start) {
                 if let Some(f) = self.account_block(b, piece.pos) {

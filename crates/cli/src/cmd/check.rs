@@ -56,7 +56,8 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = 8)]
     stats_frames: u32,
     /// Validation threads for plain files (default: one per core); 1 checks in one pass. Mark6 and
-    /// FlexBuff scans and --stats are checked in one pass
+    /// FlexBuff scans are validated by their readers (one per file or disk) unless this is 1; --stats is
+    /// checked in one pass
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
     /// No progress on standard error

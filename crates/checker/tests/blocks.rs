@@ -1,0 +1,210 @@
+//! Mark6 scans checked block by block on several validation threads give the one-pass report, byte for
+//! byte as JSON: random streams (gaps, frames going back, fill, header changes, invalid frames, garbage)
+//! cut into blocks of random sizes over random disks, with block-level damage (missing, repeated and
+//! reordered block numbers, corrupted block headers, a truncated file).
+
+mod common;
+use common::*;
+use proptest::prelude::*;
+use vlbiflow_checker::engine::CheckConfig;
+use vlbiflow_checker::report::check;
+use vlbiflow_reader::locate;
+use vlbiflow_testkit::vdif::Frame;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Next,
+    Gap(u64),
+    Back(u64),
+    Fill,
+    HeaderChange,
+    Invalid,
+    Garbage(usize),
+}
+
+fn op() -> impl Strategy<Value = (u16, Op)> {
+    let kind = prop_oneof![
+        24 => Just(Op::Next),
+        2 => (1u64..130).prop_map(Op::Gap),
+        1 => (0u64..80).prop_map(Op::Back),
+        1 => Just(Op::Fill),
+        1 => Just(Op::HeaderChange),
+        1 => Just(Op::Invalid),
+        1 => (1usize..1500).prop_map(Op::Garbage),
+    ];
+    (0u16..3, kind)
+}
+
+/// What happens to a block's number or header.
+#[derive(Debug, Clone, Copy)]
+enum BlockFault {
+    None,
+    /// Numbered this much higher (and every block after it).
+    Skip(i32),
+    /// Same number as the block before.
+    Repeat,
+    /// Its header overwritten with garbage.
+    Corrupt,
+}
+
+fn fault() -> impl Strategy<Value = BlockFault> {
+    prop_oneof![
+        20 => Just(BlockFault::None),
+        1 => (1i32..4).prop_map(BlockFault::Skip),
+        1 => Just(BlockFault::Repeat),
+        1 => Just(BlockFault::Corrupt),
+    ]
+}
+
+fn vdif(thread: u16, i: u64, alt: bool, invalid: bool) -> Vec<u8> {
+    Frame::new(FRAME_LEN)
+        .seconds(SECOND0)
+        .epoch(EPOCH)
+        .at(i, RATE)
+        .version(1)
+        .thread(thread)
+        .station(b"Xx")
+        .channels_log2(if alt { 2 } else { 0 })
+        .invalid(invalid)
+        .build_with(|k| (i as usize * 7 + k) as u8)
+}
+
+/// The stream's items in order: frames and garbage runs (bytes).
+fn build(threads: u16, ops: &[(u16, Op)]) -> Vec<Vec<u8>> {
+    let mut next = [0u64; 3];
+    let mut alt = [false; 3];
+    let mut out = Vec::new();
+    for (t, o) in ops {
+        let t = *t % threads;
+        let ti = usize::from(t);
+        match o {
+            Op::Next => {
+                out.push(vdif(t, next[ti], alt[ti], false));
+                next[ti] += 1;
+            }
+            Op::Gap(k) => {
+                next[ti] += k;
+                out.push(vdif(t, next[ti], alt[ti], false));
+                next[ti] += 1;
+            }
+            Op::Back(k) => out.push(vdif(t, next[ti].saturating_sub(*k + 1), alt[ti], false)),
+            Op::Fill => out.push(fill_frame(t, next[ti])),
+            Op::HeaderChange => alt[ti] = !alt[ti],
+            Op::Invalid => {
+                out.push(vdif(t, next[ti], alt[ti], true));
+                next[ti] += 1;
+            }
+            Op::Garbage(n) => out.push((0..*n).map(|k| (k * 37 + 5) as u8).collect()),
+        }
+    }
+    out
+}
+
+/// Writes the items as a Mark6 scan of `version` over `disks` disks: blocks of `sizes[k]` items (cycled),
+/// block k on disk `assign[k]` (cycled), block numbers and headers as `faults` say, the last `cut` bytes
+/// of disk 0's file removed. Returns the disk directories.
+#[allow(clippy::too_many_arguments)]
+fn write_scan(
+    root: &std::path::Path,
+    items: &[Vec<u8>],
+    version: i32,
+    disks: usize,
+    sizes: &[usize],
+    assign: &[usize],
+    faults: &[BlockFault],
+    cut: usize,
+) -> Vec<String> {
+    let hlen = if version == 1 { 4 } else { 8 };
+    let mut files: Vec<Vec<u8>> = (0..disks)
+        .map(|_| mark6_file_header(version, (hlen + 40 * FRAME_LEN) as i32, 0, FRAME_LEN as i32))
+        .collect();
+    let (mut at, mut k, mut number) = (0usize, 0usize, 0i32);
+    while at < items.len() {
+        let n = sizes[k % sizes.len()].min(items.len() - at);
+        let d = assign[k % assign.len()] % disks;
+        let f = faults[k % faults.len()];
+        let this = match f {
+            BlockFault::Skip(s) => {
+                number += s;
+                number
+            }
+            BlockFault::Repeat => (number - 1).max(0),
+            _ => number,
+        };
+        let start = files[d].len();
+        if version == 1 {
+            v1_block(&mut files[d], this, &items[at..at + n]);
+        } else {
+            v2_block(&mut files[d], this, &items[at..at + n]);
+        }
+        if let BlockFault::Corrupt = f {
+            for b in &mut files[d][start..start + hlen] {
+                *b = 0xee;
+            }
+        }
+        if !matches!(f, BlockFault::Repeat) {
+            number += 1;
+        }
+        at += n;
+        k += 1;
+    }
+    let keep = files[0].len().saturating_sub(cut).max(20);
+    files[0].truncate(keep);
+    (0..disks)
+        .map(|d| {
+            let dir = root.join(format!("disk{d}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("scan.vdif"), &files[d]).unwrap();
+            s(&dir)
+        })
+        .collect()
+}
+
+fn report(disks: &[String], threads: usize) -> String {
+    let rec = locate(&["scan".into()], disks).expect("locate");
+    let config = CheckConfig {
+        threads: Some(threads),
+        ..Default::default()
+    };
+    let mut r = check(&rec, config, |_| {});
+    r.elapsed_s = 0.0;
+    r.read_rate_bytes_per_s = 0.0;
+    serde_json::to_string(&r).expect("serialise")
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    #[test]
+    fn blocks_checked_on_threads_equal_one_pass(
+        threads in 1u16..4,
+        ops in proptest::collection::vec(op(), 1..600),
+        version in 1i32..3,
+        disks in 1usize..5,
+        sizes in proptest::collection::vec(1usize..40, 1..6),
+        assign in proptest::collection::vec(0usize..4, 1..9),
+        faults in proptest::collection::vec(fault(), 1..12),
+        cut in prop_oneof![4 => Just(0usize), 1 => 1usize..3000],
+    ) {
+        let items = build(threads, &ops);
+        let dir = tempfile::tempdir().unwrap();
+        let disks = write_scan(dir.path(), &items, version, disks, &sizes, &assign, &faults, cut);
+        let one = report(&disks, 1);
+        for workers in [2, 3] {
+            prop_assert_eq!(&one, &report(&disks, workers), "{} validation threads", workers);
+        }
+    }
+}
+
+/// A clean scan over four disks, checked on two threads: the frames written, no finding.
+#[test]
+fn a_clean_scan_on_threads_is_the_one_pass_scan() {
+    let frames = stream(2, 5000, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let (dirs, _) = write_mark6(dir.path(), "scan", 4, 2, &frames, 300, |k| k % 4);
+    let disks: Vec<String> = dirs.iter().map(|d| s(d)).collect();
+    let one = report(&disks, 1);
+    assert_eq!(one, report(&disks, 2));
+    let v: serde_json::Value = serde_json::from_str(&one).unwrap();
+    assert_eq!(v["frames"], 10_000);
+    assert_eq!(v["verdict"], "ok");
+}
