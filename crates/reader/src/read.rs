@@ -43,6 +43,8 @@ pub const WORK_READ_SIZE: usize = 256 << 10;
 const RESYNC_WINDOW: usize = 8 << 20;
 /// Chunks queued per reader, plus one being filled and one being consumed.
 const QUEUE_DEPTH: usize = 2;
+/// Block summaries queued per reader that works on its blocks ([`ReadPipeline::start_with_work`]).
+const WORK_QUEUE_DEPTH: usize = 32;
 /// How often a waiting reader looks whether the consumer went away.
 const POLL: Duration = Duration::from_millis(100);
 /// Largest forward jump of block numbers inside one file still taken as plausible while resynchronising.
@@ -851,12 +853,20 @@ impl ReadPipeline {
         let mut heads = Vec::new();
         let mut threads = Vec::new();
         for (name, body, numbered) in jobs {
-            let (tx, rx) = bounded(QUEUE_DEPTH);
+            let work = make.filter(|_| numbered).map(|m| m(&files));
+            // A reader that works on its blocks sends a small summary per block: it may run this far
+            // ahead of the merge, so that one file's slower reads do not hold the other readers back.
+            let depth = if work.is_some() {
+                WORK_QUEUE_DEPTH
+            } else {
+                QUEUE_DEPTH
+            };
+            let (tx, rx) = bounded(depth);
             let ctx = ReaderCtx {
                 tx,
                 pool: BufferPool::new(size, QUEUE_DEPTH + 2),
                 cancel: cancel.clone(),
-                work: make.filter(|_| numbered).map(|m| m(&files)),
+                work,
             };
             let handle = std::thread::Builder::new()
                 .name(name)
