@@ -526,6 +526,12 @@ mod tests {
             })
             .collect();
         let per = bytes.len().div_ceil(parts.max(1)).max(1);
+        if bytes.is_empty() {
+            // A stream of no bytes (only header changes) is still one file to check.
+            let p = dir.join("part0.vdif");
+            std::fs::write(&p, []).unwrap();
+            return vec![p.display().to_string()];
+        }
         bytes
             .chunks(per)
             .enumerate()
@@ -545,6 +551,8 @@ mod tests {
         serde_json::to_string(&r).expect("serialise")
     }
 
+    /// Ranges of two frames or more: each confirms the frame shape it learns by the next header inside
+    /// it (a range of one frame cannot, and is read again).
     #[test]
     fn a_clean_file_cut_on_the_frame_grid_is_read_once() {
         let ops: Vec<(u16, Op)> = (0..4000).map(|i| ((i % 2) as u16, Op::Next)).collect();
@@ -552,7 +560,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let files = write_stream(&items, dir.path(), 2);
         let rec = vlbiflow_reader::locate(&files, &[]).expect("locate");
-        let at: Vec<u64> = [1000, 2000, 2001, 3333]
+        let at: Vec<u64> = [1000, 2000, 2002, 3333]
             .iter()
             .map(|f| (f * LEN) as u64)
             .collect();

@@ -120,3 +120,43 @@ fn a_corrupted_block_header_in_a_large_block_scan_is_found_at_every_read_size() 
         assert!(read_back(&rec, size) == old, "reads of {size} bytes");
     }
 }
+
+/// A plain file with garbage runs (one a frame and a half long), a lone frame between two garbage runs
+/// (not confirmed by a header after it, so garbage too), fill frames and a frame of another station after
+/// garbage: the framer decides the same wherever its reads end, down to reads shorter than a frame (a
+/// header it meets near a read's end waits for the bytes that confirm or refute it).
+#[test]
+fn garbage_and_fill_frame_the_same_wherever_reads_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let frames = stream(2, 40, &[]);
+    let junk = |n: usize, k: usize| (0..n).map(move |i| (i * 31 + k) as u8);
+    let mut bytes = Vec::new();
+    for (k, f) in frames.iter().enumerate() {
+        bytes.extend_from_slice(f);
+        match k % 7 {
+            1 => bytes.extend(junk(FRAME_LEN * 3 / 2 + k, k)),
+            3 => {
+                bytes.extend(junk(81 + k, k));
+                bytes.extend_from_slice(&frame(0, 1000 + k as u64, false));
+                bytes.extend(junk(108, k));
+            }
+            4 => bytes.extend_from_slice(&fill_frame(0, k as u64)),
+            5 => {
+                bytes.extend([0x5au8; 77]);
+                let mut other = frame(1, k as u64, false);
+                other[12..14].copy_from_slice(b"Yy");
+                bytes.extend_from_slice(&other);
+            }
+            _ => {}
+        }
+    }
+    let path = dir.path().join("mixed.vdif");
+    std::fs::write(&path, &bytes).unwrap();
+    let rec = locate(&[s(&path)], &[]).unwrap();
+    let old = read_back(&rec, 8 << 20);
+    assert!(old.1.iter().any(|f| f.contains("\"garbage\"")), "{:?}", old.1);
+    assert!(old.0.iter().any(|f| f.1), "fill frames framed");
+    for size in (40..3 * FRAME_LEN).step_by(37).chain([READ_SIZE, 65_537]) {
+        assert!(read_back(&rec, size) == old, "reads of {size} bytes");
+    }
+}

@@ -37,6 +37,14 @@ struct Shape {
     station: u16,
 }
 
+/// What a header tells about the stream's shape.
+enum Learn {
+    Shape(Shape),
+    /// Its confirmation needs this many bytes from it, and more of the segment follows.
+    NeedMore(usize),
+    No,
+}
+
 /// The framing state machine. One per recording.
 pub struct Framer {
     format: FrameKind,
@@ -53,6 +61,12 @@ pub struct Framer {
     pub garbage_bytes: u64,
     /// Where the frame shape was learned.
     learned_at: Option<Position>,
+    /// Bytes from the carry's start a decision there waits for (a header to be confirmed by the one after
+    /// it): the next piece is taken into the carry until they are there. 0: the usual look-ahead.
+    want: usize,
+    /// The carry starts where the search for the next header inside garbage stopped for want of bytes:
+    /// the search goes on there (a header found by the search must be confirmed by the one after it).
+    resume_search: bool,
     /// Made by [`fork`](Self::fork) with the shape already known: it learned nothing, so it continues any
     /// framer of that shape that holds no partial frame and skips no garbage.
     forked: bool,
@@ -76,6 +90,8 @@ impl Framer {
             files,
             garbage_bytes: 0,
             learned_at: None,
+            want: 0,
+            resume_search: false,
             forked: false,
         }
     }
@@ -96,6 +112,8 @@ impl Framer {
             files: self.files.clone(),
             garbage_bytes: 0,
             learned_at: None,
+            want: 0,
+            resume_search: false,
             forked: self.shape.is_some(),
         }
     }
@@ -153,8 +171,25 @@ impl Framer {
     }
 
     /// Tries to learn the stream's shape from a header at the start of `b`: it must be valid, agree with
-    /// the container's frame length, and (if the bytes are there) be followed by another of the same shape.
-    fn learn(&self, b: &[u8]) -> Option<Shape> {
+    /// the container's frame length, and be followed by another of the same shape, unless the segment
+    /// ends first (`last`). Where `b` ends before that header and more of the segment follows, the bytes
+    /// it needs: the decision waits for them, so that it never depends on where a read ended.
+    fn learn(&self, b: &[u8], last: bool) -> Learn {
+        let Some(shape) = self.header_shape(b) else {
+            return Learn::No;
+        };
+        if b.len() >= shape.frame_len + 32 {
+            if !self.header_ok(&b[shape.frame_len..], shape, true) {
+                return Learn::No;
+            }
+        } else if !last {
+            return Learn::NeedMore(shape.frame_len + 32);
+        }
+        Learn::Shape(shape)
+    }
+
+    /// The shape a valid header at the start of `b` gives, if it agrees with the container's frame length.
+    fn header_shape(&self, b: &[u8]) -> Option<Shape> {
         let shape = match self.format {
             FrameKind::M5b => {
                 if b.len() < 4 || word(b, 0) != MARK5B_SYNC {
@@ -177,9 +212,6 @@ impl Framer {
                 }
             }
         };
-        if b.len() >= shape.frame_len + 32 && !self.header_ok(&b[shape.frame_len..], shape, true) {
-            return None;
-        }
         Some(shape)
     }
 
@@ -248,13 +280,17 @@ impl Framer {
                     if rem < 32 && !last {
                         return p;
                     }
-                    match self.learn(&region[p..]) {
-                        Some(s) => {
+                    match self.learn(&region[p..], last) {
+                        Learn::Shape(s) => {
                             self.shape = Some(s);
                             self.learned_at = Some(Self::pos(base, p));
                             continue;
                         }
-                        None => {
+                        Learn::NeedMore(n) => {
+                            self.want = n;
+                            return p;
+                        }
+                        Learn::No => {
                             if self.garbage.is_none() {
                                 self.garbage = Some(Self::pos(base, p));
                             }
@@ -292,15 +328,16 @@ impl Framer {
                 return len;
             }
             let f = &region[p..p + fl];
+            let resume = std::mem::take(&mut self.resume_search);
             // Fill first: jive5ab's VDIF fill has a header (time 0, thread 0, station 0) that would pass as
             // a frame of the right length.
-            if self.is_fill_frame(f) {
+            if !resume && self.is_fill_frame(f) {
                 self.close_garbage(Self::pos(base, p), sink);
                 sink.fill(f, Self::pos(base, p));
                 p += fl;
                 continue;
             }
-            if self.header_ok(f, shape, self.garbage.is_some()) {
+            if !resume && self.header_ok(f, shape, self.garbage.is_some()) {
                 self.close_garbage(Self::pos(base, p), sink);
                 sink.frame(f, Self::pos(base, p));
                 p += fl;
@@ -310,14 +347,18 @@ impl Framer {
                 self.garbage = Some(Self::pos(base, p));
             }
             // Search for the next header of this shape, confirmed by the one after it where present.
-            let mut q = p + 1;
+            let mut q = if resume { p } else { p + 1 };
             loop {
-                if q + 32 > len {
-                    if last {
-                        self.end_garbage_at_segment_end(Self::pos(base, len), sink);
-                        return len;
-                    }
+                if !last && q + fl + 32 > len {
+                    // A header here, a fill frame or the header confirming either may reach into the
+                    // next piece: the search goes on there, with the bytes a decision needs.
+                    self.want = fl + 32;
+                    self.resume_search = true;
                     return q;
+                }
+                if q + 32 > len {
+                    self.end_garbage_at_segment_end(Self::pos(base, len), sink);
+                    return len;
                 }
                 let b = &region[q..];
                 let candidate =
@@ -356,30 +397,41 @@ impl Framer {
         }
         let mut start = 0usize;
         if !self.carry.is_empty() {
-            let max = self.shape.map_or(64, |s| s.frame_len) * 2 + 64;
-            let take = data.len().min(max);
+            // The carry and the first bytes of this piece, taken together until what was left undecided
+            // at the carry's start is decided (more of the piece each time, as far as a decision waits).
             let mut scratch = std::mem::take(&mut self.scratch);
-            scratch.clear();
-            scratch.extend_from_slice(&self.carry);
-            scratch.extend_from_slice(&data[..take]);
-            let whole = take == data.len();
-            let carry_len = self.carry.len();
-            let carry_pos = self.carry_pos;
-            let used = self.process(&scratch, carry_pos, segment_end && whole, sink);
-            self.carry.clear();
-            if whole {
+            let mut off = 0usize;
+            loop {
+                let look = self.shape.map_or(64, |s| s.frame_len) * 2 + 64;
+                let take = (data.len() - off).min(look.max(self.want + 64));
+                scratch.clear();
+                scratch.extend_from_slice(&self.carry);
+                scratch.extend_from_slice(&data[off..off + take]);
+                let whole = off + take == data.len();
+                let carry_len = self.carry.len();
+                let carry_pos = self.carry_pos;
+                self.want = 0;
+                let used = self.process(&scratch, carry_pos, segment_end && whole, sink);
+                self.carry.clear();
+                if used >= carry_len && !whole {
+                    start = off + used - carry_len;
+                    break;
+                }
                 self.carry.extend_from_slice(&scratch[used..]);
                 self.carry_pos = Self::pos(carry_pos, used);
-                self.scratch = scratch;
-                if segment_end {
-                    self.carry.clear();
+                off += take;
+                if whole {
+                    self.scratch = scratch;
+                    if segment_end {
+                        self.carry.clear();
+                    }
+                    return;
                 }
-                return;
             }
-            start = used.saturating_sub(carry_len);
             self.scratch = scratch;
         }
         let base = Self::pos(pos, start);
+        self.want = 0;
         let used = self.process(&data[start..], base, segment_end, sink);
         if !segment_end {
             self.carry.extend_from_slice(&data[start + used..]);
@@ -396,6 +448,8 @@ impl Framer {
             self.carry = carry;
             self.carry.clear();
         }
+        self.resume_search = false;
+        self.want = 0;
         if let Some(start) = self.garbage {
             let _ = start;
             let end = self.carry_pos;
