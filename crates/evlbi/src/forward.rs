@@ -229,6 +229,9 @@ struct DestShared {
     spec: DestSpec,
     counters: DestCounters,
     capacity: usize,
+    /// What waited to be declared when the stream ended and found no room in the queue: the sender
+    /// declares it after the last frame.
+    final_gaps: Mutex<Option<GapLog>>,
 }
 
 impl DestShared {
@@ -442,10 +445,15 @@ impl ForwardTap {
 }
 
 impl Drop for ForwardTap {
-    /// The end of the stream: what waits to be declared goes out (if the queue has room).
+    /// The end of the stream: what waits to be declared goes out, through the queue if it has room,
+    /// else after the last frame (the sender sends it once the queue is empty).
     fn drop(&mut self) {
         for d in &mut self.dests {
             d.send_notices(true);
+            if d.gaps.pending() {
+                let gaps = std::mem::take(&mut d.gaps);
+                *d.shared.final_gaps.lock().unwrap_or_else(|e| e.into_inner()) = Some(gaps);
+            }
             d.producer.notify();
         }
     }
@@ -545,6 +553,7 @@ impl Forwarder {
                     ..Default::default()
                 },
                 capacity,
+                final_gaps: Mutex::new(None),
                 spec,
             });
             if matches!(link, Link::Udp(_)) {
@@ -680,6 +689,7 @@ impl Sender {
             let n = self.consumer.available();
             if n == 0 {
                 if self.consumer.producer_gone() {
+                    self.send_final_notices();
                     return;
                 }
                 self.consumer.wait(MAX_SLEEP);
@@ -727,6 +737,37 @@ impl Sender {
             match self.link {
                 Link::Udp(_) => self.send_udp(k, skip),
                 Link::Tcp(_) => self.send_tcp(k),
+            }
+        }
+    }
+
+    /// Declares what the stream's end left undeclared (udps), after the last frame.
+    fn send_final_notices(&mut self) {
+        let Link::Udp(sock) = &self.link else { return };
+        let taken = self
+            .shared
+            .final_gaps
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let Some(mut gaps) = taken else { return };
+        let mut buf = vec![0u8; notice::MAX_LEN];
+        while gaps.pending() {
+            let n = gaps.emit(&mut buf, self.frame_slot);
+            let sent = {
+                let mut batch = self.udp.batch();
+                batch.push(&[&buf[..n]]);
+                batch.flush(sock)
+            };
+            match sent {
+                Ok(s) if s.messages == 1 => {
+                    self.shared.counters.notices_sent.fetch_add(1, Relaxed);
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    self.shared.error(&e);
+                    return;
+                }
             }
         }
     }
