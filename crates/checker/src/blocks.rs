@@ -72,7 +72,7 @@ impl BlockCheck {
 }
 
 impl BlockWork for BlockCheck {
-    fn open(&mut self, block: Option<u32>, _pos: Position) {
+    fn open(&mut self, block: Option<u32>) {
         self.open = (self.lane_of)(block)
             .filter(|&l| l < self.seeds.len())
             .map(|lane| BlockRun {
@@ -119,42 +119,40 @@ pub(crate) fn run(
     let (mut unassigned, mut read) = (0u64, 0u64);
     let mut next_progress = 256u64 << 20;
     while let Some(ev) = pipe.next_event() {
-        let p = match ev {
+        let mut p = match ev {
             ReadEvent::Finding(f) => {
                 log.push(f);
                 continue;
             }
             ReadEvent::Piece(p) => p,
         };
-        let mut p = p;
         read += p.payload_len();
         if read >= next_progress {
             progress(read);
             next_progress = read + (256 << 20);
         }
-        let run = p
-            .done
-            .take()
-            .map(|d| {
-                let run = d.work.downcast::<Option<BlockRun>>().ok().and_then(|r| *r);
-                (d.pieces, run)
-            })
-            .unwrap_or_else(|| {
-                // Not worked on (a reader without work): fed as read.
-                let span = PieceSpan {
-                    pos: p.pos,
-                    len: p.data().len(),
-                    segment_start: p.segment_start,
-                    segment_end: p.segment_end,
-                };
-                (vec![span], None)
-            });
         let Some(lane) = lane_of(p.block).filter(|&l| l < lanes.len()) else {
             unassigned += u64::from(p.segment_start);
             continue;
         };
-        lanes[lane].blocks += u64::from(p.segment_start);
-        join(&mut lanes[lane], &run.0, run.1, &files, log);
+        let lane = &mut lanes[lane];
+        lane.blocks += u64::from(p.segment_start);
+        match p.done.take() {
+            Some(d) => {
+                let run = d.work.downcast::<Option<BlockRun>>().ok().and_then(|r| *r);
+                join(lane, &d.pieces, run, &files, log);
+            }
+            None => {
+                // Not worked on by its reader: framed here, as one pass does.
+                lane.fed = true;
+                let mut sink = Sink {
+                    checker: &mut lane.checker,
+                    log: &mut *log,
+                };
+                lane.framer
+                    .push(p.data(), p.pos, p.segment_start, p.segment_end, &mut sink);
+            }
+        }
     }
     (unassigned, read)
 }
@@ -179,13 +177,8 @@ fn join(
         // A block cut short by a read error joins as well: the framer then holds the partial frame the
         // one-pass framer would hold, and the next block (which cannot continue it) is fed again.
         if framed_alike && (!lane.fed || lane.checker.can_absorb(&run.checker)) {
-            if lane.fed {
-                lane.framer.join(run.framer);
-            } else {
-                let garbage = lane.framer.garbage_bytes;
-                lane.framer = run.framer;
-                lane.framer.garbage_bytes += garbage;
-            }
+            // An unfed lane's framer is fresh: joining takes the block's framer whole.
+            lane.framer.join(run.framer);
             lane.checker.absorb(run.checker);
             lane.fed = true;
             for f in run.log {

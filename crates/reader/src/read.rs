@@ -87,8 +87,8 @@ impl Piece {
 /// several files or disks at it at once. It sees every piece of a block (chunk), in order; what it makes
 /// of the block travels with the block through the merge.
 pub trait BlockWork: Send {
-    /// Block (chunk) `block` starts at `pos`.
-    fn open(&mut self, block: Option<u32>, pos: Position);
+    /// Block (chunk) `block` starts.
+    fn open(&mut self, block: Option<u32>);
     /// The next piece of the open block (as [`Piece`]'s fields say).
     fn piece(&mut self, data: &[u8], pos: Position, segment_start: bool, segment_end: bool);
     /// The open block is over (whole, or cut short by a read error): what was made of it.
@@ -248,8 +248,7 @@ impl ReaderCtx {
         if self.work.is_some() {
             return self.work_range(file, path, id, span);
         }
-        let step = (self.pool.size / align.max(1)).max(1) * align.max(1);
-        let step = step.min(self.pool.size);
+        let step = piece_step(self.pool.size, align);
         let mut done = 0u64;
         if len == 0 {
             return self.send(ReadEvent::Piece(Piece {
@@ -268,14 +267,8 @@ impl ReaderCtx {
             let Some(mut buf) = self.pool.get(&self.cancel) else {
                 return false;
             };
-            if let Err(e) = file.read_exact_at(&mut buf[..n], offset + done) {
-                self.finding(Finding::at(
-                    Severity::Error,
-                    FindingKind::Io,
-                    path,
-                    offset + done,
-                    format!("read of {n} bytes failed: {e}"),
-                ));
+            if let Err(f) = read_piece(file, path, &mut buf[..n], offset + done) {
+                self.finding(f);
                 return false;
             }
             let piece = Piece {
@@ -298,9 +291,7 @@ impl ReaderCtx {
         }
         true
     }
-}
 
-impl ReaderCtx {
     /// [`send_range`](Self::send_range) with the work done here: every piece goes to the work as it is
     /// read (into one buffer, reused), then one piece standing for the span (the block) is sent with what
     /// the work made of it. A read error ends the block there (the summary of what was read, then the
@@ -318,27 +309,19 @@ impl ReaderCtx {
             return false;
         };
         let size = self.pool.size;
-        let step = ((size / align.max(1)).max(1) * align.max(1)).min(size);
+        let step = piece_step(size, align);
         let mut buf = self.pool.get(&self.cancel).unwrap_or_default();
         buf.resize(size, 0);
         let start = Position { file: id, offset };
-        work.open(block, start);
+        work.open(block);
         let mut pieces = Vec::new();
         let mut done = 0u64;
         let mut failed = None;
         loop {
             let n = (len - done).min(step as u64) as usize;
-            if n > 0 {
-                if let Err(e) = file.read_exact_at(&mut buf[..n], offset + done) {
-                    failed = Some(Finding::at(
-                        Severity::Error,
-                        FindingKind::Io,
-                        path,
-                        offset + done,
-                        format!("read of {n} bytes failed: {e}"),
-                    ));
-                    break;
-                }
+            if let Err(f) = read_piece(file, path, &mut buf[..n], offset + done) {
+                failed = Some(f);
+                break;
             }
             let piece = PieceSpan {
                 pos: Position {
@@ -385,6 +368,25 @@ impl ReaderCtx {
             None => ok,
         }
     }
+}
+
+/// Bytes of one read of a span: the buffer size rounded down to whole `align` units, at least one unit.
+fn piece_step(size: usize, align: usize) -> usize {
+    let align = align.max(1);
+    ((size / align).max(1) * align).min(size)
+}
+
+/// Reads `buf.len()` bytes of `file` at `offset`; a failure is the finding that says so.
+fn read_piece(file: &File, path: &Path, buf: &mut [u8], offset: u64) -> Result<(), Finding> {
+    file.read_exact_at(buf, offset).map_err(|e| {
+        Finding::at(
+            Severity::Error,
+            FindingKind::Io,
+            path,
+            offset,
+            format!("read of {} bytes failed: {e}", buf.len()),
+        )
+    })
 }
 
 /// Whether `bytes` start with a frame header of the file's packet format and size.
@@ -808,7 +810,7 @@ impl ReadPipeline {
         let cancel = Arc::new(AtomicBool::new(false));
         let mut files = FileTable::default();
         type Job = Box<dyn FnOnce(ReaderCtx) + Send>;
-        let mut jobs: Vec<(String, Job, bool)> = Vec::new();
+        let mut jobs: Vec<(String, Job)> = Vec::new();
         let size = read_size.max(1);
         let (numbered, unit) = match &rec.sources {
             Sources::Mark6(list) => {
@@ -819,7 +821,6 @@ impl ReadPipeline {
                         jobs.push((
                             format!("read {}", id),
                             Box::new(move |ctx| mark6_reader(ctx, path, id, h)),
-                            true,
                         ));
                     }
                 }
@@ -834,25 +835,20 @@ impl ReadPipeline {
                     jobs.push((
                         "read chunks".into(),
                         Box::new(move |ctx| chunk_reader(ctx, chunks)),
-                        true,
                     ));
                 }
                 (true, "chunk")
             }
             Sources::Plain(list, _) => {
                 let list: Vec<_> = list.iter().map(|p| (p.clone(), files.add(p.clone()))).collect();
-                jobs.push((
-                    "read files".into(),
-                    Box::new(move |ctx| plain_reader(ctx, list)),
-                    false,
-                ));
+                jobs.push(("read files".into(), Box::new(move |ctx| plain_reader(ctx, list))));
                 (false, "file")
             }
         };
         let files = Arc::new(files);
         let mut heads = Vec::new();
         let mut threads = Vec::new();
-        for (name, body, numbered) in jobs {
+        for (name, body) in jobs {
             let work = make.filter(|_| numbered).map(|m| m(&files));
             // A reader that works on its blocks sends a small summary per block: it may run this far
             // ahead of the merge, so that one file's slower reads do not hold the other readers back.
