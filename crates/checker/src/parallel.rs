@@ -339,84 +339,51 @@ mod tests {
     use super::*;
     use crate::engine::EngineReport;
     use proptest::prelude::*;
+    use vlbiflow_testkit::damage::{self, Item, Op};
     use vlbiflow_testkit::vdif::Frame;
 
     const LEN: usize = 96;
     const RATE: u32 = 50;
 
-    /// What the generator emits for one thread.
-    #[derive(Debug, Clone)]
-    enum Op {
-        Next,
-        Gap(u64),
-        Back(u64),
-        Fill,
-        HeaderChange,
-        Invalid,
-        Garbage(usize),
+    /// This test's frames: `LEN` bytes at `RATE` frames a second; fill frames are the fill pattern
+    /// throughout, header included.
+    struct Frames;
+    impl damage::Frames for Frames {
+        fn frame(&self, thread: u16, i: u64, alt: bool, invalid: bool) -> Vec<u8> {
+            Frame::new(LEN)
+                .seconds(5_227_200)
+                .epoch(48)
+                .at(i, RATE)
+                .version(1)
+                .thread(thread)
+                .station(b"Xx")
+                .channels_log2(if alt { 2 } else { 0 })
+                .invalid(invalid)
+                .build_with(|k| (i as usize * 7 + k) as u8)
+        }
+        fn fill(&self, _thread: u16, _next: u64) -> Vec<u8> {
+            0x1122_3344u32.to_le_bytes().repeat(LEN / 4)
+        }
     }
 
     fn op() -> impl Strategy<Value = (u16, Op)> {
-        let kind = prop_oneof![
-            20 => Just(Op::Next),
-            3 => (1u64..130).prop_map(Op::Gap),
-            2 => (0u64..80).prop_map(Op::Back),
-            2 => Just(Op::Fill),
-            1 => Just(Op::HeaderChange),
-            1 => Just(Op::Invalid),
-            1 => (1usize..200).prop_map(Op::Garbage),
-        ];
-        (0u16..3, kind)
+        damage::op(200)
     }
 
-    /// One frame of `thread` at index `i` (`RATE` frames a second).
-    fn frame(thread: u16, i: u64, alt: bool, invalid: bool) -> Vec<u8> {
-        Frame::new(LEN)
-            .seconds(5_227_200)
-            .epoch(48)
-            .at(i, RATE)
-            .version(1)
-            .thread(thread)
-            .station(b"Xx")
-            .channels_log2(if alt { 2 } else { 0 })
-            .invalid(invalid)
-            .build_with(|k| (i as usize * 7 + k) as u8)
+    fn build(threads: u16, ops: &[(u16, Op)]) -> Vec<Item> {
+        damage::build(threads, ops, &Frames)
     }
 
-    fn fill_frame() -> Vec<u8> {
-        0x1122_3344u32.to_le_bytes().repeat(LEN / 4)
-    }
-
-    /// A stream from the ops: items are frames (`Ok`) or garbage (`Err`) the engine-level test skips.
-    fn build(threads: u16, ops: &[(u16, Op)]) -> Vec<Result<Vec<u8>, Vec<u8>>> {
-        let mut next = [0u64; 3];
-        let mut alt = [false; 3];
-        let mut out = Vec::new();
-        for (t, o) in ops {
-            let t = *t % threads;
-            let ti = usize::from(t);
-            let mut emit = |i: u64, invalid: bool, alt: bool| out.push(Ok(frame(t, i, alt, invalid)));
-            match o {
-                Op::Next => {
-                    emit(next[ti], false, alt[ti]);
-                    next[ti] += 1;
-                }
-                Op::Gap(k) => {
-                    next[ti] += k;
-                    emit(next[ti], false, alt[ti]);
-                    next[ti] += 1;
-                }
-                Op::Back(k) => emit(next[ti].saturating_sub(*k + 1), false, alt[ti]),
-                Op::Fill => out.push(Ok(fill_frame())),
-                Op::HeaderChange => alt[ti] = !alt[ti],
-                Op::Invalid => {
-                    emit(next[ti], true, alt[ti]);
-                    next[ti] += 1;
-                }
-                Op::Garbage(n) => out.push(Err((0..*n).map(|k| (k * 37 + 5) as u8).collect())),
-            }
-        }
-        out
+    /// The frames and fill of a stream (what the engine-level tests feed; garbage is skipped).
+    fn frames_of(items: &[Item]) -> Vec<(usize, &Vec<u8>)> {
+        items
+            .iter()
+            .filter_map(|x| match x {
+                Item::Frame(f) | Item::Fill(f) => Some(f),
+                Item::Garbage(_) => None,
+            })
+            .enumerate()
+            .collect()
     }
 
     fn config(rate: u8) -> CheckConfig {
@@ -498,8 +465,7 @@ mod tests {
             rate in 0u8..4,
         ) {
             let items = build(threads, &ops);
-            let frames: Vec<&Vec<u8>> = items.iter().filter_map(|x| x.as_ref().ok()).collect();
-            let frames: Vec<(usize, &Vec<u8>)> = frames.into_iter().enumerate().collect();
+            let frames = frames_of(&items);
             let (one, split, _) = one_pass_and_split(&frames, &cuts, rate);
             prop_assert_eq!(one, split);
         }
@@ -509,7 +475,8 @@ mod tests {
     fn continuous_ranges_join_without_reading_again() {
         let ops: Vec<(u16, Op)> = (0..3000).map(|i| ((i % 2) as u16, Op::Next)).collect();
         let items = build(2, &ops);
-        let frames: Vec<(usize, &Vec<u8>)> = items.iter().map(|x| x.as_ref().unwrap()).enumerate().collect();
+        let frames = frames_of(&items);
+        assert_eq!(frames.len(), items.len());
         // Cuts inside seconds and on second boundaries, with a gap across one.
         for rate in 0..4 {
             let (one, split, absorbed) = one_pass_and_split(&frames, &[777, 1000, 1001, 2345], rate);
@@ -518,13 +485,8 @@ mod tests {
         }
     }
 
-    fn write_stream(items: &[Result<Vec<u8>, Vec<u8>>], dir: &std::path::Path, parts: usize) -> Vec<String> {
-        let bytes: Vec<u8> = items
-            .iter()
-            .flat_map(|x| match x {
-                Ok(f) | Err(f) => f.clone(),
-            })
-            .collect();
+    fn write_stream(items: &[Item], dir: &std::path::Path, parts: usize) -> Vec<String> {
+        let bytes: Vec<u8> = items.iter().flat_map(|x| x.bytes().iter().copied()).collect();
         let per = bytes.len().div_ceil(parts.max(1)).max(1);
         if bytes.is_empty() {
             // A stream of no bytes (only header changes) is still one file to check.

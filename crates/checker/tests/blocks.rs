@@ -9,31 +9,8 @@ use proptest::prelude::*;
 use vlbiflow_checker::engine::CheckConfig;
 use vlbiflow_checker::report::check;
 use vlbiflow_reader::locate;
+use vlbiflow_testkit::damage;
 use vlbiflow_testkit::vdif::Frame;
-
-#[derive(Debug, Clone)]
-enum Op {
-    Next,
-    Gap(u64),
-    Back(u64),
-    Fill,
-    HeaderChange,
-    Invalid,
-    Garbage(usize),
-}
-
-fn op() -> impl Strategy<Value = (u16, Op)> {
-    let kind = prop_oneof![
-        24 => Just(Op::Next),
-        2 => (1u64..130).prop_map(Op::Gap),
-        1 => (0u64..80).prop_map(Op::Back),
-        1 => Just(Op::Fill),
-        1 => Just(Op::HeaderChange),
-        1 => Just(Op::Invalid),
-        1 => (1usize..1500).prop_map(Op::Garbage),
-    ];
-    (0u16..3, kind)
-}
 
 /// What happens to a block's number or header.
 #[derive(Debug, Clone, Copy)]
@@ -56,48 +33,33 @@ fn fault() -> impl Strategy<Value = BlockFault> {
     ]
 }
 
-fn vdif(thread: u16, i: u64, alt: bool, invalid: bool) -> Vec<u8> {
-    Frame::new(FRAME_LEN)
-        .seconds(SECOND0)
-        .epoch(EPOCH)
-        .at(i, RATE)
-        .version(1)
-        .thread(thread)
-        .station(b"Xx")
-        .channels_log2(if alt { 2 } else { 0 })
-        .invalid(invalid)
-        .build_with(|k| (i as usize * 7 + k) as u8)
+/// This test's frames: the shared test frames of `common`, fill frames with a header and the fill
+/// pattern as payload.
+struct Frames;
+impl damage::Frames for Frames {
+    fn frame(&self, thread: u16, i: u64, alt: bool, invalid: bool) -> Vec<u8> {
+        Frame::new(FRAME_LEN)
+            .seconds(SECOND0)
+            .epoch(EPOCH)
+            .at(i, RATE)
+            .version(1)
+            .thread(thread)
+            .station(b"Xx")
+            .channels_log2(if alt { 2 } else { 0 })
+            .invalid(invalid)
+            .build_with(|k| (i as usize * 7 + k) as u8)
+    }
+    fn fill(&self, thread: u16, next: u64) -> Vec<u8> {
+        fill_frame(thread, next)
+    }
 }
 
-/// The stream's items in order: frames and garbage runs (bytes).
-fn build(threads: u16, ops: &[(u16, Op)]) -> Vec<Vec<u8>> {
-    let mut next = [0u64; 3];
-    let mut alt = [false; 3];
-    let mut out = Vec::new();
-    for (t, o) in ops {
-        let t = *t % threads;
-        let ti = usize::from(t);
-        match o {
-            Op::Next => {
-                out.push(vdif(t, next[ti], alt[ti], false));
-                next[ti] += 1;
-            }
-            Op::Gap(k) => {
-                next[ti] += k;
-                out.push(vdif(t, next[ti], alt[ti], false));
-                next[ti] += 1;
-            }
-            Op::Back(k) => out.push(vdif(t, next[ti].saturating_sub(*k + 1), alt[ti], false)),
-            Op::Fill => out.push(fill_frame(t, next[ti])),
-            Op::HeaderChange => alt[ti] = !alt[ti],
-            Op::Invalid => {
-                out.push(vdif(t, next[ti], alt[ti], true));
-                next[ti] += 1;
-            }
-            Op::Garbage(n) => out.push((0..*n).map(|k| (k * 37 + 5) as u8).collect()),
-        }
-    }
-    out
+/// The stream's items in order as bytes: frames, fill and garbage runs.
+fn build(threads: u16, ops: &[(u16, damage::Op)]) -> Vec<Vec<u8>> {
+    damage::build(threads, ops, &Frames)
+        .into_iter()
+        .map(|x| x.bytes().to_vec())
+        .collect()
 }
 
 /// Writes the items as a Mark6 scan of `version` over `disks` disks: blocks of `sizes[k]` items (cycled),
@@ -177,7 +139,7 @@ proptest! {
     #[test]
     fn blocks_checked_on_threads_equal_one_pass(
         threads in 1u16..4,
-        ops in proptest::collection::vec(op(), 1..600),
+        ops in proptest::collection::vec(damage::op(1500), 1..600),
         version in 1i32..3,
         disks in 1usize..5,
         sizes in proptest::collection::vec(1usize..40, 1..6),
@@ -207,4 +169,27 @@ fn a_clean_scan_on_threads_is_the_one_pass_scan() {
     let v: serde_json::Value = serde_json::from_str(&one).unwrap();
     assert_eq!(v["frames"], 10_000);
     assert_eq!(v["verdict"], "ok");
+}
+
+/// A case the property above once found (kept as a test: its seed no longer draws it): ten frames in
+/// blocks of two over disks 2 and 0 of three, so that disk 1 holds no block. Version 1 blocks have no
+/// size of their own, so blocks shorter than the file header's block size read as damage there; the
+/// reports must still agree.
+#[test]
+fn a_disk_without_blocks_is_the_one_pass_scan() {
+    let ops = vec![(0, damage::Op::Next); 10];
+    let items = build(1, &ops);
+    for version in [1, 2] {
+        let dir = tempfile::tempdir().unwrap();
+        let faults = [BlockFault::None; 2];
+        let disks = write_scan(dir.path(), &items, version, 3, &[2], &[2, 0], &faults, 0);
+        let one = report(&disks, 1);
+        assert_eq!(one, report(&disks, 2), "version {version}");
+        assert_eq!(one, report(&disks, 3), "version {version}");
+        if version == 2 {
+            let v: serde_json::Value = serde_json::from_str(&one).unwrap();
+            assert_eq!(v["frames"], 10, "{one}");
+            assert_eq!(v["verdict"], "ok", "{one}");
+        }
+    }
 }

@@ -5,8 +5,10 @@
 //!   <https://vlbi.org/vlbi-standards/vdif/>). It deliberately does not use `vlbiflow-formats`, so that a
 //!   test of the project's own header code compares it with an independent writer.
 //! - [`net`]: free loopback ports and receiving sockets.
+//! - [`damage`]: random damaged VDIF streams for property tests (proptest strategies).
 //!
 //! Only tests depend on this crate (as a dev-dependency); it is never published.
 
+pub mod damage;
 pub mod net;
 pub mod vdif;
