@@ -20,6 +20,13 @@
 #   gso            1 stream, gen --gso 7, GRO on in both receivers
 #   gso-nogro      1 stream, gen --gso 7, GRO off in both receivers (sink without --gro, record --no-gro)
 #   gso-50         50 streams, gen --gso 7, GRO on: 50 sink processes against one record capture thread
+#   threads-1      4 streams, gen --gso 7, GRO on: 4 sink processes against record --capture-threads 1
+#   threads-2      the same against record --capture-threads 2
+#   threads-4      the same against record --capture-threads 4
+# The threads-* rows (ladder LADDER_THREADS, total Gb/s over the 4 streams, default "20 30 40") pin only gen, so
+# that the receivers' threads and processes may use every CPU gen leaves; they also print the busiest capture
+# thread's CPU time as a share of the run (1.00: a core of its own all the time), the figure that says how far
+# one more core would carry each thread.
 # 8224-byte VDIF frames with an 8-byte PSN. The machine is shared: read the ratios, within one run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +38,7 @@ ROWS=${ROWS:-sendmmsg gso gso-nogro gso-50}
 LADDER_SENDMMSG=${LADDER_SENDMMSG:-10 15 20}
 LADDER_GSO=${LADDER_GSO:-15 20 25 30 35 40}
 STREAMS50_LADDER=${STREAMS50_LADDER:-5 10 15}
+LADDER_THREADS=${LADDER_THREADS:-20 30 40}
 PIN=${PIN:-$([ "$(nproc)" -ge 2 ] && echo 1 || echo 0)}
 PIN_GEN=() PIN_RX=()
 [ "$PIN" = 1 ] && PIN_GEN=(taskset -c 0) PIN_RX=(taskset -c 1)
@@ -68,10 +76,23 @@ capture_ticks() {
   echo $t
 }
 
-# run_point ROW RECEIVER GBPS STREAMS GSO GRO: one run; appends "row rate receiver sent_gbps sent lost".
+# capture_each: "TID TICKS" per capture thread of the recorder so far
+capture_each() {
+  local task
+  [ -n "$REC" ] || return 0
+  for task in /proc/"$REC"/task/*; do
+    case $(cat "$task/comm" 2>/dev/null) in
+      vf-capture*) echo "${task##*/} $(awk '{print $14 + $15}' "$task/stat" 2>/dev/null || echo 0)" ;;
+    esac
+  done
+}
+
+# run_point ROW RECEIVER GBPS STREAMS GSO GRO THREADS PIN_RX: one run; appends "row rate receiver sent_gbps
+# sent lost cpu capture busiest".
 run_point() {
-  local row=$1 who=$2 gbps=$3 n=$4 gso=$5 gro=$6 i dests=() streams=() per rec_gro=() sink_gro=()
-  local d=$SCRATCH/run
+  local row=$1 who=$2 gbps=$3 n=$4 gso=$5 gro=$6 threads=$7 pin_rx=$8 i dests=() streams=() per rec_gro=() sink_gro=()
+  local d=$SCRATCH/run rx=()
+  [ "$pin_rx" = 1 ] && rx=("${PIN_RX[@]}")
   rm -rf "$d"; mkdir -p "$d"
   PORT=$((PORT + n)); [ $PORT -gt 60000 ] && PORT=47100
   for i in $(seq 0 $((n - 1))); do
@@ -82,13 +103,13 @@ run_point() {
   if [ "$who" = sink ]; then
     SINKS=
     for i in $(seq 0 $((n - 1))); do
-      "${PIN_RX[@]}" "$BIN_SINK" sink --listen "127.0.0.1:$((PORT + i))" --psn "${sink_gro[@]}" --idle-timeout 0 \
+      "${rx[@]}" "$BIN_SINK" sink --listen "127.0.0.1:$((PORT + i))" --psn "${sink_gro[@]}" --idle-timeout 0 \
         --json >"$d/sink$i.json" 2>/dev/null &
       SINKS="$SINKS $!"
     done
     sleep 0.5
   else
-    "${PIN_RX[@]}" "$BIN" record "${streams[@]}" --discard "${rec_gro[@]}" --json >"$d/record.json" 2>"$d/record.log" &
+    "${rx[@]}" "$BIN" record "${streams[@]}" --capture-threads "$threads" --discard "${rec_gro[@]}" --json >"$d/record.json" 2>"$d/record.log" &
     REC=$!
     need_line "$d/record.log" 'ready: receiving' 200
   fi
@@ -96,6 +117,7 @@ run_point() {
   local ticks0 cap0
   ticks0=$(rx_ticks)
   cap0=$(capture_ticks)
+  capture_each >"$d/each0"
   local g=()
   [ "$gso" = 0 ] || g=(--gso "$gso")
   "${PIN_GEN[@]}" "$BIN" gen "${dests[@]}" --rate "$per" --duration "$SECS" --psn --frame-size 8224 "${g[@]}" --quiet \
@@ -103,6 +125,10 @@ run_point() {
   sleep 0.5
   # the receiver's CPU time while gen sent (its start-up, the block pool's first touch, is not in it)
   local ticks=$(($(rx_ticks) - ticks0)) cap=$(($(capture_ticks) - cap0))
+  capture_each >"$d/each1"
+  # the busiest capture thread's CPU ticks while gen sent
+  local busiest
+  busiest=$(awk 'NR == FNR { t0[$1] = $2; next } { d = $2 - t0[$1]; if (d > m) m = d } END { print m + 0 }' "$d/each0" "$d/each1")
   if [ "$who" = sink ]; then
     for i in $SINKS; do kill -INT "$i" 2>/dev/null || true; wait "$i" 2>/dev/null || true; done
     SINKS=
@@ -111,9 +137,9 @@ run_point() {
     wait "$REC" 2>/dev/null || true
     REC=
   fi
-  python3 - "$d" "$who" "$row" "$gbps" "$ticks" "$TICK" "$cap" >>"$RESULTS" <<'PY'
+  python3 - "$d" "$who" "$row" "$gbps" "$ticks" "$TICK" "$cap" "$busiest" "$SECS" >>"$RESULTS" <<'PY'
 import glob, json, sys
-d, who, row, gbps, ticks, tick, cap = sys.argv[1:]
+d, who, row, gbps, ticks, tick, cap, busiest, secs = sys.argv[1:]
 gen = json.load(open(f"{d}/gen.json"))
 sent = gen["frames"]
 if who == "sink":
@@ -129,26 +155,28 @@ else:
 gb = got * 8224 / 1e9
 cpu_per_gb = int(ticks) / int(tick) / gb if got else 0
 cap_per_gb = int(cap) / int(tick) / gb if got else 0
-print(row, gbps, who, f"{gen['achieved_bps'] / 1e9:.2f}", sent, max(sent - got, 0), f"{cpu_per_gb:.4f}", f"{cap_per_gb:.4f}", sep="\t")
+print(row, gbps, who, f"{gen['achieved_bps'] / 1e9:.2f}", sent, max(sent - got, 0), f"{cpu_per_gb:.4f}", f"{cap_per_gb:.4f}",
+      f"{int(busiest) / int(tick) / float(secs):.3f}", sep="\t")
 PY
 }
 
-row_params() {  # ROW -> "STREAMS GSO GRO LADDER"
+row_params() {  # ROW -> "STREAMS GSO GRO CAPTURE_THREADS PIN_RX LADDER"
   case $1 in
-    sendmmsg) echo "1 0 on $LADDER_SENDMMSG" ;;
-    gso) echo "1 7 on $LADDER_GSO" ;;
-    gso-nogro) echo "1 7 off $LADDER_GSO" ;;
-    gso-50) echo "50 7 on $STREAMS50_LADDER" ;;
+    sendmmsg) echo "1 0 on 1 $PIN $LADDER_SENDMMSG" ;;
+    gso) echo "1 7 on 1 $PIN $LADDER_GSO" ;;
+    gso-nogro) echo "1 7 off 1 $PIN $LADDER_GSO" ;;
+    gso-50) echo "50 7 on 1 $PIN $STREAMS50_LADDER" ;;
+    threads-1 | threads-2 | threads-4) echo "4 7 on ${1#threads-} 0 $LADDER_THREADS" ;;
     *) echo "bench: unknown row $1" >&2; exit 2 ;;
   esac
 }
 
 for row in $ROWS; do
-  read -r n gso gro ladder <<<"$(row_params "$row")"
+  read -r n gso gro threads pin_rx ladder <<<"$(row_params "$row")"
   for gbps in $ladder; do
     for _ in $(seq "$REPS"); do
-      run_point "$row" sink "$gbps" "$n" "$gso" "$gro"
-      run_point "$row" record "$gbps" "$n" "$gso" "$gro"
+      run_point "$row" sink "$gbps" "$n" "$gso" "$gro" "$threads" "$pin_rx"
+      run_point "$row" record "$gbps" "$n" "$gso" "$gro" "$threads" "$pin_rx"
     done
     echo "# $row $gbps Gb/s done, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
   done
@@ -161,18 +189,18 @@ path, secs, reps, machine, out, pin = sys.argv[1:]
 runs = defaultdict(list)
 order = []
 for line in open(path):
-    row, gbps, who, sent_gbps, sent, lost, cpu, cap = line.split("\t")
+    row, gbps, who, sent_gbps, sent, lost, cpu, cap, busy = line.split("\t")
     key = (row, float(gbps))
     if key not in order:
         order.append(key)
-    runs[key + (who,)].append((float(sent_gbps), int(sent), int(lost), float(cpu), float(cap)))
+    runs[key + (who,)].append((float(sent_gbps), int(sent), int(lost), float(cpu), float(cap), float(busy)))
 med = statistics.median
 L = [f"- {machine} (at the end of the run)",
      f"- `bench/capture-ceiling.sh`: {secs} s per run, median of {reps} runs per point, sink and record alternating"
-     + (", gen pinned to CPU 0 and the receiver to CPU 1" if pin == "1" else ""),
+     + (", gen pinned to CPU 0 and the receiver to CPU 1 (threads-* rows: gen only)" if pin == "1" else ""),
      "",
-     "| row | rate asked Gb/s | sink: sent Gb/s | sink: lost | sink: CPU s/GB | record: sent Gb/s | record: lost (%) | record: CPU s/GB (capture threads) |",
-     "|---|---|---|---|---|---|---|---|"]
+     "| row | rate asked Gb/s | sink: sent Gb/s | sink: lost | sink: CPU s/GB | record: sent Gb/s | record: lost (%) | record: CPU s/GB (capture threads) | record: busiest capture thread |",
+     "|---|---|---|---|---|---|---|---|---|"]
 best = defaultdict(float)
 cpu = defaultdict(list)
 for row, g in order:
@@ -184,14 +212,15 @@ for row, g in order:
         frac = med(x[2] / x[1] if x[1] else 0 for x in r)
         c = med(x[3] for x in r)
         cc = med(x[4] for x in r)
-        cells.append((sent_gbps, lost, frac, c, cc))
+        busy = med(x[5] for x in r)
+        cells.append((sent_gbps, lost, frac, c, cc, busy))
         cpu[(row, who)].append(c)
         cpu[(row, who + "-capture")].append(cc)
         if lost == 0:
             # The rate asked when gen reached it (sender noise is not the receiver's), else what gen sent.
             best[(row, who)] = max(best[(row, who)], g if sent_gbps >= 0.95 * g else sent_gbps)
-    (ss, sl, _, sc, _), (rs, rl, rf, rc, rcc) = cells
-    L.append(f"| {row} | {g:g} | {ss:.1f} | {sl:,.0f} | {sc:.3f} | {rs:.1f} | {rl:,.0f} ({100 * rf:.1f}) | {rc:.3f} ({rcc:.3f}) |")
+    (ss, sl, _, sc, _, _), (rs, rl, rf, rc, rcc, rb) = cells
+    L.append(f"| {row} | {g:g} | {ss:.1f} | {sl:,.0f} | {sc:.3f} | {rs:.1f} | {rl:,.0f} ({100 * rf:.1f}) | {rc:.3f} ({rcc:.3f}) | {rb:.2f} |")
 L += ["", "| row | sink loss-free Gb/s | record loss-free Gb/s | record / sink | CPU s/GB sink / record (median over the ladder) | record's capture threads s/GB |",
       "|---|---|---|---|---|---|"]
 for row in dict.fromkeys(r for r, _ in order):
@@ -200,7 +229,7 @@ for row in dict.fromkeys(r for r, _ in order):
     cc = med(cpu[(row, "record-capture")])
     L.append(f"| {row} | {s:.1f} | {r:.1f} | {r / s if s else float('nan'):.2f} | {cs:.3f} / {cr:.3f} = {cs / cr if cr else float('nan'):.2f} | {cc:.3f} |")
 L.append("")
-L.append("Loss-free: the highest point of the ladder whose median run lost no frame (0.0: none): its asked rate when gen reached 95% of it, else the median rate gen achieved there. CPU s/GB: the receiver process's user + system time per GB received (with 50 streams, the 50 sink processes together); the kernel's work on loopback delivery runs largely in the sender's context and is not in it. In brackets and in the last column, the recorder's capture threads alone: the rest is its block pool growing at the start (at nice 19) and the thread that returns discarded blocks.")
+L.append("Loss-free: the highest point of the ladder whose median run lost no frame (0.0: none): its asked rate when gen reached 95% of it, else the median rate gen achieved there. CPU s/GB: the receiver process's user + system time per GB received (with 50 streams, the 50 sink processes together); the kernel's work on loopback delivery runs largely in the sender's context and is not in it. In brackets and in the last column, the recorder's capture threads alone: the rest is its block pool growing at the start (at nice 19) and the thread that returns discarded blocks. Busiest capture thread: its CPU time while gen sent as a share of the run's seconds.")
 text = "\n".join(L)
 print(text)
 if out:
