@@ -12,7 +12,12 @@
 # names below), LADDER_SENDMMSG (Gb/s, default "10 15 20"), LADDER_GSO ("15 20 25 30 35 40"), STREAMS50_LADDER
 # (total Gb/s over 50 streams, default "5 10 15"), BIN (the binary; default: this checkout's release
 # build), BIN_SINK (default BIN), PIN (default 1 on a machine of 2 or more CPUs: gen on CPU 0, the receiver on
-# CPU 1, so that a receiver that spends more CPU does not slow the sender it is measured against; 0: no pinning).
+# CPU 1, so that a receiver that spends more CPU does not slow the sender it is measured against; 0: no pinning),
+# RECORD_ARGS (more arguments for record, e.g. "--block-size 1MB"), BUDGET (percent of one core, 10 to 100, that
+# the receiver may use, all its threads or all the sinks together: a cpu cgroup with a 10 ms period, cgroup v2 or
+# v1; root only). Without a budget a receiver pinned to a core of its own is rarely the limit on this 2-core
+# machine: neither receiver loses a frame, and the loss-free rate is what gen sends beside it. Under a budget
+# smaller than what either receiver needs the loss-free rates are the receivers' own ceilings.
 # Each run also reads the receiver's CPU time (user + system, /proc/PID/stat) and prints it per GB received:
 # what the receiver would need of a core of its own, the figure that matters when the sender is another host.
 # Rows:
@@ -47,6 +52,24 @@ bench_build
 BIN_SINK=${BIN_SINK:-$BIN}
 raise_socket_buffers
 SCRATCH=$(mktemp -d /var/tmp/capture-ceiling-XXXXXX)
+BUDGET=${BUDGET:-}
+CG=
+if [ -n "$BUDGET" ]; then
+  [ "$BUDGET" -ge 10 ] && [ "$BUDGET" -le 100 ] || { echo "bench: BUDGET is a percent of one core, 10 to 100" >&2; exit 2; }
+  if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+    CG=/sys/fs/cgroup/vlbiflow-bench
+    echo +cpu >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null || true
+    mkdir -p "$CG"
+    echo "$((BUDGET * 100)) 10000" >"$CG/cpu.max"
+  else
+    CG=/sys/fs/cgroup/cpu/vlbiflow-bench
+    mkdir -p "$CG"
+    echo 10000 >"$CG/cpu.cfs_period_us"
+    echo $((BUDGET * 100)) >"$CG/cpu.cfs_quota_us"
+  fi
+fi
+# in_budget PID: the process (every thread it has and will start) into the budget's cgroup, if any
+in_budget() { [ -z "$CG" ] || echo "$1" >"$CG/cgroup.procs"; }
 REC=
 SINKS=
 on_exit_kill REC SINKS
@@ -106,11 +129,13 @@ run_point() {
       "${rx[@]}" "$BIN_SINK" sink --listen "127.0.0.1:$((PORT + i))" --psn "${sink_gro[@]}" --idle-timeout 0 \
         --json >"$d/sink$i.json" 2>/dev/null &
       SINKS="$SINKS $!"
+      in_budget $!
     done
     sleep 0.5
   else
-    "${rx[@]}" "$BIN" record "${streams[@]}" --capture-threads "$threads" --discard "${rec_gro[@]}" --json >"$d/record.json" 2>"$d/record.log" &
+    "${rx[@]}" "$BIN" record "${streams[@]}" --capture-threads "$threads" --discard ${RECORD_ARGS:-} "${rec_gro[@]}" --json >"$d/record.json" 2>"$d/record.log" &
     REC=$!
+    in_budget "$REC"
     need_line "$d/record.log" 'ready: receiving' 200
   fi
   per=$(python3 -c "print(f'{$gbps / $n:.6f}Gbps')")
@@ -182,10 +207,10 @@ for row in $ROWS; do
   done
 done
 
-python3 - "$RESULTS" "$SECS" "$REPS" "$(machine_line)" "$OUT" "$PIN" <<'PY'
+python3 - "$RESULTS" "$SECS" "$REPS" "$(machine_line)" "$OUT" "$PIN" "$BUDGET" <<'PY'
 import statistics, sys
 from collections import defaultdict
-path, secs, reps, machine, out, pin = sys.argv[1:]
+path, secs, reps, machine, out, pin, budget = sys.argv[1:]
 runs = defaultdict(list)
 order = []
 for line in open(path):
@@ -197,7 +222,8 @@ for line in open(path):
 med = statistics.median
 L = [f"- {machine} (at the end of the run)",
      f"- `bench/capture-ceiling.sh`: {secs} s per run, median of {reps} runs per point, sink and record alternating"
-     + (", gen pinned to CPU 0 and the receiver to CPU 1 (threads-* rows: gen only)" if pin == "1" else ""),
+     + (", gen pinned to CPU 0 and the receiver to CPU 1 (threads-* rows: gen only)" if pin == "1" else "")
+     + (f", the receiver limited to {budget}% of one core (cpu cgroup, 10 ms period)" if budget else ""),
      "",
      "| row | rate asked Gb/s | sink: sent Gb/s | sink: lost | sink: CPU s/GB | record: sent Gb/s | record: lost (%) | record: CPU s/GB (capture threads) | record: busiest capture thread |",
      "|---|---|---|---|---|---|---|---|---|"]
