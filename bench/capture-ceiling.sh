@@ -261,3 +261,5 @@ print(text)
 if out:
     open(out, "w").write(text + "\n")
 PY
+# the budget's cgroup, empty again (left behind only if the run was cut short; a later run reuses it)
+[ -z "$CG" ] || rmdir "$CG" 2>/dev/null || true
