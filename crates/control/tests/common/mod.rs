@@ -91,11 +91,21 @@ impl Ctl {
     }
 }
 
-/// Sends `count` PSN-prefixed VDIF frames of thread 0, `RATE` frames per second starting at the current
-/// wall-clock second, to `dest`.
+/// The second frame 0 of every [`send_frames`] stream is stamped with (frame `n` is `n / RATE` seconds
+/// later): one base for the whole test process, taken from the clock once, so that frames sent by several
+/// calls continue one time line wherever the clock's second turns between the calls.
+fn time_base() -> VdifTime {
+    static BASE: std::sync::OnceLock<VdifTime> = std::sync::OnceLock::new();
+    *BASE.get_or_init(|| {
+        VdifTime::from_unix_second(vlbiflow_formats::time::UtcTime::now().unix_seconds).unwrap()
+    })
+}
+
+/// Sends `count` PSN-prefixed VDIF frames of thread 0 to `dest`: frame `first_psn + i` is stamped `RATE`
+/// frames a second after [`time_base`], so a stream sent in several calls has one time line.
 pub fn send_frames(dest: SocketAddr, first_psn: u64, count: u64) {
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let start = VdifTime::from_unix_second(vlbiflow_formats::time::UtcTime::now().unix_seconds).unwrap();
+    let start = time_base();
     let mut dgram = vec![0u8; 8 + FRAME];
     for i in 0..count {
         let n = first_psn + i;
