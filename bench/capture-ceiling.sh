@@ -56,16 +56,17 @@ BUDGET=${BUDGET:-}
 CG=
 if [ -n "$BUDGET" ]; then
   [ "$BUDGET" -ge 10 ] && [ "$BUDGET" -le 100 ] || { echo "bench: BUDGET is a percent of one core, 10 to 100" >&2; exit 2; }
+  budget_fail() { echo "bench: BUDGET needs a cpu cgroup this user may create ($1)" >&2; exit 2; }
   if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
     CG=/sys/fs/cgroup/vlbiflow-bench
     echo +cpu >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null || true
-    mkdir -p "$CG"
-    echo "$((BUDGET * 100)) 10000" >"$CG/cpu.max"
+    mkdir -p "$CG" 2>/dev/null || budget_fail "cannot create $CG"
+    echo "$((BUDGET * 100)) 10000" 2>/dev/null >"$CG/cpu.max" || budget_fail "no cpu controller in $CG"
   else
     CG=/sys/fs/cgroup/cpu/vlbiflow-bench
-    mkdir -p "$CG"
-    echo 10000 >"$CG/cpu.cfs_period_us"
-    echo $((BUDGET * 100)) >"$CG/cpu.cfs_quota_us"
+    mkdir -p "$CG" 2>/dev/null || budget_fail "cannot create $CG"
+    { echo 10000 >"$CG/cpu.cfs_period_us" && echo $((BUDGET * 100)) >"$CG/cpu.cfs_quota_us"; } 2>/dev/null ||
+      budget_fail "cannot set the quota of $CG"
   fi
 fi
 # in_budget PID: the process (every thread it has and will start) into the budget's cgroup, if any

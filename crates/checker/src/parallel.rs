@@ -340,38 +340,24 @@ mod tests {
     use crate::engine::EngineReport;
     use proptest::prelude::*;
     use vlbiflow_testkit::damage::{self, Item, Op};
-    use vlbiflow_testkit::vdif::Frame;
 
     const LEN: usize = 96;
     const RATE: u32 = 50;
 
     /// This test's frames: `LEN` bytes at `RATE` frames a second; fill frames are the fill pattern
     /// throughout, header included.
-    struct Frames;
-    impl damage::Frames for Frames {
-        fn frame(&self, thread: u16, i: u64, alt: bool, invalid: bool) -> Vec<u8> {
-            Frame::new(LEN)
-                .seconds(5_227_200)
-                .epoch(48)
-                .at(i, RATE)
-                .version(1)
-                .thread(thread)
-                .station(b"Xx")
-                .channels_log2(if alt { 2 } else { 0 })
-                .invalid(invalid)
-                .build_with(|k| (i as usize * 7 + k) as u8)
-        }
-        fn fill(&self, _thread: u16, _next: u64) -> Vec<u8> {
-            0x1122_3344u32.to_le_bytes().repeat(LEN / 4)
-        }
-    }
+    const FRAMES: damage::VdifFrames = damage::VdifFrames {
+        len: LEN,
+        rate: RATE,
+        fill: damage::FillStyle::Bare,
+    };
 
     fn op() -> impl Strategy<Value = (u16, Op)> {
         damage::op(200)
     }
 
     fn build(threads: u16, ops: &[(u16, Op)]) -> Vec<Item> {
-        damage::build(threads, ops, &Frames)
+        damage::build(threads, ops, &FRAMES)
     }
 
     /// The frames and fill of a stream (what the engine-level tests feed; garbage is skipped).

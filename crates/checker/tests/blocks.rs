@@ -10,7 +10,6 @@ use vlbiflow_checker::engine::CheckConfig;
 use vlbiflow_checker::report::check;
 use vlbiflow_reader::locate;
 use vlbiflow_testkit::damage;
-use vlbiflow_testkit::vdif::Frame;
 
 /// What happens to a block's number or header.
 #[derive(Debug, Clone, Copy)]
@@ -33,32 +32,18 @@ fn fault() -> impl Strategy<Value = BlockFault> {
     ]
 }
 
-/// This test's frames: the shared test frames of `common`, fill frames with a header and the fill
-/// pattern as payload.
-struct Frames;
-impl damage::Frames for Frames {
-    fn frame(&self, thread: u16, i: u64, alt: bool, invalid: bool) -> Vec<u8> {
-        Frame::new(FRAME_LEN)
-            .seconds(SECOND0)
-            .epoch(EPOCH)
-            .at(i, RATE)
-            .version(1)
-            .thread(thread)
-            .station(b"Xx")
-            .channels_log2(if alt { 2 } else { 0 })
-            .invalid(invalid)
-            .build_with(|k| (i as usize * 7 + k) as u8)
-    }
-    fn fill(&self, thread: u16, next: u64) -> Vec<u8> {
-        fill_frame(thread, next)
-    }
-}
+/// This test's frames: the fixtures' length and rate, fill frames as jive5ab writes them.
+const FRAMES: damage::VdifFrames = damage::VdifFrames {
+    len: FRAME_LEN,
+    rate: RATE,
+    fill: damage::FillStyle::WithHeader,
+};
 
 /// The stream's items in order as bytes: frames, fill and garbage runs.
 fn build(threads: u16, ops: &[(u16, damage::Op)]) -> Vec<Vec<u8>> {
-    damage::build(threads, ops, &Frames)
+    damage::build(threads, ops, &FRAMES)
         .into_iter()
-        .map(|x| x.bytes().to_vec())
+        .map(damage::Item::into_bytes)
         .collect()
 }
 

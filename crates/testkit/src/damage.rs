@@ -2,9 +2,10 @@
 //! ranges, blocks or threads) and compare the reports: per VDIF thread, frames in order, gaps, frames
 //! going back, fill, header changes, invalid frames, and runs of garbage between frames.
 //!
-//! The frames themselves come from the caller ([`Frames`]), so each test keeps its own frame length,
-//! rate and fill convention.
+//! The frames come from a [`Frames`]: [`VdifFrames`] (a frame length, a rate and a fill convention) for
+//! the check tests, or a test's own.
 
+use crate::vdif::Frame;
 use proptest::prelude::*;
 
 /// What the generator does next on one VDIF thread.
@@ -49,6 +50,52 @@ pub trait Frames {
     fn fill(&self, thread: u16, next: u64) -> Vec<u8>;
 }
 
+/// How fill frames look.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FillStyle {
+    /// The fill pattern (0x11223344 words) throughout, where the header would be too.
+    Bare,
+    /// A header marked invalid, then the fill pattern (as jive5ab writes fill).
+    WithHeader,
+}
+
+/// VDIF frames of `len` bytes at `rate` frames a second per thread from [`Frame`]'s default second and
+/// epoch: version 1, station "Xx", one channel (four where the thread's header changed), payload bytes
+/// that depend on the frame index.
+#[derive(Debug, Clone, Copy)]
+pub struct VdifFrames {
+    pub len: usize,
+    pub rate: u32,
+    pub fill: FillStyle,
+}
+
+impl Frames for VdifFrames {
+    fn frame(&self, thread: u16, index: u64, alt: bool, invalid: bool) -> Vec<u8> {
+        Frame::new(self.len)
+            .at(index, self.rate)
+            .version(1)
+            .thread(thread)
+            .station(b"Xx")
+            .channels_log2(if alt { 2 } else { 0 })
+            .invalid(invalid)
+            .build_with(|k| (index as usize * 7 + k) as u8)
+    }
+
+    fn fill(&self, thread: u16, next: u64) -> Vec<u8> {
+        let pattern = 0x1122_3344u32.to_le_bytes();
+        match self.fill {
+            FillStyle::Bare => pattern.repeat(self.len / 4),
+            FillStyle::WithHeader => {
+                let mut f = self.frame(thread, next, false, true);
+                for w in f[32..].chunks_exact_mut(4) {
+                    w.copy_from_slice(&pattern);
+                }
+                f
+            }
+        }
+    }
+}
+
 /// One piece of a built stream, in stream order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Item {
@@ -63,6 +110,13 @@ pub enum Item {
 impl Item {
     /// The item's bytes.
     pub fn bytes(&self) -> &[u8] {
+        match self {
+            Item::Frame(b) | Item::Fill(b) | Item::Garbage(b) => b,
+        }
+    }
+
+    /// The item's bytes, taken.
+    pub fn into_bytes(self) -> Vec<u8> {
         match self {
             Item::Frame(b) | Item::Fill(b) | Item::Garbage(b) => b,
         }
@@ -147,5 +201,21 @@ mod tests {
                 Item::Garbage(vec![5, 42]),
             ]
         );
+    }
+
+    #[test]
+    fn fill_frames_are_the_pattern_with_or_without_a_header() {
+        let pattern = 0x1122_3344u32.to_le_bytes();
+        let mut v = VdifFrames {
+            len: 64,
+            rate: 10,
+            fill: FillStyle::Bare,
+        };
+        assert_eq!(v.fill(1, 5), pattern.repeat(16));
+        v.fill = FillStyle::WithHeader;
+        let f = v.fill(1, 5);
+        assert_eq!(&f[..32], &v.frame(1, 5, false, true)[..32]);
+        assert_eq!(f[3] & 0x80, 0x80, "the invalid bit");
+        assert_eq!(&f[32..], &pattern.repeat(8)[..]);
     }
 }
