@@ -14,6 +14,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod split;
+
 /// Counters of one tracked sequence.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SequenceCounters {
