@@ -29,6 +29,7 @@ pub mod recv;
 pub mod send;
 pub mod snmp;
 pub mod socket;
+pub mod steer;
 mod sys;
 
 pub use epoll::Epoll;

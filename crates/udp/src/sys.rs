@@ -16,6 +16,8 @@ pub(crate) const UDP_SEGMENT: libc::c_int = 103;
 pub(crate) const UDP_GRO: libc::c_int = 104;
 /// Socket option and cmsg type carrying the cumulative count of datagrams dropped for this socket.
 pub(crate) const SO_RXQ_OVFL: libc::c_int = 40;
+/// Attaches a classic BPF program that picks the socket of a reuseport group (Linux 4.5).
+pub(crate) const SO_ATTACH_REUSEPORT_CBPF: libc::c_int = 51;
 
 /// Socket option and cmsg type carrying the kernel's receive time of each datagram as a 64-bit
 /// `{ seconds, nanoseconds }` pair on CLOCK_REALTIME (`SO_TIMESTAMPNS_NEW`, Linux 5.1 and later).
