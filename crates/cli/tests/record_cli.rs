@@ -375,12 +375,13 @@ fn indistinguishable_streams_are_warned_about_and_bad_threads_refused() {
 
 /// `sink` and `record` count the same stream the same way (one sequence tracker, vlbiflow-seq): the same
 /// datagrams, with gaps, late frames and duplicates, go to both at once, and their lost, out-of-order and
-/// duplicate counts agree with each other and with what was done to the stream.
+/// duplicate counts agree with each other and with what was done to the stream; so do a sink's when
+/// the stream is split over several sockets and threads.
 #[test]
 fn sink_and_record_report_the_same_loss_for_the_same_stream() {
     let tmp = tempfile::tempdir().unwrap();
     let disks = make_disks(tmp.path(), 1);
-    let (rport, sport) = (free_port(), free_port());
+    let (rport, sport, split_port) = (free_port(), free_port(), free_port());
     let mut rec = Command::new(env!("CARGO_BIN_EXE_vlbiflow"));
     rec.arg("record")
         .arg("--stream")
@@ -397,26 +398,32 @@ fn sink_and_record_report_the_same_loss_for_the_same_stream() {
         .arg("--disk")
         .arg(&disks[0]);
     let rec = rec.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    let sink = Command::new(env!("CARGO_BIN_EXE_vlbiflow"))
-        .args([
-            "sink",
-            "--listen",
-            &format!("127.0.0.1:{sport}"),
-            "--psn",
-            "--json",
-        ])
-        .args([
-            "--recv-buffer",
-            "16MiB",
-            "--idle-timeout",
-            "0",
-            "--duration",
-            "60",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    // The second sink splits the stream over 4 sockets and threads by runs of 16 PSNs.
+    let start_sink = |port: u16, split: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_vlbiflow"))
+            .args([
+                "sink",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--psn",
+                "--json",
+            ])
+            .args([
+                "--recv-buffer",
+                "16MiB",
+                "--idle-timeout",
+                "0",
+                "--duration",
+                "60",
+            ])
+            .args(split)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let sink = start_sink(sport, &[]);
+    let split = start_sink(split_port, &["--split", "4", "--run-len", "16"]);
     wait_for("metadata", Duration::from_secs(10), || {
         disks[0].join("same_001.vlbiflow.json").exists()
     });
@@ -437,11 +444,14 @@ fn sink_and_record_report_the_same_loss_for_the_same_stream() {
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
     // The sink says nothing in --json mode before data arrives: wait until its port shows in the
     // kernel's table of bound UDP sockets.
-    wait_for("sink bound", Duration::from_secs(10), || udp_port_bound(sport));
+    wait_for("sinks bound", Duration::from_secs(10), || {
+        udp_port_bound(sport) && udp_port_bound(split_port)
+    });
     for (i, &seq) in order.iter().enumerate() {
         let d = frame(seq);
         sock.send_to(&d, ("127.0.0.1", rport)).unwrap();
         sock.send_to(&d, ("127.0.0.1", sport)).unwrap();
+        sock.send_to(&d, ("127.0.0.1", split_port)).unwrap();
         if i % 64 == 0 {
             std::thread::yield_now();
         }
@@ -453,7 +463,7 @@ fn sink_and_record_report_the_same_loss_for_the_same_stream() {
         let c = &m["streams"][0]["counters"];
         c["packets"].as_u64().unwrap_or(0) + c["duplicates"].as_u64().unwrap_or(0) >= delivered
     });
-    for child in [&rec, &sink] {
+    for child in [&rec, &sink, &split] {
         let pid = child.id().to_string();
         assert!(Command::new("kill")
             .args(["-INT", &pid])
@@ -463,6 +473,7 @@ fn sink_and_record_report_the_same_loss_for_the_same_stream() {
     }
     let rec = rec.wait_with_output().unwrap();
     let sink = sink.wait_with_output().unwrap();
+    let split = split.wait_with_output().unwrap();
     // Ctrl-C: the summary, then 130
     assert_eq!(
         rec.status.code(),
@@ -478,11 +489,15 @@ fn sink_and_record_report_the_same_loss_for_the_same_stream() {
     );
     let r: serde_json::Value = serde_json::from_slice(&rec.stdout).unwrap();
     let rc = &r["streams"][0]["counters"];
-    let summary = String::from_utf8_lossy(&sink.stdout)
-        .lines()
-        .find(|l| l.contains("\"summary\""))
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .expect("sink summary line");
+    let summary_of = |out: &std::process::Output| {
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find(|l| l.contains("\"summary\""))
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .unwrap_or_else(|| panic!("no summary line: {}", String::from_utf8_lossy(&out.stderr)))
+    };
+    let summary = summary_of(&sink);
+    let split_summary = summary_of(&split);
     let of = |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k} in {v}"));
     assert_eq!(of(&summary, "kernel_drops"), 0, "sink: kernel dropped datagrams");
     assert_eq!(of(rc, "kernel_drops"), 0, "record: kernel dropped datagrams");
@@ -495,4 +510,19 @@ fn sink_and_record_report_the_same_loss_for_the_same_stream() {
     assert_eq!(record, sinks, "record (lost, out of order, duplicates) vs sink");
     assert_eq!(record.0, lost_expected, "lost");
     assert_eq!(record.1, late.len() as u64, "out of order");
+    // Split over four threads: the same datagrams, lost and duplicates. (A late datagram is out of
+    // order only among its own run's socket: one held back past the end of its run is not.)
+    assert_eq!(of(&split_summary, "split"), 4);
+    assert_eq!(
+        of(&split_summary, "kernel_drops"),
+        0,
+        "split sink: kernel dropped datagrams"
+    );
+    assert_eq!(of(&split_summary, "datagrams"), of(&summary, "datagrams"));
+    assert_eq!(
+        (of(&split_summary, "lost"), of(&split_summary, "duplicate")),
+        (record.0, record.2),
+        "split sink (lost, duplicates) vs record"
+    );
+    assert!(of(&split_summary, "out_of_order") <= record.1);
 }

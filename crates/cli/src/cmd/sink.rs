@@ -16,6 +16,9 @@ Examples:
   # Stop 2 s after the stream ends and print JSON for a script
   vlbiflow sink --listen 127.0.0.1:4001 --psn --idle-timeout 2 --json
 
+  # One stream over 2 sockets and threads, runs of 1024 PSNs each (SO_REUSEPORT and a BPF program)
+  vlbiflow sink --listen 127.0.0.1:4001 --psn --split 2
+
 Each line is one UTC second (HH:MM:SS; `unix_second` in --json): datagrams, payload rate and, with --psn, \
 the change in the count of lost datagrams (negative when late ones fill earlier gaps). The summary's PSN \
 counts: lost = sequence numbers never received; out of order = arrived after a later one; duplicate = \
@@ -48,6 +51,13 @@ pub struct Args {
     /// Print per-second lines and the summary as JSON lines on standard output
     #[arg(long)]
     json: bool,
+    /// Split the stream over N sockets and threads (1, 2, 4, ... 64) by runs of its PSNs: the kernel
+    /// steers each datagram by its PSN (needs --psn); loss is accounted over all of them together
+    #[arg(long, default_value_t = 1, value_name = "N", requires = "psn")]
+    split: u32,
+    /// PSNs per run with --split (a power of two)
+    #[arg(long, default_value_t = 1024, value_name = "N")]
+    run_len: u64,
 }
 
 #[derive(Serialize)]
@@ -110,6 +120,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     config.psn = a.psn;
     config.idle_timeout = idle;
     config.max_duration = max;
+    config.split = a.split;
+    config.run_len = a.run_len;
     if a.gro {
         config.buffer_size = 65_536;
     }
@@ -120,8 +132,13 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let bound = sink.local_addr();
     if !a.json {
         eprintln!(
-            "sink: listening on {bound}{}",
-            if a.psn { " (PSN accounting)" } else { "" }
+            "sink: listening on {bound}{}{}",
+            if a.psn { " (PSN accounting)" } else { "" },
+            if a.split > 1 {
+                format!(", split over {} sockets by runs of {} PSNs", a.split, a.run_len)
+            } else {
+                String::new()
+            }
         );
     }
     let json = a.json;
@@ -164,6 +181,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             "truncated": report.truncated,
             "kernel_drops": report.kernel_drops,
         });
+        if report.parts > 1 {
+            v["split"] = report.parts.into();
+            v["handed_on"] = report.handed_on.into();
+            v["handoff_full"] = report.handoff_full.into();
+        }
         if let Some(p) = report.psn {
             v["lost"] = p.lost.into();
             v["out_of_order"] = p.out_of_order.into();
@@ -189,6 +211,22 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 p.duplicates,
                 p.stray,
                 p.restarts
+            );
+        }
+        if report.parts > 1 {
+            outln!(
+                "sink: split over {} sockets; {} datagrams arrived at the socket of the run before theirs \
+                 and were accounted by their own{}",
+                report.parts,
+                report.handed_on,
+                if report.handoff_full > 0 {
+                    format!(
+                        " ({} could not be handed on and count as lost)",
+                        report.handoff_full
+                    )
+                } else {
+                    String::new()
+                }
             );
         }
     }
