@@ -7,7 +7,8 @@
 #   bench/sink-split.sh
 #
 # Environment: RATE (Gb/s, default 30), SECS (5), ROUNDS (3), SPLITS ("1 2 4"), BIN (default: this
-# checkout's release build), PORT (4222). gen runs on CPU 0 and the sink on CPU 1. Root raises
+# checkout's release build), PORT (4222), GEN_ARGS (more arguments for gen, e.g. "--batch 1000" so that
+# its GSO trains cross the runs' boundaries and their tails are handed on between threads). gen runs on CPU 0 and the sink on CPU 1. Root raises
 # net.core.rmem_max to 256 MiB for the sink's 64 MiB buffer (said when it does).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,7 +32,7 @@ for round in $(seq "$ROUNDS"); do
     # Until the sink's port is bound (at most 10 s).
     for _ in $(seq 100); do ss -Hlun "sport = :$PORT" | grep -q . && break; sleep 0.1; done
     taskset -c 0 "$BIN" gen --dest "127.0.0.1:$PORT" --psn --gso 7 --rate "${RATE}Gbps" --duration "$SECS" \
-      >/dev/null 2>&1
+      ${GEN_ARGS:-} >/dev/null 2>&1
     # Every thread's CPU ticks while the sink still runs (it stops 1 s after the stream).
     busiest=$(for t in /proc/"$pid"/task/*; do
       read -r -a s <<<"$(sed 's/.*) //' "$t/stat")"
