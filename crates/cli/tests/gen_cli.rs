@@ -293,8 +293,9 @@ fn a_stream_split_over_sockets_is_accounted_as_one() {
         let sink = Sink::open(config).unwrap();
         let dest = sink.local_addr().to_string();
         let stop = AtomicBool::new(false);
+        let mut seconds = Vec::new();
         let (report, gen) = std::thread::scope(|s| {
-            let rx = s.spawn(|| sink.run(&stop, |_| {}).unwrap());
+            let rx = s.spawn(|| sink.run(&stop, |sec| seconds.push(*sec)).unwrap());
             let out = vlbiflow(&[
                 "gen",
                 "--dest",
@@ -329,6 +330,13 @@ fn a_stream_split_over_sockets_is_accounted_as_one() {
         );
         assert_eq!(report.parts, split);
         assert_eq!(report.handoff_full, 0);
+        // One line per second, in order, adding up to the totals.
+        assert!(
+            seconds.windows(2).all(|w| w[0].unix_second < w[1].unix_second),
+            "{seconds:?}"
+        );
+        assert_eq!(seconds.iter().map(|s| s.datagrams).sum::<u64>(), 19_800);
+        assert_eq!(seconds.iter().map(|s| s.lost).sum::<i64>(), 199, "{seconds:?}");
         handed.push(report.handed_on);
     }
     assert_eq!(handed[0], 0);

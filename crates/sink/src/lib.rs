@@ -216,11 +216,8 @@ impl Sink {
             let sock = socks.remove(0);
             let mut acc = Accounting::One(SequenceTracker::default());
             let part = receive(&config, &sock, &report, stop, start, &mut acc, &mut on_second)?;
-            let psn = match &acc {
-                Accounting::One(t) => t.counters(),
-                Accounting::Part { .. } => unreachable!("one socket"),
-            };
-            return Ok(part.into_report(report, config.psn.then_some(psn), start, 1, 0));
+            let psn = config.psn.then(|| acc.counters());
+            return Ok(part.into_report(report, psn, start, 1, 0));
         };
         let n = runs.parts() as usize;
         let (txs, rxs): (Vec<_>, Vec<_>) = (0..n).map(|_| crossbeam_channel::bounded::<u64>(HANDOFF)).unzip();
@@ -250,37 +247,36 @@ impl Sink {
                 })
                 .collect::<std::io::Result<_>>()?;
             drop(sec_tx);
-            // Seconds, each once every thread has finished it (or stopped).
-            let mut pending: std::collections::BTreeMap<u64, (usize, SinkSecond)> = Default::default();
-            let mut done = 0;
+            // Seconds, each once every thread has finished it (or stopped): a thread reports its
+            // seconds in order, once each, so a second is complete when no thread's latest is before it.
+            // The newest stays pending: the last one takes the merged figure's rest below.
+            let mut pending: std::collections::BTreeMap<u64, SinkSecond> = Default::default();
+            let mut latest = vec![0u64; n];
             let mut emitted_lost = 0i64;
             let mut emit = |sec: SinkSecond, lost: &mut i64| {
                 *lost += sec.lost;
                 on_second(&sec);
             };
-            while let Ok((_, s)) = sec_rx.recv() {
+            while let Ok((i, s)) = sec_rx.recv() {
                 match s {
                     Some(s) => {
-                        let e = pending.entry(s.unix_second).or_insert((
-                            0,
-                            SinkSecond {
-                                unix_second: s.unix_second,
-                                complete: true,
-                                ..SinkSecond::default()
-                            },
-                        ));
-                        e.0 += 1;
-                        add(&mut e.1, &s);
+                        latest[i] = s.unix_second;
+                        let e = pending.entry(s.unix_second).or_insert(SinkSecond {
+                            unix_second: s.unix_second,
+                            complete: true,
+                            ..SinkSecond::default()
+                        });
+                        add(e, &s);
                     }
-                    None => done += 1,
+                    None => latest[i] = u64::MAX,
                 }
-                // Seconds every running thread reported, except the newest (a stopped thread's last).
+                let through = latest.iter().copied().min().unwrap_or(0);
                 while pending.len() > 1 {
-                    let (&t, &(count, _)) = pending.iter().next().expect("non-empty");
-                    if count + done < n {
+                    let (&t, _) = pending.iter().next().expect("non-empty");
+                    if t > through {
                         break;
                     }
-                    let (_, sec) = pending.remove(&t).expect("present");
+                    let sec = pending.remove(&t).expect("present");
                     emit(sec, &mut emitted_lost);
                 }
             }
@@ -305,7 +301,7 @@ impl Sink {
             let merged = split::merge(&trackers.iter().collect::<Vec<_>>());
             // The last second carries the rest of the merged loss (the edges only the merge sees).
             let last = pending.len();
-            for (i, (_, (_, mut sec))) in std::mem::take(&mut pending).into_iter().enumerate() {
+            for (i, (_, mut sec)) in std::mem::take(&mut pending).into_iter().enumerate() {
                 if i + 1 == last {
                     sec.lost = merged.lost as i64 - emitted_lost;
                 }
