@@ -268,6 +268,9 @@ fn argument_errors_are_usage_for_every_command() {
         vec!["demo", "--duration", "0"],
         vec!["gen", "--dest", "127.0.0.1:4001", "--rate", "fast"],
         vec!["sink", "--listen", "nowhere"],
+        vec!["sink", "--psn", "--split", "3"],
+        vec!["sink", "--psn", "--split", "2", "--run-len", "1000"],
+        vec!["sink", "--split", "2"],
         vec![
             "record",
             "--stream",
