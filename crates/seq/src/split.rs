@@ -14,9 +14,10 @@
 //! anywhere. A handed number the owner has already passed fills a gap like a late datagram, but was not
 //! reordered on the wire, so it is not counted out of order.
 //!
-//! [`merge`] gives the stream's counters once every part has stopped and every handed number is
-//! accounted: the parts' figures summed, plus the numbers of each part's runs before its first and after
-//! its last number that no part received (a single tracker counts those as gaps of the one sequence).
+//! [`merge`] gives the stream's counters from the parts' [`PartSummary`]s once every part has stopped,
+//! every handed number is accounted and every part is [finished](PartTracker::finish): the parts'
+//! figures summed, plus the numbers of each part's runs before its first and after its last number
+//! that no part received (a single tracker counts those as gaps of the one sequence).
 //! With no restarts and reordering within the window this is exactly the single tracker's `lost`:
 //! numbers from the first to the last received, less the distinct numbers received. While the parts run,
 //! [`live`] sums their figures less the numbers still being handed on, so it does not count as lost a
@@ -242,16 +243,6 @@ impl PartTracker {
         self.highest = self.highest.max(n);
     }
 
-    /// Numbers of other parts' runs that arrived here (to be handed on).
-    pub fn foreign(&self) -> u64 {
-        self.foreign
-    }
-
-    /// Numbers other parts handed here.
-    pub fn handed_in(&self) -> u64 {
-        self.handed
-    }
-
     /// The part's own figures: its tracker's, with the numbers that came before its first one counted
     /// as seen and handed numbers not counted out of order.
     pub fn counters(&self) -> SequenceCounters {
@@ -260,17 +251,47 @@ impl PartTracker {
         c.out_of_order -= self.handed_late.min(c.out_of_order);
         c
     }
+}
 
-    /// The lowest and highest of the part's numbers seen, once any was.
-    pub fn span(&self) -> Option<(u64, u64)> {
-        self.first.map(|_| (self.lowest, self.highest))
+/// What a part's figures are, without its tracker: what a receiving thread publishes (once per batch)
+/// for a reader to give the stream's figures with [`live`] and [`merge`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartSummary {
+    /// The steering rule and the part's index in it.
+    pub runs: Runs,
+    pub part: u32,
+    /// The part's own figures ([`PartTracker::counters`]).
+    pub counters: SequenceCounters,
+    /// Numbers of other parts' runs that arrived here, and numbers handed here.
+    pub foreign: u64,
+    pub handed: u64,
+    /// The number the part's tracker started at, and the lowest and highest of its numbers seen.
+    pub span: Option<(u64, u64, u64)>,
+    /// Its numbers that came after the tracker had started at a later one.
+    pub before_first: u64,
+    /// Handed numbers still held (none after [`PartTracker::finish`]).
+    pub held: u64,
+}
+
+impl PartTracker {
+    /// The part's figures as [`live`] and [`merge`] take them.
+    pub fn summary(&self) -> PartSummary {
+        PartSummary {
+            runs: self.runs,
+            part: self.part,
+            counters: self.counters(),
+            foreign: self.foreign,
+            handed: self.handed,
+            span: self.first.map(|f| (f, self.lowest, self.highest)),
+            before_first: self.before_first,
+            held: self.held.len() as u64,
+        }
     }
 }
 
-fn sum(parts: &[&PartTracker]) -> SequenceCounters {
+fn sum(parts: &[PartSummary]) -> SequenceCounters {
     let mut t = SequenceCounters::default();
-    for p in parts {
-        let c = p.counters();
+    for c in parts.iter().map(|p| p.counters) {
         t.seen += c.seen;
         t.lost += c.lost;
         t.out_of_order += c.out_of_order;
@@ -286,7 +307,7 @@ fn sum(parts: &[&PartTracker]) -> SequenceCounters {
 /// part has taken what its socket holds this is never more than [`merge`] gives: no frame that arrived
 /// is reported lost. Before that, a run's first frames still queued at the part of the run before
 /// (the tail of one coalesced train per run boundary) count as lost until that part takes them.
-pub fn live(parts: &[&PartTracker]) -> SequenceCounters {
+pub fn live(parts: &[PartSummary]) -> SequenceCounters {
     let mut t = sum(parts);
     let out: u64 = parts.iter().map(|p| p.foreign).sum();
     let taken: u64 = parts.iter().map(|p| p.handed).sum();
@@ -294,34 +315,31 @@ pub fn live(parts: &[&PartTracker]) -> SequenceCounters {
     t
 }
 
-/// The stream's figures once every part has stopped and every handed number came (numbers a part
-/// still holds are taken, on a copy): the sums, plus the numbers of each part's runs between the
+/// The stream's figures once every part has stopped, every handed number came and every part was
+/// [`finish`](PartTracker::finish)ed: the sums, plus the numbers of each part's runs between the
 /// stream's first and last received number that lie outside the part's own first and last (no part
-/// received them).
-pub fn merge(parts: &[&PartTracker]) -> SequenceCounters {
-    if parts.iter().any(|p| !p.held.is_empty()) {
-        let mut done: Vec<PartTracker> = parts.iter().map(|p| (*p).clone()).collect();
-        done.iter_mut().for_each(PartTracker::finish);
-        return merge(&done.iter().collect::<Vec<_>>());
-    }
+/// received them). Numbers still held (a part not finished) are in neither.
+pub fn merge(parts: &[PartSummary]) -> SequenceCounters {
     let mut t = sum(parts);
-    let spans: Vec<(u32, Option<(u64, u64)>)> = parts.iter().map(|p| (p.part, p.span())).collect();
-    let Some(lo) = spans.iter().filter_map(|s| s.1).map(|s| s.0).min() else {
+    let Some(lo) = parts.iter().filter_map(|p| p.span).map(|s| s.1).min() else {
         return t;
     };
-    let hi = spans.iter().filter_map(|s| s.1).map(|s| s.1).max().unwrap_or(lo);
-    let runs = parts[0].runs;
+    let hi = parts
+        .iter()
+        .filter_map(|p| p.span)
+        .map(|s| s.2)
+        .max()
+        .unwrap_or(lo);
     for p in parts {
-        let edge = match p.span() {
-            Some(_) => {
-                let first = p.first.unwrap_or(lo);
+        let runs = p.runs;
+        t.lost += match p.span {
+            Some((first, _, highest)) => {
                 runs.owned_between(p.part, lo, first)
                     .saturating_sub(p.before_first)
-                    + runs.owned_between(p.part, p.highest.saturating_add(1), hi.saturating_add(1))
+                    + runs.owned_between(p.part, highest.saturating_add(1), hi.saturating_add(1))
             }
             None => runs.owned_between(p.part, lo, hi.saturating_add(1)),
         };
-        t.lost += edge;
     }
     t
 }
@@ -443,17 +461,19 @@ mod tests {
                 }
             }
             // Every socket drained, handoffs pending: the live figure counts none of them lost.
-            let refs: Vec<&PartTracker> = parts.iter().collect();
-            prop_assert!(live(&refs).lost <= truth, "live {} > {}", live(&refs).lost, truth);
+            let summaries = |parts: &[PartTracker]| parts.iter().map(PartTracker::summary).collect::<Vec<_>>();
+            let l = live(&summaries(&parts)).lost;
+            prop_assert!(l <= truth, "live {} > {}", l, truth);
             for p in 0..n {
                 step(&mut parts, &mut queues, &mut handoff, p, true);
             }
-            let refs: Vec<&PartTracker> = parts.iter().collect();
-            let m = merge(&refs);
+            parts.iter_mut().for_each(PartTracker::finish);
+            prop_assert!(parts.iter().all(|p| p.summary().held == 0));
+            let m = merge(&summaries(&parts));
             prop_assert_eq!(m.lost, truth);
             prop_assert_eq!(m.seen, arrivals.len() as u64);
             prop_assert_eq!((m.duplicates, m.stray, m.restarts), (0, 0, 0));
-            prop_assert!(live(&refs).lost <= m.lost);
+            prop_assert!(live(&summaries(&parts)).lost <= m.lost);
             // Handed numbers are never counted out of order: with no swaps, nothing is.
             if in_order {
                 prop_assert_eq!(m.out_of_order, 0);

@@ -288,17 +288,17 @@ impl Sink {
                 );
             }
             // Every thread stopped: hand on what is left in the inboxes, then merge.
-            let mut trackers: Vec<PartTracker> = Vec::with_capacity(n);
+            let mut summaries = Vec::with_capacity(n);
             let mut full = 0;
             for (_, acc) in parts.iter_mut() {
                 acc.take_handed();
                 if let Accounting::Part { tracker, dropped, .. } = acc {
                     tracker.finish();
-                    trackers.push(tracker.clone());
+                    summaries.push(tracker.summary());
                     full += *dropped;
                 }
             }
-            let merged = split::merge(&trackers.iter().collect::<Vec<_>>());
+            let merged = split::merge(&summaries);
             // The last second carries the rest of the merged loss (the edges only the merge sees).
             let last = pending.len();
             for (i, (_, mut sec)) in std::mem::take(&mut pending).into_iter().enumerate() {
@@ -307,7 +307,7 @@ impl Sink {
                 }
                 emit(sec, &mut emitted_lost);
             }
-            let handed_on = trackers.iter().map(|t| t.foreign()).sum::<u64>();
+            let handed_on = summaries.iter().map(|t| t.foreign).sum::<u64>();
             let mut total = Received::default();
             for (p, _) in &parts {
                 total.merge(p);
