@@ -222,13 +222,16 @@ impl Sink {
         let n = runs.parts() as usize;
         let (txs, rxs): (Vec<_>, Vec<_>) = (0..n).map(|_| crossbeam_channel::bounded::<u64>(HANDOFF)).unzip();
         let (sec_tx, sec_rx) = std::sync::mpsc::channel::<(usize, Option<SinkSecond>)>();
+        // The threads stop on this: the caller's stop (passed on below), or a thread that failed.
+        let halt = AtomicBool::new(false);
         let results = std::thread::scope(|scope| {
             let handles: Vec<_> = socks
                 .iter()
                 .zip(rxs)
                 .enumerate()
                 .map(|(i, (sock, inbox))| {
-                    let (cfg, rep, txs, sec_tx) = (&config, &report, txs.clone(), sec_tx.clone());
+                    let (cfg, rep, txs, sec_tx, halt) =
+                        (&config, &report, txs.clone(), sec_tx.clone(), &halt);
                     std::thread::Builder::new()
                         .name(format!("vf-sink-{i}"))
                         .spawn_scoped(scope, move || {
@@ -238,14 +241,18 @@ impl Sink {
                                 outboxes: txs,
                                 dropped: 0,
                             };
-                            let r = receive(cfg, sock, rep, stop, start, &mut acc, &mut |s: &SinkSecond| {
+                            let r = receive(cfg, sock, rep, halt, start, &mut acc, &mut |s: &SinkSecond| {
                                 let _ = sec_tx.send((i, Some(*s)));
                             });
+                            if r.is_err() {
+                                halt.store(true, Ordering::Relaxed);
+                            }
                             let _ = sec_tx.send((i, None));
                             r.map(|p| (p, acc))
                         })
                 })
-                .collect::<std::io::Result<_>>()?;
+                .collect::<std::io::Result<_>>()
+                .inspect_err(|_| halt.store(true, Ordering::Relaxed))?;
             drop(sec_tx);
             // Seconds, each once every thread has finished it (or stopped): a thread reports its
             // seconds in order, once each, so a second is complete when no thread's latest is before it.
@@ -257,7 +264,16 @@ impl Sink {
                 *lost += sec.lost;
                 on_second(&sec);
             };
-            while let Ok((i, s)) = sec_rx.recv() {
+            loop {
+                if stop.load(Ordering::Relaxed) {
+                    halt.store(true, Ordering::Relaxed);
+                }
+                let (i, s) = match sec_rx.recv_timeout(Duration::from_millis(50)) {
+                    Ok(m) => m,
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => continue,
+                    // Every thread has stopped.
+                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+                };
                 match s {
                     Some(s) => {
                         latest[i] = s.unix_second;
