@@ -347,15 +347,25 @@ fn try_enable(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int) -> Feat
 /// Sets an int-valued socket option. Only for the options rustix has no wrapper for (UDP_GRO,
 /// SO_RXQ_OVFL, SO_TIMESTAMPNS).
 fn set_int(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
-    // SAFETY: `fd` is a borrowed, open descriptor; the option value is a pointer to a live c_int with
-    // its exact size, which the kernel only reads.
+    set_opt(fd, level, name, &value)
+}
+
+/// Sets a socket option whose value is the plain C struct or integer `value` (the kernel copies it).
+pub(crate) fn set_opt<T>(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: &T,
+) -> io::Result<()> {
+    // SAFETY: `fd` is a borrowed, open descriptor; the option value is a pointer to a live `T` with its
+    // exact size, which the kernel only reads (and copies) during the call.
     let rc = unsafe {
         libc::setsockopt(
             fd.as_raw_fd(),
             level,
             name,
-            &value as *const _ as *const libc::c_void,
-            mem::size_of::<libc::c_int>() as libc::socklen_t,
+            value as *const T as *const libc::c_void,
+            mem::size_of::<T>() as libc::socklen_t,
         )
     };
     if rc == 0 {

@@ -14,11 +14,10 @@
 //! `vlbiflow_seq::split` accounts for that.
 
 use std::io;
-use std::mem;
 use std::net::UdpSocket;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 
-use crate::socket::{open_udp, SocketError, SocketReport, UdpConfig};
+use crate::socket::{open_udp, set_opt, SocketError, SocketReport, UdpConfig};
 use crate::sys;
 
 /// Sockets a group may have (the kernel allows more; 64 threads on one stream is already plenty).
@@ -62,22 +61,13 @@ pub fn attach_runs(sock: &impl AsFd, shift: u32, parts: u32) -> io::Result<()> {
         len: prog.len() as u16,
         filter: prog.as_mut_ptr(),
     };
-    // SAFETY: the descriptor is open (borrowed); `fprog` points at `prog`, which lives until after the
-    // call, with its exact length; the kernel copies the program and only reads the struct.
-    let rc = unsafe {
-        libc::setsockopt(
-            sock.as_fd().as_raw_fd(),
-            libc::SOL_SOCKET,
-            sys::SO_ATTACH_REUSEPORT_CBPF,
-            &fprog as *const _ as *const libc::c_void,
-            mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    // `fprog` points at `prog`, which lives until the call has copied the program.
+    set_opt(
+        sock.as_fd(),
+        libc::SOL_SOCKET,
+        sys::SO_ATTACH_REUSEPORT_CBPF,
+        &fprog,
+    )
 }
 
 /// Opens `parts` sockets on `config`'s address as one reuseport group (port 0: the first socket's
