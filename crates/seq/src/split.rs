@@ -171,16 +171,23 @@ impl PartTracker {
     /// [`handed`](Self::handed).
     #[inline]
     pub fn arrived(&mut self, n: u64) -> Option<u32> {
+        self.arrive(n).err()
+    }
+
+    /// As [`arrived`](Self::arrived), saying how the part's tracker took a number of its own runs
+    /// (`Ok`; a number before the one it started at is [`Arrival::Late`]) or which part owns it (`Err`).
+    #[inline]
+    pub fn arrive(&mut self, n: u64) -> Result<Arrival, u32> {
         let owner = self.runs.owner(n);
         if owner != self.part {
             self.foreign += 1;
-            return Some(owner);
+            return Err(owner);
         }
-        self.observe(n, false);
+        let a = self.observe(n, false);
         if !self.held.is_empty() {
             self.release(false);
         }
-        None
+        Ok(a)
     }
 
     /// Number `n` of this part's runs, which arrived at another part. Taken at once when the part's
@@ -224,23 +231,25 @@ impl PartTracker {
     }
 
     #[inline]
-    fn observe(&mut self, n: u64, handed: bool) {
+    fn observe(&mut self, n: u64, handed: bool) -> Arrival {
         let local = self.runs.local(n);
         if let Some(f) = self.first {
             if local < self.runs.local(f) && self.tracker.next_expected().is_some() {
                 // Before the number the tracker started at: not a gap it counted, so not a late fill.
                 self.before_first += 1;
                 self.lowest = self.lowest.min(n);
-                return;
+                return Arrival::Late;
             }
         }
-        match self.tracker.observe(local) {
+        let a = self.tracker.observe(local);
+        match a {
             Arrival::Start => self.first = Some(n),
             Arrival::Late if handed => self.handed_late += 1,
             _ => {}
         }
         self.lowest = self.lowest.min(n);
         self.highest = self.highest.max(n);
+        a
     }
 
     /// The part's own figures: its tracker's, with the numbers that came before its first one counted
