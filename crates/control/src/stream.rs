@@ -47,6 +47,7 @@ impl InputStream {
             frame_size: self.payload_size,
             frame_rate: self.frame_rate,
             from: self.from.clone(),
+            split: 1,
         }
     }
 

@@ -33,7 +33,7 @@ pub enum ConfigError {
     Invalid { field: &'static str, reason: String },
 }
 
-/// One input stream: `LABEL=vdif@ADDR:PORT[,threads=0,1][,psn][,frame-size=8224][,frame-rate=N][,from=ADDR/PREFIX]`.
+/// One input stream: `LABEL=vdif@ADDR:PORT[,threads=0,1][,psn][,frame-size=8224][,frame-rate=N][,from=ADDR/PREFIX][,split=N]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamSpec {
     /// Name of the stream in status, summary and metadata.
@@ -52,7 +52,16 @@ pub struct StreamSpec {
     /// Source addresses to accept (`from=ADDR[/PREFIX]`, repeatable); datagrams from others are
     /// dropped and counted as `wrong_source`. Empty: any source.
     pub from: vlbiflow_guard::net::AllowList,
+    /// Sockets and capture threads the stream is received on (`split=N`, a power of two up to 64; PSN
+    /// streams only): a kernel program steers runs of PSNs round them (see `vlbiflow_udp::steer`), and
+    /// the blocks are numbered in PSN order. 1: one socket.
+    pub split: u32,
 }
+
+/// Most sockets one stream can be split over.
+pub const MAX_SPLIT_PARTS: u32 = 64;
+/// Fewest PSNs per run of a split stream (the block size sets the run length).
+pub const MIN_SPLIT_RUN: usize = 16;
 
 impl StreamSpec {
     /// Parses the command-line form. Errors name the field at fault.
@@ -98,6 +107,7 @@ impl StreamSpec {
             },
             frame_rate: None,
             from: Default::default(),
+            split: 1,
         };
         for option in parsed.options {
             let (key, value) = match option.map_err(|r| err("threads", r))? {
@@ -130,11 +140,23 @@ impl StreamSpec {
                     }
                     s.frame_rate = Some(r);
                 }
+                ("split", Some(v)) => {
+                    let n: u32 = v
+                        .parse()
+                        .map_err(|_| err("split", format!("{v:?} is not a number of sockets")))?;
+                    if !n.is_power_of_two() || n > MAX_SPLIT_PARTS {
+                        return Err(err(
+                            "split",
+                            format!("{n} sockets: must be a power of two from 1 to {MAX_SPLIT_PARTS}"),
+                        ));
+                    }
+                    s.split = n;
+                }
                 (k, _) => {
                     return Err(err(
                         "option",
                         format!(
-                            "unknown option {k:?} (known: threads=, psn, frame-size=, frame-rate=, from=)"
+                            "unknown option {k:?} (known: threads=, psn, frame-size=, frame-rate=, from=, split=)"
                         ),
                     ))
                 }
@@ -149,8 +171,14 @@ impl StreamSpec {
         Ok(s)
     }
 
-    /// Checks the frame size against the format.
+    /// Checks the frame size against the format, and that a split stream has PSNs to steer by.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.split > 1 && !self.psn {
+            return Err(ConfigError::Invalid {
+                field: "split",
+                reason: "splitting a stream over sockets needs its PSNs (psn or udps@)".into(),
+            });
+        }
         let bad = |reason: String| {
             Err(ConfigError::Invalid {
                 field: "frame-size",
@@ -299,6 +327,24 @@ impl RecorderConfig {
                     ),
                 );
             }
+            // A split stream's blocks hold a run of PSNs and a train's tail behind it.
+            let frames = (self.block_size - overhead) / u64::from(s.frame_size);
+            let least = (crate::split::TRAIN_ROOM + MIN_SPLIT_RUN) as u64;
+            if s.split > 1 && frames < least {
+                return inv(
+                    "split",
+                    format!(
+                        "stream {} is split over sockets by runs of PSNs, and a block must hold a run of at least \
+                         {MIN_SPLIT_RUN} frames and a train of {} behind it: {} bytes hold {frames} frames of {} \
+                         bytes (use a --block-size of at least {} bytes)",
+                        s.label,
+                        crate::split::TRAIN_ROOM,
+                        self.block_size,
+                        s.frame_size,
+                        least * u64::from(s.frame_size) + overhead
+                    ),
+                );
+            }
         }
         if self.block_size > i32::MAX as u64 {
             return inv(
@@ -365,6 +411,12 @@ impl RecorderConfig {
         }
         if self.format != ScanFormat::Flexbuff {
             return inv("datastreams are recorded as FlexBuff recordings only".into());
+        }
+        if let Some(s) = self.streams.iter().find(|s| s.split > 1) {
+            return inv(format!(
+                "stream {} is split: datastreams route frames in arrival order, so they need one socket",
+                s.label
+            ));
         }
         if let Some(s) = self.streams.iter().find(|s| s.kind != FrameKind::Vdif) {
             return inv(format!(
@@ -624,5 +676,40 @@ mod tests {
         s2.address = s.address;
         c.streams[1] = s2;
         assert!(c.validate().unwrap_err().to_string().contains("address"));
+    }
+
+    #[test]
+    fn a_split_needs_psn_a_power_of_two_and_blocks_that_hold_a_run() {
+        let s = StreamSpec::parse("a=vdif@127.0.0.1:4001,psn,split=4").unwrap();
+        assert_eq!(s.split, 4);
+        assert_eq!(
+            StreamSpec::parse("a=udps@127.0.0.1:4001,split=64").unwrap().split,
+            64
+        );
+        for (spec, what) in [
+            ("a=vdif@127.0.0.1:4001,split=2", "needs its PSNs"),
+            ("a=vdif@127.0.0.1:4001,psn,split=3", "power of two"),
+            ("a=vdif@127.0.0.1:4001,psn,split=128", "power of two"),
+            ("a=vdif@127.0.0.1:4001,psn,split=x", "not a number"),
+        ] {
+            let e = StreamSpec::parse(spec).unwrap_err().to_string();
+            assert!(e.contains("split") && e.contains(what), "{spec}: {e}");
+        }
+        let mut c = RecorderConfig::new(vec![s], vec!["/tmp/x".into()], "t_xx_001");
+        c.validate().unwrap();
+        // 80 frames of 8224 bytes (a run of 16 and a train of 64) and the block header: the least.
+        c.block_size = 80 * 8224 + 8;
+        c.validate().unwrap();
+        c.block_size -= 1;
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("split") && e.contains("657928"), "{e}");
+        c.block_size = 10_000_000;
+        c.format = ScanFormat::Flexbuff;
+        c.datastreams = vec![vlbiflow_scan::datastream::Rule {
+            name: "x".into(),
+            specs: vec![vlbiflow_scan::datastream::MatchSpec::parse("0").unwrap()],
+        }];
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("datastreams") && e.contains("split"), "{e}");
     }
 }

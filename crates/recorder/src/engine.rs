@@ -66,6 +66,10 @@ pub enum RecorderEvent {
     },
     /// A configuration warning (said at start): see [`RecorderConfig::warnings`](crate::RecorderConfig::warnings).
     ConfigWarning(String),
+    /// A stream split over sockets: sealed blocks waited for a part that received nothing until `waiting`
+    /// of them held the pool, and went to the disks without it (said once per stream): a run that part
+    /// receives later reads back after runs recorded before it. Nothing is lost.
+    SplitUnordered { stream: String, waiting: usize },
     /// The kernel refused UDP generic receive offload (said once per recording): those streams receive
     /// one datagram per message, which costs more CPU at high packet rates but loses nothing.
     GroUnavailable { streams: usize, error: String },
@@ -113,6 +117,11 @@ impl fmt::Display for RecorderEvent {
             }
             RecorderEvent::CaptureFailed { stream, error } => write!(f, "stream {stream}: receive failed: {error}"),
             RecorderEvent::ConfigWarning(w) => write!(f, "warning: {w}"),
+            RecorderEvent::SplitUnordered { stream, waiting } => write!(
+                f,
+                "stream {stream}: {waiting} blocks waited for one of its sockets that received nothing; \
+                 they are written without it, so a run it receives later reads back out of order"
+            ),
             RecorderEvent::DisksBehind { input_rate, write_rate, time_to_full } => write!(
                 f,
                 "DISKS BEHIND: streams bring {:.0} MB/s, disks write {:.0} MB/s; the block pool is full in {}, \

@@ -19,6 +19,7 @@ pub mod config;
 mod datastreams;
 mod engine;
 pub mod flow;
+mod split;
 /// Loss accounting: the workspace's one sequence tracker (re-exported from `vlbiflow-seq`).
 pub mod loss {
     pub use vlbiflow_seq::*;
@@ -139,6 +140,20 @@ impl Recorder {
         mut taps: Vec<Option<Box<dyn FrameTap>>>,
     ) -> Result<RecorderHandle, StartError> {
         config.validate()?;
+        if let Some(s) = config
+            .streams
+            .iter()
+            .zip(&taps)
+            .find_map(|(s, t)| (s.split > 1 && t.is_some()).then_some(s))
+        {
+            return Err(StartError::Config(ConfigError::Invalid {
+                field: "split",
+                reason: format!(
+                    "stream {} is split: forwarding passes frames on in arrival order, so it needs one socket",
+                    s.label
+                ),
+            }));
+        }
         let warnings = config.warnings();
         let mut config = config;
         if config.discard {
@@ -239,7 +254,13 @@ impl Recorder {
             udp.gro = config.gro;
             // Capture learns readiness from epoll and must never block on one socket.
             udp.nonblocking = true;
-            match open_udp(&udp) {
+            let opened = if s.split > 1 {
+                let shift = split::run_len(frames_per_block(s.frame_size)).trailing_zeros();
+                vlbiflow_udp::steer::open_run_group(&udp, s.split, shift)
+            } else {
+                open_udp(&udp).map(|(sock, report)| (vec![sock], report))
+            };
+            match opened {
                 Ok(x) => sockets.push(x),
                 Err(e) => {
                     let source =
@@ -269,7 +290,26 @@ impl Recorder {
         }
         let (queue_tx, queue_rx) = crossbeam_channel::unbounded();
 
-        let streams: Vec<StreamShared> = config.streams.iter().map(|_| StreamShared::default()).collect();
+        let mut streams: Vec<StreamShared> = config.streams.iter().map(|_| StreamShared::default()).collect();
+        for (s, shared) in config.streams.iter().zip(streams.iter_mut()) {
+            if s.split > 1 {
+                let runs =
+                    vlbiflow_seq::split::Runs::new(s.split, split::run_len(frames_per_block(s.frame_size)))
+                        .map_err(|e| {
+                        StartError::Config(ConfigError::Invalid {
+                            field: "split",
+                            reason: e.to_string(),
+                        })
+                    })?;
+                // Blocks wait for a silent part at most a quarter of the pool (then go out of order).
+                shared.split = Some(Box::new(split::SplitShared::new(
+                    runs,
+                    (pool_total / 4).max(4 * s.split as usize),
+                )));
+                // The least of the parts' first numbers.
+                shared.first_psn.store(u64::MAX, Relaxed);
+            }
+        }
         for (i, (s, (_, report))) in config.streams.iter().zip(&sockets).enumerate() {
             // The kernel reports double what it accepted (bookkeeping); status shows what it accepted.
             let granted = report.recv_buffer.as_ref().map_or(0, |b| b.granted / 2);
@@ -305,11 +345,23 @@ impl Recorder {
         for (d, s) in disks.iter().zip(&sinks) {
             d.direct.store(s.is_direct(), Relaxed);
         }
-        let capture_threads = config.capture_threads.min(config.streams.len());
+        let whole = config.streams.iter().filter(|s| s.split <= 1).count();
+        let capture_threads = config.capture_threads.min(whole);
+        let part_threads: usize = config
+            .streams
+            .iter()
+            .filter(|s| s.split > 1)
+            .map(|s| s.split as usize)
+            .sum();
         let local_addrs = sockets
             .iter()
             .zip(&config.streams)
-            .map(|((sock, _), s)| sock.local_addr().unwrap_or(s.address))
+            .map(|((socks, _), s)| {
+                socks
+                    .first()
+                    .and_then(|x| x.local_addr().ok())
+                    .unwrap_or(s.address)
+            })
             .collect();
         let shared = Arc::new(Shared {
             streams,
@@ -319,7 +371,7 @@ impl Recorder {
             stop: AtomicBool::new(false),
             hold_writers: AtomicBool::new(false),
             phase: AtomicU8::new(PHASE_RECORDING),
-            captures_running: AtomicUsize::new(capture_threads),
+            captures_running: AtomicUsize::new(capture_threads + part_threads),
             writers_alive: AtomicUsize::new(if config.discard { 1 } else { config.disks.len() }),
             in_flight: AtomicU64::new(0),
             lost_blocks: AtomicU64::new(0),
@@ -371,16 +423,32 @@ impl Recorder {
             )?);
         }
         let mut groups: Vec<Vec<capture::StreamCapture>> = (0..capture_threads).map(|_| Vec::new()).collect();
-        for (i, (spec, (socket, report))) in shared.config.streams.iter().zip(sockets).enumerate() {
+        let mut whole_index = 0;
+        for (i, (spec, (socks, report))) in shared.config.streams.iter().zip(sockets).enumerate() {
             let fpb = frames_per_block(spec.frame_size);
             let gro = report.gro == vlbiflow_udp::Feature::Enabled;
+            if let Some(sp) = shared.streams[i].split.as_deref() {
+                // One capture thread per part, each with the queues that hand numbers between them.
+                let (txs, rxs): (Vec<_>, Vec<_>) = (0..socks.len())
+                    .map(|_| crossbeam_channel::bounded::<u64>(HANDOFF))
+                    .unzip();
+                for (p, (socket, inbox)) in socks.into_iter().zip(rxs).enumerate() {
+                    let mut capture =
+                        capture::StreamCapture::new(i, spec.clone(), socket, fpb, data_offset, gro);
+                    capture.set_part(capture::Part::new(sp.runs, p as u32, inbox, txs.clone()));
+                    groups.push(vec![capture]);
+                }
+                continue;
+            }
+            let socket = socks.into_iter().next().expect("one socket per stream");
             let mut capture = capture::StreamCapture::new(i, spec.clone(), socket, fpb, data_offset, gro);
             capture.set_tap(taps.get_mut(i).and_then(Option::take));
             capture.set_datastreams(&shared.config.datastreams);
-            groups[i % capture_threads].push(capture);
+            groups[whole_index % capture_threads].push(capture);
+            whole_index += 1;
         }
         // `start` returns once every capture thread runs, so a caller may say the recorder is receiving.
-        let (running_tx, running_rx) = crossbeam_channel::bounded(capture_threads);
+        let (running_tx, running_rx) = crossbeam_channel::bounded(groups.len());
         for (i, group) in groups.into_iter().enumerate() {
             let sh = shared.clone();
             let running = running_tx.clone();
@@ -410,6 +478,9 @@ impl Recorder {
         })
     }
 }
+
+/// Numbers one part of a split stream hands to another, at most, waiting.
+const HANDOFF: usize = 1 << 16;
 
 /// Removes the data files/directories `start` created before it failed.
 fn remove_created<'a>(config: &RecorderConfig, disks: impl Iterator<Item = &'a PathBuf>) {
@@ -444,6 +515,15 @@ impl RecorderHandle {
     /// The address each stream (in configuration order) is bound to; useful when a port of 0 was given.
     pub fn local_addrs(&self) -> &[std::net::SocketAddr] {
         &self.shared.local_addrs
+    }
+
+    /// Per stream: the PSN runs it is split by over sockets and capture threads (`None`: one socket).
+    pub fn split_runs(&self) -> Vec<Option<vlbiflow_seq::split::Runs>> {
+        self.shared
+            .streams
+            .iter()
+            .map(|s| s.split.as_ref().map(|sp| sp.runs))
+            .collect()
     }
 
     /// Per stream (in configuration order): receive messages that carried more than one datagram, i.e.
@@ -546,15 +626,18 @@ fn snapshot(shared: &Shared) -> RecorderStatus {
             label: spec.label.clone(),
             counters: {
                 // Frames in blocks no disk could write were not stored after all: lost, not packets.
-                let mut c = s.counters();
+                let mut c = s.counters_and_restarts().0;
                 let unwritten = s.unwritten.load(Relaxed);
                 c.packets -= unwritten.min(c.packets);
                 c.bytes -= (unwritten * u64::from(spec.frame_size)).min(c.bytes);
                 c.lost += unwritten;
                 c
             },
-            restarts: s.restarts.load(Relaxed),
-            threads: s.threads.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+            restarts: s.counters_and_restarts().1,
+            threads: match &s.split {
+                Some(sp) => sp.threads(),
+                None => s.threads.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+            },
             frame_rate: Some(s.frame_rate.load(Relaxed)).filter(|&r| r > 0),
             first_time: unpack_time(s.first_time.load(Relaxed)),
             last_time: unpack_time(s.last_time.load(Relaxed)),

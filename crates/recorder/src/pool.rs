@@ -151,6 +151,12 @@ impl Block {
         &mut self.buf.as_mut_slice()[o..]
     }
 
+    /// Space for frames, read only.
+    pub fn frame_area(&self) -> &[u8] {
+        let o = self.start + self.data_offset;
+        &self.buf.as_slice()[o..]
+    }
+
     /// The frames held.
     pub fn payload(&self) -> &[u8] {
         let o = self.start + self.data_offset;

@@ -279,6 +279,9 @@ pub(crate) struct StreamShared {
     pub blocks: Mutex<vlbiflow_scan::BlockRanges>,
     /// With datastreams: by thread seen, the recordings (bit per index) its frames went to.
     pub thread_recordings: Mutex<Vec<(u16, u64)>>,
+    /// A stream split over several sockets: the parts add their counters here (`lost` only the frames
+    /// they could not store), and their PSN figures are in here.
+    pub split: Option<Box<crate::split::SplitShared>>,
 }
 
 impl StreamShared {
@@ -295,6 +298,41 @@ impl StreamShared {
         self.kernel_drops.store(c.kernel_drops, Relaxed);
         self.wrong_source.store(c.wrong_source, Relaxed);
         self.restarts.store(restarts, Relaxed);
+    }
+
+    /// Adds what one part of a split stream counted since it last published (`now - before`).
+    pub fn add(&self, now: &StreamCounters, before: &StreamCounters) {
+        let add = |a: &AtomicU64, n: u64, b: u64| {
+            a.fetch_add(n.saturating_sub(b), Relaxed);
+        };
+        add(&self.packets, now.packets, before.packets);
+        add(&self.bytes, now.bytes, before.bytes);
+        add(&self.lost, now.lost, before.lost);
+        add(&self.invalid_frames, now.invalid_frames, before.invalid_frames);
+        add(&self.rejected, now.rejected, before.rejected);
+        add(&self.filtered, now.filtered, before.filtered);
+        add(
+            &self.dropped_no_buffer,
+            now.dropped_no_buffer,
+            before.dropped_no_buffer,
+        );
+        add(&self.kernel_drops, now.kernel_drops, before.kernel_drops);
+        add(&self.wrong_source, now.wrong_source, before.wrong_source);
+    }
+
+    /// The stream's counters, with a split stream's PSN figures; and its restarts.
+    pub fn counters_and_restarts(&self) -> (StreamCounters, u64) {
+        let mut c = self.counters();
+        match &self.split {
+            None => (c, self.restarts.load(Relaxed)),
+            Some(sp) => {
+                let f = sp.figures();
+                c.lost += f.lost;
+                c.out_of_order = f.out_of_order;
+                c.duplicates = f.duplicates;
+                (c, f.restarts)
+            }
+        }
     }
 
     pub fn counters(&self) -> StreamCounters {

@@ -26,10 +26,12 @@ use vlbiflow_seq::{Arrival, FrameIndexer, SequenceTracker};
 use vlbiflow_udp::{DropCounter, Epoll};
 
 mod classify;
+mod part;
 mod receive;
 mod route;
 
 pub use classify::{classify, Verdict};
+pub(crate) use part::Part;
 use receive::{place_frames, Layout, Piece, Received, Receiver, Src, MAX_SPLIT, OVERFLOW};
 pub(crate) use route::Routing;
 
@@ -170,6 +172,8 @@ pub(crate) struct StreamCapture {
     tap_unstored: Vec<(Option<u64>, [u8; crate::tap::TAP_HEADER_LEN])>,
     /// With datastreams: which recording each frame goes to.
     route: Option<Routing>,
+    /// A part of a split stream (then `psn` is None: the part's tracker counts).
+    part: Option<Box<Part>>,
 }
 
 impl StreamCapture {
@@ -220,7 +224,30 @@ impl StreamCapture {
             tap_psns: Vec::new(),
             tap_unstored: Vec::new(),
             route: None,
+            part: None,
         }
+    }
+
+    /// Makes this the capture of one part of a split stream.
+    pub(crate) fn set_part(&mut self, part: Part) {
+        self.psn = None;
+        self.part = Some(Box::new(part));
+    }
+
+    /// Loss is tracked by PSN (the stream's or the part's tracker), not by VDIF time.
+    #[inline]
+    fn by_psn(&self) -> bool {
+        self.psn.is_some() || self.part.is_some()
+    }
+
+    /// A frame numbered `psn` arrived (stored or not): how the stream's or part's tracker took it
+    /// (`None`: no PSN, or another part's number, handed on).
+    #[inline]
+    fn see_psn(&mut self, psn: u64) -> Option<Arrival> {
+        if let Some(p) = &mut self.psn {
+            return Some(p.observe(psn));
+        }
+        self.part.as_mut().and_then(|p| p.arrive(psn))
     }
 
     /// Routes the stream's frames by datastream `rules` (none: one recording).
@@ -265,6 +292,10 @@ impl StreamCapture {
     /// every way a recording ends.
     /// Returns (lost, out_of_order, duplicates, restarts).
     fn loss(&self) -> (u64, u64, u64, u64) {
+        if self.part.is_some() {
+            // The part's PSN figures are merged over the parts (`split::SplitShared::figures`).
+            return (self.unstored, 0, 0, 0);
+        }
         match &self.psn {
             Some(p) => {
                 let c = p.counters();
@@ -283,6 +314,25 @@ impl StreamCapture {
         self.counters.out_of_order = ooo;
         self.counters.duplicates = dup;
         self.counters.kernel_drops = self.drops.total();
+        if let Some(p) = self.part.as_mut() {
+            p.take_handed();
+            let s = &shared.streams[self.index];
+            s.add(&self.counters, &p.published);
+            p.published = self.counters;
+            let rx = [self.coalesced, self.messages, self.datagrams];
+            for (a, (now, before)) in [&s.coalesced, &s.messages, &s.datagrams]
+                .into_iter()
+                .zip(rx.iter().zip(p.published_rx))
+            {
+                a.fetch_add(now - before, Relaxed);
+            }
+            p.published_rx = rx;
+            if let Some(sp) = s.split.as_deref() {
+                let slot = &sp.parts[p.index as usize];
+                *slot.summary.lock().unwrap_or_else(|e| e.into_inner()) = Some(p.tracker.summary());
+            }
+            return;
+        }
         shared.streams[self.index].publish(&self.counters, restarts);
         let s = &shared.streams[self.index];
         s.coalesced.store(self.coalesced, Relaxed);
@@ -298,7 +348,7 @@ impl StreamCapture {
             .map(|t| {
                 let c = t.tracker.counters();
                 let mut s = t.status;
-                if self.psn.is_none() {
+                if !self.by_psn() {
                     s.lost = c.lost + t.unstored;
                     s.out_of_order = c.out_of_order;
                     s.duplicates = c.duplicates;
@@ -307,10 +357,12 @@ impl StreamCapture {
                 s
             })
             .collect();
-        *shared.streams[self.index]
-            .threads
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = detail;
+        let s = &shared.streams[self.index];
+        let target = match (&self.part, s.split.as_deref()) {
+            (Some(p), Some(sp)) => &sp.parts[p.index as usize].threads,
+            _ => &s.threads,
+        };
+        *target.lock().unwrap_or_else(|e| e.into_inner()) = detail;
         if self.route.is_some() {
             let masks = self
                 .threads
@@ -330,6 +382,12 @@ impl StreamCapture {
         if self.route.is_some() {
             return self.seal_routed(shared);
         }
+        let run = self.part.as_ref().and_then(|p| p.block_run);
+        self.seal_run(shared, run);
+    }
+
+    /// As [`seal`](Self::seal); a split stream's part numbers the block as one of run `run`.
+    fn seal_run(&mut self, shared: &Shared, run: Option<u64>) {
         let Some(mut block) = self.current.take() else {
             return;
         };
@@ -339,15 +397,13 @@ impl StreamCapture {
         }
         block.len = block.frames as usize * self.spec.frame_size as usize;
         block.stream = self.index;
-        block.number = shared.next_block.fetch_add(1, Relaxed);
-        // Once per block: which stream's frames block `number` holds (for the metadata).
-        shared.streams[self.index]
-            .blocks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(u64::from(block.number));
-        shared.in_flight.fetch_add(1, AcqRel);
-        let _ = shared.queue_tx.send(block);
+        match self.part.as_mut() {
+            Some(p) => {
+                let key = p.key(run);
+                sequence(shared, self.index, Some((key, block)), None);
+            }
+            None => dispatch(shared, block),
+        }
     }
 
     /// Makes sure a block with free slots is current; false if the pool is empty.
@@ -397,6 +453,12 @@ impl StreamCapture {
         while turn < BATCHES_PER_TURN * SINGLES_PER_TURN {
             let one = self.one_by_one > 0;
             turn += if one { BATCHES_PER_TURN } else { SINGLES_PER_TURN };
+            // A part whose run is complete starts the next one in a fresh block (no copy at the cut).
+            if self.part.as_ref().is_some_and(|p| p.run_done())
+                && self.current.as_ref().is_some_and(|b| b.frames > 0)
+            {
+                self.seal(shared);
+            }
             let have_block = self.ensure_block(shared);
             // Take the block out while processing so its frames and our counters can be borrowed apart.
             let mut block = if have_block { self.current.take() } else { None };
@@ -406,6 +468,7 @@ impl StreamCapture {
                 span: self.span,
                 gro: self.gro,
             };
+            let before = block.as_ref().map_or(0, |b| b.frames as usize);
             let area: &mut [u8] = match block.as_mut() {
                 Some(b) => {
                     let used = b.frames as usize;
@@ -413,7 +476,23 @@ impl StreamCapture {
                 }
                 None => &mut scratch[..scratch_len],
             };
-            let requested = rx.plan(area.len(), layout, one);
+            let plan_len = match self.part.as_deref_mut() {
+                Some(p) => {
+                    p.before = before;
+                    p.start_run = p.block_run;
+                    p.cuts.clear();
+                    // Up to the end of the part's run (and the train that ends it): the next run then
+                    // starts a fresh block without a copy.
+                    let run_room = p.remaining().div_ceil(self.span) * self.span * slot;
+                    if one {
+                        area.len()
+                    } else {
+                        area.len().min(run_room)
+                    }
+                }
+                None => area.len(),
+            };
+            let requested = rx.plan(plan_len, layout, one);
             let mut got = match rx.recv(&self.socket, area, layout) {
                 Ok(r) => r,
                 Err(e) => {
@@ -433,6 +512,12 @@ impl StreamCapture {
                 }
                 None => self.process_batch(shared, &mut got, &mut scratch[..scratch_len], layout, false),
             };
+            let cut = self.part.as_ref().is_some_and(|p| !p.cuts.is_empty());
+            if let Some(b) = block.take_if(|_| cut) {
+                if let Err(b) = self.regroup(shared, b, stored) {
+                    block = Some(b);
+                }
+            }
             if let Some(mut b) = block {
                 let here = stored.min(fpb - b.frames as usize);
                 b.frames += here as u32;
@@ -449,12 +534,107 @@ impl StreamCapture {
                 }
                 self.spill = spill;
             }
+            if let Some(p) = self.part.as_mut() {
+                if let Some(r) = p.block_run.filter(|&r| r > p.floor_said) {
+                    p.floor_said = r;
+                    sequence(shared, self.index, None, Some((p.index, r)));
+                }
+            }
             if n > 0 {
                 self.publish(shared);
             }
             if n < requested {
                 return Ok(());
             }
+        }
+        Ok(())
+    }
+
+    /// A split stream's batch that brought a later run of the part's own after frames of an earlier one
+    /// (the end of a run was lost, or a train was longer than planned): the frames from each such cut
+    /// on are copied to fresh blocks, so no block holds two of the part's runs and the blocks sort in
+    /// run order. `b` is the block the batch went to (its `frames` not yet counting the batch's
+    /// `stored`), followed by the spill blocks. Without a free block for the copy, `b` comes back
+    /// untouched (the batch is stored as it came: out of order in the recording, not lost).
+    #[cold]
+    fn regroup(&mut self, shared: &Shared, mut b: Block, stored: usize) -> Result<(), Block> {
+        let slot = self.spec.frame_size as usize;
+        let fpb = self.frames_per_block;
+        let Some(p) = self.part.as_mut() else {
+            return Err(b);
+        };
+        let used = p.before;
+        let cap = fpb - used;
+        let cuts = std::mem::take(&mut p.cuts);
+        let mut fresh = std::mem::take(&mut p.fresh);
+        let Some(&(c0, _, first_run)) = cuts.first().filter(|c| c.0 < stored) else {
+            return Err(b);
+        };
+        let mut ci = 0;
+        let mut ok = true;
+        for k in c0..stored {
+            let cut = cuts.get(ci).filter(|c| c.0 == k).map(|c| c.1);
+            let full = fresh.last().is_some_and(|(f, _)| f.frames as usize == fpb);
+            if cut.is_some() || full {
+                ci += usize::from(cut.is_some());
+                let run = cut.or(fresh.last().map(|f| f.1)).unwrap_or(first_run);
+                match self.take_free_block(shared) {
+                    Some(f) => fresh.push((f, run)),
+                    None => {
+                        ok = false;
+                        break;
+                    }
+                }
+            }
+            let src = if k < cap {
+                &b.frame_area()[(used + k) * slot..][..slot]
+            } else {
+                let n = k - cap;
+                &self.spill[n / fpb].frame_area()[(n % fpb) * slot..][..slot]
+            };
+            let (f, _) = fresh.last_mut().expect("a fresh block from the first cut on");
+            let at = f.frames as usize * slot;
+            f.frame_area_mut()[at..at + slot].copy_from_slice(src);
+            f.frames += 1;
+        }
+        if !ok {
+            for (f, _) in fresh.drain(..) {
+                shared.free.put(f);
+            }
+            if let Some(p) = self.part.as_mut() {
+                p.fresh = fresh;
+            }
+            return Err(b);
+        }
+        // Frames before the first cut stay where they landed: the block, then spill blocks.
+        let here = c0.min(cap);
+        b.frames += here as u32;
+        let mut rest = c0 - here;
+        self.current = Some(b);
+        let mut spill = std::mem::take(&mut self.spill);
+        for mut next in spill.drain(..) {
+            if rest == 0 {
+                next.reset();
+                shared.free.put(next);
+                continue;
+            }
+            let put = rest.min(fpb);
+            next.frames = put as u32;
+            rest -= put;
+            self.seal_run(shared, Some(first_run));
+            self.current = Some(next);
+        }
+        self.spill = spill;
+        self.seal_run(shared, Some(first_run));
+        // The later runs' blocks, each sealed as one of its run; the last one stays current.
+        let last = fresh.pop();
+        for (f, run) in fresh.drain(..) {
+            self.current = Some(f);
+            self.seal_run(shared, Some(run));
+        }
+        self.current = last.map(|(f, _)| f);
+        if let Some(p) = self.part.as_mut() {
+            p.fresh = fresh;
         }
         Ok(())
     }
@@ -601,9 +781,7 @@ impl StreamCapture {
         if let Some(w) = &self.wanted {
             if !w[usize::from(thread)] {
                 self.counters.filtered += 1;
-                if let Some(p) = &mut self.psn {
-                    p.observe(psn);
-                }
+                self.see_psn(psn);
                 return;
             }
         }
@@ -666,6 +844,15 @@ impl StreamCapture {
                 s.has_first_psn.store(true, Relaxed);
             }
             p.observe(psn);
+        } else if let Some(p) = self.part.as_deref_mut() {
+            p.kept(index, psn);
+            if !std::mem::replace(&mut p.stored_any, true) {
+                // The parts start where they start: the stream's first is the least.
+                let s = &shared.streams[self.index];
+                s.first_psn.fetch_min(psn, Relaxed);
+                s.has_first_psn.store(true, Relaxed);
+            }
+            p.arrive(psn);
         }
         self.account(shared, thread, time, invalid, m5b_index, tag);
         if time.is_some() {
@@ -742,19 +929,29 @@ impl StreamCapture {
         let s = &shared.streams[self.index];
         if kept > 0 {
             let now = (shared.start.elapsed().as_nanos() as u64).max(1);
-            if s.first_ns.load(Relaxed) == 0 {
-                s.first_ns.store(now, Relaxed);
-            }
-            s.last_ns.store(now, Relaxed);
+            let _ = s.first_ns.compare_exchange(0, now, Relaxed, Relaxed);
+            s.last_ns.fetch_max(now, Relaxed);
         }
         if let Some((first, last)) = times {
             if self.first_time {
                 // The scan starts at the first frame of the first batch, not the last: a burst can fill a
                 // whole batch before the recorder looks.
                 self.first_time = false;
-                s.first_time.store(pack_time(first), Relaxed);
+                if self.part.is_some() {
+                    // Each part starts somewhere: the stream's first is the earliest.
+                    let t = pack_time(first);
+                    let _ = s
+                        .first_time
+                        .fetch_update(Relaxed, Relaxed, |v| (v == 0 || t < v).then_some(t));
+                } else {
+                    s.first_time.store(pack_time(first), Relaxed);
+                }
             }
-            s.last_time.store(pack_time(last), Relaxed);
+            if self.part.is_some() {
+                s.last_time.fetch_max(pack_time(last), Relaxed);
+            } else {
+                s.last_time.store(pack_time(last), Relaxed);
+            }
         }
     }
 
@@ -830,7 +1027,7 @@ impl StreamCapture {
             (None, idx) => idx,
         };
         let (second, frame) = seq?;
-        let track = self.psn.is_none();
+        let track = !self.by_psn();
         let index = self.index;
         let th = self.thread_state(thread);
         // A frame number beyond a configured rate never gets here (rejected in `process_batch`).
@@ -839,12 +1036,15 @@ impl StreamCapture {
         if let Some(rate) = learned {
             // A rate learned from frame numbers can only be low (the last frames of a second
             // were lost), never high: the stream's rate is the highest any thread taught.
-            shared.streams[index].frame_rate.fetch_max(rate, Relaxed);
-            shared.event(RecorderEvent::RateLearned {
-                stream: self.spec.label.clone(),
-                thread,
-                rate,
-            });
+            let before = shared.streams[index].frame_rate.fetch_max(rate, Relaxed);
+            // A split stream's parts each learn the rate: said when it is news for the stream.
+            if self.part.is_none() || rate > before {
+                shared.event(RecorderEvent::RateLearned {
+                    stream: self.spec.label.clone(),
+                    thread,
+                    rate,
+                });
+            }
         }
         arrival
     }
@@ -860,9 +1060,10 @@ impl StreamCapture {
         time: Option<VdifTime>,
         m5b_index: Option<(i64, u32)>,
     ) {
-        if let Some(p) = &mut self.psn {
-            let a = p.observe(psn);
-            self.unstored += u64::from(counts_as_unstored(a));
+        if self.by_psn() {
+            // Another part's number is handed on (its owner takes it as arrived): not stored here.
+            let a = self.see_psn(psn);
+            self.unstored += u64::from(a.is_none_or(counts_as_unstored));
             // The time index still learns the rate and follows the thread.
             self.track_time(shared, thread, time, m5b_index);
             return;
@@ -875,6 +1076,51 @@ impl StreamCapture {
             // No time index (a Mark5B header without a valid BCD time): still a frame not stored.
             None => self.unstored += 1,
         }
+    }
+}
+
+/// Numbers a sealed block and queues it for the writers.
+fn dispatch(shared: &Shared, mut block: Block) {
+    block.number = shared.next_block.fetch_add(1, Relaxed);
+    // Once per block: which stream's frames block `number` holds (for the metadata).
+    shared.streams[block.stream]
+        .blocks
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(u64::from(block.number));
+    shared.in_flight.fetch_add(1, AcqRel);
+    let _ = shared.queue_tx.send(block);
+}
+
+/// A split stream's part sealed a block (`block`) or moved its floor (`floor`: part, run): the blocks
+/// whose turn has come are numbered and queued, in run order (under the stream's sequencer lock, once
+/// per block or run, never per frame).
+fn sequence(
+    shared: &Shared,
+    stream: usize,
+    block: Option<(crate::split::Key, Block)>,
+    floor: Option<(u32, u64)>,
+) {
+    let Some(sp) = shared.streams[stream].split.as_deref() else {
+        if let Some((_, b)) = block {
+            dispatch(shared, b);
+        }
+        return;
+    };
+    let mut seq = sp.sequencer.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((key, b)) = block {
+        seq.push(key, b);
+    }
+    if let Some((part, run)) = floor {
+        seq.floor(part, run);
+    }
+    let (forced, waiting) = (seq.forced, seq.limit());
+    seq.release(|b| dispatch(shared, b));
+    if forced == 0 && seq.forced > 0 {
+        shared.event(RecorderEvent::SplitUnordered {
+            stream: shared.config.streams[stream].label.clone(),
+            waiting,
+        });
     }
 }
 
@@ -897,6 +1143,14 @@ pub(crate) fn run_capture(shared: Arc<Shared>, mut streams: Vec<StreamCapture>) 
         }
         s.publish(&shared);
         s.publish_detail(&shared);
+        if let Some(p) = s.part.take() {
+            // Nothing more from this part: the others' blocks need not wait for it.
+            sequence(&shared, s.index, None, Some((p.index, u64::MAX)));
+            if let Some(sp) = shared.streams[s.index].split.as_deref() {
+                let (tracker, inbox) = p.into_end();
+                sp.part_ended(tracker, inbox);
+            }
+        }
     }
     shared.captures_running.fetch_sub(1, AcqRel);
 }
