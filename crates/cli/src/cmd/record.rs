@@ -32,6 +32,9 @@ Examples:
   vlbiflow record --stream a=vdif@127.0.0.1:4001,psn --stream b=vdif@127.0.0.1:4002,psn \\
       --discard --duration 20
 
+  # One fast stream over four capture threads (one core each), in PSN order on the disks:
+  vlbiflow record --stream a=vdif@0.0.0.0:4001,psn,split=4 --disk '/mnt/disk*' --scan t_xx_002
+
 Stream options (comma separated after the address):
   threads=0,1     record only these VDIF threads (others are counted as filtered)
   from=ADDR[/PREFIX]  accept datagrams from this source only (repeat; others are counted as wrong
@@ -39,6 +42,10 @@ Stream options (comma separated after the address):
   psn             datagrams start with an 8-byte packet sequence number (Mark6 / jive5ab udps)
   frame-size=N    bytes per frame, header included (default 8224 for VDIF, 10016 for Mark5B)
   frame-rate=N    frames per second per thread (default: learned from the time stamps)
+  split=N         receive the stream on N sockets and capture threads (2, 4, ... 64; needs psn): the
+                  kernel steers runs of PSNs round them (runs of the largest power of two that fits
+                  a block with 64 frames to spare: 1024 at the default 10MB and 8224-byte frames) and
+                  the blocks are numbered in PSN order, so the scan reads back as one stream
 
   # Record and forward in real time to the correlator as udps, paced to 2.1 Gb/s (e-VLBI):
   vlbiflow record --stream a=vdif@0.0.0.0:4001,psn --disk '/mnt/disk*' --scan ek051_ef_no0001 \\
@@ -68,7 +75,7 @@ SO_RXQ_OVFL); per disk its share; the pool's free blocks; input and write rates 
 #[command(after_help = EXAMPLES)]
 pub struct Args {
     /// Stream to record: LABEL=vdif@HOST:PORT[,threads=0,1][,psn][,frame-size=8224][,frame-rate=N]
-    /// (or LABEL=m5b@HOST:PORT); repeat for several streams
+    /// [,split=N] (or LABEL=m5b@HOST:PORT); repeat for several streams
     #[arg(long = "stream", value_name = "SPEC", required = true)]
     streams: Vec<String>,
     /// Accept datagrams from this source only, on every stream without its own from= (repeat);
@@ -110,7 +117,7 @@ pub struct Args {
     /// start, at most 64 GiB; never below the starting pool)
     #[arg(long, value_name = "SIZE", conflicts_with = "pool_blocks")]
     pool_memory: Option<String>,
-    /// Capture threads (streams are spread over them)
+    /// Capture threads (streams are spread over them; a stream with split=N has N threads of its own)
     #[arg(long, value_name = "N", default_value_t = 1)]
     capture_threads: usize,
     /// Experiment name for the metadata
@@ -229,12 +236,23 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .map(|d| format!(", {:.1} s", d.as_secs_f64()))
             .unwrap_or_default(),
     );
-    for (s, a) in cfg.streams.iter().zip(handle.local_addrs()) {
+    for ((s, a), runs) in cfg
+        .streams
+        .iter()
+        .zip(handle.local_addrs())
+        .zip(handle.split_runs())
+    {
         eprintln!(
-            "  stream {}: {:?} on {a}{}",
+            "  stream {}: {:?} on {a}{}{}",
             s.label,
             s.kind,
-            if s.psn { " with PSN" } else { "" }
+            if s.psn { " with PSN" } else { "" },
+            runs.map(|r| format!(
+                ", split over {} sockets and capture threads by runs of {} PSNs",
+                r.parts(),
+                r.run_len()
+            ))
+            .unwrap_or_default()
         );
     }
     // Every socket is bound and its capture thread runs: a sender started from here on loses nothing.
