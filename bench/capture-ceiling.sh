@@ -28,7 +28,12 @@
 #   threads-1      4 streams, gen --gso 7, GRO on: 4 sink processes against record --capture-threads 1
 #   threads-2      the same against record --capture-threads 2
 #   threads-4      the same against record --capture-threads 4
-# The threads-* rows (ladder LADDER_THREADS, total Gb/s over the 4 streams, default "20 30 40") pin only gen, so
+#   split-1        1 stream, gen --gso 7, GRO on: sink --split 1 against record with the stream's split=1
+#   split-2        the same at split 2: two sockets steered by PSN runs, a thread each (sink --split 2, split=2)
+#   split-4        the same at split 4
+#   split-nogro-1, split-nogro-2, split-nogro-4   the same with GRO off in both receivers
+# The threads-* rows (ladder LADDER_THREADS, total Gb/s over the 4 streams, default "20 30 40") and split-* rows
+# (LADDER_SPLIT, default "20 30") pin only gen, so
 # that the receivers' threads and processes may use every CPU gen leaves; they also print the busiest capture
 # thread's CPU time as a share of the run (1.00: a core of its own all the time), the figure that says how far
 # one more core would carry each thread.
@@ -44,6 +49,7 @@ LADDER_SENDMMSG=${LADDER_SENDMMSG:-10 15 20}
 LADDER_GSO=${LADDER_GSO:-15 20 25 30 35 40}
 STREAMS50_LADDER=${STREAMS50_LADDER:-5 10 15}
 LADDER_THREADS=${LADDER_THREADS:-20 30 40}
+LADDER_SPLIT=${LADDER_SPLIT:-20 30}
 PIN=${PIN:-$([ "$(nproc)" -ge 2 ] && echo 1 || echo 0)}
 PIN_GEN=() PIN_RX=()
 [ "$PIN" = 1 ] && PIN_GEN=(taskset -c 0) PIN_RX=(taskset -c 1)
@@ -111,24 +117,24 @@ capture_each() {
   done
 }
 
-# run_point ROW RECEIVER GBPS STREAMS GSO GRO THREADS PIN_RX: one run; appends "row rate receiver sent_gbps
-# sent lost cpu capture busiest".
+# run_point ROW RECEIVER GBPS STREAMS GSO GRO THREADS PIN_RX SPLIT: one run; appends "row rate receiver
+# sent_gbps sent lost cpu capture busiest".
 run_point() {
-  local row=$1 who=$2 gbps=$3 n=$4 gso=$5 gro=$6 threads=$7 pin_rx=$8 i dests=() streams=() per rec_gro=() sink_gro=()
+  local row=$1 who=$2 gbps=$3 n=$4 gso=$5 gro=$6 threads=$7 pin_rx=$8 split=${9:-1} i dests=() streams=() per rec_gro=() sink_gro=()
   local d=$SCRATCH/run rx=()
   [ "$pin_rx" = 1 ] && rx=("${PIN_RX[@]}")
   rm -rf "$d"; mkdir -p "$d"
   PORT=$((PORT + n)); [ $PORT -gt 60000 ] && PORT=47100
   for i in $(seq 0 $((n - 1))); do
     dests+=(--dest "127.0.0.1:$((PORT + i))")
-    streams+=(--stream "s$i=vdif@127.0.0.1:$((PORT + i)),psn")
+    streams+=(--stream "s$i=vdif@127.0.0.1:$((PORT + i)),psn,split=$split")
   done
   [ "$gro" = on ] && sink_gro=(--gro) || rec_gro=(--no-gro)
   if [ "$who" = sink ]; then
     SINKS=
     for i in $(seq 0 $((n - 1))); do
       "${rx[@]}" "$BIN_SINK" sink --listen "127.0.0.1:$((PORT + i))" --psn "${sink_gro[@]}" --idle-timeout 0 \
-        --json >"$d/sink$i.json" 2>/dev/null &
+        --split "$split" --json >"$d/sink$i.json" 2>/dev/null &
       SINKS="$SINKS $!"
       in_budget $!
     done
@@ -186,23 +192,25 @@ print(row, gbps, who, f"{gen['achieved_bps'] / 1e9:.2f}", sent, max(sent - got, 
 PY
 }
 
-row_params() {  # ROW -> "STREAMS GSO GRO CAPTURE_THREADS PIN_RX LADDER"
+row_params() {  # ROW -> "STREAMS GSO GRO CAPTURE_THREADS PIN_RX SPLIT LADDER"
   case $1 in
-    sendmmsg) echo "1 0 on 1 $PIN $LADDER_SENDMMSG" ;;
-    gso) echo "1 7 on 1 $PIN $LADDER_GSO" ;;
-    gso-nogro) echo "1 7 off 1 $PIN $LADDER_GSO" ;;
-    gso-50) echo "50 7 on 1 $PIN $STREAMS50_LADDER" ;;
-    threads-1 | threads-2 | threads-4) echo "4 7 on ${1#threads-} 0 $LADDER_THREADS" ;;
+    sendmmsg) echo "1 0 on 1 $PIN 1 $LADDER_SENDMMSG" ;;
+    gso) echo "1 7 on 1 $PIN 1 $LADDER_GSO" ;;
+    gso-nogro) echo "1 7 off 1 $PIN 1 $LADDER_GSO" ;;
+    gso-50) echo "50 7 on 1 $PIN 1 $STREAMS50_LADDER" ;;
+    threads-1 | threads-2 | threads-4) echo "4 7 on ${1#threads-} 0 1 $LADDER_THREADS" ;;
+    split-1 | split-2 | split-4) echo "1 7 on 1 0 ${1#split-} $LADDER_SPLIT" ;;
+    split-nogro-1 | split-nogro-2 | split-nogro-4) echo "1 7 off 1 0 ${1#split-nogro-} $LADDER_SPLIT" ;;
     *) echo "bench: unknown row $1" >&2; exit 2 ;;
   esac
 }
 
 for row in $ROWS; do
-  read -r n gso gro threads pin_rx ladder <<<"$(row_params "$row")"
+  read -r n gso gro threads pin_rx split ladder <<<"$(row_params "$row")"
   for gbps in $ladder; do
     for _ in $(seq "$REPS"); do
-      run_point "$row" sink "$gbps" "$n" "$gso" "$gro" "$threads" "$pin_rx"
-      run_point "$row" record "$gbps" "$n" "$gso" "$gro" "$threads" "$pin_rx"
+      run_point "$row" sink "$gbps" "$n" "$gso" "$gro" "$threads" "$pin_rx" "$split"
+      run_point "$row" record "$gbps" "$n" "$gso" "$gro" "$threads" "$pin_rx" "$split"
     done
     echo "# $row $gbps Gb/s done, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
   done
@@ -223,7 +231,7 @@ for line in open(path):
 med = statistics.median
 L = [f"- {machine} (at the end of the run)",
      f"- `bench/capture-ceiling.sh`: {secs} s per run, median of {reps} runs per point, sink and record alternating"
-     + (", gen pinned to CPU 0 and the receiver to CPU 1 (threads-* rows: gen only)" if pin == "1" else "")
+     + (", gen pinned to CPU 0 and the receiver to CPU 1 (threads-* and split-* rows: gen only)" if pin == "1" else "")
      + (f", the receiver limited to {budget}% of one core (cpu cgroup, 10 ms period)" if budget else ""),
      "",
      "| row | rate asked Gb/s | sink: sent Gb/s | sink: lost | sink: CPU s/GB | record: sent Gb/s | record: lost (%) | record: CPU s/GB (capture threads) | record: busiest capture thread |",
