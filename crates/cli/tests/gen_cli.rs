@@ -444,6 +444,14 @@ fn a_split_stream_is_recorded_in_order_and_accounted_as_one() {
             [19_800, 199, 0, 0, 0, 0],
             "split {split}, GRO {gro}: {c}"
         );
+        let rx = &r["streams"][0]["receive"];
+        assert_eq!(of(rx, "parts"), split as u64, "{rx}");
+        // Trains crossing the runs: their tails were handed to their own run's thread.
+        assert_eq!(
+            of(rx, "handed_on") > 0,
+            gro && split > 1,
+            "split {split}, GRO {gro}: {rx}"
+        );
         // Read back: every frame in time order, the blocks numbered without a hole.
         let mut check = vec!["check".to_string(), "--json".into()];
         for d in &disks {

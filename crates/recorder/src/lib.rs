@@ -96,6 +96,14 @@ pub struct ReceiveCounts {
     pub datagrams: u64,
     /// Messages that carried more than one datagram.
     pub coalesced: u64,
+    /// Sockets and capture threads the stream is split over (1: not split).
+    pub parts: u32,
+    /// Split: datagrams that arrived at another run's socket (a coalesced train's tail) and were
+    /// accounted by their own run's thread.
+    pub handed_on: u64,
+    /// Split: frames copied to a fresh block where a batch brought a later run of its thread (the end of
+    /// a run was lost or came in a longer train than planned).
+    pub cut_copied: u64,
 }
 
 impl ReceiveCounts {
@@ -546,6 +554,9 @@ impl RecorderHandle {
                 messages: s.messages.load(Relaxed),
                 datagrams: s.datagrams.load(Relaxed),
                 coalesced: s.coalesced.load(Relaxed),
+                parts: s.split.as_ref().map_or(1, |sp| sp.runs.parts()),
+                handed_on: s.split.as_ref().map_or(0, |sp| sp.handed_on()),
+                cut_copied: s.cut_copied.load(Relaxed),
             })
             .collect()
     }

@@ -139,6 +139,15 @@ impl SplitShared {
         split::live(&parts)
     }
 
+    /// Numbers that arrived at another run's part, so far.
+    pub fn handed_on(&self) -> u64 {
+        self.parts
+            .iter()
+            .filter_map(|p| *lock(&p.summary))
+            .map(|s| s.foreign)
+            .sum()
+    }
+
     /// A part stopped: its tracker and inbox are kept; the last part to stop takes every number still
     /// handed on, finishes every tracker and merges.
     pub fn part_ended(&self, tracker: PartTracker, inbox: Receiver<u64>) {

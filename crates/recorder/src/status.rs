@@ -282,6 +282,8 @@ pub(crate) struct StreamShared {
     /// A stream split over several sockets: the parts add their counters here (`lost` only the frames
     /// they could not store), and their PSN figures are in here.
     pub split: Option<Box<crate::split::SplitShared>>,
+    /// Split: frames copied where a batch brought a later run of its thread.
+    pub cut_copied: AtomicU64,
 }
 
 impl StreamShared {

@@ -569,6 +569,9 @@ fn label_kernel_drops(v: &mut serde_json::Value, received: &[vlbiflow_recorder::
                     "messages": r.messages,
                     "datagrams": r.datagrams,
                     "coalesced": r.coalesced,
+                    "parts": r.parts,
+                    "handed_on": r.handed_on,
+                    "cut_copied": r.cut_copied,
                 }),
             );
         }
@@ -656,6 +659,14 @@ pub(crate) fn print_summary(
         .collect();
         if !extra.is_empty() {
             let _ = writeln!(out, "    {}", extra.join(", "));
+        }
+        if let Some(r) = received.get(i).filter(|r| r.parts > 1) {
+            let _ = writeln!(
+                out,
+                "    split over {} sockets and capture threads: {} datagram(s) arrived at another run's \
+                 socket and were accounted by their own; {} frame(s) copied where a batch brought a later run",
+                r.parts, r.handed_on, r.cut_copied
+            );
         }
     }
     for d in &sum.status.disks {

@@ -606,6 +606,9 @@ impl StreamCapture {
             }
             return Err(b);
         }
+        shared.streams[self.index]
+            .cut_copied
+            .fetch_add((stored - c0) as u64, Relaxed);
         // Frames before the first cut stay where they landed: the block, then spill blocks.
         let here = c0.min(cap);
         b.frames += here as u32;
