@@ -18,6 +18,9 @@
 //! every handed number is accounted and every part is [finished](PartTracker::finish): the parts'
 //! figures summed, plus the numbers of each part's runs before its first and after its last number
 //! that no part received (a single tracker counts those as gaps of the one sequence).
+//! After a sender restarts its numbers each part's tracker restarts on its own runs; the merge takes the
+//! edges of the last sequence only (a part that has not seen the restart is left out of the edges) and
+//! counts the stream's restarts as the most any part saw.
 //! With no restarts and reordering within the window this is exactly the single tracker's `lost`:
 //! numbers from the first to the last received, less the distinct numbers received. While the parts run,
 //! [`live`] sums their figures less the numbers still being handed on, so it does not count as lost a
@@ -100,6 +103,12 @@ impl Runs {
         ((n >> (self.shift + self.part_bits)) << self.shift) | (n & (self.run_len() - 1))
     }
 
+    /// Part `p`'s number whose renumbered value is `local` ([`local`](Self::local) undone).
+    pub fn global(&self, p: u32, local: u64) -> u64 {
+        let run = ((local >> self.shift) << self.part_bits) | u64::from(p);
+        (run << self.shift) | (local & (self.run_len() - 1))
+    }
+
     /// How many numbers below `y` belong to part `p`.
     pub fn owned_below(&self, p: u32, y: u64) -> u64 {
         let run = y >> self.shift;
@@ -127,8 +136,13 @@ pub struct PartTracker {
     first: Option<u64>,
     lowest: u64,
     highest: u64,
-    /// Numbers of the part's runs that came (handed on) after the tracker had started at a later one.
+    /// Numbers of the part's runs that came (handed on) after the tracker had started at a later one, in
+    /// its current sequence, and in all.
     before_first: u64,
+    before_first_all: u64,
+    /// The first and latest of the strays in a row that continue each other (local numbers; the
+    /// tracker restarts on such a row, at its first).
+    strays: Option<(u64, u64)>,
     /// Handed numbers the tracker took as late.
     handed_late: u64,
     /// Numbers of other parts' runs that arrived here, and numbers handed here by other parts.
@@ -154,6 +168,8 @@ impl PartTracker {
             lowest: u64::MAX,
             highest: 0,
             before_first: 0,
+            before_first_all: 0,
+            strays: None,
             handed_late: 0,
             foreign: 0,
             handed: 0,
@@ -164,6 +180,12 @@ impl PartTracker {
     /// This part's index.
     pub fn part(&self) -> u32 {
         self.part
+    }
+
+    /// The number the part's current sequence started at (after a restart: the first of the row of
+    /// numbers the tracker restarted on).
+    pub fn first(&self) -> Option<u64> {
+        self.first
     }
 
     /// Number `n` arrived at this part. `None` when it is one of the part's runs (accounted here);
@@ -234,18 +256,46 @@ impl PartTracker {
     fn observe(&mut self, n: u64, handed: bool) -> Arrival {
         let local = self.runs.local(n);
         if let Some(f) = self.first {
-            if local < self.runs.local(f) && self.tracker.next_expected().is_some() {
-                // Before the number the tracker started at: not a gap it counted, so not a late fill.
+            let below = self.runs.local(f).wrapping_sub(local);
+            if below > 0 && below <= PART_WINDOW && self.tracker.next_expected().is_some() {
+                // Just before the number the tracker started at: not a gap it counted, so not a late
+                // fill. (Far below is another sequence: the tracker calls it stray, or a restart.)
                 self.before_first += 1;
+                self.before_first_all += 1;
                 self.lowest = self.lowest.min(n);
                 return Arrival::Late;
             }
         }
         let a = self.tracker.observe(local);
         match a {
-            Arrival::Start => self.first = Some(n),
-            Arrival::Late if handed => self.handed_late += 1,
-            _ => {}
+            Arrival::Start => {
+                self.first = Some(n);
+                self.strays = None;
+            }
+            Arrival::Stray => {
+                // As the tracker keeps its candidate row: a stray that does not continue the row
+                // starts a new one.
+                self.strays = match self.strays {
+                    Some((start, prev)) if local != prev && local.wrapping_sub(prev) <= DEFAULT_MAX_GAP => {
+                        Some((start, local))
+                    }
+                    _ => Some((local, local)),
+                };
+            }
+            Arrival::Restart => {
+                // A new sequence, started at the row's first: its edges are measured from there.
+                let start = self.strays.take().map_or(local, |(s, _)| s);
+                let first = self.runs.global(self.part, start);
+                self.first = Some(first);
+                self.before_first = 0;
+                self.lowest = first;
+                self.highest = 0;
+            }
+            Arrival::Late if handed => {
+                self.handed_late += 1;
+                self.strays = None;
+            }
+            _ => self.strays = None,
         }
         self.lowest = self.lowest.min(n);
         self.highest = self.highest.max(n);
@@ -256,7 +306,7 @@ impl PartTracker {
     /// as seen and handed numbers not counted out of order.
     pub fn counters(&self) -> SequenceCounters {
         let mut c = self.tracker.counters();
-        c.seen += self.before_first;
+        c.seen += self.before_first_all;
         c.out_of_order -= self.handed_late.min(c.out_of_order);
         c
     }
@@ -305,7 +355,8 @@ fn sum(parts: &[PartSummary]) -> SequenceCounters {
         t.lost += c.lost;
         t.out_of_order += c.out_of_order;
         t.duplicates += c.duplicates;
-        t.restarts += c.restarts;
+        // Each part sees a sender's restart: the stream restarted as often as the part that saw most.
+        t.restarts = t.restarts.max(c.restarts);
         t.stray += c.stray;
     }
     t
@@ -330,16 +381,15 @@ pub fn live(parts: &[PartSummary]) -> SequenceCounters {
 /// received them). Numbers still held (a part not finished) are in neither.
 pub fn merge(parts: &[PartSummary]) -> SequenceCounters {
     let mut t = sum(parts);
-    let Some(lo) = parts.iter().filter_map(|p| p.span).map(|s| s.1).min() else {
+    // After a sender restart the edges are those of the last sequence: a part that has not seen it
+    // restart (none of its runs came since) has only an old sequence's span, left out.
+    let latest = parts.iter().map(|p| p.counters.restarts).max().unwrap_or(0);
+    let current = || parts.iter().filter(|p| p.counters.restarts == latest);
+    let Some(lo) = current().filter_map(|p| p.span).map(|s| s.1).min() else {
         return t;
     };
-    let hi = parts
-        .iter()
-        .filter_map(|p| p.span)
-        .map(|s| s.2)
-        .max()
-        .unwrap_or(lo);
-    for p in parts {
+    let hi = current().filter_map(|p| p.span).map(|s| s.2).max().unwrap_or(lo);
+    for p in current() {
         let runs = p.runs;
         t.lost += match p.span {
             Some((first, _, highest)) => {
@@ -360,6 +410,30 @@ mod tests {
     use std::collections::{BTreeSet, VecDeque};
 
     #[test]
+    fn a_sender_restart_is_one_restart_and_no_loss() {
+        let runs = Runs::new(2, 4).unwrap();
+        let mut parts: Vec<PartTracker> = (0..2).map(|p| PartTracker::new(runs, p)).collect();
+        // 200 numbers from 10^9, then the sender restarts at 0 and sends 200 more, 7 of them lost.
+        let old = (1_000_000_000..1_000_000_200u64).map(|n| (n, true));
+        let new = (0..200u64).map(|n| (n, n % 29 != 5));
+        for (n, arrives) in old.chain(new) {
+            if arrives {
+                assert_eq!(parts[runs.owner(n) as usize].arrived(n), None);
+            }
+        }
+        let summaries: Vec<PartSummary> = parts
+            .iter_mut()
+            .map(|p| {
+                p.finish();
+                p.summary()
+            })
+            .collect();
+        let m = merge(&summaries);
+        assert_eq!((m.lost, m.restarts, m.stray), (7, 1, 0), "{m:?}");
+        assert_eq!(m.seen, 393);
+    }
+
+    #[test]
     fn runs_steer_and_renumber() {
         let r = Runs::new(4, 8).unwrap();
         assert_eq!(
@@ -368,6 +442,9 @@ mod tests {
         );
         // Part 1's runs are 8..16, 40..48, ...: renumbered 0..8, 8..16.
         assert_eq!((r.local(8), r.local(15), r.local(40)), (0, 7, 8));
+        for n in [0u64, 7, 8, 15, 40, 1 << 40, (1 << 40) + 9] {
+            assert_eq!(r.global(r.owner(n), r.local(n)), n);
+        }
         assert_eq!(r.owned_below(1, 41), 9);
         assert_eq!(r.owned_between(1, 9, 41), 8);
         assert_eq!(r.owned_between(2, 0, 16), 0);
