@@ -526,3 +526,97 @@ fn sink_and_record_report_the_same_loss_for_the_same_stream() {
     );
     assert!(of(&split_summary, "out_of_order") <= record.1);
 }
+
+/// A stream split over two sockets whose sender restarts its PSNs mid-scan (from 10^9 back to 0) is
+/// still recorded in order and counted as one restart with only the frames really left out lost.
+#[test]
+fn a_split_stream_survives_a_sender_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let disks = make_disks(tmp.path(), 2);
+    let port = free_port();
+    let scan = "restart_001";
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_vlbiflow"));
+    cmd.arg("record")
+        .arg("--stream")
+        .arg(format!("a=vdif@127.0.0.1:{port},psn,frame-size={FRAME},split=2"))
+        // 126 frames per block: runs of 32.
+        .args([
+            "--scan",
+            scan,
+            "--block-size",
+            "130KB",
+            "--recv-buffer",
+            "16MiB",
+            "--json",
+        ]);
+    for d in &disks {
+        cmd.arg("--disk").arg(d);
+    }
+    let rec = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    wait_for("metadata", Duration::from_secs(10), || {
+        disks[0].join(format!("{scan}.vlbiflow.json")).exists()
+    });
+    // Frame i (VDIF time i at 1000 frames/s) goes with PSN 10^9 + i for 1,000 frames, then with PSN
+    // i - 1000 after the restart; every 97th of the second sequence is left out.
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut sent = 0u64;
+    for i in 0..3000u64 {
+        let psn = if i < 1000 { 1_000_000_000 + i } else { i - 1000 };
+        if i >= 1000 && psn % 97 == 50 {
+            continue;
+        }
+        let mut f = Frame::new(FRAME).at(i, 1000).build();
+        f[32..40].copy_from_slice(&i.to_le_bytes());
+        sock.send_to(&udps(psn, &f), ("127.0.0.1", port)).unwrap();
+        sent += 1;
+        if i % 64 == 0 {
+            std::thread::yield_now();
+        }
+    }
+    let lost_expected = (0..2000u64).filter(|p| p % 97 == 50).count() as u64;
+    wait_for("every frame counted", Duration::from_secs(20), || {
+        meta(&disks[0], scan)["streams"][0]["counters"]["packets"].as_u64() >= Some(sent)
+    });
+    let pid = rec.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let rec = rec.wait_with_output().unwrap();
+    assert_eq!(
+        rec.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&rec.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&rec.stdout).unwrap();
+    let s = &r["streams"][0];
+    let c = &s["counters"];
+    assert_eq!(
+        ["packets", "lost", "out_of_order", "duplicates", "kernel_drops"].map(|k| c[k].as_u64().unwrap()),
+        [sent, lost_expected, 0, 0, 0],
+        "{s}"
+    );
+    let summary = String::from_utf8_lossy(&rec.stderr);
+    assert!(summary.contains("restarts 1\n"), "{summary}");
+    // On disk, in block order, the frames come in the order they were sent.
+    let mut frames: Vec<(u32, Vec<u64>)> = disks
+        .iter()
+        .flat_map(|d| whole_blocks(&d.join(format!("{scan}.vdif"))))
+        .collect();
+    frames.sort_by_key(|(n, _)| *n);
+    let order: Vec<u64> = frames.into_iter().flat_map(|(_, seqs)| seqs).collect();
+    let expected: Vec<u64> = (0..3000u64)
+        .filter(|&i| i < 1000 || (i - 1000) % 97 != 50)
+        .collect();
+    assert_eq!(order.len(), expected.len());
+    if let Some(at) = order.iter().zip(&expected).position(|(a, b)| a != b) {
+        let from = at.saturating_sub(3);
+        panic!(
+            "frames out of order on disk from {at}: {:?} where {:?} was sent",
+            &order[from..(at + 20).min(order.len())],
+            &expected[from..(at + 20).min(expected.len())]
+        );
+    }
+}

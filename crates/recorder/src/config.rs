@@ -382,12 +382,13 @@ impl RecorderConfig {
         }
         self.validate_datastreams()?;
         if let Some(n) = self.pool_blocks {
-            if n < self.streams.len() + 2 {
+            if n < self.receiving_sockets() + 2 {
                 return inv(
                     "pool-blocks",
                     format!(
-                        "{n} blocks is too few for {} streams (need at least streams + 2)",
-                        self.streams.len()
+                        "{n} blocks is too few for {} streams on {} sockets (need at least sockets + 2)",
+                        self.streams.len(),
+                        self.receiving_sockets()
                     ),
                 );
             }
@@ -527,7 +528,13 @@ impl RecorderConfig {
         }
         let per_disk = 4 * self.disks.len();
         let budget = ((1u64 << 30) / self.block_size.max(1)) as usize;
-        self.streams.len() + per_disk.max(budget.min(128)).max(8)
+        self.receiving_sockets() + per_disk.max(budget.min(128)).max(8)
+    }
+
+    /// Sockets the streams are received on (each fills a block of its own): one per stream, `split` for
+    /// a split one.
+    pub fn receiving_sockets(&self) -> usize {
+        self.streams.iter().map(|s| s.split.max(1) as usize).sum()
     }
 }
 

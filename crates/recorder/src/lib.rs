@@ -309,11 +309,13 @@ impl Recorder {
                             reason: e.to_string(),
                         })
                     })?;
-                // Blocks wait for a silent part at most a quarter of the pool (then go out of order).
-                shared.split = Some(Box::new(split::SplitShared::new(
-                    runs,
-                    (pool_total / 4).max(4 * s.split as usize),
-                )));
+                // Blocks wait for a silent part at most a quarter of the pool (then go out of order),
+                // always leaving every socket a block to fill.
+                let limit = (pool_total / 4)
+                    .max(2 * s.split as usize)
+                    .min(pool_total.saturating_sub(config.receiving_sockets() + 1))
+                    .max(1);
+                shared.split = Some(Box::new(split::SplitShared::new(runs, limit)));
                 // The least of the parts' first numbers.
                 shared.first_psn.store(u64::MAX, Relaxed);
             }

@@ -24,9 +24,16 @@ pub fn run_len(frames_per_block: usize) -> u64 {
     1u64 << (usize::BITS - 1 - room.leading_zeros())
 }
 
-/// Where a sealed block goes in the stream: the run its own frames belong to, the part, and the part's
-/// count of blocks sealed (a run that overflows a block continues in the next).
-pub type Key = (u64, u32, u64);
+/// A place in a split stream: the sequence (0, and one more after each restart of the sender's numbers,
+/// as the part saw it) and the run in it.
+pub type Pos = (u64, u64);
+
+/// The floor of a part that has stopped: nothing more comes from it.
+pub const STOPPED: Pos = (u64::MAX, u64::MAX);
+
+/// Where a sealed block goes in the stream: the place of the run its own frames belong to, the part,
+/// and the part's count of blocks sealed (a run that overflows a block continues in the next).
+pub type Key = (Pos, u32, u64);
 
 /// Numbers a split stream's sealed blocks in run order. Each part says the lowest run it may still
 /// seal a block of (its floor; its blocks' runs never go down); a block is released once every other
@@ -34,7 +41,7 @@ pub type Key = (u64, u32, u64);
 /// most `limit` blocks wait: beyond that the lowest is released anyway (a later block of a lower run
 /// then reads back out of order, nothing is lost).
 pub struct Sequencer {
-    floors: Vec<u64>,
+    floors: Vec<Pos>,
     pending: BTreeMap<Key, Block>,
     limit: usize,
     /// Blocks released early by the limit.
@@ -44,15 +51,15 @@ pub struct Sequencer {
 impl Sequencer {
     pub fn new(parts: usize, limit: usize) -> Self {
         Sequencer {
-            floors: vec![0; parts],
+            floors: vec![(0, 0); parts],
             pending: BTreeMap::new(),
             limit: limit.max(1),
             forced: 0,
         }
     }
 
-    /// Part `part` will seal no block of a run below `run` (u64::MAX: it stopped).
-    pub fn floor(&mut self, part: u32, run: u64) {
+    /// Part `part` will seal no block of a run before `run` ([`STOPPED`]: nothing more).
+    pub fn floor(&mut self, part: u32, run: Pos) {
         let f = &mut self.floors[part as usize];
         *f = (*f).max(run);
     }
@@ -221,24 +228,42 @@ mod tests {
         let mut s = Sequencer::new(2, 100);
         let mut out = Vec::new();
         // Part 1 is ahead: its run 1 waits for part 0 to leave run 0.
-        s.floor(1, 1);
-        s.push((1, 1, 0), block(1));
+        s.floor(1, (0, 1));
+        s.push(((0, 1), 1, 0), block(1));
         s.release(|b| out.push(b.number));
         assert!(out.is_empty());
-        s.floor(0, 0);
-        s.push((0, 0, 0), block(0));
+        s.floor(0, (0, 0));
+        s.push(((0, 0), 0, 0), block(0));
         s.release(|b| out.push(b.number));
         assert_eq!(out, [0]);
-        s.floor(0, 2);
+        s.floor(0, (0, 2));
         s.release(|b| out.push(b.number));
         assert_eq!(out, [0, 1]);
         // Two blocks of one run (it overflowed one) keep their order.
-        s.push((2, 0, 2), block(3));
-        s.push((2, 0, 1), block(2));
-        s.floor(1, 3);
+        s.push(((0, 2), 0, 2), block(3));
+        s.push(((0, 2), 0, 1), block(2));
+        s.floor(1, (0, 3));
         s.release(|b| out.push(b.number));
         assert_eq!(out, [0, 1, 2, 3]);
         assert_eq!(s.forced, 0);
+    }
+
+    #[test]
+    fn after_a_restart_blocks_wait_for_every_part_to_see_it() {
+        let mut s = Sequencer::new(2, 100);
+        let mut out = Vec::new();
+        s.floor(0, (0, 1000));
+        s.floor(1, (0, 1001));
+        // Part 0 saw the sender restart: its run 0 of the new sequence comes after every old run.
+        s.push(((0, 1000), 0, 1), block(0));
+        s.floor(0, (1, 0));
+        s.push(((1, 0), 0, 2), block(2));
+        s.release(|b| out.push(b.number));
+        assert_eq!(out, [0]);
+        s.push(((0, 1001), 1, 1), block(1));
+        s.floor(1, (1, 1));
+        s.release(|b| out.push(b.number));
+        assert_eq!(out, [0, 1, 2]);
     }
 
     #[test]
@@ -246,14 +271,14 @@ mod tests {
         let mut s = Sequencer::new(2, 2);
         let mut out = Vec::new();
         for r in 0..4u64 {
-            s.floor(0, 2 * r);
-            s.push((2 * r, 0, r), block(r as u32));
+            s.floor(0, (0, 2 * r));
+            s.push(((0, 2 * r), 0, r), block(r as u32));
             s.release(|b| out.push(b.number));
         }
         // Run 0 goes at once (nothing comes before it); run 2 only when a third block waits.
         assert_eq!(out, [0, 1]);
         assert_eq!((s.waiting(), s.forced), (2, 1));
-        s.floor(1, u64::MAX);
+        s.floor(1, STOPPED);
         s.release(|b| out.push(b.number));
         assert_eq!(out, [0, 1, 2, 3]);
     }

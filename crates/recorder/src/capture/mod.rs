@@ -387,7 +387,7 @@ impl StreamCapture {
     }
 
     /// As [`seal`](Self::seal); a split stream's part numbers the block as one of run `run`.
-    fn seal_run(&mut self, shared: &Shared, run: Option<u64>) {
+    fn seal_run(&mut self, shared: &Shared, run: Option<crate::split::Pos>) {
         let Some(mut block) = self.current.take() else {
             return;
         };
@@ -454,7 +454,7 @@ impl StreamCapture {
             let one = self.one_by_one > 0;
             turn += if one { BATCHES_PER_TURN } else { SINGLES_PER_TURN };
             // A part whose run is complete starts the next one in a fresh block (no copy at the cut).
-            if self.part.as_ref().is_some_and(|p| p.run_done())
+            if self.part.as_ref().is_some_and(|p| p.run_done() && !p.in_strays)
                 && self.current.as_ref().is_some_and(|b| b.frames > 0)
             {
                 self.seal(shared);
@@ -479,8 +479,9 @@ impl StreamCapture {
             let plan_len = match self.part.as_deref_mut() {
                 Some(p) => {
                     p.before = before;
-                    p.start_run = p.block_run;
                     p.cuts.clear();
+                    p.stray_cut = None;
+                    p.row.clear();
                     // Up to the end of the part's run (and the train that ends it): the next run then
                     // starts a fresh block without a copy.
                     let run_room = p.remaining().div_ceil(self.span) * self.span * slot;
@@ -848,14 +849,14 @@ impl StreamCapture {
             }
             p.observe(psn);
         } else if let Some(p) = self.part.as_deref_mut() {
-            p.kept(index, psn);
+            let arrival = p.arrive(psn);
+            p.kept(index, psn, arrival);
             if !std::mem::replace(&mut p.stored_any, true) {
                 // The parts start where they start: the stream's first is the least.
                 let s = &shared.streams[self.index];
                 s.first_psn.fetch_min(psn, Relaxed);
                 s.has_first_psn.store(true, Relaxed);
             }
-            p.arrive(psn);
         }
         self.account(shared, thread, time, invalid, m5b_index, tag);
         if time.is_some() {
@@ -1102,7 +1103,7 @@ fn sequence(
     shared: &Shared,
     stream: usize,
     block: Option<(crate::split::Key, Block)>,
-    floor: Option<(u32, u64)>,
+    floor: Option<(u32, crate::split::Pos)>,
 ) {
     let Some(sp) = shared.streams[stream].split.as_deref() else {
         if let Some((_, b)) = block {
@@ -1148,7 +1149,7 @@ pub(crate) fn run_capture(shared: Arc<Shared>, mut streams: Vec<StreamCapture>) 
         s.publish_detail(&shared);
         if let Some(p) = s.part.take() {
             // Nothing more from this part: the others' blocks need not wait for it.
-            sequence(&shared, s.index, None, Some((p.index, u64::MAX)));
+            sequence(&shared, s.index, None, Some((p.index, crate::split::STOPPED)));
             if let Some(sp) = shared.streams[s.index].split.as_deref() {
                 let (tracker, inbox) = p.into_end();
                 sp.part_ended(tracker, inbox);
@@ -1184,6 +1185,11 @@ fn capture_loop(shared: &Shared, streams: &mut [StreamCapture]) -> io::Result<()
                     error: e.to_string(),
                 });
                 let _ = epoll.remove(&s.socket);
+                if let Some(part) = s.part.as_ref().map(|p| p.index) {
+                    // Nothing more from this part: the others' blocks need not wait for it.
+                    s.seal(shared);
+                    sequence(shared, s.index, None, Some((part, crate::split::STOPPED)));
+                }
             }
         }
         if last_detail.elapsed() >= DETAIL_INTERVAL {
