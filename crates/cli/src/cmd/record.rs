@@ -42,9 +42,9 @@ Stream options (comma separated after the address):
   psn             datagrams start with an 8-byte packet sequence number (Mark6 / jive5ab udps)
   frame-size=N    bytes per frame, header included (default 8224 for VDIF, 10016 for Mark5B)
   frame-rate=N    frames per second per thread (default: learned from the time stamps)
-  split=N         receive the stream on N sockets and capture threads (2, 4, ... 64; needs psn): the
-                  kernel steers runs of PSNs round them (runs of the largest power of two that fits
-                  a block with 64 frames to spare: 1024 at the default 10MB and 8224-byte frames) and
+  split=N         receive the stream on N sockets and capture threads (2, 4, ... 64; needs psn):
+                  the kernel steers runs of PSNs round them (the largest power of two that fits a
+                  block with 64 frames to spare: 1024 at the default 10MB and 8224-byte frames) and
                   the blocks are numbered in PSN order, so the scan reads back as one stream
 
   # Record and forward in real time to the correlator as udps, paced to 2.1 Gb/s (e-VLBI):
