@@ -264,15 +264,6 @@ fn mark6_file_replaced_mid_scan_loses_no_frame() {
     let disks = disks(tmp.path(), 4);
     let (h, addrs) = start(config(vec![spec("a", ",psn")], disks.clone(), "faulty"));
     let events = h.events();
-    let n = 8_000;
-    send_stream(addrs[0], n / 2, FRAME, 1, Some(0), |_| false);
-    wait_until(&h, WAIT, "half", |s| {
-        s.streams[0].counters.packets == n / 2 && s.disks[3].blocks > 0
-    });
-    let victim = disks[3].join("faulty.vdif");
-    let moved = tmp.path().join("faulty.vdif.moved");
-    std::fs::rename(&victim, &moved).unwrap();
-    std::fs::write(&victim, b"not ours").unwrap();
     let sock = sender();
     let mut buf = vec![0u8; FRAME + 8];
     let mut send_up_to = |from: u64, to: u64| {
@@ -285,7 +276,23 @@ fn mark6_file_replaced_mid_scan_loses_no_frame() {
             s.streams[0].counters.packets == to
         });
     };
-    send_up_to(n / 2, n);
+    // Half, then on (a bounded number of frames) until disk 3 has written a block: the writers take
+    // blocks from one queue, so on a loaded machine the other three may have taken all of the half.
+    let mut half = 4_000;
+    send_up_to(0, half);
+    let mut rounds = 0;
+    while h.status().disks[3].blocks == 0 {
+        assert!(rounds < 100, "disk 3 wrote no block of {half} frames");
+        send_up_to(half, half + 500);
+        half += 500;
+        rounds += 1;
+    }
+    let victim = disks[3].join("faulty.vdif");
+    let moved = tmp.path().join("faulty.vdif.moved");
+    std::fs::rename(&victim, &moved).unwrap();
+    std::fs::write(&victim, b"not ours").unwrap();
+    let n = 2 * half;
+    send_up_to(half, n);
     // The writers take full blocks from one queue, so disk 3 finds its file replaced only when it is next
     // handed one; on a loaded machine the other three can take all of the second half (seen in CI). Send
     // on, a bounded number of frames, until it has been.

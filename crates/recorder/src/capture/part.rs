@@ -33,6 +33,10 @@ pub(crate) struct Part {
     /// batch where their block starts.
     pub in_strays: bool,
     pub stray_cut: Option<usize>,
+    /// The row of strays began a block (so a restart on it can take the block's place), and the run
+    /// whose block a row last began (one per run).
+    row_owns_block: bool,
+    stray_cut_run: Option<Pos>,
     /// This batch: where the row of strays moves to another run (kept frame, run), so that a restart
     /// on it cuts the row's blocks by run as any other.
     pub row: Vec<(usize, u64)>,
@@ -62,6 +66,8 @@ impl Part {
             last_own: None,
             in_strays: false,
             stray_cut: None,
+            row_owns_block: false,
+            stray_cut_run: None,
             row: Vec::with_capacity(vlbiflow_seq::RESTART_AFTER),
             stored_any: false,
             published: StreamCounters::default(),
@@ -115,7 +121,16 @@ impl Part {
         match arrival {
             Arrival::Stray => {
                 if !std::mem::replace(&mut self.in_strays, true) {
-                    self.stray_cut = self.cut(index, self.block_run);
+                    // At most one row per run gets a block of its own: strays that keep coming
+                    // (junk on the port) then cost at most two blocks per run, not two per stray.
+                    if self.block_run.is_some() && self.stray_cut_run == self.block_run {
+                        self.stray_cut = None;
+                        self.row_owns_block = index == 0 && self.before == 0;
+                    } else {
+                        self.stray_cut = self.cut(index, self.block_run);
+                        self.row_owns_block = true;
+                        self.stray_cut_run = self.block_run;
+                    }
                     self.row.clear();
                     self.row.push((index, run));
                 } else if self.row.last().is_some_and(|&(_, r)| r != run)
@@ -132,6 +147,15 @@ impl Part {
                 // The new sequence starts at the row's first number.
                 let first = self.tracker.first().unwrap_or(n);
                 let at = (self.epoch, first >> self.runs.shift());
+                if !std::mem::take(&mut self.row_owns_block) {
+                    // The row shares its block with the old sequence (strays stay where they came,
+                    // as in one socket's recording): the new sequence starts a block here.
+                    let at = (self.epoch, run);
+                    self.cut(index, Some(at));
+                    self.block_run = Some(at);
+                    self.stray_cut = None;
+                    return;
+                }
                 // The row's block (cut in this batch, or begun by it earlier) takes the new place.
                 if let Some(c) = self.stray_cut.take() {
                     self.cuts[c].1 = at;
@@ -150,7 +174,7 @@ impl Part {
                 return;
             }
             _ => {
-                if std::mem::take(&mut self.in_strays) {
+                if std::mem::take(&mut self.in_strays) && std::mem::take(&mut self.row_owns_block) {
                     // The strays were not a new sequence: the old one goes on in a block of its own.
                     self.stray_cut = None;
                     self.cut(index, self.block_run);
@@ -240,6 +264,17 @@ mod tests {
         let p = feed(&[0, 1, 2, 3, 1 << 40, 8, 9]);
         assert_eq!(p.cuts, [(4, (0, 0), (0, 0)), (5, (0, 2), (0, 0))]);
         assert_eq!(p.block_run, Some((0, 2)));
+    }
+
+    #[test]
+    fn only_one_row_of_strays_per_run_gets_a_block() {
+        // Junk between the frames of run 0: the first stray is cut out, later ones stay in place.
+        let j = 1u64 << 40;
+        let p = feed(&[0, j, 1, j + 1000, 2, j + 2000, 3, 8]);
+        assert_eq!(
+            p.cuts,
+            [(1, (0, 0), (0, 0)), (2, (0, 0), (0, 0)), (7, (0, 2), (0, 0))]
+        );
     }
 
     #[test]
