@@ -66,6 +66,8 @@ pub const RESTART_AFTER: usize = 16;
 #[derive(Debug, Clone)]
 pub struct SequenceTracker {
     next: Option<u64>,
+    /// The number the current sequence started at (the first, or the first of the row restarted on).
+    start: Option<u64>,
     /// Bit `n % window` set when number `n` in `[next - window, next)` was seen.
     seen_bits: Vec<u64>,
     window: u64,
@@ -89,6 +91,7 @@ impl SequenceTracker {
         let words = window.div_ceil(64).max(1);
         SequenceTracker {
             next: None,
+            start: None,
             seen_bits: vec![0; words as usize],
             window: words * 64,
             max_gap,
@@ -105,6 +108,12 @@ impl SequenceTracker {
     /// The next number expected, once anything was seen.
     pub fn next_expected(&self) -> Option<u64> {
         self.next
+    }
+
+    /// The number the current sequence started at: the first seen, or after a [`Arrival::Restart`]
+    /// the first of the strays it restarted on.
+    pub fn sequence_start(&self) -> Option<u64> {
+        self.start
     }
 
     #[inline]
@@ -140,6 +149,7 @@ impl SequenceTracker {
     }
 
     fn restart(&mut self, n: u64) {
+        self.start = Some(n);
         self.clear_all();
         self.mark(n);
         self.next = Some(n.wrapping_add(1));
@@ -386,11 +396,14 @@ mod tests {
         let a = feed(&mut t, &(17..17 + RESTART_AFTER as u64).collect::<Vec<_>>());
         assert!(a[..RESTART_AFTER - 1].iter().all(|&x| x == Arrival::Stray));
         assert_eq!(a[RESTART_AFTER - 1], Arrival::Restart);
+        // The new sequence starts at the row's first, not at the number that made it one.
+        assert_eq!(t.sequence_start(), Some(17));
         assert_eq!(t.observe(17 + RESTART_AFTER as u64), Arrival::InOrder);
         // And far ahead.
         let far = u64::MAX / 3;
         let a = feed(&mut t, &(far..far + RESTART_AFTER as u64).collect::<Vec<_>>());
         assert_eq!(a[RESTART_AFTER - 1], Arrival::Restart);
+        assert_eq!(t.sequence_start(), Some(far));
         let c = t.counters();
         assert_eq!((c.lost, c.restarts, c.stray), (0, 2, 0));
         assert_eq!(c.seen, 2 + 2 * RESTART_AFTER as u64 + 1);

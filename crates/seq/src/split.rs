@@ -28,6 +28,16 @@
 
 use crate::{Arrival, SequenceCounters, SequenceTracker, DEFAULT_MAX_GAP};
 
+/// Most parts a sequence can be split into.
+pub const MAX_PARTS: u32 = 64;
+
+/// Longest run: with at most 64 parts the run index the steering needs lies in the number's low 30 bits.
+pub const MAX_RUN_LEN: u64 = 1 << 24;
+
+/// Numbers one part's receiver hands to another's at most while they wait to be taken (a bounded queue;
+/// a number a full one refuses is lost to its owner's figures).
+pub const HANDOFF_QUEUE: usize = 1 << 16;
+
 /// Numbers a part's tracker remembers for reordering and for numbers handed on late (its own runs only).
 pub const PART_WINDOW: u64 = 1 << 20;
 
@@ -44,8 +54,8 @@ pub enum RunsError {
 impl std::fmt::Display for RunsError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            RunsError::Parts(p) => write!(f, "{p} parts: must be a power of two from 1 to 64"),
-            RunsError::RunLen(r) => write!(f, "runs of {r}: must be a power of two from 1 to 16777216"),
+            RunsError::Parts(p) => write!(f, "{p} parts: must be a power of two from 1 to {MAX_PARTS}"),
+            RunsError::RunLen(r) => write!(f, "runs of {r}: must be a power of two from 1 to {MAX_RUN_LEN}"),
         }
     }
 }
@@ -63,10 +73,10 @@ pub struct Runs {
 impl Runs {
     /// Runs of `run_len` numbers over `parts` parts.
     pub fn new(parts: u32, run_len: u64) -> Result<Runs, RunsError> {
-        if !(1..=64).contains(&parts) || !parts.is_power_of_two() {
+        if !(1..=MAX_PARTS).contains(&parts) || !parts.is_power_of_two() {
             return Err(RunsError::Parts(parts));
         }
-        if !(1..=1 << 24).contains(&run_len) || !run_len.is_power_of_two() {
+        if !(1..=MAX_RUN_LEN).contains(&run_len) || !run_len.is_power_of_two() {
             return Err(RunsError::RunLen(run_len));
         }
         Ok(Runs {
@@ -140,9 +150,6 @@ pub struct PartTracker {
     /// its current sequence, and in all.
     before_first: u64,
     before_first_all: u64,
-    /// The first and latest of the strays in a row that continue each other (local numbers; the
-    /// tracker restarts on such a row, at its first).
-    strays: Option<(u64, u64)>,
     /// Handed numbers the tracker took as late.
     handed_late: u64,
     /// Numbers of other parts' runs that arrived here, and numbers handed here by other parts.
@@ -169,7 +176,6 @@ impl PartTracker {
             highest: 0,
             before_first: 0,
             before_first_all: 0,
-            strays: None,
             handed_late: 0,
             foreign: 0,
             handed: 0,
@@ -268,34 +274,19 @@ impl PartTracker {
         }
         let a = self.tracker.observe(local);
         match a {
-            Arrival::Start => {
-                self.first = Some(n);
-                self.strays = None;
-            }
-            Arrival::Stray => {
-                // As the tracker keeps its candidate row: a stray that does not continue the row
-                // starts a new one.
-                self.strays = match self.strays {
-                    Some((start, prev)) if local != prev && local.wrapping_sub(prev) <= DEFAULT_MAX_GAP => {
-                        Some((start, local))
-                    }
-                    _ => Some((local, local)),
-                };
-            }
+            Arrival::Start => self.first = Some(n),
             Arrival::Restart => {
-                // A new sequence, started at the row's first: its edges are measured from there.
-                let start = self.strays.take().map_or(local, |(s, _)| s);
+                // A new sequence, started at the first of the row the tracker restarted on: its
+                // edges are measured from there.
+                let start = self.tracker.sequence_start().unwrap_or(local);
                 let first = self.runs.global(self.part, start);
                 self.first = Some(first);
                 self.before_first = 0;
                 self.lowest = first;
                 self.highest = 0;
             }
-            Arrival::Late if handed => {
-                self.handed_late += 1;
-                self.strays = None;
-            }
-            _ => self.strays = None,
+            Arrival::Late if handed => self.handed_late += 1,
+            _ => {}
         }
         self.lowest = self.lowest.min(n);
         self.highest = self.highest.max(n);

@@ -220,7 +220,9 @@ impl Sink {
             return Ok(part.into_report(report, psn, start, 1, 0));
         };
         let n = runs.parts() as usize;
-        let (txs, rxs): (Vec<_>, Vec<_>) = (0..n).map(|_| crossbeam_channel::bounded::<u64>(HANDOFF)).unzip();
+        let (txs, rxs): (Vec<_>, Vec<_>) = (0..n)
+            .map(|_| crossbeam_channel::bounded::<u64>(split::HANDOFF_QUEUE))
+            .unzip();
         let (sec_tx, sec_rx) = std::sync::mpsc::channel::<(usize, Option<SinkSecond>)>();
         // The threads stop on this: the caller's stop (passed on below), or a thread that failed.
         let halt = AtomicBool::new(false);
@@ -336,9 +338,6 @@ impl Sink {
         Ok(r)
     }
 }
-
-/// Numbers handed from one socket's thread to another's, at most, waiting.
-const HANDOFF: usize = 1 << 16;
 
 /// The loss accounting of one socket's thread.
 enum Accounting {

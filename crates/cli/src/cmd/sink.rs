@@ -114,13 +114,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         Some(Ok(s)) => Some(Duration::from_secs_f64(s)),
         Some(Err(e)) => usage!("--duration {e}"),
     };
-    match vlbiflow_seq::split::Runs::new(a.split, a.run_len) {
+    use vlbiflow_seq::split::{Runs, RunsError, MAX_PARTS, MAX_RUN_LEN};
+    match Runs::new(a.split, a.run_len) {
         Ok(_) => {}
-        Err(vlbiflow_seq::split::RunsError::Parts(n)) => {
-            usage!("--split {n}: expected a power of two from 1 to 64")
-        }
-        Err(vlbiflow_seq::split::RunsError::RunLen(n)) => {
-            usage!("--run-len {n}: expected a power of two from 1 to 16777216")
+        Err(RunsError::Parts(n)) => usage!("--split {n}: expected a power of two from 1 to {MAX_PARTS}"),
+        Err(RunsError::RunLen(n)) => {
+            usage!("--run-len {n}: expected a power of two from 1 to {MAX_RUN_LEN}")
         }
     }
     let mut config = SinkConfig::new(listen);
