@@ -58,8 +58,6 @@ pub struct StreamSpec {
     pub split: u32,
 }
 
-/// Most sockets one stream can be split over.
-pub const MAX_SPLIT_PARTS: u32 = 64;
 /// Fewest PSNs per run of a split stream (the block size sets the run length).
 pub const MIN_SPLIT_RUN: usize = 16;
 
@@ -141,16 +139,9 @@ impl StreamSpec {
                     s.frame_rate = Some(r);
                 }
                 ("split", Some(v)) => {
-                    let n: u32 = v
+                    s.split = v
                         .parse()
                         .map_err(|_| err("split", format!("{v:?} is not a number of sockets")))?;
-                    if !n.is_power_of_two() || n > MAX_SPLIT_PARTS {
-                        return Err(err(
-                            "split",
-                            format!("{n} sockets: must be a power of two from 1 to {MAX_SPLIT_PARTS}"),
-                        ));
-                    }
-                    s.split = n;
                 }
                 (k, _) => {
                     return Err(err(
@@ -173,6 +164,16 @@ impl StreamSpec {
 
     /// Checks the frame size against the format, and that a split stream has PSNs to steer by.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        use vlbiflow_seq::split::MAX_PARTS;
+        if !self.split.is_power_of_two() || self.split > MAX_PARTS {
+            return Err(ConfigError::Invalid {
+                field: "split",
+                reason: format!(
+                    "{} sockets: must be a power of two from 1 to {MAX_PARTS}",
+                    self.split
+                ),
+            });
+        }
         if self.split > 1 && !self.psn {
             return Err(ConfigError::Invalid {
                 field: "split",

@@ -101,6 +101,9 @@ pub struct ReceiveCounts {
     /// Split: datagrams that arrived at another run's socket (a coalesced train's tail) and were
     /// accounted by their own run's thread.
     pub handed_on: u64,
+    /// Split: of those, numbers a full handoff queue refused (their frames were stored but count as
+    /// lost: their own run's thread never heard of them).
+    pub handoff_full: u64,
     /// Split: frames copied to a fresh block where a batch brought a later run of its thread (the end of
     /// a run was lost or came in a longer train than planned).
     pub cut_copied: u64,
@@ -440,7 +443,7 @@ impl Recorder {
             if let Some(sp) = shared.streams[i].split.as_deref() {
                 // One capture thread per part, each with the queues that hand numbers between them.
                 let (txs, rxs): (Vec<_>, Vec<_>) = (0..socks.len())
-                    .map(|_| crossbeam_channel::bounded::<u64>(HANDOFF))
+                    .map(|_| crossbeam_channel::bounded::<u64>(vlbiflow_seq::split::HANDOFF_QUEUE))
                     .unzip();
                 for (p, (socket, inbox)) in socks.into_iter().zip(rxs).enumerate() {
                     let mut capture =
@@ -488,9 +491,6 @@ impl Recorder {
         })
     }
 }
-
-/// Numbers one part of a split stream hands to another, at most, waiting.
-const HANDOFF: usize = 1 << 16;
 
 /// Removes the data files/directories `start` created before it failed.
 fn remove_created<'a>(config: &RecorderConfig, disks: impl Iterator<Item = &'a PathBuf>) {
@@ -558,6 +558,7 @@ impl RecorderHandle {
                 coalesced: s.coalesced.load(Relaxed),
                 parts: s.split.as_ref().map_or(1, |sp| sp.runs.parts()),
                 handed_on: s.split.as_ref().map_or(0, |sp| sp.handed_on()),
+                handoff_full: s.split.as_ref().map_or(0, |sp| sp.handoff_full()),
                 cut_copied: s.cut_copied.load(Relaxed),
             })
             .collect()
@@ -635,18 +636,21 @@ fn snapshot(shared: &Shared) -> RecorderStatus {
         .streams
         .iter()
         .zip(&shared.streams)
-        .map(|(spec, s)| StreamStatus {
+        .map(|(spec, s)| {
+            let (counters, restarts) = s.counters_and_restarts();
+            (spec, s, counters, restarts)
+        })
+        .map(|(spec, s, mut c, restarts)| StreamStatus {
             label: spec.label.clone(),
             counters: {
                 // Frames in blocks no disk could write were not stored after all: lost, not packets.
-                let mut c = s.counters_and_restarts().0;
                 let unwritten = s.unwritten.load(Relaxed);
                 c.packets -= unwritten.min(c.packets);
                 c.bytes -= (unwritten * u64::from(spec.frame_size)).min(c.bytes);
                 c.lost += unwritten;
                 c
             },
-            restarts: s.counters_and_restarts().1,
+            restarts,
             threads: match &s.split {
                 Some(sp) => sp.threads(),
                 None => s.threads.lock().unwrap_or_else(|e| e.into_inner()).clone(),

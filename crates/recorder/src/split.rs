@@ -18,10 +18,10 @@ use crate::status::ThreadStatus;
 pub const TRAIN_ROOM: usize = 64;
 
 /// The run length for blocks of `frames_per_block` frames: the largest power of two that leaves room
-/// for a train's tail from the next run behind a whole run (at least 1).
+/// for a train's tail from the next run behind a whole run (at least 1, at most the steering's longest).
 pub fn run_len(frames_per_block: usize) -> u64 {
     let room = frames_per_block.saturating_sub(TRAIN_ROOM).max(1);
-    1u64 << (usize::BITS - 1 - room.leading_zeros())
+    (1u64 << (usize::BITS - 1 - room.leading_zeros())).min(vlbiflow_seq::split::MAX_RUN_LEN)
 }
 
 /// A place in a split stream: the sequence (0, and one more after each restart of the sender's numbers,
@@ -119,6 +119,8 @@ pub struct SplitShared {
 pub struct PartShared {
     pub summary: Mutex<Option<PartSummary>>,
     pub threads: Mutex<Vec<ThreadStatus>>,
+    /// Numbers the part could not hand on (a full queue): counted lost by their owner.
+    pub handoff_full: std::sync::atomic::AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -152,6 +154,14 @@ impl SplitShared {
             .iter()
             .filter_map(|p| *lock(&p.summary))
             .map(|s| s.foreign)
+            .sum()
+    }
+
+    /// Numbers no part could hand on, so far.
+    pub fn handoff_full(&self) -> u64 {
+        self.parts
+            .iter()
+            .map(|p| p.handoff_full.load(std::sync::atomic::Ordering::Relaxed))
             .sum()
     }
 
@@ -189,16 +199,7 @@ impl SplitShared {
                 e.bytes += t.bytes;
                 e.invalid_frames += t.invalid_frames;
                 e.frame_rate = e.frame_rate.max(t.frame_rate);
-                e.last_time = match (e.last_time, t.last_time) {
-                    (Some(a), Some(b)) => {
-                        Some(if crate::status::pack_time(b) > crate::status::pack_time(a) {
-                            b
-                        } else {
-                            a
-                        })
-                    }
-                    (a, b) => a.or(b),
-                };
+                e.last_time = e.last_time.max(t.last_time);
             }
         }
         all.into_values().collect()
@@ -221,6 +222,7 @@ mod tests {
         assert_eq!(run_len(1088), 1024);
         assert_eq!(run_len(1087), 512);
         assert_eq!(run_len(10), 1);
+        assert_eq!(run_len(1 << 30), 1 << 24);
     }
 
     #[test]

@@ -571,6 +571,7 @@ fn label_kernel_drops(v: &mut serde_json::Value, received: &[vlbiflow_recorder::
                     "coalesced": r.coalesced,
                     "parts": r.parts,
                     "handed_on": r.handed_on,
+                    "handoff_full": r.handoff_full,
                     "cut_copied": r.cut_copied,
                 }),
             );
@@ -664,8 +665,15 @@ pub(crate) fn print_summary(
             let _ = writeln!(
                 out,
                 "    split over {} sockets and capture threads: {} datagram(s) arrived at another run's \
-                 socket and were accounted by their own; {} frame(s) copied where a batch brought a later run",
-                r.parts, r.handed_on, r.cut_copied
+                 socket and were accounted by their own{}; {} frame(s) copied where a batch brought a later run",
+                r.parts,
+                r.handed_on,
+                if r.handoff_full > 0 {
+                    format!(" ({} could not be handed on and count as lost)", r.handoff_full)
+                } else {
+                    String::new()
+                },
+                r.cut_copied
             );
         }
     }

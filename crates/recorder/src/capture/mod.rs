@@ -330,6 +330,7 @@ impl StreamCapture {
             if let Some(sp) = s.split.as_deref() {
                 let slot = &sp.parts[p.index as usize];
                 *slot.summary.lock().unwrap_or_else(|e| e.into_inner()) = Some(p.tracker.summary());
+                slot.handoff_full.store(p.handoff_full, Relaxed);
             }
             return;
         }
@@ -551,6 +552,13 @@ impl StreamCapture {
         Ok(())
     }
 
+    /// A split stream's part will seal nothing more: the other parts' blocks need not wait for it.
+    fn part_stopped(&self, shared: &Shared) {
+        if let Some(p) = &self.part {
+            sequence(shared, self.index, None, Some((p.index, crate::split::STOPPED)));
+        }
+    }
+
     /// A split stream's batch that brought a later run of the part's own after frames of an earlier one
     /// (the end of a run was lost, or a train was longer than planned): the frames from each such cut
     /// on are copied to fresh blocks, so no block holds two of the part's runs and the blocks sort in
@@ -566,9 +574,12 @@ impl StreamCapture {
         };
         let used = p.before;
         let cap = fpb - used;
-        let cuts = std::mem::take(&mut p.cuts);
+        // Taken out while blocks are taken and sealed below, and given back (their room reused).
+        let mut cuts = std::mem::take(&mut p.cuts);
         let mut fresh = std::mem::take(&mut p.fresh);
         let Some(&(c0, _, first_run)) = cuts.first().filter(|c| c.0 < stored) else {
+            p.cuts = cuts;
+            p.fresh = fresh;
             return Err(b);
         };
         let mut ci = 0;
@@ -598,11 +609,13 @@ impl StreamCapture {
             f.frame_area_mut()[at..at + slot].copy_from_slice(src);
             f.frames += 1;
         }
+        cuts.clear();
         if !ok {
             for (f, _) in fresh.drain(..) {
                 shared.free.put(f);
             }
             if let Some(p) = self.part.as_mut() {
+                p.cuts = cuts;
                 p.fresh = fresh;
             }
             return Err(b);
@@ -638,6 +651,7 @@ impl StreamCapture {
         }
         self.current = last.map(|(f, _)| f);
         if let Some(p) = self.part.as_mut() {
+            p.cuts = cuts;
             p.fresh = fresh;
         }
         Ok(())
@@ -1147,9 +1161,8 @@ pub(crate) fn run_capture(shared: Arc<Shared>, mut streams: Vec<StreamCapture>) 
         }
         s.publish(&shared);
         s.publish_detail(&shared);
+        s.part_stopped(&shared);
         if let Some(p) = s.part.take() {
-            // Nothing more from this part: the others' blocks need not wait for it.
-            sequence(&shared, s.index, None, Some((p.index, crate::split::STOPPED)));
             if let Some(sp) = shared.streams[s.index].split.as_deref() {
                 let (tracker, inbox) = p.into_end();
                 sp.part_ended(tracker, inbox);
@@ -1185,10 +1198,9 @@ fn capture_loop(shared: &Shared, streams: &mut [StreamCapture]) -> io::Result<()
                     error: e.to_string(),
                 });
                 let _ = epoll.remove(&s.socket);
-                if let Some(part) = s.part.as_ref().map(|p| p.index) {
-                    // Nothing more from this part: the others' blocks need not wait for it.
+                if s.part.is_some() {
                     s.seal(shared);
-                    sequence(shared, s.index, None, Some((part, crate::split::STOPPED)));
+                    s.part_stopped(shared);
                 }
             }
         }

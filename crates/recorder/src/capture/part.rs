@@ -15,6 +15,8 @@ pub(crate) struct Part {
     pub tracker: PartTracker,
     inbox: Receiver<u64>,
     outboxes: Vec<Sender<u64>>,
+    /// Numbers a full handoff queue refused (their owner counts those frames lost).
+    pub handoff_full: u64,
     /// The run of the current block's frames (the part's latest run; None before its first frame).
     pub block_run: Option<Pos>,
     /// The sender's restarts of its numbers this part has seen (the first element of its places).
@@ -57,6 +59,7 @@ impl Part {
             tracker: PartTracker::new(runs, index),
             inbox,
             outboxes,
+            handoff_full: 0,
             block_run: None,
             epoch: 0,
             floor_said: (0, 0),
@@ -84,8 +87,10 @@ impl Part {
             Ok(a) => Some(a),
             Err(owner) => {
                 // A full queue (its owner stalled for 65,536 of them) loses the number: the owner
-                // then counts that frame lost.
-                let _ = self.outboxes[owner as usize].try_send(n);
+                // then counts that frame lost, and the summary says how many.
+                if self.outboxes[owner as usize].try_send(n).is_err() {
+                    self.handoff_full += 1;
+                }
                 None
             }
         }
